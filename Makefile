@@ -1,0 +1,38 @@
+# Two commands for a newcomer:  `make run`  and  `make test`.
+# Everything is built by CMake under build/ (build-asan/ for the sanitizer run).
+
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+# CI (which sets CI=true) treats warnings as errors.
+ifneq ($(CI),)
+CMAKE_ARGS += -DNB_WERROR=ON
+endif
+
+.PHONY: all build run test test-asan ci clean
+
+all: build
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: list devices, then run data through every one of them and back.
+run: build
+	./$(BUILD)/nabla devices
+	./$(BUILD)/examples/device_roundtrip
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The C tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan:
+	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DNB_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+ci: test test-asan
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -1,0 +1,29 @@
+/* nabla — differentiable GPU kernels and small fast neural models, in C.
+ * One include for the whole public API. */
+#ifndef NABLA_H
+#define NABLA_H
+
+#include "nabla/alloc.h"
+#include "nabla/device.h"
+#include "nabla/dtype.h"
+#include "nabla/log.h"
+#include "nabla/status.h"
+#include "nabla/tensor.h"
+
+#define NABLA_VERSION_MAJOR 0
+#define NABLA_VERSION_MINOR 1
+#define NABLA_VERSION_PATCH 0
+#define NABLA_VERSION_STRING "0.1.0"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library's version string (may differ from NABLA_VERSION_STRING if headers and library
+ * come from different builds). */
+const char *nb_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
