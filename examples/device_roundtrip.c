@@ -35,27 +35,27 @@ static double now_ms(void) {
 static int scale_on_gpu(nb_device *dev, nb_tensor *t) {
     void *image = NULL;
     size_t size = 0;
-    nb_module *mod = NULL;
-    nb_function *fn = NULL;
+    nb_cuda_module *mod = NULL;
+    nb_cuda_function *fn = NULL;
     int ok = 0;
     double t0 = now_ms();
     CHECK(nb_cuda_compile(dev, kScaleSource, "scale.cu", NULL, &image, &size));
     double t1 = now_ms();
-    CHECK(nb_module_load(dev, image, size, &mod));
-    CHECK(nb_module_function(mod, "scale", &fn));
+    CHECK(nb_cuda_module_load(dev, image, size, &mod));
+    CHECK(nb_cuda_module_function(mod, "scale", &fn));
     {
         void *x = nb_tensor_data(t);
         float a = 2.0f;
         long long n = nb_tensor_numel(t);
         void *args[] = {&x, &a, &n};
         unsigned grid[3] = {(unsigned)((n + 255) / 256), 1, 1}, block[3] = {256, 1, 1};
-        CHECK(nb_launch(fn, grid, block, 0, NULL, args));
+        CHECK(nb_cuda_launch(fn, grid, block, 0, NULL, args));
         CHECK(nb_device_synchronize(dev));
     }
     printf("  NVRTC compiled a kernel in %.1f ms (%zu-byte image) and ran it\n", t1 - t0, size);
     ok = 1;
 fail:
-    if (mod) nb_module_unload(mod);
+    if (mod) nb_cuda_module_unload(mod);
     if (image) nb_free(image, size);
     return ok;
 }

@@ -25,8 +25,8 @@ typedef enum nb_device_kind { NB_DEVICE_CPU = 0, NB_DEVICE_CUDA = 1 } nb_device_
 typedef struct nb_device nb_device;
 typedef struct nb_stream nb_stream;
 typedef struct nb_event nb_event;
-typedef struct nb_module nb_module;
-typedef struct nb_function nb_function;
+typedef struct nb_cuda_module nb_cuda_module;
+typedef struct nb_cuda_function nb_cuda_function;
 
 typedef struct nb_device_info {
     nb_device_kind kind;
@@ -124,13 +124,13 @@ nb_status nb_event_elapsed_ms(nb_event *start, nb_event *end, float *ms);
 nb_status nb_cuda_compile(nb_device *dev, const char *source, const char *name,
                           const char *const *extra_opts, void **image, size_t *size);
 
-nb_status nb_module_load(nb_device *dev, const void *image, size_t size, nb_module **out);
-void nb_module_unload(nb_module *m);
-nb_status nb_module_function(nb_module *m, const char *name, nb_function **out);
+nb_status nb_cuda_module_load(nb_device *dev, const void *image, size_t size, nb_cuda_module **out);
+void nb_cuda_module_unload(nb_cuda_module *m);
+nb_status nb_cuda_module_function(nb_cuda_module *m, const char *name, nb_cuda_function **out);
 
 /* Launches on stream s (NULL = the device's main stream). args: array of pointers to each
  * kernel parameter's value, as for cuLaunchKernel. */
-nb_status nb_launch(nb_function *f, const unsigned grid[3], const unsigned block[3],
+nb_status nb_cuda_launch(nb_cuda_function *f, const unsigned grid[3], const unsigned block[3],
                     unsigned shared_bytes, nb_stream *s, void **args);
 
 #ifdef __cplusplus

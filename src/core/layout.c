@@ -13,12 +13,12 @@ const char *nb_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) 
     if (!buf || cap == 0) return buf;
     size_t len = 0;
     buf[0] = '\0';
-#define NB_PUT(...)                                                                              \
-    do {                                                                                         \
-        if (len < cap) {                                                                         \
-            int n_ = snprintf(buf + len, cap - len, __VA_ARGS__);                                \
-            if (n_ > 0) len += (size_t)n_;                                                       \
-        }                                                                                        \
+#define NB_PUT(...)                                                                                \
+    do {                                                                                           \
+        if (len < cap) {                                                                           \
+            int n_ = snprintf(buf + len, cap - len, __VA_ARGS__);                                  \
+            if (n_ > 0) len += (size_t)n_;                                                         \
+        }                                                                                          \
     } while (0)
     NB_PUT("[");
     for (int i = 0; shape && i < ndim && i < NB_MAX_DIMS; i++)
@@ -241,8 +241,7 @@ nb_status nb_layout_infer_shape(const char *who, const char *what, int64_t numel
             return nb_error(NB_ERR_SHAPE,
                             "%s: cannot infer the -1 in %s for %s (%lld elements): the other "
                             "dims multiply to 0, so any size would fit",
-                            who, nb_shape_str(ndim, shape, sb, sizeof sb), what,
-                            (long long)numel);
+                            who, nb_shape_str(ndim, shape, sb, sizeof sb), what, (long long)numel);
         if (numel % known != 0)
             return nb_error(NB_ERR_SHAPE,
                             "%s: cannot reshape %s (%lld elements) to %s: %lld is not a "
@@ -270,8 +269,7 @@ int nb_layout_view_strides(int old_ndim, const int64_t *old_shape, const int64_t
         for (int i = 0; same && i < old_ndim; i++) same = old_shape[i] == new_shape[i];
         if (same)
             for (int i = 0; i < old_ndim; i++) new_strides[i] = old_strides[i];
-        else
-            nb_layout_contiguous_strides(new_ndim, new_shape, elem_size, new_strides);
+        else nb_layout_contiguous_strides(new_ndim, new_shape, elem_size, new_strides);
         return 1;
     }
     /* A scalar behaves as [1] with a unit stride. */

@@ -57,7 +57,9 @@ int64_t nb_layout_span(int ndim, const int64_t *shape, const int64_t *strides, i
 /* NumPy broadcasting of n shapes: right-aligned, each dim equal across shapes or 1. out_shape
  * needs NB_MAX_DIMS entries; *out_ndim is the largest ndim. A 1 broadcasts to anything,
  * including 0. Errors (NB_ERR_SHAPE) name both conflicting shapes and the dim, e.g.
- * "cannot broadcast shapes [2,3] and [4] (shape 0 vs shape 2): dim -1 is 3 vs 4". */
+ * "cannot broadcast shapes [2,3] and [4] (shape 0 vs shape 2): dim -1 is 3 vs 4" (dims counted
+ * from the right, as they align). The message has no function-name prefix: callers add their
+ * own context (argument names) around it. */
 nb_status nb_broadcast_shapes(int n, const int *ndims, const int64_t *const *shapes, int *out_ndim,
                               int64_t *out_shape);
 /* The same, and on a mismatch writes the indices of the two conflicting shapes to conflict[0]

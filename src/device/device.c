@@ -113,6 +113,14 @@ void nb_device_close(nb_device *dev) {
     nb_free(dev, sizeof *dev);
 }
 
+/* Buffers hold a reference on their device, so a device closed by its user stays alive until
+ * the last tensor on it is freed. */
+static void nb_device_retain(nb_device *dev) {
+    pthread_mutex_lock(&nb_registry_lock);
+    dev->refcount++;
+    pthread_mutex_unlock(&nb_registry_lock);
+}
+
 nb_device_kind nb_device_get_kind(const nb_device *dev) { return dev->kind; }
 const nb_device_info *nb_device_get_info(const nb_device *dev) { return &dev->info; }
 const char *nb_device_name(const nb_device *dev) { return dev ? dev->name : "(null)"; }
@@ -138,6 +146,7 @@ nb_status nb_buffer_alloc(nb_device *dev, size_t bytes, nb_buffer **out) {
     b->dev = dev;
     b->size = bytes;
     b->refcount = 1;
+    nb_device_retain(dev);
     *out = b;
     return NB_OK;
 }
@@ -153,6 +162,7 @@ nb_status nb_buffer_wrap(nb_device *dev, void *ptr, size_t bytes, nb_buffer **ou
     b->size = bytes;
     b->alloc_size = 0; /* not ours: never freed */
     b->refcount = 1;
+    nb_device_retain(dev);
     *out = b;
     return NB_OK;
 }
@@ -164,8 +174,10 @@ void nb_buffer_retain(nb_buffer *b) {
 void nb_buffer_release(nb_buffer *b) {
     if (!b) return;
     if (atomic_fetch_sub((_Atomic int *)&b->refcount, 1) != 1) return;
-    if (b->alloc_size) nb_cache_free(b->dev, b->ptr, b->alloc_size);
+    nb_device *dev = b->dev;
+    if (b->alloc_size) nb_cache_free(dev, b->ptr, b->alloc_size);
     nb_free(b, sizeof *b);
+    nb_device_close(dev);
 }
 
 void *nb_buffer_ptr(const nb_buffer *b) { return b ? b->ptr : NULL; }

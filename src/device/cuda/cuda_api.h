@@ -124,6 +124,7 @@ typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
 
 #define NVRTC_SUCCESS 0
+#define NVRTC_ERROR_OUT_OF_MEMORY 1
 #define NVRTC_ERROR_INVALID_OPTION 5
 #define NVRTC_ERROR_COMPILATION 6
 

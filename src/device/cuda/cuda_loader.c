@@ -14,6 +14,19 @@
 #include "nabla/device.h"
 #include "nabla/status.h"
 
+/* Under AddressSanitizer cuInit fails with CUDA_ERROR_OUT_OF_MEMORY unless the shadow gap is
+ * left unprotected; the reason then says so. */
+#if defined(__SANITIZE_ADDRESS__)
+#define NB_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NB_UNDER_ASAN 1
+#endif
+#endif
+#ifndef NB_UNDER_ASAN
+#define NB_UNDER_ASAN 0
+#endif
+
 static nb_cuda_api nb_cu;            /* filled by nb_cuda_load, read-only afterwards */
 static int nb_cu_symbols_loaded;     /* nb_cu's pointers are valid (cuInit may still have failed) */
 static int nb_cu_usable;             /* cuInit succeeded and there is at least one device */
@@ -104,7 +117,7 @@ static void nb_cuda_load(void) {
         for (int k = 0; k < 2 && !p && s->names[k]; k++) p = dlsym(lib, s->names[k]);
         if (!p) {
             snprintf(nb_cu_reason, sizeof nb_cu_reason,
-                     "libcuda.so.1 lacks %s (NVIDIA driver too old; nabla needs CUDA 12 or later)",
+                     "libcuda.so.1 lacks %s (the NVIDIA driver is too old)",
                      s->names[0]);
             memset(&nb_cu, 0, sizeof nb_cu);
             return;
@@ -118,8 +131,12 @@ static void nb_cuda_load(void) {
     char err[256];
     CUresult r = nb_cu.Init(0);
     if (r != CUDA_SUCCESS) {
-        snprintf(nb_cu_reason, sizeof nb_cu_reason, "cuInit failed: %s",
-                 nb_cuda_error_str(r, err, sizeof err));
+        snprintf(nb_cu_reason, sizeof nb_cu_reason, "cuInit failed: %s%s",
+                 nb_cuda_error_str(r, err, sizeof err),
+                 r == CUDA_ERROR_OUT_OF_MEMORY && NB_UNDER_ASAN
+                     ? " (AddressSanitizer reserves the address range the driver needs: run "
+                       "with ASAN_OPTIONS=protect_shadow_gap=0)"
+                     : "");
         return;
     }
     int count = 0;

@@ -282,7 +282,7 @@ nb_status nb_nvrtc_compile(const char *source, const char *name, const char *arc
     nvrtcProgram prog = NULL;
     nvrtcResult r = rt->CreateProgram(&prog, source, name, 0, NULL, NULL);
     if (r != NVRTC_SUCCESS)
-        return nb_error(r == 1 ? NB_ERR_OUT_OF_MEMORY : NB_ERR_INTERNAL,
+        return nb_error(r == NVRTC_ERROR_OUT_OF_MEMORY ? NB_ERR_OUT_OF_MEMORY : NB_ERR_INTERNAL,
                         "nvrtcCreateProgram failed for %s: %s", name, rt->GetErrorString(r));
 
     nb_status st = NB_OK;
@@ -313,22 +313,21 @@ nb_status nb_nvrtc_compile(const char *source, const char *name, const char *arc
     int cubin = rt->GetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0;
     if (!cubin && (r = rt->GetPTXSize(prog, &n)) != NVRTC_SUCCESS) {
         st = nb_error(NB_ERR_INTERNAL, "nvrtcGetPTXSize failed: %s", rt->GetErrorString(r));
+    } else if (n == 0) {
+        st = nb_error(NB_ERR_INTERNAL, "NVRTC produced an empty image for %s", name);
     } else {
-        /* PTX size includes the terminating NUL, which cuModuleLoadData needs. */
-        char *buf = nb_alloc(n ? n : 1, 16);
+        /* The PTX size includes the terminating NUL, which cuModuleLoadData needs. */
+        char *buf = nb_alloc(n, 16);
         if (!buf) {
             st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of host memory for a %zu-byte image", n);
+        } else if ((r = cubin ? rt->GetCUBIN(prog, buf) : rt->GetPTX(prog, buf)) != NVRTC_SUCCESS) {
+            st = nb_error(NB_ERR_INTERNAL, "%s failed: %s", cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX",
+                          rt->GetErrorString(r));
+            nb_free(buf, n);
         } else {
-            r = cubin ? rt->GetCUBIN(prog, buf) : rt->GetPTX(prog, buf);
-            if (r != NVRTC_SUCCESS) {
-                st = nb_error(NB_ERR_INTERNAL, "%s failed: %s",
-                              cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX", rt->GetErrorString(r));
-                nb_free(buf, n ? n : 1);
-            } else {
-                *image = buf;
-                *size = n ? n : 1;
-                if (is_cubin) *is_cubin = cubin;
-            }
+            *image = buf;
+            *size = n;
+            if (is_cubin) *is_cubin = cubin;
         }
     }
     rt->DestroyProgram(&prog);
