@@ -15,5 +15,9 @@ void nb_cli_usage(FILE *to);
 int nb_cli_bad_usage(const char *fmt, const char *arg);
 
 int nb_cmd_devices(int argc, char **argv);
+int nb_cmd_check(int argc, char **argv);
+int nb_cmd_emit(int argc, char **argv);
+int nb_cmd_call(int argc, char **argv);
+int nb_cmd_cache(int argc, char **argv);
 
 #endif

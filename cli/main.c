@@ -8,6 +8,10 @@
 
 static const nb_cli_command nb_commands[] = {
     {"devices", "list devices and their properties", nb_cmd_devices},
+    {"check", "parse and type-check .nb files, print diagnostics", nb_cmd_check},
+    {"emit", "print the C / CUDA code or IR generated for a .nb file", nb_cmd_emit},
+    {"call", "call a .nb function over JSON / .npy arrays, print JSON", nb_cmd_call},
+    {"cache", "show, list or clear the compiled-kernel cache", nb_cmd_cache},
 };
 
 void nb_cli_usage(FILE *to) {

@@ -4,9 +4,12 @@
 #define NABLA_H
 
 #include "nabla/alloc.h"
+#include "nabla/cache.h"
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/log.h"
+#include "nabla/module.h"
+#include "nabla/npy.h"
 #include "nabla/status.h"
 #include "nabla/tensor.h"
 

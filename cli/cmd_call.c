@@ -1,0 +1,719 @@
+/* `nabla call FILE FUNC ARG… [options]`: calls a kernel-language function over arrays given as
+ * JSON or .npy files and prints {"result": …, "out": {…}} as JSON.
+ *
+ * Arguments, in order, fill the function's parameters that are not `out` (out parameters are
+ * allocated by the call and printed under "out"); NAME=VALUE binds by name (a parameter, a
+ * struct field path such as s.pos, or _result to write into an existing array). A VALUE is a
+ * JSON literal (number, true/false, nested lists, or an object with one entry per field of a
+ * struct parameter) or @file.npy (also as a string inside an object: "@pos.npy").
+ *
+ * JSON numbers become f64 (i64 when written as integers) host values, which the call converts
+ * to the parameter's type under the usual rules (an integer list feeds a float parameter; a
+ * fractional number for an int parameter is an error). Output numbers are printed with the
+ * fewest digits that read back to the same value (cli/json.h); NaN and infinities print as NaN,
+ * Infinity, -Infinity.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "json.h"
+#include "nabla/nabla.h"
+
+#define CALL_MAX 64
+
+static void call_help(void) {
+    printf("usage: nabla call FILE FUNC [ARG...] [options]\n"
+           "\n"
+           "Calls FUNC of FILE over arrays and prints {\"result\": ..., \"out\": {...}} as JSON.\n"
+           "\n"
+           "ARG is one of\n"
+           "  JSON          a number, true/false, a nested list, or {\"field\": value, ...} for a\n"
+           "                struct parameter\n"
+           "  @FILE.npy     a NumPy array\n"
+           "  NAME=VALUE    bind by parameter name, struct field path (s.pos) or _result (write\n"
+           "                into that array)\n"
+           "Positional ARGs fill the parameters that are not 'out'; out parameters are allocated\n"
+           "and printed under \"out\" (with inout ones).\n"
+           "\n"
+           "options:\n"
+           "  --device D        cpu, cuda, cuda:N or auto (default)\n"
+           "  --map ARG=DIMS    place ARG's call dims at kernel dims, e.g. --map a=0 --map b=1\n"
+           "                    (outer product) or --map x=1,0 (transpose); ARG: name or index\n"
+           "  --grid X[,Y[,Z]]  thread grid for [Kernel] functions\n"
+           "  -o FILE.npy       write the result to FILE.npy instead of printing its values\n"
+           "  -I DIR            search DIR for imported modules (repeatable)\n"
+           "  --const NAME=V    set a link-time constant (extern static const)\n");
+}
+
+/* ---- resources freed at the end --------------------------------------------------------------- */
+
+typedef struct out_rec {
+    const char *path; /* param or field path */
+    nb_tensor *t;     /* inout tensors we made / were given */
+    nb_tensor *alloc; /* out tensors the call allocated */
+} out_rec;
+
+typedef struct ctx {
+    nb_device *dev;
+    nb_module *m;
+    nb_func *f;
+    nb_call *c;
+    nb_tensor *tensors[CALL_MAX * 2]; /* everything we created */
+    int ntensors;
+    void *bufs[CALL_MAX * 4];         /* host arrays (live until the call ran) */
+    int nbufs;
+    out_rec outs[CALL_MAX];
+    int nouts;
+    int covered[CALL_MAX];            /* parameter has an argument */
+    nb_tensor *into;
+    char err[1024];
+} ctx;
+
+/* Keeps a host buffer until the end (the call borrows it); frees it and fails when full. */
+static int keep_buf(ctx *x, void *p) {
+    if (x->nbufs == CALL_MAX * 4) {
+        free(p);
+        snprintf(x->err, sizeof x->err, "too many arguments");
+        return 0;
+    }
+    x->bufs[x->nbufs++] = p;
+    return 1;
+}
+
+static int keep_tensor(ctx *x, nb_tensor *t) {
+    if (x->ntensors == CALL_MAX * 2) {
+        nb_tensor_free(t);
+        snprintf(x->err, sizeof x->err, "too many arrays");
+        return 0;
+    }
+    x->tensors[x->ntensors++] = t;
+    return 1;
+}
+
+/* ---- JSON -> host arrays -------------------------------------------------------------------- */
+
+typedef struct host_arr {
+    nb_dtype dtype;
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    void *data;
+    size_t bytes;
+} host_arr;
+
+static int check_shape(const nb_json *v, const host_arr *h, int depth, int *has_float, int *has_bool,
+                       int *has_num, char *err, size_t cap) {
+    if (depth < h->ndim) {
+        if (v->kind != NB_JSON_ARRAY || v->count != h->shape[depth]) {
+            snprintf(err, cap, "column %d: ragged nested list: expected %s of %lld elements", v->col,
+                     v->kind == NB_JSON_ARRAY ? "a list" : "a list", (long long)h->shape[depth]);
+            return 0;
+        }
+        for (int i = 0; i < v->count; i++)
+            if (!check_shape(&v->items[i], h, depth + 1, has_float, has_bool, has_num, err, cap))
+                return 0;
+        return 1;
+    }
+    if (v->kind == NB_JSON_NUMBER) {
+        *has_num = 1;
+        if (!v->is_integer) *has_float = 1;
+        return 1;
+    }
+    if (v->kind == NB_JSON_BOOL) {
+        *has_bool = 1;
+        return 1;
+    }
+    snprintf(err, cap, "column %d: expected a number or true/false%s", v->col,
+             v->kind == NB_JSON_ARRAY ? " (ragged nested list)" : "");
+    return 0;
+}
+
+static void fill(const nb_json *v, const host_arr *h, int depth, size_t *k) {
+    if (depth < h->ndim) {
+        for (int i = 0; i < v->count; i++) fill(&v->items[i], h, depth + 1, k);
+        return;
+    }
+    if (h->dtype == NB_BOOL) ((unsigned char *)h->data)[*k] = (unsigned char)v->boolean;
+    else if (h->dtype == NB_I64) ((long long *)h->data)[*k] = v->integer;
+    else ((double *)h->data)[*k] = v->number;
+    (*k)++;
+}
+
+static int json_to_host(const nb_json *v, host_arr *h, char *err, size_t cap) {
+    memset(h, 0, sizeof *h);
+    const nb_json *w = v;
+    while (w->kind == NB_JSON_ARRAY) {
+        if (h->ndim == NB_MAX_DIMS) {
+            snprintf(err, cap, "column %d: more than %d nested lists", w->col, NB_MAX_DIMS);
+            return 0;
+        }
+        h->shape[h->ndim++] = w->count;
+        if (!w->count) break;
+        w = &w->items[0];
+    }
+    int has_float = 0, has_bool = 0, has_num = 0;
+    if (!check_shape(v, h, 0, &has_float, &has_bool, &has_num, err, cap)) return 0;
+    if (has_bool && has_num) {
+        snprintf(err, cap, "column %d: a list mixes true/false with numbers", v->col);
+        return 0;
+    }
+    h->dtype = has_bool ? NB_BOOL : has_float || !has_num ? NB_F64 : NB_I64;
+    size_t n = 1;
+    for (int i = 0; i < h->ndim; i++) n *= (size_t)h->shape[i];
+    h->bytes = n * nb_dtype_size(h->dtype);
+    h->data = malloc(h->bytes ? h->bytes : 1);
+    if (!h->data) {
+        snprintf(err, cap, "out of memory");
+        return 0;
+    }
+    size_t k = 0;
+    fill(v, h, 0, &k);
+    return 1;
+}
+
+/* ---- tensors -> JSON ------------------------------------------------------------------------- */
+
+static void print_elems(FILE *o, const unsigned char *d, nb_dtype t, int ndim, const int64_t *shape,
+                        size_t *k) {
+    if (ndim > 0) {
+        fputc('[', o);
+        for (int64_t i = 0; i < shape[0]; i++) {
+            if (i) fputs(", ", o);
+            print_elems(o, d, t, ndim - 1, shape + 1, k);
+        }
+        fputc(']', o);
+        return;
+    }
+    char buf[48];
+    size_t i = (*k)++;
+    switch (t) {
+    case NB_F32: fputs(nb_json_format_double(((const float *)d)[i], 1, buf, sizeof buf), o); break;
+    case NB_F64: fputs(nb_json_format_double(((const double *)d)[i], 0, buf, sizeof buf), o); break;
+    case NB_F16:
+        fputs(nb_json_format_double(nb_f16_to_f32(((const uint16_t *)d)[i]), 1, buf, sizeof buf), o);
+        break;
+    case NB_BF16:
+        fputs(nb_json_format_double(nb_bf16_to_f32(((const uint16_t *)d)[i]), 1, buf, sizeof buf), o);
+        break;
+    case NB_I32: fprintf(o, "%d", (int)((const int32_t *)d)[i]); break;
+    case NB_U32: fprintf(o, "%u", (unsigned)((const uint32_t *)d)[i]); break;
+    case NB_I64: fprintf(o, "%lld", (long long)((const int64_t *)d)[i]); break;
+    case NB_U8: fprintf(o, "%u", (unsigned)d[i]); break;
+    case NB_BOOL: fputs(d[i] ? "true" : "false", o); break;
+    default: fputs("null", o); break;
+    }
+}
+
+static int print_tensor(FILE *o, const nb_tensor *t) {
+    size_t bytes = nb_tensor_nbytes(t);
+    unsigned char *h = malloc(bytes ? bytes : 1);
+    if (!h) return 0;
+    if (nb_tensor_to_host(t, h, bytes) != NB_OK) {
+        free(h);
+        return 0;
+    }
+    size_t k = 0;
+    print_elems(o, h, nb_tensor_dtype(t), nb_tensor_ndim(t), nb_tensor_shape(t), &k);
+    free(h);
+    return 1;
+}
+
+/* ---- binding ---------------------------------------------------------------------------------- */
+
+/* The leaf at `path` of overload 0 (for dtype and direction), or -1. */
+static int find_leaf(nb_func *f, const char *path, nb_leaf_info *li) {
+    int n = nb_func_leaf_count(f, 0);
+    for (int j = 0; j < n; j++)
+        if (nb_func_leaf(f, 0, j, li) == NB_OK && !strcmp(li->path, path)) return j;
+    return -1;
+}
+
+static int param_index(nb_func *f, const char *name) {
+    int n = nb_func_param_count(f, 0);
+    for (int p = 0; p < n; p++)
+        if (!strcmp(nb_func_param_name(f, 0, p), name)) return p;
+    return -1;
+}
+
+/* A struct (some leaf lies below path). */
+static int is_struct_path(nb_func *f, const char *path) {
+    int n = nb_func_leaf_count(f, 0);
+    size_t pl = strlen(path);
+    nb_leaf_info li;
+    for (int j = 0; j < n; j++)
+        if (nb_func_leaf(f, 0, j, &li) == NB_OK && !strncmp(li.path, path, pl) && li.path[pl] == '.')
+            return 1;
+    return 0;
+}
+
+/* The dtype to upload a JSON array in for a leaf of dtype `leaf`: the leaf's own when the
+ * conversion keeps the meaning (ints for floats), else the JSON's, so that the call reports the
+ * mismatch. */
+static nb_dtype upload_dtype(nb_dtype leaf, nb_dtype json) {
+    int lf = nb_dtype_is_float(leaf), lb = leaf == NB_BOOL;
+    if (json == NB_BOOL) return lb ? leaf : json;
+    if (json == NB_I64) return lb ? json : leaf;
+    return lf ? leaf : json;
+}
+
+static int is_struct_param(nb_func *f, int p) {
+    nb_leaf_info li;
+    return find_leaf(f, nb_func_param_name(f, 0, p), &li) < 0;
+}
+
+static int load_npy(ctx *x, const char *path, nb_tensor **t) {
+    if (nb_tensor_load_npy(x->dev, path, t) != NB_OK) {
+        snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+        return 0;
+    }
+    return keep_tensor(x, *t);
+}
+
+/* Binds one non-struct value (JSON scalar/list or @npy) to `path`; p is its parameter. */
+static int bind_leaf_value(ctx *x, int p, const char *path, const nb_json *v, const char *npy) {
+    nb_leaf_info li;
+    int positional = !strchr(path, '.') && param_index(x->f, path) == p;
+    if (find_leaf(x->f, path, &li) < 0) {
+        snprintf(x->err, sizeof x->err, "%s has no parameter or field '%s'",
+                 nb_func_signature(x->f, 0), path);
+        return 0;
+    }
+    nb_tensor *t = NULL;
+    nb_status s;
+    if (npy || li.dir != NB_ARG_IN) {
+        if (npy) {
+            if (!load_npy(x, npy, &t)) return 0;
+        } else {
+            host_arr h;
+            if (!json_to_host(v, &h, x->err, sizeof x->err)) return 0;
+            if (!keep_buf(x, h.data)) return 0;
+            size_t n = h.bytes / nb_dtype_size(h.dtype);
+            nb_dtype ud = upload_dtype(li.dtype, h.dtype);
+            void *conv = malloc(n * nb_dtype_size(ud) + 1);
+            if (!conv) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
+            if (!keep_buf(x, conv)) return 0;
+            nb_convert(conv, ud, h.data, h.dtype, n);
+            if (nb_tensor_from_host(x->dev, ud, h.ndim, h.shape, conv, &t) != NB_OK ||
+                !keep_tensor(x, t)) {
+                snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+                return 0;
+            }
+        }
+        s = positional ? nb_call_arg(x->c, p, t) : nb_call_arg_named(x->c, path, t);
+        if (s == NB_OK && li.dir != NB_ARG_IN) {
+            x->outs[x->nouts].path = li.path;
+            x->outs[x->nouts].t = t;
+            x->outs[x->nouts++].alloc = NULL;
+        }
+    } else {
+        host_arr h;
+        if (!json_to_host(v, &h, x->err, sizeof x->err)) return 0;
+        if (!keep_buf(x, h.data)) return 0;
+        s = positional ? nb_call_arg_value(x->c, p, h.dtype, h.ndim, h.shape, h.data)
+                       : nb_call_arg_value_named(x->c, path, h.dtype, h.ndim, h.shape, h.data);
+    }
+    if (s) {
+        snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* Binds v (or the npy file) to `path` (a parameter or field path) of parameter p. */
+static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const char *npy) {
+    if (x->nouts >= CALL_MAX) {
+        snprintf(x->err, sizeof x->err, "too many arguments");
+        return 0;
+    }
+    nb_leaf_info li;
+    int is_leaf = find_leaf(x->f, path, &li) >= 0;
+    if (v && v->kind == NB_JSON_STRING && v->string[0] == '@') return bind_json(x, p, path, NULL, v->string + 1);
+    if (v && v->kind == NB_JSON_OBJECT) {
+        if (is_leaf) {
+            snprintf(x->err, sizeof x->err, "column %d: '%s' is not a struct, but the value is a "
+                     "JSON object", v->col, path);
+            return 0;
+        }
+        for (int i = 0; i < v->count; i++) {
+            char sub[512];
+            snprintf(sub, sizeof sub, "%s.%s", path, v->keys[i]);
+            /* Keep the path alive until the call runs. */
+            char *keep = malloc(strlen(sub) + 1);
+            if (!keep) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
+            strcpy(keep, sub);
+            if (!keep_buf(x, keep)) return 0;
+            if (!bind_json(x, p, keep, &v->items[i], NULL)) return 0;
+        }
+        return 1;
+    }
+    if (!is_leaf) {
+        if (is_struct_path(x->f, path))
+            snprintf(x->err, sizeof x->err, "'%s' is a struct: give a JSON object with one entry "
+                     "per field", path);
+        else
+            snprintf(x->err, sizeof x->err, "%s has no parameter or field '%s'",
+                     nb_func_signature(x->f, 0), path);
+        return 0;
+    }
+    if (v && v->kind != NB_JSON_NUMBER && v->kind != NB_JSON_BOOL && v->kind != NB_JSON_ARRAY) {
+        snprintf(x->err, sizeof x->err, "column %d: expected a number, true/false, a list or an "
+                 "object for '%s'", v->col, path);
+        return 0;
+    }
+    return bind_leaf_value(x, p, path, v, npy);
+}
+
+/* The _result=VALUE argument: an array to write the result into. */
+static int bind_result(ctx *x, const nb_json *v, const char *npy) {
+    nb_tensor *t = NULL;
+    nb_leaf_info li;
+    if (!nb_func_result(x->f, 0, &li)) {
+        snprintf(x->err, sizeof x->err, "%s returns nothing; _result cannot be given",
+                 nb_func_signature(x->f, 0));
+        return 0;
+    }
+    if (v && v->kind == NB_JSON_STRING && v->string[0] == '@') npy = v->string + 1;
+    if (npy) {
+        if (!load_npy(x, npy, &t)) return 0;
+    } else {
+        host_arr h;
+        if (!json_to_host(v, &h, x->err, sizeof x->err)) return 0;
+        if (!keep_buf(x, h.data)) return 0;
+        size_t n = h.bytes / nb_dtype_size(h.dtype);
+        nb_dtype ud = upload_dtype(li.dtype, h.dtype);
+        void *conv = malloc(n * nb_dtype_size(ud) + 1);
+        if (!conv) return 0;
+        if (!keep_buf(x, conv)) return 0;
+        nb_convert(conv, ud, h.data, h.dtype, n);
+        if (nb_tensor_from_host(x->dev, ud, h.ndim, h.shape, conv, &t) != NB_OK ||
+            !keep_tensor(x, t)) {
+            snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+            return 0;
+        }
+    }
+    x->into = t;
+    if (nb_call_result(x->c, t) != NB_OK) {
+        snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* "name=..." when the text starts with an identifier (dots allowed) followed by '='. */
+static const char *split_name(const char *a, char *name, size_t cap) {
+    size_t n = 0;
+    while ((a[n] >= 'a' && a[n] <= 'z') || (a[n] >= 'A' && a[n] <= 'Z') || a[n] == '_' ||
+           (n > 0 && ((a[n] >= '0' && a[n] <= '9') || a[n] == '.')))
+        n++;
+    if (n == 0 || a[n] != '=' || n >= cap) return NULL;
+    memcpy(name, a, n);
+    name[n] = '\0';
+    return a + n + 1;
+}
+
+static int bind_arg_text(ctx *x, const char *text, int *next_pos, int *usage) {
+    char name[256];
+    const char *val = split_name(text, name, sizeof name);
+    int p;
+    const char *path;
+    if (val) {
+        if (!strcmp(name, "_result")) p = -2, path = NULL;
+        else {
+            char root[256];
+            snprintf(root, sizeof root, "%s", name);
+            char *dot = strchr(root, '.');
+            if (dot) *dot = '\0';
+            p = param_index(x->f, root);
+            if (p < 0) {
+                snprintf(x->err, sizeof x->err, "%s has no parameter '%s'",
+                         nb_func_signature(x->f, 0), root);
+                return 0;
+            }
+            path = NULL;
+        }
+    } else {
+        val = text;
+        int np = nb_func_param_count(x->f, 0);
+        p = *next_pos;
+        while (p < np && (x->covered[p] || nb_func_param_dir(x->f, 0, p) == NB_ARG_OUT)) p++;
+        if (p >= np) {
+            snprintf(x->err, sizeof x->err, "too many arguments: %s takes %d",
+                     nb_func_signature(x->f, 0), np);
+            return 0;
+        }
+        *next_pos = p + 1;
+        path = nb_func_param_name(x->f, 0, p);
+    }
+    if (p >= 0) {
+        if (!path) path = text; /* the name part of "name=..." (kept alive in argv) */
+        x->covered[p] = 1;
+    }
+    nb_json *v = NULL;
+    const char *npy = NULL;
+    if (val[0] == '@') {
+        npy = val + 1;
+    } else {
+        char jerr[256];
+        v = nb_json_parse(val, jerr, sizeof jerr);
+        if (!v) {
+            snprintf(x->err, sizeof x->err, "argument '%s': %s", text, jerr);
+            *usage = 1;
+            return 0;
+        }
+    }
+    int ok;
+    if (p == -2) {
+        ok = bind_result(x, v, npy);
+    } else {
+        char pathbuf[256];
+        if (path == text) { /* cut "name" out of "name=value" */
+            snprintf(pathbuf, sizeof pathbuf, "%s", name);
+            char *keep = malloc(strlen(pathbuf) + 1);
+            if (!keep) {
+                nb_json_free(v);
+                return 0;
+            }
+            strcpy(keep, pathbuf);
+            if (!keep_buf(x, keep)) {
+                nb_json_free(v);
+                return 0;
+            }
+            path = keep;
+        }
+        ok = bind_json(x, p, path, v, npy);
+    }
+    nb_json_free(v);
+    return ok;
+}
+
+/* ---- main ------------------------------------------------------------------------------------ */
+
+static int parse_dims(const char *s, int *dims, int max) {
+    int n = 0;
+    if (*s == '[') s++;
+    while (*s && *s != ']') {
+        char *end;
+        long d = strtol(s, &end, 10);
+        if (end == s || n == max || d < 0 || d > 7) return -1;
+        dims[n++] = (int)d;
+        s = end;
+        if (*s == ',') s++;
+    }
+    if (*s == ']') s++;
+    return *s ? -1 : n;
+}
+
+static int is_negative_number(const char *a) {
+    return a[0] == '-' && ((a[1] >= '0' && a[1] <= '9') || a[1] == '.' || !strcmp(a, "-Infinity"));
+}
+
+static void free_ctx(ctx *x) {
+    if (x->c) nb_call_free(x->c);
+    for (int i = 0; i < x->nouts; i++)
+        if (x->outs[i].alloc) nb_tensor_free(x->outs[i].alloc);
+    for (int i = 0; i < x->ntensors; i++) nb_tensor_free(x->tensors[i]);
+    for (int i = 0; i < x->nbufs; i++) free(x->bufs[i]);
+    nb_module_free(x->m);
+    if (x->dev) nb_device_close(x->dev);
+}
+
+static void print_outputs(ctx *x) {
+    int np = nb_func_param_count(x->f, 0), first = 1;
+    fputs(", \"out\": {", stdout);
+    for (int p = 0; p < np; p++) {
+        if (nb_func_param_dir(x->f, 0, p) == NB_ARG_IN) continue;
+        const char *pn = nb_func_param_name(x->f, 0, p);
+        size_t pl = strlen(pn);
+        if (!first) fputs(", ", stdout);
+        first = 0;
+        nb_json_print_string(stdout, pn);
+        fputs(": ", stdout);
+        int sub = 0;
+        for (int i = 0; i < x->nouts; i++) {
+            const char *path = x->outs[i].path;
+            nb_tensor *t = x->outs[i].alloc ? x->outs[i].alloc : x->outs[i].t;
+            if (!strcmp(path, pn)) {
+                print_tensor(stdout, t);
+            } else if (!strncmp(path, pn, pl) && path[pl] == '.') {
+                fputs(sub++ ? ", " : "{", stdout);
+                nb_json_print_string(stdout, path + pl + 1);
+                fputs(": ", stdout);
+                print_tensor(stdout, t);
+            }
+        }
+        if (sub) fputc('}', stdout);
+    }
+    fputc('}', stdout);
+}
+
+int nb_cmd_call(int argc, char **argv) {
+    const char *includes[CALL_MAX], *consts[CALL_MAX], *maps[CALL_MAX], *args[CALL_MAX];
+    int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0;
+    const char *file = NULL, *func = NULL, *device = "auto", *out_npy = NULL;
+    int64_t grid[3] = {1, 1, 1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!only_pos && a[0] == '-' && !is_negative_number(a)) {
+            if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+                call_help();
+                return 0;
+            }
+            if (!strcmp(a, "--")) {
+                only_pos = 1;
+                continue;
+            }
+            int takes = !strcmp(a, "--device") || !strcmp(a, "--map") || !strcmp(a, "-o") ||
+                        !strcmp(a, "-I") || !strcmp(a, "--const") || !strcmp(a, "--grid");
+            if (!takes) return nb_cli_bad_usage("call: unknown argument '%s'", a);
+            if (!next) return nb_cli_bad_usage("call: %s needs a value", a);
+            i++;
+            if (!strcmp(a, "--device")) device = next;
+            else if (!strcmp(a, "-o")) out_npy = next;
+            else if (!strcmp(a, "--grid")) {
+                int64_t g[3] = {1, 1, 1};
+                int n = sscanf(next, "%lld,%lld,%lld", (long long *)&g[0], (long long *)&g[1],
+                               (long long *)&g[2]);
+                if (n < 1 || g[0] < 0 || g[1] < 0 || g[2] < 0)
+                    return nb_cli_bad_usage("call: bad --grid '%s' (X[,Y[,Z]])", next);
+                memcpy(grid, g, sizeof g);
+                has_grid = 1;
+            } else {
+                int *cnt = !strcmp(a, "--map") ? &nmaps : !strcmp(a, "-I") ? &ninc : &nconst;
+                const char **arr = !strcmp(a, "--map") ? maps : !strcmp(a, "-I") ? includes : consts;
+                if (*cnt == CALL_MAX) return nb_cli_bad_usage("call: too many %s", a);
+                if (strcmp(a, "-I") && !strchr(next, '='))
+                    return nb_cli_bad_usage("call: %s needs NAME=VALUE", a);
+                arr[(*cnt)++] = next;
+            }
+            continue;
+        }
+        if (!file) file = a;
+        else if (!func) func = a;
+        else if (nargs == CALL_MAX) return nb_cli_bad_usage("call: too many arguments%s", "");
+        else args[nargs++] = a;
+    }
+    if (!file || !func) return nb_cli_bad_usage("call: need FILE and FUNC%s", "");
+
+    ctx *x = calloc(1, sizeof *x);
+    if (!x) return 1;
+    int rc = 1, usage = 0;
+    nb_module_options opts = {0};
+    opts.include_dirs = includes;
+    opts.ninclude_dirs = ninc;
+    if (nb_device_open(device, &x->dev) != NB_OK ||
+        nb_module_load(x->dev, file, &opts, &x->m) != NB_OK) {
+        fprintf(stderr, "%s\n", nb_last_error());
+        goto done;
+    }
+    for (int i = 0; i < nconst; i++) {
+        char name[256], *end = NULL;
+        const char *eq = strchr(consts[i], '=');
+        size_t n = (size_t)(eq - consts[i]);
+        double v = strtod(eq + 1, &end);
+        if (n == 0 || n >= sizeof name || !eq[1] || *end) {
+            snprintf(x->err, sizeof x->err, "bad --const '%s' (NAME=NUMBER)", consts[i]);
+            usage = 1;
+            goto fail;
+        }
+        memcpy(name, consts[i], n);
+        name[n] = '\0';
+        if (nb_module_set_constant(x->m, name, v) != NB_OK) goto fail_lib;
+    }
+    if (nb_module_func(x->m, func, &x->f) != NB_OK || nb_call_begin(x->f, &x->c) != NB_OK)
+        goto fail_lib;
+    if (nb_func_param_count(x->f, 0) > CALL_MAX) {
+        snprintf(x->err, sizeof x->err, "too many parameters");
+        goto fail;
+    }
+    int next_pos = 0;
+    for (int i = 0; i < nargs; i++)
+        if (!bind_arg_text(x, args[i], &next_pos, &usage)) goto fail;
+    for (int i = 0; i < nmaps; i++) {
+        char name[256];
+        const char *eq = strchr(maps[i], '=');
+        size_t n = (size_t)(eq - maps[i]);
+        int dims[NB_MAX_DIMS];
+        int nd = parse_dims(eq + 1, dims, NB_MAX_DIMS);
+        if (n == 0 || n >= sizeof name || nd < 0) {
+            snprintf(x->err, sizeof x->err, "bad --map '%s' (ARG=DIM,DIM,… with dims 0..7)", maps[i]);
+            usage = 1;
+            goto fail;
+        }
+        memcpy(name, maps[i], n);
+        name[n] = '\0';
+        char *keep = malloc(n + 1); /* the call borrows the name until it runs */
+        if (!keep || !keep_buf(x, keep)) goto fail;
+        memcpy(keep, name, n + 1);
+        nb_status s = (name[0] >= '0' && name[0] <= '9')
+                          ? nb_call_map(x->c, atoi(name), nd, dims)
+                          : nb_call_map_named(x->c, keep, nd, dims);
+        if (s) goto fail_lib;
+    }
+    /* Out parameters nobody gave: the call allocates them, field by field for structs. */
+    int np = nb_func_param_count(x->f, 0), nl = nb_func_leaf_count(x->f, 0);
+    for (int p = 0; p < np; p++) {
+        if (x->covered[p] || nb_func_param_dir(x->f, 0, p) != NB_ARG_OUT) continue;
+        for (int j = 0; j < nl; j++) {
+            nb_leaf_info li;
+            if (nb_func_leaf(x->f, 0, j, &li) != NB_OK || li.param != p) continue;
+            if (x->nouts == CALL_MAX) break;
+            out_rec *o = &x->outs[x->nouts++];
+            o->path = li.path;
+            o->t = NULL;
+            nb_status s = is_struct_param(x->f, p) ? nb_call_arg_alloc_named(x->c, li.path, &o->alloc)
+                                                   : nb_call_arg_alloc(x->c, p, &o->alloc);
+            if (s) goto fail_lib;
+        }
+    }
+    nb_tensor *result = NULL;
+    nb_status s;
+    nb_call *c = x->c;
+    x->c = NULL;
+    if (nb_func_is_kernel(x->f, 0)) {
+        if (!has_grid) {
+            nb_call_free(c);
+            snprintf(x->err, sizeof x->err, "%s is a [Kernel] function: give --grid X[,Y[,Z]]",
+                     func);
+            usage = 1;
+            goto fail;
+        }
+        s = nb_call_run_grid(c, grid);
+    } else {
+        s = nb_call_run(c, &result);
+    }
+    if (s) goto fail_lib;
+    if (out_npy && result && nb_tensor_save_npy(result, out_npy) != NB_OK) {
+        nb_tensor_free(result);
+        goto fail_lib;
+    }
+    fputs("{\"result\": ", stdout);
+    if (!result) {
+        fputs("null", stdout);
+    } else if (out_npy) {
+        char sh[160];
+        fputs("{\"file\": ", stdout);
+        nb_json_print_string(stdout, out_npy);
+        printf(", \"dtype\": \"%s\", \"shape\": %s}", nb_dtype_name(nb_tensor_dtype(result)),
+               nb_shape_str(nb_tensor_ndim(result), nb_tensor_shape(result), sh, sizeof sh));
+    } else if (!print_tensor(stdout, result)) {
+        nb_tensor_free(result);
+        goto fail_lib;
+    }
+    nb_tensor_free(result);
+    int has_out = 0;
+    for (int p = 0; p < np; p++) has_out |= nb_func_param_dir(x->f, 0, p) != NB_ARG_IN;
+    if (has_out) print_outputs(x);
+    fputs("}\n", stdout);
+    rc = 0;
+    goto done;
+fail_lib:
+    snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+fail:
+    fprintf(stderr, "nabla: call: %s\n", x->err);
+    if (usage) rc = 2;
+done:
+    free_ctx(x);
+    free(x);
+    return rc;
+}

@@ -1,0 +1,200 @@
+/* nabla — kernel-language modules and vectorized calls (SlangPy's model, from C).
+ *
+ *   nb_module *m;  nb_func *add;  nb_call *c;  nb_tensor *y;
+ *   nb_module_load(dev, "add.nb", NULL, &m);        // parse + check; nothing compiled yet
+ *   nb_module_func(m, "add", &add);                 // float add(float a, float b)
+ *   nb_call_begin(add, &c);
+ *   nb_call_arg(c, 0, a);                           // f32[N] array
+ *   nb_call_arg_double(c, 1, 2.0);                  // a scalar: one value for every thread
+ *   nb_call_run(c, &y);                             // y = new f32[N] on m's device
+ *
+ * Binding rules (DESIGN.md, "Calling a function over arrays"):
+ *   - call rank of an argument = its rank - the parameter's value rank: an f32[N,3] array feeding a
+ *     float3 parameter has call shape [N]; a float3x4 parameter needs an array ending in [3,4].
+ *   - the kernel shape is the NumPy-style broadcast (right-aligned, equal or 1) of all call
+ *     shapes; the kernel runs f once per index of it. Mismatches are NB_ERR_SHAPE naming both
+ *     arguments and their shapes.
+ *   - nb_call_map places an argument's call dims at chosen kernel dims (SlangPy's .map):
+ *     outer product a.map(0), b.map(1) -> kernel shape [len(a), len(b)]; transposes.
+ *   - the result is a new array of shape kernel shape + the return type's value shape (float3 ->
+ *     [..., 3]) and the return type's dtype, unless nb_call_result gives an existing one.
+ *   - out / inout parameters need tensors (written in place) whose call shape equals the kernel
+ *     shape, or nb_call_arg_alloc for an out parameter the call should allocate.
+ *   - struct parameters are bound field by field: nb_call_arg_named(c, "s.pos", t) (and
+ *     nb_call_arg_value_named for host values); each field may be an array or a single value.
+ *   - Tensor<T,N> parameters take a whole tensor of rank N and dtype T (no broadcasting).
+ *
+ * Dtypes: the kernel reads an array in its own dtype and converts to the parameter's type, so an
+ * f64 or i32 array feeds a float parameter. Conversions that lose meaning are NB_ERR_DTYPE:
+ * float data for an int/uint parameter, bool for a number or a number for a bool, and for
+ * out/inout arrays any change of category (float/int/bool). Host values (nb_call_arg_value) are
+ * converted on the host under the same rules.
+ *
+ * Host values: a value whose rank equals the parameter's value rank is passed inline to every
+ * thread (a "uniform": no upload); a larger one is uploaded to the module's device for the call.
+ *
+ * Aliasing: an out/inout array may be the same array as an input (x = f(x) elementwise: each
+ * index reads its inputs before it writes, and no other index touches that element). Any other
+ * overlap between an output and an input gives unspecified results.
+ *
+ * Execution: on the CPU a call runs on the thread pool (small calls inline) and has finished when
+ * nb_call_run returns. On CUDA it is queued on the device's main stream (asynchronous, like every
+ * nabla operation); reading a result back (nb_tensor_to_host) waits for it.
+ *
+ * Kernels are compiled once per signature — the argument dtypes and ranks and how each is bound,
+ * never the extents — so a new batch size reuses the compiled kernel. Compiled code is cached on
+ * disk as well (see `nabla cache`).
+ *
+ * Threads: a module and its functions may be used from several threads; one nb_call belongs to
+ * one thread.
+ */
+#ifndef NABLA_MODULE_H
+#define NABLA_MODULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nabla/device.h"
+#include "nabla/dtype.h"
+#include "nabla/status.h"
+#include "nabla/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nb_module nb_module;
+typedef struct nb_func nb_func;
+typedef struct nb_call nb_call;
+
+/* ---- modules --------------------------------------------------------------------------------- */
+
+typedef struct nb_module_options {
+    const char *const *include_dirs; /* searched by `import` after the file's own directory */
+    int ninclude_dirs;
+    int max_errors;                  /* diagnostics to collect before stopping; 0 = 50 */
+    int no_disk_cache;               /* compile privately; do not read or write the disk cache */
+} nb_module_options;
+
+/* Parses and checks `path` and its imports. dev is where calls run; it may be NULL for a module
+ * that is only checked or dumped (calls then fail with NB_ERR_NO_DEVICE). Compile errors:
+ * NB_ERR_COMPILE with every diagnostic (file:line:col: error: …, source line, caret) in
+ * nb_last_error(). opts may be NULL. */
+nb_status nb_module_load(nb_device *dev, const char *path, const nb_module_options *opts,
+                         nb_module **out);
+/* The same from a string; `name` is the file name used in diagnostics ("inline.nb"). */
+nb_status nb_module_load_source(nb_device *dev, const char *name, const char *source,
+                                const nb_module_options *opts, nb_module **out);
+void nb_module_free(nb_module *m);
+nb_device *nb_module_device(const nb_module *m);
+
+/* Sets a link-time constant (`extern static const int N = 4;`) for the following calls. Unknown
+ * names are NB_ERR_NOT_FOUND. Kernels compiled before are recompiled on their next call. */
+nb_status nb_module_set_constant(nb_module *m, const char *name, double value);
+
+typedef enum nb_dump_format {
+    NB_DUMP_C = 0,    /* the C the CPU path compiles */
+    NB_DUMP_CUDA = 1, /* the CUDA C NVRTC compiles */
+    NB_DUMP_IR = 2,   /* the compiler's IR, as text */
+} nb_dump_format;
+
+typedef enum nb_diff_mode {
+    NB_MODE_PRIMAL = 0,
+    NB_MODE_FWD = 1, /* forward-mode derivative code */
+    NB_MODE_BWD = 2, /* reverse-mode derivative code */
+} nb_diff_mode;
+
+/* Readable generated code of the whole module, or of `entry` (NULL = all) and what it calls.
+ * *text is NUL-terminated; free it with nb_module_free_text. */
+nb_status nb_module_dump(nb_module *m, nb_dump_format format, const char *entry, nb_diff_mode mode,
+                         char **text);
+void nb_module_free_text(char *text);
+
+/* ---- functions and reflection ---------------------------------------------------------------- */
+
+/* The function `name` (all its overloads; the call picks one by its arguments). The handle lives
+ * as long as the module. NB_ERR_NOT_FOUND lists the module's functions. */
+nb_status nb_module_func(nb_module *m, const char *name, nb_func **out);
+
+typedef enum nb_arg_dir { NB_ARG_IN = 0, NB_ARG_OUT = 1, NB_ARG_INOUT = 2 } nb_arg_dir;
+
+/* One bindable piece of a parameter: the parameter itself, or one field of a struct parameter
+ * ("s.pos"), or the result ("_result"). */
+typedef struct nb_leaf_info {
+    const char *path;        /* "x", "s.pos", "_result" */
+    int param;               /* parameter index; -1 for the result */
+    nb_arg_dir dir;
+    int is_tensor;           /* a Tensor<T,N> parameter: takes a whole array */
+    int tensor_rank;         /* N of Tensor<T,N> */
+    nb_dtype dtype;          /* scalar type: float -> NB_F32, int -> NB_I32, bool -> NB_BOOL, … */
+    int value_rank;          /* float -> 0, float3 -> 1, float3x4 -> 2, float[4] -> 1 */
+    int64_t value_shape[8];  /* float3x4 -> [3,4] */
+} nb_leaf_info;
+
+int nb_func_overload_count(const nb_func *f);
+const char *nb_func_name(const nb_func *f);
+/* Reflection of one overload (0-based; 0 if the function is not overloaded). Out-of-range
+ * overloads/indices give 0 / NULL / NB_ERR_INVALID_ARG. */
+const char *nb_func_signature(const nb_func *f, int overload); /* "float add(float a, float b)" */
+int nb_func_param_count(const nb_func *f, int overload);
+const char *nb_func_param_name(const nb_func *f, int overload, int param);
+nb_arg_dir nb_func_param_dir(const nb_func *f, int overload, int param);
+int nb_func_is_kernel(const nb_func *f, int overload); /* [Kernel]: nb_call_run_grid */
+/* Leaves of all parameters in order (struct fields depth-first). */
+int nb_func_leaf_count(const nb_func *f, int overload);
+nb_status nb_func_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out);
+/* The result's leaf; 0 for a void function, else 1 and *out filled. */
+int nb_func_result(const nb_func *f, int overload, nb_leaf_info *out);
+
+/* ---- calls ----------------------------------------------------------------------------------- */
+
+/* Starts a call. Setters return an error at once where they can tell (bad index, NULL tensor);
+ * the first error also sticks to the call and nb_call_run reports it again, so a sequence of
+ * setters may be checked once at the end. Names and host data given to setters are borrowed:
+ * they must stay valid until nb_call_run / nb_call_free. */
+nb_status nb_call_begin(nb_func *f, nb_call **out);
+
+/* Argument `index` (0-based parameter position) is the array t. */
+nb_status nb_call_arg(nb_call *c, int index, nb_tensor *t);
+/* By name: a parameter name ("x"), or a struct field path ("s.pos") to bind one field. */
+nb_status nb_call_arg_named(nb_call *c, const char *name, nb_tensor *t);
+/* Host values: ndim dims of shape, dtype's elements in C order at data. */
+nb_status nb_call_arg_value(nb_call *c, int index, nb_dtype dtype, int ndim, const int64_t *shape,
+                            const void *data);
+nb_status nb_call_arg_value_named(nb_call *c, const char *name, nb_dtype dtype, int ndim,
+                                  const int64_t *shape, const void *data);
+/* A scalar for every thread (value rank 0). */
+nb_status nb_call_arg_double(nb_call *c, int index, double v);
+nb_status nb_call_arg_int(nb_call *c, int index, int64_t v);
+/* An out parameter the call allocates (kernel shape + value shape, the parameter's dtype, on the
+ * module's device); *slot receives it when nb_call_run succeeds (NULL otherwise). */
+nb_status nb_call_arg_alloc(nb_call *c, int index, nb_tensor **slot);
+/* By name: an out parameter or one field of a struct out parameter ("s.pos"). */
+nb_status nb_call_arg_alloc_named(nb_call *c, const char *name, nb_tensor **slot);
+
+/* Maps argument `index`'s call dims to kernel dims: call dim i goes to kernel dim dims[i]
+ * (distinct, 0..7). ndims must equal the argument's call rank. */
+nb_status nb_call_map(nb_call *c, int index, int ndims, const int *dims);
+nb_status nb_call_map_named(nb_call *c, const char *name, int ndims, const int *dims);
+
+/* Writes the result into `into` (SlangPy's _result=): its shape must be kernel shape + the
+ * return type's value shape; its dtype of the return type's category; same device. */
+nb_status nb_call_result(nb_call *c, nb_tensor *into);
+
+/* Binds, compiles if needed, and launches. *result (may be NULL when no result is wanted) gets
+ * the new result array, or a new handle on `into`, or NULL for a void function. Frees c, also
+ * on failure. */
+nb_status nb_call_run(nb_call *c, nb_tensor **result);
+/* For [Kernel] functions: runs grid[0]*grid[1]*grid[2] threads; the function reads its index
+ * with dispatch_id(). Arguments are uniforms and Tensor<T,N> arrays. Frees c. */
+nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]);
+/* Abandons a call without running it. */
+void nb_call_free(nb_call *c);
+
+/* One-line form: f(args[0], …, args[n-1]) with every argument an array. */
+nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor **result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

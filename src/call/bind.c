@@ -1,0 +1,720 @@
+/* Binding a call's arguments to a function's parameters: overload choice, call shapes, the
+ * broadcast into the kernel shape (with nb_call_map placements), strides, and the nb_call_sig.
+ *
+ * Vocabulary (DESIGN.md, "Calling a function over arrays"):
+ *   value shape  the dims of one parameter value: float -> [], float3 -> [3], float3x4 -> [3,4]
+ *   call shape   an argument's leading dims, those beyond the value shape
+ *   kernel shape the broadcast of every call shape; f runs once per kernel index
+ * Each ARRAY leaf's call dims are placed into the kernel dims (right-aligned, or where the map
+ * says); a call dim of extent 1, and every kernel dim the leaf does not have, gets stride 0.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "call/call_internal.h"
+#include "core/layout.h"
+#include "nabla/alloc.h"
+
+/* ---- dtype categories ------------------------------------------------------------------------ */
+
+typedef enum { CAT_FLOAT, CAT_INT, CAT_BOOL } dcat;
+
+static dcat cat_of(nb_dtype d) {
+    if (nb_dtype_is_float(d)) return CAT_FLOAT;
+    if (d == NB_BOOL) return CAT_BOOL;
+    return CAT_INT;
+}
+
+static const char *cat_name(dcat c) {
+    return c == CAT_FLOAT ? "floating-point" : c == CAT_INT ? "integer" : "bool";
+}
+
+static const char *cat_article(dcat c) { return c == CAT_INT ? "an" : "a"; }
+
+/* The language's name of a leaf scalar dtype. */
+static const char *lang_scalar(nb_dtype d) {
+    switch (d) {
+    case NB_F32: return "float";
+    case NB_F64: return "double";
+    case NB_F16: return "half";
+    case NB_I32: return "int";
+    case NB_U32: return "uint";
+    case NB_I64: return "int64_t";
+    case NB_BOOL: return "bool";
+    default: return nb_dtype_name(d);
+    }
+}
+
+/* ---- messages -------------------------------------------------------------------------------- */
+
+const char *nb_call_fname(const nb_call *c) {
+    if (c->f->infos && c->overload >= 0 && c->overload < c->f->count)
+        return c->f->infos[c->overload].name;
+    return c->f->name;
+}
+
+/* The written type of parameter p, cut out of the signature "float f(in float3 a, out S s)". */
+static const char *param_type(const nb_fn_info *in, int p, char *buf, size_t cap) {
+    buf[0] = '\0';
+    const char *s = strchr(in->signature ? in->signature : "", '(');
+    if (!s) return buf;
+    s++;
+    for (int k = 0; *s && k <= p; k++) {
+        const char *start = s;
+        int depth = 0;
+        while (*s && !(depth == 0 && (*s == ',' || *s == ')'))) {
+            if (*s == '<' || *s == '(' || *s == '[') depth++;
+            if (*s == '>' || *s == ')' || *s == ']') depth--;
+            s++;
+        }
+        if (k == p) {
+            /* start..s is "[in|out|inout] [no_diff] TYPE NAME [= default]" */
+            char piece[256];
+            size_t n = (size_t)(s - start) < sizeof piece - 1 ? (size_t)(s - start) : sizeof piece - 1;
+            memcpy(piece, start, n);
+            piece[n] = '\0';
+            char *eq = strchr(piece, '=');
+            if (eq) *eq = '\0';
+            char *w = piece;
+            for (;;) {
+                while (*w == ' ') w++;
+                if (!strncmp(w, "inout ", 6)) w += 6;
+                else if (!strncmp(w, "in ", 3)) w += 3;
+                else if (!strncmp(w, "out ", 4)) w += 4;
+                else if (!strncmp(w, "no_diff ", 8)) w += 8;
+                else break;
+            }
+            size_t len = strlen(w);
+            while (len && w[len - 1] == ' ') w[--len] = '\0';
+            char *name = strrchr(w, ' ');
+            if (!name) {
+                snprintf(buf, cap, "%s", w);
+                return buf;
+            }
+            *name++ = '\0';
+            char *dims = strchr(name, '['); /* C-style "float a[4]" */
+            snprintf(buf, cap, "%s%s", w, dims ? dims : "");
+            return buf;
+        }
+        if (*s == ',') s++;
+    }
+    return buf;
+}
+
+/* "float3x4" for a whole parameter (from the signature), else built from dtype and value shape. */
+static const char *leaf_type(const nb_fn_info *in, const nb_fn_leaf *l, char *buf, size_t cap) {
+    if (l->param >= 0 && !strchr(l->path, '.')) {
+        param_type(in, l->param, buf, cap);
+        if (buf[0]) return buf;
+    }
+    const char *sc = lang_scalar(l->scalar);
+    if (l->kind == NB_LEAF_TENSOR)
+        snprintf(buf, cap, "%sTensor<%s,%d>", l->diff_tensor ? "Diff" : "", sc, l->tensor_rank);
+    else if (l->value_rank == 0)
+        snprintf(buf, cap, "%s", sc);
+    else if (l->value_rank == 1 && l->value_shape[0] >= 2 && l->value_shape[0] <= 4)
+        snprintf(buf, cap, "%s%lld", sc, l->value_shape[0]);
+    else {
+        int n = snprintf(buf, cap, "%s", sc);
+        for (int i = 0; i < l->value_rank && n > 0 && (size_t)n < cap; i++)
+            n += snprintf(buf + n, cap - (size_t)n, "[%lld]", l->value_shape[i]);
+    }
+    return buf;
+}
+
+static const char *shape_s(int n, const int64_t *s, char *buf, size_t cap) {
+    return nb_shape_str(n, s, buf, cap);
+}
+
+static const char *llshape_s(int n, const long long *s, char *buf, size_t cap) {
+    int64_t t[NB_MAX_DIMS] = {0};
+    if (n > NB_MAX_DIMS) n = NB_MAX_DIMS;
+    for (int i = 0; i < n; i++) t[i] = s[i];
+    return nb_shape_str(n, t, buf, cap);
+}
+
+/* The argument as the user gave it: "f32[4,3]" (tensor or host value). */
+static const char *arg_desc(const nb_call_arg_rec *a, char *buf, size_t cap) {
+    char sh[160];
+    if (a->kind == NB_ARGK_TENSOR)
+        snprintf(buf, cap, "%s%s", nb_dtype_name(nb_tensor_dtype(a->tensor)),
+                 nb_tensor_ndim(a->tensor)
+                     ? shape_s(nb_tensor_ndim(a->tensor), nb_tensor_shape(a->tensor), sh, sizeof sh)
+                     : "");
+    else if (a->kind == NB_ARGK_VALUE)
+        snprintf(buf, cap, "%s%s", nb_dtype_name(a->dtype),
+                 a->ndim ? shape_s(a->ndim, a->shape, sh, sizeof sh) : "");
+    else
+        snprintf(buf, cap, "(allocated)");
+    return buf;
+}
+
+/* ---- per-leaf binding ------------------------------------------------------------------------ */
+
+static int param_is_struct(const nb_fn_info *in, int p) {
+    int a = in->param_first_leaf[p], b = in->param_first_leaf[p + 1];
+    return b - a != 1 || strcmp(in->leaves[a].path, in->param_names[p]) != 0;
+}
+
+static void list_params(const nb_fn_info *in, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < in->nparams && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", in->param_names[i]);
+    if (!in->nparams) snprintf(buf, cap, "none");
+}
+
+static void list_fields(const nb_fn_info *in, int p, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int j = in->param_first_leaf[p]; j < in->param_first_leaf[p + 1] && n < cap; j++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", j > in->param_first_leaf[p] ? ", " : "",
+                              in->leaves[j].path);
+}
+
+/* Which parameter / leaf range an argument record addresses. */
+static nb_status resolve_target(const nb_call *c, const nb_fn_info *in, const nb_call_arg_rec *a,
+                                int *first, int *last, int *param) {
+    char lst[512];
+    if (a->index >= 0) {
+        if (a->index >= in->nparams) {
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "%s: too many arguments: argument %d given but %s takes %d", in->name,
+                            a->index, in->signature, in->nparams);
+        }
+        *param = a->index;
+    } else {
+        *param = -1;
+        for (int p = 0; p < in->nparams; p++)
+            if (!strcmp(in->param_names[p], a->name)) *param = p;
+        if (*param < 0) {
+            for (int j = 0; j < in->nleaves; j++)
+                if (!strcmp(in->leaves[j].path, a->name)) {
+                    *param = in->leaves[j].param;
+                    *first = j;
+                    *last = j + 1;
+                    return NB_OK;
+                }
+            list_params(in, lst, sizeof lst);
+            return nb_error(NB_ERR_NOT_FOUND, "%s: no parameter named '%s' in %s (parameters: %s)",
+                            in->name, a->name, in->signature, lst);
+        }
+    }
+    int p = *param;
+    *first = in->param_first_leaf[p];
+    *last = in->param_first_leaf[p + 1];
+    if (param_is_struct(in, p) && a->kind != NB_ARGK_NONE) {
+        list_fields(in, p, lst, sizeof lst);
+        char ty[128];
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "%s: parameter '%s' is a struct (%s): bind its fields one by one by name "
+                        "(%s)",
+                        in->name, in->param_names[p], param_type(in, p, ty, sizeof ty), lst);
+    }
+    (void)c;
+    return NB_OK;
+}
+
+static nb_status check_dtype(const nb_fn_info *in, const nb_fn_leaf *l, const char *what,
+                             nb_dtype have, int dir) {
+    dcat want = cat_of(l->scalar), got = cat_of(have);
+    int ok = dir == 0 ? (want == got || (want == CAT_FLOAT && got == CAT_INT)) : want == got;
+    if (ok) return NB_OK;
+    char ty[128];
+    return nb_error(NB_ERR_DTYPE,
+                    "%s: argument '%s' is %s but parameter '%s' is %s: %s data cannot %s %s %s "
+                    "parameter without losing meaning",
+                    in->name, l->path, what, l->path, leaf_type(in, l, ty, sizeof ty),
+                    cat_name(got), dir == 0 ? "feed" : "receive the values of", cat_article(want),
+                    cat_name(want));
+}
+
+/* Checks that dims [nd - vr, nd) of shape equal the leaf's value shape. */
+static nb_status check_value_dims(const nb_fn_info *in, const nb_fn_leaf *l, const char *what,
+                                  int nd, const int64_t *shape) {
+    int vr = l->value_rank, ok = nd >= vr;
+    for (int i = 0; ok && i < vr; i++) ok = shape[nd - vr + i] == l->value_shape[i];
+    if (ok) return NB_OK;
+    char ty[128], vs[160];
+    llshape_s(vr, l->value_shape, vs, sizeof vs);
+    if (vr == 0) return NB_OK;
+    return nb_error(NB_ERR_SHAPE,
+                    "%s: argument '%s' has shape %s but parameter '%s' is %s which needs at least "
+                    "%d dim%s ending in %s",
+                    in->name, l->path, what, l->path, leaf_type(in, l, ty, sizeof ty), vr,
+                    vr == 1 ? "" : "s", vs);
+}
+
+static const nb_call_map_rec *find_map(const nb_call *c, const nb_fn_info *in, int p) {
+    for (int i = 0; i < c->nmaps; i++) {
+        const nb_call_map_rec *m = &c->maps[i];
+        if (m->index == p || (m->index < 0 && !strcmp(m->name, in->param_names[p]))) return m;
+    }
+    return NULL;
+}
+
+static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int *score) {
+    const nb_fn_leaf *l = &in->leaves[j];
+    const nb_call_arg_rec *a = &c->args[ai];
+    nb_leaf_bind *b = &c->leaves[j];
+    nb_device *dev = c->f->m->dev;
+    char what[200], sh[160], ty[128];
+    memset(b, 0, sizeof *b);
+    b->arg = ai;
+    b->dir = l->dir;
+    b->value_rank = l->value_rank;
+
+    if (a->kind == NB_ARGK_TENSOR && nb_tensor_device(a->tensor) != dev)
+        return nb_error(NB_ERR_DEVICE, "%s: argument '%s' is on %s but the module runs on %s",
+                        in->name, l->path, nb_device_name(nb_tensor_device(a->tensor)),
+                        nb_device_name(dev));
+    if (a->kind == NB_ARGK_VALUE && l->dir != 0)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "%s: parameter '%s' is %s, so its argument must be a tensor to write to "
+                        "(got a host value %s)",
+                        in->name, l->path, l->dir == 1 ? "out" : "inout",
+                        arg_desc(a, what, sizeof what));
+    if (a->kind == NB_ARGK_ALLOC && l->dir != 1)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "%s: only out parameters can be allocated by the call; '%s' is %s",
+                        in->name, l->path, l->dir == 0 ? "an input" : "inout");
+
+    const nb_call_map_rec *map = find_map(c, in, l->param);
+
+    if (l->kind == NB_LEAF_TENSOR) {
+        if (map)
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "%s: parameter '%s' is %s: a whole array, which cannot be mapped",
+                            in->name, l->path, leaf_type(in, l, ty, sizeof ty));
+        if (a->kind != NB_ARGK_TENSOR)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: parameter '%s' is %s and needs a tensor",
+                            in->name, l->path, leaf_type(in, l, ty, sizeof ty));
+        nb_tensor *t = a->tensor;
+        if (nb_tensor_ndim(t) != l->tensor_rank || nb_tensor_dtype(t) != l->scalar)
+            return nb_error(NB_ERR_SHAPE, "%s: argument '%s' is %s but parameter '%s' is %s "
+                            "(needs %s with %d dims)",
+                            in->name, l->path, arg_desc(a, what, sizeof what), l->path,
+                            leaf_type(in, l, ty, sizeof ty), nb_dtype_name(l->scalar),
+                            l->tensor_rank);
+        b->bind = NB_BIND_TENSOR;
+        b->storage = l->scalar;
+        b->tensor = t;
+        b->tensor_rank = l->tensor_rank;
+        memcpy(b->tshape, nb_tensor_shape(t), sizeof(int64_t) * (size_t)l->tensor_rank);
+        memcpy(b->tstrides, nb_tensor_strides(t), sizeof(int64_t) * (size_t)l->tensor_rank);
+        *score += 3;
+        return NB_OK;
+    }
+
+    int vr = l->value_rank;
+    if (a->kind == NB_ARGK_ALLOC) {
+        b->bind = NB_BIND_ARRAY;
+        b->storage = l->scalar;
+        b->call_rank = -1; /* takes the kernel shape */
+        *score += 3;
+        return NB_OK;
+    }
+    int nd;
+    const int64_t *shape;
+    nb_dtype have;
+    if (a->kind == NB_ARGK_TENSOR) {
+        nd = nb_tensor_ndim(a->tensor);
+        shape = nb_tensor_shape(a->tensor);
+        have = nb_tensor_dtype(a->tensor);
+    } else {
+        nd = a->ndim;
+        shape = a->shape;
+        have = a->dtype;
+    }
+    snprintf(what, sizeof what, "%s", shape_s(nd, shape, sh, sizeof sh));
+    nb_status s = check_value_dims(in, l, what, nd, shape);
+    if (s) return s;
+    snprintf(what, sizeof what, "%s%s", nb_dtype_name(have), nd ? sh : "");
+    if ((s = check_dtype(in, l, what, have, l->dir))) return s;
+    *score += have == l->scalar ? 3 : cat_of(have) == cat_of(l->scalar) ? 2 : 1;
+
+    int cr = nd - vr;
+    b->call_rank = cr;
+    memcpy(b->call_shape, shape, sizeof(int64_t) * (size_t)cr);
+    if (a->kind == NB_ARGK_TENSOR) {
+        const int64_t *st = nb_tensor_strides(a->tensor);
+        b->bind = NB_BIND_ARRAY;
+        b->storage = have;
+        b->tensor = a->tensor;
+        memcpy(b->call_strides, st, sizeof(int64_t) * (size_t)cr);
+        memcpy(b->inner, st + cr, sizeof(int64_t) * (size_t)vr);
+    } else if (cr == 0) {
+        b->bind = NB_BIND_UNIFORM; /* one value for every thread, inline */
+        b->storage = l->scalar;
+    } else {
+        /* A host array: uploaded (converted to the parameter's dtype) when materialized. */
+        int64_t st[NB_MAX_DIMS];
+        nb_layout_contiguous_strides(nd, shape, (int64_t)nb_dtype_size(l->scalar), st);
+        b->bind = NB_BIND_ARRAY;
+        b->storage = l->scalar;
+        memcpy(b->call_strides, st, sizeof(int64_t) * (size_t)cr);
+        memcpy(b->inner, st + cr, sizeof(int64_t) * (size_t)vr);
+    }
+    if (map) {
+        if (b->bind != NB_BIND_ARRAY)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: argument '%s' is a single value; only arrays "
+                            "can be mapped", in->name, l->path);
+        if (map->ndims != cr)
+            return nb_error(NB_ERR_SHAPE,
+                            "%s: the map of argument '%s' has %d dim%s but its call shape %s has %d "
+                            "(shape %s, parameter %s)",
+                            in->name, l->path, map->ndims, map->ndims == 1 ? "" : "s",
+                            shape_s(cr, shape, what, sizeof what), cr, sh,
+                            leaf_type(in, l, ty, sizeof ty));
+        b->mapped = 1;
+        memcpy(b->map_dims, map->dims, sizeof(int) * (size_t)cr);
+    }
+    return NB_OK;
+}
+
+/* "argument 'a' (f32[3], call shape [3])" */
+static const char *leaf_desc(const nb_call *c, const nb_fn_info *in, int j, char *buf, size_t cap) {
+    const nb_leaf_bind *b = &c->leaves[j];
+    char ad[200], cs[160];
+    const char *path = j < in->nleaves ? in->leaves[j].path : "_result";
+    if (b->arg < 0)
+        snprintf(ad, sizeof ad, "%s%s", nb_dtype_name(nb_tensor_dtype(c->into)),
+                 shape_s(nb_tensor_ndim(c->into), nb_tensor_shape(c->into), cs, sizeof cs));
+    else
+        arg_desc(&c->args[b->arg], ad, sizeof ad);
+    shape_s(b->call_rank, b->call_shape, cs, sizeof cs);
+    if (b->mapped) {
+        char md[64];
+        size_t n = 0;
+        for (int i = 0; i < b->call_rank; i++)
+            n += (size_t)snprintf(md + n, sizeof md - n, "%s%d", i ? "," : "", b->map_dims[i]);
+        snprintf(buf, cap, "argument '%s' (%s, call shape %s mapped to kernel dims [%s])", path, ad,
+                 cs, b->call_rank ? md : "");
+    } else {
+        snprintf(buf, cap, "argument '%s' (%s, call shape %s)", path, ad, cs);
+    }
+    return buf;
+}
+
+/* Places every participating ARRAY leaf's call dims into kernel dims and broadcasts. */
+static nb_status kernel_shape(nb_call *c, const nb_fn_info *in, int nl) {
+    int K = 0;
+    for (int j = 0; j < nl; j++) {
+        nb_leaf_bind *b = &c->leaves[j];
+        if (b->bind != NB_BIND_ARRAY || b->call_rank < 0) continue;
+        if (b->mapped) {
+            for (int i = 0; i < b->call_rank; i++) {
+                int d = b->map_dims[i];
+                for (int k = 0; k < i; k++)
+                    if (b->map_dims[k] == d)
+                        return nb_error(NB_ERR_INVALID_ARG, "%s: the map of argument '%s' uses "
+                                        "kernel dim %d twice", in->name,
+                                        j < in->nleaves ? in->leaves[j].path : "_result", d);
+                if (d + 1 > K) K = d + 1;
+            }
+        } else if (b->call_rank > K) {
+            K = b->call_rank;
+        }
+    }
+    if (K > NB_MAX_DIMS)
+        return nb_error(NB_ERR_SHAPE, "%s: the call would have %d dims (at most %d)", in->name, K,
+                        NB_MAX_DIMS);
+    c->kdim = K;
+    for (int k = 0; k < K; k++) c->kshape[k] = 1;
+    int owner[NB_MAX_DIMS]; /* which leaf gave kernel dim k its extent (-1: none yet) */
+    for (int k = 0; k < K; k++) owner[k] = -1;
+    for (int j = 0; j < nl; j++) {
+        nb_leaf_bind *b = &c->leaves[j];
+        if (b->bind != NB_BIND_ARRAY || b->call_rank < 0) continue;
+        int64_t ext[NB_MAX_DIMS], st[NB_MAX_DIMS];
+        for (int k = 0; k < K; k++) ext[k] = 1, st[k] = 0;
+        for (int i = 0; i < b->call_rank; i++) {
+            int k = b->mapped ? b->map_dims[i] : K - b->call_rank + i;
+            ext[k] = b->call_shape[i];
+            st[k] = b->call_shape[i] == 1 ? 0 : b->call_strides[i];
+        }
+        for (int k = 0; k < K; k++) {
+            b->kstrides[k] = st[k];
+            if (ext[k] == 1) continue;
+            if (c->kshape[k] == 1) {
+                c->kshape[k] = ext[k];
+                owner[k] = j;
+            } else if (c->kshape[k] != ext[k]) {
+                char d1[512], d2[512];
+                leaf_desc(c, in, owner[k], d1, sizeof d1);
+                leaf_desc(c, in, j, d2, sizeof d2);
+                return nb_error(NB_ERR_SHAPE,
+                                "%s: cannot broadcast %s with %s: kernel dim %d is %lld vs %lld",
+                                in->name, d1, d2, k, (long long)c->kshape[k], (long long)ext[k]);
+            }
+        }
+    }
+    /* Outputs are written, never broadcast: their call shape must be the kernel's. */
+    for (int j = 0; j < nl; j++) {
+        nb_leaf_bind *b = &c->leaves[j];
+        if (b->bind != NB_BIND_ARRAY || b->call_rank < 0 || (b->dir == 0 && b->arg >= 0)) continue;
+        int full = 1;
+        for (int i = 0; i < b->call_rank; i++) {
+            int k = b->mapped ? b->map_dims[i] : K - b->call_rank + i;
+            if (b->call_shape[i] != c->kshape[k]) full = 0;
+        }
+        int covered = 0;
+        for (int k = 0; k < K; k++) covered += c->kshape[k] != 1;
+        int have = 0;
+        for (int i = 0; i < b->call_rank; i++) have += b->call_shape[i] != 1;
+        char d1[512], ks[160];
+        if (!full || have < covered) {
+            leaf_desc(c, in, j, d1, sizeof d1);
+            return nb_error(NB_ERR_SHAPE,
+                            "%s: %s is written by the call, so its call shape must be the kernel "
+                            "shape %s (outputs are not broadcast)",
+                            in->name, d1, shape_s(K, c->kshape, ks, sizeof ks));
+        }
+        for (int i = 0; i < b->call_rank; i++)
+            if (b->call_shape[i] > 1 && b->call_strides[i] == 0) {
+                leaf_desc(c, in, j, d1, sizeof d1);
+                return nb_error(NB_ERR_LAYOUT,
+                                "%s: %s is written by the call but is a broadcast view (stride 0 "
+                                "in dim %d); pass a real array",
+                                in->name, d1, i);
+            }
+    }
+    return NB_OK;
+}
+
+/* Binds every argument against overload `ov`; on success fills c->leaves, kernel shape, sig. */
+static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_t *grid, int *score) {
+    const nb_fn_info *in = &c->f->infos[ov];
+    int leaf_arg[NB_CALL_MAX_LEAVES];
+    nb_status s;
+    *score = 0;
+    c->overload = ov;
+    if (in->nleaves > NB_CALL_MAX_LEAVES)
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: %d parameter leaves (at most %d)", in->name,
+                        in->nleaves, NB_CALL_MAX_LEAVES);
+    if (in->is_kernel != (grid != NULL))
+        return nb_error(NB_ERR_INVALID_ARG,
+                        in->is_kernel ? "%s: [Kernel] functions are launched over a grid "
+                                        "(nb_call_run_grid), not called over arrays"
+                                      : "%s: only [Kernel] functions are launched over a grid; "
+                                        "call it over arrays (nb_call_run)",
+                        in->name);
+    for (int j = 0; j < in->nleaves; j++) leaf_arg[j] = -1;
+    for (int ai = 0; ai < c->nargs; ai++) {
+        int first = 0, last = 0, p = 0;
+        if ((s = resolve_target(c, in, &c->args[ai], &first, &last, &p))) return s;
+        for (int j = first; j < last; j++) {
+            if (leaf_arg[j] >= 0)
+                return nb_error(NB_ERR_INVALID_ARG, "%s: argument '%s' is given twice", in->name,
+                                in->leaves[j].path);
+            leaf_arg[j] = ai;
+        }
+    }
+    for (int i = 0; i < c->nmaps; i++) {
+        const nb_call_map_rec *m = &c->maps[i];
+        int ok = m->index >= 0 ? m->index < in->nparams : 0;
+        for (int p = 0; !ok && m->index < 0 && p < in->nparams; p++)
+            ok = !strcmp(m->name, in->param_names[p]);
+        if (!ok) {
+            char lst[512];
+            list_params(in, lst, sizeof lst);
+            if (m->index >= 0)
+                return nb_error(NB_ERR_INVALID_ARG, "%s: map for argument %d, but %s takes %d",
+                                in->name, m->index, in->signature, in->nparams);
+            return nb_error(NB_ERR_NOT_FOUND, "%s: map for unknown parameter '%s' (parameters: %s)",
+                            in->name, m->name, lst);
+        }
+    }
+    for (int j = 0; j < in->nleaves; j++) {
+        if (leaf_arg[j] < 0) {
+            const nb_fn_leaf *l = &in->leaves[j];
+            int given = c->nargs;
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "%s: missing argument for parameter '%s'%s (%s; %d argument%s given)",
+                            in->name, l->path, l->dir == 1 ? " (an out parameter needs a tensor "
+                                                             "or nb_call_arg_alloc)" : "",
+                            in->signature, given, given == 1 ? "" : "s");
+        }
+        if ((s = bind_leaf(c, in, j, leaf_arg[j], score))) return s;
+        if (grid && c->leaves[j].bind == NB_BIND_ARRAY)
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "%s: [Kernel] arguments must be single values or whole arrays for "
+                            "Tensor<> parameters; '%s' is an array for a %s parameter",
+                            in->name, in->leaves[j].path, lang_scalar(in->leaves[j].scalar));
+    }
+    int nl = in->nleaves;
+    c->nleaves = nl;
+    /* The result: a participating output when written into `into`, else allocated later. */
+    int has_result = in->has_result && (want_result || c->into) && !grid;
+    if (has_result && in->result.value_rank < 0)
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: %s returns a struct; struct results cannot be "
+                        "bound yet (return the fields through out parameters)", in->name,
+                        in->signature);
+    if (c->into && !in->has_result)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %s returns nothing, so it has no result to write "
+                        "into", in->name, in->signature);
+    if (has_result) {
+        nb_leaf_bind *b = &c->leaves[nl];
+        const nb_fn_leaf *l = &in->result;
+        memset(b, 0, sizeof *b);
+        b->arg = -1;
+        b->bind = NB_BIND_ARRAY;
+        b->dir = 1;
+        b->value_rank = l->value_rank;
+        b->storage = l->scalar;
+        b->call_rank = -1;
+        if (c->into) {
+            nb_tensor *t = c->into;
+            char what[200], sh[160];
+            if (nb_tensor_device(t) != c->f->m->dev)
+                return nb_error(NB_ERR_DEVICE, "%s: the result array is on %s but the module "
+                                "runs on %s", in->name, nb_device_name(nb_tensor_device(t)),
+                                nb_device_name(c->f->m->dev));
+            int nd = nb_tensor_ndim(t);
+            const int64_t *shape = nb_tensor_shape(t);
+            shape_s(nd, shape, sh, sizeof sh);
+            nb_fn_leaf rl = *l;
+            rl.path = "_result";
+            if ((s = check_value_dims(in, &rl, sh, nd, shape))) return s;
+            snprintf(what, sizeof what, "%s%s", nb_dtype_name(nb_tensor_dtype(t)), sh);
+            if ((s = check_dtype(in, &rl, what, nb_tensor_dtype(t), 1))) return s;
+            const int64_t *st = nb_tensor_strides(t);
+            b->storage = nb_tensor_dtype(t);
+            b->tensor = t;
+            b->call_rank = nd - l->value_rank;
+            memcpy(b->call_shape, shape, sizeof(int64_t) * (size_t)b->call_rank);
+            memcpy(b->call_strides, st, sizeof(int64_t) * (size_t)b->call_rank);
+            memcpy(b->inner, st + b->call_rank, sizeof(int64_t) * (size_t)l->value_rank);
+        }
+    }
+    if (grid) {
+        c->kdim = 3;
+        for (int k = 0; k < 3; k++) {
+            if (grid[k] < 0)
+                return nb_error(NB_ERR_INVALID_ARG, "%s: grid[%d] is negative (%lld)", in->name, k,
+                                (long long)grid[k]);
+            c->kshape[k] = grid[k];
+        }
+    } else if ((s = kernel_shape(c, in, nl + has_result))) {
+        return s;
+    }
+
+    nb_call_sig *sig = &c->sig;
+    sig->func = in->name;
+    sig->overload = ov;
+    sig->target = nb_device_get_kind(c->f->m->dev) == NB_DEVICE_CUDA ? NB_TARGET_CUDA : NB_TARGET_C;
+    sig->mode = NB_CALL_PRIMAL;
+    sig->ndim = c->kdim;
+    sig->nleaves = nl + has_result;
+    sig->has_result = has_result;
+    for (int j = 0; j < nl + has_result; j++) {
+        sig->leaves[j].param = j < nl ? in->leaves[j].param : -1;
+        sig->leaves[j].path = j < nl ? in->leaves[j].path : "_result";
+        sig->leaves[j].bind = c->leaves[j].bind;
+        sig->leaves[j].storage = c->leaves[j].storage;
+    }
+    return NB_OK;
+}
+
+nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid) {
+    nb_func *f = c->f;
+    if (!f->m->dev)
+        return nb_error(NB_ERR_NO_DEVICE, "%s: the module was loaded without a device, so its "
+                        "functions cannot be called", f->name);
+    if (f->count == 1) {
+        int score;
+        return bind_overload(c, 0, want_result, grid, &score);
+    }
+    /* Several overloads: the one whose arguments fit with the fewest conversions wins (ties: the
+     * first declared). The chosen one is bound again to leave its state in c. */
+    int best = -1, best_score = -1;
+    char first_err[1024] = "";
+    for (int ov = 0; ov < f->count; ov++) {
+        int score = 0;
+        if (bind_overload(c, ov, want_result, grid, &score) == NB_OK) {
+            if (score > best_score) best = ov, best_score = score;
+        } else if (!first_err[0]) {
+            snprintf(first_err, sizeof first_err, "%s", nb_last_error());
+        }
+    }
+    if (best < 0) {
+        char sigs[1024];
+        size_t n = 0;
+        for (int ov = 0; ov < f->count && n < sizeof sigs; ov++)
+            n += (size_t)snprintf(sigs + n, sizeof sigs - n, "%s%s", ov ? "; " : "",
+                                  f->infos[ov].signature);
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "%s: no overload matches the arguments (candidates: %s); the first one "
+                        "says: %s", f->name, sigs, first_err);
+    }
+    int score;
+    return bind_overload(c, best, want_result, grid, &score);
+}
+
+/* ---- materializing: uploads and allocations ------------------------------------------------- */
+
+static nb_status upload_value(nb_call *c, nb_leaf_bind *b, const nb_call_arg_rec *a) {
+    nb_device *dev = c->f->m->dev;
+    int64_t numel = nb_layout_numel(a->ndim, a->shape);
+    size_t es = nb_dtype_size(b->storage);
+    if (numel < 0) return nb_error(NB_ERR_SHAPE, "%s: bad host value shape", nb_call_fname(c));
+    const void *src = a->data;
+    void *tmp = NULL;
+    size_t bytes = (size_t)numel * es;
+    if (a->dtype != b->storage) {
+        tmp = nb_alloc(bytes ? bytes : 1, 64);
+        if (!tmp) return nb_error(NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", nb_call_fname(c));
+        nb_convert(tmp, b->storage, a->data, a->dtype, (size_t)numel);
+        src = tmp;
+    }
+    nb_status s = nb_tensor_from_host(dev, b->storage, a->ndim, a->shape, src, &b->tensor);
+    if (tmp) nb_free(tmp, bytes ? bytes : 1);
+    if (s) return s;
+    b->owns_tensor = 1;
+    return NB_OK;
+}
+
+static nb_status alloc_out(nb_call *c, nb_leaf_bind *b, const long long *vshape) {
+    int64_t shape[NB_MAX_DIMS * 2];
+    int nd = c->kdim + b->value_rank;
+    if (nd > NB_MAX_DIMS)
+        return nb_error(NB_ERR_SHAPE, "%s: the output would have %d dims (at most %d)",
+                        nb_call_fname(c), nd, NB_MAX_DIMS);
+    memcpy(shape, c->kshape, sizeof(int64_t) * (size_t)c->kdim);
+    for (int i = 0; i < b->value_rank; i++) shape[c->kdim + i] = vshape[i];
+    nb_status s = nb_tensor_empty(c->f->m->dev, b->storage, nd, shape, &b->tensor);
+    if (s) return s;
+    b->owns_tensor = 1;
+    const int64_t *st = nb_tensor_strides(b->tensor);
+    for (int k = 0; k < c->kdim; k++) b->kstrides[k] = c->kshape[k] == 1 ? 0 : st[k];
+    memcpy(b->inner, st + c->kdim, sizeof(int64_t) * (size_t)b->value_rank);
+    return NB_OK;
+}
+
+nb_status nb_call_materialize(nb_call *c, int want_result) {
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    nb_status s;
+    for (int j = 0; j < c->sig.nleaves; j++) {
+        nb_leaf_bind *b = &c->leaves[j];
+        if (b->bind == NB_BIND_UNIFORM) continue;
+        const nb_call_arg_rec *a = b->arg >= 0 ? &c->args[b->arg] : NULL;
+        if (a && a->kind == NB_ARGK_VALUE) {
+            if ((s = upload_value(c, b, a))) return s;
+        } else if ((a && a->kind == NB_ARGK_ALLOC) || (!a && !c->into)) {
+            const long long *vs = a ? in->leaves[j].value_shape : in->result.value_shape;
+            if ((s = alloc_out(c, b, vs))) return s;
+        }
+        b->data = b->tensor ? (uint64_t)(uintptr_t)nb_tensor_data(b->tensor) : 0;
+    }
+    (void)want_result;
+    return NB_OK;
+}
+
+void nb_call_release_temps(nb_call *c) {
+    for (int j = 0; j < c->sig.nleaves && j <= NB_CALL_MAX_LEAVES; j++) {
+        nb_leaf_bind *b = &c->leaves[j];
+        if (b->owns_tensor && b->tensor) nb_tensor_free(b->tensor);
+        b->owns_tensor = 0;
+        b->tensor = NULL;
+    }
+}

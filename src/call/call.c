@@ -1,0 +1,467 @@
+/* The nb_call builder, the kernel lookup and the launch (include/nabla/module.h).
+ *
+ * A warm call: begin (recycled nb_call, no allocation) -> setters (record pointers) -> run:
+ * bind (arithmetic on shapes) -> signature key + hash -> cache probe -> parameter block -> launch.
+ * The only allocation is the result array (from the device's caching allocator).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "call/call_internal.h"
+#include "core/layout.h"
+#include "core/util.h"
+#include "core/strbuf.h"
+#include "nabla/alloc.h"
+#include "nabla/log.h"
+
+/* ---- builder --------------------------------------------------------------------------------- */
+
+/* Sticky setter errors: the first status and a copy of its message, re-raised by nb_call_run. */
+static nb_status fail(nb_call *c, nb_status s) {
+    if (c && !c->err) {
+        c->err = s;
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", nb_last_error());
+    }
+    return s;
+}
+
+static int max_params(const nb_func *f) {
+    int n = 0;
+    for (int i = 0; i < f->count; i++)
+        if (f->infos[i].nparams > n) n = f->infos[i].nparams;
+    return n;
+}
+
+nb_status nb_call_begin(nb_func *f, nb_call **out) {
+    if (!out) return nb_error(NB_ERR_INVALID_ARG, "nb_call_begin: argument 'out' is NULL");
+    *out = NULL;
+    if (!f) return nb_error(NB_ERR_INVALID_ARG, "nb_call_begin: argument 'f' is NULL");
+    nb_module *m = f->m;
+    pthread_mutex_lock(&m->lock);
+    nb_status s = nb_func_refresh(f);
+    nb_call *c = f->spare;
+    f->spare = NULL;
+    pthread_mutex_unlock(&m->lock);
+    if (s) return s;
+    if (!c) {
+        c = nb_alloc(sizeof *c, 64);
+        if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_call_begin: out of host memory");
+    }
+    c->f = f;
+    c->err = NB_OK;
+    c->nargs = 0;
+    c->nmaps = 0;
+    c->into = NULL;
+    c->overload = 0;
+    c->nleaves = 0;
+    c->sig.nleaves = 0;
+    *out = c;
+    return NB_OK;
+}
+
+void nb_call_free(nb_call *c) {
+    if (!c) return;
+    nb_func *f = c->f;
+    pthread_mutex_lock(&f->m->lock);
+    if (!f->spare) {
+        f->spare = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&f->m->lock);
+    if (c) nb_free(c, sizeof *c);
+}
+
+static nb_status new_arg(nb_call *c, const char *who, int index, const char *name,
+                         nb_call_arg_rec **out) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "%s: argument 'c' is NULL", who);
+    if (index < 0 && !name)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: argument index %d is negative", who, index));
+    if (index < 0 && !name[0])
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: empty argument name", who));
+    if (index >= 0 && index >= max_params(c->f))
+        return fail(c, nb_error(NB_ERR_INVALID_ARG,
+                                "%s: too many arguments: argument %d given but %s takes %d", who,
+                                index, c->f->infos[0].signature, max_params(c->f)));
+    if (c->nargs >= NB_CALL_MAX_ARGS)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: more than %d arguments", who,
+                                NB_CALL_MAX_ARGS));
+    nb_call_arg_rec *a = &c->args[c->nargs++];
+    a->kind = NB_ARGK_NONE;
+    a->index = index;
+    a->name = index >= 0 ? NULL : name;
+    a->tensor = NULL;
+    a->data = NULL;
+    a->slot = NULL;
+    a->ndim = 0;
+    *out = a;
+    return NB_OK;
+}
+
+static nb_status arg_tensor(nb_call *c, const char *who, int index, const char *name, nb_tensor *t) {
+    nb_call_arg_rec *a;
+    nb_status s = new_arg(c, who, index, name, &a);
+    if (s) return s;
+    if (!t) {
+        c->nargs--;
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: the tensor for argument '%s' is NULL", who,
+                                name ? name : c->f->infos[0].nparams > index
+                                                  ? c->f->infos[0].param_names[index]
+                                                  : "?"));
+    }
+    a->kind = NB_ARGK_TENSOR;
+    a->tensor = t;
+    return NB_OK;
+}
+
+nb_status nb_call_arg(nb_call *c, int index, nb_tensor *t) {
+    return arg_tensor(c, "nb_call_arg", index, NULL, t);
+}
+
+nb_status nb_call_arg_named(nb_call *c, const char *name, nb_tensor *t) {
+    if (!name) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_arg_named: name is NULL"));
+    return arg_tensor(c, "nb_call_arg_named", -1, name, t);
+}
+
+static nb_status arg_value(nb_call *c, const char *who, int index, const char *name, nb_dtype dtype,
+                           int ndim, const int64_t *shape, const void *data) {
+    nb_call_arg_rec *a;
+    nb_status s = new_arg(c, who, index, name, &a);
+    if (s) return s;
+    c->nargs--; /* committed below once valid */
+    if (!nb_dtype_is_valid((int)dtype))
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: invalid dtype %d", who, (int)dtype));
+    if (ndim < 0 || ndim > NB_MAX_DIMS || (ndim > 0 && !shape))
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: bad ndim %d / shape", who, ndim));
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return fail(c, nb_error(NB_ERR_SHAPE, "%s: negative dim %lld", who, (long long)shape[i]));
+        numel *= shape[i];
+    }
+    if (!data && numel > 0)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: data is NULL", who));
+    c->nargs++;
+    a->kind = NB_ARGK_VALUE;
+    a->dtype = dtype;
+    a->ndim = ndim;
+    if (ndim) memcpy(a->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    a->data = data;
+    return NB_OK;
+}
+
+nb_status nb_call_arg_value(nb_call *c, int index, nb_dtype dtype, int ndim, const int64_t *shape,
+                            const void *data) {
+    return arg_value(c, "nb_call_arg_value", index, NULL, dtype, ndim, shape, data);
+}
+
+nb_status nb_call_arg_value_named(nb_call *c, const char *name, nb_dtype dtype, int ndim,
+                                  const int64_t *shape, const void *data) {
+    if (!name) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_arg_value_named: name is NULL"));
+    return arg_value(c, "nb_call_arg_value_named", -1, name, dtype, ndim, shape, data);
+}
+
+/* Scalars are copied into the record's shape storage (unused for rank 0), so the caller's
+ * variable need not outlive the setter. */
+nb_status nb_call_arg_double(nb_call *c, int index, double v) {
+    nb_status s = arg_value(c, "nb_call_arg_double", index, NULL, NB_F64, 0, NULL, &v);
+    if (s) return s;
+    nb_call_arg_rec *a = &c->args[c->nargs - 1];
+    memcpy(&a->shape[0], &v, sizeof v);
+    a->data = &a->shape[0];
+    return NB_OK;
+}
+
+nb_status nb_call_arg_int(nb_call *c, int index, int64_t v) {
+    nb_status s = arg_value(c, "nb_call_arg_int", index, NULL, NB_I64, 0, NULL, &v);
+    if (s) return s;
+    nb_call_arg_rec *a = &c->args[c->nargs - 1];
+    a->shape[0] = v;
+    a->data = &a->shape[0];
+    return NB_OK;
+}
+
+static nb_status arg_alloc(nb_call *c, const char *who, int index, const char *name,
+                           nb_tensor **slot) {
+    nb_call_arg_rec *a;
+    nb_status s = new_arg(c, who, index, name, &a);
+    if (s) return s;
+    if (!slot) {
+        c->nargs--;
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: slot is NULL", who));
+    }
+    *slot = NULL;
+    a->kind = NB_ARGK_ALLOC;
+    a->slot = slot;
+    return NB_OK;
+}
+
+nb_status nb_call_arg_alloc(nb_call *c, int index, nb_tensor **slot) {
+    return arg_alloc(c, "nb_call_arg_alloc", index, NULL, slot);
+}
+
+nb_status nb_call_arg_alloc_named(nb_call *c, const char *name, nb_tensor **slot) {
+    if (!name) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_arg_alloc_named: name is NULL"));
+    return arg_alloc(c, "nb_call_arg_alloc_named", -1, name, slot);
+}
+
+static nb_status add_map(nb_call *c, const char *who, int index, const char *name, int ndims,
+                         const int *dims) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "%s: argument 'c' is NULL", who);
+    if (index < 0 && !name)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: argument index %d is negative", who, index));
+    if (ndims < 0 || ndims > NB_MAX_DIMS || (ndims > 0 && !dims))
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: bad ndims %d", who, ndims));
+    for (int i = 0; i < ndims; i++) {
+        if (dims[i] < 0 || dims[i] >= NB_MAX_DIMS)
+            return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: kernel dim %d out of range 0..%d", who,
+                                    dims[i], NB_MAX_DIMS - 1));
+        for (int k = 0; k < i; k++)
+            if (dims[k] == dims[i])
+                return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: kernel dim %d appears twice", who,
+                                        dims[i]));
+    }
+    for (int i = 0; i < c->nmaps; i++)
+        if ((index >= 0 && c->maps[i].index == index) ||
+            (index < 0 && c->maps[i].index < 0 && !strcmp(c->maps[i].name, name)))
+            return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: argument mapped twice", who));
+    if (c->nmaps >= NB_CALL_MAX_MAPS)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: more than %d maps", who, NB_CALL_MAX_MAPS));
+    nb_call_map_rec *m = &c->maps[c->nmaps++];
+    m->index = index;
+    m->name = index >= 0 ? NULL : name;
+    m->ndims = ndims;
+    if (ndims) memcpy(m->dims, dims, sizeof(int) * (size_t)ndims);
+    return NB_OK;
+}
+
+nb_status nb_call_map(nb_call *c, int index, int ndims, const int *dims) {
+    return add_map(c, "nb_call_map", index, NULL, ndims, dims);
+}
+
+nb_status nb_call_map_named(nb_call *c, const char *name, int ndims, const int *dims) {
+    if (!name) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_map_named: name is NULL"));
+    return add_map(c, "nb_call_map_named", -1, name, ndims, dims);
+}
+
+nb_status nb_call_result(nb_call *c, nb_tensor *into) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_result: argument 'c' is NULL");
+    if (!into) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_result: 'into' is NULL"));
+    if (c->into) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_result: result given twice"));
+    c->into = into;
+    return NB_OK;
+}
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+static void make_key(const nb_call *c, nb_sig_key *k) {
+    const nb_call_sig *s = &c->sig;
+    k->overload = s->overload;
+    k->target = (int32_t)s->target;
+    k->mode = (int32_t)s->mode;
+    k->ndim = s->ndim;
+    k->has_result = s->has_result;
+    k->nleaves = s->nleaves;
+    for (int j = 0; j < s->nleaves; j++) {
+        k->leaves[j].param = (int16_t)s->leaves[j].param;
+        k->leaves[j].bind = (uint8_t)s->leaves[j].bind;
+        k->leaves[j].storage = (uint8_t)s->leaves[j].storage;
+    }
+}
+
+/* Finds or builds the kernel for c->sig. Compiles outside the module lock. */
+static nb_status get_kernel(nb_call *c, nb_kentry **out) {
+    nb_func *f = c->f;
+    nb_module *m = f->m;
+    nb_sig_key key;
+    make_key(c, &key);
+    size_t bytes = nb_sig_key_bytes(&key);
+    uint64_t h = nb_sig_key_hash(&key, bytes);
+    pthread_mutex_lock(&m->lock);
+    nb_kentry *e = nb_kcache_find(&f->kcache, &key, bytes, h);
+    pthread_mutex_unlock(&m->lock);
+    if (e) {
+        *out = e;
+        return NB_OK;
+    }
+    e = nb_calloc(sizeof *e, 64);
+    if (!e) return nb_error(NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", nb_call_fname(c));
+    e->hash = h;
+    e->key_bytes = bytes;
+    memcpy(&e->key, &key, bytes);
+    nb_strbuf src;
+    nb_strbuf_init(&src);
+    pthread_mutex_lock(&m->lock); /* the program is not thread-safe */
+    nb_status s = nb_program_emit_call(m->prog, &c->sig, &src, &e->layout);
+    pthread_mutex_unlock(&m->lock);
+    if (s == NB_OK && !nb_strbuf_ok(&src))
+        s = nb_error(NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", nb_call_fname(c));
+    if (s == NB_OK && e->layout.size > NB_CALL_BLOCK_MAX)
+        s = nb_error(NB_ERR_UNSUPPORTED, "%s: the call's parameter block is %zu bytes (at most %d)",
+                     nb_call_fname(c), e->layout.size, NB_CALL_BLOCK_MAX);
+    if (s == NB_OK) {
+        char name[256];
+        snprintf(name, sizeof name, "%s:%s", m->name, c->f->infos[c->overload].name);
+        nb_jit_options jo;
+        memset(&jo, 0, sizeof jo);
+        jo.name = name;
+        jo.no_disk_cache = m->no_disk_cache;
+        s = nb_jit_load(m->dev, nb_strbuf_cstr(&src), e->layout.entry, &jo, &e->kernel);
+    }
+    nb_strbuf_free(&src);
+    if (s) {
+        nb_free(e, sizeof *e);
+        return s;
+    }
+    pthread_mutex_lock(&m->lock);
+    nb_kentry *other = nb_kcache_find(&f->kcache, &key, bytes, h);
+    if (!other) s = nb_kcache_add(&f->kcache, e);
+    pthread_mutex_unlock(&m->lock);
+    if (other || s) {
+        nb_free(e, sizeof *e);
+        e = other;
+    }
+    if (s) return s;
+    *out = e;
+    return NB_OK;
+}
+
+/* ---- parameter block and launch --------------------------------------------------------------- */
+
+static nb_status fill_block(nb_call *c, const nb_call_layout *L) {
+    unsigned char *blk = c->block;
+    const nb_call_sig *sig = &c->sig;
+    memset(blk, 0, L->size);
+    if (sig->ndim) memcpy(blk + L->shape_offset, c->kshape, sizeof(int64_t) * (size_t)sig->ndim);
+    for (int j = 0; j < sig->nleaves; j++) {
+        const nb_leaf_layout *ll = &L->leaves[j];
+        const nb_leaf_bind *b = &c->leaves[j];
+        switch (b->bind) {
+        case NB_BIND_UNIFORM: {
+            const nb_call_arg_rec *a = &c->args[b->arg];
+            int64_t n = nb_layout_numel(a->ndim, a->shape);
+            if ((size_t)n * nb_dtype_size(b->storage) != ll->value_bytes)
+                return nb_error(NB_ERR_INTERNAL, "%s: uniform '%s' is %zu bytes in the layout but "
+                                "%lld values of %s", nb_call_fname(c), sig->leaves[j].path,
+                                ll->value_bytes, (long long)n, nb_dtype_name(b->storage));
+            if (a->dtype == b->storage) memcpy(blk + ll->offset, a->data, ll->value_bytes);
+            else nb_convert(blk + ll->offset, b->storage, a->data, a->dtype, (size_t)n);
+            break;
+        }
+        case NB_BIND_ARRAY:
+            memcpy(blk + ll->offset, &b->data, sizeof b->data);
+            if (sig->ndim)
+                memcpy(blk + ll->strides_offset, b->kstrides, sizeof(int64_t) * (size_t)sig->ndim);
+            if (b->value_rank)
+                memcpy(blk + ll->inner_offset, b->inner, sizeof(int64_t) * (size_t)b->value_rank);
+            break;
+        case NB_BIND_TENSOR:
+            memcpy(blk + ll->offset, &b->data, sizeof b->data);
+            memcpy(blk + ll->strides_offset, b->tshape, sizeof(int64_t) * (size_t)b->tensor_rank);
+            memcpy(blk + ll->strides_offset + 8 * (size_t)b->tensor_rank, b->tstrides,
+                   sizeof(int64_t) * (size_t)b->tensor_rank);
+            break;
+        }
+    }
+    return NB_OK;
+}
+
+static nb_status launch(nb_call *c, nb_kentry *e) {
+    int64_t n = 1;
+    for (int k = 0; k < c->kdim; k++) n *= c->kshape[k];
+    if (n == 0) return NB_OK;
+    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) return nb_jit_launch_cpu(e->kernel, c->block, n);
+    return nb_jit_launch_cuda(e->kernel, c->block, e->layout.size, n, NULL);
+}
+
+static nb_status run(nb_call *c, nb_tensor **result, const int64_t *grid) {
+    nb_status s = nb_call_bind(c, result != NULL, grid);
+    if (s) return s;
+    if ((s = nb_call_materialize(c, result != NULL))) return s;
+    for (int j = 0; j < c->sig.nleaves; j++)
+        if (c->leaves[j].bind == NB_BIND_TENSOR)
+            c->leaves[j].data = (uint64_t)(uintptr_t)nb_tensor_data(c->leaves[j].tensor);
+    nb_kentry *e = NULL;
+    if ((s = get_kernel(c, &e))) return s;
+    if ((s = fill_block(c, &e->layout))) return s;
+    if ((s = launch(c, e))) return s;
+    /* Hand out what the caller asked for. */
+    for (int j = 0; j < c->nleaves; j++) {
+        nb_leaf_bind *b = &c->leaves[j];
+        if (b->arg >= 0 && c->args[b->arg].kind == NB_ARGK_ALLOC) {
+            *c->args[b->arg].slot = b->tensor;
+            b->owns_tensor = 0;
+        }
+    }
+    if (result && c->sig.has_result) {
+        nb_leaf_bind *b = &c->leaves[c->nleaves];
+        if (c->into) {
+            s = nb_tensor_broadcast_to(c->into, nb_tensor_ndim(c->into), nb_tensor_shape(c->into),
+                                       result);
+        } else {
+            *result = b->tensor;
+            b->owns_tensor = 0;
+        }
+    }
+    return s;
+}
+
+static nb_status finish(nb_call *c, nb_status s) {
+    if (s) {
+        for (int i = 0; i < c->nargs; i++)
+            if (c->args[i].kind == NB_ARGK_ALLOC && *c->args[i].slot) {
+                nb_tensor_free(*c->args[i].slot);
+                *c->args[i].slot = NULL;
+            }
+    }
+    nb_call_release_temps(c);
+    nb_call_free(c);
+    return s;
+}
+
+nb_status nb_call_run(nb_call *c, nb_tensor **result) {
+    if (result) *result = NULL;
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_run: argument 'c' is NULL");
+    if (c->err) {
+        nb_status s = nb_error(c->err, "%s", c->errmsg);
+        nb_call_free(c);
+        return s;
+    }
+    c->sig.nleaves = 0;
+    nb_status s = run(c, result, NULL);
+    if (s && result && *result) {
+        nb_tensor_free(*result);
+        *result = NULL;
+    }
+    return finish(c, s);
+}
+
+nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_run_grid: argument 'c' is NULL");
+    if (!grid) {
+        nb_call_free(c);
+        return nb_error(NB_ERR_INVALID_ARG, "nb_call_run_grid: grid is NULL");
+    }
+    if (c->err) {
+        nb_status s = nb_error(c->err, "%s", c->errmsg);
+        nb_call_free(c);
+        return s;
+    }
+    c->sig.nleaves = 0;
+    return finish(c, run(c, NULL, grid));
+}
+
+nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor **result) {
+    if (result) *result = NULL;
+    if (nargs < 0 || (nargs > 0 && !args))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_func_call: bad nargs/args");
+    nb_call *c = NULL;
+    NB_TRY(nb_call_begin(f, &c));
+    for (int i = 0; i < nargs; i++) {
+        nb_status s = nb_call_arg(c, i, args[i]);
+        if (s) {
+            nb_call_free(c);
+            return s;
+        }
+    }
+    return nb_call_run(c, result);
+}

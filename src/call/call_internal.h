@@ -1,0 +1,161 @@
+/* Private to src/call: the module/function handles (module.c), the builder and binding
+ * (call.c, bind.c) and the per-signature kernel cache (kcache.c).
+ *
+ * The hot path of a warm call (nb_call_begin .. nb_call_run with a cached signature) touches only
+ * what is here: no string formatting, no allocation except the result array (the nb_call itself
+ * is recycled through nb_func.spare). Error paths may do anything.
+ */
+#ifndef NB_CALL_INTERNAL_H
+#define NB_CALL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "jit/jit.h"
+#include "lang/callsig.h"
+#include "lang/compiler.h"
+#include "nabla/module.h"
+
+#define NB_CALL_MAX_ARGS NB_CALL_MAX_LEAVES
+#define NB_CALL_MAX_MAPS 16
+#define NB_CALL_BLOCK_MAX 4096 /* parameter block bytes (callsig.h: <= 4 KiB) */
+
+/* ---- the kernel cache: one per function, keyed by the signature's numbers ----------------- */
+
+/* The signature as plain numbers, compared with memcmp over its used prefix. The function is
+ * implied (one cache per nb_func) and leaf paths follow from (overload, leaf index). */
+typedef struct nb_sig_key {
+    int32_t overload, target, mode, ndim, has_result, nleaves;
+    struct {
+        int16_t param;
+        uint8_t bind;
+        uint8_t storage;
+    } leaves[NB_CALL_MAX_LEAVES];
+} nb_sig_key;
+
+typedef struct nb_kentry {
+    uint64_t hash;
+    size_t key_bytes;
+    nb_sig_key key;
+    nb_call_layout layout;
+    nb_jit_kernel *kernel;
+} nb_kentry;
+
+typedef struct nb_kcache {
+    nb_kentry **entries;
+    int count, cap;
+} nb_kcache;
+
+size_t nb_sig_key_bytes(const nb_sig_key *k);
+uint64_t nb_sig_key_hash(const nb_sig_key *k, size_t bytes);
+/* Finds the entry (NULL if absent). Caller holds the module lock. */
+nb_kentry *nb_kcache_find(nb_kcache *c, const nb_sig_key *k, size_t bytes, uint64_t hash);
+/* Takes ownership of e (allocated with nb_alloc). */
+nb_status nb_kcache_add(nb_kcache *c, nb_kentry *e);
+void nb_kcache_clear(nb_kcache *c);
+
+/* ---- module and function handles ------------------------------------------------------------ */
+
+struct nb_module {
+    nb_device *dev;         /* a reference of our own (nb_device_open), or NULL */
+    nb_program *prog;
+    int gen;                /* bumped by set_constant: reflection and kernels are stale */
+    int no_disk_cache;
+    char *name;             /* the file, for messages */
+    pthread_mutex_t lock;   /* guards funcs and every function's kernel cache */
+    nb_func **funcs;
+    int nfuncs, cap_funcs;
+};
+
+struct nb_func {
+    nb_module *m;
+    char *name;
+    int gen;                /* module generation the infos belong to */
+    const nb_fn_info *infos;
+    int count;
+    nb_kcache kcache;
+    nb_call *spare;         /* a finished call kept for reuse (under the module lock) */
+};
+
+/* Re-reads reflection after a constant changed (under the module lock). */
+nb_status nb_func_refresh(nb_func *f);
+
+/* ---- calls ---------------------------------------------------------------------------------- */
+
+typedef enum nb_arg_kind {
+    NB_ARGK_NONE = 0,
+    NB_ARGK_TENSOR,
+    NB_ARGK_VALUE,
+    NB_ARGK_ALLOC,
+} nb_arg_kind;
+
+typedef struct nb_call_arg_rec {
+    nb_arg_kind kind;
+    int index;              /* parameter index, or -1 when given by name */
+    const char *name;       /* parameter name or field path (borrowed) */
+    nb_tensor *tensor;
+    nb_dtype dtype;         /* VALUE */
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    const void *data;
+    nb_tensor **slot;       /* ALLOC */
+} nb_call_arg_rec;
+
+typedef struct nb_call_map_rec {
+    int index;              /* parameter, or -1 with name */
+    const char *name;
+    int ndims;
+    int dims[NB_MAX_DIMS];
+} nb_call_map_rec;
+
+/* How one leaf is bound in the chosen overload (bind.c fills, call.c launches). */
+typedef struct nb_leaf_bind {
+    int arg;                /* index into nb_call.args; -1 for the result */
+    nb_bind_kind bind;
+    nb_dtype storage;
+    int dir;
+    int call_rank;          /* dims of the argument that are call dims */
+    int64_t call_shape[NB_MAX_DIMS];
+    int64_t call_strides[NB_MAX_DIMS];
+    int value_rank;
+    int64_t inner[NB_MAX_DIMS];
+    int mapped;             /* nb_call_map gave kernel dims */
+    int map_dims[NB_MAX_DIMS];
+    int64_t kstrides[NB_MAX_DIMS]; /* strides per kernel dim (after alignment) */
+    uint64_t data;          /* address of element [0,…] (ARRAY / TENSOR) */
+    nb_tensor *tensor;      /* the array bound (user's, uploaded or allocated) */
+    int owns_tensor;        /* uploaded host value or allocated out: freed / handed out by us */
+    int tensor_rank;        /* TENSOR */
+    int64_t tshape[NB_MAX_DIMS], tstrides[NB_MAX_DIMS];
+} nb_leaf_bind;
+
+struct nb_call {
+    nb_func *f;
+    nb_status err;          /* first setter error (sticky) */
+    char errmsg[512];       /* its message */
+    int nargs;
+    nb_call_arg_rec args[NB_CALL_MAX_ARGS];
+    int nmaps;
+    nb_call_map_rec maps[NB_CALL_MAX_MAPS];
+    nb_tensor *into;
+    /* binding scratch for the chosen overload */
+    int overload;
+    int nleaves;            /* leaves of the overload's parameters (result not included) */
+    nb_leaf_bind leaves[NB_CALL_MAX_LEAVES + 1]; /* + the result */
+    int kdim;
+    int64_t kshape[NB_MAX_DIMS];
+    nb_call_sig sig;
+    _Alignas(16) unsigned char block[NB_CALL_BLOCK_MAX];
+};
+
+/* bind.c: chooses the overload and fills c->leaves/kdim/kshape/sig (no device work); then
+ * materializes host values and allocations. grid != NULL for [Kernel] launches. */
+nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid);
+nb_status nb_call_materialize(nb_call *c, int want_result);
+/* Frees the temporaries of a bound call (uploads; allocations unless handed out). */
+void nb_call_release_temps(nb_call *c);
+
+/* Messages: "float add(float a, float b)" of the chosen overload, "f" when unknown. */
+const char *nb_call_fname(const nb_call *c);
+
+#endif

@@ -1,0 +1,249 @@
+/* The kernel language's syntax tree, and the annotations the checker adds to it.
+ *
+ * Ownership: every node lives in the nb_module_ast's arena; nothing is freed individually.
+ * Lists are arrays (pointer + count) allocated in the arena once their length is known.
+ *
+ * Pipeline: parser (parser.c) builds the tree with types as unresolved nb_type_expr; the checker
+ * (check.c) resolves names and types, inserts implicit conversions, picks overloads and fills
+ * every field marked [checker]; lowering (lower.c) reads the checked tree and builds IR.
+ */
+#ifndef NB_LANG_AST_H
+#define NB_LANG_AST_H
+
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "lang/source.h"
+#include "lang/types.h"
+
+typedef struct nb_expr nb_expr;
+typedef struct nb_stmt nb_stmt;
+typedef struct nb_decl nb_decl;
+
+/* ---- attributes: [Name] or [Name(arg, …)] before a declaration or a statement ------------- */
+
+typedef struct nb_attr {
+    nb_loc loc;
+    const char *name;   /* "Differentiable", "MaxIters", "ForwardDerivative", … */
+    nb_expr **args;     /* each an expression: numbers for MaxIters, names for derivatives */
+    int nargs;
+} nb_attr;
+
+typedef struct nb_attr_list {
+    nb_attr *items;
+    int count;
+} nb_attr_list;
+
+/* ---- written types: `float`, `float3`, `vector<float,3>`, `Tensor<float,2>`, `S`, `MLP<16,2>` */
+
+typedef struct nb_type_expr {
+    nb_loc loc;
+    const char *name;            /* base name as written; associated types `float.Differential` /
+                                    `S::Differential` are one name "S.Differential" */
+    struct nb_type_expr **targs; /* generic arguments that are types (NULL entries for values) */
+    nb_expr **vargs;             /* generic arguments that are values (NULL entries for types);
+                                    a bare name the parser does not know as a type (an imported
+                                    struct: `DifferentialPair<Imported>`) is a NAME here */
+    int ntargs;                  /* number of generic arguments (targs and vargs both this long) */
+    nb_expr **array_dims;        /* T[N][M]: outermost first; NULL entry = unsized `T[]` */
+    int narray_dims;
+    const nb_type *resolved;     /* [checker] */
+} nb_type_expr;
+
+/* ---- expressions ------------------------------------------------------------------------- */
+
+typedef enum nb_expr_kind {
+    NB_EX_INT,       /* 42, 42u, 0x2A */
+    NB_EX_FLOAT,     /* 1.0, 1.0f, 1e-3, 1.0h, 1.0l (double) */
+    NB_EX_BOOL,      /* true, false */
+    NB_EX_NAME,      /* x, f, S (also a type name used as a constructor callee); `this` is the
+                        NAME "this" */
+    NB_EX_UNARY,     /* -x  +x  !x  ~x  ++x  --x  x++  x--; also `no_diff f(x)` in expression
+                        position: op NB_TOK_KW_NO_DIFF, operand the call */
+    NB_EX_BINARY,    /* a op b (arithmetic, comparison, logical, bitwise, shifts); op NB_TOK_COMMA
+                        only in a for-loop's init/step (`i++, j--`) */
+    NB_EX_ASSIGN,    /* a = b, a += b, … (op NB_TOK_ASSIGN or the compound token) */
+    NB_EX_TERNARY,   /* c ? a : b */
+    NB_EX_CALL,      /* callee(args): function, method (callee is NB_EX_MEMBER), constructor
+                        (callee is a type: NB_EX_TYPE or a NAME that names a type), intrinsic,
+                        fwd_diff(f)(…) / bwd_diff(f)(…) (callee is a CALL to fwd_diff/bwd_diff) */
+    NB_EX_MEMBER,    /* a.b: field, method, swizzle (.xyz/.rgba), DifferentialPair .p/.d,
+                        static member S.kConst / S::kConst */
+    NB_EX_INDEX,     /* a[i] (arrays, vectors, matrix rows, tensors with one index per dim a[i, j]) */
+    NB_EX_TYPE,      /* a written type in expression position: float3(…), vector<float,3>(…) */
+    NB_EX_CAST,      /* (float)x written by the user; [checker] also inserts implicit ones */
+    NB_EX_INIT_LIST, /* { a, b, c } for arrays and structs */
+} nb_expr_kind;
+
+/* What a resolved name or call refers to [checker]. */
+typedef enum nb_ref_kind {
+    NB_REF_NONE = 0,
+    NB_REF_LOCAL,     /* a local variable: decl is its NB_DECL_VAR */
+    NB_REF_PARAM,     /* a function parameter: param index in `index` of function `decl` */
+    NB_REF_GLOBAL,    /* static const global or link-time constant: decl */
+    NB_REF_FUNCTION,  /* a user function: decl (after overload resolution) */
+    NB_REF_INTRINSIC, /* a built-in: `index` is an nb_intrinsic (lang/intrinsics.h) */
+    NB_REF_TYPE,      /* a type name (constructor call or static member access) */
+    NB_REF_FIELD,     /* struct field: `index` is the field number in the struct */
+    NB_REF_STATIC,    /* struct static const member: decl is its NB_DECL_VAR */
+    NB_REF_METHOD,    /* struct method: decl is the method's NB_DECL_FUNC */
+    NB_REF_SWIZZLE,   /* vector swizzle: see nb_expr.swizzle */
+} nb_ref_kind;
+
+struct nb_expr {
+    nb_expr_kind kind;
+    nb_loc loc;
+    const nb_type *type; /* [checker] never NULL after a successful check */
+    int is_lvalue;       /* [checker] assignable place (variable, field, element, swizzle w/o repeats) */
+    union {
+        struct { uint64_t value; int is_unsigned; } ilit;
+        struct { double value; nb_scalar_kind kind; /* NB_SC_FLOAT / DOUBLE / HALF */ } flit;
+        int blit;
+        struct { const char *name; } name;
+        struct { int op; /* token kind: NB_TOK_MINUS, NB_TOK_NOT, NB_TOK_INC, … */
+                 int postfix; nb_expr *operand; } unary;
+        struct { int op; nb_expr *lhs, *rhs; } binary;  /* op: token kind */
+        struct { int op; nb_expr *lhs, *rhs; } assign;  /* op: NB_TOK_ASSIGN, NB_TOK_PLUS_ASSIGN, … */
+        struct { nb_expr *cond, *then_e, *else_e; } ternary;
+        struct { nb_expr *callee; nb_expr **args; int nargs;
+                 const char **arg_names; /* named argument labels or NULL entries; NULL if none */
+               } call;
+        struct { nb_expr *base; const char *member; int is_static; /* written with :: */
+                 int swizzle[4]; int swizzle_len; /* [checker] component indices for swizzles */
+               } member;
+        struct { nb_expr *base; nb_expr **indices; int nindices; } index;
+        struct { nb_type_expr *texpr; } type;
+        struct { nb_type_expr *texpr; nb_expr *operand; int implicit; } cast;
+        struct { nb_expr **items; int nitems; } init_list;
+    } u;
+    /* [checker] resolution, for NAME, CALL (the callee target), MEMBER */
+    nb_ref_kind ref;
+    nb_decl *decl;
+    int index;
+};
+
+/* ---- statements -------------------------------------------------------------------------- */
+
+typedef enum nb_stmt_kind {
+    NB_ST_BLOCK,
+    NB_ST_EXPR,
+    NB_ST_VAR,      /* one or more local declarations: float a = 1, b[3]; */
+    NB_ST_IF,
+    NB_ST_FOR,
+    NB_ST_WHILE,
+    NB_ST_DO_WHILE,
+    NB_ST_SWITCH,
+    NB_ST_BREAK,
+    NB_ST_CONTINUE,
+    NB_ST_RETURN,
+    NB_ST_EMPTY,
+} nb_stmt_kind;
+
+typedef struct nb_switch_case {
+    nb_loc loc;
+    nb_expr **values; /* case labels (constant expressions); none = default */
+    int nvalues;
+    int is_default;
+    nb_stmt **body;   /* statements until the next label (fall-through allowed as in C) */
+    int nbody;
+} nb_switch_case;
+
+struct nb_stmt {
+    nb_stmt_kind kind;
+    nb_loc loc;
+    nb_attr_list attrs; /* [MaxIters(n)], [ForceUnroll], [unroll], [loop] on loops */
+    union {
+        struct { nb_stmt **items; int count; } block;
+        struct { nb_expr *expr; } expr;
+        struct { nb_decl **vars; int count; } var;        /* each an NB_DECL_VAR */
+        struct { nb_expr *cond; nb_stmt *then_s, *else_s; } if_s;
+        struct { nb_stmt *init; nb_expr *cond, *step; nb_stmt *body; } for_s; /* each may be NULL */
+        struct { nb_expr *cond; nb_stmt *body; } while_s; /* also do-while */
+        struct { nb_expr *value; nb_switch_case *cases; int ncases; } switch_s;
+        struct { nb_expr *value; /* may be NULL */ } ret;
+    } u;
+    int64_t max_iters; /* [checker] loop trip bound from the attribute or constant bounds; -1 unknown */
+};
+
+/* ---- declarations ------------------------------------------------------------------------ */
+
+typedef enum nb_decl_kind {
+    NB_DECL_FUNC,
+    NB_DECL_STRUCT,
+    NB_DECL_VAR,      /* local, global static const, struct field, struct static const, extern const */
+    NB_DECL_PARAM,
+    NB_DECL_IMPORT,
+    NB_DECL_TYPEDEF,  /* typealias X = T; / typedef T X; */
+} nb_decl_kind;
+
+/* Parameter direction. */
+typedef enum nb_param_dir { NB_DIR_IN = 0, NB_DIR_OUT, NB_DIR_INOUT } nb_param_dir;
+
+/* Declaration modifiers (bit flags). */
+enum {
+    NB_MOD_STATIC = 1 << 0,
+    NB_MOD_CONST = 1 << 1,
+    NB_MOD_EXTERN = 1 << 2,  /* extern static const: a link-time constant set from the host */
+    NB_MOD_NO_DIFF = 1 << 3, /* no_diff parameter */
+    NB_MOD_PUBLIC = 1 << 4,
+    NB_MOD_INLINE = 1 << 5,
+};
+
+struct nb_decl {
+    nb_decl_kind kind;
+    nb_loc loc;
+    const char *name;
+    nb_attr_list attrs;
+    unsigned mods;
+    struct nb_module_ast *module; /* the module that declares it */
+    union {
+        struct {
+            nb_type_expr *ret;
+            nb_decl **params; int nparams;    /* NB_DECL_PARAM */
+            nb_stmt *body;                    /* NULL for a declaration without a body */
+            nb_decl *parent;                  /* enclosing struct for methods, else NULL */
+            int is_mutating;                  /* [mutating] method: `this` is inout */
+            /* [checker] */
+            int differentiable;               /* [Differentiable] / [BackwardDifferentiable] */
+            int is_kernel;                    /* [Kernel] */
+            nb_decl *fwd_derivative, *bwd_derivative; /* custom derivatives, resolved */
+        } func;
+        struct {
+            nb_decl **fields; int nfields;    /* NB_DECL_VAR (non-static) in order */
+            nb_decl **statics; int nstatics;  /* static const members (NB_DECL_VAR) */
+            nb_decl **methods; int nmethods;  /* NB_DECL_FUNC */
+            const char **conforms; int nconforms; /* `: IDifferentiable, …` */
+            nb_decl **gparams; int ngparams;  /* value generics `let W : int` (NB_DECL_PARAM) */
+            const nb_type *type;              /* [checker] */
+        } strct;
+        struct {
+            nb_type_expr *texpr;              /* NULL for `let x = …` style inference (unused) */
+            nb_expr *init;                    /* may be NULL */
+            const nb_type *type;              /* [checker] */
+            int is_global;
+            /* [checker] value of a static const scalar/vector when constant-foldable */
+            int has_const; double const_f; int64_t const_i;
+        } var;
+        struct {
+            nb_type_expr *texpr;
+            nb_param_dir dir;
+            nb_expr *default_value;           /* may be NULL */
+            const nb_type *type;              /* [checker] */
+            int index;
+        } param;
+        struct { const char *path; /* module name as written: `import nn;` -> "nn" */
+                 struct nb_module_ast *target; /* [loader] */ } import;
+        struct { nb_type_expr *texpr; } tdef;
+    } u;
+};
+
+/* One parsed source file (a module). */
+typedef struct nb_module_ast {
+    const char *name;      /* file stem: "square" for square.nb */
+    int file;              /* source id in the nb_source_set */
+    nb_decl **decls;       /* top-level declarations in order */
+    int ndecls;
+    nb_arena *arena;       /* owns every node */
+} nb_module_ast;
+
+#endif

@@ -1,0 +1,618 @@
+/* Call kernels (callsig.h) and compiler.h's code-generation entry points.
+ *
+ * For a signature the generated source holds the program's functions (emit_c.h), then
+ *   typedef struct nb_params_ENTRY { … } nb_params_ENTRY;   laid out exactly as nb_call_layout
+ *   nb_body_ENTRY(P, idx)   one kernel index: load leaves, call, store result / out leaves
+ *   ENTRY                   CPU: void ENTRY(const void *params, int64_t begin, int64_t end)
+ *                                runs linear indices [begin, end) with an incrementally
+ *                                unravelled index (no division per element);
+ *                           CUDA: extern "C" __global__ void ENTRY(nb_params_ENTRY params):
+ *                                grid-stride loop over numel = prod(shape), with a 32-bit index
+ *                                path when numel < 2^31 (cheap unravel) and a 64-bit one otherwise.
+ * [Kernel] functions use the same entry points; the kernel "shape" is the grid. They receive
+ * nb_thread_ids: dispatch_id = the grid index with x = last (fastest) dimension, y, z the ones
+ * before it; on CUDA thread_idx / block_idx / block_dim are the launch's threadIdx / blockIdx /
+ * blockDim (1-D launch), on the CPU thread_idx = dispatch_id, block_idx = 0, block_dim = 1.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "lang/emit_c.h"
+#include "lang/ir.h"
+#include "lang/program.h"
+#include "nabla/alloc.h"
+
+#define APPEND(sb, ...) nb_strbuf_printf((sb), __VA_ARGS__)
+
+/* ---- the lowered-IR cache on the program ------------------------------------------------- */
+
+typedef struct ir_cache {
+    nb_ir_module m;
+} ir_cache;
+
+static void ir_cache_free(void *p)
+{
+    ir_cache *c = p;
+    if (!c) return;
+    nb_ir_module_free(&c->m);
+    nb_free(c, sizeof *c);
+}
+
+static nb_status get_ir(nb_program *p, nb_ir_module **out)
+{
+    if (p->ir && p->ir_free == ir_cache_free) {
+        *out = &((ir_cache *)p->ir)->m;
+        return NB_OK;
+    }
+    if (p->ir && p->ir_free) p->ir_free(p->ir);
+    p->ir = NULL;
+    ir_cache *c = nb_calloc(sizeof *c, sizeof(void *));
+    if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory lowering the program");
+    nb_ir_module_init(&c->m, &p->types);
+    nb_status s = nb_ir_lower_program(p, &c->m);
+    if (s != NB_OK) {
+        ir_cache_free(c);
+        return s;
+    }
+    nb_strbuf errs;
+    nb_strbuf_init(&errs);
+    if (nb_ir_verify_module(&c->m, &errs)) {
+        s = nb_error(NB_ERR_INTERNAL, "IR verification failed after lowering:\n%s", nb_strbuf_cstr(&errs));
+        nb_strbuf_free(&errs);
+        ir_cache_free(c);
+        return s;
+    }
+    nb_ir_optimize_module(&c->m);
+    if (nb_ir_verify_module(&c->m, &errs)) {
+        s = nb_error(NB_ERR_INTERNAL, "IR verification failed after optimization:\n%s", nb_strbuf_cstr(&errs));
+        nb_strbuf_free(&errs);
+        ir_cache_free(c);
+        return s;
+    }
+    nb_strbuf_free(&errs);
+    p->ir = c;
+    p->ir_free = ir_cache_free;
+    *out = &c->m;
+    return NB_OK;
+}
+
+/* ---- leaves ------------------------------------------------------------------------------ */
+
+typedef struct leaf {
+    int param;             /* index in f->params */
+    char path[128];        /* "s.pos" */
+    char access[160];      /* C lvalue suffix inside the param value: ".pos" */
+    const nb_type *type;   /* leaf value type (or tensor type) */
+    int is_tensor;
+    int rank;              /* value rank */
+    long long shape[8];
+    nb_scalar_kind scalar;
+} leaf;
+
+typedef struct leaves {
+    leaf *items;
+    int n, cap;
+} leaves;
+
+static int value_shape(const nb_type *t, long long *dims, int *rank, nb_scalar_kind *s)
+{
+    *rank = 0;
+    while (t->kind == NB_TY_ARRAY) {
+        if (*rank >= 8) return 0;
+        dims[(*rank)++] = t->length;
+        t = t->elem;
+    }
+    if (t->kind == NB_TY_VECTOR) {
+        if (*rank >= 8) return 0;
+        dims[(*rank)++] = t->cols;
+    } else if (t->kind == NB_TY_MATRIX) {
+        if (*rank >= 7) return 0;
+        dims[(*rank)++] = t->rows;
+        dims[(*rank)++] = t->cols;
+    } else if (t->kind != NB_TY_SCALAR) {
+        return 0;
+    }
+    *s = t->scalar;
+    return 1;
+}
+
+static nb_status add_leaves(nb_emitter *e, leaves *L, int param, const nb_type *t, const char *path,
+                            const char *access)
+{
+    if (t->kind == NB_TY_STRUCT && t->decl) {
+        nb_decl *d = t->decl;
+        for (int i = 0; i < d->u.strct.nfields; i++) {
+            nb_decl *fd = d->u.strct.fields[i];
+            char p2[128], a2[160];
+            snprintf(p2, sizeof p2, "%s.%s", path, fd->name);
+            snprintf(a2, sizeof a2, "%s.%s", access, nb_emit_safe_name(e, fd->name));
+            NB_TRY(add_leaves(e, L, param, fd->u.var.type, p2, a2));
+        }
+        return NB_OK;
+    }
+    if (L->n == L->cap) {
+        int nc = L->cap ? L->cap * 2 : 16;
+        leaf *n = nb_arena_alloc(&e->m->arena, sizeof *n * (size_t)nc, sizeof(void *));
+        if (!n) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+        if (L->n) memcpy(n, L->items, sizeof *n * (size_t)L->n);
+        L->items = n;
+        L->cap = nc;
+    }
+    leaf *l = &L->items[L->n];
+    memset(l, 0, sizeof *l);
+    l->param = param;
+    snprintf(l->path, sizeof l->path, "%s", path);
+    snprintf(l->access, sizeof l->access, "%s", access);
+    l->type = t;
+    if (t->kind == NB_TY_TENSOR) {
+        l->is_tensor = 1;
+        l->scalar = nb_type_elem_scalar(t->elem);
+    } else if (!value_shape(t, l->shape, &l->rank, &l->scalar)) {
+        return nb_error(NB_ERR_UNSUPPORTED, "parameter '%s' of type '%s' cannot be bound in a vectorized call", path,
+                        t->name ? t->name : "?");
+    }
+    L->n++;
+    return NB_OK;
+}
+
+/* ---- layout ------------------------------------------------------------------------------ */
+
+typedef struct field {
+    char decl[200];
+} field;
+
+static size_t place_field(size_t *off, size_t *maxalign, size_t size, size_t align)
+{
+    *off = nb_align_up(*off, align);
+    size_t at = *off;
+    *off += size;
+    if (align > *maxalign) *maxalign = align;
+    return at;
+}
+
+static const char *storage_ctype(nb_dtype d)
+{
+    switch (d) {
+    case NB_F32: return "float";
+    case NB_F64: return "double";
+    case NB_F16: case NB_BF16: return "unsigned short";
+    case NB_I32: return "int";
+    case NB_U32: return "unsigned";
+    case NB_I64: return "long long";
+    default: return "unsigned char";
+    }
+}
+
+/* ---- code generation helpers ------------------------------------------------------------- */
+
+/* Emits loads (store = 0) or stores (store = 1) of every component of a value of type t at
+ * lvalue `lv`, from/to address expression `addr` whose per-dimension byte strides are
+ * inner[depth…]. */
+static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t, const char *lv, const char *addr,
+                       char inner[][96], int depth, nb_dtype dt, int ind)
+{
+    char pad[64];
+    int np = ind * 4 < 60 ? ind * 4 : 60;
+    memset(pad, ' ', (size_t)np);
+    pad[np] = 0;
+    if (t->kind == NB_TY_ARRAY) {
+        char lv2[400], addr2[400];
+        snprintf(lv2, sizeof lv2, "%s.a[nb_k%d]", lv, depth);
+        snprintf(addr2, sizeof addr2, "%s + nb_k%d * %s", addr, depth, inner[depth]);
+        APPEND(o, "%sfor (int nb_k%d = 0; nb_k%d < %d; nb_k%d++) {\n", pad, depth, depth, t->length, depth);
+        gen_access(e, o, store, t->elem, lv2, addr2, inner, depth + 1, dt, ind + 1);
+        APPEND(o, "%s}\n", pad);
+        return;
+    }
+    int n = nb_type_components(t);
+    for (int k = 0; k < n; k++) {
+        nb_strbuf a, l;
+        nb_strbuf_init(&a);
+        nb_strbuf_init(&l);
+        nb_strbuf_append(&a, addr);
+        if (t->kind == NB_TY_VECTOR && k) APPEND(&a, " + %d * %s", k, inner[depth]);
+        if (t->kind == NB_TY_MATRIX) {
+            int r = k / t->cols, c = k % t->cols;
+            if (r) APPEND(&a, " + %d * %s", r, inner[depth]);
+            if (c) APPEND(&a, " + %d * %s", c, inner[depth + 1]);
+        }
+        nb_strbuf_append(&l, lv);
+        nb_emit_comp(t, k, &l);
+        nb_strbuf_append(o, pad);
+        if (store) {
+            nb_emit_store_scalar(e, dt, t->kind == NB_TY_SCALAR ? t->scalar : t->scalar, nb_strbuf_cstr(&a),
+                                 nb_strbuf_cstr(&l), o);
+            nb_strbuf_append(o, "\n");
+        } else {
+            APPEND(o, "%s = ", nb_strbuf_cstr(&l));
+            nb_emit_load_scalar(e, dt, t->scalar, nb_strbuf_cstr(&a), o);
+            nb_strbuf_append(o, ";\n");
+        }
+        nb_strbuf_free(&a);
+        nb_strbuf_free(&l);
+    }
+}
+
+static int leaf_writes_back(const nb_ir_func *f, const leaf *l) { return f->params[l->param]->dir != NB_DIR_IN; }
+
+nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf *source, nb_call_layout *layout)
+{
+    NB_CHECK_ARG(p);
+    NB_CHECK_ARG(sig);
+    NB_CHECK_ARG(source);
+    NB_CHECK_ARG(layout);
+    memset(layout, 0, sizeof *layout);
+    if (sig->mode != NB_CALL_PRIMAL)
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: derivative call kernels (fwd/bwd) are not supported yet", sig->func);
+    if (sig->ndim < 0 || sig->ndim > 8) return nb_error(NB_ERR_INVALID_ARG, "%s: kernel rank %d is out of range 0..8", sig->func, sig->ndim);
+    if (sig->nleaves < 0 || sig->nleaves > NB_CALL_MAX_LEAVES)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %d leaves (at most %d)", sig->func, sig->nleaves, NB_CALL_MAX_LEAVES);
+    if (sig->target != NB_TARGET_C && sig->target != NB_TARGET_CUDA)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: unknown target %d", sig->func, (int)sig->target);
+    nb_decl *decls[64];
+    int nd = nb_program_find_functions(p, sig->func, decls, 64);
+    if (nd <= 0) return nb_error(NB_ERR_NOT_FOUND, "no function named '%s' in the program", sig->func);
+    if (sig->overload < 0 || sig->overload >= nd || sig->overload >= 64)
+        return nb_error(NB_ERR_NOT_FOUND, "function '%s' has %d overload(s); overload %d does not exist", sig->func, nd,
+                        sig->overload);
+    nb_ir_module *m;
+    NB_TRY(get_ir(p, &m));
+    nb_ir_func *f = nb_ir_find_func(m, decls[sig->overload]);
+    if (!f) return nb_error(NB_ERR_NOT_FOUND, "function '%s' has no body", sig->func);
+
+    nb_emitter E;
+    nb_emit_init(&E, m, sig->target);
+    nb_emitter *e = &E;
+    nb_status st = NB_OK;
+    int cuda = sig->target == NB_TARGET_CUDA;
+    int nd_ = sig->ndim;
+    leaves L;
+    memset(&L, 0, sizeof L);
+    for (int i = 0; i < f->nparams && st == NB_OK; i++) {
+        char acc[8];
+        snprintf(acc, sizeof acc, "%s", "");
+        st = add_leaves(e, &L, i, f->params[i]->type, f->params[i]->name, acc);
+    }
+    int want_result = sig->has_result && f->ret->kind != NB_TY_VOID;
+    if (st == NB_OK && sig->has_result && f->ret->kind == NB_TY_VOID)
+        st = nb_error(NB_ERR_INVALID_ARG, "%s returns void but the call asks for a result", sig->func);
+    leaf result;
+    memset(&result, 0, sizeof result);
+    if (st == NB_OK && want_result) {
+        result.param = -1;
+        snprintf(result.path, sizeof result.path, "_result");
+        result.type = f->ret;
+        if (!value_shape(f->ret, result.shape, &result.rank, &result.scalar))
+            st = nb_error(NB_ERR_UNSUPPORTED, "%s: results of type '%s' cannot be stored by a vectorized call", sig->func,
+                          f->ret->name ? f->ret->name : "?");
+    }
+    int total = L.n + (want_result ? 1 : 0);
+    if (st == NB_OK && total != sig->nleaves)
+        st = nb_error(NB_ERR_INVALID_ARG, "%s: the signature has %d leaves, the function needs %d", sig->func, sig->nleaves,
+                      total);
+    if (st == NB_OK && total > NB_CALL_MAX_LEAVES)
+        st = nb_error(NB_ERR_UNSUPPORTED, "%s: too many leaves (%d)", sig->func, total);
+    /* check binds */
+    for (int i = 0; i < total && st == NB_OK; i++) {
+        const nb_leaf_sig *ls = &sig->leaves[i];
+        const leaf *l = i < L.n ? &L.items[i] : &result;
+        if (!nb_dtype_is_valid((int)ls->storage))
+            st = nb_error(NB_ERR_DTYPE, "%s: leaf '%s' has an invalid storage dtype", sig->func, l->path);
+        else if (l->is_tensor != (ls->bind == NB_BIND_TENSOR))
+            st = nb_error(NB_ERR_INVALID_ARG, "%s: leaf '%s' %s", sig->func, l->path,
+                          l->is_tensor ? "is a Tensor parameter and must be bound to a whole array" : "cannot be bound as a tensor");
+        else if (l->is_tensor && ls->storage != nb_emit_natural_dtype(l->scalar))
+            st = nb_error(NB_ERR_DTYPE, "%s: tensor '%s' needs %s storage, got %s", sig->func, l->path,
+                          nb_dtype_name(nb_emit_natural_dtype(l->scalar)), nb_dtype_name(ls->storage));
+        else if ((i >= L.n || leaf_writes_back(f, l)) && ls->bind == NB_BIND_UNIFORM)
+            st = nb_error(NB_ERR_INVALID_ARG, "%s: '%s' is written by the call and must be bound to an array", sig->func, l->path);
+        else if (i < L.n && ls->param != l->param && ls->param != -1 && 0)
+            st = NB_OK;
+    }
+    if (st != NB_OK) {
+        nb_emit_free(e);
+        return st;
+    }
+
+    /* ---- layout and the parameter struct ---- */
+    char ename[128];
+    snprintf(ename, sizeof ename, "nb_call_%s", nb_emit_safe_name(e, f->cname));
+    snprintf(layout->entry, sizeof layout->entry, "%s", ename);
+    nb_strbuf ps;
+    nb_strbuf_init(&ps);
+    size_t off = 0, maxal = 1;
+    APPEND(&ps, "/* parameter block of %s (offsets as reported by nb_call_layout) */\ntypedef struct nb_params_%s {\n",
+           sig->func, ename);
+    if (nd_ > 0) {
+        layout->shape_offset = place_field(&off, &maxal, 8 * (size_t)nd_, 8);
+        APPEND(&ps, "    long long shape[%d]; /* @%zu */\n", nd_, layout->shape_offset);
+    }
+    for (int i = 0; i < total; i++) {
+        const nb_leaf_sig *ls = &sig->leaves[i];
+        const leaf *l = i < L.n ? &L.items[i] : &result;
+        nb_leaf_layout *ll = &layout->leaves[i];
+        ll->value_rank = l->rank;
+        for (int d = 0; d < l->rank; d++) ll->value_shape[d] = l->shape[d];
+        if (ls->bind == NB_BIND_UNIFORM) {
+            size_t es = nb_dtype_size(ls->storage);
+            size_t cnt = 1;
+            for (int d = 0; d < l->rank; d++) cnt *= (size_t)l->shape[d];
+            ll->value_bytes = es * cnt;
+            ll->offset = place_field(&off, &maxal, es * cnt, es);
+            APPEND(&ps, "    %s l%d_value[%zu]; /* %s @%zu */\n", storage_ctype(ls->storage), i, cnt, l->path, ll->offset);
+        } else if (ls->bind == NB_BIND_ARRAY) {
+            ll->offset = place_field(&off, &maxal, 8, 8);
+            APPEND(&ps, "    unsigned long long l%d_data; /* %s @%zu */\n", i, l->path, ll->offset);
+            if (nd_ > 0) {
+                ll->strides_offset = place_field(&off, &maxal, 8 * (size_t)nd_, 8);
+                APPEND(&ps, "    long long l%d_strides[%d];\n", i, nd_);
+            }
+            if (l->rank > 0) {
+                ll->inner_offset = place_field(&off, &maxal, 8 * (size_t)l->rank, 8);
+                APPEND(&ps, "    long long l%d_inner[%d];\n", i, l->rank);
+            }
+        } else {
+            int r = l->type->rank;
+            ll->offset = place_field(&off, &maxal, 8, 8);
+            APPEND(&ps, "    unsigned long long l%d_data; /* %s (tensor) @%zu */\n", i, l->path, ll->offset);
+            if (r > 0) {
+                ll->strides_offset = place_field(&off, &maxal, 16 * (size_t)r, 8);
+                APPEND(&ps, "    long long l%d_shape[%d];\n    long long l%d_strides[%d];\n", i, r, i, r);
+            }
+            if (l->type->diff_tensor) {
+                place_field(&off, &maxal, 8, 8);
+                APPEND(&ps, "    unsigned long long l%d_grad;\n", i);
+                if (r > 0) {
+                    place_field(&off, &maxal, 8 * (size_t)r, 8);
+                    APPEND(&ps, "    long long l%d_grad_strides[%d];\n", i, r);
+                }
+            }
+        }
+    }
+    if (off == 0) {
+        place_field(&off, &maxal, 8, 8);
+        nb_strbuf_append(&ps, "    long long unused_;\n");
+    }
+    layout->size = nb_align_up(off, maxal);
+    APPEND(&ps, "} nb_params_%s; /* %zu bytes */\n", ename, layout->size);
+    if (cuda && layout->size > 4096) {
+        nb_strbuf_free(&ps);
+        nb_emit_free(e);
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: parameter block of %zu bytes exceeds CUDA's 4 KiB limit", sig->func,
+                        layout->size);
+    }
+
+    /* ---- the function and everything it uses ---- */
+    nb_emit_function(e, f);
+
+    /* ---- the per-index body ---- */
+    nb_strbuf b;
+    nb_strbuf_init(&b);
+    const char *I = cuda ? "I" : "long long";
+    if (cuda)
+        APPEND(&b, "template <typename I>\nstatic __device__ __forceinline__ void nb_body_%s(const nb_params_%s *nb_P, const I *nb_idx) {\n",
+               ename, ename);
+    else APPEND(&b, "static inline void nb_body_%s(const nb_params_%s *nb_P, const long long *nb_idx) {\n", ename, ename);
+    (void)I;
+    if (nd_ == 0) nb_strbuf_append(&b, "    (void)nb_idx;\n");
+    /* element addresses of array leaves */
+    for (int i = 0; i < total; i++) {
+        if (sig->leaves[i].bind != NB_BIND_ARRAY) continue;
+        APPEND(&b, "    char *nb_a%d = (char *)nb_P->l%d_data", i, i);
+        for (int d = 0; d < nd_; d++) APPEND(&b, " + (long long)nb_idx[%d] * nb_P->l%d_strides[%d]", d, i, d);
+        nb_strbuf_append(&b, ";\n");
+    }
+    /* parameter values */
+    for (int pi = 0; pi < f->nparams; pi++) {
+        nb_ir_var *pv = f->params[pi];
+        const char *tn = nb_emit_ctype(e, pv->type);
+        nb_strbuf z;
+        nb_strbuf_init(&z);
+        nb_emit_zero(e, pv->type, &z);
+        APPEND(&b, "    %s nb_v%d = %s; /* %s */\n", tn, pi, nb_strbuf_cstr(&z), pv->name);
+        nb_strbuf_free(&z);
+        if (pv->dir == NB_DIR_OUT) continue;
+        for (int i = 0; i < L.n; i++) {
+            const leaf *l = &L.items[i];
+            if (l->param != pi) continue;
+            const nb_leaf_sig *ls = &sig->leaves[i];
+            char lv[256];
+            snprintf(lv, sizeof lv, "nb_v%d%s", pi, l->access);
+            if (ls->bind == NB_BIND_TENSOR) {
+                int r = l->type->rank;
+                APPEND(&b, "    %s.data = (char *)nb_P->l%d_data;\n", lv, i);
+                for (int d = 0; d < r; d++)
+                    APPEND(&b, "    %s.shape[%d] = nb_P->l%d_shape[%d]; %s.strides[%d] = nb_P->l%d_strides[%d];\n", lv, d, i, d, lv,
+                           d, i, d);
+                if (l->type->diff_tensor) {
+                    APPEND(&b, "    %s.grad = (char *)nb_P->l%d_grad;\n", lv, i);
+                    for (int d = 0; d < r; d++) APPEND(&b, "    %s.grad_strides[%d] = nb_P->l%d_grad_strides[%d];\n", lv, d, i, d);
+                }
+                continue;
+            }
+            char inner[8][96];
+            char addr[64];
+            if (ls->bind == NB_BIND_ARRAY) {
+                for (int d = 0; d < l->rank; d++) snprintf(inner[d], sizeof inner[d], "nb_P->l%d_inner[%d]", i, d);
+                snprintf(addr, sizeof addr, "nb_a%d", i);
+            } else {
+                size_t es = nb_dtype_size(ls->storage);
+                for (int d = l->rank - 1; d >= 0; d--) {
+                    snprintf(inner[d], sizeof inner[d], "%zu", es);
+                    for (int d2 = d + 1; d2 < l->rank; d2++) {
+                        long long v = 0;
+                        sscanf(inner[d], "%lld", &v);
+                        snprintf(inner[d], sizeof inner[d], "%lld", v * l->shape[d2]);
+                    }
+                }
+                snprintf(addr, sizeof addr, "(const char *)nb_P->l%d_value", i);
+            }
+            gen_access(e, &b, 0, l->type, lv, addr, inner, 0, ls->storage, 1);
+        }
+    }
+    /* the call */
+    nb_strbuf call;
+    nb_strbuf_init(&call);
+    APPEND(&call, "%s(", nb_emit_safe_name(e, f->cname));
+    int first = 1;
+    if (f->is_kernel) {
+        nb_emit_thread_ids_type(e);
+        const char *u3 = nb_emit_ctype(e, nb_type_vector(e->tt, NB_SC_UINT, 3));
+        APPEND(&b, "    nb_thread_ids nb_tid;\n");
+        for (int c = 0; c < 3; c++) {
+            int d = nd_ - 1 - c;
+            if (d >= 0) APPEND(&b, "    nb_tid.dispatch_id.%c = (unsigned)nb_idx[%d];\n", "xyz"[c], d);
+            else APPEND(&b, "    nb_tid.dispatch_id.%c = 0;\n", "xyz"[c]);
+        }
+        if (cuda)
+            APPEND(&b,
+                   "    nb_tid.thread_idx.x = threadIdx.x; nb_tid.thread_idx.y = threadIdx.y; nb_tid.thread_idx.z = threadIdx.z;\n"
+                   "    nb_tid.block_idx.x = blockIdx.x; nb_tid.block_idx.y = blockIdx.y; nb_tid.block_idx.z = blockIdx.z;\n"
+                   "    nb_tid.block_dim.x = blockDim.x; nb_tid.block_dim.y = blockDim.y; nb_tid.block_dim.z = blockDim.z;\n");
+        else
+            APPEND(&b, "    nb_tid.thread_idx = nb_tid.dispatch_id;\n    nb_tid.block_idx.x = nb_tid.block_idx.y = nb_tid.block_idx.z = 0;\n"
+                       "    nb_tid.block_dim.x = nb_tid.block_dim.y = nb_tid.block_dim.z = 1;\n");
+        (void)u3;
+        nb_strbuf_append(&call, "&nb_tid");
+        first = 0;
+    }
+    for (int pi = 0; pi < f->nparams; pi++) {
+        APPEND(&call, "%s%snb_v%d", first ? "" : ", ", f->params[pi]->dir != NB_DIR_IN ? "&" : "", pi);
+        first = 0;
+    }
+    nb_strbuf_append_char(&call, ')');
+    if (want_result) APPEND(&b, "    %s nb_r = %s;\n", nb_emit_ctype(e, f->ret), nb_strbuf_cstr(&call));
+    else APPEND(&b, "    %s;\n", nb_strbuf_cstr(&call));
+    nb_strbuf_free(&call);
+    /* write back */
+    for (int i = 0; i < total; i++) {
+        const leaf *l = i < L.n ? &L.items[i] : &result;
+        const nb_leaf_sig *ls = &sig->leaves[i];
+        if (ls->bind != NB_BIND_ARRAY) continue;
+        if (i < L.n && !leaf_writes_back(f, l)) continue;
+        char inner[8][96], addr[32], lv[256];
+        for (int d = 0; d < l->rank; d++) snprintf(inner[d], sizeof inner[d], "nb_P->l%d_inner[%d]", i, d);
+        snprintf(addr, sizeof addr, "nb_a%d", i);
+        if (i < L.n) snprintf(lv, sizeof lv, "nb_v%d%s", l->param, l->access);
+        else snprintf(lv, sizeof lv, "nb_r");
+        gen_access(e, &b, 1, l->type, lv, addr, inner, 0, ls->storage, 1);
+    }
+    nb_strbuf_append(&b, "}\n");
+
+    /* ---- entry points ---- */
+    if (!cuda) {
+        APPEND(&b, "\n/* runs kernel indices [begin, end) */\nvoid %s(const void *params, int64_t begin, int64_t end) {\n", ename);
+        APPEND(&b, "    const nb_params_%s *nb_P = (const nb_params_%s *)params;\n", ename, ename);
+        APPEND(&b, "    long long nb_idx[%d];\n", nd_ > 0 ? nd_ : 1);
+        if (nd_ > 0) {
+            nb_strbuf_append(&b, "    long long nb_rem = begin;\n");
+            for (int d = 0; d < nd_; d++) APPEND(&b, "    if (nb_P->shape[%d] <= 0) return;\n", d);
+            for (int d = nd_ - 1; d >= 0; d--) APPEND(&b, "    nb_idx[%d] = nb_rem %% nb_P->shape[%d]; nb_rem /= nb_P->shape[%d];\n", d, d, d);
+        } else nb_strbuf_append(&b, "    nb_idx[0] = 0;\n");
+        nb_strbuf_append(&b, "    for (long long nb_i = begin; nb_i < end; nb_i++) {\n");
+        APPEND(&b, "        nb_body_%s(nb_P, nb_idx);\n", ename);
+        for (int d = nd_ - 1; d >= 0; d--) {
+            if (d > 0) APPEND(&b, "        if (++nb_idx[%d] < nb_P->shape[%d]) continue;\n        nb_idx[%d] = 0;\n", d, d, d);
+            else APPEND(&b, "        ++nb_idx[0];\n");
+        }
+        nb_strbuf_append(&b, "    }\n}\n");
+    } else {
+        APPEND(&b, "\nextern \"C\" __global__ void %s(nb_params_%s params) {\n", ename, ename);
+        nb_strbuf_append(&b, "    const long long nb_n = 1");
+        for (int d = 0; d < nd_; d++) APPEND(&b, " * params.shape[%d]", d);
+        nb_strbuf_append(&b, ";\n");
+        for (int pass = 0; pass < 2; pass++) {
+            const char *T = pass == 0 ? "unsigned" : "long long";
+            if (pass == 0) nb_strbuf_append(&b, "    if (nb_n < 0x7fffffffLL) {\n");
+            else nb_strbuf_append(&b, "    } else {\n");
+            APPEND(&b, "        const %s nb_stride = (%s)blockDim.x * gridDim.x;\n", T, T);
+            APPEND(&b, "        for (%s nb_i = (%s)blockIdx.x * blockDim.x + threadIdx.x; nb_i < (%s)nb_n; nb_i += nb_stride) {\n", T, T, T);
+            APPEND(&b, "            %s nb_idx[%d];\n", T, nd_ > 0 ? nd_ : 1);
+            if (nd_ == 0) nb_strbuf_append(&b, "            nb_idx[0] = 0;\n");
+            else if (nd_ == 1) nb_strbuf_append(&b, "            nb_idx[0] = nb_i;\n");
+            else {
+                APPEND(&b, "            %s nb_rem = nb_i;\n", T);
+                for (int d = nd_ - 1; d > 0; d--)
+                    APPEND(&b, "            nb_idx[%d] = nb_rem %% (%s)params.shape[%d]; nb_rem /= (%s)params.shape[%d];\n", d, T, d, T, d);
+                nb_strbuf_append(&b, "            nb_idx[0] = nb_rem;\n");
+            }
+            APPEND(&b, "            nb_body_%s(&params, nb_idx);\n", ename);
+            nb_strbuf_append(&b, "        }\n");
+        }
+        nb_strbuf_append(&b, "    }\n}\n");
+    }
+    nb_strbuf_append(&e->tail, nb_strbuf_cstr(&ps));
+    nb_strbuf_append(&e->tail, "\n");
+    nb_strbuf_append(&e->tail, nb_strbuf_cstr(&b));
+    nb_strbuf_free(&ps);
+    nb_strbuf_free(&b);
+
+    if (!e->ok) {
+        st = nb_error(NB_ERR_UNSUPPORTED, "%s: %s", sig->func, e->err);
+    } else {
+        nb_strbuf_clear(source);
+        nb_emit_finish(e, source);
+        if (!nb_strbuf_ok(source)) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory emitting %s", sig->func);
+    }
+    nb_emit_free(e);
+    return st;
+}
+
+/* ---- nabla emit / dump ------------------------------------------------------------------- */
+
+nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entry, nb_call_mode mode, nb_strbuf *out)
+{
+    NB_CHECK_ARG(p);
+    NB_CHECK_ARG(out);
+    if (mode != NB_CALL_PRIMAL)
+        return nb_error(NB_ERR_UNSUPPORTED, "derivative code (forward/backward) is not supported yet");
+    if (target != NB_TARGET_C && target != NB_TARGET_CUDA) return nb_error(NB_ERR_INVALID_ARG, "unknown target %d", (int)target);
+    nb_ir_module *m;
+    NB_TRY(get_ir(p, &m));
+    nb_emitter E;
+    nb_emit_init(&E, m, target);
+    if (entry && *entry) {
+        nb_decl *decls[64];
+        int nd = nb_program_find_functions(p, entry, decls, 64);
+        if (nd <= 0) {
+            nb_emit_free(&E);
+            return nb_error(NB_ERR_NOT_FOUND, "no function named '%s' in the program", entry);
+        }
+        for (int i = 0; i < nd && i < 64; i++) {
+            nb_ir_func *f = nb_ir_find_func(m, decls[i]);
+            if (f) nb_emit_function(&E, f);
+        }
+    } else {
+        nb_emit_all(&E);
+    }
+    nb_status st = NB_OK;
+    if (!E.ok) st = nb_error(NB_ERR_UNSUPPORTED, "%s", E.err);
+    else {
+        nb_emit_finish(&E, out);
+        if (!nb_strbuf_ok(out)) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory emitting code");
+    }
+    nb_emit_free(&E);
+    return st;
+}
+
+nb_status nb_program_dump_ir(nb_program *p, const char *entry, nb_strbuf *out)
+{
+    NB_CHECK_ARG(p);
+    NB_CHECK_ARG(out);
+    nb_ir_module *m;
+    NB_TRY(get_ir(p, &m));
+    if (!entry || !*entry) {
+        nb_ir_print_module(m, out);
+        return NB_OK;
+    }
+    int found = 0;
+    for (int i = 0; i < m->nfuncs; i++) {
+        nb_ir_func *f = m->funcs[i];
+        if (strcmp(f->name, entry) != 0 && strcmp(f->cname, entry) != 0) continue;
+        if (found++) nb_strbuf_append_char(out, '\n');
+        nb_ir_print_func(f, out);
+    }
+    if (!found) return nb_error(NB_ERR_NOT_FOUND, "no function named '%s' in the program", entry);
+    return NB_OK;
+}

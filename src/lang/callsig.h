@@ -1,0 +1,89 @@
+/* The contract between the compiler and the vectorized-call layer.
+ *
+ * A vectorized call `f(a, b, …)` over arrays runs a generated *call kernel*: for every index of
+ * the kernel's N-d shape it loads each argument's value, calls f, and stores the result and any
+ * out/inout values. The call layer (src/call) decides how each argument is bound and describes
+ * that as an nb_call_sig; the compiler (src/lang) generates the kernel for that signature and
+ * returns an nb_call_layout saying where in the kernel's parameter block each piece goes. The
+ * signature holds dtypes and ranks, never extents, so a new batch size reuses the same kernel.
+ *
+ * Struct parameters are flattened field by field ("leaves"): each leaf is bound separately, so a
+ * struct whose `pos` field is an array and `scale` field is a uniform is fine.
+ *
+ * Parameter block (one contiguous byte buffer, layout fixed by nb_call_layout):
+ *   int64  shape[ndim]                     kernel shape
+ *   per leaf, one of
+ *     UNIFORM: the value's bytes inline (its scalars in the leaf's storage dtype, C order)
+ *     ARRAY:   uint64 data; int64 strides[ndim]; int64 inner[value_rank]
+ *              data = address of element [0,…,0]; strides = bytes per kernel dim (0 = broadcast;
+ *              already right-aligned by the call layer); inner = bytes per dim of the value
+ *              itself (float3 -> [3], float2x3 -> [2,3]); may be anything (views are fine)
+ *     TENSOR:  uint64 data; int64 shape[rank]; int64 strides[rank] (a whole array given to a
+ *              Tensor<T,N> parameter; not broadcast; for DiffTensor also uint64 grad; int64
+ *              grad_strides[rank])
+ *   the result leaf (if the function returns non-void and a result is wanted) is an ARRAY leaf.
+ *
+ * Generated entry points (names from nb_call_layout.entry):
+ *   CPU:  void ENTRY(const void *params, int64_t begin, int64_t end)   — runs indices [begin,end)
+ *   CUDA: extern "C" __global__ void ENTRY(PARAMS_STRUCT params)        — grid-stride over numel
+ *         (the block is passed by value; its size is nb_call_layout.size, <= 4 KiB)
+ */
+#ifndef NB_LANG_CALLSIG_H
+#define NB_LANG_CALLSIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nabla/dtype.h"
+
+#define NB_CALL_MAX_LEAVES 64
+
+typedef enum nb_bind_kind {
+    NB_BIND_UNIFORM, /* one value for every thread, passed inline */
+    NB_BIND_ARRAY,   /* one value per kernel index, read/written through strides */
+    NB_BIND_TENSOR,  /* a whole array given to a Tensor<T,N>/DiffTensor<T,N> parameter */
+} nb_bind_kind;
+
+typedef enum nb_call_target { NB_TARGET_C = 0, NB_TARGET_CUDA = 1 } nb_call_target;
+
+typedef enum nb_call_mode {
+    NB_CALL_PRIMAL = 0, /* plain call */
+    NB_CALL_FWD = 1,    /* forward mode (issue: autodiff) */
+    NB_CALL_BWD = 2,    /* reverse mode (issue: autodiff) */
+} nb_call_mode;
+
+typedef struct nb_leaf_sig {
+    int param;          /* parameter index; -1 for the result */
+    const char *path;   /* "x", "s.pos", "_result" (for messages and names) */
+    nb_bind_kind bind;
+    nb_dtype storage;   /* dtype of the scalars in memory; converted to the leaf's type on load */
+} nb_leaf_sig;
+
+typedef struct nb_call_sig {
+    const char *func;       /* function name in the module */
+    int overload;           /* index among same-named functions (0 if unique) */
+    nb_call_target target;
+    nb_call_mode mode;
+    int ndim;               /* kernel rank, 0..8 */
+    int nleaves;
+    nb_leaf_sig leaves[NB_CALL_MAX_LEAVES]; /* in parameter order, struct fields depth-first */
+    int has_result;         /* store the return value through the last leaf */
+} nb_call_sig;
+
+typedef struct nb_leaf_layout {
+    size_t offset;          /* UNIFORM: value bytes; ARRAY/TENSOR: the data pointer */
+    size_t strides_offset;  /* ARRAY: int64[ndim]; TENSOR: int64 shape[rank] then strides[rank] */
+    size_t inner_offset;    /* ARRAY: int64[value_rank] */
+    size_t value_bytes;     /* UNIFORM: size of the inline value */
+    int value_rank;         /* dims of one value (float3 -> 1, float -> 0) */
+    long long value_shape[8];
+} nb_leaf_layout;
+
+typedef struct nb_call_layout {
+    size_t size;                 /* bytes of the parameter block */
+    size_t shape_offset;         /* int64 shape[ndim] */
+    nb_leaf_layout leaves[NB_CALL_MAX_LEAVES];
+    char entry[128];             /* generated entry point's symbol name */
+} nb_call_layout;
+
+#endif

@@ -1,0 +1,1355 @@
+/* Semantic analysis: scopes, types, declarations, statements, attributes, call graph (see
+ * check.h). Expressions are in check_expr.c, calls in check_call.c. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lang/check_internal.h"
+
+#include "lang/lexer.h"
+#include "nabla/alloc.h"
+
+/* ---- diagnostics and memory --------------------------------------------------------------- */
+
+static void vdiag(nb_checker *c, nb_diag_level lvl, nb_loc loc, const char *fmt, va_list ap) {
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    nb_diag_add(c->src, lvl, loc, "%s", buf);
+}
+
+void ck_err(nb_checker *c, nb_loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdiag(c, NB_DIAG_ERROR, loc, fmt, ap);
+    va_end(ap);
+}
+
+void ck_note(nb_checker *c, nb_loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdiag(c, NB_DIAG_NOTE, loc, fmt, ap);
+    va_end(ap);
+}
+
+void ck_warn(nb_checker *c, nb_loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdiag(c, NB_DIAG_WARNING, loc, fmt, ap);
+    va_end(ap);
+}
+
+void *ck_alloc(nb_checker *c, size_t size) {
+    return nb_arena_zalloc(c->arena, size ? size : 1, 16);
+}
+
+/* Grows a heap array of elem-sized items. */
+static int grow(void **arr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 1;
+    int ncap = *cap ? *cap * 2 : 32;
+    while (ncap < need) ncap *= 2;
+    void *n = nb_alloc(elem * (size_t)ncap, 16);
+    if (!n) return 0;
+    if (*arr) memcpy(n, *arr, elem * (size_t)*cap);
+    nb_free(*arr, elem * (size_t)*cap);
+    *arr = n;
+    *cap = ncap;
+    return 1;
+}
+
+/* ---- decl state side table ---------------------------------------------------------------- */
+
+static size_t ptr_hash(const void *p) {
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 17;
+    x *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(x >> 7);
+}
+
+int ck_state(nb_checker *c, const void *key) {
+    if (!c->cap_states) return CK_TODO;
+    size_t m = (size_t)c->cap_states - 1;
+    for (size_t i = ptr_hash(key) & m;; i = (i + 1) & m) {
+        if (c->states[i].key == key) return c->states[i].state;
+        if (!c->states[i].key) return CK_TODO;
+    }
+}
+
+void ck_set_state(nb_checker *c, const void *key, int state) {
+    if ((c->nstates + 1) * 2 > c->cap_states) {
+        int ncap = c->cap_states ? c->cap_states * 2 : 256;
+        ck_state_slot *n = nb_alloc(sizeof *n * (size_t)ncap, 16);
+        if (!n) return;
+        memset(n, 0, sizeof *n * (size_t)ncap);
+        for (int i = 0; i < c->cap_states; i++) {
+            if (!c->states[i].key) continue;
+            size_t m = (size_t)ncap - 1;
+            size_t j = ptr_hash(c->states[i].key) & m;
+            while (n[j].key) j = (j + 1) & m;
+            n[j] = c->states[i];
+        }
+        nb_free(c->states, sizeof *n * (size_t)c->cap_states);
+        c->states = n;
+        c->cap_states = ncap;
+    }
+    size_t m = (size_t)c->cap_states - 1;
+    for (size_t i = ptr_hash(key) & m;; i = (i + 1) & m) {
+        if (c->states[i].key == key) { c->states[i].state = state; return; }
+        if (!c->states[i].key) {
+            c->states[i].key = key;
+            c->states[i].state = state;
+            c->nstates++;
+            return;
+        }
+    }
+}
+
+/* ---- scopes ------------------------------------------------------------------------------- */
+
+static void push_scope(nb_checker *c) {
+    if (!grow((void **)&c->marks, &c->cap_marks, c->nmarks + 1, sizeof(int))) return;
+    c->marks[c->nmarks++] = c->nsyms;
+}
+
+static void pop_scope(nb_checker *c) {
+    if (c->nmarks > 0) c->nsyms = c->marks[--c->nmarks];
+}
+
+static int scope_floor(nb_checker *c);
+
+nb_decl *ck_lookup_local(nb_checker *c, const char *name) {
+    if (!name) return NULL;
+    int floor = scope_floor(c);
+    for (int i = c->nsyms - 1; i >= floor; i--)
+        if (strcmp(c->syms[i].name, name) == 0) return c->syms[i].decl;
+    return NULL;
+}
+
+static void declare(nb_checker *c, const char *name, nb_decl *d, nb_loc loc) {
+    if (!name || !*name) return; /* unnamed parameter */
+    int start = c->nmarks ? c->marks[c->nmarks - 1] : 0;
+    for (int i = c->nsyms - 1; i >= start; i--) {
+        if (strcmp(c->syms[i].name, name) == 0) {
+            ck_err(c, loc, "redefinition of '%s'", name);
+            ck_note(c, c->syms[i].decl->loc, "previous definition of '%s' is here", name);
+            return;
+        }
+    }
+    if (!grow((void **)&c->syms, &c->cap_syms, c->nsyms + 1, sizeof(ck_sym))) return;
+    c->syms[c->nsyms].name = name;
+    c->syms[c->nsyms].decl = d;
+    c->nsyms++;
+}
+
+/* Signature checks run with the function body's locals hidden. */
+static int scope_floor(nb_checker *c) {
+    int d = c->nfloors < CK_MAX_FLOORS ? c->nfloors : CK_MAX_FLOORS;
+    return d ? c->floors[d - 1] : 0;
+}
+
+typedef struct ctx_save {
+    nb_decl *fn, *strct;
+    int loop_depth, break_depth;
+    nb_module_ast *mod;
+} ctx_save;
+
+static ctx_save enter_global_ctx(nb_checker *c, nb_module_ast *mod) {
+    ctx_save s = {c->fn, c->strct, c->loop_depth, c->break_depth, c->mod};
+    if (c->nfloors < CK_MAX_FLOORS) c->floors[c->nfloors] = c->nsyms;
+    c->nfloors++;
+    c->fn = NULL;
+    c->strct = NULL;
+    c->loop_depth = c->break_depth = 0;
+    if (mod) c->mod = mod;
+    return s;
+}
+
+static void leave_global_ctx(nb_checker *c, ctx_save s) {
+    c->nfloors--;
+    c->fn = s.fn;
+    c->strct = s.strct;
+    c->loop_depth = s.loop_depth;
+    c->break_depth = s.break_depth;
+    c->mod = s.mod;
+}
+
+/* ---- global lookup ------------------------------------------------------------------------ */
+
+static int lookup_in_module(nb_module_ast *m, const char *name, int kind, nb_decl **out, int max, int n) {
+    if (!m) return n;
+    for (int i = 0; i < m->ndecls; i++) {
+        nb_decl *d = m->decls[i];
+        if (!d || !d->name || strcmp(d->name, name) != 0) continue;
+        if (d->kind == NB_DECL_IMPORT) continue;
+        if (kind >= 0 && (int)d->kind != kind) continue;
+        if (n < max) out[n] = d;
+        n++;
+    }
+    return n;
+}
+
+int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, int max) {
+    if (!name || !c->mod) return 0;
+    int n = lookup_in_module(c->mod, name, kind, out, max, 0);
+    /* local declarations shadow imported ones, except functions which overload */
+    if (n > 0 && kind != NB_DECL_FUNC) return n;
+    for (int i = 0; i < c->mod->ndecls; i++) {
+        nb_decl *d = c->mod->decls[i];
+        if (!d || d->kind != NB_DECL_IMPORT || !d->u.import.target) continue;
+        nb_module_ast *t = d->u.import.target;
+        int dup = 0; /* the same module imported twice */
+        for (int j = 0; j < i; j++)
+            if (c->mod->decls[j] && c->mod->decls[j]->kind == NB_DECL_IMPORT &&
+                c->mod->decls[j]->u.import.target == t)
+                dup = 1;
+        if (!dup) n = lookup_in_module(t, name, kind, out, max, n);
+    }
+    if (kind == NB_DECL_FUNC) {
+        /* drop body-less declarations that have a definition with the same parameter types */
+        int m = n < max ? n : max;
+        int w = 0;
+        for (int i = 0; i < m; i++) {
+            nb_decl *d = out[i];
+            int drop = 0;
+            if (!d->u.func.body) {
+                ck_check_func_sig(c, d);
+                for (int j = 0; j < m && !drop; j++) {
+                    nb_decl *e = out[j];
+                    if (e == d || !e->u.func.body || e->u.func.nparams != d->u.func.nparams) continue;
+                    ck_check_func_sig(c, e);
+                    int same = 1;
+                    for (int k = 0; k < d->u.func.nparams; k++)
+                        if (d->u.func.params[k]->u.param.type != e->u.func.params[k]->u.param.type) same = 0;
+                    drop = same;
+                }
+            }
+            if (!drop) out[w++] = d;
+        }
+        n -= m - w;
+    }
+    return n;
+}
+
+/* ---- types -------------------------------------------------------------------------------- */
+
+static int parse_scalar_prefix(const char *s, nb_scalar_kind *k, const char **rest) {
+    static const struct { const char *name; nb_scalar_kind k; } tab[] = {
+        {"bool", NB_SC_BOOL},       {"int64_t", NB_SC_INT64}, {"uint64_t", NB_SC_UINT64},
+        {"int", NB_SC_INT},         {"uint", NB_SC_UINT},     {"half", NB_SC_HALF},
+        {"float", NB_SC_FLOAT},     {"double", NB_SC_DOUBLE},
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+        size_t n = strlen(tab[i].name);
+        if (strncmp(s, tab[i].name, n) == 0) {
+            /* "int" must not match "int64_t" etc.: take the longest (table order handles it) */
+            *k = tab[i].k;
+            *rest = s + n;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const nb_type *ck_builtin_type_name(nb_checker *c, const char *name) {
+    if (!name) return NULL;
+    if (strcmp(name, "void") == 0) return c->tt->t_void;
+    nb_scalar_kind k;
+    const char *r;
+    if (!parse_scalar_prefix(name, &k, &r)) return NULL;
+    if (*r == 0) return nb_type_scalar(c->tt, k);
+    if (r[0] >= '1' && r[0] <= '4' && r[1] == 0) return nb_type_vector(c->tt, k, r[0] - '0');
+    if (r[0] >= '1' && r[0] <= '4' && r[1] == 'x' && r[2] >= '1' && r[2] <= '4' && r[3] == 0)
+        return nb_type_matrix(c->tt, k, r[0] - '0', r[2] - '0');
+    return NULL;
+}
+
+/* Integer generic argument i of te (a value, or a name the parser took for a type). */
+static int generic_int(nb_checker *c, nb_type_expr *te, int i, int64_t *out) {
+    nb_expr *v = te->vargs ? te->vargs[i] : NULL;
+    if (!v && te->targs && te->targs[i] && te->targs[i]->ntargs == 0 && te->targs[i]->narray_dims == 0) {
+        /* `Tensor<float, N>`: N parsed as a type name; reinterpret as a value */
+        if (ck_builtin_type_name(c, te->targs[i]->name)) {
+            ck_err(c, te->targs[i]->loc, "generic argument %d of '%s' must be an integer, not a type", i + 1,
+                   te->name);
+            return 0;
+        }
+        v = ck_new_expr(c, NB_EX_NAME, te->targs[i]->loc);
+        if (!v) return 0;
+        v->u.name.name = te->targs[i]->name;
+        if (te->vargs) te->vargs[i] = v;
+    }
+    if (!v) {
+        ck_err(c, te->loc, "generic argument %d of '%s' must be an integer", i + 1, te->name);
+        return 0;
+    }
+    const nb_type *t = ck_expr(c, &v);
+    if (ck_is_error(t)) return 0;
+    if (!ck_const_int(v, out)) {
+        ck_err(c, v->loc, "generic argument %d of '%s' must be a constant integer", i + 1, te->name);
+        return 0;
+    }
+    return 1;
+}
+
+static const nb_type *generic_type(nb_checker *c, nb_type_expr *te, int i) {
+    nb_expr *v = te->vargs ? te->vargs[i] : NULL;
+    if ((!te->targs || !te->targs[i]) && v && v->kind == NB_EX_NAME && v->u.name.name) {
+        /* an imported type name the parser took for a value */
+        const nb_type *t = ck_name_as_type(c, v->u.name.name, v->loc);
+        if (t) return t;
+        ck_err(c, v->loc, "unknown type '%s'", v->u.name.name);
+        return c->tt->t_error;
+    }
+    if (!te->targs || !te->targs[i]) {
+        ck_err(c, te->loc, "generic argument %d of '%s' must be a type", i + 1, te->name);
+        return c->tt->t_error;
+    }
+    return ck_resolve_type(c, te->targs[i]);
+}
+
+static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
+    const char *n = te->name;
+    int na = te->ntargs;
+    int64_t a, b;
+    if (strcmp(n, "vector") == 0 || strcmp(n, "matrix") == 0) {
+        int is_m = n[0] == 'm';
+        if (na != (is_m ? 3 : 2)) {
+            ck_err(c, te->loc, "'%s' takes %d generic arguments, got %d", n, is_m ? 3 : 2, na);
+            return c->tt->t_error;
+        }
+        const nb_type *s = generic_type(c, te, 0);
+        if (ck_is_error(s)) return s;
+        if (s->kind != NB_TY_SCALAR) {
+            ck_err(c, te->loc, "'%s' element must be a scalar type, got '%s'", n, s->name);
+            return c->tt->t_error;
+        }
+        if (!generic_int(c, te, 1, &a)) return c->tt->t_error;
+        if (is_m && !generic_int(c, te, 2, &b)) return c->tt->t_error;
+        if (a < 1 || a > 4 || (is_m && (b < 1 || b > 4))) {
+            ck_err(c, te->loc, "'%s' sizes must be 1 to 4", n);
+            return c->tt->t_error;
+        }
+        return is_m ? nb_type_matrix(c->tt, s->scalar, (int)a, (int)b) : nb_type_vector(c->tt, s->scalar, (int)a);
+    }
+    if (strcmp(n, "Tensor") == 0 || strcmp(n, "DiffTensor") == 0 || strcmp(n, "RWTensor") == 0) {
+        int diff = n[0] == 'D';
+        if (na != 2) {
+            ck_err(c, te->loc, "'%s' takes 2 generic arguments (element type and rank), got %d", n, na);
+            return c->tt->t_error;
+        }
+        const nb_type *e = generic_type(c, te, 0);
+        if (ck_is_error(e)) return e;
+        if (e->kind != NB_TY_SCALAR && e->kind != NB_TY_VECTOR && e->kind != NB_TY_MATRIX) {
+            ck_err(c, te->loc, "'%s' element must be a scalar, vector or matrix type, got '%s'", n, e->name);
+            return c->tt->t_error;
+        }
+        if (diff && !nb_type_is_float_based(e)) {
+            ck_err(c, te->loc, "'DiffTensor' element must be float-based, got '%s'", e->name);
+            return c->tt->t_error;
+        }
+        if (!generic_int(c, te, 1, &a)) return c->tt->t_error;
+        if (a < 1 || a > 8) {
+            ck_err(c, te->loc, "'%s' rank must be 1 to 8, got %lld", n, (long long)a);
+            return c->tt->t_error;
+        }
+        return nb_type_tensor(c->tt, e, (int)a, diff);
+    }
+    if (strcmp(n, "DifferentialPair") == 0) {
+        if (na != 1) {
+            ck_err(c, te->loc, "'DifferentialPair' takes 1 generic argument, got %d", na);
+            return c->tt->t_error;
+        }
+        const nb_type *e = generic_type(c, te, 0);
+        if (ck_is_error(e)) return e;
+        if (!nb_type_is_differentiable(e) || e->kind == NB_TY_DIFFPAIR) {
+            ck_err(c, te->loc, "'DifferentialPair' needs a differentiable type, got '%s'", e->name);
+            return c->tt->t_error;
+        }
+        return nb_type_diffpair(c->tt, e);
+    }
+    return NULL;
+}
+
+const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
+    if (!te) return c->tt->t_error;
+    if (te->resolved) return te->resolved;
+    const nb_type *t = NULL;
+    const char *name = te->name ? te->name : "";
+    if (te->ntargs > 0) {
+        t = resolve_generic(c, te);
+        if (!t) {
+            const nb_type *plain = ck_builtin_type_name(c, name);
+            nb_decl *d[1];
+            if (plain || ck_lookup_global(c, name, NB_DECL_STRUCT, d, 1) > 0 ||
+                ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 1) > 0)
+                ck_err(c, te->loc, "'%s' is not a generic type (generic structs are not supported yet)", name);
+            else
+                ck_err(c, te->loc, "unknown type '%s'", name);
+            t = c->tt->t_error;
+        }
+    } else if (strcmp(name, "vector") == 0 || strcmp(name, "matrix") == 0 || strcmp(name, "Tensor") == 0 ||
+               strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0) {
+        ck_err(c, te->loc, "'%s' needs generic arguments", name);
+        t = c->tt->t_error;
+    } else {
+        t = ck_builtin_type_name(c, name);
+        if (!t) {
+            nb_decl *d[2];
+            if (ck_lookup_global(c, name, NB_DECL_STRUCT, d, 2) > 0) {
+                if (d[0]->u.strct.ngparams > 0) {
+                    ck_err(c, te->loc, "struct '%s' needs generic arguments (generic structs are not supported yet)", name);
+                    t = c->tt->t_error;
+                } else {
+                    t = ck_struct_type(c, d[0]);
+                }
+            } else if (ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 2) > 0) {
+                nb_decl *td = d[0];
+                int st = ck_state(c, td);
+                if (st == CK_BUSY) {
+                    ck_err(c, te->loc, "type alias '%s' refers to itself", name);
+                    t = c->tt->t_error;
+                } else {
+                    ck_set_state(c, td, CK_BUSY);
+                    ctx_save s = enter_global_ctx(c, td->module);
+                    t = ck_resolve_type(c, td->u.tdef.texpr);
+                    leave_global_ctx(c, s);
+                    ck_set_state(c, td, CK_DONE);
+                }
+            } else {
+                ck_err(c, te->loc, "unknown type '%s'", name);
+                t = c->tt->t_error;
+            }
+        }
+    }
+    for (int i = te->narray_dims - 1; i >= 0 && !ck_is_error(t); i--) {
+        nb_expr *dim = te->array_dims ? te->array_dims[i] : NULL;
+        if (!dim) {
+            ck_err(c, te->loc, "array size is missing (unsized arrays are not supported)");
+            t = c->tt->t_error;
+            break;
+        }
+        const nb_type *dt = ck_expr(c, &te->array_dims[i]);
+        int64_t n;
+        if (ck_is_error(dt)) { t = dt; break; }
+        if (!ck_const_int(te->array_dims[i], &n)) {
+            ck_err(c, dim->loc, "array size must be a constant integer expression");
+            t = c->tt->t_error;
+            break;
+        }
+        if (n <= 0 || n > (1 << 24)) {
+            ck_err(c, dim->loc, "array size must be positive, got %lld", (long long)n);
+            t = c->tt->t_error;
+            break;
+        }
+        if (t->kind == NB_TY_VOID || t->kind == NB_TY_TENSOR) {
+            ck_err(c, te->loc, "cannot make an array of '%s'", t->name);
+            t = c->tt->t_error;
+            break;
+        }
+        t = nb_type_array(c->tt, t, (int)n);
+    }
+    te->resolved = t;
+    return t;
+}
+
+/* ---- structs ------------------------------------------------------------------------------ */
+
+static const nb_type *innermost(const nb_type *t) {
+    while (t && t->kind == NB_TY_ARRAY) t = t->elem;
+    return t;
+}
+
+const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
+    const nb_type *t = nb_type_struct(c->tt, sd);
+    sd->u.strct.type = t;
+    if (ck_state(c, sd) != CK_TODO) return t;
+    ck_set_state(c, sd, CK_BUSY);
+    ctx_save s = enter_global_ctx(c, sd->module);
+    if (sd->u.strct.ngparams > 0)
+        ck_err(c, sd->loc, "generic struct '%s' is not supported yet", sd->name ? sd->name : "?");
+    for (int i = 0; i < sd->u.strct.nfields; i++) {
+        nb_decl *f = sd->u.strct.fields[i];
+        if (!f) continue;
+        f->module = sd->module;
+        const nb_type *ft = ck_resolve_type(c, f->u.var.texpr);
+        const nb_type *in = innermost(ft);
+        if (in && in->kind == NB_TY_STRUCT && ck_state(c, in->decl) == CK_BUSY) {
+            ck_err(c, f->loc, "field '%s' makes struct '%s' contain itself", f->name ? f->name : "?",
+                   in->decl->name ? in->decl->name : "?");
+            ft = c->tt->t_error;
+        }
+        if (ft->kind == NB_TY_VOID) {
+            ck_err(c, f->loc, "field '%s' has type void", f->name ? f->name : "?");
+            ft = c->tt->t_error;
+        }
+        f->u.var.type = ft;
+        /* duplicate names */
+        for (int j = 0; j < i; j++) {
+            nb_decl *g = sd->u.strct.fields[j];
+            if (g && g->name && f->name && strcmp(g->name, f->name) == 0) {
+                ck_err(c, f->loc, "duplicate member '%s' in '%s'", f->name, sd->name);
+                ck_note(c, g->loc, "previous declaration is here");
+            }
+        }
+    }
+    ck_set_state(c, sd, CK_DONE);
+    leave_global_ctx(c, s);
+    /* field initializers (defaults) after the type is complete */
+    s = enter_global_ctx(c, sd->module);
+    c->strct = NULL;
+    for (int i = 0; i < sd->u.strct.nfields; i++) {
+        nb_decl *f = sd->u.strct.fields[i];
+        if (f && f->u.var.init) {
+            char what[128];
+            snprintf(what, sizeof what, "initializer of field '%s'", f->name ? f->name : "?");
+            ck_expr_to(c, &f->u.var.init, f->u.var.type, what);
+        }
+    }
+    leave_global_ctx(c, s);
+    return t;
+}
+
+/* ---- global variables --------------------------------------------------------------------- */
+
+static const nb_constant *find_override(nb_checker *c, nb_decl *d) {
+    for (int i = 0; i < c->p->nconstants; i++) {
+        const nb_constant *k = &c->p->constants[i];
+        if (k->is_set && k->name && d->name && strcmp(k->name, d->name) == 0) return k;
+    }
+    return NULL;
+}
+
+static nb_expr *make_literal(nb_checker *c, const nb_type *t, double v, nb_loc loc) {
+    nb_expr *e;
+    if (t->scalar == NB_SC_BOOL) {
+        e = ck_new_expr(c, NB_EX_BOOL, loc);
+        if (e) e->u.blit = v != 0;
+    } else if (ck_is_int_scalar_kind(t->scalar)) {
+        e = ck_new_expr(c, NB_EX_INT, loc);
+        if (e) {
+            int64_t iv = (int64_t)v;
+            e->u.ilit.value = (uint64_t)iv;
+            e->u.ilit.is_unsigned = t->scalar == NB_SC_UINT || t->scalar == NB_SC_UINT64;
+        }
+    } else {
+        e = ck_new_expr(c, NB_EX_FLOAT, loc);
+        if (e) {
+            e->u.flit.value = v;
+            e->u.flit.kind = t->scalar;
+        }
+    }
+    if (e) e->type = t;
+    return e;
+}
+
+static void fold_var(nb_decl *d) {
+    int ii; int64_t i; double f;
+    if (d->u.var.init && d->u.var.init->kind != NB_EX_INIT_LIST &&
+        nb_check_const_eval(d->u.var.init, &ii, &i, &f)) {
+        d->u.var.has_const = 1;
+        d->u.var.const_i = i;
+        d->u.var.const_f = f;
+    }
+}
+
+void ck_check_global_var(nb_checker *c, nb_decl *d) {
+    int st = ck_state(c, d);
+    if (st == CK_DONE) return;
+    if (st == CK_BUSY) {
+        ck_err(c, d->loc, "the value of '%s' depends on itself", d->name ? d->name : "?");
+        d->u.var.type = c->tt->t_error;
+        return;
+    }
+    ck_set_state(c, d, CK_BUSY);
+    ctx_save s = enter_global_ctx(c, d->module);
+    d->u.var.is_global = 1;
+    const nb_type *t = d->u.var.texpr ? ck_resolve_type(c, d->u.var.texpr) : NULL;
+    int is_extern = (d->mods & NB_MOD_EXTERN) != 0;
+    if (!(d->mods & NB_MOD_CONST) && !(d->mods & NB_MOD_STATIC) && !is_extern) {
+        ck_err(c, d->loc, "global variable '%s' must be 'static const' (or 'extern static const' for a "
+               "link-time constant)", d->name ? d->name : "?");
+    } else if (!(d->mods & NB_MOD_CONST) && !is_extern) {
+        ck_err(c, d->loc, "global variable '%s' must be 'const' (mutable globals are not supported)",
+               d->name ? d->name : "?");
+    }
+    if (!t) {
+        if (d->u.var.init && d->u.var.init->kind != NB_EX_INIT_LIST) t = ck_expr(c, &d->u.var.init);
+        else {
+            ck_err(c, d->loc, "cannot infer the type of '%s'", d->name ? d->name : "?");
+            t = c->tt->t_error;
+        }
+    }
+    if (t->kind == NB_TY_VOID || t->kind == NB_TY_TENSOR) {
+        ck_err(c, d->loc, "global '%s' cannot have type '%s'", d->name ? d->name : "?", t->name);
+        t = c->tt->t_error;
+    }
+    d->u.var.type = t;
+    const nb_constant *ov = is_extern ? find_override(c, d) : NULL;
+    if (ov && t->kind == NB_TY_SCALAR) {
+        nb_expr *lit = make_literal(c, t, ov->value, d->loc);
+        if (lit) d->u.var.init = lit;
+    } else if (d->u.var.init) {
+        char what[128];
+        snprintf(what, sizeof what, "initialization of '%s'", d->name ? d->name : "?");
+        if (d->u.var.init->kind == NB_EX_INIT_LIST || !d->u.var.init->type || d->u.var.init->type != t)
+            ck_expr_to(c, &d->u.var.init, t, what);
+    } else if (!is_extern) {
+        ck_err(c, d->loc, "constant '%s' needs an initializer", d->name ? d->name : "?");
+    }
+    if (is_extern && t->kind != NB_TY_SCALAR && !ck_is_error(t))
+        ck_err(c, d->loc, "link-time constant '%s' must be a scalar, got '%s'", d->name ? d->name : "?", t->name);
+    fold_var(d);
+    leave_global_ctx(c, s);
+    ck_set_state(c, d, CK_DONE);
+}
+
+/* ---- functions ---------------------------------------------------------------------------- */
+
+const nb_attr *nb_attr_find(const nb_attr_list *list, const char *name) {
+    if (!list) return NULL;
+    for (int i = 0; i < list->count; i++)
+        if (list->items[i].name && strcmp(list->items[i].name, name) == 0) return &list->items[i];
+    return NULL;
+}
+
+const char *ck_func_sig_str(nb_checker *c, nb_decl *fn) {
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    const nb_type *r = fn->u.func.ret ? fn->u.func.ret->resolved : c->tt->t_void;
+    nb_strbuf_printf(&sb, "%s ", r ? r->name : "?");
+    if (fn->u.func.parent && fn->u.func.parent->name) nb_strbuf_printf(&sb, "%s.", fn->u.func.parent->name);
+    nb_strbuf_printf(&sb, "%s(", fn->name ? fn->name : "?");
+    for (int i = 0; i < fn->u.func.nparams; i++) {
+        nb_decl *p = fn->u.func.params[i];
+        if (i) nb_strbuf_append(&sb, ", ");
+        if (p->mods & NB_MOD_NO_DIFF) nb_strbuf_append(&sb, "no_diff ");
+        if (p->u.param.dir == NB_DIR_OUT) nb_strbuf_append(&sb, "out ");
+        if (p->u.param.dir == NB_DIR_INOUT) nb_strbuf_append(&sb, "inout ");
+        nb_strbuf_printf(&sb, "%s %s", p->u.param.type ? p->u.param.type->name : "?", p->name ? p->name : "");
+    }
+    nb_strbuf_append(&sb, ")");
+    char *s = nb_arena_strdup(c->arena, nb_strbuf_cstr(&sb));
+    nb_strbuf_free(&sb);
+    return s ? s : "?";
+}
+
+static nb_decl *attr_function(nb_checker *c, nb_decl *fn, const nb_attr *a) {
+    if (a->nargs != 1 || !a->args || !a->args[0] || a->args[0]->kind != NB_EX_NAME) {
+        ck_err(c, a->loc, "[%s] needs one function name", a->name);
+        return NULL;
+    }
+    const char *name = a->args[0]->u.name.name;
+    nb_decl *fns[8];
+    int n = ck_lookup_global(c, name, NB_DECL_FUNC, fns, 8);
+    if (n == 0 && fn->u.func.parent) {
+        nb_decl *sd = fn->u.func.parent;
+        for (int i = 0; i < sd->u.strct.nmethods; i++)
+            if (sd->u.strct.methods[i]->name && strcmp(sd->u.strct.methods[i]->name, name) == 0)
+                fns[n++] = sd->u.strct.methods[i];
+    }
+    if (n == 0) {
+        ck_err(c, a->args[0]->loc, "unknown function '%s' in [%s]", name, a->name);
+        return NULL;
+    }
+    a->args[0]->ref = NB_REF_FUNCTION;
+    a->args[0]->decl = fns[0];
+    a->args[0]->type = nb_type_func(c->tt, fns[0]);
+    return fns[0];
+}
+
+static void check_func_attrs(nb_checker *c, nb_decl *fn) {
+    for (int i = 0; i < fn->attrs.count; i++) {
+        const nb_attr *a = &fn->attrs.items[i];
+        const char *n = a->name ? a->name : "";
+        if (!strcmp(n, "Differentiable") || !strcmp(n, "BackwardDifferentiable") ||
+            !strcmp(n, "ForwardDifferentiable")) {
+            fn->u.func.differentiable = 1;
+        } else if (!strcmp(n, "Kernel") || !strcmp(n, "CUDAKernel")) {
+            fn->u.func.is_kernel = 1;
+        } else if (!strcmp(n, "mutating")) {
+            if (!fn->u.func.parent) ck_err(c, a->loc, "[mutating] only applies to struct methods");
+            fn->u.func.is_mutating = 1;
+        } else if (!strcmp(n, "ForwardDerivative") || !strcmp(n, "BackwardDerivative")) {
+            nb_decl *g = attr_function(c, fn, a);
+            if (g) {
+                if (n[0] == 'F') fn->u.func.fwd_derivative = g;
+                else fn->u.func.bwd_derivative = g;
+                fn->u.func.differentiable = 1;
+            }
+        } else if (!strcmp(n, "ForwardDerivativeOf") || !strcmp(n, "BackwardDerivativeOf")) {
+            nb_decl *f = attr_function(c, fn, a);
+            if (f) {
+                if (n[0] == 'F') f->u.func.fwd_derivative = fn;
+                else f->u.func.bwd_derivative = fn;
+                f->u.func.differentiable = 1;
+            }
+        } else if (!strcmp(n, "PreferRecompute") || !strcmp(n, "PreferCheckpoint") ||
+                   !strcmp(n, "TreatAsDifferentiable") || !strcmp(n, "AutoPyBindCUDA") ||
+                   !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
+                   !strcmp(n, "numthreads") || !strcmp(n, "shader")) {
+            /* accepted */
+        } else if (!strcmp(n, "MaxIters") || !strcmp(n, "ForceUnroll") || !strcmp(n, "unroll") ||
+                   !strcmp(n, "loop")) {
+            ck_err(c, a->loc, "[%s] applies to loops, not functions", n);
+        } else {
+            ck_warn(c, a->loc, "unknown attribute '%s' ignored", n);
+        }
+    }
+}
+
+void ck_check_func_sig(nb_checker *c, nb_decl *fn) {
+    if (ck_state(c, fn) != CK_TODO) return;
+    ck_set_state(c, fn, CK_BUSY);
+    ctx_save s = enter_global_ctx(c, fn->module);
+    c->strct = fn->u.func.parent;
+    const nb_type *r = fn->u.func.ret ? ck_resolve_type(c, fn->u.func.ret) : c->tt->t_void;
+    if (r->kind == NB_TY_TENSOR) {
+        ck_err(c, fn->u.func.ret->loc, "functions cannot return '%s'", r->name);
+        fn->u.func.ret->resolved = c->tt->t_error;
+    }
+    int seen_default = 0;
+    for (int i = 0; i < fn->u.func.nparams; i++) {
+        nb_decl *p = fn->u.func.params[i];
+        if (!p) continue;
+        p->module = fn->module;
+        p->u.param.index = i;
+        const nb_type *t = ck_resolve_type(c, p->u.param.texpr);
+        if (t->kind == NB_TY_VOID) {
+            ck_err(c, p->loc, "parameter '%s' has type void", p->name ? p->name : "?");
+            t = c->tt->t_error;
+        }
+        p->u.param.type = t;
+        if (p->u.param.default_value) {
+            seen_default = 1;
+            if (p->u.param.dir != NB_DIR_IN)
+                ck_err(c, p->loc, "%s parameter '%s' cannot have a default value",
+                       p->u.param.dir == NB_DIR_OUT ? "out" : "inout", p->name ? p->name : "?");
+            char what[128];
+            snprintf(what, sizeof what, "default value of '%s'", p->name ? p->name : "?");
+            ck_expr_to(c, &p->u.param.default_value, t, what);
+        } else if (seen_default) {
+            ck_err(c, p->loc, "parameter '%s' needs a default value because an earlier parameter has one",
+                   p->name ? p->name : "?");
+        }
+        for (int j = 0; j < i; j++) {
+            nb_decl *q = fn->u.func.params[j];
+            if (q && q->name && p->name && *p->name && strcmp(q->name, p->name) == 0)
+                ck_err(c, p->loc, "redefinition of parameter '%s'", p->name);
+        }
+    }
+    check_func_attrs(c, fn);
+    if (fn->u.func.is_kernel) {
+        if (r->kind != NB_TY_VOID && !ck_is_error(r))
+            ck_err(c, fn->loc, "[Kernel] function '%s' must return void", fn->name ? fn->name : "?");
+        for (int i = 0; i < fn->u.func.nparams; i++) {
+            nb_decl *p = fn->u.func.params[i];
+            if (p && p->u.param.dir != NB_DIR_IN)
+                ck_err(c, p->loc, "[Kernel] function parameters must be 'in' (write results through tensors)");
+        }
+    }
+    leave_global_ctx(c, s);
+    ck_set_state(c, fn, CK_DONE);
+}
+
+void ck_add_edge(nb_checker *c, nb_decl *to, nb_loc loc) {
+    if (!c->fn || !to) return;
+    if (!grow((void **)&c->edges, &c->cap_edges, c->nedges + 1, sizeof(ck_edge))) return;
+    c->edges[c->nedges].from = c->fn;
+    c->edges[c->nedges].to = to;
+    c->edges[c->nedges].loc = loc;
+    c->nedges++;
+}
+
+/* ---- statements --------------------------------------------------------------------------- */
+
+static void check_stmt(nb_checker *c, nb_stmt *s);
+
+static void check_cond(nb_checker *c, nb_expr **slot, const char *what) {
+    const nb_type *t = ck_expr(c, slot);
+    if (ck_is_error(t)) return;
+    if (t->kind != NB_TY_SCALAR) {
+        ck_err(c, (*slot)->loc, "%s condition must be a scalar, got '%s'%s", what, t->name,
+               t->kind == NB_TY_VECTOR ? " (use any() or all())" : "");
+        return;
+    }
+    ck_coerce(c, slot, c->tt->t_bool, "condition");
+}
+
+static void check_local_var(nb_checker *c, nb_decl *d) {
+    const char *name = d->name ? d->name : "?";
+    const nb_type *t;
+    char what[128];
+    snprintf(what, sizeof what, "initialization of '%s'", name);
+    if (d->u.var.texpr) {
+        t = ck_resolve_type(c, d->u.var.texpr);
+        if (t->kind == NB_TY_VOID) {
+            ck_err(c, d->loc, "variable '%s' has type void", name);
+            t = c->tt->t_error;
+        }
+        if (d->u.var.init) ck_expr_to(c, &d->u.var.init, t, what);
+    } else if (d->u.var.init && d->u.var.init->kind != NB_EX_INIT_LIST) {
+        t = ck_expr(c, &d->u.var.init);
+        if (t->kind == NB_TY_VOID) {
+            ck_err(c, d->loc, "cannot declare '%s' from a void expression", name);
+            t = c->tt->t_error;
+        }
+    } else {
+        ck_err(c, d->loc, "cannot infer the type of '%s'", name);
+        t = c->tt->t_error;
+        if (d->u.var.init) ck_expr(c, &d->u.var.init);
+    }
+    d->u.var.type = t;
+    d->u.var.is_global = 0;
+    if ((d->mods & NB_MOD_CONST) && !d->u.var.init)
+        ck_err(c, d->loc, "const variable '%s' needs an initializer", name);
+    if (d->mods & NB_MOD_CONST) fold_var(d);
+    declare(c, d->name, d, d->loc);
+}
+
+static int is_name_of(const nb_expr *e, const nb_decl *d) {
+    while (e && e->kind == NB_EX_CAST && e->u.cast.implicit) e = e->u.cast.operand;
+    return e && e->kind == NB_EX_NAME && e->decl == d && (e->ref == NB_REF_LOCAL);
+}
+
+/* Does e (or a statement below) assign the variable d? */
+static int expr_writes(const nb_expr *e, const nb_decl *d);
+static int stmt_writes(const nb_stmt *s, const nb_decl *d);
+
+static int expr_writes(const nb_expr *e, const nb_decl *d) {
+    if (!e) return 0;
+    switch (e->kind) {
+    case NB_EX_ASSIGN: {
+        const nb_expr *r = e->u.assign.lhs;
+        while (r && (r->kind == NB_EX_MEMBER || r->kind == NB_EX_INDEX))
+            r = r->kind == NB_EX_MEMBER ? r->u.member.base : r->u.index.base;
+        if (is_name_of(r, d)) return 1;
+        return expr_writes(e->u.assign.lhs, d) || expr_writes(e->u.assign.rhs, d);
+    }
+    case NB_EX_UNARY:
+        if ((e->u.unary.op == NB_TOK_INC || e->u.unary.op == NB_TOK_DEC) && is_name_of(e->u.unary.operand, d))
+            return 1;
+        return expr_writes(e->u.unary.operand, d);
+    case NB_EX_BINARY: return expr_writes(e->u.binary.lhs, d) || expr_writes(e->u.binary.rhs, d);
+    case NB_EX_TERNARY:
+        return expr_writes(e->u.ternary.cond, d) || expr_writes(e->u.ternary.then_e, d) ||
+               expr_writes(e->u.ternary.else_e, d);
+    case NB_EX_CALL:
+        for (int i = 0; i < e->u.call.nargs; i++) {
+            const nb_expr *a = e->u.call.args[i];
+            if (is_name_of(a, d) && e->ref == NB_REF_FUNCTION && e->decl && i < e->decl->u.func.nparams &&
+                e->decl->u.func.params[i]->u.param.dir != NB_DIR_IN)
+                return 1;
+            if (is_name_of(a, d) && e->ref == NB_REF_INTRINSIC &&
+                (e->index == NB_INTR_BWD_DIFF || e->index == NB_INTR_FWD_DIFF))
+                return 1;
+            if (expr_writes(a, d)) return 1;
+        }
+        return expr_writes(e->u.call.callee, d);
+    case NB_EX_MEMBER: return expr_writes(e->u.member.base, d);
+    case NB_EX_INDEX:
+        for (int i = 0; i < e->u.index.nindices; i++)
+            if (expr_writes(e->u.index.indices[i], d)) return 1;
+        return expr_writes(e->u.index.base, d);
+    case NB_EX_CAST: return expr_writes(e->u.cast.operand, d);
+    case NB_EX_INIT_LIST:
+        for (int i = 0; i < e->u.init_list.nitems; i++)
+            if (expr_writes(e->u.init_list.items[i], d)) return 1;
+        return 0;
+    default: return 0;
+    }
+}
+
+static int stmt_writes(const nb_stmt *s, const nb_decl *d) {
+    if (!s) return 0;
+    switch (s->kind) {
+    case NB_ST_BLOCK:
+        for (int i = 0; i < s->u.block.count; i++)
+            if (stmt_writes(s->u.block.items[i], d)) return 1;
+        return 0;
+    case NB_ST_EXPR: return expr_writes(s->u.expr.expr, d);
+    case NB_ST_VAR:
+        for (int i = 0; i < s->u.var.count; i++)
+            if (s->u.var.vars[i] && expr_writes(s->u.var.vars[i]->u.var.init, d)) return 1;
+        return 0;
+    case NB_ST_IF:
+        return expr_writes(s->u.if_s.cond, d) || stmt_writes(s->u.if_s.then_s, d) || stmt_writes(s->u.if_s.else_s, d);
+    case NB_ST_FOR:
+        return stmt_writes(s->u.for_s.init, d) || expr_writes(s->u.for_s.cond, d) ||
+               expr_writes(s->u.for_s.step, d) || stmt_writes(s->u.for_s.body, d);
+    case NB_ST_WHILE:
+    case NB_ST_DO_WHILE: return expr_writes(s->u.while_s.cond, d) || stmt_writes(s->u.while_s.body, d);
+    case NB_ST_SWITCH:
+        if (expr_writes(s->u.switch_s.value, d)) return 1;
+        for (int i = 0; i < s->u.switch_s.ncases; i++)
+            for (int j = 0; j < s->u.switch_s.cases[i].nbody; j++)
+                if (stmt_writes(s->u.switch_s.cases[i].body[j], d)) return 1;
+        return 0;
+    case NB_ST_RETURN: return expr_writes(s->u.ret.value, d);
+    default: return 0;
+    }
+}
+
+static int64_t for_trip_count(nb_stmt *s) {
+    nb_stmt *init = s->u.for_s.init;
+    nb_expr *cond = s->u.for_s.cond, *step = s->u.for_s.step;
+    if (!init || !cond || !step || init->kind != NB_ST_VAR || init->u.var.count != 1) return -1;
+    nb_decl *d = init->u.var.vars[0];
+    int64_t a, b, st;
+    if (!d || !d->u.var.type || d->u.var.type->kind != NB_TY_SCALAR ||
+        !ck_is_int_scalar_kind(d->u.var.type->scalar) || !ck_const_int(d->u.var.init, &a))
+        return -1;
+    if (cond->kind != NB_EX_BINARY || !is_name_of(cond->u.binary.lhs, d) || !ck_const_int(cond->u.binary.rhs, &b))
+        return -1;
+    if (step->kind == NB_EX_UNARY && is_name_of(step->u.unary.operand, d)) {
+        if (step->u.unary.op == NB_TOK_INC) st = 1;
+        else if (step->u.unary.op == NB_TOK_DEC) st = -1;
+        else return -1;
+    } else if (step->kind == NB_EX_ASSIGN && is_name_of(step->u.assign.lhs, d) &&
+               (step->u.assign.op == NB_TOK_PLUS_ASSIGN || step->u.assign.op == NB_TOK_MINUS_ASSIGN) &&
+               ck_const_int(step->u.assign.rhs, &st)) {
+        if (step->u.assign.op == NB_TOK_MINUS_ASSIGN) st = -st;
+    } else {
+        return -1;
+    }
+    if (st == 0 || stmt_writes(s->u.for_s.body, d)) return -1;
+    switch (cond->u.binary.op) {
+    case NB_TOK_LT: if (st < 0) return a < b ? -1 : 0; return a < b ? (b - a + st - 1) / st : 0;
+    case NB_TOK_LE: if (st < 0) return a <= b ? -1 : 0; return a <= b ? (b - a) / st + 1 : 0;
+    case NB_TOK_GT: if (st > 0) return a > b ? -1 : 0; return a > b ? (a - b + (-st) - 1) / (-st) : 0;
+    case NB_TOK_GE: if (st > 0) return a >= b ? -1 : 0; return a >= b ? (a - b) / (-st) + 1 : 0;
+    case NB_TOK_NE:
+        if ((b - a) % st != 0 || (b - a) / st < 0) return -1;
+        return (b - a) / st;
+    default: return -1;
+    }
+}
+
+static void check_loop_attrs(nb_checker *c, nb_stmt *s) {
+    s->max_iters = -1;
+    for (int i = 0; i < s->attrs.count; i++) {
+        nb_attr *a = &s->attrs.items[i];
+        const char *n = a->name ? a->name : "";
+        if (!strcmp(n, "MaxIters")) {
+            int64_t v;
+            if (a->nargs != 1 || !a->args || !a->args[0]) {
+                ck_err(c, a->loc, "[MaxIters] needs one constant integer");
+                continue;
+            }
+            const nb_type *t = ck_expr(c, &a->args[0]);
+            if (ck_is_error(t)) continue;
+            if (!ck_const_int(a->args[0], &v) || v <= 0) {
+                ck_err(c, a->args[0]->loc, "[MaxIters] needs a positive constant integer");
+                continue;
+            }
+            s->max_iters = v;
+        } else if (!strcmp(n, "ForceUnroll") || !strcmp(n, "unroll") || !strcmp(n, "loop") ||
+                   !strcmp(n, "fastopt") || !strcmp(n, "allow_uav_condition")) {
+            for (int k = 0; k < a->nargs; k++)
+                if (a->args && a->args[k]) ck_expr(c, &a->args[k]);
+        } else {
+            ck_warn(c, a->loc, "unknown attribute '%s' ignored", n);
+        }
+    }
+}
+
+static void check_body(nb_checker *c, nb_stmt *body, int is_switch) {
+    if (!is_switch) c->loop_depth++;
+    c->break_depth++;
+    push_scope(c);
+    check_stmt(c, body);
+    pop_scope(c);
+    c->break_depth--;
+    if (!is_switch) c->loop_depth--;
+}
+
+static void check_switch(nb_checker *c, nb_stmt *s) {
+    const nb_type *t = ck_expr(c, &s->u.switch_s.value);
+    if (!ck_is_error(t) && (t->kind != NB_TY_SCALAR || !ck_is_int_scalar_kind(t->scalar))) {
+        ck_err(c, s->u.switch_s.value->loc, "switch value must be an integer, got '%s'", t->name);
+        t = c->tt->t_error;
+    }
+    int ncase = 0;
+    for (int i = 0; i < s->u.switch_s.ncases; i++) ncase += s->u.switch_s.cases[i].nvalues;
+    int64_t *vals = ncase ? ck_alloc(c, sizeof(int64_t) * (size_t)ncase) : NULL;
+    nb_loc *locs = ncase ? ck_alloc(c, sizeof(nb_loc) * (size_t)ncase) : NULL;
+    int nv = 0;
+    const nb_switch_case *dflt = NULL;
+    c->break_depth++;
+    push_scope(c);
+    for (int i = 0; i < s->u.switch_s.ncases; i++) {
+        nb_switch_case *k = &s->u.switch_s.cases[i];
+        if (k->is_default) {
+            if (dflt) {
+                ck_err(c, k->loc, "multiple default labels in one switch");
+                ck_note(c, dflt->loc, "previous default label is here");
+            }
+            dflt = k;
+        }
+        for (int j = 0; j < k->nvalues; j++) {
+            const nb_type *vt = ck_expr(c, &k->values[j]);
+            if (ck_is_error(vt)) continue;
+            int64_t v;
+            if (vt->kind != NB_TY_SCALAR || !ck_is_int_scalar_kind(vt->scalar) || !ck_const_int(k->values[j], &v)) {
+                ck_err(c, k->values[j]->loc, "case label must be a constant integer");
+                continue;
+            }
+            if (!ck_is_error(t)) ck_coerce(c, &k->values[j], t, "case label");
+            for (int q = 0; q < nv; q++) {
+                if (vals[q] == v) {
+                    ck_err(c, k->values[j]->loc, "duplicate case value %lld", (long long)v);
+                    ck_note(c, locs[q], "previous case is here");
+                    break;
+                }
+            }
+            if (vals && nv < ncase) { vals[nv] = v; locs[nv] = k->values[j]->loc; nv++; }
+        }
+        for (int j = 0; j < k->nbody; j++) check_stmt(c, k->body[j]);
+    }
+    pop_scope(c);
+    c->break_depth--;
+}
+
+static void check_stmt(nb_checker *c, nb_stmt *s) {
+    if (!s) return;
+    if (s->kind != NB_ST_FOR && s->kind != NB_ST_WHILE && s->kind != NB_ST_DO_WHILE) {
+        s->max_iters = -1;
+        if (s->attrs.count > 0 && s->kind != NB_ST_SWITCH && s->kind != NB_ST_IF)
+            ck_warn(c, s->attrs.items[0].loc, "attribute '%s' ignored on this statement",
+                    s->attrs.items[0].name ? s->attrs.items[0].name : "?");
+    }
+    switch (s->kind) {
+    case NB_ST_BLOCK:
+        push_scope(c);
+        for (int i = 0; i < s->u.block.count; i++) check_stmt(c, s->u.block.items[i]);
+        pop_scope(c);
+        break;
+    case NB_ST_EXPR: ck_expr(c, &s->u.expr.expr); break;
+    case NB_ST_VAR:
+        for (int i = 0; i < s->u.var.count; i++)
+            if (s->u.var.vars[i]) check_local_var(c, s->u.var.vars[i]);
+        break;
+    case NB_ST_IF:
+        check_cond(c, &s->u.if_s.cond, "if");
+        push_scope(c);
+        check_stmt(c, s->u.if_s.then_s);
+        pop_scope(c);
+        push_scope(c);
+        check_stmt(c, s->u.if_s.else_s);
+        pop_scope(c);
+        break;
+    case NB_ST_FOR: {
+        push_scope(c);
+        check_stmt(c, s->u.for_s.init);
+        if (s->u.for_s.cond) check_cond(c, &s->u.for_s.cond, "loop");
+        if (s->u.for_s.step) ck_expr(c, &s->u.for_s.step);
+        check_loop_attrs(c, s);
+        check_body(c, s->u.for_s.body, 0);
+        pop_scope(c);
+        if (s->max_iters < 0) s->max_iters = for_trip_count(s);
+        break;
+    }
+    case NB_ST_WHILE:
+    case NB_ST_DO_WHILE:
+        if (s->u.while_s.cond) check_cond(c, &s->u.while_s.cond, "loop");
+        check_loop_attrs(c, s);
+        check_body(c, s->u.while_s.body, 0);
+        break;
+    case NB_ST_SWITCH: check_switch(c, s); break;
+    case NB_ST_BREAK:
+        if (c->break_depth == 0) ck_err(c, s->loc, "'break' outside of a loop or switch");
+        break;
+    case NB_ST_CONTINUE:
+        if (c->loop_depth == 0) ck_err(c, s->loc, "'continue' outside of a loop");
+        break;
+    case NB_ST_RETURN: {
+        nb_decl *fn = c->fn;
+        const nb_type *r = fn && fn->u.func.ret && fn->u.func.ret->resolved ? fn->u.func.ret->resolved : c->tt->t_void;
+        const char *fname = fn && fn->name ? fn->name : "?";
+        if (s->u.ret.value) {
+            if (r->kind == NB_TY_VOID) {
+                const nb_type *vt = ck_expr(c, &s->u.ret.value);
+                if (!ck_is_error(vt) && vt->kind != NB_TY_VOID)
+                    ck_err(c, s->u.ret.value->loc, "void function '%s' cannot return a value", fname);
+            } else {
+                ck_expr_to(c, &s->u.ret.value, r, "return");
+            }
+        } else if (r->kind != NB_TY_VOID && !ck_is_error(r)) {
+            ck_err(c, s->loc, "non-void function '%s' must return a value", fname);
+        }
+        break;
+    }
+    case NB_ST_EMPTY: break;
+    }
+}
+
+/* ---- reachability (missing return) -------------------------------------------------------- */
+
+static int const_true(const nb_expr *e) {
+    int64_t v;
+    if (!e) return 1;
+    return ck_const_int(e, &v) && v != 0;
+}
+
+/* Does s contain a break that leaves the innermost enclosing loop/switch around s? */
+static int has_break(const nb_stmt *s) {
+    if (!s) return 0;
+    switch (s->kind) {
+    case NB_ST_BREAK: return 1;
+    case NB_ST_BLOCK:
+        for (int i = 0; i < s->u.block.count; i++)
+            if (has_break(s->u.block.items[i])) return 1;
+        return 0;
+    case NB_ST_IF: return has_break(s->u.if_s.then_s) || has_break(s->u.if_s.else_s);
+    default: return 0; /* loops and switches own their breaks */
+    }
+}
+
+static int can_complete(const nb_stmt *s) {
+    if (!s) return 1;
+    switch (s->kind) {
+    case NB_ST_RETURN: return 0;
+    case NB_ST_BREAK:
+    case NB_ST_CONTINUE: return 0;
+    case NB_ST_BLOCK:
+        for (int i = 0; i < s->u.block.count; i++)
+            if (!can_complete(s->u.block.items[i])) return 0;
+        return 1;
+    case NB_ST_IF:
+        if (!s->u.if_s.else_s) return 1;
+        return can_complete(s->u.if_s.then_s) || can_complete(s->u.if_s.else_s);
+    case NB_ST_FOR:
+        if (!const_true(s->u.for_s.cond)) return 1;
+        return has_break(s->u.for_s.body);
+    case NB_ST_WHILE:
+        if (!const_true(s->u.while_s.cond)) return 1;
+        return has_break(s->u.while_s.body);
+    case NB_ST_DO_WHILE:
+        if (const_true(s->u.while_s.cond)) return has_break(s->u.while_s.body);
+        return 1;
+    case NB_ST_SWITCH: {
+        int has_default = 0;
+        for (int i = 0; i < s->u.switch_s.ncases; i++) {
+            const nb_switch_case *k = &s->u.switch_s.cases[i];
+            if (k->is_default) has_default = 1;
+            for (int j = 0; j < k->nbody; j++)
+                if (has_break(k->body[j])) return 1;
+        }
+        if (!has_default || s->u.switch_s.ncases == 0) return 1;
+        const nb_switch_case *last = &s->u.switch_s.cases[s->u.switch_s.ncases - 1];
+        for (int j = 0; j < last->nbody; j++)
+            if (!can_complete(last->body[j])) return 0;
+        return 1;
+    }
+    default: return 1;
+    }
+}
+
+/* ---- function bodies ---------------------------------------------------------------------- */
+
+static void check_func_body(nb_checker *c, nb_decl *fn) {
+    ck_check_func_sig(c, fn);
+    if (!fn->u.func.body) return;
+    c->fn = fn;
+    c->strct = fn->u.func.parent;
+    c->loop_depth = c->break_depth = 0;
+    push_scope(c);
+    for (int i = 0; i < fn->u.func.nparams; i++) {
+        nb_decl *p = fn->u.func.params[i];
+        if (p) declare(c, p->name, p, p->loc);
+    }
+    nb_stmt *body = fn->u.func.body;
+    if (body->kind == NB_ST_BLOCK) {
+        body->max_iters = -1;
+        for (int i = 0; i < body->u.block.count; i++) check_stmt(c, body->u.block.items[i]);
+    } else {
+        check_stmt(c, body);
+    }
+    pop_scope(c);
+    const nb_type *r = fn->u.func.ret && fn->u.func.ret->resolved ? fn->u.func.ret->resolved : c->tt->t_void;
+    if (r->kind != NB_TY_VOID && !ck_is_error(r) && can_complete(body))
+        ck_err(c, fn->loc, "control reaches the end of non-void function '%s' (missing return)",
+               fn->name ? fn->name : "?");
+    c->fn = NULL;
+    c->strct = NULL;
+}
+
+/* ---- recursion ---------------------------------------------------------------------------- */
+
+static void find_recursion(nb_checker *c) {
+    int n = c->nedges;
+    if (!n) return;
+    /* nodes: distinct 'from' decls; DFS over edges with colors kept in the state table under
+     * a key offset (decl pointer + 1 byte) */
+    const nb_decl **stack = nb_alloc(sizeof(nb_decl *) * (size_t)(n + 1), 16);
+    const ck_edge **via = nb_alloc(sizeof(ck_edge *) * (size_t)(n + 1), 16);
+    int *iter = nb_alloc(sizeof(int) * (size_t)(n + 1), 16);
+    if (!stack || !via || !iter) goto out;
+    for (int e0 = 0; e0 < n; e0++) {
+        const nb_decl *root = c->edges[e0].from;
+        const char *rk = (const char *)root + 1;
+        if (ck_state(c, rk) != 0) continue;
+        int sp = 0;
+        stack[sp] = root;
+        iter[sp] = 0;
+        ck_set_state(c, rk, 1); /* on stack */
+        while (sp >= 0) {
+            const nb_decl *cur = stack[sp];
+            int advanced = 0;
+            for (; iter[sp] < n; iter[sp]++) {
+                const ck_edge *e = &c->edges[iter[sp]];
+                if (e->from != cur) continue;
+                const char *tk = (const char *)e->to + 1;
+                int st = ck_state(c, tk);
+                if (st == 1) {
+                    /* cycle: e->to ... cur -> e->to */
+                    int start = sp;
+                    while (start > 0 && stack[start] != e->to) start--;
+                    const char *fname = e->to->name ? e->to->name : "?";
+                    const ck_edge *first = start < sp ? via[start + 1] : e;
+                    if (start == sp) {
+                        ck_err(c, e->loc, "recursion is not supported: '%s' calls itself", fname);
+                    } else {
+                        nb_strbuf sb;
+                        nb_strbuf_init(&sb);
+                        for (int k = start + 1; k <= sp; k++) {
+                            if (k > start + 1) nb_strbuf_append(&sb, ", ");
+                            nb_strbuf_printf(&sb, "'%s'", stack[k]->name ? stack[k]->name : "?");
+                        }
+                        ck_err(c, first->loc, "recursion is not supported: '%s' calls itself via %s", fname,
+                               nb_strbuf_cstr(&sb));
+                        nb_strbuf_free(&sb);
+                    }
+                    continue;
+                }
+                if (st == 0 && sp + 1 <= n) {
+                    iter[sp]++;
+                    sp++;
+                    stack[sp] = e->to;
+                    via[sp] = e;
+                    iter[sp] = 0;
+                    ck_set_state(c, tk, 1);
+                    advanced = 1;
+                    break;
+                }
+            }
+            if (!advanced) {
+                ck_set_state(c, (const char *)cur + 1, 2);
+                sp--;
+            }
+        }
+    }
+out:
+    nb_free((void *)stack, sizeof(nb_decl *) * (size_t)(n + 1));
+    nb_free((void *)via, sizeof(ck_edge *) * (size_t)(n + 1));
+    nb_free(iter, sizeof(int) * (size_t)(n + 1));
+}
+
+/* ---- modules ------------------------------------------------------------------------------ */
+
+static int same_params(nb_decl *a, nb_decl *b) {
+    if (a->u.func.nparams != b->u.func.nparams) return 0;
+    for (int i = 0; i < a->u.func.nparams; i++)
+        if (a->u.func.params[i]->u.param.type != b->u.func.params[i]->u.param.type) return 0;
+    return 1;
+}
+
+static void check_duplicates(nb_checker *c, nb_module_ast *m) {
+    for (int i = 0; i < m->ndecls; i++) {
+        nb_decl *d = m->decls[i];
+        if (!d || !d->name || d->kind == NB_DECL_IMPORT) continue;
+        for (int j = 0; j < i; j++) {
+            nb_decl *e = m->decls[j];
+            if (!e || !e->name || e->kind == NB_DECL_IMPORT || strcmp(d->name, e->name) != 0) continue;
+            if (d->kind == NB_DECL_FUNC && e->kind == NB_DECL_FUNC) {
+                if (!same_params(d, e)) continue;
+                if (!d->u.func.body || !e->u.func.body) continue; /* declaration + definition */
+                ck_err(c, d->loc, "redefinition of function '%s' with the same parameter types", d->name);
+            } else {
+                ck_err(c, d->loc, "redefinition of '%s'", d->name);
+            }
+            ck_note(c, e->loc, "previous definition is here");
+            break;
+        }
+    }
+}
+
+static void check_module(nb_checker *c, nb_module_ast *m) {
+    c->mod = m;
+    for (int i = 0; i < m->ndecls; i++) {
+        nb_decl *d = m->decls[i];
+        if (!d) continue;
+        d->module = m;
+        if (d->kind == NB_DECL_STRUCT) {
+            for (int k = 0; k < d->u.strct.nmethods; k++)
+                if (d->u.strct.methods[k]) {
+                    d->u.strct.methods[k]->module = m;
+                    d->u.strct.methods[k]->u.func.parent = d;
+                }
+            for (int k = 0; k < d->u.strct.nstatics; k++)
+                if (d->u.strct.statics[k]) d->u.strct.statics[k]->module = m;
+            for (int k = 0; k < d->u.strct.nfields; k++)
+                if (d->u.strct.fields[k]) d->u.strct.fields[k]->module = m;
+        }
+    }
+    /* pass 1: types, signatures, constants */
+    for (int i = 0; i < m->ndecls; i++) {
+        nb_decl *d = m->decls[i];
+        if (!d) continue;
+        switch (d->kind) {
+        case NB_DECL_STRUCT:
+            ck_struct_type(c, d);
+            for (int k = 0; k < d->u.strct.nstatics; k++)
+                if (d->u.strct.statics[k]) ck_check_global_var(c, d->u.strct.statics[k]);
+            for (int k = 0; k < d->u.strct.nmethods; k++)
+                if (d->u.strct.methods[k]) ck_check_func_sig(c, d->u.strct.methods[k]);
+            /* duplicate member names across fields/statics/methods */
+            for (int k = 0; k < d->u.strct.nstatics; k++) {
+                nb_decl *sv = d->u.strct.statics[k];
+                for (int f = 0; sv && sv->name && f < d->u.strct.nfields; f++)
+                    if (d->u.strct.fields[f] && d->u.strct.fields[f]->name &&
+                        strcmp(d->u.strct.fields[f]->name, sv->name) == 0)
+                        ck_err(c, sv->loc, "duplicate member '%s' in '%s'", sv->name, d->name);
+            }
+            break;
+        case NB_DECL_TYPEDEF: {
+            nb_type_expr te;
+            memset(&te, 0, sizeof te);
+            te.loc = d->loc;
+            te.name = d->name;
+            ck_resolve_type(c, &te);
+            break;
+        }
+        case NB_DECL_FUNC: ck_check_func_sig(c, d); break;
+        case NB_DECL_VAR: ck_check_global_var(c, d); break;
+        default: break;
+        }
+    }
+    check_duplicates(c, m);
+    /* pass 2: bodies */
+    for (int i = 0; i < m->ndecls; i++) {
+        nb_decl *d = m->decls[i];
+        if (!d) continue;
+        if (d->kind == NB_DECL_FUNC) check_func_body(c, d);
+        if (d->kind == NB_DECL_STRUCT)
+            for (int k = 0; k < d->u.strct.nmethods; k++)
+                if (d->u.strct.methods[k]) check_func_body(c, d->u.strct.methods[k]);
+    }
+}
+
+nb_status nb_check_program(nb_program *p) {
+    nb_checker c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.src = &p->src;
+    c.tt = &p->types;
+    c.arena = &p->arena;
+    int errors0 = p->src.nerrors;
+    for (int i = 0; i < p->nmodules; i++)
+        if (p->modules[i]) check_module(&c, p->modules[i]);
+    find_recursion(&c);
+    nb_free(c.syms, sizeof(ck_sym) * (size_t)c.cap_syms);
+    nb_free(c.marks, sizeof(int) * (size_t)c.cap_marks);
+    nb_free(c.edges, sizeof(ck_edge) * (size_t)c.cap_edges);
+    nb_free(c.states, sizeof(ck_state_slot) * (size_t)c.cap_states);
+    return p->src.nerrors > errors0 ? NB_ERR_COMPILE : NB_OK;
+}

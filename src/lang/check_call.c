@@ -1,0 +1,807 @@
+/* Call checking: overload resolution, user functions, methods, constructors, intrinsics and
+ * fwd_diff / bwd_diff (conventions in check.h and intrinsics.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "lang/check_internal.h"
+#include "nabla/alloc.h"
+
+
+#define CK_MAX_CANDS 64
+#define CK_MAX_PARAMS 64
+
+typedef struct ck_param {
+    const nb_type *type;
+    nb_param_dir dir;
+    nb_expr *defval;
+    const char *name;
+} ck_param;
+
+typedef struct ck_cand {
+    nb_decl *decl;
+    ck_param params[CK_MAX_PARAMS];
+    int nparams;
+    int map[CK_MAX_PARAMS]; /* param -> arg index, -1 = default */
+    int cost;
+} ck_cand;
+
+static int is_float_kind(nb_scalar_kind s) {
+    return s == NB_SC_HALF || s == NB_SC_FLOAT || s == NB_SC_DOUBLE;
+}
+
+static int is_value_shape(const nb_type *t) {
+    return t && (t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX);
+}
+
+/* "f(float3, int)" */
+static void describe_call(const char *name, nb_expr **args, int nargs, nb_strbuf *sb) {
+    nb_strbuf_printf(sb, "%s(", name);
+    for (int i = 0; i < nargs; i++) {
+        if (i) nb_strbuf_append(sb, ", ");
+        nb_strbuf_append(sb, args[i] && args[i]->type ? args[i]->type->name : "?");
+    }
+    nb_strbuf_append(sb, ")");
+}
+
+static int param_is_diff(nb_decl *p) {
+    return p && !(p->mods & NB_MOD_NO_DIFF) && p->u.param.type &&
+           nb_type_is_differentiable(p->u.param.type);
+}
+
+/* Fills cand's params from a function decl; mode 0 plain, 1 fwd_diff, 2 bwd_diff. */
+static void cand_from_decl(nb_checker *c, ck_cand *k, nb_decl *fn, int mode) {
+    ck_check_func_sig(c, fn);
+    k->decl = fn;
+    k->nparams = 0;
+    k->cost = 0;
+    for (int i = 0; i < fn->u.func.nparams && k->nparams < CK_MAX_PARAMS; i++) {
+        nb_decl *p = fn->u.func.params[i];
+        ck_param *q = &k->params[k->nparams];
+        q->type = p->u.param.type ? p->u.param.type : c->tt->t_error;
+        q->dir = p->u.param.dir;
+        q->defval = mode == 0 ? p->u.param.default_value : NULL;
+        q->name = p->name;
+        if (mode == 1) {
+            if (param_is_diff(p)) q->type = nb_type_diffpair(c->tt, q->type);
+        } else if (mode == 2) {
+            int d = param_is_diff(p);
+            if (d && q->dir == NB_DIR_OUT) {
+                const nb_type *dt = nb_type_differential(c->tt, q->type);
+                q->type = dt ? dt : c->tt->t_error;
+                q->dir = NB_DIR_IN;
+            } else if (d) {
+                q->type = nb_type_diffpair(c->tt, q->type);
+                q->dir = NB_DIR_INOUT;
+            } else if (q->dir != NB_DIR_IN) {
+                continue; /* non-differentiable out/inout: no argument */
+            }
+        }
+        k->nparams++;
+    }
+    if (mode == 2 && fn->u.func.ret) {
+        const nb_type *r = fn->u.func.ret->resolved;
+        if (r && r->kind != NB_TY_VOID && nb_type_is_differentiable(r) && k->nparams < CK_MAX_PARAMS) {
+            const nb_type *dt = nb_type_differential(c->tt, r);
+            ck_param *q = &k->params[k->nparams++];
+            q->type = dt ? dt : c->tt->t_error;
+            q->dir = NB_DIR_IN;
+            q->defval = NULL;
+            q->name = "_result_grad";
+        }
+    }
+}
+
+/* Maps the call's args onto k's params and computes the cost; -1 if not viable. */
+static int cand_cost(ck_cand *k, nb_expr **args, const char **names, int nargs) {
+    for (int i = 0; i < k->nparams; i++) k->map[i] = -1;
+    if (nargs > k->nparams) return -1;
+    int named = 0;
+    for (int a = 0; a < nargs; a++) {
+        int pi = a;
+        if (names && names[a]) {
+            named = 1;
+            pi = -1;
+            for (int i = 0; i < k->nparams; i++)
+                if (k->params[i].name && strcmp(k->params[i].name, names[a]) == 0) pi = i;
+            if (pi < 0) return -1;
+        } else if (named) {
+            return -1; /* positional after named */
+        }
+        if (k->map[pi] >= 0) return -1;
+        k->map[pi] = a;
+    }
+    int cost = 0;
+    for (int i = 0; i < k->nparams; i++) {
+        if (k->map[i] < 0) {
+            if (!k->params[i].defval) return -1;
+            continue;
+        }
+        const nb_type *at = args[k->map[i]]->type;
+        const nb_type *pt = k->params[i].type;
+        if (k->params[i].dir != NB_DIR_IN) {
+            if (at != pt && !ck_is_error(at) && !ck_is_error(pt)) return -1;
+            continue;
+        }
+        int cc = nb_check_conversion_cost(at, pt);
+        if (cc < 0) return -1;
+        cost += cc;
+    }
+    return cost;
+}
+
+static void note_candidate(nb_checker *c, ck_cand *k) {
+    ck_note(c, k->decl->loc, "candidate: %s", ck_func_sig_str(c, k->decl));
+}
+
+/* Picks the best candidate; reports errors. Returns its index or -1. */
+static int resolve(nb_checker *c, nb_expr *call, const char *display, ck_cand *cands, int ncands) {
+    nb_expr **args = call->u.call.args;
+    int nargs = call->u.call.nargs;
+    for (int a = 0; a < nargs; a++)
+        if (ck_is_error(args[a]->type)) return -1; /* an argument already failed: no cascade */
+    int best = -1, nbest = 0;
+    for (int i = 0; i < ncands; i++) {
+        cands[i].cost = cand_cost(&cands[i], args, call->u.call.arg_names, nargs);
+        if (cands[i].cost < 0) continue;
+        if (best < 0 || cands[i].cost < cands[best].cost) { best = i; nbest = 1; }
+        else if (cands[i].cost == cands[best].cost) nbest++;
+    }
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    describe_call(display, args, nargs, &sb);
+    if (best < 0) {
+        ck_err(c, call->loc, "no matching function for call to '%s'", nb_strbuf_cstr(&sb));
+        for (int i = 0; i < ncands; i++) note_candidate(c, &cands[i]);
+        nb_strbuf_free(&sb);
+        return -1;
+    }
+    if (nbest > 1) {
+        ck_err(c, call->loc, "ambiguous call to '%s'", nb_strbuf_cstr(&sb));
+        for (int i = 0; i < ncands; i++)
+            if (cands[i].cost == cands[best].cost) note_candidate(c, &cands[i]);
+        nb_strbuf_free(&sb);
+        return -1;
+    }
+    nb_strbuf_free(&sb);
+    return best;
+}
+
+/* Rewrites the call's args into parameter order with defaults and conversions. */
+static void apply_args(nb_checker *c, nb_expr *call, ck_cand *k, const char *fname) {
+    nb_expr **old = call->u.call.args;
+    nb_expr **na = k->nparams ? ck_alloc(c, sizeof(nb_expr *) * (size_t)k->nparams) : NULL;
+    if (k->nparams && !na) return;
+    for (int i = 0; i < k->nparams; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "argument %d of '%s'", i + 1, fname);
+        if (k->map[i] < 0) {
+            na[i] = k->params[i].defval;
+            continue;
+        }
+        na[i] = old[k->map[i]];
+        if (k->params[i].dir == NB_DIR_IN) {
+            ck_coerce(c, &na[i], k->params[i].type, what);
+        } else if (!na[i]->is_lvalue && !ck_is_error(na[i]->type)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "argument %d of '%s' must be assignable (it is an %s parameter)",
+                     i + 1, fname, k->params[i].dir == NB_DIR_OUT ? "out" : "inout");
+            ck_report_not_lvalue(c, na[i], msg);
+        }
+    }
+    call->u.call.args = na;
+    call->u.call.nargs = k->nparams;
+    call->u.call.arg_names = NULL;
+}
+
+static const nb_type *ret_type(nb_checker *c, nb_decl *fn) {
+    ck_check_func_sig(c, fn);
+    const nb_type *r = fn->u.func.ret ? fn->u.func.ret->resolved : c->tt->t_void;
+    return r ? r : c->tt->t_error;
+}
+
+static void check_args(nb_checker *c, nb_expr *call) {
+    for (int i = 0; i < call->u.call.nargs; i++) {
+        if (!call->u.call.args[i]) continue;
+        ck_expr(c, &call->u.call.args[i]);
+    }
+}
+
+/* Calls of user functions / methods. this_base: object expression for method calls. */
+static const nb_type *call_user(nb_checker *c, nb_expr *call, nb_decl **fns, int nfns, const char *name) {
+    int n = nfns < CK_MAX_CANDS ? nfns : CK_MAX_CANDS;
+    ck_cand *cands = nb_alloc(sizeof(ck_cand) * (size_t)n, 16);
+    if (!cands) return call->type = c->tt->t_error;
+    for (int i = 0; i < n; i++) cand_from_decl(c, &cands[i], fns[i], 0);
+    int k = resolve(c, call, name, cands, n);
+    if (k < 0) {
+        nb_free(cands, sizeof(ck_cand) * (size_t)n);
+        return call->type = c->tt->t_error;
+    }
+    nb_decl *fn = cands[k].decl;
+    apply_args(c, call, &cands[k], name);
+    nb_free(cands, sizeof(ck_cand) * (size_t)n);
+    call->decl = fn;
+    ck_add_edge(c, fn, call->loc);
+    return call->type = ret_type(c, fn);
+}
+
+/* ---- constructors ------------------------------------------------------------------------- */
+
+static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) {
+    call->ref = NB_REF_TYPE;
+    int n = call->u.call.nargs;
+    nb_expr **args = call->u.call.args;
+    check_args(c, call);
+    if (ck_is_error(t)) return call->type = t;
+    for (int i = 0; i < n; i++)
+        if (ck_is_error(args[i]->type)) return call->type = t;
+    call->type = t;
+    switch (t->kind) {
+    case NB_TY_SCALAR:
+        if (n != 1) {
+            ck_err(c, call->loc, "'%s' constructor takes 1 argument, got %d", t->name, n);
+            return call->type = c->tt->t_error;
+        }
+        ck_coerce(c, &args[0], t, "constructor");
+        return t;
+    case NB_TY_VECTOR:
+    case NB_TY_MATRIX: {
+        if (n == 1 && (args[0]->type->kind == NB_TY_SCALAR ||
+                       (args[0]->type->kind == t->kind && nb_type_components(args[0]->type) == nb_type_components(t) &&
+                        args[0]->type->cols == t->cols))) {
+            ck_coerce(c, &args[0], args[0]->type->kind == NB_TY_SCALAR ? nb_type_scalar(c->tt, t->scalar) : t,
+                      "constructor");
+            return t;
+        }
+        int total = 0;
+        for (int i = 0; i < n; i++) {
+            const nb_type *at = args[i]->type;
+            if (at->kind != NB_TY_SCALAR && at->kind != NB_TY_VECTOR) {
+                ck_err(c, args[i]->loc, "cannot use a '%s' in a '%s' constructor", at->name, t->name);
+                return call->type = c->tt->t_error;
+            }
+            total += nb_type_components(at);
+            ck_coerce(c, &args[i], ck_with_kind(c, at, t->scalar), "constructor");
+        }
+        if (total != nb_type_components(t)) {
+            ck_err(c, call->loc, "wrong number of components in '%s' constructor: expected %d, got %d",
+                   t->name, nb_type_components(t), total);
+            return call->type = c->tt->t_error;
+        }
+        return t;
+    }
+    case NB_TY_STRUCT: {
+        nb_decl *sd = t->decl;
+        ck_struct_type(c, sd);
+        if (n != sd->u.strct.nfields) {
+            ck_err(c, call->loc, "'%s' constructor takes %d arguments (one per field), got %d", t->name,
+                   sd->u.strct.nfields, n);
+            return call->type = c->tt->t_error;
+        }
+        for (int i = 0; i < n; i++) {
+            char what[128];
+            snprintf(what, sizeof what, "field '%s' of '%s'", sd->u.strct.fields[i]->name, t->name);
+            ck_coerce(c, &args[i], sd->u.strct.fields[i]->u.var.type, what);
+        }
+        return t;
+    }
+    case NB_TY_DIFFPAIR: {
+        if (n < 1 || n > 2) {
+            ck_err(c, call->loc, "'%s' constructor takes 1 or 2 arguments, got %d", t->name, n);
+            return call->type = c->tt->t_error;
+        }
+        ck_coerce(c, &args[0], t->elem, "constructor");
+        if (n == 2) {
+            const nb_type *dt = nb_type_differential(c->tt, t->elem);
+            ck_coerce(c, &args[1], dt ? dt : c->tt->t_error, "constructor");
+        }
+        call->ref = NB_REF_INTRINSIC;
+        call->index = NB_INTR_DIFF_PAIR;
+        return t;
+    }
+    default:
+        ck_err(c, call->loc, "cannot construct a value of type '%s'", t->name);
+        return call->type = c->tt->t_error;
+    }
+}
+
+/* ---- intrinsics --------------------------------------------------------------------------- */
+
+/* Common elementwise type of all args; float: promote to a float kind. NULL after an error. */
+static const nb_type *elementwise_type(nb_checker *c, nb_expr *call, const char *name, int want_float) {
+    nb_expr **args = call->u.call.args;
+    const nb_type *t = args[0]->type;
+    for (int i = 0; i < call->u.call.nargs; i++) {
+        if (!is_value_shape(args[i]->type)) {
+            nb_strbuf sb;
+            nb_strbuf_init(&sb);
+            describe_call(name, args, call->u.call.nargs, &sb);
+            ck_err(c, call->loc, "no matching function for call to '%s' (arguments must be scalars, "
+                   "vectors or matrices)", nb_strbuf_cstr(&sb));
+            nb_strbuf_free(&sb);
+            return NULL;
+        }
+        if (i > 0) {
+            char op[64];
+            snprintf(op, sizeof op, "call to '%s'", name);
+            t = ck_common_type(c, call->loc, t, args[i]->type, op, 0);
+            if (!t) return NULL;
+        }
+    }
+    if (t->scalar == NB_SC_BOOL) t = ck_with_kind(c, t, want_float ? NB_SC_FLOAT : NB_SC_INT);
+    if (want_float && !is_float_kind(t->scalar)) t = ck_with_kind(c, t, NB_SC_FLOAT);
+    return t;
+}
+
+static void coerce_all(nb_checker *c, nb_expr *call, const nb_type *t, const char *name) {
+    for (int i = 0; i < call->u.call.nargs; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "argument %d of '%s'", i + 1, name);
+        ck_coerce(c, &call->u.call.args[i], t, what);
+    }
+}
+
+static int in_tensor_element(const nb_expr *e) {
+    return e && e->kind == NB_EX_INDEX && e->u.index.base && e->u.index.base->type &&
+           e->u.index.base->type->kind == NB_TY_TENSOR;
+}
+
+static const nb_type *call_mul(nb_checker *c, nb_expr *call) {
+    nb_expr **args = call->u.call.args;
+    const nb_type *a = args[0]->type, *b = args[1]->type;
+    if (!is_value_shape(a) || !is_value_shape(b)) goto bad;
+    nb_scalar_kind k = ck_scalar_rank(a->scalar) >= ck_scalar_rank(b->scalar) ? a->scalar : b->scalar;
+    if (k == NB_SC_BOOL) k = NB_SC_INT;
+    const nb_type *ta = ck_with_kind(c, a, k), *tb = ck_with_kind(c, b, k), *r = NULL;
+    if (a->kind == NB_TY_SCALAR) r = tb;
+    else if (b->kind == NB_TY_SCALAR) r = ta;
+    else if (a->kind == NB_TY_VECTOR && b->kind == NB_TY_VECTOR) {
+        if (a->cols != b->cols) goto bad;
+        r = nb_type_scalar(c->tt, k);
+    } else if (a->kind == NB_TY_VECTOR && b->kind == NB_TY_MATRIX) {
+        if (a->cols != b->rows) goto bad;
+        r = nb_type_vector(c->tt, k, b->cols);
+    } else if (a->kind == NB_TY_MATRIX && b->kind == NB_TY_VECTOR) {
+        if (a->cols != b->cols) goto bad;
+        r = nb_type_vector(c->tt, k, a->rows);
+    } else {
+        if (a->cols != b->rows) goto bad;
+        r = nb_type_matrix(c->tt, k, a->rows, b->cols);
+    }
+    ck_coerce(c, &args[0], ta, "argument 1 of 'mul'");
+    ck_coerce(c, &args[1], tb, "argument 2 of 'mul'");
+    return call->type = r;
+bad:
+    ck_err(c, call->loc, "mul: incompatible operands '%s' and '%s'", a->name, b->name);
+    return call->type = c->tt->t_error;
+}
+
+static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
+    const nb_intrinsic_info *in = nb_intrinsic_get(id);
+    const char *name = in->name;
+    int n = call->u.call.nargs;
+    nb_expr **args = call->u.call.args;
+    call->ref = NB_REF_INTRINSIC;
+    call->index = id;
+    if (in->sig == NB_ISIG_FWD_DIFF || in->sig == NB_ISIG_BWD_DIFF) {
+        ck_err(c, call->loc, "'%s(f)' must be called with f's arguments: %s(f)(…)", name, name);
+        return call->type = c->tt->t_error;
+    }
+    check_args(c, call);
+    if (n < in->min_args || n > in->max_args) {
+        if (in->min_args == in->max_args)
+            ck_err(c, call->loc, "'%s' takes %d argument%s, got %d", name, in->min_args,
+                   in->min_args == 1 ? "" : "s", n);
+        else
+            ck_err(c, call->loc, "'%s' takes %d to %d arguments, got %d", name, in->min_args, in->max_args, n);
+        return call->type = c->tt->t_error;
+    }
+    if (call->u.call.arg_names)
+        for (int i = 0; i < n; i++)
+            if (call->u.call.arg_names[i]) {
+                ck_err(c, call->loc, "built-in '%s' does not take named arguments", name);
+                return call->type = c->tt->t_error;
+            }
+    for (int i = 0; i < n; i++)
+        if (ck_is_error(args[i]->type)) return call->type = c->tt->t_error;
+    if ((in->flags & NB_IFLAG_KERNEL) && !(c->fn && c->fn->u.func.is_kernel)) {
+        ck_err(c, call->loc, "'%s()' is only allowed in [Kernel] functions", name);
+        return call->type = c->tt->t_error;
+    }
+    const nb_type *t;
+    switch (in->sig) {
+    case NB_ISIG_FLOAT_UNARY:
+    case NB_ISIG_FLOAT_BINARY:
+    case NB_ISIG_FLOAT_TERNARY:
+    case NB_ISIG_NUM_UNARY:
+    case NB_ISIG_NUM_BINARY:
+    case NB_ISIG_NUM_TERNARY: {
+        int want_float = in->sig == NB_ISIG_FLOAT_UNARY || in->sig == NB_ISIG_FLOAT_BINARY ||
+                         in->sig == NB_ISIG_FLOAT_TERNARY;
+        t = elementwise_type(c, call, name, want_float);
+        if (!t) return call->type = c->tt->t_error;
+        coerce_all(c, call, t, name);
+        return call->type = t;
+    }
+    case NB_ISIG_VEC_UNARY:
+    case NB_ISIG_VEC_BINARY:
+    case NB_ISIG_DOT:
+    case NB_ISIG_DISTANCE:
+    case NB_ISIG_CROSS:
+    case NB_ISIG_LENGTH: {
+        int want_float = in->sig != NB_ISIG_DOT;
+        t = elementwise_type(c, call, name, want_float);
+        if (!t) return call->type = c->tt->t_error;
+        if (t->kind == NB_TY_MATRIX || (t->kind == NB_TY_SCALAR && in->sig != NB_ISIG_LENGTH &&
+                                        in->sig != NB_ISIG_DOT && in->sig != NB_ISIG_DISTANCE)) {
+            ck_err(c, call->loc, "'%s' needs vector arguments, got '%s'", name, args[0]->type->name);
+            return call->type = c->tt->t_error;
+        }
+        if (in->sig == NB_ISIG_CROSS && t->cols != 3) {
+            ck_err(c, call->loc, "'cross' needs 3-component vectors, got '%s'", t->name);
+            return call->type = c->tt->t_error;
+        }
+        coerce_all(c, call, t, name);
+        if (in->sig == NB_ISIG_DOT || in->sig == NB_ISIG_LENGTH || in->sig == NB_ISIG_DISTANCE)
+            return call->type = nb_type_scalar(c->tt, t->scalar);
+        return call->type = t;
+    }
+    case NB_ISIG_SELECT: {
+        const nb_type *ct = args[0]->type;
+        if (ct->kind != NB_TY_SCALAR && ct->kind != NB_TY_VECTOR) {
+            ck_err(c, args[0]->loc, "select condition must be bool or a bool vector, got '%s'", ct->name);
+            return call->type = c->tt->t_error;
+        }
+        if (args[1]->type == args[2]->type && !is_value_shape(args[1]->type) && ct->kind == NB_TY_SCALAR) {
+            ck_coerce(c, &args[0], c->tt->t_bool, "select condition");
+            return call->type = args[1]->type;
+        }
+        t = ck_common_type(c, call->loc, args[1]->type, args[2]->type, "call to 'select'", 1);
+        if (!t) return call->type = c->tt->t_error;
+        if (ct->kind == NB_TY_VECTOR) {
+            if (t->kind == NB_TY_SCALAR) t = nb_type_vector(c->tt, t->scalar, ct->cols);
+            if (t->kind != NB_TY_VECTOR || t->cols != ct->cols) {
+                ck_err(c, call->loc, "select: condition '%s' and values '%s' have different sizes",
+                       ct->name, t->name);
+                return call->type = c->tt->t_error;
+            }
+        }
+        ck_coerce(c, &args[0], ck_with_kind(c, ct, NB_SC_BOOL), "select condition");
+        ck_coerce(c, &args[1], t, "argument 2 of 'select'");
+        ck_coerce(c, &args[2], t, "argument 3 of 'select'");
+        return call->type = t;
+    }
+    case NB_ISIG_MUL: return call_mul(c, call);
+    case NB_ISIG_TRANSPOSE:
+        if (args[0]->type->kind != NB_TY_MATRIX) {
+            ck_err(c, call->loc, "'transpose' needs a matrix, got '%s'", args[0]->type->name);
+            return call->type = c->tt->t_error;
+        }
+        return call->type = nb_type_matrix(c->tt, args[0]->type->scalar, args[0]->type->cols, args[0]->type->rows);
+    case NB_ISIG_DETERMINANT: {
+        const nb_type *m = args[0]->type;
+        if (m->kind != NB_TY_MATRIX || m->rows != m->cols) {
+            ck_err(c, call->loc, "'determinant' needs a square matrix, got '%s'", m->name);
+            return call->type = c->tt->t_error;
+        }
+        if (!is_float_kind(m->scalar)) ck_coerce(c, &args[0], ck_with_kind(c, m, NB_SC_FLOAT), "argument 1 of 'determinant'");
+        return call->type = nb_type_scalar(c->tt, args[0]->type->scalar);
+    }
+    case NB_ISIG_ANY_ALL:
+        if (!is_value_shape(args[0]->type)) {
+            ck_err(c, call->loc, "'%s' needs a scalar or vector, got '%s'", name, args[0]->type->name);
+            return call->type = c->tt->t_error;
+        }
+        return call->type = c->tt->t_bool;
+    case NB_ISIG_FLOAT_TEST:
+        t = elementwise_type(c, call, name, 1);
+        if (!t) return call->type = c->tt->t_error;
+        coerce_all(c, call, t, name);
+        return call->type = ck_with_kind(c, t, NB_SC_BOOL);
+    case NB_ISIG_BITCAST: {
+        const nb_type *a = args[0]->type;
+        if ((a->kind != NB_TY_SCALAR && a->kind != NB_TY_VECTOR) ||
+            (a->scalar != NB_SC_INT && a->scalar != NB_SC_UINT && a->scalar != NB_SC_FLOAT)) {
+            ck_err(c, call->loc, "'%s' needs a 32-bit int, uint or float value, got '%s'", name, a->name);
+            return call->type = c->tt->t_error;
+        }
+        nb_scalar_kind k = id == NB_INTR_ASFLOAT ? NB_SC_FLOAT : id == NB_INTR_ASINT ? NB_SC_INT : NB_SC_UINT;
+        return call->type = ck_with_kind(c, a, k);
+    }
+    case NB_ISIG_ATOMIC: {
+        if (!in_tensor_element(args[0])) {
+            ck_err(c, args[0]->loc, "the first argument of '%s' must be a tensor element (t[i, …])", name);
+            return call->type = c->tt->t_error;
+        }
+        const nb_type *et = args[0]->type;
+        if (et->kind != NB_TY_SCALAR || et->scalar == NB_SC_BOOL) {
+            ck_err(c, args[0]->loc, "'%s' needs a tensor of int, uint or float scalars, got '%s'", name, et->name);
+            return call->type = c->tt->t_error;
+        }
+        ck_coerce(c, &args[1], et, "argument 2 of 'atomicAdd'");
+        return call->type = et;
+    }
+    case NB_ISIG_DIFFPAIR: {
+        const nb_type *pt = args[0]->type;
+        if (is_value_shape(pt) && !is_float_kind(pt->scalar)) {
+            pt = ck_with_kind(c, pt, NB_SC_FLOAT);
+            ck_coerce(c, &args[0], pt, "argument 1 of 'diffPair'");
+        }
+        if (!nb_type_is_differentiable(pt) || pt->kind == NB_TY_DIFFPAIR) {
+            ck_err(c, call->loc, "'diffPair' needs a differentiable value, got '%s'", pt->name);
+            return call->type = c->tt->t_error;
+        }
+        if (n == 2) {
+            const nb_type *dt = nb_type_differential(c->tt, pt);
+            ck_coerce(c, &args[1], dt ? dt : c->tt->t_error, "argument 2 of 'diffPair'");
+        }
+        return call->type = nb_type_diffpair(c->tt, pt);
+    }
+    case NB_ISIG_DETACH:
+        if (args[0]->type->kind == NB_TY_VOID) {
+            ck_err(c, call->loc, "'%s' needs a value", name);
+            return call->type = c->tt->t_error;
+        }
+        return call->type = args[0]->type;
+    case NB_ISIG_THREAD_ID: return call->type = nb_type_vector(c->tt, NB_SC_UINT, 3);
+    case NB_ISIG_FWD_DIFF:
+    case NB_ISIG_BWD_DIFF:
+        ck_err(c, call->loc, "'%s(f)' must be called with f's arguments: %s(f)(…)", name, name);
+        return call->type = c->tt->t_error;
+    }
+    return call->type = c->tt->t_error;
+}
+
+/* ---- fwd_diff(f)(…) / bwd_diff(f)(…) ------------------------------------------------------ */
+
+static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, int id) {
+    const char *dname = id == NB_INTR_FWD_DIFF ? "fwd_diff" : "bwd_diff";
+    inner->ref = NB_REF_INTRINSIC;
+    inner->index = id;
+    inner->type = c->tt->t_error;
+    call->ref = NB_REF_INTRINSIC;
+    call->index = id;
+    check_args(c, call);
+    if (inner->u.call.nargs != 1 || !inner->u.call.args[0]) {
+        ck_err(c, inner->loc, "'%s' takes one function name", dname);
+        return call->type = c->tt->t_error;
+    }
+    nb_expr *fe = inner->u.call.args[0];
+    if (fe->kind != NB_EX_NAME || !fe->u.name.name) {
+        ck_err(c, fe->loc, "'%s' needs the name of a function", dname);
+        return call->type = c->tt->t_error;
+    }
+    const char *fname = fe->u.name.name;
+    nb_decl *fns[CK_MAX_CANDS];
+    int nf = ck_lookup_global(c, fname, NB_DECL_FUNC, fns, CK_MAX_CANDS);
+    if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
+    if (nf == 0) {
+        if (ck_lookup_local(c, fname) || nb_intrinsic_lookup(fname) >= 0)
+            ck_err(c, fe->loc, "'%s' needs a user function; '%s' is not one", dname, fname);
+        else
+            ck_err(c, fe->loc, "use of undeclared function '%s'", fname);
+        return call->type = c->tt->t_error;
+    }
+    int any_diff = 0;
+    for (int i = 0; i < nf; i++) {
+        ck_check_func_sig(c, fns[i]);
+        if (fns[i]->u.func.differentiable) any_diff = 1;
+    }
+    if (!any_diff) {
+        ck_err(c, fe->loc, "'%s' is not differentiable (add [Differentiable])", fname);
+        ck_note(c, fns[0]->loc, "'%s' declared here", fname);
+        return call->type = c->tt->t_error;
+    }
+    ck_cand *cands = nb_alloc(sizeof(ck_cand) * (size_t)nf, 16);
+    if (!cands) return call->type = c->tt->t_error;
+    int nc = 0;
+    for (int i = 0; i < nf; i++)
+        if (fns[i]->u.func.differentiable) cand_from_decl(c, &cands[nc++], fns[i], id == NB_INTR_FWD_DIFF ? 1 : 2);
+    char display[160];
+    snprintf(display, sizeof display, "%s(%s)", dname, fname);
+    int k = resolve(c, call, display, cands, nc);
+    if (k < 0) {
+        nb_free(cands, sizeof(ck_cand) * (size_t)nf);
+        return call->type = c->tt->t_error;
+    }
+    nb_decl *fn = cands[k].decl;
+    apply_args(c, call, &cands[k], display);
+    nb_free(cands, sizeof(ck_cand) * (size_t)nf);
+    call->decl = fn;
+    fe->ref = NB_REF_FUNCTION;
+    fe->decl = fn;
+    fe->type = nb_type_func(c->tt, fn);
+    inner->type = fe->type;
+    inner->decl = fn;
+    ck_add_edge(c, fn, call->loc);
+    const nb_type *r = ret_type(c, fn);
+    if (id == NB_INTR_BWD_DIFF) return call->type = c->tt->t_void;
+    if (r->kind != NB_TY_VOID && nb_type_is_differentiable(r)) return call->type = nb_type_diffpair(c->tt, r);
+    return call->type = r;
+}
+
+/* ---- dispatcher --------------------------------------------------------------------------- */
+
+static nb_decl *struct_methods(nb_decl *sd, const char *name, nb_decl **out, int max, int *n) {
+    *n = 0;
+    for (int i = 0; i < sd->u.strct.nmethods; i++) {
+        nb_decl *m = sd->u.strct.methods[i];
+        if (m && m->name && strcmp(m->name, name) == 0 && *n < max) out[(*n)++] = m;
+    }
+    return *n ? out[0] : NULL;
+}
+
+static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee, nb_decl *sd,
+                                  int is_static_call) {
+    nb_decl *ms[CK_MAX_CANDS];
+    int n;
+    const char *mname = callee->u.member.member;
+    struct_methods(sd, mname, ms, CK_MAX_CANDS, &n);
+    check_args(c, call);
+    if (n == 0) {
+        ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, sd->name);
+        return call->type = c->tt->t_error;
+    }
+    const nb_type *r = call_user(c, call, ms, n, mname);
+    if (!call->decl) return r;
+    nb_decl *m = call->decl;
+    int mstatic = (m->mods & NB_MOD_STATIC) != 0;
+    if (is_static_call && !mstatic) {
+        ck_err(c, callee->loc, "non-static method '%s' needs an object: obj.%s(…)", mname, mname);
+        return call->type = c->tt->t_error;
+    }
+    if (mstatic) {
+        call->ref = NB_REF_FUNCTION;
+        call->u.call.callee = callee;
+        callee->ref = NB_REF_METHOD;
+        callee->decl = m;
+        callee->type = nb_type_func(c->tt, m);
+        return r;
+    }
+    call->ref = NB_REF_METHOD;
+    callee->ref = NB_REF_METHOD;
+    callee->decl = m;
+    callee->type = nb_type_func(c->tt, m);
+    if (m->u.func.is_mutating && !callee->u.member.base->is_lvalue) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "[mutating] method '%s' needs an assignable object", mname);
+        ck_report_not_lvalue(c, callee->u.member.base, msg);
+    }
+    return r;
+}
+
+const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
+    nb_expr *call = *slot;
+    nb_expr *callee = call->u.call.callee;
+    if (!callee) return call->type = c->tt->t_error;
+    if (call->u.call.nargs > CK_MAX_PARAMS) {
+        ck_err(c, call->loc, "too many arguments (%d; at most %d)", call->u.call.nargs, CK_MAX_PARAMS);
+        return call->type = c->tt->t_error;
+    }
+    /* fwd_diff(f)(…) */
+    if (callee->kind == NB_EX_CALL && callee->u.call.callee && callee->u.call.callee->kind == NB_EX_NAME &&
+        callee->u.call.callee->u.name.name) {
+        const char *iname = callee->u.call.callee->u.name.name;
+        if (!ck_lookup_local(c, iname)) {
+            if (strcmp(iname, "fwd_diff") == 0) return call_diff(c, call, callee, NB_INTR_FWD_DIFF);
+            if (strcmp(iname, "bwd_diff") == 0) return call_diff(c, call, callee, NB_INTR_BWD_DIFF);
+        }
+    }
+    if (callee->kind == NB_EX_TYPE) {
+        const nb_type *t = ck_resolve_type(c, callee->u.type.texpr);
+        callee->ref = NB_REF_TYPE;
+        callee->type = t;
+        return call_ctor(c, call, t);
+    }
+    if (callee->kind == NB_EX_NAME && callee->u.name.name) {
+        const char *name = callee->u.name.name;
+        if (ck_lookup_local(c, name)) {
+            check_args(c, call);
+            ck_err(c, callee->loc, "'%s' is a variable, not a function", name);
+            return call->type = c->tt->t_error;
+        }
+        /* methods of the enclosing struct (implicit this) */
+        if (c->strct && ck_has_method(c->strct, name)) {
+            nb_expr *base = ck_new_expr(c, NB_EX_NAME, callee->loc);
+            if (!base) return call->type = c->tt->t_error;
+            base->u.name.name = "this";
+            int static_ctx = c->fn && (c->fn->mods & NB_MOD_STATIC);
+            if (!static_ctx) ck_expr(c, &base);
+            nb_expr *m = ck_new_expr(c, NB_EX_MEMBER, callee->loc);
+            if (!m) return call->type = c->tt->t_error;
+            m->u.member.base = base;
+            m->u.member.member = name;
+            call->u.call.callee = m;
+            if (static_ctx) {
+                base->ref = NB_REF_TYPE;
+                base->type = ck_struct_type(c, c->strct);
+                base->u.name.name = c->strct->name;
+            }
+            return call_method(c, call, m, c->strct, static_ctx);
+        }
+        nb_decl *fns[CK_MAX_CANDS];
+        int nf = ck_lookup_global(c, name, NB_DECL_FUNC, fns, CK_MAX_CANDS);
+        if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
+        if (nf > 0) {
+            check_args(c, call);
+            call->ref = NB_REF_FUNCTION;
+            callee->ref = NB_REF_FUNCTION;
+            const nb_type *r = call_user(c, call, fns, nf, name);
+            if (call->decl) {
+                callee->decl = call->decl;
+                callee->type = nb_type_func(c->tt, call->decl);
+            }
+            return r;
+        }
+        int id = nb_intrinsic_lookup(name);
+        if (strcmp(name, "no_diff") == 0) id = NB_INTR_DETACH;
+        if (id >= 0) {
+            callee->ref = NB_REF_INTRINSIC;
+            callee->index = id;
+            callee->type = c->tt->t_void;
+            return call_intrinsic(c, call, id);
+        }
+        const nb_type *t = ck_name_as_type(c, name, callee->loc);
+        if (t) {
+            callee->ref = NB_REF_TYPE;
+            callee->type = t;
+            return call_ctor(c, call, t);
+        }
+        check_args(c, call);
+        ck_err(c, callee->loc, "use of undeclared function '%s'", name);
+        return call->type = c->tt->t_error;
+    }
+    if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.member) {
+        nb_expr *base = callee->u.member.base;
+        const char *mname = callee->u.member.member;
+        /* S.m(…) / S::m(…) static method */
+        const nb_type *st = NULL;
+        if (base->kind == NB_EX_TYPE) st = ck_resolve_type(c, base->u.type.texpr);
+        else if (base->kind == NB_EX_NAME && base->u.name.name && !ck_lookup_local(c, base->u.name.name)) {
+            nb_decl *g[1];
+            if (ck_lookup_global(c, base->u.name.name, NB_DECL_VAR, g, 1) == 0 &&
+                !(c->strct && strcmp(base->u.name.name, "this") == 0))
+                st = ck_name_as_type(c, base->u.name.name, base->loc);
+        }
+        if (st) {
+            base->ref = NB_REF_TYPE;
+            base->type = st;
+            if (ck_is_error(st)) { check_args(c, call); return call->type = st; }
+            if (st->kind != NB_TY_STRUCT) {
+                check_args(c, call);
+                ck_err(c, callee->loc, "type '%s' has no member function '%s'", st->name, mname);
+                return call->type = c->tt->t_error;
+            }
+            return call_method(c, call, callee, st->decl, 1);
+        }
+        const nb_type *bt = ck_expr(c, &callee->u.member.base);
+        if (ck_is_error(bt)) { check_args(c, call); return call->type = c->tt->t_error; }
+        if (bt->kind == NB_TY_DIFFPAIR &&
+            (strcmp(mname, "getPrimal") == 0 || strcmp(mname, "getDifferential") == 0)) {
+            check_args(c, call);
+            if (call->u.call.nargs != 0) {
+                ck_err(c, call->loc, "'%s' takes no arguments", mname);
+                return call->type = c->tt->t_error;
+            }
+            int is_p = mname[3] == 'P';
+            const nb_type *dt = is_p ? bt->elem : nb_type_differential(c->tt, bt->elem);
+            callee->u.member.member = is_p ? "p" : "d";
+            callee->ref = NB_REF_FIELD;
+            callee->index = is_p ? 0 : 1;
+            callee->decl = NULL;
+            callee->is_lvalue = 0;
+            callee->type = dt ? dt : c->tt->t_error;
+            *slot = callee;
+            return callee->type;
+        }
+        if (bt->kind == NB_TY_STRUCT) return call_method(c, call, callee, bt->decl, 0);
+        check_args(c, call);
+        ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, bt->name);
+        return call->type = c->tt->t_error;
+    }
+    ck_expr(c, &call->u.call.callee);
+    check_args(c, call);
+    if (!ck_is_error(call->u.call.callee->type))
+        ck_err(c, callee->loc, "called object of type '%s' is not a function", call->u.call.callee->type->name);
+    return call->type = c->tt->t_error;
+}

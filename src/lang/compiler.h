@@ -1,0 +1,93 @@
+/* The compiler's interface to the layers above it (jit, call, cli). Everything below this header
+ * (lexer, parser, checker, IR, emitters) is private to src/lang.
+ *
+ *   nb_program *p;
+ *   nb_program_compile_file("square.nb", &opts, &p);        // parse + check, imports resolved
+ *   nb_program_functions(p, "square", &infos, &n);          // reflection for binding
+ *   nb_program_emit_call(p, &sig, &source, &layout);         // a call kernel's C or CUDA source
+ *   nb_program_emit(p, NB_TARGET_C, NULL, &source);          // readable code for `nabla emit`
+ *
+ * Errors: NB_ERR_COMPILE with every diagnostic rendered (file:line:col, source line, caret) in
+ * nb_last_error(); NB_ERR_IO for unreadable files; NB_ERR_NOT_FOUND for unknown functions.
+ */
+#ifndef NB_LANG_COMPILER_H
+#define NB_LANG_COMPILER_H
+
+#include "core/strbuf.h"
+#include "lang/callsig.h"
+#include "nabla/status.h"
+
+typedef struct nb_program nb_program;
+
+typedef struct nb_compile_opts {
+    const char *const *search_paths; /* directories for `import` (the file's own dir is first) */
+    int nsearch;
+    int max_errors;                  /* 0 = default (50) */
+} nb_compile_opts;
+
+nb_status nb_program_compile_file(const char *path, const nb_compile_opts *opts, nb_program **out);
+nb_status nb_program_compile_source(const char *name, const char *source, const nb_compile_opts *opts,
+                                    nb_program **out);
+void nb_program_free(nb_program *p);
+
+/* Link-time constants (`extern static const int N = 4;`): set before emitting. The value is
+ * converted to the constant's type; unknown names and non-numeric types are NB_ERR_NOT_FOUND /
+ * NB_ERR_DTYPE. Changing a constant changes the emitted source (and so the cache key). */
+nb_status nb_program_set_constant(nb_program *p, const char *name, double value);
+
+/* ---- reflection ------------------------------------------------------------------------- */
+
+typedef enum nb_leaf_kind {
+    NB_LEAF_VALUE,  /* scalar/vector/matrix/array of those: bound by broadcasting */
+    NB_LEAF_TENSOR, /* Tensor<T,N> / DiffTensor<T,N>: bound to a whole array */
+} nb_leaf_kind;
+
+typedef struct nb_fn_leaf {
+    const char *path;        /* "x" or "s.pos" */
+    int param;               /* parameter index; -1 for the result */
+    int dir;                 /* 0 in, 1 out, 2 inout */
+    nb_leaf_kind kind;
+    nb_dtype scalar;         /* scalar element type (f32 for float, f64, f16, i32, u32, bool, …) */
+    int value_rank;          /* float -> 0, float3 -> 1, float3x4 -> 2, float[4] -> 1, float3[4] -> 2 */
+    long long value_shape[8];
+    int tensor_rank;         /* NB_LEAF_TENSOR */
+    int diff_tensor;
+    int differentiable;      /* participates in derivatives (float-based, not no_diff) */
+} nb_fn_leaf;
+
+typedef struct nb_fn_info {
+    const char *name;
+    int overload;            /* index among functions of this name */
+    int nparams;
+    const char *const *param_names;
+    const int *param_dirs;   /* 0 in, 1 out, 2 inout */
+    const int *param_first_leaf; /* leaves[param_first_leaf[i] .. param_first_leaf[i+1]) */
+    int nleaves;
+    const nb_fn_leaf *leaves;
+    int has_result;
+    nb_fn_leaf result;
+    int is_kernel;           /* [Kernel]: launched over an explicit grid, not broadcast */
+    int differentiable;
+    const char *signature;   /* "float add(float a, float b)" for messages */
+} nb_fn_info;
+
+/* All overloads of `name` (count 0 -> NB_ERR_NOT_FOUND naming the function and listing the
+ * module's callable functions). The arrays live as long as the program. */
+nb_status nb_program_functions(nb_program *p, const char *name, const nb_fn_info **infos, int *count);
+
+/* ---- code generation -------------------------------------------------------------------- */
+
+/* Source of the call kernel for sig (C or CUDA C, self-contained: no includes beyond the
+ * compiler's standard headers) and its parameter-block layout. */
+nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf *source,
+                               nb_call_layout *layout);
+
+/* Readable code of the whole program, or of one entry function and what it calls, for
+ * `nabla emit`. mode selects primal / forward / backward derivative code. */
+nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entry, nb_call_mode mode,
+                          nb_strbuf *out);
+
+/* Textual IR of the program (for `nabla emit --ir` and tests). */
+nb_status nb_program_dump_ir(nb_program *p, const char *entry, nb_strbuf *out);
+
+#endif

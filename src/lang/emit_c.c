@@ -1,0 +1,1202 @@
+/* C / CUDA C emitter: types, on-demand helper functions, literals, intrinsics and storage
+ * conversions (see emit_c.h). Function bodies are in emit_body.c. */
+#include "lang/emit_c.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lang/intrinsics.h"
+#include "nabla/alloc.h"
+
+#define APPEND(sb, ...) nb_strbuf_printf((sb), __VA_ARGS__)
+
+void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target)
+{
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    e->tt = m->types;
+    e->target = target;
+    e->ok = 1;
+    nb_strbuf_init(&e->types);
+    nb_strbuf_init(&e->helpers);
+    nb_strbuf_init(&e->globals);
+    nb_strbuf_init(&e->protos);
+    nb_strbuf_init(&e->funcs);
+    nb_strbuf_init(&e->tail);
+    int nt = m->types->count + 1024; /* helpers may intern a few more types */
+    e->ntype_done = nt;
+    e->type_done = nb_arena_zalloc(&m->arena, (size_t)nt, 1);
+    e->type_names = nb_arena_zalloc(&m->arena, sizeof(char *) * (size_t)nt, sizeof(void *));
+    e->func_done = nb_arena_zalloc(&m->arena, (size_t)(m->nfuncs + 1), 1);
+    e->global_done = nb_arena_zalloc(&m->arena, (size_t)(m->nglobals + 1), 1);
+    if (!e->type_done || !e->type_names || !e->func_done || !e->global_done) e->ok = 0;
+}
+
+void nb_emit_free(nb_emitter *e)
+{
+    nb_strbuf_free(&e->types);
+    nb_strbuf_free(&e->helpers);
+    nb_strbuf_free(&e->globals);
+    nb_strbuf_free(&e->protos);
+    nb_strbuf_free(&e->funcs);
+    nb_strbuf_free(&e->tail);
+}
+
+void nb_emit_fail(nb_emitter *e, const char *fmt, ...)
+{
+    if (!e->ok) return;
+    e->ok = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+}
+
+const char *nb_emit_inline_kw(const nb_emitter *e)
+{
+    return e->target == NB_TARGET_CUDA ? "static __device__ __forceinline__" : "static inline";
+}
+
+static char *dup(nb_emitter *e, const char *s) { return nb_arena_strdup(&e->m->arena, s); }
+
+int nb_emit_need_helper(nb_emitter *e, const char *name)
+{
+    for (int i = 0; i < e->nhelpers; i++)
+        if (strcmp(e->helper_names[i], name) == 0) return 0;
+    if (e->nhelpers == e->cap_helpers) {
+        int nc = e->cap_helpers ? e->cap_helpers * 2 : 64;
+        char **n = nb_arena_alloc(&e->m->arena, sizeof(char *) * (size_t)nc, sizeof(void *));
+        if (!n) { e->ok = 0; return 0; }
+        if (e->nhelpers) memcpy(n, e->helper_names, sizeof(char *) * (size_t)e->nhelpers);
+        e->helper_names = n;
+        e->cap_helpers = nc;
+    }
+    e->helper_names[e->nhelpers++] = dup(e, name);
+    return 1;
+}
+
+static const char *registered(nb_emitter *e, const char *name)
+{
+    for (int i = e->nhelpers - 1; i >= 0; i--)
+        if (strcmp(e->helper_names[i], name) == 0) return e->helper_names[i];
+    return dup(e, name);
+}
+
+/* ---- names ------------------------------------------------------------------------------- */
+
+static const char *const g_reserved[] = {
+    /* C / C++ keywords */
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+    "volatile", "while", "bool", "true", "false", "class", "namespace", "template", "typename",
+    "this", "new", "delete", "operator", "private", "public", "protected", "virtual", "friend",
+    "try", "catch", "throw", "using", "asm", "export", "mutable", "explicit", "nullptr",
+    "constexpr", "decltype", "noexcept", "static_assert", "thread_local", "alignas", "alignof",
+    "and", "or", "not", "xor", "compl", "bitand", "bitor", "typeid", "wchar_t", "main",
+    /* libc / libm / stdint */
+    "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "exp", "exp2",
+    "log", "log2", "log10", "sqrt", "pow", "fabs", "floor", "ceil", "round", "trunc", "fmod", "fmin",
+    "fmax", "fma", "abs", "min", "max", "memcpy", "memset", "isnan", "isinf", "isfinite", "signbit",
+    "sinf", "cosf", "tanf", "expf", "logf", "sqrtf", "powf", "fabsf", "floorf", "ceilf", "roundf",
+    "truncf", "fmodf", "fminf", "fmaxf", "fmaf", "exp2f", "log2f", "log10f", "asinf", "acosf",
+    "atanf", "atan2f", "sinhf", "coshf", "tanhf", "rsqrt", "rsqrtf", "lerp", "clamp", "saturate",
+    "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t",
+    "size_t", "intptr_t", "uintptr_t", "NAN", "INFINITY", "errno", "printf", "malloc", "free",
+    /* CUDA */
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "float2", "float3",
+    "float4", "int2", "int3", "int4", "uint2", "uint3", "uint4", "double2", "double3", "double4",
+    "half", "__half", "dim3", "signed", "select",
+};
+
+const char *nb_emit_safe_name(nb_emitter *e, const char *name)
+{
+    char buf[256];
+    size_t n = 0;
+    for (const char *p = name; *p && n < sizeof buf - 2; p++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || (n && ch >= '0' && ch <= '9');
+        buf[n++] = ok ? ch : '_';
+    }
+    buf[n] = 0;
+    if (!n) return "unnamed";
+    int clash = strncmp(buf, "nb_", 3) == 0 || strncmp(buf, "__", 2) == 0;
+    for (size_t i = 0; !clash && i < sizeof g_reserved / sizeof g_reserved[0]; i++)
+        clash = strcmp(buf, g_reserved[i]) == 0;
+    if (clash) {
+        buf[n++] = '_';
+        buf[n] = 0;
+    }
+    return strcmp(buf, name) == 0 ? name : dup(e, buf);
+}
+
+/* ---- types ------------------------------------------------------------------------------- */
+
+const char *nb_emit_scalar_ctype(nb_scalar_kind s)
+{
+    switch (s) {
+    case NB_SC_BOOL: return "bool";
+    case NB_SC_INT: return "int";
+    case NB_SC_UINT: return "unsigned";
+    case NB_SC_INT64: return "long long";
+    case NB_SC_UINT64: return "unsigned long long";
+    case NB_SC_HALF: return "float";
+    case NB_SC_FLOAT: return "float";
+    case NB_SC_DOUBLE: return "double";
+    }
+    return "int";
+}
+
+static const char *scalar_token(nb_scalar_kind s)
+{
+    switch (s) {
+    case NB_SC_BOOL: return "bool";
+    case NB_SC_INT: return "int";
+    case NB_SC_UINT: return "uint";
+    case NB_SC_INT64: return "int64_";
+    case NB_SC_UINT64: return "uint64_";
+    case NB_SC_DOUBLE: return "double";
+    default: return "float";
+    }
+}
+
+/* Token naming a type inside helper names: float3, float3x4, arr_float_4, S, tensor_float_2. */
+static void type_token(nb_emitter *e, const nb_type *t, nb_strbuf *o)
+{
+    const char *cn = nb_emit_ctype(e, t);
+    if (t->kind == NB_TY_SCALAR) nb_strbuf_append(o, scalar_token(t->scalar));
+    else if (strncmp(cn, "nb_", 3) == 0) nb_strbuf_append(o, cn + 3);
+    else nb_strbuf_append(o, cn);
+}
+
+static const char *const g_comp[4] = {"x", "y", "z", "w"};
+
+void nb_emit_comp(const nb_type *t, int k, nb_strbuf *out)
+{
+    if (t->kind == NB_TY_VECTOR) APPEND(out, ".%s", g_comp[k & 3]);
+    else if (t->kind == NB_TY_MATRIX) APPEND(out, ".r[%d].%s", k / t->cols, g_comp[(k % t->cols) & 3]);
+}
+
+static void set_type_name(nb_emitter *e, const nb_type *t, const char *name)
+{
+    if (t->id >= 0 && t->id < e->ntype_done) e->type_names[t->id] = dup(e, name);
+}
+
+static void tensor_typedef(nb_emitter *e, const nb_type *t, nb_strbuf *name)
+{
+    nb_strbuf_append(name, t->diff_tensor ? "nb_difftensor_" : "nb_tensor_");
+    type_token(e, t->elem, name);
+    APPEND(name, "_%d", t->rank);
+}
+
+const char *nb_emit_ctype(nb_emitter *e, const nb_type *t)
+{
+    if (!t) return "void";
+    switch (t->kind) {
+    case NB_TY_VOID: return "void";
+    case NB_TY_SCALAR: return nb_emit_scalar_ctype(t->scalar);
+    case NB_TY_ERROR: case NB_TY_FUNC:
+        nb_emit_fail(e, "cannot emit a value of type '%s'", t->name ? t->name : "?");
+        return "int";
+    default: break;
+    }
+    if (t->id < 0 || t->id >= e->ntype_done) {
+        nb_emit_fail(e, "internal: type table grew past the emitter's registry");
+        return "int";
+    }
+    if (e->type_names[t->id]) return e->type_names[t->id];
+    nb_strbuf name, def;
+    nb_strbuf_init(&name);
+    nb_strbuf_init(&def);
+    switch (t->kind) {
+    case NB_TY_VECTOR: {
+        APPEND(&name, "nb_%s%d", scalar_token(t->scalar), t->cols);
+        APPEND(&def, "typedef struct %s { %s", nb_strbuf_cstr(&name), nb_emit_scalar_ctype(t->scalar));
+        for (int k = 0; k < t->cols; k++) APPEND(&def, "%s %s", k ? "," : "", g_comp[k]);
+        APPEND(&def, "; } %s;\n", nb_strbuf_cstr(&name));
+        break;
+    }
+    case NB_TY_MATRIX: {
+        const nb_type *row = nb_type_vector(e->tt, t->scalar, t->cols);
+        const char *rn = nb_emit_ctype(e, row);
+        APPEND(&name, "nb_%s%dx%d", scalar_token(t->scalar), t->rows, t->cols);
+        APPEND(&def, "typedef struct %s { %s r[%d]; } %s; /* rows */\n", nb_strbuf_cstr(&name), rn, t->rows,
+               nb_strbuf_cstr(&name));
+        break;
+    }
+    case NB_TY_ARRAY: {
+        const char *en = nb_emit_ctype(e, t->elem);
+        nb_strbuf_append(&name, "nb_arr_");
+        type_token(e, t->elem, &name);
+        APPEND(&name, "_%d", t->length);
+        APPEND(&def, "typedef struct %s { %s a[%d]; } %s;\n", nb_strbuf_cstr(&name), en, t->length > 0 ? t->length : 1,
+               nb_strbuf_cstr(&name));
+        break;
+    }
+    case NB_TY_STRUCT: {
+        nb_decl *d = t->decl;
+        const char *sn = nb_emit_safe_name(e, t->name ? t->name : (d ? d->name : "S"));
+        nb_strbuf_append(&name, sn);
+        /* field types first */
+        int nf = d ? d->u.strct.nfields : 0;
+        const char **fts = nb_arena_alloc(&e->m->arena, sizeof(char *) * (size_t)(nf ? nf : 1), sizeof(void *));
+        if (!fts) { e->ok = 0; break; }
+        for (int i = 0; i < nf; i++) fts[i] = nb_emit_ctype(e, d->u.strct.fields[i]->u.var.type);
+        APPEND(&def, "typedef struct %s {\n", nb_strbuf_cstr(&name));
+        for (int i = 0; i < nf; i++)
+            APPEND(&def, "    %s %s;\n", fts[i], nb_emit_safe_name(e, d->u.strct.fields[i]->name));
+        if (!nf) APPEND(&def, "    char unused_;\n");
+        APPEND(&def, "} %s;\n", nb_strbuf_cstr(&name));
+        break;
+    }
+    case NB_TY_TENSOR: {
+        tensor_typedef(e, t, &name);
+        const char *n = nb_strbuf_cstr(&name);
+        APPEND(&def, "typedef struct %s { char *data; long long shape[%d]; long long strides[%d];", n, t->rank, t->rank);
+        if (t->diff_tensor) APPEND(&def, " char *grad; long long grad_strides[%d];", t->rank);
+        APPEND(&def, " } %s; /* strides in bytes */\n", n);
+        break;
+    }
+    case NB_TY_DIFFPAIR: {
+        const nb_type *dt = nb_type_differential(e->tt, t->elem);
+        const char *pn = nb_emit_ctype(e, t->elem);
+        const char *dn = nb_emit_ctype(e, dt ? dt : t->elem);
+        nb_strbuf_append(&name, "nb_pair_");
+        type_token(e, t->elem, &name);
+        APPEND(&def, "typedef struct %s { %s p; %s d; } %s;\n", nb_strbuf_cstr(&name), pn, dn, nb_strbuf_cstr(&name));
+        break;
+    }
+    default:
+        break;
+    }
+    const char *res = "int";
+    if (e->ok && name.len) {
+        set_type_name(e, t, nb_strbuf_cstr(&name));
+        nb_strbuf_append(&e->types, nb_strbuf_cstr(&def));
+        res = e->type_names[t->id];
+    }
+    nb_strbuf_free(&name);
+    nb_strbuf_free(&def);
+    return res;
+}
+
+/* ---- literals ---------------------------------------------------------------------------- */
+
+static void scalar_literal(nb_emitter *e, nb_scalar_kind s, nb_ir_cval v, nb_strbuf *o)
+{
+    switch (s) {
+    case NB_SC_BOOL: nb_strbuf_append(o, v.i ? "1" : "0"); return;
+    case NB_SC_INT:
+        if (v.i == INT32_MIN) nb_strbuf_append(o, "(-2147483647 - 1)");
+        else if (v.i < 0) APPEND(o, "(%lld)", (long long)v.i);
+        else APPEND(o, "%lld", (long long)v.i);
+        return;
+    case NB_SC_UINT: APPEND(o, "%lluu", (unsigned long long)(uint32_t)v.i); return;
+    case NB_SC_INT64:
+        if (v.i == INT64_MIN) nb_strbuf_append(o, "(-9223372036854775807ll - 1)");
+        else APPEND(o, v.i < 0 ? "(%lldll)" : "%lldll", (long long)v.i);
+        return;
+    case NB_SC_UINT64: APPEND(o, "%lluull", (unsigned long long)v.i); return;
+    default: break;
+    }
+    double d = v.f;
+    int dbl = s == NB_SC_DOUBLE;
+    if (isnan(d) || isinf(d)) {
+        const char *what = isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf");
+        if (e->target == NB_TARGET_CUDA) {
+            if (dbl) APPEND(o, "__longlong_as_double(%s)", isnan(d) ? "0x7ff8000000000000ll" : d > 0 ? "0x7ff0000000000000ll" : "(long long)0xfff0000000000000ull");
+            else APPEND(o, "__int_as_float(%s)", isnan(d) ? "0x7fffffff" : d > 0 ? "0x7f800000" : "(int)0xff800000u");
+        } else {
+            if (!strcmp(what, "nan")) nb_strbuf_append(o, dbl ? "((double)NAN)" : "NAN");
+            else APPEND(o, "%s%s", d > 0 ? "" : "-", dbl ? "((double)INFINITY)" : "INFINITY");
+            if (d < 0) { /* wrap the negation */ }
+        }
+        return;
+    }
+    char buf[64];
+    if (dbl) snprintf(buf, sizeof buf, "%.17g", d);
+    else snprintf(buf, sizeof buf, "%.9g", (double)(float)d);
+    int has_dot = strchr(buf, '.') || strchr(buf, 'e') || strchr(buf, 'n') || strchr(buf, 'i');
+    if (d < 0) nb_strbuf_append_char(o, '(');
+    nb_strbuf_append(o, buf);
+    if (!has_dot) nb_strbuf_append(o, ".0");
+    if (!dbl) nb_strbuf_append_char(o, 'f');
+    if (d < 0) nb_strbuf_append_char(o, ')');
+}
+
+void nb_emit_literal(nb_emitter *e, const nb_type *t, const nb_ir_cval *cv, nb_strbuf *o)
+{
+    if (t->kind == NB_TY_SCALAR) {
+        scalar_literal(e, t->scalar, cv[0], o);
+        return;
+    }
+    const char *mk = nb_emit_make_helper(e, t);
+    int n = nb_type_components(t);
+    APPEND(o, "%s(", mk);
+    for (int k = 0; k < n; k++) {
+        if (k) nb_strbuf_append(o, ", ");
+        scalar_literal(e, t->scalar, cv[k], o);
+    }
+    nb_strbuf_append_char(o, ')');
+}
+
+void nb_emit_zero(nb_emitter *e, const nb_type *t, nb_strbuf *o)
+{
+    if (t->kind == NB_TY_SCALAR) {
+        nb_ir_cval z;
+        z.i = 0;
+        if (t->scalar == NB_SC_FLOAT || t->scalar == NB_SC_HALF || t->scalar == NB_SC_DOUBLE) z.f = 0;
+        scalar_literal(e, t->scalar, z, o);
+        return;
+    }
+    nb_strbuf nm;
+    nb_strbuf_init(&nm);
+    nb_strbuf_append(&nm, "nb_zero_");
+    type_token(e, t, &nm);
+    const char *tn = nb_emit_ctype(e, t);
+    if (nb_emit_need_helper(e, nb_strbuf_cstr(&nm))) {
+        if (e->target == NB_TARGET_CUDA)
+            APPEND(&e->helpers, "%s %s %s(void) { %s r = {}; return r; }\n", nb_emit_inline_kw(e), tn, nb_strbuf_cstr(&nm), tn);
+        else
+            APPEND(&e->helpers, "%s %s %s(void) { %s r; memset(&r, 0, sizeof r); return r; }\n", nb_emit_inline_kw(e), tn,
+                   nb_strbuf_cstr(&nm), tn);
+    }
+    APPEND(o, "%s()", nb_strbuf_cstr(&nm));
+    nb_strbuf_free(&nm);
+}
+
+/* ---- helpers over component-wise types --------------------------------------------------- */
+
+static const char *helper_name(nb_emitter *e, const char *prefix, const nb_type *t, const nb_type *t2, char *buf,
+                               size_t cap)
+{
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    APPEND(&sb, "nb_%s_", prefix);
+    type_token(e, t, &sb);
+    if (t2) {
+        nb_strbuf_append_char(&sb, '_');
+        type_token(e, t2, &sb);
+    }
+    snprintf(buf, cap, "%s", nb_strbuf_cstr(&sb));
+    nb_strbuf_free(&sb);
+    return buf;
+}
+
+const char *nb_emit_make_helper(nb_emitter *e, const nb_type *t)
+{
+    char nm[160];
+    helper_name(e, "make", t, NULL, nm, sizeof nm);
+    const char *tn = nb_emit_ctype(e, t);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    nb_strbuf p, b;
+    nb_strbuf_init(&p);
+    nb_strbuf_init(&b);
+    if (t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX) {
+        int n = nb_type_components(t);
+        for (int k = 0; k < n; k++) {
+            APPEND(&p, "%s%s c%d", k ? ", " : "", nb_emit_scalar_ctype(t->scalar), k);
+            APPEND(&b, " r");
+            nb_emit_comp(t, k, &b);
+            APPEND(&b, " = c%d;", k);
+        }
+    } else if (t->kind == NB_TY_ARRAY) {
+        const char *en = nb_emit_ctype(e, t->elem);
+        for (int k = 0; k < t->length; k++) {
+            APPEND(&p, "%s%s e%d", k ? ", " : "", en, k);
+            APPEND(&b, " r.a[%d] = e%d;", k, k);
+        }
+    } else if (t->kind == NB_TY_STRUCT && t->decl) {
+        for (int k = 0; k < t->decl->u.strct.nfields; k++) {
+            nb_decl *fd = t->decl->u.strct.fields[k];
+            const char *fn = nb_emit_safe_name(e, fd->name);
+            APPEND(&p, "%s%s %s", k ? ", " : "", nb_emit_ctype(e, fd->u.var.type), fn);
+            APPEND(&b, " r.%s = %s;", fn, fn);
+        }
+    } else if (t->kind == NB_TY_DIFFPAIR) {
+        const nb_type *dt = nb_type_differential(e->tt, t->elem);
+        APPEND(&p, "%s p, %s d", nb_emit_ctype(e, t->elem), nb_emit_ctype(e, dt ? dt : t->elem));
+        APPEND(&b, " r.p = p; r.d = d;");
+    }
+    if (!p.len) nb_strbuf_append(&p, "void");
+    APPEND(&e->helpers, "%s %s %s(%s) {\n    %s r;%s\n    return r;\n}\n", nb_emit_inline_kw(e), tn, nm,
+           nb_strbuf_cstr(&p), tn, nb_strbuf_cstr(&b));
+    nb_strbuf_free(&p);
+    nb_strbuf_free(&b);
+    return registered(e, nm);
+}
+
+static int is_float_scalar(nb_scalar_kind s) { return s == NB_SC_FLOAT || s == NB_SC_HALF || s == NB_SC_DOUBLE; }
+
+static const char *math_fn(nb_scalar_kind s, const char *base, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s", base, s == NB_SC_DOUBLE ? "" : "f");
+    return buf;
+}
+
+/* Scalar expression of a binary/unary IR op over rendered operands. */
+void nb_emit_scalar_op(nb_ir_op op, nb_scalar_kind s, nb_scalar_kind to, const char *a, const char *b, nb_strbuf *o)
+{
+    char fn[32];
+    const char *sym = NULL;
+    switch (op) {
+    case NB_IR_NEG: APPEND(o, "-%s", a); return;
+    case NB_IR_NOT: APPEND(o, "!%s", a); return;
+    case NB_IR_BNOT: APPEND(o, "~%s", a); return;
+    case NB_IR_ADD: sym = "+"; break;
+    case NB_IR_SUB: sym = "-"; break;
+    case NB_IR_MUL: sym = "*"; break;
+    case NB_IR_DIV: sym = "/"; break;
+    case NB_IR_MOD:
+        if (is_float_scalar(s)) { APPEND(o, "%s(%s, %s)", math_fn(s, "fmod", fn, sizeof fn), a, b); return; }
+        sym = "%";
+        break;
+    case NB_IR_BAND: sym = "&"; break;
+    case NB_IR_BOR: sym = "|"; break;
+    case NB_IR_BXOR: sym = "^"; break;
+    case NB_IR_SHL: sym = "<<"; break;
+    case NB_IR_SHR: sym = ">>"; break;
+    case NB_IR_LAND: sym = "&&"; break;
+    case NB_IR_LOR: sym = "||"; break;
+    case NB_IR_EQ: sym = "=="; break;
+    case NB_IR_NE: sym = "!="; break;
+    case NB_IR_LT: sym = "<"; break;
+    case NB_IR_LE: sym = "<="; break;
+    case NB_IR_GT: sym = ">"; break;
+    case NB_IR_GE: sym = ">="; break;
+    case NB_IR_CONVERT: case NB_IR_SPLAT:
+        if (to == NB_SC_BOOL) APPEND(o, "(%s != 0)", a);
+        else if (nb_emit_scalar_ctype(to) == nb_emit_scalar_ctype(s) || !strcmp(nb_emit_scalar_ctype(to), nb_emit_scalar_ctype(s)))
+            APPEND(o, "%s", a);
+        else APPEND(o, "(%s)%s", nb_emit_scalar_ctype(to), a);
+        return;
+    default: APPEND(o, "/*?*/%s", a); return;
+    }
+    APPEND(o, "%s %s %s", a, sym, b);
+}
+
+/* Helper applying an IR op component-wise: result t; operands of type `from` (or t). */
+const char *nb_emit_op_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, const nb_type *from)
+{
+    const char *opn = nb_ir_op_name(op);
+    char nm[160];
+    if (op == NB_IR_CONVERT) helper_name(e, "cvt", t, from, nm, sizeof nm);
+    else helper_name(e, opn, from ? from : t, NULL, nm, sizeof nm);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    const nb_type *ot = from ? from : t;
+    const char *tn = nb_emit_ctype(e, t), *on = nb_emit_ctype(e, ot);
+    int n = nb_type_components(t);
+    nb_strbuf b, ca, cb;
+    nb_strbuf_init(&b);
+    nb_strbuf_init(&ca);
+    nb_strbuf_init(&cb);
+    int unary = op == NB_IR_NEG || op == NB_IR_NOT || op == NB_IR_BNOT || op == NB_IR_CONVERT || op == NB_IR_SPLAT;
+    int sel = op == NB_IR_SELECT;
+    for (int k = 0; k < n; k++) {
+        nb_strbuf_clear(&ca);
+        nb_strbuf_clear(&cb);
+        APPEND(&b, "    r");
+        nb_emit_comp(t, k, &b);
+        nb_strbuf_append(&b, " = ");
+        if (sel) {
+            APPEND(&b, "c");
+            nb_emit_comp(nb_ir_bool_like(e->tt, t), k, &b);
+            APPEND(&b, " ? a");
+            nb_emit_comp(t, k, &b);
+            APPEND(&b, " : b");
+            nb_emit_comp(t, k, &b);
+            nb_strbuf_append(&b, ";\n");
+            continue;
+        }
+        nb_strbuf_append(&ca, "a");
+        if (op != NB_IR_SPLAT) nb_emit_comp(ot, k, &ca);
+        nb_strbuf_append(&cb, "b");
+        nb_emit_comp(ot, k, &cb);
+        nb_emit_scalar_op(op, nb_type_elem_scalar(ot), nb_type_elem_scalar(t), nb_strbuf_cstr(&ca), nb_strbuf_cstr(&cb), &b);
+        nb_strbuf_append(&b, ";\n");
+    }
+    if (sel)
+        APPEND(&e->helpers, "%s %s %s(%s c, %s a, %s b) {\n    %s r;\n%s    return r;\n}\n", nb_emit_inline_kw(e), tn, nm,
+               nb_emit_ctype(e, nb_ir_bool_like(e->tt, t)), tn, tn, tn, nb_strbuf_cstr(&b));
+    else if (op == NB_IR_SPLAT)
+        APPEND(&e->helpers, "%s %s %s(%s a) {\n    %s r;\n%s    return r;\n}\n", nb_emit_inline_kw(e), tn, nm,
+               nb_emit_scalar_ctype(t->scalar), tn, nb_strbuf_cstr(&b));
+    else if (unary)
+        APPEND(&e->helpers, "%s %s %s(%s a) {\n    %s r;\n%s    return r;\n}\n", nb_emit_inline_kw(e), tn, nm, on, tn,
+               nb_strbuf_cstr(&b));
+    else
+        APPEND(&e->helpers, "%s %s %s(%s a, %s b) {\n    %s r;\n%s    return r;\n}\n", nb_emit_inline_kw(e), tn, nm, on,
+               on, tn, nb_strbuf_cstr(&b));
+    nb_strbuf_free(&b);
+    nb_strbuf_free(&ca);
+    nb_strbuf_free(&cb);
+    return registered(e, nm);
+}
+
+const char *nb_emit_swizzle_helper(nb_emitter *e, const nb_type *from, const int *swz, int n)
+{
+    char nm[160], pat[8];
+    for (int k = 0; k < n; k++) pat[k] = "xyzw"[swz[k] & 3];
+    pat[n] = 0;
+    helper_name(e, "swz", from, NULL, nm, sizeof nm);
+    size_t l = strlen(nm);
+    snprintf(nm + l, sizeof nm - l, "_%s", pat);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    const nb_type *rt = nb_type_vector(e->tt, from->scalar, n);
+    const char *mk = nb_emit_make_helper(e, rt);
+    nb_strbuf b;
+    nb_strbuf_init(&b);
+    for (int k = 0; k < n; k++) APPEND(&b, "%sv.%s", k ? ", " : "", g_comp[swz[k] & 3]);
+    APPEND(&e->helpers, "%s %s %s(%s v) { return %s(%s); }\n", nb_emit_inline_kw(e), nb_emit_ctype(e, rt), nm,
+           nb_emit_ctype(e, from), mk, nb_strbuf_cstr(&b));
+    nb_strbuf_free(&b);
+    return registered(e, nm);
+}
+
+const char *nb_emit_get_helper(nb_emitter *e, const nb_type *t)
+{
+    char nm[160];
+    helper_name(e, "get", t, NULL, nm, sizeof nm);
+    if (nb_emit_need_helper(e, nm))
+        APPEND(&e->helpers, "%s %s %s(%s v, int i) { return (&v.x)[i]; }\n", nb_emit_inline_kw(e),
+               nb_emit_scalar_ctype(t->scalar), nm, nb_emit_ctype(e, t));
+    return registered(e, nm);
+}
+
+/* ---- bit casts and half conversion ------------------------------------------------------- */
+
+static void need_bits(nb_emitter *e)
+{
+    if (!nb_emit_need_helper(e, "nb_f32_bits")) return;
+    const char *kw = nb_emit_inline_kw(e);
+    if (e->target == NB_TARGET_CUDA) {
+        APPEND(&e->helpers, "%s unsigned nb_f32_bits(float f) { return __float_as_uint(f); }\n", kw);
+        APPEND(&e->helpers, "%s float nb_bits_f32(unsigned u) { return __uint_as_float(u); }\n", kw);
+    } else {
+        APPEND(&e->helpers, "%s unsigned nb_f32_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n", kw);
+        APPEND(&e->helpers, "%s float nb_bits_f32(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n", kw);
+    }
+}
+
+static void need_half(nb_emitter *e)
+{
+    need_bits(e);
+    if (!nb_emit_need_helper(e, "nb_h2f")) return;
+    const char *kw = nb_emit_inline_kw(e);
+    APPEND(&e->helpers,
+           "/* IEEE binary16 <-> float, round to nearest even */\n"
+           "%s float nb_h2f(unsigned short h) {\n"
+           "    unsigned sign = (unsigned)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+           "    if (ex == 0) { float f = (float)m * 5.9604644775390625e-8f; return sign ? -f : f; }\n"
+           "    if (ex == 31) return nb_bits_f32(sign | 0x7f800000u | (m << 13));\n"
+           "    return nb_bits_f32(sign | ((ex + 112u) << 23) | (m << 13));\n"
+           "}\n"
+           "%s unsigned short nb_f2h(float f) {\n"
+           "    unsigned x = nb_f32_bits(f), sign = x & 0x80000000u, o;\n"
+           "    x ^= sign;\n"
+           "    if (x >= 0x47800000u) o = x > 0x7f800000u ? 0x7e00u : 0x7c00u;\n"
+           "    else if (x < 0x38800000u) o = nb_f32_bits(nb_bits_f32(x) + 0.5f) - 0x3f000000u;\n"
+           "    else { unsigned odd = (x >> 13) & 1u; x += 0xc8000fffu + odd; o = x >> 13; }\n"
+           "    return (unsigned short)(o | (sign >> 16));\n"
+           "}\n"
+           "%s float nb_bf2f(unsigned short b) { return nb_bits_f32((unsigned)b << 16); }\n"
+           "%s unsigned short nb_f2bf(float f) {\n"
+           "    unsigned x = nb_f32_bits(f);\n"
+           "    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);\n"
+           "    x += 0x7fffu + ((x >> 16) & 1u);\n"
+           "    return (unsigned short)(x >> 16);\n"
+           "}\n",
+           kw, kw, kw, kw);
+}
+
+nb_dtype nb_emit_natural_dtype(nb_scalar_kind s)
+{
+    switch (s) {
+    case NB_SC_BOOL: return NB_BOOL;
+    case NB_SC_INT: return NB_I32;
+    case NB_SC_UINT: return NB_U32;
+    case NB_SC_INT64: return NB_I64;
+    case NB_SC_UINT64: return NB_I64;
+    case NB_SC_HALF: return NB_F16;
+    case NB_SC_DOUBLE: return NB_F64;
+    default: return NB_F32;
+    }
+}
+
+void nb_emit_load_scalar(nb_emitter *e, nb_dtype st, nb_scalar_kind s, const char *addr, nb_strbuf *o)
+{
+    nb_strbuf raw;
+    nb_strbuf_init(&raw);
+    int is_f = 0;
+    switch (st) {
+    case NB_F32: APPEND(&raw, "*(const float *)(%s)", addr); is_f = 1; break;
+    case NB_F64: APPEND(&raw, "*(const double *)(%s)", addr); is_f = 1; break;
+    case NB_F16: need_half(e); APPEND(&raw, "nb_h2f(*(const unsigned short *)(%s))", addr); is_f = 1; break;
+    case NB_BF16: need_half(e); APPEND(&raw, "nb_bf2f(*(const unsigned short *)(%s))", addr); is_f = 1; break;
+    case NB_I32: APPEND(&raw, "*(const int *)(%s)", addr); break;
+    case NB_U32: APPEND(&raw, "*(const unsigned *)(%s)", addr); break;
+    case NB_I64: APPEND(&raw, "*(const long long *)(%s)", addr); break;
+    case NB_U8: APPEND(&raw, "*(const unsigned char *)(%s)", addr); break;
+    case NB_BOOL: APPEND(&raw, "*(const unsigned char *)(%s)", addr); break;
+    default: nb_emit_fail(e, "unsupported storage dtype %d", (int)st); break;
+    }
+    (void)is_f;
+    if (s == NB_SC_BOOL) APPEND(o, "(%s != 0)", nb_strbuf_cstr(&raw));
+    else APPEND(o, "(%s)%s", nb_emit_scalar_ctype(s), nb_strbuf_cstr(&raw));
+    nb_strbuf_free(&raw);
+}
+
+void nb_emit_store_scalar(nb_emitter *e, nb_dtype st, nb_scalar_kind s, const char *addr, const char *v,
+                          nb_strbuf *o)
+{
+    (void)s;
+    switch (st) {
+    case NB_F32: APPEND(o, "*(float *)(%s) = (float)(%s);", addr, v); break;
+    case NB_F64: APPEND(o, "*(double *)(%s) = (double)(%s);", addr, v); break;
+    case NB_F16: need_half(e); APPEND(o, "*(unsigned short *)(%s) = nb_f2h((float)(%s));", addr, v); break;
+    case NB_BF16: need_half(e); APPEND(o, "*(unsigned short *)(%s) = nb_f2bf((float)(%s));", addr, v); break;
+    case NB_I32: APPEND(o, "*(int *)(%s) = (int)(%s);", addr, v); break;
+    case NB_U32: APPEND(o, "*(unsigned *)(%s) = (unsigned)(%s);", addr, v); break;
+    case NB_I64: APPEND(o, "*(long long *)(%s) = (long long)(%s);", addr, v); break;
+    case NB_U8: APPEND(o, "*(unsigned char *)(%s) = (unsigned char)(%s);", addr, v); break;
+    case NB_BOOL: APPEND(o, "*(unsigned char *)(%s) = (unsigned char)((%s) != 0);", addr, v); break;
+    default: nb_emit_fail(e, "unsupported storage dtype %d", (int)st); break;
+    }
+}
+
+/* ---- intrinsics -------------------------------------------------------------------------- */
+
+/* Direct libm function for a float elementwise intrinsic, or NULL. */
+static const char *libm_name(nb_emitter *e, int id)
+{
+    switch (id) {
+    case NB_INTR_EXP: return "exp";
+    case NB_INTR_EXP2: return "exp2";
+    case NB_INTR_LOG: return "log";
+    case NB_INTR_LOG2: return "log2";
+    case NB_INTR_LOG10: return "log10";
+    case NB_INTR_SQRT: return "sqrt";
+    case NB_INTR_RSQRT: return e->target == NB_TARGET_CUDA ? "rsqrt" : NULL;
+    case NB_INTR_SIN: return "sin";
+    case NB_INTR_COS: return "cos";
+    case NB_INTR_TAN: return "tan";
+    case NB_INTR_ASIN: return "asin";
+    case NB_INTR_ACOS: return "acos";
+    case NB_INTR_ATAN: return "atan";
+    case NB_INTR_SINH: return "sinh";
+    case NB_INTR_COSH: return "cosh";
+    case NB_INTR_TANH: return "tanh";
+    case NB_INTR_FLOOR: return "floor";
+    case NB_INTR_CEIL: return "ceil";
+    case NB_INTR_ROUND: return "round";
+    case NB_INTR_TRUNC: return "trunc";
+    case NB_INTR_POW: return "pow";
+    case NB_INTR_ATAN2: return "atan2";
+    case NB_INTR_FMOD: return "fmod";
+    case NB_INTR_FMA: return "fma";
+    default: return NULL;
+    }
+}
+
+/* Scalar expression of an elementwise intrinsic over scalar operands a[] (each may be repeated:
+ * the callers pass parameter names). */
+static void scalar_intrin_text(nb_emitter *e, int id, nb_scalar_kind s, const char *const *a, nb_strbuf *o)
+{
+    char fn[32], fn2[32];
+    const char *m = libm_name(e, id);
+    int fl = is_float_scalar(s);
+    const char *one = s == NB_SC_DOUBLE ? "1.0" : "1.0f";
+    const char *zero = s == NB_SC_DOUBLE ? "0.0" : "0.0f";
+    if (m && fl) {
+        const nb_intrinsic_info *info = nb_intrinsic_get(id);
+        int n = info ? info->max_args : 1;
+        APPEND(o, "%s(%s", math_fn(s, m, fn, sizeof fn), a[0]);
+        for (int i = 1; i < n; i++) APPEND(o, ", %s", a[i]);
+        nb_strbuf_append_char(o, ')');
+        return;
+    }
+    switch (id) {
+    case NB_INTR_RSQRT: APPEND(o, "%s / %s(%s)", one, math_fn(s, "sqrt", fn, sizeof fn), a[0]); return;
+    case NB_INTR_RCP: APPEND(o, "%s / %s", one, a[0]); return;
+    case NB_INTR_FRAC: APPEND(o, "%s - %s(%s)", a[0], math_fn(s, "floor", fn, sizeof fn), a[0]); return;
+    case NB_INTR_SATURATE:
+        APPEND(o, "%s(%s(%s, %s), %s)", math_fn(s, "fmin", fn, sizeof fn), math_fn(s, "fmax", fn2, sizeof fn2), a[0], zero, one);
+        return;
+    case NB_INTR_RADIANS: APPEND(o, "%s * (%s)", a[0], s == NB_SC_DOUBLE ? "0.017453292519943295" : "0.0174532925f"); return;
+    case NB_INTR_DEGREES: APPEND(o, "%s * (%s)", a[0], s == NB_SC_DOUBLE ? "57.295779513082323" : "57.2957795f"); return;
+    case NB_INTR_ABS:
+        if (fl) APPEND(o, "%s(%s)", math_fn(s, "fabs", fn, sizeof fn), a[0]);
+        else if (s == NB_SC_UINT || s == NB_SC_UINT64) APPEND(o, "%s", a[0]);
+        else APPEND(o, "(%s < 0 ? -%s : %s)", a[0], a[0], a[0]);
+        return;
+    case NB_INTR_SIGN:
+        if (fl) APPEND(o, "(%s > 0 ? %s : (%s < 0 ? -%s : %s))", a[0], one, a[0], one, zero);
+        else APPEND(o, "(%s > 0 ? 1 : (%s < 0 ? -1 : 0))", a[0], a[0]);
+        return;
+    case NB_INTR_MIN:
+        if (fl) APPEND(o, "%s(%s, %s)", math_fn(s, "fmin", fn, sizeof fn), a[0], a[1]);
+        else APPEND(o, "(%s < %s ? %s : %s)", a[0], a[1], a[0], a[1]);
+        return;
+    case NB_INTR_MAX:
+        if (fl) APPEND(o, "%s(%s, %s)", math_fn(s, "fmax", fn, sizeof fn), a[0], a[1]);
+        else APPEND(o, "(%s > %s ? %s : %s)", a[0], a[1], a[0], a[1]);
+        return;
+    case NB_INTR_CLAMP:
+        if (fl) APPEND(o, "%s(%s(%s, %s), %s)", math_fn(s, "fmin", fn, sizeof fn), math_fn(s, "fmax", fn2, sizeof fn2), a[0], a[1], a[2]);
+        else APPEND(o, "(%s < %s ? %s : (%s > %s ? %s : %s))", a[0], a[1], a[1], a[0], a[2], a[2], a[0]);
+        return;
+    case NB_INTR_STEP: APPEND(o, "(%s >= %s ? %s : %s)", a[1], a[0], one, zero); return;
+    case NB_INTR_LERP: APPEND(o, "%s + (%s - %s) * %s", a[0], a[1], a[0], a[2]); return;
+    case NB_INTR_SMOOTHSTEP:
+        APPEND(o, "nb_smoothstep_%s(%s, %s, %s)", s == NB_SC_DOUBLE ? "double" : "float", a[0], a[1], a[2]);
+        return;
+    case NB_INTR_MAD: APPEND(o, "%s * %s + %s", a[0], a[1], a[2]); return;
+    case NB_INTR_ISNAN: APPEND(o, "(%s != %s)", a[0], a[0]); return;
+    case NB_INTR_ISINF: APPEND(o, "(%s(%s) == (%s)INFINITY_)", math_fn(s, "fabs", fn, sizeof fn), a[0], nb_emit_scalar_ctype(s)); return;
+    case NB_INTR_ISFINITE: APPEND(o, "(%s - %s == %s - %s)", a[0], a[0], a[0], a[0]); return;
+    case NB_INTR_ASFLOAT:
+        need_bits(e);
+        APPEND(o, "nb_bits_f32((unsigned)%s)", a[0]);
+        return;
+    case NB_INTR_ASINT: need_bits(e); APPEND(o, "(int)nb_f32_bits(%s)", a[0]); return;
+    case NB_INTR_ASUINT: need_bits(e); APPEND(o, "nb_f32_bits(%s)", a[0]); return;
+    case NB_INTR_DETACH: APPEND(o, "%s", a[0]); return;
+    default:
+        nb_emit_fail(e, "intrinsic '%s' is not supported by the C emitter", nb_intrinsic_name(id));
+        APPEND(o, "0");
+        return;
+    }
+}
+
+static void need_smoothstep(nb_emitter *e, nb_scalar_kind s)
+{
+    const char *t = s == NB_SC_DOUBLE ? "double" : "float";
+    char nm[64];
+    snprintf(nm, sizeof nm, "nb_smoothstep_%s", t);
+    if (!nb_emit_need_helper(e, nm)) return;
+    APPEND(&e->helpers,
+           "%s %s %s(%s lo, %s hi, %s x) {\n    %s t = (x - lo) / (hi - lo);\n    t = t < 0 ? 0 : (t > 1 ? 1 : t);\n"
+           "    return t * t * (3 - 2 * t);\n}\n",
+           nb_emit_inline_kw(e), t, nm, t, t, t, t);
+}
+
+static void need_infinity(nb_emitter *e)
+{
+    if (!nb_emit_need_helper(e, "INFINITY_")) return;
+    if (e->target == NB_TARGET_CUDA) APPEND(&e->types, "#define INFINITY_ __int_as_float(0x7f800000)\n");
+    else APPEND(&e->types, "#define INFINITY_ INFINITY\n");
+}
+
+/* Does the scalar text repeat an operand (so a top-level use needs a helper)? */
+static int text_is_direct(nb_emitter *e, int id, nb_scalar_kind s)
+{
+    if (libm_name(e, id) && is_float_scalar(s)) return 1;
+    return id == NB_INTR_RCP || id == NB_INTR_RADIANS || id == NB_INTR_DEGREES || id == NB_INTR_DETACH ||
+           id == NB_INTR_ASFLOAT || id == NB_INTR_ASINT || id == NB_INTR_ASUINT ||
+           (id == NB_INTR_ABS && is_float_scalar(s)) || (id == NB_INTR_MIN && is_float_scalar(s)) ||
+           (id == NB_INTR_MAX && is_float_scalar(s)) || (id == NB_INTR_SATURATE) ||
+           (id == NB_INTR_CLAMP && is_float_scalar(s)) || id == NB_INTR_SMOOTHSTEP;
+}
+
+/* Elementwise intrinsic helper over vectors/matrices (or a scalar helper for non-direct forms). */
+static const char *elementwise_helper(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, int n)
+{
+    char nm[160];
+    char pre[64];
+    snprintf(pre, sizeof pre, "%s", nb_intrinsic_name(id));
+    helper_name(e, pre, at[0], NULL, nm, sizeof nm);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    nb_scalar_kind s = nb_type_elem_scalar(at[0]);
+    if (id == NB_INTR_SMOOTHSTEP) need_smoothstep(e, s);
+    if (id == NB_INTR_ISINF) need_infinity(e);
+    int comps = nb_type_components(rt);
+    nb_strbuf params, body;
+    nb_strbuf_init(&params);
+    nb_strbuf_init(&body);
+    static const char *const pn[3] = {"a", "b", "c"};
+    for (int i = 0; i < n; i++) APPEND(&params, "%s%s %s", i ? ", " : "", nb_emit_ctype(e, at[i]), pn[i]);
+    const char *rtn = nb_emit_ctype(e, rt);
+    if (rt->kind == NB_TY_SCALAR) {
+        nb_strbuf_append(&body, "    return ");
+        scalar_intrin_text(e, id, s, pn, &body);
+        nb_strbuf_append(&body, ";\n");
+    } else {
+        APPEND(&body, "    %s r;\n", rtn);
+        for (int k = 0; k < comps; k++) {
+            char bufs[3][32];
+            const char *args[3];
+            for (int i = 0; i < n; i++) {
+                nb_strbuf cs;
+                nb_strbuf_init(&cs);
+                nb_strbuf_append(&cs, pn[i]);
+                nb_emit_comp(at[i], k, &cs);
+                snprintf(bufs[i], sizeof bufs[i], "%s", nb_strbuf_cstr(&cs));
+                nb_strbuf_free(&cs);
+                args[i] = bufs[i];
+            }
+            nb_strbuf_append(&body, "    r");
+            nb_emit_comp(rt, k, &body);
+            nb_strbuf_append(&body, " = ");
+            scalar_intrin_text(e, id, s, args, &body);
+            nb_strbuf_append(&body, ";\n");
+        }
+        nb_strbuf_append(&body, "    return r;\n");
+    }
+    APPEND(&e->helpers, "%s %s %s(%s) {\n%s}\n", nb_emit_inline_kw(e), rtn, nm, nb_strbuf_cstr(&params),
+           nb_strbuf_cstr(&body));
+    nb_strbuf_free(&params);
+    nb_strbuf_free(&body);
+    return registered(e, nm);
+}
+
+static const char *geometry_helper(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, int n)
+{
+    char nm[160];
+    helper_name(e, nb_intrinsic_name(id), at[0], NULL, nm, sizeof nm);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    const nb_type *vt = at[0];
+    nb_scalar_kind s = vt->scalar;
+    const char *st = nb_emit_scalar_ctype(s);
+    const char *vn = nb_emit_ctype(e, vt);
+    const char *kw = nb_emit_inline_kw(e);
+    char fn[32];
+    nb_strbuf b;
+    nb_strbuf_init(&b);
+    int N = vt->cols;
+    switch (id) {
+    case NB_INTR_DOT:
+        for (int k = 0; k < N; k++) APPEND(&b, "%sa.%s * b.%s", k ? " + " : "", g_comp[k], g_comp[k]);
+        APPEND(&e->helpers, "%s %s %s(%s a, %s b) { return %s; }\n", kw, st, nm, vn, vn, nb_strbuf_cstr(&b));
+        break;
+    case NB_INTR_CROSS:
+        APPEND(&e->helpers,
+               "%s %s %s(%s a, %s b) {\n    %s r;\n    r.x = a.y * b.z - a.z * b.y;\n    r.y = a.z * b.x - a.x * b.z;\n"
+               "    r.z = a.x * b.y - a.y * b.x;\n    return r;\n}\n",
+               kw, vn, nm, vn, vn, vn);
+        break;
+    case NB_INTR_LENGTH: {
+        const nb_type *ts[2] = {vt, vt};
+        const char *dot = geometry_helper(e, NB_INTR_DOT, rt, ts, 2);
+        APPEND(&e->helpers, "%s %s %s(%s a) { return %s(%s(a, a)); }\n", kw, st, nm, vn, math_fn(s, "sqrt", fn, sizeof fn), dot);
+        break;
+    }
+    case NB_INTR_DISTANCE: {
+        const nb_type *ts[2] = {vt, vt};
+        const char *len = geometry_helper(e, NB_INTR_LENGTH, rt, ts, 1);
+        const char *sub = nb_emit_op_helper(e, NB_IR_SUB, vt, NULL);
+        APPEND(&e->helpers, "%s %s %s(%s a, %s b) { return %s(%s(a, b)); }\n", kw, st, nm, vn, vn, len, sub);
+        break;
+    }
+    case NB_INTR_NORMALIZE: {
+        const nb_type *ts[2] = {vt, vt};
+        const char *len = geometry_helper(e, NB_INTR_LENGTH, nb_type_scalar(e->tt, s), ts, 1);
+        APPEND(&b, "    %s l = %s(a);\n    %s r;\n", st, len, vn);
+        for (int k = 0; k < N; k++) APPEND(&b, "    r.%s = a.%s / l;\n", g_comp[k], g_comp[k]);
+        APPEND(&e->helpers, "%s %s %s(%s a) {\n%s    return r;\n}\n", kw, vn, nm, vn, nb_strbuf_cstr(&b));
+        break;
+    }
+    case NB_INTR_REFLECT: {
+        const nb_type *ts[2] = {vt, vt};
+        const char *dot = geometry_helper(e, NB_INTR_DOT, nb_type_scalar(e->tt, s), ts, 2);
+        APPEND(&b, "    %s d = 2 * %s(n, i);\n    %s r;\n", st, dot, vn);
+        for (int k = 0; k < N; k++) APPEND(&b, "    r.%s = i.%s - d * n.%s;\n", g_comp[k], g_comp[k], g_comp[k]);
+        APPEND(&e->helpers, "%s %s %s(%s i, %s n) {\n%s    return r;\n}\n", kw, vn, nm, vn, vn, nb_strbuf_cstr(&b));
+        break;
+    }
+    case NB_INTR_ANY: case NB_INTR_ALL:
+        for (int k = 0; k < N; k++)
+            APPEND(&b, "%s(a.%s != 0)", k ? (id == NB_INTR_ANY ? " || " : " && ") : "", g_comp[k]);
+        APPEND(&e->helpers, "%s bool %s(%s a) { return %s; }\n", kw, nm, vn, nb_strbuf_cstr(&b));
+        break;
+    default: break;
+    }
+    (void)n;
+    nb_strbuf_free(&b);
+    return registered(e, nm);
+}
+
+/* mul / transpose / determinant by shapes. */
+static const char *matrix_helper(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, int n)
+{
+    char nm[160];
+    helper_name(e, nb_intrinsic_name(id), at[0], n > 1 ? at[1] : NULL, nm, sizeof nm);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    const char *kw = nb_emit_inline_kw(e);
+    const char *rn = nb_emit_ctype(e, rt);
+    nb_strbuf b;
+    nb_strbuf_init(&b);
+    const nb_type *A = at[0], *B = n > 1 ? at[1] : NULL;
+    if (id == NB_INTR_TRANSPOSE) {
+        for (int i = 0; i < A->rows; i++)
+            for (int j = 0; j < A->cols; j++) APPEND(&b, "    r.r[%d].%s = a.r[%d].%s;\n", j, g_comp[i], i, g_comp[j]);
+        APPEND(&e->helpers, "%s %s %s(%s a) {\n    %s r;\n%s    return r;\n}\n", kw, rn, nm, nb_emit_ctype(e, A), rn,
+               nb_strbuf_cstr(&b));
+    } else if (id == NB_INTR_DETERMINANT) {
+        int N = A->rows;
+        if (N == 2) nb_strbuf_append(&b, "a.r[0].x * a.r[1].y - a.r[0].y * a.r[1].x");
+        else if (N == 3)
+            nb_strbuf_append(&b, "a.r[0].x * (a.r[1].y * a.r[2].z - a.r[1].z * a.r[2].y) - a.r[0].y * (a.r[1].x * a.r[2].z - "
+                                 "a.r[1].z * a.r[2].x) + a.r[0].z * (a.r[1].x * a.r[2].y - a.r[1].y * a.r[2].x)");
+        else {
+            /* Laplace expansion along the first row over 3x3 minors */
+            for (int c = 0; c < 4; c++) {
+                int cs[3], k = 0;
+                for (int j = 0; j < 4; j++)
+                    if (j != c) cs[k++] = j;
+                APPEND(&b, " %s a.r[0].%s * (a.r[1].%s * (a.r[2].%s * a.r[3].%s - a.r[2].%s * a.r[3].%s) - a.r[1].%s * (a.r[2].%s * a.r[3].%s - a.r[2].%s * a.r[3].%s) + a.r[1].%s * (a.r[2].%s * a.r[3].%s - a.r[2].%s * a.r[3].%s))",
+                       c % 2 ? "-" : (c ? "+" : ""), g_comp[c], g_comp[cs[0]], g_comp[cs[1]], g_comp[cs[2]], g_comp[cs[2]],
+                       g_comp[cs[1]], g_comp[cs[1]], g_comp[cs[0]], g_comp[cs[2]], g_comp[cs[2]], g_comp[cs[0]],
+                       g_comp[cs[2]], g_comp[cs[0]], g_comp[cs[1]], g_comp[cs[1]], g_comp[cs[0]]);
+            }
+        }
+        APPEND(&e->helpers, "%s %s %s(%s a) { return %s; }\n", kw, rn, nm, nb_emit_ctype(e, A), nb_strbuf_cstr(&b));
+    } else { /* MUL */
+        const char *an = nb_emit_ctype(e, A), *bn = nb_emit_ctype(e, B);
+        if (A->kind == NB_TY_SCALAR || B->kind == NB_TY_SCALAR) {
+            const nb_type *X = A->kind == NB_TY_SCALAR ? B : A;
+            int cn = nb_type_components(X);
+            for (int k = 0; k < cn; k++) {
+                APPEND(&b, "    r");
+                nb_emit_comp(rt, k, &b);
+                nb_strbuf_append(&b, A->kind == NB_TY_SCALAR ? " = a * b" : " = a");
+                nb_emit_comp(X, k, &b);
+                nb_strbuf_append(&b, A->kind == NB_TY_SCALAR ? ";\n" : " * b;\n");
+            }
+            if (rt->kind == NB_TY_SCALAR) {
+                nb_strbuf_clear(&b);
+                nb_strbuf_append(&b, "    r = a * b;\n");
+            }
+        } else if (A->kind == NB_TY_VECTOR && B->kind == NB_TY_VECTOR) {
+            nb_strbuf_append(&b, "    r = ");
+            for (int k = 0; k < A->cols; k++) APPEND(&b, "%sa.%s * b.%s", k ? " + " : "", g_comp[k], g_comp[k]);
+            nb_strbuf_append(&b, ";\n");
+        } else if (A->kind == NB_TY_VECTOR) { /* vecK * matKxN -> vecN */
+            for (int j = 0; j < B->cols; j++) {
+                APPEND(&b, "    r.%s = ", g_comp[j]);
+                for (int k = 0; k < B->rows; k++) APPEND(&b, "%sa.%s * b.r[%d].%s", k ? " + " : "", g_comp[k], k, g_comp[j]);
+                nb_strbuf_append(&b, ";\n");
+            }
+        } else if (B->kind == NB_TY_VECTOR) { /* matMxK * vecK -> vecM */
+            for (int i = 0; i < A->rows; i++) {
+                APPEND(&b, "    r.%s = ", g_comp[i]);
+                for (int k = 0; k < A->cols; k++) APPEND(&b, "%sa.r[%d].%s * b.%s", k ? " + " : "", i, g_comp[k], g_comp[k]);
+                nb_strbuf_append(&b, ";\n");
+            }
+        } else { /* matMxK * matKxN */
+            for (int i = 0; i < A->rows; i++)
+                for (int j = 0; j < B->cols; j++) {
+                    APPEND(&b, "    r.r[%d].%s = ", i, g_comp[j]);
+                    for (int k = 0; k < A->cols; k++)
+                        APPEND(&b, "%sa.r[%d].%s * b.r[%d].%s", k ? " + " : "", i, g_comp[k], k, g_comp[j]);
+                    nb_strbuf_append(&b, ";\n");
+                }
+        }
+        APPEND(&e->helpers, "%s %s %s(%s a, %s b) {\n    %s r;\n%s    return r;\n}\n", kw, rn, nm, an, bn, rn,
+               nb_strbuf_cstr(&b));
+    }
+    nb_strbuf_free(&b);
+    return registered(e, nm);
+}
+
+void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, const char *const *args,
+                       int n, nb_strbuf *o)
+{
+    const nb_intrinsic_info *info = nb_intrinsic_get(id);
+    if (!info) {
+        nb_emit_fail(e, "unknown intrinsic %d", id);
+        return;
+    }
+    const char *h = NULL;
+    switch (info->sig) {
+    case NB_ISIG_FLOAT_UNARY: case NB_ISIG_FLOAT_BINARY: case NB_ISIG_FLOAT_TERNARY:
+    case NB_ISIG_NUM_UNARY: case NB_ISIG_NUM_BINARY: case NB_ISIG_NUM_TERNARY:
+    case NB_ISIG_FLOAT_TEST: case NB_ISIG_BITCAST: case NB_ISIG_DETACH:
+        if (n < 1) break;
+        if (at[0]->kind == NB_TY_SCALAR) {
+            nb_scalar_kind s = at[0]->scalar;
+            if (id == NB_INTR_SMOOTHSTEP) need_smoothstep(e, s);
+            if (text_is_direct(e, id, s)) {
+                if (id == NB_INTR_DETACH) { APPEND(o, "%s", args[0]); return; }
+                nb_strbuf_append_char(o, '(');
+                scalar_intrin_text(e, id, s, args, o);
+                nb_strbuf_append_char(o, ')');
+                return;
+            }
+        }
+        h = elementwise_helper(e, id, rt, at, n);
+        break;
+    case NB_ISIG_DOT: case NB_ISIG_CROSS: case NB_ISIG_VEC_UNARY: case NB_ISIG_VEC_BINARY:
+    case NB_ISIG_LENGTH: case NB_ISIG_DISTANCE: case NB_ISIG_ANY_ALL:
+        if (n < 1) break;
+        if (at[0]->kind == NB_TY_SCALAR) {
+            char fn[32];
+            if (id == NB_INTR_LENGTH) { APPEND(o, "%s(%s)", math_fn(at[0]->scalar, "fabs", fn, sizeof fn), args[0]); return; }
+            if (id == NB_INTR_DISTANCE) { APPEND(o, "%s(%s - %s)", math_fn(at[0]->scalar, "fabs", fn, sizeof fn), args[0], args[1]); return; }
+            if (id == NB_INTR_DOT) { APPEND(o, "(%s * %s)", args[0], args[1]); return; }
+            if (id == NB_INTR_ANY || id == NB_INTR_ALL) { APPEND(o, "(%s != 0)", args[0]); return; }
+            if (id == NB_INTR_NORMALIZE) { APPEND(o, "(%s > 0 ? 1.0f : -1.0f)", args[0]); return; }
+        }
+        h = geometry_helper(e, id, rt, at, n);
+        break;
+    case NB_ISIG_SELECT:
+        if (n < 3) break;
+        if (at[0]->kind == NB_TY_SCALAR) { APPEND(o, "(%s ? %s : %s)", args[0], args[1], args[2]); return; }
+        h = nb_emit_op_helper(e, NB_IR_SELECT, rt, NULL);
+        break;
+    case NB_ISIG_MUL:
+        if (n == 2 && at[0]->kind == NB_TY_SCALAR && at[1]->kind == NB_TY_SCALAR) {
+            APPEND(o, "(%s * %s)", args[0], args[1]);
+            return;
+        }
+        /* fallthrough */
+    case NB_ISIG_TRANSPOSE: case NB_ISIG_DETERMINANT:
+        if (n < 1) break;
+        h = matrix_helper(e, id, rt, at, n);
+        break;
+    case NB_ISIG_THREAD_ID: {
+        const char *f = id == NB_INTR_DISPATCH_ID ? "dispatch_id" : id == NB_INTR_THREAD_IDX ? "thread_idx"
+                        : id == NB_INTR_BLOCK_IDX ? "block_idx" : "block_dim";
+        APPEND(o, "nb_tid->%s", f);
+        return;
+    }
+    default:
+        nb_emit_fail(e, "intrinsic '%s' is not supported in this context", info->name);
+        nb_strbuf_append(o, "0");
+        return;
+    }
+    if (!h) {
+        nb_emit_fail(e, "bad use of intrinsic '%s'", info->name);
+        return;
+    }
+    APPEND(o, "%s(", h);
+    for (int i = 0; i < n; i++) APPEND(o, "%s%s", i ? ", " : "", args[i]);
+    nb_strbuf_append_char(o, ')');
+}
+
+/* ---- tensors ----------------------------------------------------------------------------- */
+
+static void need_atomics(nb_emitter *e)
+{
+    if (e->target == NB_TARGET_CUDA || !nb_emit_need_helper(e, "nb_atomic_add_f32")) return;
+    const char *kw = nb_emit_inline_kw(e);
+    APPEND(&e->helpers,
+           "%s float nb_atomic_add_f32(float *p, float v) {\n"
+           "    unsigned old = __atomic_load_n((unsigned *)p, __ATOMIC_RELAXED), nw;\n"
+           "    float o, n;\n"
+           "    do { memcpy(&o, &old, 4); n = o + v; memcpy(&nw, &n, 4); }\n"
+           "    while (!__atomic_compare_exchange_n((unsigned *)p, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n"
+           "    return o;\n"
+           "}\n"
+           "%s double nb_atomic_add_f64(double *p, double v) {\n"
+           "    unsigned long long old = __atomic_load_n((unsigned long long *)p, __ATOMIC_RELAXED), nw;\n"
+           "    double o, n;\n"
+           "    do { memcpy(&o, &old, 8); n = o + v; memcpy(&nw, &n, 8); }\n"
+           "    while (!__atomic_compare_exchange_n((unsigned long long *)p, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n"
+           "    return o;\n"
+           "}\n",
+           kw, kw);
+}
+
+const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t)
+{
+    const char *pre = op == NB_IR_TLOAD ? "tload" : op == NB_IR_TSTORE ? "tstore" : "tatomic_add";
+    char nm[160];
+    helper_name(e, pre, t, NULL, nm, sizeof nm);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    const nb_type *el = t->elem;
+    const char *tn = nb_emit_ctype(e, t), *en = nb_emit_ctype(e, el);
+    nb_scalar_kind s = nb_type_elem_scalar(el);
+    nb_dtype dt = nb_emit_natural_dtype(s);
+    int comps = nb_type_components(el);
+    if (comps < 1 || (el->kind != NB_TY_SCALAR && el->kind != NB_TY_VECTOR && el->kind != NB_TY_MATRIX)) {
+        nb_emit_fail(e, "tensors of '%s' are not supported", el->name ? el->name : "?");
+        return registered(e, nm);
+    }
+    size_t esz = nb_dtype_size(dt);
+    nb_strbuf p, b;
+    nb_strbuf_init(&p);
+    nb_strbuf_init(&b);
+    APPEND(&p, "%s t", tn);
+    APPEND(&b, "    char *p = t.data");
+    for (int d = 0; d < t->rank; d++) {
+        APPEND(&p, ", int i%d", d);
+        APPEND(&b, " + (long long)i%d * t.strides[%d]", d, d);
+    }
+    nb_strbuf_append(&b, ";\n");
+    const char *kw = nb_emit_inline_kw(e);
+    if (op == NB_IR_TLOAD) {
+        APPEND(&b, "    %s r;\n", en);
+        for (int k = 0; k < comps; k++) {
+            char addr[64];
+            snprintf(addr, sizeof addr, "p + %zu", (size_t)k * esz);
+            nb_strbuf_append(&b, "    r");
+            nb_emit_comp(el, k, &b);
+            nb_strbuf_append(&b, " = ");
+            nb_emit_load_scalar(e, dt, s, addr, &b);
+            nb_strbuf_append(&b, ";\n");
+        }
+        APPEND(&e->helpers, "%s %s %s(%s) {\n%s    return r;\n}\n", kw, en, nm, nb_strbuf_cstr(&p), nb_strbuf_cstr(&b));
+    } else if (op == NB_IR_TSTORE) {
+        for (int k = 0; k < comps; k++) {
+            char addr[64];
+            nb_strbuf v;
+            nb_strbuf_init(&v);
+            nb_strbuf_append(&v, "v");
+            nb_emit_comp(el, k, &v);
+            snprintf(addr, sizeof addr, "p + %zu", (size_t)k * esz);
+            nb_strbuf_append(&b, "    ");
+            nb_emit_store_scalar(e, dt, s, addr, nb_strbuf_cstr(&v), &b);
+            nb_strbuf_append(&b, "\n");
+            nb_strbuf_free(&v);
+        }
+        APPEND(&e->helpers, "%s void %s(%s, %s v) {\n%s}\n", kw, nm, nb_strbuf_cstr(&p), en, nb_strbuf_cstr(&b));
+    } else {
+        if (el->kind != NB_TY_SCALAR || (s != NB_SC_FLOAT && s != NB_SC_DOUBLE && s != NB_SC_INT && s != NB_SC_UINT)) {
+            nb_emit_fail(e, "atomicAdd on tensors of '%s' is not supported", el->name ? el->name : "?");
+        } else if (e->target == NB_TARGET_CUDA) {
+            APPEND(&b, "    return atomicAdd((%s *)p, v);\n", nb_emit_scalar_ctype(s));
+        } else if (s == NB_SC_FLOAT || s == NB_SC_DOUBLE) {
+            need_atomics(e);
+            APPEND(&b, "    return nb_atomic_add_%s((%s *)p, v);\n", s == NB_SC_FLOAT ? "f32" : "f64", nb_emit_scalar_ctype(s));
+        } else {
+            APPEND(&b, "    return __atomic_fetch_add((%s *)p, v, __ATOMIC_RELAXED);\n", nb_emit_scalar_ctype(s));
+        }
+        APPEND(&e->helpers, "%s %s %s(%s, %s v) {\n%s}\n", kw, en, nm, nb_strbuf_cstr(&p), en, nb_strbuf_cstr(&b));
+    }
+    nb_strbuf_free(&p);
+    nb_strbuf_free(&b);
+    return registered(e, nm);
+}
+
+const char *nb_emit_thread_ids_type(nb_emitter *e)
+{
+    if (nb_emit_need_helper(e, "nb_thread_ids")) {
+        const char *u3 = nb_emit_ctype(e, nb_type_vector(e->tt, NB_SC_UINT, 3));
+        APPEND(&e->types,
+               "/* thread indices of a [Kernel] function: dispatch_id = global thread index (x fastest) */\n"
+               "typedef struct nb_thread_ids { %s dispatch_id, thread_idx, block_idx, block_dim; } nb_thread_ids;\n", u3);
+    }
+    return "nb_thread_ids";
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+void nb_emit_finish(nb_emitter *e, nb_strbuf *out)
+{
+    if (e->target == NB_TARGET_CUDA) {
+        nb_strbuf_append(out, "/* generated by nabla: CUDA C (NVRTC, no includes) */\n");
+    } else {
+        nb_strbuf_append(out,
+                         "/* generated by nabla: C99 */\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"
+                         "#if !defined(__cplusplus) && (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 202311L)\n"
+                         "typedef _Bool bool;\n#endif\n");
+    }
+    if (e->types.len) { nb_strbuf_append(out, "\n"); nb_strbuf_append(out, nb_strbuf_cstr(&e->types)); }
+    if (e->helpers.len) { nb_strbuf_append(out, "\n"); nb_strbuf_append(out, nb_strbuf_cstr(&e->helpers)); }
+    if (e->globals.len) { nb_strbuf_append(out, "\n"); nb_strbuf_append(out, nb_strbuf_cstr(&e->globals)); }
+    if (e->protos.len) { nb_strbuf_append(out, "\n"); nb_strbuf_append(out, nb_strbuf_cstr(&e->protos)); }
+    if (e->funcs.len) nb_strbuf_append(out, nb_strbuf_cstr(&e->funcs));
+    if (e->tail.len) { nb_strbuf_append(out, "\n"); nb_strbuf_append(out, nb_strbuf_cstr(&e->tail)); }
+}

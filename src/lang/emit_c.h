@@ -1,0 +1,104 @@
+/* C / CUDA C emitter over the IR (private to src/lang; owner: IR + back ends).
+ *
+ * One emitter, two targets. Output layout:
+ *   prelude (C: <math.h> <stdint.h> <string.h> + a bool typedef; CUDA: nothing)
+ *   types    typedefs in dependency order: vectors `nb_float3 {x,y,z}`, matrices
+ *            `nb_float3x4 { nb_float4 r[3]; }`, arrays `nb_arr_float_4 { float a[4]; }`, structs by
+ *            their source names, tensor views `nb_tensor_float_2 { char *data; shape; strides }`
+ *   helpers  small static inline functions generated on demand (nb_add_float3, nb_make_S, …)
+ *   globals  static const tables
+ *   functions one per IR function, named as in the source (overloads add, add_1, …)
+ *   tail     the call-kernel entry points (callgen.c)
+ * half is computed as float on both targets (converted only when loaded / stored from memory).
+ */
+#ifndef NB_LANG_EMIT_C_H
+#define NB_LANG_EMIT_C_H
+
+#include "core/strbuf.h"
+#include "lang/callsig.h"
+#include "lang/ir.h"
+
+typedef struct nb_emitter {
+    nb_ir_module *m;
+    nb_type_table *tt;
+    nb_call_target target;
+    nb_strbuf types, helpers, globals, protos, funcs, tail;
+    /* registries */
+    unsigned char *type_done; /* by type id */
+    int ntype_done;
+    char **type_names;        /* by type id: emitted C name */
+    char **helper_names;
+    int nhelpers, cap_helpers;
+    unsigned char *func_done; /* by function index */
+    unsigned char *global_done;
+    int ok;                   /* 0 after an emission error */
+    char err[512];
+    /* per-function state */
+    nb_ir_func *f;
+    char **var_names;
+    char **val_names;         /* by inst id (NULL = inlined) */
+    unsigned char *inlined;   /* by inst id */
+    nb_ir_inst **user;        /* by inst id: the single user */
+    char **used_names;
+    int nused_names, cap_used_names;
+    int label_counter;
+    int *loop_labels;         /* stack: label id or -1 (plain continue) */
+    int nloops;
+    int indent;
+} nb_emitter;
+
+void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target);
+void nb_emit_free(nb_emitter *e);
+void nb_emit_fail(nb_emitter *e, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The C name of a type (registers its typedef and those of its parts). */
+const char *nb_emit_ctype(nb_emitter *e, const nb_type *t);
+/* C name of a scalar kind ("float" for half). */
+const char *nb_emit_scalar_ctype(nb_scalar_kind s);
+/* Suffix to access component k of a vector/matrix value (".x", ".r[1].y"); "" for scalars. */
+void nb_emit_comp(const nb_type *t, int k, nb_strbuf *out);
+/* Registers helper `name`: returns 1 if the caller must now append its definition to
+ * e->helpers (after registering what it depends on), 0 if it exists already. */
+int nb_emit_need_helper(nb_emitter *e, const char *name);
+/* "static inline" / "static __device__ __forceinline__" */
+const char *nb_emit_inline_kw(const nb_emitter *e);
+/* Ensures the helper converting between storage dtype and scalar kind exists; writes an
+ * expression loading from `addr` (a char pointer expression) into out. */
+void nb_emit_load_scalar(nb_emitter *e, nb_dtype storage, nb_scalar_kind s, const char *addr, nb_strbuf *out);
+void nb_emit_store_scalar(nb_emitter *e, nb_dtype storage, nb_scalar_kind s, const char *addr,
+                          const char *value, nb_strbuf *out);
+nb_dtype nb_emit_natural_dtype(nb_scalar_kind s);
+
+/* Expression helpers used by the body emitter (emit_c.c). */
+void nb_emit_literal(nb_emitter *e, const nb_type *t, const nb_ir_cval *cv, nb_strbuf *out);
+void nb_emit_zero(nb_emitter *e, const nb_type *t, nb_strbuf *out);
+/* Writes the helper name for op over type t (registers the helper). */
+const char *nb_emit_op_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, const nb_type *from);
+const char *nb_emit_make_helper(nb_emitter *e, const nb_type *t);
+const char *nb_emit_swizzle_helper(nb_emitter *e, const nb_type *from, const int *swz, int n);
+const char *nb_emit_get_helper(nb_emitter *e, const nb_type *t);
+/* Renders intrinsic `id` with result type rt over rendered args (types in at[]). */
+void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, const char *const *args,
+                       int n, nb_strbuf *out);
+/* Tensor element access helpers: returns the helper name ("nb_tload_tensor_float_2"). */
+const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *tensor);
+
+/* Scalar C expression of an IR operator over rendered operands (no outer parentheses). */
+void nb_emit_scalar_op(nb_ir_op op, nb_scalar_kind s, nb_scalar_kind to, const char *a, const char *b, nb_strbuf *o);
+/* Registers the nb_thread_ids struct of [Kernel] functions; returns its name. */
+const char *nb_emit_thread_ids_type(nb_emitter *e);
+
+/* Function bodies (emit_body.c). Emits f and, first, everything it calls and reads. */
+void nb_emit_function(nb_emitter *e, nb_ir_func *f);
+/* Emits every function of the module. */
+void nb_emit_all(nb_emitter *e);
+/* A name safe to use in C / CUDA (C keywords, libm and CUDA names get a trailing '_'). */
+const char *nb_emit_safe_name(nb_emitter *e, const char *name);
+/* Concatenates prelude, types, helpers, globals, prototypes, functions and tail. */
+void nb_emit_finish(nb_emitter *e, nb_strbuf *out);
+
+#endif

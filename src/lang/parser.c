@@ -1,0 +1,832 @@
+/* Parser core (tokens, errors, recovery, known names) and declarations. Expressions and types are
+ * in parser_expr.c, statements in parser_stmt.c, the debug printer in ast_print.c. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/hash.h"
+#include "lang/parser_impl.h"
+
+/* ---- allocation (arena; out of memory jumps out of the parse) ------------------------------ */
+
+void *np_alloc(nb_parser *p, size_t size) {
+    void *x = nb_arena_zalloc(p->arena, size ? size : 1, 16);
+    if (!x) {
+        p->oom = 1;
+        longjmp(p->oom_jmp, 1);
+    }
+    return x;
+}
+
+const char *np_strndup(nb_parser *p, const char *s, size_t n) {
+    char *x = np_alloc(p, n + 1);
+    memcpy(x, s, n);
+    x[n] = '\0';
+    return x;
+}
+
+void np_push(nb_parser *p, nb_pvec *v, void *x) {
+    if (v->n == v->cap) {
+        int cap = v->cap ? v->cap * 2 : 4;
+        void **items = np_alloc(p, sizeof(void *) * (size_t)cap);
+        if (v->n) memcpy(items, v->items, sizeof(void *) * (size_t)v->n);
+        v->items = items;
+        v->cap = cap;
+    }
+    v->items[v->n++] = x;
+}
+
+void **np_finish(nb_parser *p, const nb_pvec *v) {
+    if (!v->n) return NULL;
+    void **items = np_alloc(p, sizeof(void *) * (size_t)v->n);
+    memcpy(items, v->items, sizeof(void *) * (size_t)v->n);
+    return items;
+}
+
+/* ---- name sets ------------------------------------------------------------------------------ */
+
+static int nameset_find(const nb_nameset *s, const char *name, size_t n) {
+    if (!s->cap) return -1;
+    uint64_t h = nb_hash64(name, n, 0);
+    int mask = s->cap - 1;
+    for (int i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask) {
+        const char *x = s->slots[i];
+        if (!x) return -1 - i;
+        if (strlen(x) == n && memcmp(x, name, n) == 0) return i;
+    }
+}
+
+static void nameset_add(nb_parser *p, nb_nameset *s, const char *name, size_t n) {
+    if ((s->count + 1) * 2 > s->cap) {
+        int cap = s->cap ? s->cap * 2 : 64;
+        nb_nameset ns = {np_alloc(p, sizeof(char *) * (size_t)cap), cap, 0};
+        for (int i = 0; i < s->cap; i++)
+            if (s->slots[i]) {
+                int at = nameset_find(&ns, s->slots[i], strlen(s->slots[i]));
+                ns.slots[-1 - at] = s->slots[i];
+                ns.count++;
+            }
+        *s = ns;
+    }
+    int at = nameset_find(s, name, n);
+    if (at >= 0) return;
+    s->slots[-1 - at] = np_strndup(p, name, n);
+    s->count++;
+}
+
+static const char *const builtin_generics[] = {
+    "vector", "matrix", "Tensor", "DiffTensor", "RWTensor", "TensorView", "DiffTensorView",
+    "DifferentialPair", "Array", "StructuredBuffer", "RWStructuredBuffer", NULL};
+
+static int is_builtin_type_name(const char *s, size_t n) {
+    static const char *const scalars[] = {"bool", "int", "uint", "float", "double", "half", "int64_t",
+                                          "uint64_t", "int32_t", "uint32_t", "int16_t", "uint16_t",
+                                          "int8_t", "uint8_t", "float16_t", "float32_t", "float64_t",
+                                          NULL};
+    if (n == 4 && memcmp(s, "void", 4) == 0) return 1;
+    for (int k = 0; scalars[k]; k++) {
+        size_t m = strlen(scalars[k]);
+        if (n < m || memcmp(s, scalars[k], m) != 0) continue;
+        const char *r = s + m;
+        size_t rn = n - m;
+        if (rn == 0) return 1;
+        if (rn == 1 && r[0] >= '1' && r[0] <= '4') return 1;
+        if (rn == 3 && r[0] >= '1' && r[0] <= '4' && r[1] == 'x' && r[2] >= '1' && r[2] <= '4') return 1;
+    }
+    return 0;
+}
+
+int np_is_generic_name(nb_parser *p, const nb_token *t) {
+    if (t->kind != NB_TOK_IDENT) return 0;
+    return nameset_find(&p->generics, t->start, (size_t)t->len) >= 0;
+}
+
+int np_is_type_name(nb_parser *p, const nb_token *t) {
+    if (t->kind != NB_TOK_IDENT) return 0;
+    return is_builtin_type_name(t->start, (size_t)t->len) ||
+           nameset_find(&p->types, t->start, (size_t)t->len) >= 0;
+}
+
+/* Collects struct/typedef/typealias names of the whole file, so that use before declaration works. */
+static void prescan(nb_parser *p) {
+    for (int k = 0; builtin_generics[k]; k++) {
+        nameset_add(p, &p->generics, builtin_generics[k], strlen(builtin_generics[k]));
+        nameset_add(p, &p->types, builtin_generics[k], strlen(builtin_generics[k]));
+    }
+    for (int i = 0; i + 1 < p->ntoks; i++) {
+        const nb_token *t = &p->toks[i], *n = &p->toks[i + 1];
+        if ((t->kind == NB_TOK_KW_STRUCT || t->kind == NB_TOK_KW_TYPEALIAS) && n->kind == NB_TOK_IDENT) {
+            nameset_add(p, &p->types, n->start, (size_t)n->len);
+            if (t->kind == NB_TOK_KW_STRUCT && i + 2 < p->ntoks && p->toks[i + 2].kind == NB_TOK_LT)
+                nameset_add(p, &p->generics, n->start, (size_t)n->len);
+        } else if (t->kind == NB_TOK_KW_TYPEDEF) {
+            const nb_token *last = NULL;
+            int depth = 0;
+            for (int j = i + 1; j < p->ntoks; j++) {
+                nb_tok_kind k = p->toks[j].kind;
+                if (k == NB_TOK_SEMI || k == NB_TOK_LBRACE || k == NB_TOK_RBRACE || k == NB_TOK_EOF ||
+                    k == NB_TOK_KW_TYPEDEF) /* (so the pre-scan stays linear) */
+                    break;
+                if (k == NB_TOK_LBRACKET || k == NB_TOK_LT) depth++;
+                else if ((k == NB_TOK_RBRACKET || k == NB_TOK_GT) && depth > 0) depth--;
+                else if (k == NB_TOK_SHR) depth = depth > 2 ? depth - 2 : 0;
+                else if (k == NB_TOK_IDENT && depth == 0) last = &p->toks[j];
+            }
+            if (last) nameset_add(p, &p->types, last->start, (size_t)last->len);
+        }
+    }
+}
+
+/* ---- tokens --------------------------------------------------------------------------------- */
+
+const nb_token *np_cur(nb_parser *p) {
+    if (p->stop) return &p->toks[p->ntoks - 1];
+    return &p->toks[p->pos];
+}
+
+const nb_token *np_peek(nb_parser *p, int k) {
+    if (p->stop) return &p->toks[p->ntoks - 1];
+    int i = p->pos + k;
+    if (i >= p->ntoks) i = p->ntoks - 1;
+    return &p->toks[i];
+}
+
+nb_tok_kind np_kind(nb_parser *p) {
+    if (p->split_gt && !p->stop) return NB_TOK_GT;
+    return np_cur(p)->kind;
+}
+
+nb_tok_kind np_peek_kind(nb_parser *p, int k) { return np_peek(p, k)->kind; }
+
+nb_loc np_loc(nb_parser *p) {
+    nb_loc l = np_cur(p)->loc;
+    if (p->split_gt && !p->stop) l.col++;
+    return l;
+}
+
+nb_loc np_prev_end(nb_parser *p) {
+    if (p->pos == 0) return np_loc(p);
+    const nb_token *t = &p->toks[p->pos - 1];
+    nb_loc l = t->loc;
+    l.col += t->len;
+    return l;
+}
+
+void np_advance(nb_parser *p) {
+    if (p->stop) return;
+    p->split_gt = 0;
+    if (p->pos < p->ntoks - 1) p->pos++;
+}
+
+int np_accept(nb_parser *p, nb_tok_kind k) {
+    if (np_kind(p) != k) return 0;
+    np_advance(p);
+    return 1;
+}
+
+const char *np_tok_text(nb_parser *p) {
+    const nb_token *t = np_cur(p);
+    return np_strndup(p, t->start, (size_t)t->len);
+}
+
+void np_describe(nb_parser *p, const nb_token *t, char *buf, size_t n) {
+    (void)p;
+    if (t->kind == NB_TOK_EOF) {
+        snprintf(buf, n, "end of file");
+        return;
+    }
+    int len = t->len > 32 ? 32 : t->len;
+    snprintf(buf, n, "'%.*s%s'", len, t->start, t->len > 32 ? "..." : "");
+}
+
+nb_pstate np_save(nb_parser *p) {
+    nb_pstate s = {p->pos, p->split_gt};
+    return s;
+}
+
+void np_restore(nb_parser *p, nb_pstate s) {
+    p->pos = s.pos;
+    p->split_gt = s.split_gt;
+}
+
+/* ---- errors and recovery -------------------------------------------------------------------- */
+
+static void verror(nb_parser *p, nb_loc loc, const char *fmt, va_list ap) {
+    if (p->spec) {
+        p->spec_failed = 1;
+        return;
+    }
+    if (p->panic || p->stop) return;
+    p->panic = 1;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    nb_diag_error(p->src, loc, "%s", buf);
+    if (p->src->max_errors > 0 && p->src->nerrors >= p->src->max_errors) p->stop = 1;
+}
+
+void np_error_at(nb_parser *p, nb_loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    verror(p, loc, fmt, ap);
+    va_end(ap);
+}
+
+void np_error_here(nb_parser *p, const char *fmt, ...) {
+    if (np_kind(p) == NB_TOK_ERROR) { /* the lexer reported it */
+        if (p->spec) p->spec_failed = 1;
+        else p->panic = 1;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    verror(p, np_loc(p), fmt, ap);
+    va_end(ap);
+}
+
+int np_expect_close(nb_parser *p, nb_tok_kind close, nb_loc open) {
+    if (np_accept(p, close)) return 1;
+    const char *opener = close == NB_TOK_RPAREN ? "'('" : close == NB_TOK_RBRACKET ? "'['"
+                         : close == NB_TOK_RBRACE ? "'{'" : "'<'";
+    char found[64];
+    np_describe(p, np_cur(p), found, sizeof found);
+    np_error_here(p, "expected %s to close %s opened at %d:%d, found %s", nb_tok_name(close), opener,
+                  open.line, open.col, found);
+    return 0;
+}
+
+int np_expect_semi(nb_parser *p, const char *after) {
+    if (np_accept(p, NB_TOK_SEMI)) return 1;
+    if (p->panic) return 0;
+    if (np_kind(p) == NB_TOK_ERROR) { /* already reported by the lexer: just recover */
+        np_error_here(p, "expected ';' after %s", after);
+        return 0;
+    }
+    if (np_kind(p) == NB_TOK_RPAREN || np_kind(p) == NB_TOK_RBRACKET) { /* x = (x)); */
+        np_error_here(p, "unexpected %s (no matching %s)", nb_tok_name(np_kind(p)),
+                      np_kind(p) == NB_TOK_RPAREN ? "'('" : "'['");
+        return 0;
+    }
+    nb_loc at = np_prev_end(p);
+    int same_line = p->pos > 0 && np_cur(p)->loc.line == p->toks[p->pos - 1].loc.line &&
+                    np_kind(p) != NB_TOK_RBRACE && np_kind(p) != NB_TOK_EOF;
+    np_error_at(p, at, "expected ';' after %s", after);
+    if (!same_line && !p->spec) p->panic = 0; /* assume it was forgotten at the end of the line */
+    return 0;
+}
+
+int np_enter(nb_parser *p) {
+    if (p->depth >= NB_PARSE_MAX_DEPTH) {
+        if (!p->stop && !p->spec) {
+            p->panic = 0;
+            np_error_here(p, "nesting is too deep (more than %d levels); giving up", NB_PARSE_MAX_DEPTH);
+            p->stop = 1;
+        } else if (p->spec) {
+            p->spec_failed = 1;
+        }
+        return 0;
+    }
+    p->depth++;
+    return 1;
+}
+
+void np_leave(nb_parser *p) { p->depth--; }
+
+void np_sync(nb_parser *p) {
+    int depth = 0;
+    for (;;) {
+        nb_tok_kind k = np_kind(p);
+        if (k == NB_TOK_EOF) break;
+        if (k == NB_TOK_SEMI && depth == 0) {
+            np_advance(p);
+            break;
+        }
+        if (k == NB_TOK_RBRACE) {
+            if (depth == 0) break;
+            np_advance(p);
+            if (--depth == 0) break;
+            continue;
+        }
+        if (k == NB_TOK_LBRACE || k == NB_TOK_LPAREN || k == NB_TOK_LBRACKET) depth++;
+        else if ((k == NB_TOK_RPAREN || k == NB_TOK_RBRACKET) && depth > 0) depth--;
+        np_advance(p);
+    }
+    p->panic = 0;
+}
+
+/* ---- declarations --------------------------------------------------------------------------- */
+
+static nb_decl *new_decl(nb_parser *p, nb_decl_kind kind, nb_loc loc, const char *name) {
+    nb_decl *d = np_alloc(p, sizeof *d);
+    d->kind = kind;
+    d->loc = loc;
+    d->name = name ? name : "";
+    d->module = p->mod;
+    return d;
+}
+
+static int has_attr(nb_attr_list a, const char *name) {
+    for (int i = 0; i < a.count; i++)
+        if (strcmp(a.items[i].name, name) == 0) return 1;
+    return 0;
+}
+
+static unsigned parse_mods(nb_parser *p) {
+    unsigned mods = 0;
+    for (;;) {
+        switch (np_kind(p)) {
+        case NB_TOK_KW_STATIC: mods |= NB_MOD_STATIC; break;
+        case NB_TOK_KW_CONST: mods |= NB_MOD_CONST; break;
+        case NB_TOK_KW_EXTERN: mods |= NB_MOD_EXTERN; break;
+        case NB_TOK_KW_PUBLIC: mods |= NB_MOD_PUBLIC; break;
+        case NB_TOK_KW_INLINE: mods |= NB_MOD_INLINE; break;
+        default: return mods;
+        }
+        np_advance(p);
+    }
+}
+
+/* One parameter: [attrs] (in|out|inout|no_diff|const)* type [name] [dims] [= default] */
+static nb_decl *parse_param(nb_parser *p, int index) {
+    nb_attr_list attrs = np_parse_attrs(p);
+    nb_loc loc = np_loc(p);
+    unsigned mods = 0;
+    int in = 0, out = 0;
+    for (;;) {
+        nb_tok_kind k = np_kind(p);
+        if (k == NB_TOK_KW_IN) in = 1;
+        else if (k == NB_TOK_KW_OUT) out = 1;
+        else if (k == NB_TOK_KW_INOUT) in = out = 1;
+        else if (k == NB_TOK_KW_NO_DIFF) mods |= NB_MOD_NO_DIFF;
+        else if (k == NB_TOK_KW_CONST) mods |= NB_MOD_CONST;
+        else break;
+        np_advance(p);
+    }
+    nb_type_expr *t = np_parse_type(p, 1);
+    nb_decl *d = new_decl(p, NB_DECL_PARAM, loc, "");
+    d->attrs = attrs;
+    d->mods = mods;
+    d->u.param.dir = out ? (in ? NB_DIR_INOUT : NB_DIR_OUT) : NB_DIR_IN;
+    d->u.param.index = index;
+    if (np_kind(p) == NB_TOK_IDENT) {
+        d->loc = np_loc(p);
+        d->name = np_tok_text(p);
+        np_advance(p);
+    }
+    nb_pvec dims = {0};
+    np_parse_dims(p, &dims);
+    d->u.param.texpr = dims.n ? np_type_with_dims(p, t, &dims) : t;
+    if (np_accept(p, NB_TOK_ASSIGN)) d->u.param.default_value = np_parse_expr(p);
+    return d;
+}
+
+/* Skips to the `)` closing a parameter list (balanced), stopping before `{`, `}` or `;`. */
+static void skip_params(nb_parser *p) {
+    int depth = 0;
+    for (;;) {
+        nb_tok_kind k = np_kind(p);
+        if (k == NB_TOK_EOF) break;
+        if (depth == 0 && (k == NB_TOK_LBRACE || k == NB_TOK_RBRACE || k == NB_TOK_SEMI)) break;
+        np_advance(p);
+        if (k == NB_TOK_LPAREN) depth++;
+        else if (k == NB_TOK_RPAREN && depth-- == 0) break;
+    }
+    p->panic = 0;
+}
+
+/* After `type name`, at `(`: parameters and a body or `;`. */
+static nb_decl *parse_function(nb_parser *p, nb_attr_list attrs, unsigned mods, nb_type_expr *ret,
+                               nb_loc loc, const char *name, nb_decl *parent) {
+    nb_decl *d = new_decl(p, NB_DECL_FUNC, loc, name);
+    d->attrs = attrs;
+    d->mods = mods;
+    d->u.func.ret = ret;
+    d->u.func.parent = parent;
+    d->u.func.is_mutating = has_attr(attrs, "mutating");
+    nb_loc open = np_loc(p);
+    np_advance(p); /* ( */
+    nb_pvec params = {0};
+    if (np_kind(p) != NB_TOK_RPAREN) {
+        for (;;) {
+            np_push(p, &params, parse_param(p, params.n));
+            if (p->panic) break;
+            if (!np_accept(p, NB_TOK_COMMA)) break;
+        }
+    }
+    if (!p->panic) {
+        if (np_kind(p) == NB_TOK_RPAREN) {
+            np_advance(p);
+        } else {
+            char found[64];
+            np_describe(p, np_cur(p), found, sizeof found);
+            np_error_here(p, "expected ',' or ')' in parameter list opened at %d:%d, found %s", open.line,
+                          open.col, found);
+        }
+    }
+    if (p->panic) skip_params(p);
+    d->u.func.params = (nb_decl **)np_finish(p, &params);
+    d->u.func.nparams = params.n;
+    if (np_kind(p) == NB_TOK_LBRACE) {
+        d->u.func.body = np_parse_block(p);
+    } else if (!np_accept(p, NB_TOK_SEMI)) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected '{' or ';' after the parameter list of '%s', found %s", name, found);
+    }
+    return d;
+}
+
+/* Declarators after a type: name [dims] [= init] {, name [dims] [= init]} ; -> NB_DECL_VARs. */
+void np_parse_var_declarators(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods,
+                                  nb_type_expr *t, nb_loc loc, const char *name, int global) {
+    for (;;) {
+        nb_decl *d = new_decl(p, NB_DECL_VAR, loc, name);
+        d->attrs = attrs;
+        d->mods = mods;
+        d->u.var.is_global = global;
+        nb_pvec dims = {0};
+        np_parse_dims(p, &dims);
+        d->u.var.texpr = np_type_with_dims(p, t, &dims);
+        if (np_accept(p, NB_TOK_ASSIGN)) d->u.var.init = np_parse_expr(p);
+        np_push(p, out, d);
+        if (p->panic || !np_accept(p, NB_TOK_COMMA)) break;
+        if (np_kind(p) != NB_TOK_IDENT) {
+            char found[64];
+            np_describe(p, np_cur(p), found, sizeof found);
+            np_error_here(p, "expected a variable name after ',', found %s", found);
+            break;
+        }
+        loc = np_loc(p);
+        name = np_tok_text(p);
+        np_advance(p);
+    }
+    if (!p->panic) np_expect_semi(p, "declaration");
+}
+
+static const char *const unsupported_decls[] = {"interface", "namespace", "extension", "enum", "class",
+                                                "cbuffer", "template", "union", "__generic", NULL};
+
+/* Reports `interface Foo {` and the like clearly; returns 1 if it did. */
+static int unsupported_decl(nb_parser *p) {
+    const nb_token *t = np_cur(p);
+    if (t->kind != NB_TOK_IDENT || np_peek_kind(p, 1) != NB_TOK_IDENT) return 0;
+    for (int k = 0; unsupported_decls[k]; k++)
+        if ((size_t)t->len == strlen(unsupported_decls[k]) && memcmp(t->start, unsupported_decls[k], (size_t)t->len) == 0) {
+            np_error_here(p, "'%s' declarations are not supported", unsupported_decls[k]);
+            return 1;
+        }
+    return 0;
+}
+
+static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods);
+
+/* A struct member: field(s), static const, or method. Appends to the struct's lists. */
+static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *statics, nb_pvec *methods) {
+    if (np_accept(p, NB_TOK_SEMI)) return;
+    nb_attr_list attrs = np_parse_attrs(p);
+    unsigned mods = parse_mods(p);
+    if (np_accept(p, NB_TOK_KW_NO_DIFF)) mods |= NB_MOD_NO_DIFF;
+    nb_tok_kind k = np_kind(p);
+    if (k == NB_TOK_KW_STRUCT) {
+        np_error_here(p, "nested struct declarations are not supported");
+        return;
+    }
+    if (k == NB_TOK_IDENT && np_peek_kind(p, 1) == NB_TOK_LPAREN) {
+        const nb_token *t = np_cur(p);
+        if (t->len == 6 && memcmp(t->start, "__init", 6) == 0)
+            np_error_here(p, "constructors ('__init') are not supported");
+        else
+            np_error_here(p, "expected a return type before method name '%.*s'", t->len, t->start);
+        return;
+    }
+    if (k != NB_TOK_IDENT) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected a member declaration, found %s", found);
+        return;
+    }
+    if (unsupported_decl(p)) return;
+    nb_type_expr *t = np_parse_type(p, 1);
+    if (np_kind(p) != NB_TOK_IDENT) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected a member name, found %s", found);
+        return;
+    }
+    nb_loc loc = np_loc(p);
+    const char *name = np_tok_text(p);
+    np_advance(p);
+    if (np_kind(p) == NB_TOK_LPAREN) {
+        np_push(p, methods, parse_function(p, attrs, mods, t, loc, name, s));
+        return;
+    }
+    nb_pvec vars = {0};
+    np_parse_var_declarators(p, &vars, attrs, mods, t, loc, name, 0);
+    for (int i = 0; i < vars.n; i++) np_push(p, (mods & NB_MOD_STATIC) ? statics : fields, vars.items[i]);
+}
+
+/* struct Name [<let W : int, …>] [: I, …] { members } [;] */
+static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods) {
+    nb_loc kwloc = np_loc(p);
+    np_advance(p); /* struct */
+    if (np_kind(p) != NB_TOK_IDENT) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected a struct name after 'struct', found %s", found);
+        return NULL;
+    }
+    nb_decl *s = new_decl(p, NB_DECL_STRUCT, np_loc(p), np_tok_text(p));
+    (void)kwloc;
+    s->attrs = attrs;
+    s->mods = mods;
+    np_advance(p);
+    nb_pvec gparams = {0};
+    if (np_kind(p) == NB_TOK_LT) {
+        nb_loc open = np_loc(p);
+        np_advance(p);
+        while (np_kind(p) != NB_TOK_GT && !p->panic) {
+            nb_loc ploc = np_loc(p);
+            if (np_accept(p, NB_TOK_KW_LET)) {
+                if (np_kind(p) != NB_TOK_IDENT) {
+                    np_error_here(p, "expected a name after 'let' in generic parameters");
+                    break;
+                }
+                nb_decl *g = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
+                np_advance(p);
+                g->u.param.index = gparams.n;
+                if (np_accept(p, NB_TOK_COLON)) {
+                    g->u.param.texpr = np_parse_type(p, 0);
+                } else {
+                    np_error_here(p, "expected ':' and a type after generic parameter '%s' (e.g. 'let %s : int')",
+                                  g->name, g->name);
+                }
+                if (np_accept(p, NB_TOK_ASSIGN)) g->u.param.default_value = np_parse_generic_value(p);
+                np_push(p, &gparams, g);
+            } else if (np_kind(p) == NB_TOK_IDENT) {
+                np_error_at(p, ploc, "type generic parameters are not supported; write 'let %.*s : int' for a value parameter",
+                            np_cur(p)->len, np_cur(p)->start);
+                break;
+            } else {
+                np_error_here(p, "expected 'let' in generic parameter list");
+                break;
+            }
+            if (!np_accept(p, NB_TOK_COMMA)) break;
+        }
+        if (!p->panic) np_expect_close(p, NB_TOK_GT, open);
+        if (p->panic) { /* skip to the body */
+            while (np_kind(p) != NB_TOK_LBRACE && np_kind(p) != NB_TOK_SEMI && np_kind(p) != NB_TOK_EOF &&
+                   np_kind(p) != NB_TOK_RBRACE)
+                np_advance(p);
+            p->panic = 0;
+        }
+    }
+    s->u.strct.gparams = (nb_decl **)np_finish(p, &gparams);
+    s->u.strct.ngparams = gparams.n;
+    nb_pvec conforms = {0};
+    if (np_accept(p, NB_TOK_COLON)) {
+        do {
+            if (np_kind(p) != NB_TOK_IDENT) {
+                np_error_here(p, "expected an interface name after ':'");
+                break;
+            }
+            np_push(p, &conforms, (void *)np_tok_text(p));
+            np_advance(p);
+        } while (np_accept(p, NB_TOK_COMMA));
+    }
+    s->u.strct.conforms = (const char **)np_finish(p, &conforms);
+    s->u.strct.nconforms = conforms.n;
+    if (p->panic) return s;
+    if (np_kind(p) != NB_TOK_LBRACE) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected '{' after struct name '%s', found %s", s->name, found);
+        return s;
+    }
+    nb_loc open = np_loc(p);
+    np_advance(p);
+    nb_pvec fields = {0}, statics = {0}, methods = {0};
+    while (np_kind(p) != NB_TOK_RBRACE && np_kind(p) != NB_TOK_EOF) {
+        int before = p->pos;
+        parse_member(p, s, &fields, &statics, &methods);
+        if (p->panic) np_sync(p);
+        if (p->pos == before && np_kind(p) != NB_TOK_RBRACE) np_advance(p);
+    }
+    np_expect_close(p, NB_TOK_RBRACE, open);
+    np_accept(p, NB_TOK_SEMI);
+    s->u.strct.fields = (nb_decl **)np_finish(p, &fields);
+    s->u.strct.nfields = fields.n;
+    s->u.strct.statics = (nb_decl **)np_finish(p, &statics);
+    s->u.strct.nstatics = statics.n;
+    s->u.strct.methods = (nb_decl **)np_finish(p, &methods);
+    s->u.strct.nmethods = methods.n;
+    return s;
+}
+
+/* import name[.name…];  |  import "path"; */
+static nb_decl *parse_import(nb_parser *p) {
+    nb_loc loc = np_loc(p);
+    np_advance(p);
+    nb_decl *d = new_decl(p, NB_DECL_IMPORT, loc, "");
+    if (np_kind(p) == NB_TOK_STRING) {
+        const nb_token *t = np_cur(p);
+        char *path = np_alloc(p, (size_t)t->len);
+        int n = 0;
+        for (int i = 1; i < t->len - 1; i++) {
+            if (t->start[i] == '\\' && i + 1 < t->len - 1) i++;
+            path[n++] = t->start[i];
+        }
+        path[n] = '\0';
+        d->u.import.path = path;
+        np_advance(p);
+    } else if (np_kind(p) == NB_TOK_IDENT) {
+        const nb_token *first = np_cur(p);
+        const char *end = first->start + first->len;
+        np_advance(p);
+        while (np_kind(p) == NB_TOK_DOT && np_peek_kind(p, 1) == NB_TOK_IDENT) {
+            np_advance(p);
+            end = np_cur(p)->start + np_cur(p)->len;
+            np_advance(p);
+        }
+        /* Rebuild "a.b.c" without any whitespace that may sit between the parts. */
+        char *path = np_alloc(p, (size_t)(end - first->start) + 1);
+        int n = 0;
+        for (const char *c = first->start; c < end; c++)
+            if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') path[n++] = *c;
+        path[n] = '\0';
+        d->u.import.path = path;
+    } else {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected a module name after 'import', found %s", found);
+        return d;
+    }
+    d->name = d->u.import.path;
+    np_expect_semi(p, "import");
+    return d;
+}
+
+/* typedef T Name[dims];  |  typealias Name = T; */
+static nb_decl *parse_typedef(nb_parser *p, int alias) {
+    nb_loc loc = np_loc(p);
+    np_advance(p);
+    nb_decl *d = new_decl(p, NB_DECL_TYPEDEF, loc, "");
+    if (alias) {
+        if (np_kind(p) != NB_TOK_IDENT) {
+            np_error_here(p, "expected a name after 'typealias'");
+            return d;
+        }
+        d->loc = np_loc(p);
+        d->name = np_tok_text(p);
+        np_advance(p);
+        if (!np_accept(p, NB_TOK_ASSIGN)) {
+            np_error_here(p, "expected '=' after 'typealias %s'", d->name);
+            return d;
+        }
+        d->u.tdef.texpr = np_parse_type(p, 1);
+    } else {
+        nb_type_expr *t = np_parse_type(p, 1);
+        if (np_kind(p) != NB_TOK_IDENT) {
+            np_error_here(p, "expected a name for the typedef");
+            return d;
+        }
+        d->loc = np_loc(p);
+        d->name = np_tok_text(p);
+        np_advance(p);
+        nb_pvec dims = {0};
+        np_parse_dims(p, &dims);
+        d->u.tdef.texpr = dims.n ? np_type_with_dims(p, t, &dims) : t;
+    }
+    np_expect_semi(p, alias ? "typealias" : "typedef");
+    return d;
+}
+
+/* One top-level declaration (possibly several variables); appends to out. */
+static void parse_toplevel(nb_parser *p, nb_pvec *out) {
+    nb_tok_kind k = np_kind(p);
+    if (k == NB_TOK_SEMI) {
+        np_advance(p);
+        return;
+    }
+    if (k == NB_TOK_RBRACE || k == NB_TOK_RPAREN || k == NB_TOK_RBRACKET) {
+        np_error_here(p, "unexpected %s", nb_tok_name(k));
+        np_advance(p);
+        p->panic = 0;
+        return;
+    }
+    if (k == NB_TOK_ERROR) { /* already reported by the lexer */
+        np_advance(p);
+        return;
+    }
+    nb_attr_list attrs = np_parse_attrs(p);
+    unsigned mods = parse_mods(p);
+    k = np_kind(p);
+    if (k == NB_TOK_KW_IMPORT) {
+        np_push(p, out, parse_import(p));
+        return;
+    }
+    if (k == NB_TOK_KW_STRUCT) {
+        nb_decl *s = parse_struct(p, attrs, mods);
+        if (s) np_push(p, out, s);
+        return;
+    }
+    if (k == NB_TOK_KW_TYPEDEF || k == NB_TOK_KW_TYPEALIAS) {
+        np_push(p, out, parse_typedef(p, k == NB_TOK_KW_TYPEALIAS));
+        return;
+    }
+    if (k == NB_TOK_KW_LET || k == NB_TOK_KW_VAR) {
+        nb_stmt *st = np_parse_local_decl(p, attrs);
+        for (int i = 0; i < st->u.var.count; i++) {
+            st->u.var.vars[i]->u.var.is_global = 1;
+            st->u.var.vars[i]->mods |= mods;
+            np_push(p, out, st->u.var.vars[i]);
+        }
+        return;
+    }
+    if (k != NB_TOK_IDENT) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected a declaration, found %s", found);
+        return;
+    }
+    if (unsupported_decl(p)) return;
+    if (np_peek_kind(p, 1) == NB_TOK_LPAREN) {
+        np_error_here(p, "expected a return type before function name '%.*s'", np_cur(p)->len,
+                      np_cur(p)->start);
+        return;
+    }
+    nb_type_expr *t = np_parse_type(p, 1);
+    if (np_kind(p) != NB_TOK_IDENT) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected a name after type '%s', found %s", t->name, found);
+        return;
+    }
+    nb_loc loc = np_loc(p);
+    const char *name = np_tok_text(p);
+    np_advance(p);
+    if (np_kind(p) == NB_TOK_LPAREN) {
+        np_push(p, out, parse_function(p, attrs, mods, t, loc, name, NULL));
+        return;
+    }
+    np_parse_var_declarators(p, out, attrs, mods, t, loc, name, 1);
+}
+
+static int loc_before(nb_loc a, nb_loc b) {
+    if (a.file != b.file) return a.file < b.file;
+    if (a.line != b.line) return a.line < b.line;
+    return a.col < b.col;
+}
+
+/* The lexer reports before the parser starts: put this parse's diagnostics in source order
+ * (stable insertion sort; the range is at most max_errors long). */
+static void sort_diags(nb_source_set *src, int from) {
+    for (int i = from + 1; i < src->ndiags; i++) {
+        nb_diag d = src->diags[i];
+        int j = i;
+        while (j > from && loc_before(d.loc, src->diags[j - 1].loc)) {
+            src->diags[j] = src->diags[j - 1];
+            j--;
+        }
+        src->diags[j] = d;
+    }
+}
+
+nb_status nb_parse_module(nb_source_set *src, int file, nb_arena *arena, nb_module_ast **out) {
+    if (out) *out = NULL;
+    if (!src || !arena || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_parse_module: NULL argument");
+    if (file < 0 || file >= src->nfiles)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_parse_module: no source file %d", file);
+    int errors_before = src->nerrors, diags_before = src->ndiags;
+    nb_parser *p = nb_arena_zalloc(arena, sizeof *p, 16);
+    if (!p) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory parsing '%s'", src->files[file].path);
+    p->src = src;
+    p->file = file;
+    p->arena = arena;
+    if (setjmp(p->oom_jmp)) {
+        *out = p->mod; /* partial; may be NULL */
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory parsing '%s'", src->files[file].path);
+    }
+    p->toks = nb_lex(src, file, arena, &p->ntoks);
+    if (!p->toks || p->ntoks < 1)
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory parsing '%s'", src->files[file].path);
+    nb_module_ast *m = np_alloc(p, sizeof *m);
+    m->name = np_strndup(p, src->files[file].name, strlen(src->files[file].name));
+    m->file = file;
+    m->arena = arena;
+    p->mod = m;
+    prescan(p);
+    int capped = src->max_errors > 0 && src->nerrors >= src->max_errors;
+    if (capped) p->stop = 1; /* too many errors already: an empty module */
+    nb_pvec decls = {0};
+    while (np_kind(p) != NB_TOK_EOF) {
+        int before = p->pos;
+        parse_toplevel(p, &decls);
+        if (p->panic) np_sync(p);
+        if (p->pos == before) np_advance(p);
+        if (p->stop) break;
+    }
+    m->decls = (nb_decl **)np_finish(p, &decls);
+    m->ndecls = decls.n;
+    sort_diags(src, diags_before);
+    *out = m;
+    return src->nerrors > errors_before || capped ? NB_ERR_COMPILE : NB_OK;
+}

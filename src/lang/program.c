@@ -1,0 +1,737 @@
+/* Programs: loading modules and imports, checking, link-time constants and reflection
+ * (compiler.h; the emit functions are in callgen.c). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/strbuf.h"
+#include "lang/check.h"
+#include "lang/parser.h"
+#include "lang/program.h"
+#include "nabla/alloc.h"
+
+struct nb_program_gen {
+    nb_source_set src;
+    nb_arena arena;
+    nb_type_table types;
+    nb_program_gen *next;
+};
+
+typedef struct reflect_entry {
+    const char *name;
+    nb_fn_info *infos;
+    int count;
+    struct reflect_entry *next;
+} reflect_entry;
+
+static char *heap_strdup(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    char *d = nb_alloc(n + 1, 16);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
+static void heap_strfree(char *s) {
+    if (s) nb_free(s, strlen(s) + 1);
+}
+
+/* ---- module loading ----------------------------------------------------------------------- */
+
+typedef struct load_mod {
+    char *canon;          /* canonical path (heap) */
+    int file;
+    nb_module_ast *mod;
+    int state;            /* 1 loading, 2 done */
+} load_mod;
+
+typedef struct loader {
+    nb_program *p;
+    const nb_source_set *prev; /* earlier generation's sources (rebuilds reuse their text) */
+    load_mod *mods;
+    int nmods, cap;
+    nb_module_ast **order;
+    int norder, cap_order;
+    int stack[64];
+    int depth;
+} loader;
+
+static char *canonical(const char *path) {
+    char buf[PATH_MAX];
+    if (realpath(path, buf)) return heap_strdup(buf);
+    return heap_strdup(path);
+}
+
+static int file_exists(const loader *L, const char *path) {
+    if (L->prev)
+        for (int i = 0; i < L->prev->nfiles; i++)
+            if (strcmp(L->prev->files[i].path, path) == 0) return 1;
+    return access(path, R_OK) == 0;
+}
+
+/* Adds the file to the source set (from the previous generation when possible). */
+static nb_status add_file(loader *L, const char *path, const char *text, int *index) {
+    nb_source_set *src = &L->p->src;
+    if (text) {
+        *index = nb_source_add(src, path, text, strlen(text));
+        return *index < 0 ? nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory adding '%s'", path) : NB_OK;
+    }
+    if (L->prev)
+        for (int i = 0; i < L->prev->nfiles; i++)
+            if (strcmp(L->prev->files[i].path, path) == 0) {
+                *index = nb_source_add(src, path, L->prev->files[i].text, L->prev->files[i].len);
+                return *index < 0 ? nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory adding '%s'", path) : NB_OK;
+            }
+    return nb_source_load(src, path, index);
+}
+
+static void dir_of(const char *path, char *out, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(out, n, "%s", "");
+        return;
+    }
+    size_t len = (size_t)(slash - path);
+    if (len == 0) len = 1; /* "/x.nb" */
+    if (len >= n) len = n - 1;
+    memcpy(out, path, len);
+    out[len] = 0;
+}
+
+/* "a.b" -> "a/b.nb"; quoted paths ending in .nb are kept. */
+static void import_rel(const char *imp, char *out, size_t n) {
+    size_t len = strlen(imp);
+    if (len > 3 && strcmp(imp + len - 3, ".nb") == 0) {
+        snprintf(out, n, "%s", imp);
+        return;
+    }
+    size_t j = 0;
+    for (size_t i = 0; i < len && j + 4 < n; i++) out[j++] = imp[i] == '.' ? '/' : imp[i];
+    out[j] = 0;
+    snprintf(out + j, n - j, ".nb");
+}
+
+static int load_module(loader *L, const char *path, const char *text, nb_loc from, int *out_idx);
+
+static void resolve_imports(loader *L, int mi, const char *own_dir) {
+    nb_module_ast *m = L->mods[mi].mod;
+    nb_program *p = L->p;
+    for (int i = 0; i < m->ndecls; i++) {
+        nb_decl *d = m->decls[i];
+        if (!d || d->kind != NB_DECL_IMPORT || !d->u.import.path) continue;
+        char rel[1024], cand[PATH_MAX + 2048];
+        import_rel(d->u.import.path, rel, sizeof rel);
+        int found = 0;
+        if (rel[0] == '/') {
+            snprintf(cand, sizeof cand, "%s", rel);
+            found = file_exists(L, cand);
+        }
+        if (!found && own_dir) {
+            if (*own_dir) snprintf(cand, sizeof cand, "%s/%s", own_dir, rel);
+            else snprintf(cand, sizeof cand, "%s", rel);
+            found = file_exists(L, cand);
+        }
+        for (int k = 0; !found && k < p->nsearch; k++) {
+            snprintf(cand, sizeof cand, "%s/%s", p->search_paths[k], rel);
+            found = file_exists(L, cand);
+        }
+        if (!found) {
+            nb_strbuf sb;
+            nb_strbuf_init(&sb);
+            if (own_dir) nb_strbuf_append(&sb, *own_dir ? own_dir : ".");
+            for (int k = 0; k < p->nsearch; k++) {
+                if (sb.len) nb_strbuf_append(&sb, ", ");
+                nb_strbuf_append(&sb, p->search_paths[k]);
+            }
+            nb_diag_error(&p->src, d->loc, "cannot find module '%s' (looked for '%s' in: %s)", d->u.import.path,
+                          rel, sb.len ? nb_strbuf_cstr(&sb) : "no directories; add a search path");
+            nb_strbuf_free(&sb);
+            continue;
+        }
+        int ti = -1;
+        if (load_module(L, cand, NULL, d->loc, &ti) == 0 && ti >= 0) {
+            if (L->mods[ti].state == 1) {
+                /* cycle: report the chain */
+                nb_strbuf sb;
+                nb_strbuf_init(&sb);
+                int start = 0;
+                while (start < L->depth && L->stack[start] != ti) start++;
+                for (int k = start; k < L->depth; k++)
+                    nb_strbuf_printf(&sb, "'%s' imports ", L->mods[L->stack[k]].mod->name);
+                nb_strbuf_printf(&sb, "'%s'", L->mods[ti].mod->name);
+                nb_diag_error(&p->src, d->loc, "import cycle: %s", nb_strbuf_cstr(&sb));
+                nb_strbuf_free(&sb);
+                continue;
+            }
+            d->u.import.target = L->mods[ti].mod;
+        }
+    }
+}
+
+/* Loads (or finds) a module; returns 0 and its index, -1 on a failure already reported. */
+static int load_module(loader *L, const char *path, const char *text, nb_loc from, int *out_idx) {
+    nb_program *p = L->p;
+    char *canon = text ? heap_strdup(path) : canonical(path);
+    if (!canon) return -1;
+    for (int i = 0; i < L->nmods; i++) {
+        if (strcmp(L->mods[i].canon, canon) == 0) {
+            heap_strfree(canon);
+            *out_idx = i;
+            return 0;
+        }
+    }
+    int file = -1;
+    nb_status st = add_file(L, path, text, &file);
+    if (st != NB_OK) {
+        if (from.file >= 0) nb_diag_error(&p->src, from, "cannot read module '%s': %s", path, nb_last_error());
+        heap_strfree(canon);
+        return -1;
+    }
+    nb_module_ast *m = NULL;
+    nb_parse_module(&p->src, file, &p->arena, &m);
+    if (!m) {
+        heap_strfree(canon);
+        return -1;
+    }
+    if (!m->name) m->name = p->src.files[file].name;
+    m->file = file;
+    if (L->nmods == L->cap) {
+        int ncap = L->cap ? L->cap * 2 : 8;
+        load_mod *n = nb_alloc(sizeof *n * (size_t)ncap, 16);
+        if (!n) { heap_strfree(canon); return -1; }
+        if (L->mods) memcpy(n, L->mods, sizeof *n * (size_t)L->nmods);
+        nb_free(L->mods, sizeof *n * (size_t)L->cap);
+        L->mods = n;
+        L->cap = ncap;
+    }
+    int mi = L->nmods++;
+    L->mods[mi].canon = canon;
+    L->mods[mi].file = file;
+    L->mods[mi].mod = m;
+    L->mods[mi].state = 1;
+    *out_idx = mi;
+    if (L->depth >= 64) {
+        nb_diag_error(&p->src, from, "imports nested too deeply (more than 64 levels)");
+        L->mods[mi].state = 2;
+        return 0;
+    }
+    L->stack[L->depth++] = mi;
+    char dir[PATH_MAX];
+    dir_of(path, dir, sizeof dir);
+    int has_dir = !text || strchr(path, '/') != NULL;
+    resolve_imports(L, mi, has_dir ? dir : NULL);
+    L->depth--;
+    L->mods[mi].state = 2;
+    /* post-order: imports first */
+    if (L->norder == L->cap_order) {
+        int ncap = L->cap_order ? L->cap_order * 2 : 8;
+        nb_module_ast **n = nb_arena_alloc(&p->arena, sizeof *n * (size_t)ncap, 16);
+        if (!n) return 0;
+        if (L->order) memcpy(n, L->order, sizeof *n * (size_t)L->norder);
+        L->order = n;
+        L->cap_order = ncap;
+    }
+    L->order[L->norder++] = m;
+    return 0;
+}
+
+/* ---- building a generation ---------------------------------------------------------------- */
+
+static void free_reflect(nb_program *p) {
+    p->reflect = NULL; /* entries live in the arena */
+}
+
+static void drop_ir(nb_program *p) {
+    if (p->ir && p->ir_free) p->ir_free(p->ir);
+    p->ir = NULL;
+}
+
+static nb_status collect_constants(nb_program *p) {
+    int n = 0;
+    for (int i = 0; i < p->nmodules; i++)
+        for (int k = 0; k < p->modules[i]->ndecls; k++) {
+            nb_decl *d = p->modules[i]->decls[k];
+            if (d && d->kind == NB_DECL_VAR && (d->mods & NB_MOD_EXTERN)) n++;
+        }
+    nb_constant *arr = n ? nb_alloc(sizeof *arr * (size_t)n, 16) : NULL;
+    if (n && !arr) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    int j = 0;
+    for (int i = 0; i < p->nmodules; i++)
+        for (int k = 0; k < p->modules[i]->ndecls; k++) {
+            nb_decl *d = p->modules[i]->decls[k];
+            if (!d || d->kind != NB_DECL_VAR || !(d->mods & NB_MOD_EXTERN)) continue;
+            nb_constant *c = &arr[j++];
+            memset(c, 0, sizeof *c);
+            c->name = d->name;
+            c->decl = d;
+            c->module = p->modules[i];
+            for (int q = 0; q < p->nconstants; q++)
+                if (p->constants[q].is_set && p->constants[q].name && d->name &&
+                    strcmp(p->constants[q].name, d->name) == 0) {
+                    c->is_set = 1;
+                    c->value = p->constants[q].value;
+                }
+        }
+    nb_free(p->constants, sizeof(nb_constant) * (size_t)p->nconstants);
+    p->constants = arr;
+    p->nconstants = n;
+    return NB_OK;
+}
+
+/* Parses and checks everything into p's (fresh) src/arena/types. prev: sources to reuse. */
+static nb_status build(nb_program *p, const nb_source_set *prev) {
+    nb_source_set_init(&p->src);
+    if (p->max_errors > 0) p->src.max_errors = p->max_errors;
+    nb_arena_init(&p->arena, 0);
+    nb_types_init(&p->types, &p->arena);
+    p->modules = NULL;
+    p->nmodules = 0;
+    p->main = NULL;
+    loader L;
+    memset(&L, 0, sizeof L);
+    L.p = p;
+    L.prev = prev;
+    nb_loc noloc = {-1, 0, 0};
+    int mi = -1;
+    int rc = load_module(&L, p->main_path, p->main_text, noloc, &mi);
+    nb_status st = NB_OK;
+    if (rc != 0 || mi < 0) {
+        if (p->src.nerrors == 0) st = nb_last_error()[0] ? NB_ERR_IO : NB_ERR_INTERNAL;
+        if (st == NB_ERR_IO) {
+            /* keep the loader's message */
+            for (int i = 0; i < L.nmods; i++) heap_strfree(L.mods[i].canon);
+            nb_free(L.mods, sizeof(load_mod) * (size_t)L.cap);
+            return NB_ERR_IO;
+        }
+    } else {
+        p->modules = L.order;
+        p->nmodules = L.norder;
+        p->main = L.mods[mi].mod;
+    }
+    for (int i = 0; i < L.nmods; i++) heap_strfree(L.mods[i].canon);
+    nb_free(L.mods, sizeof(load_mod) * (size_t)L.cap);
+    if (p->src.nerrors == 0 && p->main) nb_check_program(p);
+    if (p->src.nerrors > 0) return nb_diag_status(&p->src);
+    if (!p->main) return nb_error(NB_ERR_INTERNAL, "no module was loaded");
+    return collect_constants(p);
+}
+
+static void release_current(nb_program *p) {
+    nb_source_set_free(&p->src);
+    nb_types_free(&p->types);
+    nb_arena_destroy(&p->arena);
+}
+
+static nb_status compile(const char *path, const char *text, const nb_compile_opts *opts, nb_program **out) {
+    if (!out) return nb_error(NB_ERR_INVALID_ARG, "nb_program_compile: out is NULL");
+    *out = NULL;
+    if (!path) return nb_error(NB_ERR_INVALID_ARG, "nb_program_compile: path is NULL");
+    nb_program *p = nb_alloc(sizeof *p, 16);
+    if (!p) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    memset(p, 0, sizeof *p);
+    p->main_path = heap_strdup(path);
+    p->main_text = text ? heap_strdup(text) : NULL;
+    p->max_errors = opts ? opts->max_errors : 0;
+    int ns = opts && opts->search_paths ? opts->nsearch : 0;
+    if (ns > 0) {
+        p->search_paths = nb_alloc(sizeof(char *) * (size_t)ns, 16);
+        if (p->search_paths) {
+            for (int i = 0; i < ns; i++) p->search_paths[i] = heap_strdup(opts->search_paths[i] ? opts->search_paths[i] : ".");
+            p->nsearch = ns;
+        }
+    }
+    if (!p->main_path || (text && !p->main_text)) {
+        nb_program_free(p);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    nb_status st = build(p, NULL);
+    if (st != NB_OK) {
+        nb_program_free(p);
+        return st;
+    }
+    *out = p;
+    return NB_OK;
+}
+
+nb_status nb_program_compile_file(const char *path, const nb_compile_opts *opts, nb_program **out) {
+    return compile(path, NULL, opts, out);
+}
+
+nb_status nb_program_compile_source(const char *name, const char *source, const nb_compile_opts *opts,
+                                    nb_program **out) {
+    if (!source) {
+        if (out) *out = NULL;
+        return nb_error(NB_ERR_INVALID_ARG, "nb_program_compile_source: source is NULL");
+    }
+    return compile(name ? name : "<source>", source, opts, out);
+}
+
+void nb_program_free(nb_program *p) {
+    if (!p) return;
+    drop_ir(p);
+    free_reflect(p);
+    release_current(p);
+    nb_program_gen *g = p->old;
+    while (g) {
+        nb_program_gen *n = g->next;
+        nb_source_set_free(&g->src);
+        nb_types_free(&g->types);
+        nb_arena_destroy(&g->arena);
+        nb_free(g, sizeof *g);
+        g = n;
+    }
+    nb_free(p->constants, sizeof(nb_constant) * (size_t)p->nconstants);
+    heap_strfree(p->main_path);
+    heap_strfree(p->main_text);
+    for (int i = 0; i < p->nsearch; i++) heap_strfree(p->search_paths[i]);
+    nb_free(p->search_paths, sizeof(char *) * (size_t)p->nsearch);
+    nb_free(p, sizeof *p);
+}
+
+/* ---- link-time constants ------------------------------------------------------------------ */
+
+static double convert_value(const nb_type *t, double v) {
+    switch (t->scalar) {
+    case NB_SC_BOOL: return v != 0 ? 1 : 0;
+    case NB_SC_INT: {
+        if (v != v) return 0;
+        if (v >= 2147483647.0) return 2147483647.0;
+        if (v <= -2147483648.0) return -2147483648.0;
+        return (double)(int32_t)v;
+    }
+    case NB_SC_UINT:
+        if (v != v || v <= 0) return 0;
+        if (v >= 4294967295.0) return 4294967295.0;
+        return (double)(uint32_t)v;
+    case NB_SC_INT64:
+    case NB_SC_UINT64:
+        if (v != v) return 0;
+        return (double)(int64_t)v;
+    case NB_SC_HALF:
+    case NB_SC_FLOAT: return (double)(float)v;
+    case NB_SC_DOUBLE: return v;
+    }
+    return v;
+}
+
+nb_status nb_program_set_constant(nb_program *p, const char *name, double value) {
+    if (!p || !name) return nb_error(NB_ERR_INVALID_ARG, "nb_program_set_constant: NULL argument");
+    int found = 0;
+    for (int i = 0; i < p->nconstants; i++) {
+        nb_constant *c = &p->constants[i];
+        if (!c->name || strcmp(c->name, name) != 0) continue;
+        const nb_type *t = c->decl ? c->decl->u.var.type : NULL;
+        if (!t || t->kind != NB_TY_SCALAR)
+            return nb_error(NB_ERR_DTYPE, "link-time constant '%s' has type '%s'; only scalar constants can be set",
+                            name, t ? t->name : "?");
+        found = 1;
+    }
+    if (!found) {
+        nb_strbuf sb;
+        nb_strbuf_init(&sb);
+        for (int i = 0; i < p->nconstants; i++) {
+            if (i) nb_strbuf_append(&sb, ", ");
+            nb_strbuf_append(&sb, p->constants[i].name ? p->constants[i].name : "?");
+        }
+        nb_status st = nb_error(NB_ERR_NOT_FOUND, "no link-time constant '%s' (extern static const) in '%s'%s%s",
+                                name, p->main_path, sb.len ? "; constants: " : "; it declares none",
+                                nb_strbuf_cstr(&sb));
+        nb_strbuf_free(&sb);
+        return st;
+    }
+    /* new values; remember old ones to restore on failure */
+    int n = p->nconstants;
+    nb_constant *saved = nb_alloc(sizeof *saved * (size_t)n, 16);
+    if (!saved) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(saved, p->constants, sizeof *saved * (size_t)n);
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+        nb_constant *c = &p->constants[i];
+        if (!c->name || strcmp(c->name, name) != 0) continue;
+        double v = convert_value(c->decl->u.var.type, value);
+        if (!c->decl->u.var.has_const || c->decl->u.var.const_f != v) changed = 1;
+        c->is_set = 1;
+        c->value = v;
+    }
+    if (!changed) {
+        nb_free(saved, sizeof *saved * (size_t)n);
+        return NB_OK;
+    }
+    /* rebuild into a new generation */
+    nb_program_gen *g = nb_alloc(sizeof *g, 16);
+    if (!g) {
+        memcpy(p->constants, saved, sizeof *saved * (size_t)n);
+        nb_free(saved, sizeof *saved * (size_t)n);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    g->src = p->src;
+    g->arena = p->arena;
+    g->types = p->types;
+    g->next = NULL;
+    nb_module_ast **old_modules = p->modules;
+    int old_n = p->nmodules;
+    nb_module_ast *old_main = p->main;
+    void *old_reflect = p->reflect;
+    p->reflect = NULL;
+    nb_status st = build(p, &g->src);
+    if (st != NB_OK) {
+        /* keep the failed build's memory out of the way, restore the previous tree */
+        release_current(p);
+        p->src = g->src;
+        p->arena = g->arena;
+        p->types = g->types;
+        p->modules = old_modules;
+        p->nmodules = old_n;
+        p->main = old_main;
+        p->reflect = old_reflect;
+        nb_free(g, sizeof *g);
+        /* build() may have replaced constants only on success, so restore the values */
+        if (p->nconstants == n) memcpy(p->constants, saved, sizeof *saved * (size_t)n);
+        nb_free(saved, sizeof *saved * (size_t)n);
+        return st;
+    }
+    nb_free(saved, sizeof *saved * (size_t)n);
+    drop_ir(p);
+    g->next = p->old;
+    p->old = g;
+    return NB_OK;
+}
+
+/* ---- reflection --------------------------------------------------------------------------- */
+
+int nb_program_find_functions(nb_program *p, const char *name, nb_decl **out, int max) {
+    if (!p || !name || !p->main) return 0;
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < p->nmodules; i++) {
+            nb_module_ast *m = p->modules[i];
+            if ((pass == 0) != (m == p->main)) continue;
+            for (int k = 0; k < m->ndecls; k++) {
+                nb_decl *d = m->decls[k];
+                if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name || strcmp(d->name, name) != 0)
+                    continue;
+                if (n < max) out[n] = d;
+                n++;
+            }
+        }
+    return n;
+}
+
+static nb_dtype scalar_dtype(nb_scalar_kind s) {
+    switch (s) {
+    case NB_SC_BOOL: return NB_BOOL;
+    case NB_SC_INT: return NB_I32;
+    case NB_SC_UINT: return NB_U32;
+    case NB_SC_INT64:
+    case NB_SC_UINT64: return NB_I64;
+    case NB_SC_HALF: return NB_F16;
+    case NB_SC_FLOAT: return NB_F32;
+    case NB_SC_DOUBLE: return NB_F64;
+    }
+    return NB_F32;
+}
+
+typedef struct leaf_builder {
+    nb_program *p;
+    nb_fn_leaf leaves[NB_CALL_MAX_LEAVES];
+    int n;
+    nb_status st;
+} leaf_builder;
+
+static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int param, int dir, int nodiff,
+                       const char *fname) {
+    if (b->st != NB_OK) return;
+    nb_arena *A = &b->p->arena;
+    if (t->kind == NB_TY_STRUCT) {
+        nb_decl *sd = t->decl;
+        for (int i = 0; i < sd->u.strct.nfields; i++) {
+            nb_decl *f = sd->u.strct.fields[i];
+            nb_strbuf sb;
+            nb_strbuf_init(&sb);
+            nb_strbuf_printf(&sb, "%s.%s", path, f->name ? f->name : "?");
+            const char *sub = nb_arena_strdup(A, nb_strbuf_cstr(&sb));
+            nb_strbuf_free(&sb);
+            add_leaves(b, f->u.var.type, sub ? sub : path, param, dir, nodiff, fname);
+        }
+        return;
+    }
+    if (t->kind == NB_TY_DIFFPAIR) {
+        const nb_type *d = nb_type_differential(&b->p->types, t->elem);
+        char *sp = nb_arena_alloc(A, strlen(path) + 3, 1);
+        char *sd = nb_arena_alloc(A, strlen(path) + 3, 1);
+        if (!sp || !sd) { b->st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory"); return; }
+        sprintf(sp, "%s.p", path);
+        sprintf(sd, "%s.d", path);
+        add_leaves(b, t->elem, sp, param, dir, nodiff, fname);
+        if (d) add_leaves(b, d, sd, param, dir, nodiff, fname);
+        return;
+    }
+    const nb_type *in = t;
+    while (in->kind == NB_TY_ARRAY) in = in->elem;
+    if (in->kind == NB_TY_STRUCT || in->kind == NB_TY_DIFFPAIR) {
+        b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s': parameter '%s' has type '%s' (arrays of structs cannot be "
+                         "bound yet)", fname, path, t->name);
+        return;
+    }
+    if (b->n >= NB_CALL_MAX_LEAVES) {
+        b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s' has more than %d parameter leaves", fname, NB_CALL_MAX_LEAVES);
+        return;
+    }
+    nb_fn_leaf *l = &b->leaves[b->n++];
+    memset(l, 0, sizeof *l);
+    l->path = path;
+    l->param = param;
+    l->dir = dir;
+    if (t->kind == NB_TY_TENSOR) {
+        l->kind = NB_LEAF_TENSOR;
+        l->scalar = scalar_dtype(t->elem->scalar);
+        int r = nb_type_value_shape(t->elem, l->value_shape);
+        l->value_rank = r < 0 ? 0 : r;
+        l->tensor_rank = t->rank;
+        l->diff_tensor = t->diff_tensor;
+        l->differentiable = t->diff_tensor && !nodiff;
+        return;
+    }
+    l->kind = NB_LEAF_VALUE;
+    l->scalar = scalar_dtype(in->scalar);
+    int r = nb_type_value_shape(t, l->value_shape);
+    l->value_rank = r < 0 ? 0 : r;
+    l->differentiable = !nodiff && nb_type_is_float_based(in);
+}
+
+static const char *sig_string(nb_program *p, nb_decl *fn) {
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    const nb_type *r = fn->u.func.ret && fn->u.func.ret->resolved ? fn->u.func.ret->resolved : p->types.t_void;
+    nb_strbuf_printf(&sb, "%s %s(", r->name, fn->name);
+    for (int i = 0; i < fn->u.func.nparams; i++) {
+        nb_decl *q = fn->u.func.params[i];
+        if (i) nb_strbuf_append(&sb, ", ");
+        if (q->mods & NB_MOD_NO_DIFF) nb_strbuf_append(&sb, "no_diff ");
+        if (q->u.param.dir == NB_DIR_OUT) nb_strbuf_append(&sb, "out ");
+        if (q->u.param.dir == NB_DIR_INOUT) nb_strbuf_append(&sb, "inout ");
+        nb_strbuf_printf(&sb, "%s %s", q->u.param.type ? q->u.param.type->name : "?", q->name ? q->name : "");
+    }
+    nb_strbuf_append(&sb, ")");
+    const char *s = nb_arena_strdup(&p->arena, nb_strbuf_cstr(&sb));
+    nb_strbuf_free(&sb);
+    return s ? s : "?";
+}
+
+static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_info *info) {
+    nb_arena *A = &p->arena;
+    memset(info, 0, sizeof *info);
+    int np = fn->u.func.nparams;
+    leaf_builder *b = nb_alloc(sizeof *b, 16);
+    if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    memset(b, 0, sizeof *b);
+    b->p = p;
+    const char **names = nb_arena_zalloc(A, sizeof(char *) * (size_t)(np + 1), 16);
+    int *dirs = nb_arena_zalloc(A, sizeof(int) * (size_t)(np + 1), 16);
+    int *first = nb_arena_zalloc(A, sizeof(int) * (size_t)(np + 1), 16);
+    if (!names || !dirs || !first) {
+        nb_free(b, sizeof *b);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < np; i++) {
+        nb_decl *q = fn->u.func.params[i];
+        names[i] = q->name ? q->name : "";
+        dirs[i] = (int)q->u.param.dir;
+        first[i] = b->n;
+        const char *path = *names[i] ? names[i] : "_arg";
+        add_leaves(b, q->u.param.type, path, i, dirs[i], (q->mods & NB_MOD_NO_DIFF) != 0, fn->name);
+    }
+    first[np] = b->n;
+    nb_status st = b->st;
+    if (st == NB_OK) {
+        nb_fn_leaf *leaves = nb_arena_zalloc(A, sizeof(nb_fn_leaf) * (size_t)(b->n ? b->n : 1), 16);
+        if (!leaves) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+        else {
+            memcpy(leaves, b->leaves, sizeof(nb_fn_leaf) * (size_t)b->n);
+            info->leaves = leaves;
+            info->nleaves = b->n;
+        }
+    }
+    const nb_type *r = fn->u.func.ret && fn->u.func.ret->resolved ? fn->u.func.ret->resolved : p->types.t_void;
+    if (st == NB_OK && r->kind != NB_TY_VOID) {
+        info->has_result = 1;
+        nb_fn_leaf *l = &info->result;
+        l->path = "_result";
+        l->param = -1;
+        l->dir = 1;
+        l->kind = NB_LEAF_VALUE;
+        const nb_type *in = r;
+        while (in->kind == NB_TY_ARRAY) in = in->elem;
+        l->scalar = scalar_dtype(in->scalar);
+        int rank = nb_type_value_shape(r, l->value_shape);
+        l->value_rank = rank; /* -1 for struct results (not bindable yet) */
+        l->differentiable = nb_type_is_float_based(in);
+    }
+    nb_free(b, sizeof *b);
+    if (st != NB_OK) return st;
+    info->name = fn->name;
+    info->overload = overload;
+    info->nparams = np;
+    info->param_names = names;
+    info->param_dirs = dirs;
+    info->param_first_leaf = first;
+    info->is_kernel = fn->u.func.is_kernel;
+    info->differentiable = fn->u.func.differentiable;
+    info->signature = sig_string(p, fn);
+    return NB_OK;
+}
+
+nb_status nb_program_functions(nb_program *p, const char *name, const nb_fn_info **infos, int *count) {
+    if (!p || !name || !infos || !count)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_program_functions: NULL argument");
+    *infos = NULL;
+    *count = 0;
+    for (reflect_entry *e = p->reflect; e; e = e->next)
+        if (strcmp(e->name, name) == 0) {
+            *infos = e->infos;
+            *count = e->count;
+            return NB_OK;
+        }
+    int n = nb_program_find_functions(p, name, NULL, 0);
+    if (n == 0) {
+        nb_strbuf sb;
+        nb_strbuf_init(&sb);
+        nb_module_ast *m = p->main;
+        for (int k = 0; m && k < m->ndecls; k++) {
+            nb_decl *d = m->decls[k];
+            if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name) continue;
+            int dup = 0;
+            for (int j = 0; j < k; j++)
+                if (m->decls[j] && m->decls[j]->kind == NB_DECL_FUNC && m->decls[j]->name &&
+                    strcmp(m->decls[j]->name, d->name) == 0)
+                    dup = 1;
+            if (dup) continue;
+            if (sb.len) nb_strbuf_append(&sb, ", ");
+            nb_strbuf_append(&sb, d->name);
+        }
+        nb_status st = nb_error(NB_ERR_NOT_FOUND, "no function '%s' in module '%s'; callable functions: %s", name,
+                                m && m->name ? m->name : "?", sb.len ? nb_strbuf_cstr(&sb) : "(none)");
+        nb_strbuf_free(&sb);
+        return st;
+    }
+    nb_decl **fns = nb_arena_alloc(&p->arena, sizeof(nb_decl *) * (size_t)n, 16);
+    nb_fn_info *arr = nb_arena_zalloc(&p->arena, sizeof(nb_fn_info) * (size_t)n, 16);
+    reflect_entry *e = nb_arena_zalloc(&p->arena, sizeof *e, 16);
+    if (!fns || !arr || !e) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    nb_program_find_functions(p, name, fns, n);
+    for (int i = 0; i < n; i++) {
+        nb_status st = reflect_one(p, fns[i], i, &arr[i]);
+        if (st != NB_OK) return st;
+    }
+    e->name = nb_arena_strdup(&p->arena, name);
+    if (!e->name) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    e->infos = arr;
+    e->count = n;
+    e->next = p->reflect;
+    p->reflect = e;
+    *infos = arr;
+    *count = n;
+    return NB_OK;
+}

@@ -1,0 +1,746 @@
+/* Call kernels end to end: .nb source -> checker -> IR -> C -> `cc -shared` -> dlopen -> run over
+ * arrays laid out through nb_call_layout -> numbers. Every kernel's CUDA source is also compiled
+ * with NVRTC to PTX (skipped where NVRTC cannot be loaded). */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "device/cuda/cuda_api.h"
+#include "lang/compiler.h"
+#include "nabla/alloc.h"
+#include "nb_test.h"
+
+typedef void (*entry_fn)(const void *params, int64_t begin, int64_t end);
+
+typedef struct kern {
+    nb_program *p;
+    void *dl;
+    entry_fn fn;
+    nb_call_layout lay;
+    nb_call_sig sig;
+    unsigned char block[4096];
+    char *src;
+} kern;
+
+static char g_dir[256];
+static int g_counter;
+static int g_nvrtc_ok = -1; /* -1 unknown, 0 unavailable, 1 available */
+static int g_cuda_compiled;
+
+static const char *tmpdir(void)
+{
+    if (!g_dir[0]) {
+        snprintf(g_dir, sizeof g_dir, "/tmp/nb_test_emit_XXXXXX");
+        if (!mkdtemp(g_dir)) g_dir[0] = 0;
+    }
+    return g_dir;
+}
+
+static nb_leaf_sig L(int param, const char *path, nb_bind_kind bind, nb_dtype st)
+{
+    nb_leaf_sig l;
+    l.param = param;
+    l.path = path;
+    l.bind = bind;
+    l.storage = st;
+    return l;
+}
+
+/* Compiles CUDA source of the same signature with NVRTC (records a failure on error). */
+static void check_cuda(nb_program *p, const nb_call_sig *csig)
+{
+    nb_call_sig sig = *csig;
+    sig.target = NB_TARGET_CUDA;
+    nb_strbuf src;
+    nb_strbuf_init(&src);
+    nb_call_layout lay;
+    nb_status s = nb_program_emit_call(p, &sig, &src, &lay);
+    NB_EXPECT(s == NB_OK);
+    if (s != NB_OK) {
+        fprintf(stderr, "  CUDA emit failed: %s\n", nb_last_error());
+        nb_strbuf_free(&src);
+        return;
+    }
+    if (g_nvrtc_ok == 0) {
+        nb_strbuf_free(&src);
+        return;
+    }
+    void *img = NULL;
+    size_t size = 0;
+    int cubin = 0;
+    s = nb_nvrtc_compile(nb_strbuf_cstr(&src), "kernel.cu", "compute_90", NULL, &img, &size, &cubin);
+    if (s == NB_ERR_UNSUPPORTED && g_nvrtc_ok < 0) {
+        g_nvrtc_ok = 0;
+    } else {
+        g_nvrtc_ok = 1;
+        NB_EXPECT(s == NB_OK);
+        if (s != NB_OK) fprintf(stderr, "  NVRTC failed: %s\n--- source ---\n%s\n", nb_last_error(), nb_strbuf_cstr(&src));
+        else g_cuda_compiled++;
+        if (img) nb_free(img, size);
+    }
+    nb_strbuf_free(&src);
+}
+
+static int kern_build_prog(kern *k, nb_program *p, const nb_call_sig *sig)
+{
+    memset(k, 0, sizeof *k);
+    k->p = p;
+    k->sig = *sig;
+    nb_strbuf src;
+    nb_strbuf_init(&src);
+    nb_status s = nb_program_emit_call(p, sig, &src, &k->lay);
+    if (s != NB_OK) {
+        fprintf(stderr, "  emit_call(%s) failed: %s\n", sig->func, nb_last_error());
+        nb_strbuf_free(&src);
+        return 0;
+    }
+    k->src = strdup(nb_strbuf_cstr(&src));
+    nb_strbuf_free(&src);
+    char cpath[512], sopath[512], cmd[1400];
+    int id = ++g_counter;
+    snprintf(cpath, sizeof cpath, "%s/k%d.c", tmpdir(), id);
+    snprintf(sopath, sizeof sopath, "%s/k%d.so", tmpdir(), id);
+    FILE *f = fopen(cpath, "w");
+    if (!f) return 0;
+    fputs(k->src, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cc -std=c99 -O2 -shared -fPIC -Werror=implicit-function-declaration -o %s %s -lm 2>&1", sopath, cpath);
+    FILE *pp = popen(cmd, "r");
+    char log[4096];
+    size_t nlog = pp ? fread(log, 1, sizeof log - 1, pp) : 0;
+    log[nlog] = 0;
+    int rc = pp ? pclose(pp) : -1;
+    if (rc != 0) {
+        fprintf(stderr, "  cc failed for %s:\n%s\n--- source ---\n%s\n", sig->func, log, k->src);
+        return 0;
+    }
+    k->dl = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+    if (!k->dl) {
+        fprintf(stderr, "  dlopen: %s\n", dlerror());
+        return 0;
+    }
+    k->fn = (entry_fn)dlsym(k->dl, k->lay.entry);
+    if (!k->fn) {
+        fprintf(stderr, "  dlsym %s failed\n", k->lay.entry);
+        return 0;
+    }
+    check_cuda(p, sig);
+    return 1;
+}
+
+static nb_program *compile(const char *src)
+{
+    nb_program *p = NULL;
+    if (nb_program_compile_source("test.nb", src, NULL, &p) != NB_OK) {
+        fprintf(stderr, "  compile failed: %s\n", nb_last_error());
+        return NULL;
+    }
+    return p;
+}
+
+static int kern_build(kern *k, const char *src, const nb_call_sig *sig)
+{
+    nb_program *p = compile(src);
+    if (!p) return 0;
+    if (!kern_build_prog(k, p, sig)) {
+        nb_program_free(p);
+        k->p = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static void kern_free(kern *k)
+{
+    if (k->dl) dlclose(k->dl);
+    if (k->p) nb_program_free(k->p);
+    free(k->src);
+    memset(k, 0, sizeof *k);
+}
+
+static void set_shape(kern *k, const long long *shape)
+{
+    memcpy(k->block + k->lay.shape_offset, shape, sizeof(long long) * (size_t)k->sig.ndim);
+}
+
+/* data, strides[ndim] (bytes), inner[value_rank] (bytes) */
+static void set_array(kern *k, int leaf, void *data, const long long *strides, const long long *inner)
+{
+    const nb_leaf_layout *l = &k->lay.leaves[leaf];
+    uint64_t d = (uint64_t)(uintptr_t)data;
+    memcpy(k->block + l->offset, &d, 8);
+    if (k->sig.ndim) memcpy(k->block + l->strides_offset, strides, sizeof(long long) * (size_t)k->sig.ndim);
+    if (l->value_rank) memcpy(k->block + l->inner_offset, inner, sizeof(long long) * (size_t)l->value_rank);
+}
+
+static void set_uniform(kern *k, int leaf, const void *bytes)
+{
+    const nb_leaf_layout *l = &k->lay.leaves[leaf];
+    memcpy(k->block + l->offset, bytes, l->value_bytes);
+}
+
+static void set_tensor(kern *k, int leaf, void *data, int rank, const long long *shape, const long long *strides)
+{
+    const nb_leaf_layout *l = &k->lay.leaves[leaf];
+    uint64_t d = (uint64_t)(uintptr_t)data;
+    memcpy(k->block + l->offset, &d, 8);
+    memcpy(k->block + l->strides_offset, shape, sizeof(long long) * (size_t)rank);
+    memcpy(k->block + l->strides_offset + 8 * (size_t)rank, strides, sizeof(long long) * (size_t)rank);
+}
+
+static void run(kern *k, int64_t n) { k->fn(k->block, 0, n); }
+
+static nb_call_sig mksig(const char *func, int overload, int ndim, int has_result, int n, const nb_leaf_sig *leaves)
+{
+    nb_call_sig s;
+    memset(&s, 0, sizeof s);
+    s.func = func;
+    s.overload = overload;
+    s.target = NB_TARGET_C;
+    s.mode = NB_CALL_PRIMAL;
+    s.ndim = ndim;
+    s.nleaves = n;
+    s.has_result = has_result;
+    for (int i = 0; i < n; i++) s.leaves[i] = leaves[i];
+    return s;
+}
+
+/* ---- tests ------------------------------------------------------------------------------- */
+
+static void test_add_scalars(void)
+{
+    const char *src = "float add(float a, float b) { return a + b; }";
+    nb_leaf_sig ls[3] = {L(0, "a", NB_BIND_ARRAY, NB_F32), L(1, "b", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("add", 0, 1, 1, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    /* layout: shape @0, then data/strides per leaf */
+    NB_EXPECT(k.lay.shape_offset == 0);
+    NB_EXPECT(k.lay.leaves[0].offset == 8);
+    NB_EXPECT(k.lay.leaves[0].strides_offset == 16);
+    NB_EXPECT(k.lay.leaves[1].offset == 24);
+    NB_EXPECT(k.lay.size == 56);
+    float a[8], b[16], r[8];
+    for (int i = 0; i < 8; i++) { a[i] = (float)i; b[2 * i] = 10.0f * (float)i; r[i] = -1; }
+    long long shape[1] = {8}, sa[1] = {4}, sb[1] = {8}, sr[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, a, sa, NULL);
+    set_array(&k, 1, b, sb, NULL); /* every other element */
+    set_array(&k, 2, r, sr, NULL);
+    run(&k, 8);
+    for (int i = 0; i < 8; i++) NB_EXPECT_NEAR(r[i], 11.0 * i, 1e-6);
+    /* broadcasting: b stride 0; a uniform; partial range */
+    float one = 100.0f;
+    long long s0[1] = {0};
+    set_array(&k, 1, &one, s0, NULL);
+    for (int i = 0; i < 8; i++) r[i] = -1;
+    k.fn(k.block, 2, 5);
+    NB_EXPECT(r[1] == -1 && r[5] == -1);
+    for (int i = 2; i < 5; i++) NB_EXPECT_NEAR(r[i], i + 100.0, 1e-6);
+    kern_free(&k);
+
+    /* uniform leaf + f64/f16/i32 storage conversions */
+    nb_leaf_sig ls2[3] = {L(0, "a", NB_BIND_ARRAY, NB_F64), L(1, "b", NB_BIND_UNIFORM, NB_I32), L(-1, "_result", NB_BIND_ARRAY, NB_F16)};
+    sig = mksig("add", 0, 1, 1, 3, ls2);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(k.lay.leaves[1].value_bytes == 4);
+    double ad[4] = {0.5, 1.5, 2.5, -3.25};
+    int bi = 2;
+    uint16_t rh[4];
+    long long s8[1] = {8}, s2[1] = {2}, sh[1] = {4};
+    set_shape(&k, sh);
+    set_array(&k, 0, ad, s8, NULL);
+    set_uniform(&k, 1, &bi);
+    set_array(&k, 2, rh, s2, NULL);
+    run(&k, 4);
+    for (int i = 0; i < 4; i++) NB_EXPECT_NEAR(nb_f16_to_f32(rh[i]), ad[i] + 2, 1e-3);
+    kern_free(&k);
+}
+
+static void test_vectors_swizzles(void)
+{
+    const char *src =
+        "float3 f(float3 a, float2 b) {\n"
+        "  float3 r = a.zyx;\n"
+        "  r.xy += b;\n"
+        "  r.z = r[0] * 2.0;\n"
+        "  return r * 2.0 + a.x;\n"
+        "}\n";
+    nb_leaf_sig ls[3] = {L(0, "a", NB_BIND_ARRAY, NB_F32), L(1, "b", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("f", 0, 1, 1, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(k.lay.leaves[0].value_rank == 1 && k.lay.leaves[0].value_shape[0] == 3);
+    /* a: (2,3) but with a padded row (stride 16) and component stride 4;
+       b: (2,2) stored transposed: component stride 8, row stride 4 (non-contiguous inner) */
+    float a[8] = {1, 2, 3, 0, 4, 5, 6, 0};
+    float b[4] = {10, 20, 30, 40}; /* b[n][c] at b[c*2 + n] */
+    float r[6];
+    long long shape[1] = {2}, sa[1] = {16}, ia[1] = {4}, sb[1] = {4}, ib[1] = {8}, sr[1] = {12}, ir[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, a, sa, ia);
+    set_array(&k, 1, b, sb, ib);
+    set_array(&k, 2, r, sr, ir);
+    run(&k, 2);
+    for (int n = 0; n < 2; n++) {
+        float ax = a[n * 4], ay = a[n * 4 + 1], az = a[n * 4 + 2];
+        float bx = b[n], by = b[2 + n];
+        float rx = az + bx, ry = ay + by, rz = rx * 2;
+        NB_EXPECT_NEAR(r[n * 3 + 0], rx * 2 + ax, 1e-5);
+        NB_EXPECT_NEAR(r[n * 3 + 1], ry * 2 + ax, 1e-5);
+        NB_EXPECT_NEAR(r[n * 3 + 2], rz * 2 + ax, 1e-5);
+    }
+    kern_free(&k);
+}
+
+static void test_matrices(void)
+{
+    const char *src =
+        "float3 mv(float3x3 m, float3 v) { return mul(m, v) + mul(v, transpose(m)) * 0.0; }\n"
+        "float det(float2x2 m) { float2x2 t = m * 2.0; return determinant(t) + m[1][0]; }\n";
+    nb_leaf_sig ls[3] = {L(0, "m", NB_BIND_UNIFORM, NB_F32), L(1, "v", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("mv", 0, 1, 1, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(k.lay.leaves[0].value_rank == 2 && k.lay.leaves[0].value_bytes == 36);
+    float m[9] = {1, 2, 3, 4, 5, 6, 7, 8, 10};
+    float v[6] = {1, 0, 0, 1, 1, 1}, r[6];
+    long long shape[1] = {2}, sv[1] = {12}, iv[1] = {4};
+    set_shape(&k, shape);
+    set_uniform(&k, 0, m);
+    set_array(&k, 1, v, sv, iv);
+    set_array(&k, 2, r, sv, iv);
+    run(&k, 2);
+    NB_EXPECT_NEAR(r[0], 1, 1e-6);
+    NB_EXPECT_NEAR(r[1], 4, 1e-6);
+    NB_EXPECT_NEAR(r[2], 7, 1e-6);
+    NB_EXPECT_NEAR(r[3], 6, 1e-6);
+    NB_EXPECT_NEAR(r[4], 15, 1e-6);
+    NB_EXPECT_NEAR(r[5], 25, 1e-6);
+    kern_free(&k);
+
+    nb_leaf_sig ls2[2] = {L(0, "m", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    sig = mksig("det", 0, 0, 1, 2, ls2);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float mm[4] = {1, 2, 3, 4}, d = 0;
+    long long im[2] = {8, 4};
+    set_array(&k, 0, mm, NULL, im);
+    set_array(&k, 1, &d, NULL, NULL);
+    run(&k, 1);
+    NB_EXPECT_NEAR(d, (2 * 8 - 4 * 6) + 3, 1e-5);
+    kern_free(&k);
+}
+
+static void test_arrays(void)
+{
+    const char *src =
+        "float sum4(float a[4]) { float s = 0; for (int i = 0; i < 4; i++) s += a[i]; return s; }\n"
+        "void fill(out float o[3], float v) { for (int i = 0; i < 3; i++) o[i] = v * i; }\n"
+        "float grid(float g[2][3]) { float s = 0; for (int i = 0; i < 2; i++) for (int j = 0; j < 3; j++) s += g[i][j] * (i * 10 + j); return s; }\n";
+    nb_leaf_sig ls[2] = {L(0, "a", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("sum4", 0, 1, 1, 2, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, r[2];
+    long long shape[1] = {2}, sa[1] = {16}, ia[1] = {4}, sr[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, a, sa, ia);
+    set_array(&k, 1, r, sr, NULL);
+    run(&k, 2);
+    NB_EXPECT_NEAR(r[0], 10, 1e-6);
+    NB_EXPECT_NEAR(r[1], 26, 1e-6);
+    kern_free(&k);
+
+    nb_leaf_sig ls2[2] = {L(0, "o", NB_BIND_ARRAY, NB_F32), L(1, "v", NB_BIND_ARRAY, NB_F32)};
+    sig = mksig("fill", 0, 1, 0, 2, ls2);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float o[6] = {0}, v[2] = {1, 2};
+    long long so[1] = {12}, io[1] = {4}, sv[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, o, so, io);
+    set_array(&k, 1, v, sv, NULL);
+    run(&k, 2);
+    NB_EXPECT(o[0] == 0 && o[1] == 1 && o[2] == 2 && o[3] == 0 && o[4] == 2 && o[5] == 4);
+    kern_free(&k);
+
+    sig = mksig("grid", 0, 0, 1, 2, ls);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float g[6] = {1, 1, 1, 1, 1, 1}, gr = 0;
+    long long ig[2] = {12, 4};
+    set_array(&k, 0, g, NULL, ig);
+    set_array(&k, 1, &gr, NULL, NULL);
+    run(&k, 1);
+    NB_EXPECT_NEAR(gr, 0 + 1 + 2 + 10 + 11 + 12, 1e-6);
+    kern_free(&k);
+}
+
+static void test_structs_methods(void)
+{
+    const char *src =
+        "struct P {\n"
+        "  float2 pos; float w;\n"
+        "  float len() { return length(pos) * w; }\n"
+        "  [mutating] void grow(float k) { w *= k; pos = pos + float2(k, k); }\n"
+        "  static const float kBias = 0.5;\n"
+        "};\n"
+        "float f(P p, float k) { P q = p; q.grow(k); return q.len() + p.len() + P.kBias; }\n"
+        "P make(float x) { P p; p.pos = float2(x, 2 * x); p.w = 1.0; return p; }\n";
+    nb_leaf_sig ls[4] = {L(0, "p.pos", NB_BIND_ARRAY, NB_F32), L(0, "p.w", NB_BIND_UNIFORM, NB_F32),
+                         L(1, "k", NB_BIND_UNIFORM, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("f", 0, 1, 1, 4, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float pos[4] = {3, 4, 6, 8}, w = 2, kk = 1, r[2];
+    long long shape[1] = {2}, sp[1] = {8}, ip[1] = {4}, sr[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, pos, sp, ip);
+    set_uniform(&k, 1, &w);
+    set_uniform(&k, 2, &kk);
+    set_array(&k, 3, r, sr, NULL);
+    run(&k, 2);
+    for (int n = 0; n < 2; n++) {
+        double px = pos[2 * n], py = pos[2 * n + 1];
+        double want = sqrt((px + 1) * (px + 1) + (py + 1) * (py + 1)) * 2 + sqrt(px * px + py * py) * 2 + 0.5;
+        NB_EXPECT_NEAR(r[n], want, 1e-4);
+    }
+    kern_free(&k);
+    /* a struct result is not a single leaf */
+    nb_program *p = compile(src);
+    if (!p) { NB_EXPECT(0); return; }
+    nb_leaf_sig ls2[2] = {L(0, "x", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    sig = mksig("make", 0, 1, 1, 2, ls2);
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    nb_call_layout lay;
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_UNSUPPORTED, "make");
+    sig.has_result = 0;
+    sig.nleaves = 1;
+    NB_EXPECT_OK(nb_program_emit_call(p, &sig, &sb, &lay));
+    nb_strbuf_free(&sb);
+    nb_program_free(p);
+}
+
+static void test_control_flow(void)
+{
+    const char *src =
+        "int cls(int x) {\n"
+        "  if (x < 0) return -1;\n"
+        "  int acc = 0;\n"
+        "  for (int i = 0; i < 10; i++) {\n"
+        "    if (i == 2) continue;\n"
+        "    if (i > x) break;\n"
+        "    acc += i;\n"
+        "  }\n"
+        "  int j = 0;\n"
+        "  while (j < 3) { j++; if (j == 2) continue; acc += 100; }\n"
+        "  int d = 0;\n"
+        "  do { d++; if (d == 1) continue; acc += 1000; } while (d < 3);\n"
+        "  switch (x) {\n"
+        "    case 0: acc += 7; break;\n"
+        "    case 1: case 2: acc += 70;\n"
+        "    case 3: acc += 700; break;\n"
+        "    default: { acc -= 1; }\n"
+        "  }\n"
+        "  return x > 4 ? acc : -acc;\n"
+        "}\n";
+    nb_leaf_sig ls[2] = {L(0, "x", NB_BIND_ARRAY, NB_I32), L(-1, "_result", NB_BIND_ARRAY, NB_I32)};
+    nb_call_sig sig = mksig("cls", 0, 1, 1, 2, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    int xs[7] = {-3, 0, 1, 2, 3, 5, 20}, r[7];
+    long long shape[1] = {7}, s4[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, xs, s4, NULL);
+    set_array(&k, 1, r, s4, NULL);
+    run(&k, 7);
+    for (int n = 0; n < 7; n++) {
+        int x = xs[n], want;
+        if (x < 0) want = -1;
+        else {
+            int acc = 0;
+            for (int i = 0; i < 10; i++) {
+                if (i == 2) continue;
+                if (i > x) break;
+                acc += i;
+            }
+            acc += 200 + 2000;
+            switch (x) {
+            case 0: acc += 7; break;
+            case 1: case 2: acc += 70; /* fall through */
+            case 3: acc += 700; break;
+            default: acc -= 1;
+            }
+            want = x > 4 ? acc : -acc;
+        }
+        NB_EXPECT(r[n] == want);
+        if (r[n] != want) fprintf(stderr, "  cls(%d) = %d, want %d\n", x, r[n], want);
+    }
+    kern_free(&k);
+}
+
+static void test_out_inout_overloads(void)
+{
+    const char *src =
+        "float g(float x) { return x * 2.0; }\n"
+        "int g(int x) { return x + 1; }\n"
+        "void split(float x, out float lo, inout float acc) { lo = floor(x); acc += x - lo; }\n"
+        "float h(float x) { float lo; float acc = 1.0; split(x, lo, acc); float3 v = float3(0, 0, 0); split(x, v.y, v.z); return lo + acc + v.y * 100.0 + v.z * 1000.0; }\n";
+    nb_leaf_sig ls[2] = {L(0, "x", NB_BIND_ARRAY, NB_I32), L(-1, "_result", NB_BIND_ARRAY, NB_I32)};
+    nb_call_sig sig = mksig("g", 1, 1, 1, 2, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(strstr(k.src, "g_1(") != NULL);
+    int xi[2] = {5, -1}, ri[2];
+    long long shape[1] = {2}, s4[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, xi, s4, NULL);
+    set_array(&k, 1, ri, s4, NULL);
+    run(&k, 2);
+    NB_EXPECT(ri[0] == 6 && ri[1] == 0);
+    kern_free(&k);
+
+    nb_leaf_sig ls2[3] = {L(0, "x", NB_BIND_ARRAY, NB_F32), L(1, "lo", NB_BIND_ARRAY, NB_F32), L(2, "acc", NB_BIND_ARRAY, NB_F32)};
+    sig = mksig("split", 0, 1, 0, 3, ls2);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float x[2] = {2.25f, -0.5f}, lo[2] = {9, 9}, acc[2] = {1, 2};
+    set_shape(&k, shape);
+    set_array(&k, 0, x, s4, NULL);
+    set_array(&k, 1, lo, s4, NULL);
+    set_array(&k, 2, acc, s4, NULL);
+    run(&k, 2);
+    NB_EXPECT(lo[0] == 2 && lo[1] == -1);
+    NB_EXPECT_NEAR(acc[0], 1.25, 1e-6);
+    NB_EXPECT_NEAR(acc[1], 2.5, 1e-6);
+    kern_free(&k);
+
+    nb_leaf_sig ls3[2] = {L(0, "x", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    sig = mksig("h", 0, 1, 1, 2, ls3);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float r[2];
+    set_shape(&k, shape);
+    set_array(&k, 0, x, s4, NULL);
+    set_array(&k, 1, r, s4, NULL);
+    run(&k, 2);
+    NB_EXPECT_NEAR(r[0], 2 + 1.25 + 200 + 250, 1e-4);
+    NB_EXPECT_NEAR(r[1], -1 + 1.5 - 100 + 500, 1e-4);
+    kern_free(&k);
+}
+
+static void test_constants(void)
+{
+    const char *src =
+        "static const float kScale = 3.0;\n"
+        "static const float3 kDir = float3(1, 2, 3);\n"
+        "static const int kTab[4] = { 5, 6, 7, 8 };\n"
+        "extern static const int N = 2;\n"
+        "float f(int i) { return kScale * kDir.y + kTab[i] * N; }\n";
+    nb_program *p = compile(src);
+    if (!p) { NB_EXPECT(0); return; }
+    nb_leaf_sig ls[2] = {L(0, "i", NB_BIND_ARRAY, NB_I32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("f", 0, 1, 1, 2, ls);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) NB_EXPECT_OK(nb_program_set_constant(p, "N", 10));
+        kern k;
+        if (!kern_build_prog(&k, p, &sig)) { NB_EXPECT(0); break; }
+        int is[4] = {0, 1, 2, 3};
+        float r[4];
+        long long shape[1] = {4}, s4[1] = {4};
+        set_shape(&k, shape);
+        set_array(&k, 0, is, s4, NULL);
+        set_array(&k, 1, r, s4, NULL);
+        run(&k, 4);
+        int n = round ? 10 : 2;
+        for (int i = 0; i < 4; i++) NB_EXPECT_NEAR(r[i], 6 + (5 + i) * n, 1e-5);
+        k.p = NULL; /* the program is shared */
+        kern_free(&k);
+    }
+    nb_program_free(p);
+}
+
+static void test_intrinsics(void)
+{
+    const char *src =
+        "float f(float x, float y) {\n"
+        "  return exp(x) + log(y) + sqrt(y) + pow(y, x) + atan2(x, y) + clamp(x, -0.25, 0.25) + lerp(x, y, 0.25)\n"
+        "       + smoothstep(0.0, 2.0, y) + frac(y * 3.7) + sign(x) + abs(x) + min(x, y) + max(x, y) + rsqrt(y)\n"
+        "       + saturate(x * 4.0) + step(0.5, y) + fmod(y * 5.0, 1.5) + tanh(x) + floor(-y) + ceil(x) + rcp(y);\n"
+        "}\n"
+        "float3 g(float3 a, float3 b) { return normalize(a) * dot(a, b) + cross(a, b) + reflect(a, b) + distance(a, b) + sin(a) + select(a > b, a, b); }\n"
+        "int h(int a, int b) { return min(a, b) * 100 + max(a, b) * 10 + abs(a - b) + clamp(a, 0, 2) + asint(asfloat(a)) + (a << 2) + (b >> 1) + (a & b) + (a ^ 3) + (a % 3); }\n";
+    nb_leaf_sig ls[3] = {L(0, "x", NB_BIND_ARRAY, NB_F32), L(1, "y", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("f", 0, 1, 1, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(strstr(k.src, "expf(") && strstr(k.src, "atan2f(") && strstr(k.src, "powf("));
+    float xs[3] = {-0.7f, 0.1f, 1.3f}, ys[3] = {0.5f, 1.2f, 2.9f}, r[3];
+    long long shape[1] = {3}, s4[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, xs, s4, NULL);
+    set_array(&k, 1, ys, s4, NULL);
+    set_array(&k, 2, r, s4, NULL);
+    run(&k, 3);
+    for (int i = 0; i < 3; i++) {
+        double x = xs[i], y = ys[i];
+        double t = fmin(fmax(y / 2, 0), 1);
+        double c = x < -0.25 ? -0.25 : x > 0.25 ? 0.25 : x;
+        double s = x * 4 < 0 ? 0 : x * 4 > 1 ? 1 : x * 4;
+        double want = exp(x) + log(y) + sqrt(y) + pow(y, x) + atan2(x, y) + c + (x + (y - x) * 0.25) + t * t * (3 - 2 * t) +
+                      ((float)(y * 3.7f) - floor((float)(y * 3.7f))) + (x > 0 ? 1 : x < 0 ? -1 : 0) + fabs(x) + fmin(x, y) +
+                      fmax(x, y) + 1 / sqrt(y) + s + (y >= 0.5 ? 1 : 0) + fmod((float)(y * 5.0f), 1.5) + tanh(x) + floor(-y) +
+                      ceil(x) + 1 / y;
+        NB_EXPECT_NEAR(r[i], want, 1e-4 * fabs(want) + 1e-4);
+    }
+    kern_free(&k);
+
+    nb_leaf_sig ls2[3] = {L(0, "a", NB_BIND_ARRAY, NB_F32), L(1, "b", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    sig = mksig("g", 0, 0, 1, 3, ls2);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float a[3] = {1, 2, 2}, b[3] = {0, 1, -1}, rg[3];
+    long long i4[1] = {4};
+    set_array(&k, 0, a, NULL, i4);
+    set_array(&k, 1, b, NULL, i4);
+    set_array(&k, 2, rg, NULL, i4);
+    run(&k, 1);
+    double d = 0 + 2 - 2; /* dot */
+    double cr[3] = {2 * -1 - 2 * 1, 2 * 0 - 1 * -1, 1 * 1 - 2 * 0};
+    double dn = 2 * d;
+    double dist = sqrt(1 + 1 + 9);
+    for (int c = 0; c < 3; c++) {
+        double want = a[c] / 3.0 * d + cr[c] + (a[c] - dn * b[c]) + dist + sin(a[c]) + (a[c] > b[c] ? a[c] : b[c]);
+        NB_EXPECT_NEAR(rg[c], want, 1e-5);
+    }
+    kern_free(&k);
+
+    nb_leaf_sig ls3[3] = {L(0, "a", NB_BIND_ARRAY, NB_I32), L(1, "b", NB_BIND_ARRAY, NB_I32), L(-1, "_result", NB_BIND_ARRAY, NB_I32)};
+    sig = mksig("h", 0, 1, 1, 3, ls3);
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    int ia[3] = {1, 5, -4}, ib[3] = {3, 2, 7}, ir[3];
+    long long sh[1] = {3}, s4b[1] = {4};
+    set_shape(&k, sh);
+    set_array(&k, 0, ia, s4b, NULL);
+    set_array(&k, 1, ib, s4b, NULL);
+    set_array(&k, 2, ir, s4b, NULL);
+    run(&k, 3);
+    for (int i = 0; i < 3; i++) {
+        int x = ia[i], y = ib[i];
+        int want = (x < y ? x : y) * 100 + (x > y ? x : y) * 10 + abs(x - y) + (x < 0 ? 0 : x > 2 ? 2 : x) + x + (x * 4) + (y >> 1) +
+                   (x & y) + (x ^ 3) + (x % 3);
+        NB_EXPECT(ir[i] == want);
+    }
+    kern_free(&k);
+}
+
+static void test_broadcast_2d(void)
+{
+    const char *src = "float2 f(float a, float2 b) { return b * a; }\n";
+    nb_leaf_sig ls[3] = {L(0, "a", NB_BIND_ARRAY, NB_F32), L(1, "b", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("f", 0, 2, 1, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    /* kernel (3,4): a broadcast along dim 1 (shape (3,1)), b along dim 0 (shape (4,2)) */
+    float a[3] = {1, 2, 3}, b[8] = {1, 10, 2, 20, 3, 30, 4, 40}, r[24];
+    long long shape[2] = {3, 4}, sa[2] = {4, 0}, sb[2] = {0, 8}, ib[1] = {4}, sr[2] = {32, 8}, ir[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, a, sa, NULL);
+    set_array(&k, 1, b, sb, ib);
+    set_array(&k, 2, r, sr, ir);
+    /* in two chunks, as a thread pool would */
+    k.fn(k.block, 0, 5);
+    k.fn(k.block, 5, 12);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++) {
+            NB_EXPECT_NEAR(r[(i * 4 + j) * 2], a[i] * b[j * 2], 1e-6);
+            NB_EXPECT_NEAR(r[(i * 4 + j) * 2 + 1], a[i] * b[j * 2 + 1], 1e-6);
+        }
+    kern_free(&k);
+}
+
+static void test_kernel_tensor(void)
+{
+    const char *src =
+        "[Kernel]\n"
+        "void scale(Tensor<float, 2> t, Tensor<float, 1> sums, float s) {\n"
+        "  uint3 id = dispatch_id();\n"
+        "  int i = int(id.y), j = int(id.x);\n"
+        "  t[i, j] = t[i, j] * s;\n"
+        "  atomicAdd(sums[i], t[i, j]);\n"
+        "}\n";
+    nb_leaf_sig ls[3] = {L(0, "t", NB_BIND_TENSOR, NB_F32), L(1, "sums", NB_BIND_TENSOR, NB_F32), L(2, "s", NB_BIND_UNIFORM, NB_F32)};
+    nb_call_sig sig = mksig("scale", 0, 2, 0, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float t[6] = {1, 2, 3, 4, 5, 6}, sums[2] = {0, 0}, s = 2;
+    long long grid[2] = {2, 3}, ts[2] = {2, 3}, tst[2] = {12, 4}, ss[1] = {2}, sst[1] = {4};
+    set_shape(&k, grid);
+    set_tensor(&k, 0, t, 2, ts, tst);
+    set_tensor(&k, 1, sums, 1, ss, sst);
+    set_uniform(&k, 2, &s);
+    run(&k, 6);
+    for (int i = 0; i < 6; i++) NB_EXPECT(t[i] == 2.0f * (float)(i + 1));
+    NB_EXPECT(sums[0] == 12 && sums[1] == 30);
+    kern_free(&k);
+}
+
+static void test_bad_sigs(void)
+{
+    nb_program *p = compile("float add(float a, float b) { return a + b; }\nvoid sink(out float o) { o = 1; }\n");
+    if (!p) { NB_EXPECT(0); return; }
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    nb_call_layout lay;
+    nb_leaf_sig ls[3] = {L(0, "a", NB_BIND_ARRAY, NB_F32), L(1, "b", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("nope", 0, 1, 1, 3, ls);
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_NOT_FOUND, "nope");
+    sig = mksig("add", 3, 1, 1, 3, ls);
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_NOT_FOUND, "overload");
+    sig = mksig("add", 0, 1, 1, 2, ls);
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_INVALID_ARG, "leaves");
+    sig = mksig("add", 0, 1, 1, 3, ls);
+    sig.mode = NB_CALL_BWD;
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_UNSUPPORTED, "add");
+    nb_leaf_sig lo[1] = {L(0, "o", NB_BIND_UNIFORM, NB_F32)};
+    sig = mksig("sink", 0, 1, 0, 1, lo);
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_INVALID_ARG, "array");
+    nb_leaf_sig lt[3] = {L(0, "a", NB_BIND_TENSOR, NB_F32), L(1, "b", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    sig = mksig("add", 0, 1, 1, 3, lt);
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_INVALID_ARG, "tensor");
+    /* readable whole-program emission and IR dump */
+    NB_EXPECT_OK(nb_program_emit(p, NB_TARGET_C, NULL, NB_CALL_PRIMAL, &sb));
+    NB_EXPECT(strstr(nb_strbuf_cstr(&sb), "static float add(float a, float b)") != NULL);
+    nb_strbuf_clear(&sb);
+    NB_EXPECT_OK(nb_program_emit(p, NB_TARGET_CUDA, "add", NB_CALL_PRIMAL, &sb));
+    NB_EXPECT(strstr(nb_strbuf_cstr(&sb), "__device__") != NULL);
+    NB_EXPECT(strstr(nb_strbuf_cstr(&sb), "sink") == NULL);
+    nb_strbuf_clear(&sb);
+    NB_EXPECT_OK(nb_program_dump_ir(p, "add", &sb));
+    NB_EXPECT(strstr(nb_strbuf_cstr(&sb), "func add(in $a: float, in $b: float) -> float") != NULL);
+    NB_EXPECT_ERR(nb_program_dump_ir(p, "zzz", &sb), NB_ERR_NOT_FOUND, "zzz");
+    nb_strbuf_free(&sb);
+    nb_program_free(p);
+}
+
+static void test_cuda_compiles(void)
+{
+    if (g_nvrtc_ok == 0) NB_SKIP("NVRTC is not available: CUDA sources were emitted but not compiled");
+    NB_EXPECT(g_cuda_compiled > 0);
+    printf("       (%d CUDA kernels compiled to PTX)\n", g_cuda_compiled);
+}
+
+static void cleanup(void)
+{
+    if (!g_dir[0] || strncmp(g_dir, "/tmp/nb_test_emit_", 18) != 0) return;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", g_dir);
+}
+
+int main(int argc, char **argv)
+{
+    atexit(cleanup);
+    NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
+                 test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
+                 test_kernel_tensor, test_bad_sigs, test_cuda_compiles);
+}
