@@ -1,6 +1,8 @@
 /* Vectorized-call benchmarks (public API only):
  *
- *   1. warm call overhead: neg(x) over a 1-element tensor, begin/arg/run/free in a loop (µs/call)
+ *   1. warm call overhead: neg(x) over a 1-element tensor, begin/arg/run/free in a loop (µs/call),
+ *      next to its floor: a raw launch of an empty kernel taking the same-size parameter block
+ *      (nb_jit_launch_*) and a 1-element nb_tensor_empty + free
  *   2. add(a, b) over 2^26 floats: ms and GB/s (12 bytes moved per element) next to a
  *      device-to-device copy of the same 2^26 floats measured in the same run (8 bytes/element)
  *   3. square.nb: cold compile (empty cache directory) and warm-cache load, each measured in a
@@ -15,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jit/jit.h" /* the launch floor: a raw launch of an empty kernel, for comparison */
 #include "nabla/nabla.h"
 
 #define CHECK(x)                                                                               \
@@ -124,6 +127,34 @@ int main(int argc, char **argv) {
     }
     nb_tensor_free(x1);
 
+    /* The floor under it: the same launch path with an empty kernel, and the result allocation. */
+    const char *empty_src = cuda ? "struct P { char b[64]; };\n"
+                                   "extern \"C\" __global__ void nb_empty(P p) { }\n"
+                                 : "#include <stdint.h>\n"
+                                   "void nb_empty(const void *p, int64_t b, int64_t e) { (void)p; (void)b; (void)e; }\n";
+    nb_jit_kernel *ek = NULL;
+    CHECK(nb_jit_load(dev, empty_src, "nb_empty", NULL, &ek));
+    unsigned char blk[64] = {0};
+    double launch_best = 1e9, alloc_best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        CHECK(nb_device_synchronize(dev));
+        double t0 = now();
+        for (int i = 0; i < 20000; i++) {
+            if (cuda) CHECK(nb_jit_launch_cuda(ek, blk, sizeof blk, 1, NULL));
+            else CHECK(nb_jit_launch_cpu(ek, blk, 1));
+        }
+        CHECK(nb_device_synchronize(dev));
+        double t1 = now();
+        for (int i = 0; i < 20000; i++) {
+            nb_tensor *t = NULL;
+            CHECK(nb_tensor_empty(dev, NB_F32, 1, s1, &t));
+            nb_tensor_free(t);
+        }
+        double t2 = now();
+        if ((t1 - t0) / 20000 < launch_best) launch_best = (t1 - t0) / 20000;
+        if ((t2 - t1) / 20000 < alloc_best) alloc_best = (t2 - t1) / 20000;
+    }
+
     /* 2. add over 2^log2n floats vs a D2D copy of the same floats. */
     int64_t n = (int64_t)1 << log2n;
     nb_tensor *a = NULL, *b = NULL, *y = NULL, *cp = NULL;
@@ -172,10 +203,14 @@ int main(int argc, char **argv) {
 
     printf("%-44s %14s\n", "measure", "value");
     printf("%-44s %11.2f us\n", "warm call, neg(f32[1]), begin..run+free", best * 1e6);
+    printf("%-44s %11.2f us\n", "  floor: raw launch of an empty kernel", launch_best * 1e6);
+    printf("%-44s %11.2f us\n", "  floor: nb_tensor_empty(f32[1]) + free", alloc_best * 1e6);
+    printf("%-44s %11.2f us\n", "  => call layer's own share",
+           (best - launch_best - alloc_best) * 1e6);
     printf("%-44s %11.3f ms  (%.1f GB/s, 12 B/elem)\n", "add(f32[2^N], f32[2^N]) into y", add_best * 1e3,
            add_gbs);
     printf("%-44s %11.3f ms  (%.1f GB/s, 8 B/elem)\n", cuda ? "D2D copy f32[2^N] (same run)"
-                                                           : "host memcpy f32[2^N] (same run)",
+                                                           : "memcpy f32[2^N], 1 thread (same run)",
            copy_best * 1e3, copy_gbs);
     printf("%-44s %11.1f %%\n", "add bandwidth / copy bandwidth", 100.0 * add_gbs / copy_gbs);
     printf("%-44s %11.1f ms\n", cuda ? "square: cold NVRTC compile + first call" : "square: cold cc compile + first call",

@@ -35,7 +35,7 @@ static void call_help(void) {
            "  NAME=VALUE    bind by parameter name, struct field path (s.pos) or _result (write\n"
            "                into that array)\n"
            "Positional ARGs fill the parameters that are not 'out'; out parameters are allocated\n"
-           "and printed under \"out\" (with inout ones).\n"
+           "and printed under \"out\" with the inout and Tensor<> ones.\n"
            "\n"
            "options:\n"
            "  --device D        cpu, cuda, cuda:N or auto (default)\n"
@@ -257,6 +257,16 @@ static nb_dtype upload_dtype(nb_dtype leaf, nb_dtype json) {
     return lf ? leaf : json;
 }
 
+/* Printed under "out": out/inout parameters and Tensor<> ones (written through). */
+static int param_is_output(nb_func *f, int p) {
+    if (nb_func_param_dir(f, 0, p) != NB_ARG_IN) return 1;
+    int n = nb_func_leaf_count(f, 0);
+    nb_leaf_info li;
+    for (int j = 0; j < n; j++)
+        if (nb_func_leaf(f, 0, j, &li) == NB_OK && li.param == p && li.is_tensor) return 1;
+    return 0;
+}
+
 static int is_struct_param(nb_func *f, int p) {
     nb_leaf_info li;
     return find_leaf(f, nb_func_param_name(f, 0, p), &li) < 0;
@@ -281,7 +291,8 @@ static int bind_leaf_value(ctx *x, int p, const char *path, const nb_json *v, co
     }
     nb_tensor *t = NULL;
     nb_status s;
-    if (npy || li.dir != NB_ARG_IN) {
+    int written = li.dir != NB_ARG_IN || li.is_tensor; /* Tensor<> args may be written through */
+    if (npy || written) {
         if (npy) {
             if (!load_npy(x, npy, &t)) return 0;
         } else {
@@ -301,7 +312,7 @@ static int bind_leaf_value(ctx *x, int p, const char *path, const nb_json *v, co
             }
         }
         s = positional ? nb_call_arg(x->c, p, t) : nb_call_arg_named(x->c, path, t);
-        if (s == NB_OK && li.dir != NB_ARG_IN) {
+        if (s == NB_OK && written) {
             x->outs[x->nouts].path = li.path;
             x->outs[x->nouts].t = t;
             x->outs[x->nouts++].alloc = NULL;
@@ -522,7 +533,7 @@ static void print_outputs(ctx *x) {
     int np = nb_func_param_count(x->f, 0), first = 1;
     fputs(", \"out\": {", stdout);
     for (int p = 0; p < np; p++) {
-        if (nb_func_param_dir(x->f, 0, p) == NB_ARG_IN) continue;
+        if (!param_is_output(x->f, p)) continue;
         const char *pn = nb_func_param_name(x->f, 0, p);
         size_t pl = strlen(pn);
         if (!first) fputs(", ", stdout);
@@ -702,7 +713,7 @@ int nb_cmd_call(int argc, char **argv) {
     }
     nb_tensor_free(result);
     int has_out = 0;
-    for (int p = 0; p < np; p++) has_out |= nb_func_param_dir(x->f, 0, p) != NB_ARG_IN;
+    for (int p = 0; p < np; p++) has_out |= param_is_output(x->f, p);
     if (has_out) print_outputs(x);
     fputs("}\n", stdout);
     rc = 0;

@@ -540,6 +540,151 @@ static void test_reflection(void) {
     nb_program_free(p);
 }
 
+/* ---- value generics ------------------------------------------------------------------------ */
+
+static nb_decl *find_decl(nb_program *p, int kind, const char *name) {
+    for (int i = 0; p && i < p->main->ndecls; i++) {
+        nb_decl *d = p->main->decls[i];
+        if (d && (int)d->kind == kind && d->name && strcmp(d->name, name) == 0) return d;
+    }
+    return NULL;
+}
+
+static void test_generics(void) {
+    nb_program *p = OK_PROG("struct MLP<let W : int, let L : int> {\n"
+                            "  float w[L][W][W]; float b[L][W];\n"
+                            "  static const int kWidth = W;\n"
+                            "  float eval(float x[W]) {\n"
+                            "    float h[W] = x;\n"
+                            "    for (int l = 0; l < L; l++) { float o[W]; for (int i = 0; i < W; i++) o[i] = b[l][i] + h[i]; h = o; }\n"
+                            "    return sum(h);\n"
+                            "  }\n"
+                            "  MLP twice() { MLP m = this; return m; }\n"
+                            "};\n"
+                            "float sum<let N : int>(float x[N]) { float s = 0; for (int i = 0; i < N; i++) s += x[i]; return s; }\n"
+                            "typedef MLP<16, 3> Net;\n"
+                            "float f(Net n, MLP<2, 1> m, float x[16]) { return n.twice().eval(x) + sum<2>(m.b[0]) + Net.kWidth + MLP<2,1>::kWidth; }\n");
+    if (!p) return;
+    nb_decl *net = find_decl(p, NB_DECL_STRUCT, "MLP<16,3>");
+    nb_decl *small = find_decl(p, NB_DECL_STRUCT, "MLP<2,1>");
+    NB_EXPECT(net && small && net != small);
+    if (net && small) {
+        NB_EXPECT(net->u.strct.type && strcmp(net->u.strct.type->name, "MLP<16,3>") == 0);
+        NB_EXPECT(net->u.strct.generic_of == p->main->decls[0] && net->u.strct.ngargs == 2 &&
+                  net->u.strct.gargs[0] == 16 && net->u.strct.gargs[1] == 3);
+        NB_EXPECT(strcmp(net->u.strct.fields[0]->u.var.type->name, "float[3][16][16]") == 0);
+        nb_decl *k = net->u.strct.statics[0];
+        NB_EXPECT(k->u.var.has_const && k->u.var.const_i == 16);
+        /* the loop over layers is bounded by L: max_iters 3 (1 in MLP<2,1>) */
+        nb_stmt *loop = net->u.strct.methods[0]->u.func.body->u.block.items[1];
+        NB_EXPECT(loop->kind == NB_ST_FOR && loop->max_iters == 3);
+        loop = small->u.strct.methods[0]->u.func.body->u.block.items[1];
+        NB_EXPECT(loop->kind == NB_ST_FOR && loop->max_iters == 1);
+        /* `MLP` inside the struct is the instantiation */
+        NB_EXPECT(net->u.strct.methods[1]->u.func.ret->resolved == net->u.strct.type);
+    }
+    /* sum<16> inferred from eval's float[16], sum<2> written; both ordinary functions */
+    nb_decl *s16 = find_decl(p, NB_DECL_FUNC, "sum<16>"), *s2 = find_decl(p, NB_DECL_FUNC, "sum<2>");
+    NB_EXPECT(s16 && s2 && s16->u.func.generic_of && s16->u.func.ngparams == 0 &&
+              strcmp(s2->u.func.params[0]->u.param.type->name, "float[2]") == 0);
+    nb_expr *r = ret_value(p, "f", 0); /* ((a + sum<2>(…)) + kWidth) + kWidth */
+    nb_expr *call = r ? r->u.binary.lhs->u.binary.lhs->u.binary.rhs : NULL;
+    NB_EXPECT(call && call->kind == NB_EX_CALL && call->decl == s2 && call->u.call.callee->kind == NB_EX_NAME);
+    /* reflection flattens instantiated structs into leaves; generics are not callable themselves */
+    const nb_fn_info *in;
+    int n;
+    NB_EXPECT_OK(nb_program_functions(p, "f", &in, &n));
+    NB_EXPECT(n == 1 && in[0].nleaves == 5);
+    if (n == 1 && in[0].nleaves == 5) {
+        NB_EXPECT(strcmp(in[0].leaves[0].path, "n.w") == 0 && in[0].leaves[0].value_rank == 3 &&
+                  in[0].leaves[0].value_shape[0] == 3 && in[0].leaves[0].value_shape[2] == 16);
+        NB_EXPECT(strcmp(in[0].leaves[3].path, "m.b") == 0 && in[0].leaves[3].value_shape[1] == 2);
+        NB_EXPECT(strcmp(in[0].signature, "float f(MLP<16,3> n, MLP<2,1> m, float[16] x)") == 0);
+    }
+    NB_EXPECT_ERR(nb_program_functions(p, "sum", &in, &n), NB_ERR_NOT_FOUND, "callable functions: f");
+    nb_program_free(p);
+
+    /* defaults, uint parameters, inference through vectors, matrices and generic structs */
+    EXPECT_CHECKS("struct A<let N : uint, let M : int = N * 2> { float v[M]; static const uint K = N; };\n"
+                  "float g<let R : int, let C : int>(matrix<float, R, C> m) { return m[R - 1][C - 1]; }\n"
+                  "float h<let N : int>(vector<float, N> v) { return v[N - 1]; }\n"
+                  "float k<let N : uint, let M : int>(A<N, M> a) { return a.v[M - 1] + N; }\n"
+                  "float f(A<3> a) { float3 v = 1; float2x3 m = 0; return g(m) + h(v) + k(a) + A<3>.K + a.v[5]; }\n");
+
+    /* diagnostics */
+    const char *mlp = "struct M<let W : int, let L : int> { float w[L][W]; };\n";
+    static const struct { const char *tail; const char *msg; } cases[] = {
+        {"void f() { M<4> m; }", "t.nb:2:12: error: 'M' takes 2 generic arguments (W, L), got 1"},
+        {"void f() { M<4, 2, 1> m; }", "t.nb:2:12: error: 'M' takes 2 generic arguments, got 3"},
+        {"void f(int n) { M<n, 1> m; }", "t.nb:2:19: error: generic argument 1 of 'M' must be a constant integer"},
+        {"void f() { M<float, 1> m; }", "t.nb:2:14: error: generic argument 1 of 'M' must be an integer value, not a type"},
+        {"void f() { M<2.5, 1> m; }", "t.nb:2:14: error: generic argument 1 of 'M' must be a constant integer"},
+        {"void f() { M<4, 1 - 1> m; }", "t.nb:1:46: error: array size must be positive, got 0"},
+        {"void f() { M<4, 1 - 1> m; }", "t.nb:2:12: note: in instantiation of 'M<4,0>' requested here"},
+        {"void f(M m) {}", "t.nb:2:8: error: generic struct 'M' needs generic arguments: 'M<W, L>'"},
+        {"typedef M<2, 2> Net;\nfloat f() { return Net.q; }", "t.nb:3:24: error: 'M<2,2>' has no static member 'q'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char src[512];
+        snprintf(src, sizeof src, "%s%s", mlp, cases[i].tail);
+        expect_fail(src, cases[i].msg, __LINE__);
+    }
+    EXPECT_FAILS("struct L<let N : int> { L<N + 1> next; };\nvoid f() { L<1> l; }",
+                 "t.nb:1:25: error: instantiating 'L<65>' nests more than 64 generic instantiations (does 'L' "
+                 "instantiate itself without end?)");
+    EXPECT_FAILS("struct L<let N : int> { L<N + 1> next; };\nvoid f() { L<1> l; }",
+                 "t.nb:2:12: note: in instantiation of 'L<1>' requested here");
+    EXPECT_FAILS("float g<let N : int>() { return g<N + 1>(); }\nvoid f() { g<1>(); }",
+                 "t.nb:1:33: error: instantiating 'g<65>' nests more than 64 generic instantiations");
+    EXPECT_FAILS("struct S<let N : int> { S s; };\nvoid f() { S<1> s; }",
+                 "t.nb:1:27: error: field 's' makes struct 'S<1>' contain itself");
+    EXPECT_FAILS("float s<let N : int>(float x[N]) { return x[0]; }\nvoid f() { s(1.0); }",
+                 "t.nb:2:12: error: cannot infer generic parameter 'N' of 's' from the arguments (write s<…>(…))");
+    EXPECT_FAILS("float s<let N : int>(float x[N], float y[N]) { return x[0]; }\nvoid f() { float a[2]; float b[3]; s(a, b); }",
+                 "t.nb:2:36: error: conflicting values for generic parameter 'N' of 's': 2 and 3");
+    EXPECT_FAILS("float s<let N : int>(float x[N]) { return x[0]; }\nvoid f() { float a[2]; s<int>(a); }",
+                 "t.nb:2:26: error: generic argument 1 of 's' must be an integer value, not a type");
+    EXPECT_FAILS("float s<let N : int>(float x[N]) { return x[0]; }\nvoid f() { float a[2]; s<1, 2>(a); }",
+                 "t.nb:2:24: error: 's' takes 1 generic argument, got 2");
+    EXPECT_FAILS("float s<let N : int>(float x[N]) { return s(x); }\nvoid f() { float a[2]; s(a); }",
+                 "t.nb:1:43: error: recursion is not supported: 's<2>' calls itself");
+    EXPECT_FAILS("struct S<let W : int> { float get() { int W = 2; return W; } };\nvoid f() { S<2> s; }",
+                 "t.nb:1:43: error: declaration of 'W' shadows a generic parameter of 'S'");
+    EXPECT_FAILS("struct S<let W : float> {};", "t.nb:1:18: error: generic parameter 'W' must have type 'int' or 'uint'");
+    EXPECT_FAILS("struct S<let W : uint> {};\nvoid f() { S<-1> s; }",
+                 "t.nb:2:14: error: generic argument 1 of 'S' is out of range for 'uint': -1");
+    EXPECT_FAILS("struct S { float g<let N : int>() { return N; } };",
+                 "t.nb:1:18: error: generic methods are not supported ('g'); make the struct generic instead");
+    EXPECT_FAILS("float s<let N : int>(float x[N]) { return x[0]; }\nvoid f() { float a[2]; s<3>(a); }",
+                 "t.nb:2:24: error: conflicting values for generic parameter 'N' of 's': 3 and 2");
+    /* g is not generic, so `g<2>(1.0)` is `(g < 2) > 1.0` */
+    EXPECT_FAILS("float g(float x) { return x; }\nvoid f() { g<2>(1.0); }", "t.nb:2:12: error: 'g' is a function; call it with arguments");
+    EXPECT_FAILS("struct S { float a; };\nvoid f() { S<2> s; }", "t.nb:2:12: error: 'S' is not a generic type");
+
+    /* garbage around generics: diagnostics, never a crash */
+    static const char *junk[] = {
+        "struct M<let W : int> { float w[W]; };\nvoid f() { M<1 / 0> m; }",
+        "struct M<let W : int> { float w[W]; };\nvoid f() { M<> m; }",
+        "struct M<let W : int = W> { };\nvoid f() { M m; }",
+        "struct M<let W : int, let W : int> { };\nvoid f() { M<1, 2> m; }",
+        "float g<let N : int>(float x[N]) { return x[0]; }\nfloat f() { return fwd_diff(g)(1.0); }",
+        "float g<let N : int>(float x[N]) { return N; }\nfloat f() { return g; }",
+        "float g<let N : int>(float x[N]) { return N; }\nvoid f() { g<N>(); }",
+        "float g<let N : int>(float x[N]);\nfloat f() { float a[1]; return g(a); }",
+        "struct M<let W : int> { float w[W]; M<W> self; };\nvoid f() { M<3> m; }",
+        "struct M<let W : int> { static const int K = M<W - 1>.K + 1; };\nint f() { return M<5>.K; }",
+        "float g<let N : int>(vector<float, N> v) { return 0; }\nfloat f() { return g(float4(1)) + g(float2(1)); }",
+        "struct M<let W : int> {};\nvoid f() { M<1000000000000> m; }",
+        "float g<let N : int>() { return N; }\n[ForwardDerivative(g)] float f(float x) { return x; }",
+    };
+    for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+        p = NULL;
+        nb_status st = nb_program_compile_source("t.nb", junk[i], NULL, &p);
+        NB_EXPECT(st == NB_OK || st == NB_ERR_COMPILE);
+        nb_program_free(p);
+    }
+}
+
 /* ---- robustness --------------------------------------------------------------------------- */
 
 static void test_malformed_programs(void) {
@@ -605,5 +750,5 @@ int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_literals_and_casts, test_type_names, test_conversions, test_operators, test_scopes,
                  test_structs, test_overloads, test_function_rules, test_control_flow, test_intrinsics,
                  test_kernels_and_tensors, test_autodiff, test_imports, test_constants, test_reflection,
-                 test_malformed_programs);
+                 test_generics, test_malformed_programs);
 }

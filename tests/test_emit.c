@@ -722,6 +722,77 @@ static void test_bad_sigs(void)
     nb_program_free(p);
 }
 
+/* Value generics: an MLP<W, L> struct (weights as uniforms, layers looped up to L) evaluated over
+ * an array of inputs, and a generic function whose N is inferred from an array argument. */
+static void test_generics(void)
+{
+    const char *src =
+        "struct MLP<let W : int, let L : int> {\n"
+        "  float w[L][W][W];\n"
+        "  float b[L][W];\n"
+        "  static const int kLayers = L;\n"
+        "  float[W] eval(float x[W]) {\n"
+        "    float h[W] = x;\n"
+        "    for (int l = 0; l < L; l++) {\n"
+        "      float o[W];\n"
+        "      for (int i = 0; i < W; i++) {\n"
+        "        float acc = b[l][i];\n"
+        "        for (int j = 0; j < W; j++) acc += w[l][i][j] * h[j];\n"
+        "        o[i] = l + 1 < L ? max(acc, 0.0) : acc;\n"
+        "      }\n"
+        "      h = o;\n"
+        "    }\n"
+        "    return h;\n"
+        "  }\n"
+        "};\n"
+        "float sum<let N : int>(float x[N]) { float s = 0; for (int i = 0; i < N; i++) s += x[i]; return s; }\n"
+        "typedef MLP<3, 2> Net;\n"
+        "float f(Net m, float3 v) {\n"
+        "  float x[3] = {v.x, v.y, v.z};\n"
+        "  return sum(m.eval(x)) + sum<3>(x) * 0.5 + Net.kLayers;\n"
+        "}\n";
+    nb_leaf_sig ls[4] = {L(0, "m.w", NB_BIND_UNIFORM, NB_F32), L(0, "m.b", NB_BIND_UNIFORM, NB_F32),
+                         L(1, "v", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("f", 0, 1, 1, 4, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(k.lay.leaves[0].value_rank == 3 && k.lay.leaves[0].value_bytes == 2 * 3 * 3 * 4);
+    NB_EXPECT(k.lay.leaves[1].value_rank == 2 && k.lay.leaves[1].value_bytes == 2 * 3 * 4);
+    /* readable names for the instantiations in the emitted C */
+    NB_EXPECT(strstr(k.src, "typedef struct MLP_3_2 {") && strstr(k.src, "MLP_3_2_eval(") && strstr(k.src, "sum_3("));
+    float w[2][3][3], b[2][3];
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 3; i++) {
+            b[l][i] = 0.1f * (float)(i - l);
+            for (int j = 0; j < 3; j++) w[l][i][j] = (float)((l + 1) * (i == j ? 1.0 : -0.25 * (j + 1)));
+        }
+    enum { NV = 5 };
+    float v[NV * 3], r[NV];
+    for (int n = 0; n < NV * 3; n++) v[n] = (float)(n % 7) * 0.5f - 1.0f;
+    long long shape[1] = {NV}, sv[1] = {12}, iv[1] = {4}, sr[1] = {4};
+    set_shape(&k, shape);
+    set_uniform(&k, 0, w);
+    set_uniform(&k, 1, b);
+    set_array(&k, 2, v, sv, iv);
+    set_array(&k, 3, r, sr, NULL);
+    run(&k, NV);
+    for (int n = 0; n < NV; n++) {
+        double h[3] = {v[3 * n], v[3 * n + 1], v[3 * n + 2]}, want = 0;
+        for (int l = 0; l < 2; l++) {
+            double o[3];
+            for (int i = 0; i < 3; i++) {
+                double acc = b[l][i];
+                for (int j = 0; j < 3; j++) acc += (double)w[l][i][j] * h[j];
+                o[i] = l + 1 < 2 ? (acc > 0 ? acc : 0) : acc;
+            }
+            memcpy(h, o, sizeof h);
+        }
+        want = h[0] + h[1] + h[2] + (v[3 * n] + v[3 * n + 1] + v[3 * n + 2]) * 0.5 + 2;
+        NB_EXPECT_NEAR(r[n], want, 1e-4);
+    }
+    kern_free(&k);
+}
+
 static void test_cuda_compiles(void)
 {
     if (g_nvrtc_ok == 0) NB_SKIP("NVRTC is not available: CUDA sources were emitted but not compiled");
@@ -742,5 +813,5 @@ int main(int argc, char **argv)
     atexit(cleanup);
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
-                 test_kernel_tensor, test_bad_sigs, test_cuda_compiles);
+                 test_kernel_tensor, test_bad_sigs, test_generics, test_cuda_compiles);
 }

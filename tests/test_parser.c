@@ -227,6 +227,10 @@ static void test_postfix(void) {
     expect_expr("vector<float, 3>(1, 2, 3) + matrix<float,2,2>(m)",
                 "(+ (call (type vector<float,3>) 1 2 3) (call (type matrix<float,2,2>) m))");
     /* MLP is a generic struct of this file; Foo is unknown, so its '<' is less-than */
+    /* generic functions: `sum<4>(x)` is an explicit instantiation, `sum < 4` elsewhere too */
+    expect_tree("float sum<let N : int, let K : int = 2>(float x[N]) { return sum<N>(x); }",
+                "(func float sum <(param int N) (param int K = 2)> ((param float[N] x)) "
+                "{ (return (call (type sum<N>) x)) })\n");
     expect_tree("struct MLP<let N : int> {}\nvoid t() { x = MLP<4>(w) + Foo<4>(w); }",
                 "(struct MLP <(param int N)>)\n(func void t () { (= x (> (< (+ (call (type MLP<4>) w) Foo) 4) w)) })\n");
 }
@@ -323,6 +327,9 @@ static void test_error_messages(void) {
     expect_diags("struct S<T> {}",
                  "t.nb:1:10: error: type generic parameters are not supported; write 'let T : int' for a value "
                  "parameter\nstruct S<T> {}\n         ^\n");
+    expect_diags("float f<let N : int> g;",
+                 "t.nb:1:22: error: expected '(' after the generic parameters of 'f', found 'g'\n"
+                 "float f<let N : int> g;\n                     ^\n");
     expect_diags("x = 1;", "t.nb:1:3: error: expected a name after type 'x', found '='\nx = 1;\n  ^\n");
     expect_diags("f(1);", "t.nb:1:1: error: expected a return type before function name 'f'\nf(1);\n^\n");
     expect_diags("interface IFoo { float f(); }",

@@ -46,7 +46,10 @@
  * disk as well (see `nabla cache`).
  *
  * Threads: a module and its functions may be used from several threads; one nb_call belongs to
- * one thread.
+ * one thread. nb_module_set_constant must not run while calls on the same module are running.
+ *
+ * Not yet: default parameter values (every parameter needs an argument), DiffTensor gradients
+ * (a DiffTensor parameter gets its primal array only), struct results, Tensor<vector,N>.
  */
 #ifndef NABLA_MODULE_H
 #define NABLA_MODULE_H
@@ -185,8 +188,9 @@ nb_status nb_call_result(nb_call *c, nb_tensor *into);
  * the new result array, or a new handle on `into`, or NULL for a void function. Frees c, also
  * on failure. */
 nb_status nb_call_run(nb_call *c, nb_tensor **result);
-/* For [Kernel] functions: runs grid[0]*grid[1]*grid[2] threads; the function reads its index
- * with dispatch_id(). Arguments are uniforms and Tensor<T,N> arrays. Frees c. */
+/* For [Kernel] functions: runs grid[0]*grid[1]*grid[2] threads, grid = {x, y, z}; the function
+ * reads its index with dispatch_id() (x fastest). Arguments are single values and Tensor<T,N>
+ * arrays. Frees c. */
 nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]);
 /* Abandons a call without running it. */
 void nb_call_free(nb_call *c);

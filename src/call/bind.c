@@ -215,12 +215,14 @@ static nb_status resolve_target(const nb_call *c, const nb_fn_info *in, const nb
     return NB_OK;
 }
 
-static nb_status check_dtype(const nb_fn_info *in, const nb_fn_leaf *l, const char *what,
-                             nb_dtype have, int dir) {
+/* Formatting happens only on the error paths below (the hot path formats nothing). */
+static nb_status check_dtype(const nb_fn_info *in, const nb_fn_leaf *l, nb_dtype have, int nd,
+                             const int64_t *shape, int dir) {
     dcat want = cat_of(l->scalar), got = cat_of(have);
     int ok = dir == 0 ? (want == got || (want == CAT_FLOAT && got == CAT_INT)) : want == got;
     if (ok) return NB_OK;
-    char ty[128];
+    char ty[128], what[200], sh[160];
+    snprintf(what, sizeof what, "%s%s", nb_dtype_name(have), nd ? shape_s(nd, shape, sh, sizeof sh) : "");
     return nb_error(NB_ERR_DTYPE,
                     "%s: argument '%s' is %s but parameter '%s' is %s: %s data cannot %s %s %s "
                     "parameter without losing meaning",
@@ -230,12 +232,13 @@ static nb_status check_dtype(const nb_fn_info *in, const nb_fn_leaf *l, const ch
 }
 
 /* Checks that dims [nd - vr, nd) of shape equal the leaf's value shape. */
-static nb_status check_value_dims(const nb_fn_info *in, const nb_fn_leaf *l, const char *what,
-                                  int nd, const int64_t *shape) {
+static nb_status check_value_dims(const nb_fn_info *in, const nb_fn_leaf *l, int nd,
+                                  const int64_t *shape) {
     int vr = l->value_rank, ok = nd >= vr;
     for (int i = 0; ok && i < vr; i++) ok = shape[nd - vr + i] == l->value_shape[i];
     if (ok) return NB_OK;
-    char ty[128], vs[160];
+    char ty[128], vs[160], what[160];
+    shape_s(nd, shape, what, sizeof what);
     llshape_s(vr, l->value_shape, vs, sizeof vs);
     if (vr == 0) return NB_OK;
     return nb_error(NB_ERR_SHAPE,
@@ -286,23 +289,37 @@ static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int 
             return nb_error(NB_ERR_INVALID_ARG,
                             "%s: parameter '%s' is %s: a whole array, which cannot be mapped",
                             in->name, l->path, leaf_type(in, l, ty, sizeof ty));
-        if (a->kind != NB_ARGK_TENSOR)
+        if (a->kind == NB_ARGK_ALLOC)
             return nb_error(NB_ERR_INVALID_ARG, "%s: parameter '%s' is %s and needs a tensor",
                             in->name, l->path, leaf_type(in, l, ty, sizeof ty));
-        nb_tensor *t = a->tensor;
-        if (nb_tensor_ndim(t) != l->tensor_rank || nb_tensor_dtype(t) != l->scalar)
-            return nb_error(NB_ERR_SHAPE, "%s: argument '%s' is %s but parameter '%s' is %s "
-                            "(needs %s with %d dims)",
+        /* A whole array: its rank and dtype must be the tensor type's (a host value is uploaded
+         * in that dtype when its data converts without losing meaning). */
+        int nd = a->kind == NB_ARGK_TENSOR ? nb_tensor_ndim(a->tensor) : a->ndim;
+        nb_dtype have = a->kind == NB_ARGK_TENSOR ? nb_tensor_dtype(a->tensor) : a->dtype;
+        int dtype_ok = a->kind == NB_ARGK_TENSOR ? have == l->scalar
+                                                 : (cat_of(have) == cat_of(l->scalar) ||
+                                                    (cat_of(l->scalar) == CAT_FLOAT && cat_of(have) == CAT_INT));
+        if (nd != l->tensor_rank || l->value_rank != 0 || !dtype_ok)
+            return nb_error(l->value_rank ? NB_ERR_UNSUPPORTED : nd != l->tensor_rank ? NB_ERR_SHAPE
+                                                                                       : NB_ERR_DTYPE,
+                            "%s: argument '%s' is %s but parameter '%s' is %s (needs %s with %d "
+                            "dim%s%s)",
                             in->name, l->path, arg_desc(a, what, sizeof what), l->path,
                             leaf_type(in, l, ty, sizeof ty), nb_dtype_name(l->scalar),
-                            l->tensor_rank);
+                            l->tensor_rank, l->tensor_rank == 1 ? "" : "s",
+                            l->value_rank ? "; tensors of vectors cannot be bound yet" : "");
         b->bind = NB_BIND_TENSOR;
         b->storage = l->scalar;
-        b->tensor = t;
         b->tensor_rank = l->tensor_rank;
-        memcpy(b->tshape, nb_tensor_shape(t), sizeof(int64_t) * (size_t)l->tensor_rank);
-        memcpy(b->tstrides, nb_tensor_strides(t), sizeof(int64_t) * (size_t)l->tensor_rank);
-        *score += 3;
+        if (a->kind == NB_ARGK_TENSOR) {
+            b->tensor = a->tensor;
+            memcpy(b->tshape, nb_tensor_shape(a->tensor), sizeof(int64_t) * (size_t)nd);
+            memcpy(b->tstrides, nb_tensor_strides(a->tensor), sizeof(int64_t) * (size_t)nd);
+        } else {
+            memcpy(b->tshape, a->shape, sizeof(int64_t) * (size_t)nd);
+            nb_layout_contiguous_strides(nd, a->shape, (int64_t)nb_dtype_size(l->scalar), b->tstrides);
+        }
+        *score += have == l->scalar ? 3 : 2;
         return NB_OK;
     }
 
@@ -326,11 +343,9 @@ static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int 
         shape = a->shape;
         have = a->dtype;
     }
-    snprintf(what, sizeof what, "%s", shape_s(nd, shape, sh, sizeof sh));
-    nb_status s = check_value_dims(in, l, what, nd, shape);
+    nb_status s = check_value_dims(in, l, nd, shape);
     if (s) return s;
-    snprintf(what, sizeof what, "%s%s", nb_dtype_name(have), nd ? sh : "");
-    if ((s = check_dtype(in, l, what, have, l->dir))) return s;
+    if ((s = check_dtype(in, l, have, nd, shape, l->dir))) return s;
     *score += have == l->scalar ? 3 : cat_of(have) == cat_of(l->scalar) ? 2 : 1;
 
     int cr = nd - vr;
@@ -364,8 +379,8 @@ static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int 
                             "%s: the map of argument '%s' has %d dim%s but its call shape %s has %d "
                             "(shape %s, parameter %s)",
                             in->name, l->path, map->ndims, map->ndims == 1 ? "" : "s",
-                            shape_s(cr, shape, what, sizeof what), cr, sh,
-                            leaf_type(in, l, ty, sizeof ty));
+                            shape_s(cr, shape, what, sizeof what), cr,
+                            shape_s(nd, shape, sh, sizeof sh), leaf_type(in, l, ty, sizeof ty));
         b->mapped = 1;
         memcpy(b->map_dims, map->dims, sizeof(int) * (size_t)cr);
     }
@@ -379,7 +394,9 @@ static const char *leaf_desc(const nb_call *c, const nb_fn_info *in, int j, char
     const char *path = j < in->nleaves ? in->leaves[j].path : "_result";
     if (b->arg < 0)
         snprintf(ad, sizeof ad, "%s%s", nb_dtype_name(nb_tensor_dtype(c->into)),
-                 shape_s(nb_tensor_ndim(c->into), nb_tensor_shape(c->into), cs, sizeof cs));
+                 nb_tensor_ndim(c->into)
+                     ? shape_s(nb_tensor_ndim(c->into), nb_tensor_shape(c->into), cs, sizeof cs)
+                     : "");
     else
         arg_desc(&c->args[b->arg], ad, sizeof ad);
     shape_s(b->call_rank, b->call_shape, cs, sizeof cs);
@@ -416,9 +433,7 @@ static nb_status kernel_shape(nb_call *c, const nb_fn_info *in, int nl) {
             K = b->call_rank;
         }
     }
-    if (K > NB_MAX_DIMS)
-        return nb_error(NB_ERR_SHAPE, "%s: the call would have %d dims (at most %d)", in->name, K,
-                        NB_MAX_DIMS);
+    /* K <= NB_MAX_DIMS: map dims are < NB_MAX_DIMS and call ranks <= NB_MAX_DIMS. */
     c->kdim = K;
     for (int k = 0; k < K; k++) c->kshape[k] = 1;
     int owner[NB_MAX_DIMS]; /* which leaf gave kernel dim k its extent (-1: none yet) */
@@ -565,19 +580,16 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
         b->call_rank = -1;
         if (c->into) {
             nb_tensor *t = c->into;
-            char what[200], sh[160];
             if (nb_tensor_device(t) != c->f->m->dev)
                 return nb_error(NB_ERR_DEVICE, "%s: the result array is on %s but the module "
                                 "runs on %s", in->name, nb_device_name(nb_tensor_device(t)),
                                 nb_device_name(c->f->m->dev));
             int nd = nb_tensor_ndim(t);
             const int64_t *shape = nb_tensor_shape(t);
-            shape_s(nd, shape, sh, sizeof sh);
             nb_fn_leaf rl = *l;
             rl.path = "_result";
-            if ((s = check_value_dims(in, &rl, sh, nd, shape))) return s;
-            snprintf(what, sizeof what, "%s%s", nb_dtype_name(nb_tensor_dtype(t)), sh);
-            if ((s = check_dtype(in, &rl, what, nb_tensor_dtype(t), 1))) return s;
+            if ((s = check_value_dims(in, &rl, nd, shape))) return s;
+            if ((s = check_dtype(in, &rl, nb_tensor_dtype(t), nd, shape, 1))) return s;
             const int64_t *st = nb_tensor_strides(t);
             b->storage = nb_tensor_dtype(t);
             b->tensor = t;
@@ -588,12 +600,13 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
         }
     }
     if (grid) {
+        /* grid = {x, y, z}; x is the fastest (last) kernel dim, as dispatch_id.x. */
         c->kdim = 3;
         for (int k = 0; k < 3; k++) {
             if (grid[k] < 0)
                 return nb_error(NB_ERR_INVALID_ARG, "%s: grid[%d] is negative (%lld)", in->name, k,
                                 (long long)grid[k]);
-            c->kshape[k] = grid[k];
+            c->kshape[2 - k] = grid[k];
         }
     } else if ((s = kernel_shape(c, in, nl + has_result))) {
         return s;

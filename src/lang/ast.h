@@ -203,6 +203,10 @@ struct nb_decl {
             nb_stmt *body;                    /* NULL for a declaration without a body */
             nb_decl *parent;                  /* enclosing struct for methods, else NULL */
             int is_mutating;                  /* [mutating] method: `this` is inout */
+            nb_decl **gparams; int ngparams;  /* value generics `float f<let N : int>(…)`
+                                                 (NB_DECL_PARAM); a function with gparams is a
+                                                 template: never checked or lowered itself */
+            nb_decl *generic_of;              /* [checker] an instantiation (`f<4>`): its template */
             /* [checker] */
             int differentiable;               /* [Differentiable] / [BackwardDifferentiable] */
             int is_kernel;                    /* [Kernel] */
@@ -213,8 +217,13 @@ struct nb_decl {
             nb_decl **statics; int nstatics;  /* static const members (NB_DECL_VAR) */
             nb_decl **methods; int nmethods;  /* NB_DECL_FUNC */
             const char **conforms; int nconforms; /* `: IDifferentiable, …` */
-            nb_decl **gparams; int ngparams;  /* value generics `let W : int` (NB_DECL_PARAM) */
+            nb_decl **gparams; int ngparams;  /* value generics `let W : int` (NB_DECL_PARAM); a
+                                                 struct with gparams is a template (type NULL) */
             const nb_type *type;              /* [checker] */
+            /* [checker] an instantiation `MLP<16,3>` (an ordinary struct named "MLP<16,3>",
+             * appended to the module's decls): its template and generic argument values */
+            nb_decl *generic_of;
+            const int64_t *gargs; int ngargs;
         } strct;
         struct {
             nb_type_expr *texpr;              /* NULL for `let x = …` style inference (unused) */

@@ -211,7 +211,16 @@ static void print_decl(const nb_decl *d, nb_strbuf *o) {
         print_attrs(d->attrs, o);
         print_mods(d->mods, o);
         nb_ast_print_type(d->u.func.ret, o);
-        nb_strbuf_printf(o, " %s (", d->name);
+        nb_strbuf_printf(o, " %s ", d->name);
+        if (d->u.func.ngparams) {
+            nb_strbuf_append_char(o, '<');
+            for (int i = 0; i < d->u.func.ngparams; i++) {
+                if (i) nb_strbuf_append_char(o, ' ');
+                print_decl(d->u.func.gparams[i], o);
+            }
+            nb_strbuf_append(o, "> ");
+        }
+        nb_strbuf_append_char(o, '(');
         for (int i = 0; i < d->u.func.nparams; i++) {
             if (i) nb_strbuf_append_char(o, ' ');
             print_decl(d->u.func.params[i], o);

@@ -44,7 +44,7 @@ void *ck_alloc(nb_checker *c, size_t size) {
 }
 
 /* Grows a heap array of elem-sized items. */
-static int grow(void **arr, int *cap, int need, size_t elem) {
+int ck_grow(void **arr, int *cap, int need, size_t elem) {
     if (need <= *cap) return 1;
     int ncap = *cap ? *cap * 2 : 32;
     while (ncap < need) ncap *= 2;
@@ -107,7 +107,7 @@ void ck_set_state(nb_checker *c, const void *key, int state) {
 /* ---- scopes ------------------------------------------------------------------------------- */
 
 static void push_scope(nb_checker *c) {
-    if (!grow((void **)&c->marks, &c->cap_marks, c->nmarks + 1, sizeof(int))) return;
+    if (!ck_grow((void **)&c->marks, &c->cap_marks, c->nmarks + 1, sizeof(int))) return;
     c->marks[c->nmarks++] = c->nsyms;
 }
 
@@ -135,7 +135,7 @@ static void declare(nb_checker *c, const char *name, nb_decl *d, nb_loc loc) {
             return;
         }
     }
-    if (!grow((void **)&c->syms, &c->cap_syms, c->nsyms + 1, sizeof(ck_sym))) return;
+    if (!ck_grow((void **)&c->syms, &c->cap_syms, c->nsyms + 1, sizeof(ck_sym))) return;
     c->syms[c->nsyms].name = name;
     c->syms[c->nsyms].decl = d;
     c->nsyms++;
@@ -147,13 +147,9 @@ static int scope_floor(nb_checker *c) {
     return d ? c->floors[d - 1] : 0;
 }
 
-typedef struct ctx_save {
-    nb_decl *fn, *strct;
-    int loop_depth, break_depth;
-    nb_module_ast *mod;
-} ctx_save;
+typedef ck_ctx_save ctx_save;
 
-static ctx_save enter_global_ctx(nb_checker *c, nb_module_ast *mod) {
+ctx_save ck_enter_global_ctx(nb_checker *c, nb_module_ast *mod) {
     ctx_save s = {c->fn, c->strct, c->loop_depth, c->break_depth, c->mod};
     if (c->nfloors < CK_MAX_FLOORS) c->floors[c->nfloors] = c->nsyms;
     c->nfloors++;
@@ -164,7 +160,7 @@ static ctx_save enter_global_ctx(nb_checker *c, nb_module_ast *mod) {
     return s;
 }
 
-static void leave_global_ctx(nb_checker *c, ctx_save s) {
+void ck_leave_global_ctx(nb_checker *c, ctx_save s) {
     c->nfloors--;
     c->fn = s.fn;
     c->strct = s.strct;
@@ -264,7 +260,7 @@ const nb_type *ck_builtin_type_name(nb_checker *c, const char *name) {
 }
 
 /* Integer generic argument i of te (a value, or a name the parser took for a type). */
-static int generic_int(nb_checker *c, nb_type_expr *te, int i, int64_t *out) {
+int ck_generic_int(nb_checker *c, nb_type_expr *te, int i, int64_t *out) {
     nb_expr *v = te->vargs ? te->vargs[i] : NULL;
     if (!v && te->targs && te->targs[i] && te->targs[i]->ntargs == 0 && te->targs[i]->narray_dims == 0) {
         /* `Tensor<float, N>`: N parsed as a type name; reinterpret as a value */
@@ -323,8 +319,8 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
             ck_err(c, te->loc, "'%s' element must be a scalar type, got '%s'", n, s->name);
             return c->tt->t_error;
         }
-        if (!generic_int(c, te, 1, &a)) return c->tt->t_error;
-        if (is_m && !generic_int(c, te, 2, &b)) return c->tt->t_error;
+        if (!ck_generic_int(c, te, 1, &a)) return c->tt->t_error;
+        if (is_m && !ck_generic_int(c, te, 2, &b)) return c->tt->t_error;
         if (a < 1 || a > 4 || (is_m && (b < 1 || b > 4))) {
             ck_err(c, te->loc, "'%s' sizes must be 1 to 4", n);
             return c->tt->t_error;
@@ -347,7 +343,7 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
             ck_err(c, te->loc, "'DiffTensor' element must be float-based, got '%s'", e->name);
             return c->tt->t_error;
         }
-        if (!generic_int(c, te, 1, &a)) return c->tt->t_error;
+        if (!ck_generic_int(c, te, 1, &a)) return c->tt->t_error;
         if (a < 1 || a > 8) {
             ck_err(c, te->loc, "'%s' rank must be 1 to 8, got %lld", n, (long long)a);
             return c->tt->t_error;
@@ -380,12 +376,16 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
         if (!t) {
             const nb_type *plain = ck_builtin_type_name(c, name);
             nb_decl *d[1];
-            if (plain || ck_lookup_global(c, name, NB_DECL_STRUCT, d, 1) > 0 ||
-                ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 1) > 0)
-                ck_err(c, te->loc, "'%s' is not a generic type (generic structs are not supported yet)", name);
+            if (!plain && ck_lookup_global(c, name, NB_DECL_STRUCT, d, 1) > 0 && ck_is_template(d[0]))
+                t = ck_instantiate_struct(c, d[0], te);
+            else if (plain || ck_lookup_global(c, name, NB_DECL_STRUCT, d, 1) > 0 ||
+                     ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 1) > 0)
+                ck_err(c, te->loc, "'%s' is not a generic type", name);
+            else if (ck_lookup_global(c, name, NB_DECL_FUNC, d, 1) > 0)
+                ck_err(c, te->loc, "'%s' is a function, not a type", name);
             else
                 ck_err(c, te->loc, "unknown type '%s'", name);
-            t = c->tt->t_error;
+            if (!t) t = c->tt->t_error;
         }
     } else if (strcmp(name, "vector") == 0 || strcmp(name, "matrix") == 0 || strcmp(name, "Tensor") == 0 ||
                strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0) {
@@ -396,9 +396,8 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
         if (!t) {
             nb_decl *d[2];
             if (ck_lookup_global(c, name, NB_DECL_STRUCT, d, 2) > 0) {
-                if (d[0]->u.strct.ngparams > 0) {
-                    ck_err(c, te->loc, "struct '%s' needs generic arguments (generic structs are not supported yet)", name);
-                    t = c->tt->t_error;
+                if (ck_is_template(d[0])) {
+                    t = ck_instantiate_struct(c, d[0], te); /* all parameters defaulted, or an error */
                 } else {
                     t = ck_struct_type(c, d[0]);
                 }
@@ -410,9 +409,9 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                     t = c->tt->t_error;
                 } else {
                     ck_set_state(c, td, CK_BUSY);
-                    ctx_save s = enter_global_ctx(c, td->module);
+                    ctx_save s = ck_enter_global_ctx(c, td->module);
                     t = ck_resolve_type(c, td->u.tdef.texpr);
-                    leave_global_ctx(c, s);
+                    ck_leave_global_ctx(c, s);
                     ck_set_state(c, td, CK_DONE);
                 }
             } else {
@@ -460,13 +459,12 @@ static const nb_type *innermost(const nb_type *t) {
 }
 
 const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
+    if (ck_is_template(sd)) return c->tt->t_error; /* only its instantiations are types */
     const nb_type *t = nb_type_struct(c->tt, sd);
     sd->u.strct.type = t;
     if (ck_state(c, sd) != CK_TODO) return t;
     ck_set_state(c, sd, CK_BUSY);
-    ctx_save s = enter_global_ctx(c, sd->module);
-    if (sd->u.strct.ngparams > 0)
-        ck_err(c, sd->loc, "generic struct '%s' is not supported yet", sd->name ? sd->name : "?");
+    ctx_save s = ck_enter_global_ctx(c, sd->module);
     for (int i = 0; i < sd->u.strct.nfields; i++) {
         nb_decl *f = sd->u.strct.fields[i];
         if (!f) continue;
@@ -493,9 +491,9 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
         }
     }
     ck_set_state(c, sd, CK_DONE);
-    leave_global_ctx(c, s);
+    ck_leave_global_ctx(c, s);
     /* field initializers (defaults) after the type is complete */
-    s = enter_global_ctx(c, sd->module);
+    s = ck_enter_global_ctx(c, sd->module);
     c->strct = NULL;
     for (int i = 0; i < sd->u.strct.nfields; i++) {
         nb_decl *f = sd->u.strct.fields[i];
@@ -505,7 +503,7 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
             ck_expr_to(c, &f->u.var.init, f->u.var.type, what);
         }
     }
-    leave_global_ctx(c, s);
+    ck_leave_global_ctx(c, s);
     return t;
 }
 
@@ -561,7 +559,7 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
         return;
     }
     ck_set_state(c, d, CK_BUSY);
-    ctx_save s = enter_global_ctx(c, d->module);
+    ctx_save s = ck_enter_global_ctx(c, d->module);
     d->u.var.is_global = 1;
     const nb_type *t = d->u.var.texpr ? ck_resolve_type(c, d->u.var.texpr) : NULL;
     int is_extern = (d->mods & NB_MOD_EXTERN) != 0;
@@ -599,7 +597,7 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
     if (is_extern && t->kind != NB_TY_SCALAR && !ck_is_error(t))
         ck_err(c, d->loc, "link-time constant '%s' must be a scalar, got '%s'", d->name ? d->name : "?", t->name);
     fold_var(d);
-    leave_global_ctx(c, s);
+    ck_leave_global_ctx(c, s);
     ck_set_state(c, d, CK_DONE);
 }
 
@@ -651,6 +649,10 @@ static nb_decl *attr_function(nb_checker *c, nb_decl *fn, const nb_attr *a) {
         ck_err(c, a->args[0]->loc, "unknown function '%s' in [%s]", name, a->name);
         return NULL;
     }
+    if (ck_is_template(fns[0]) || ck_is_template(fn)) {
+        ck_err(c, a->args[0]->loc, "[%s] with generic functions is not supported", a->name);
+        return NULL;
+    }
     a->args[0]->ref = NB_REF_FUNCTION;
     a->args[0]->decl = fns[0];
     a->args[0]->type = nb_type_func(c->tt, fns[0]);
@@ -698,9 +700,9 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
 }
 
 void ck_check_func_sig(nb_checker *c, nb_decl *fn) {
-    if (ck_state(c, fn) != CK_TODO) return;
+    if (ck_state(c, fn) != CK_TODO || ck_is_template(fn)) return;
     ck_set_state(c, fn, CK_BUSY);
-    ctx_save s = enter_global_ctx(c, fn->module);
+    ctx_save s = ck_enter_global_ctx(c, fn->module);
     c->strct = fn->u.func.parent;
     const nb_type *r = fn->u.func.ret ? ck_resolve_type(c, fn->u.func.ret) : c->tt->t_void;
     if (r->kind == NB_TY_TENSOR) {
@@ -747,13 +749,13 @@ void ck_check_func_sig(nb_checker *c, nb_decl *fn) {
                 ck_err(c, p->loc, "[Kernel] function parameters must be 'in' (write results through tensors)");
         }
     }
-    leave_global_ctx(c, s);
+    ck_leave_global_ctx(c, s);
     ck_set_state(c, fn, CK_DONE);
 }
 
 void ck_add_edge(nb_checker *c, nb_decl *to, nb_loc loc) {
     if (!c->fn || !to) return;
-    if (!grow((void **)&c->edges, &c->cap_edges, c->nedges + 1, sizeof(ck_edge))) return;
+    if (!ck_grow((void **)&c->edges, &c->cap_edges, c->nedges + 1, sizeof(ck_edge))) return;
     c->edges[c->nedges].from = c->fn;
     c->edges[c->nedges].to = to;
     c->edges[c->nedges].loc = loc;
@@ -1261,6 +1263,7 @@ static void check_duplicates(nb_checker *c, nb_module_ast *m) {
             nb_decl *e = m->decls[j];
             if (!e || !e->name || e->kind == NB_DECL_IMPORT || strcmp(d->name, e->name) != 0) continue;
             if (d->kind == NB_DECL_FUNC && e->kind == NB_DECL_FUNC) {
+                if (ck_is_template(d) || ck_is_template(e)) continue; /* overloads of generics */
                 if (!same_params(d, e)) continue;
                 if (!d->u.func.body || !e->u.func.body) continue; /* declaration + definition */
                 ck_err(c, d->loc, "redefinition of function '%s' with the same parameter types", d->name);
@@ -1275,6 +1278,8 @@ static void check_duplicates(nb_checker *c, nb_module_ast *m) {
 
 static void check_module(nb_checker *c, nb_module_ast *m) {
     c->mod = m;
+    c->inst_mod = m;
+    c->inst_cap = 0;
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
         if (!d) continue;
@@ -1297,19 +1302,8 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
         if (!d) continue;
         switch (d->kind) {
         case NB_DECL_STRUCT:
-            ck_struct_type(c, d);
-            for (int k = 0; k < d->u.strct.nstatics; k++)
-                if (d->u.strct.statics[k]) ck_check_global_var(c, d->u.strct.statics[k]);
-            for (int k = 0; k < d->u.strct.nmethods; k++)
-                if (d->u.strct.methods[k]) ck_check_func_sig(c, d->u.strct.methods[k]);
-            /* duplicate member names across fields/statics/methods */
-            for (int k = 0; k < d->u.strct.nstatics; k++) {
-                nb_decl *sv = d->u.strct.statics[k];
-                for (int f = 0; sv && sv->name && f < d->u.strct.nfields; f++)
-                    if (d->u.strct.fields[f] && d->u.strct.fields[f]->name &&
-                        strcmp(d->u.strct.fields[f]->name, sv->name) == 0)
-                        ck_err(c, sv->loc, "duplicate member '%s' in '%s'", sv->name, d->name);
-            }
+            if (ck_is_template(d)) ck_check_template(c, d);
+            else ck_check_struct_decl(c, d);
             break;
         case NB_DECL_TYPEDEF: {
             nb_type_expr te;
@@ -1319,20 +1313,54 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
             ck_resolve_type(c, &te);
             break;
         }
-        case NB_DECL_FUNC: ck_check_func_sig(c, d); break;
+        case NB_DECL_FUNC:
+            if (ck_is_template(d)) ck_check_template(c, d);
+            else ck_check_func_sig(c, d);
+            break;
         case NB_DECL_VAR: ck_check_global_var(c, d); break;
         default: break;
         }
     }
     check_duplicates(c, m);
-    /* pass 2: bodies */
+    /* pass 2: bodies (instantiations requested meanwhile are appended to m->decls and checked
+     * here too, in the module of their template) */
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
-        if (!d) continue;
+        if (!d || ck_is_template(d)) continue;
+        c->mod = d->module ? d->module : m;
+        c->inst_depth = ck_inst_depth(c, d);
+        int errors0 = c->src->nerrors;
         if (d->kind == NB_DECL_FUNC) check_func_body(c, d);
         if (d->kind == NB_DECL_STRUCT)
             for (int k = 0; k < d->u.strct.nmethods; k++)
-                if (d->u.strct.methods[k]) check_func_body(c, d->u.strct.methods[k]);
+                if (d->u.strct.methods[k] && !ck_is_template(d->u.strct.methods[k]))
+                    check_func_body(c, d->u.strct.methods[k]);
+        ck_inst_note(c, d, errors0);
+        c->inst_depth = 0;
+        c->mod = m;
+    }
+}
+
+void ck_check_struct_decl(nb_checker *c, nb_decl *d) {
+    const char *key = (const char *)d + 2; /* members checked (the struct's own key is its type) */
+    if (ck_state(c, key) != CK_TODO) return;
+    ck_set_state(c, key, CK_DONE);
+    ck_struct_type(c, d);
+    for (int k = 0; k < d->u.strct.nstatics; k++)
+        if (d->u.strct.statics[k]) ck_check_global_var(c, d->u.strct.statics[k]);
+    for (int k = 0; k < d->u.strct.nmethods; k++) {
+        nb_decl *md = d->u.strct.methods[k];
+        if (!md) continue;
+        if (ck_is_template(md)) ck_check_template(c, md);
+        else ck_check_func_sig(c, md);
+    }
+    /* duplicate member names across fields/statics/methods */
+    for (int k = 0; k < d->u.strct.nstatics; k++) {
+        nb_decl *sv = d->u.strct.statics[k];
+        for (int f = 0; sv && sv->name && f < d->u.strct.nfields; f++)
+            if (d->u.strct.fields[f] && d->u.strct.fields[f]->name &&
+                strcmp(d->u.strct.fields[f]->name, sv->name) == 0)
+                ck_err(c, sv->loc, "duplicate member '%s' in '%s'", sv->name, d->name);
     }
 }
 
@@ -1347,6 +1375,7 @@ nb_status nb_check_program(nb_program *p) {
     for (int i = 0; i < p->nmodules; i++)
         if (p->modules[i]) check_module(&c, p->modules[i]);
     find_recursion(&c);
+    ck_free_generics(&c);
     nb_free(c.syms, sizeof(ck_sym) * (size_t)c.cap_syms);
     nb_free(c.marks, sizeof(int) * (size_t)c.cap_marks);
     nb_free(c.edges, sizeof(ck_edge) * (size_t)c.cap_edges);

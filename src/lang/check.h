@@ -75,6 +75,15 @@
  *     ([mutating]), fwd_derivative / bwd_derivative (from [ForwardDerivative(g)] on f, or
  *     [ForwardDerivativeOf(f)] on g; likewise backward). ret->resolved is the return type.
  *   - NB_DECL_STRUCT: u.strct.type.
+ *
+ * Value generics (check_generic.c)
+ *   - a struct or function with gparams is a template: it is never checked, has no type and is
+ *     never lowered. Each distinct instantiation (`MLP<16,3>`, `sum<4>`) is a deep copy with
+ *     every generic parameter replaced by an int/uint literal, appended to the decls of the module
+ *     whose checking requested it, named "MLP<16,3>" / "sum<4>" (emitted MLP_16_3 / sum_4), with
+ *     u.strct.generic_of / gargs or u.func.generic_of set; otherwise it is an ordinary decl.
+ *   - calls of generic functions refer to the instantiation (call->decl); `f<4>(x)` callees are
+ *     rewritten to a NAME with ref FUNCTION.
  */
 #ifndef NB_LANG_CHECK_H
 #define NB_LANG_CHECK_H

@@ -582,6 +582,15 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
             ck_err(c, fe->loc, "use of undeclared function '%s'", fname);
         return call->type = c->tt->t_error;
     }
+    int w = 0;
+    for (int i = 0; i < nf; i++)
+        if (!ck_is_template(fns[i])) fns[w++] = fns[i];
+    if (w == 0) {
+        ck_err(c, fe->loc, "'%s' of the generic function '%s' is not supported; wrap a call of it in an ordinary "
+               "[Differentiable] function", dname, fname);
+        return call->type = c->tt->t_error;
+    }
+    nf = w;
     int any_diff = 0;
     for (int i = 0; i < nf; i++) {
         ck_check_func_sig(c, fns[i]);
@@ -687,6 +696,33 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             if (strcmp(iname, "bwd_diff") == 0) return call_diff(c, call, callee, NB_INTR_BWD_DIFF);
         }
     }
+    if (callee->kind == NB_EX_TYPE && callee->u.type.texpr && callee->u.type.texpr->ntargs > 0 &&
+        callee->u.type.texpr->narray_dims == 0) {
+        /* `sum<4>(x)`: an explicit instantiation of a generic function */
+        nb_type_expr *te = callee->u.type.texpr;
+        const char *name = te->name ? te->name : "";
+        nb_decl *fns[CK_MAX_CANDS], *d[1];
+        int nf = ck_lookup_global(c, name, NB_DECL_FUNC, fns, CK_MAX_CANDS);
+        if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
+        if (nf > 0 && !ck_builtin_type_name(c, name) && ck_lookup_global(c, name, NB_DECL_STRUCT, d, 1) == 0 &&
+            ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 1) == 0) {
+            check_args(c, call);
+            nf = ck_generic_candidates(c, call, fns, nf, te, name);
+            if (nf <= 0) return call->type = c->tt->t_error;
+            /* the callee becomes a plain function name */
+            callee->kind = NB_EX_NAME;
+            memset(&callee->u, 0, sizeof callee->u);
+            callee->u.name.name = name;
+            call->ref = NB_REF_FUNCTION;
+            callee->ref = NB_REF_FUNCTION;
+            const nb_type *r = call_user(c, call, fns, nf, name);
+            if (call->decl) {
+                callee->decl = call->decl;
+                callee->type = nb_type_func(c->tt, call->decl);
+            }
+            return r;
+        }
+    }
     if (callee->kind == NB_EX_TYPE) {
         const nb_type *t = ck_resolve_type(c, callee->u.type.texpr);
         callee->ref = NB_REF_TYPE;
@@ -724,6 +760,8 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
         if (nf > 0) {
             check_args(c, call);
+            nf = ck_generic_candidates(c, call, fns, nf, NULL, name);
+            if (nf <= 0) return call->type = c->tt->t_error;
             call->ref = NB_REF_FUNCTION;
             callee->ref = NB_REF_FUNCTION;
             const nb_type *r = call_user(c, call, fns, nf, name);

@@ -28,6 +28,20 @@ typedef struct ck_state_slot {
     int state;
 } ck_state_slot;
 
+/* One instantiation of a generic struct or function (check_generic.c). */
+typedef struct ck_inst {
+    nb_decl *tmpl;   /* the template */
+    int64_t *args;   /* its generic parameters' values */
+    int nargs;
+    nb_decl *clone;  /* the instantiation: an ordinary struct / function */
+    int depth;       /* instantiation nesting (1 = requested by non-generic code) */
+    nb_loc loc;      /* where it was first requested */
+} ck_inst;
+
+#define CK_MAX_GPARAMS 16     /* generic parameters of one template */
+#define CK_MAX_INST_DEPTH 64  /* instantiations requested from instantiations (stops A<N> -> A<N+1> -> …) */
+#define CK_MAX_INSTS 2048     /* instantiations in one program */
+
 typedef struct nb_checker {
     nb_program *p;
     nb_source_set *src;
@@ -54,7 +68,20 @@ typedef struct nb_checker {
     /* decl states */
     ck_state_slot *states;
     int nstates, cap_states;
+    /* generics (check_generic.c) */
+    ck_inst *insts;
+    int ninsts, cap_insts;
+    nb_module_ast *inst_mod; /* the module being checked: instantiations are appended to its decls */
+    int inst_cap;            /* capacity of inst_mod->decls once grown (0: its parser-made exact size) */
+    int inst_depth;          /* depth of the instantiation being checked (0: ordinary code) */
 } nb_checker;
+
+/* Context switch for checking a declaration out of line (signatures, globals, struct fields). */
+typedef struct ck_ctx_save {
+    nb_decl *fn, *strct;
+    int loop_depth, break_depth;
+    nb_module_ast *mod;
+} ck_ctx_save;
 
 /* check.c */
 void ck_err(nb_checker *c, nb_loc loc, const char *fmt, ...)
@@ -85,6 +112,33 @@ void ck_check_func_sig(nb_checker *c, nb_decl *fn);
 void ck_add_edge(nb_checker *c, nb_decl *to, nb_loc loc);
 const char *ck_func_sig_str(nb_checker *c, nb_decl *fn);
 void *ck_alloc(nb_checker *c, size_t size);
+int ck_grow(void **arr, int *cap, int need, size_t elem); /* heap array growth; 0 when out of memory */
+ck_ctx_save ck_enter_global_ctx(nb_checker *c, nb_module_ast *mod);
+void ck_leave_global_ctx(nb_checker *c, ck_ctx_save s);
+/* Pass-1 checks of a struct: type, static consts, method signatures, duplicate members (once). */
+void ck_check_struct_decl(nb_checker *c, nb_decl *sd);
+/* Integer generic argument i of te (a value, or a name the parser took for a type); reports. */
+int ck_generic_int(nb_checker *c, nb_type_expr *te, int i, int64_t *out);
+
+/* check_generic.c: value generics by monomorphization. A template (struct or function with
+ * gparams) is never checked itself; each distinct argument list is cloned with the parameters
+ * replaced by integer literals, appended to c->inst_mod's decls and checked as ordinary code. */
+int ck_is_template(const nb_decl *d);
+/* Pass-1 checks of a template's own declaration (parameter types, generic methods). */
+void ck_check_template(nb_checker *c, nb_decl *d);
+/* `MLP<16, 3>` (or `MLP` when every parameter has a default): the instantiated struct type. */
+const nb_type *ck_instantiate_struct(nb_checker *c, nb_decl *sd, nb_type_expr *te);
+/* Instantiation depth of a clone (or of a clone's method); 0 for ordinary declarations. */
+int ck_inst_depth(nb_checker *c, const nb_decl *d);
+/* "in instantiation of 'X' requested here" when errors were reported since errors0. */
+void ck_inst_note(nb_checker *c, const nb_decl *d, int errors0);
+/* Generic function candidates of a call: replaces each template among fns[0..n) by its
+ * instantiation for this call (arguments inferred from the call's checked argument types;
+ * explicit: the written `f<4>` arguments or NULL). Non-templates are kept unless explicit is
+ * given. Returns the new count, or -1 when an error was reported. */
+int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb_type_expr *explicit_args,
+                          const char *name);
+void ck_free_generics(nb_checker *c);
 
 const nb_type *ck_builtin_type_name(nb_checker *c, const char *name); /* float3, int, void; NULL if not */
 

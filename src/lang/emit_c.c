@@ -117,6 +117,10 @@ const char *nb_emit_safe_name(nb_emitter *e, const char *name)
     size_t n = 0;
     for (const char *p = name; *p && n < sizeof buf - 2; p++) {
         char ch = *p;
+        /* generic instantiations: MLP<16,3> -> MLP_16_3, f<-1> -> f_m1 */
+        if (ch == '>' || ch == ' ') continue;
+        if (ch == '<' || ch == ',') ch = '_';
+        if (ch == '-' && n) ch = 'm';
         int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || (n && ch >= '0' && ch <= '9');
         buf[n++] = ok ? ch : '_';
     }

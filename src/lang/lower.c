@@ -1081,7 +1081,7 @@ nb_status nb_ir_lower_program(nb_program *p, nb_ir_module *m)
         nb_module_ast *mod = p->modules[mi];
         for (int i = 0; i < mod->ndecls; i++) {
             nb_decl *d = mod->decls[i];
-            if (d->kind == NB_DECL_FUNC && d->u.func.body) {
+            if (d->kind == NB_DECL_FUNC && d->u.func.body && !d->u.func.ngparams) { /* (not a generic template) */
                 if (!declare_func(&c, d, NULL)) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory lowering IR");
             } else if (d->kind == NB_DECL_VAR && d->u.var.is_global) {
                 declare_global(&c, d, NULL);
@@ -1090,7 +1090,7 @@ nb_status nb_ir_lower_program(nb_program *p, nb_ir_module *m)
                 for (int k = 0; k < d->u.strct.nstatics; k++) declare_global(&c, d->u.strct.statics[k], d);
                 for (int k = 0; k < d->u.strct.nmethods; k++) {
                     nb_decl *md = d->u.strct.methods[k];
-                    if (md->u.func.body && !declare_func(&c, md, d))
+                    if (md->u.func.body && !md->u.func.ngparams && !declare_func(&c, md, d))
                         return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory lowering IR");
                 }
             }

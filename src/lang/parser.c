@@ -119,6 +119,10 @@ static void prescan(nb_parser *p) {
             nameset_add(p, &p->types, n->start, (size_t)n->len);
             if (t->kind == NB_TOK_KW_STRUCT && i + 2 < p->ntoks && p->toks[i + 2].kind == NB_TOK_LT)
                 nameset_add(p, &p->generics, n->start, (size_t)n->len);
+        } else if (t->kind == NB_TOK_IDENT && n->kind == NB_TOK_LT && i + 2 < p->ntoks &&
+                   p->toks[i + 2].kind == NB_TOK_KW_LET && (i == 0 || p->toks[i - 1].kind != NB_TOK_KW_STRUCT)) {
+            /* a generic function `float sum<let N : int>(…)`: `sum<4>(x)` is an explicit instantiation */
+            nameset_add(p, &p->generics, t->start, (size_t)t->len);
         } else if (t->kind == NB_TOK_KW_TYPEDEF) {
             const nb_token *last = NULL;
             int depth = 0;
@@ -478,6 +482,8 @@ static int unsupported_decl(nb_parser *p) {
 }
 
 static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods);
+static nb_decl *parse_generic_function(nb_parser *p, nb_attr_list attrs, unsigned mods, nb_type_expr *ret,
+                                       nb_loc loc, const char *name, nb_decl *parent);
 
 /* A struct member: field(s), static const, or method. Appends to the struct's lists. */
 static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *statics, nb_pvec *methods) {
@@ -515,6 +521,11 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
     nb_loc loc = np_loc(p);
     const char *name = np_tok_text(p);
     np_advance(p);
+    nb_decl *fn = parse_generic_function(p, attrs, mods, t, loc, name, s);
+    if (fn) {
+        np_push(p, methods, fn);
+        return;
+    }
     if (np_kind(p) == NB_TOK_LPAREN) {
         np_push(p, methods, parse_function(p, attrs, mods, t, loc, name, s));
         return;
@@ -522,6 +533,72 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
     nb_pvec vars = {0};
     np_parse_var_declarators(p, &vars, attrs, mods, t, loc, name, 0);
     for (int i = 0; i < vars.n; i++) np_push(p, (mods & NB_MOD_STATIC) ? statics : fields, vars.items[i]);
+}
+
+/* Value generic parameters `<let W : int, let L : int = 2>` (at '<'); recovers to '{', '(' or ';'. */
+static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
+    nb_loc open = np_loc(p);
+    np_advance(p);
+    while (np_kind(p) != NB_TOK_GT && !p->panic) {
+        nb_loc ploc = np_loc(p);
+        if (np_accept(p, NB_TOK_KW_LET)) {
+            if (np_kind(p) != NB_TOK_IDENT) {
+                np_error_here(p, "expected a name after 'let' in generic parameters");
+                break;
+            }
+            nb_decl *g = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
+            np_advance(p);
+            g->u.param.index = gparams->n;
+            if (np_accept(p, NB_TOK_COLON)) {
+                g->u.param.texpr = np_parse_type(p, 0);
+            } else {
+                np_error_here(p, "expected ':' and a type after generic parameter '%s' (e.g. 'let %s : int')",
+                              g->name, g->name);
+            }
+            if (np_accept(p, NB_TOK_ASSIGN)) g->u.param.default_value = np_parse_generic_value(p);
+            np_push(p, gparams, g);
+        } else if (np_kind(p) == NB_TOK_IDENT) {
+            np_error_at(p, ploc, "type generic parameters are not supported; write 'let %.*s : int' for a value parameter",
+                        np_cur(p)->len, np_cur(p)->start);
+            break;
+        } else {
+            np_error_here(p, "expected 'let' in generic parameter list");
+            break;
+        }
+        if (!np_accept(p, NB_TOK_COMMA)) break;
+    }
+    if (!p->panic) np_expect_close(p, NB_TOK_GT, open);
+    if (p->panic) { /* skip to the body or the parameter list */
+        while (np_kind(p) != NB_TOK_LBRACE && np_kind(p) != NB_TOK_SEMI && np_kind(p) != NB_TOK_EOF &&
+               np_kind(p) != NB_TOK_RBRACE && !(is_func && np_kind(p) == NB_TOK_LPAREN))
+            np_advance(p);
+        p->panic = 0;
+    }
+}
+
+/* After `type name`, at `<let`: a generic function `T name<let N : int>(…) {…}`; NULL (nothing
+ * consumed) when the next tokens are not `<` `let`. */
+static nb_decl *parse_generic_function(nb_parser *p, nb_attr_list attrs, unsigned mods, nb_type_expr *ret,
+                                       nb_loc loc, const char *name, nb_decl *parent) {
+    if (np_kind(p) != NB_TOK_LT || np_peek_kind(p, 1) != NB_TOK_KW_LET) return NULL;
+    nb_pvec gparams = {0};
+    parse_gparams(p, &gparams, 1);
+    nb_decl *d;
+    if (np_kind(p) == NB_TOK_LPAREN) {
+        d = parse_function(p, attrs, mods, ret, loc, name, parent);
+    } else {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected '(' after the generic parameters of '%s', found %s", name, found);
+        d = new_decl(p, NB_DECL_FUNC, loc, name);
+        d->attrs = attrs;
+        d->mods = mods;
+        d->u.func.ret = ret;
+        d->u.func.parent = parent;
+    }
+    d->u.func.gparams = (nb_decl **)np_finish(p, &gparams);
+    d->u.func.ngparams = gparams.n;
+    return d;
 }
 
 /* struct Name [<let W : int, …>] [: I, …] { members } [;] */
@@ -540,45 +617,7 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods) {
     s->mods = mods;
     np_advance(p);
     nb_pvec gparams = {0};
-    if (np_kind(p) == NB_TOK_LT) {
-        nb_loc open = np_loc(p);
-        np_advance(p);
-        while (np_kind(p) != NB_TOK_GT && !p->panic) {
-            nb_loc ploc = np_loc(p);
-            if (np_accept(p, NB_TOK_KW_LET)) {
-                if (np_kind(p) != NB_TOK_IDENT) {
-                    np_error_here(p, "expected a name after 'let' in generic parameters");
-                    break;
-                }
-                nb_decl *g = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
-                np_advance(p);
-                g->u.param.index = gparams.n;
-                if (np_accept(p, NB_TOK_COLON)) {
-                    g->u.param.texpr = np_parse_type(p, 0);
-                } else {
-                    np_error_here(p, "expected ':' and a type after generic parameter '%s' (e.g. 'let %s : int')",
-                                  g->name, g->name);
-                }
-                if (np_accept(p, NB_TOK_ASSIGN)) g->u.param.default_value = np_parse_generic_value(p);
-                np_push(p, &gparams, g);
-            } else if (np_kind(p) == NB_TOK_IDENT) {
-                np_error_at(p, ploc, "type generic parameters are not supported; write 'let %.*s : int' for a value parameter",
-                            np_cur(p)->len, np_cur(p)->start);
-                break;
-            } else {
-                np_error_here(p, "expected 'let' in generic parameter list");
-                break;
-            }
-            if (!np_accept(p, NB_TOK_COMMA)) break;
-        }
-        if (!p->panic) np_expect_close(p, NB_TOK_GT, open);
-        if (p->panic) { /* skip to the body */
-            while (np_kind(p) != NB_TOK_LBRACE && np_kind(p) != NB_TOK_SEMI && np_kind(p) != NB_TOK_EOF &&
-                   np_kind(p) != NB_TOK_RBRACE)
-                np_advance(p);
-            p->panic = 0;
-        }
-    }
+    if (np_kind(p) == NB_TOK_LT) parse_gparams(p, &gparams, 0);
     s->u.strct.gparams = (nb_decl **)np_finish(p, &gparams);
     s->u.strct.ngparams = gparams.n;
     nb_pvec conforms = {0};
@@ -763,6 +802,11 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
     nb_loc loc = np_loc(p);
     const char *name = np_tok_text(p);
     np_advance(p);
+    nb_decl *fn = parse_generic_function(p, attrs, mods, t, loc, name, NULL);
+    if (fn) {
+        np_push(p, out, fn);
+        return;
+    }
     if (np_kind(p) == NB_TOK_LPAREN) {
         np_push(p, out, parse_function(p, attrs, mods, t, loc, name, NULL));
         return;

@@ -510,7 +510,8 @@ int nb_program_find_functions(nb_program *p, const char *name, nb_decl **out, in
             if ((pass == 0) != (m == p->main)) continue;
             for (int k = 0; k < m->ndecls; k++) {
                 nb_decl *d = m->decls[k];
-                if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name || strcmp(d->name, name) != 0)
+                if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name || strcmp(d->name, name) != 0 ||
+                    d->u.func.ngparams || d->u.func.generic_of) /* generic templates and instantiations */
                     continue;
                 if (n < max) out[n] = d;
                 n++;
@@ -701,7 +702,9 @@ nb_status nb_program_functions(nb_program *p, const char *name, const nb_fn_info
         nb_module_ast *m = p->main;
         for (int k = 0; m && k < m->ndecls; k++) {
             nb_decl *d = m->decls[k];
-            if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name) continue;
+            if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name || d->u.func.ngparams ||
+                d->u.func.generic_of)
+                continue;
             int dup = 0;
             for (int j = 0; j < k; j++)
                 if (m->decls[j] && m->decls[j]->kind == NB_DECL_FUNC && m->decls[j]->name &&

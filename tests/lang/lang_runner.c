@@ -281,8 +281,9 @@ static void run_file(const char *dir, const char *file, int have_cuda) {
     int have = 0, lineno = 0;
     char *file_xfail = NULL, *next_xfail = NULL;
     double rtol = 1e-5, atol = 1e-6;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = text, *next; line; line = next) { /* (strtok would skip blank lines) */
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
         lineno++;
         char *l = trim(line);
         if (!starts(l, "//")) continue;
