@@ -18,10 +18,13 @@ build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: list devices, then run data through every one of them and back.
+# The main job: list devices, run data through every one of them and back, then call a
+# kernel-language function over arrays (compiled on first use, cached on disk).
 run: build
 	./$(BUILD)/nabla devices
 	./$(BUILD)/examples/device_roundtrip
+	./$(BUILD)/nabla call examples/add.nb add "[[1,2,3],[4,5,6]]" "[10,20,30]"
+	./$(BUILD)/examples/add_demo
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
