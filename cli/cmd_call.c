@@ -2,8 +2,11 @@
  * JSON or .npy files and prints {"result": …, "out": {…}} as JSON.
  *
  * Arguments, in order, fill the function's parameters that are not `out` (out parameters are
- * allocated by the call and printed under "out"); NAME=VALUE binds by name (a parameter, a
- * struct field path such as s.pos, or _result to write into an existing array). A VALUE is a
+ * allocated by the call and printed under "out"; parameters with defaults may be left out);
+ * NAME=VALUE binds by name (a parameter, a struct field path such as s.pos, or _result /
+ * _result.FIELD to write into an existing array). A struct result prints as a JSON object with
+ * one entry per field. With overloads, the arguments are interpreted against the first overload
+ * they fit (choose_overload) and the outputs printed are those of the overload that ran. A VALUE is a
  * JSON literal (number, true/false, nested lists, or an object with one entry per field of a
  * struct parameter) or @file.npy (also as a string inside an object: "@pos.npy").
  *
@@ -23,6 +26,10 @@
 
 #define CALL_MAX 64
 
+/* The overload whose parameters the arguments are matched against (choose_overload); the call
+ * layer still picks the best-fitting one, and outputs are printed for the one it ran. */
+static int g_ov;
+
 static void call_help(void) {
     printf("usage: nabla call FILE FUNC [ARG...] [options]\n"
            "\n"
@@ -33,9 +40,11 @@ static void call_help(void) {
            "                struct parameter\n"
            "  @FILE.npy     a NumPy array\n"
            "  NAME=VALUE    bind by parameter name, struct field path (s.pos) or _result (write\n"
-           "                into that array)\n"
-           "Positional ARGs fill the parameters that are not 'out'; out parameters are allocated\n"
-           "and printed under \"out\" with the inout and Tensor<> ones.\n"
+           "                into that array; _result.FIELD for a field of a struct result)\n"
+           "Positional ARGs fill the parameters that are not 'out'; parameters with a default\n"
+           "value may be left out; out parameters are allocated and printed under \"out\" with\n"
+           "the inout and Tensor<> ones. A struct result prints as {\"field\": ..., ...}. With\n"
+           "overloads, the arguments are matched against the first overload they fit.\n"
            "\n"
            "options:\n"
            "  --device D        cpu, cuda, cuda:N or auto (default)\n"
@@ -223,26 +232,26 @@ static int print_tensor(FILE *o, const nb_tensor *t) {
 
 /* The leaf at `path` of overload 0 (for dtype and direction), or -1. */
 static int find_leaf(nb_func *f, const char *path, nb_leaf_info *li) {
-    int n = nb_func_leaf_count(f, 0);
+    int n = nb_func_leaf_count(f, g_ov);
     for (int j = 0; j < n; j++)
-        if (nb_func_leaf(f, 0, j, li) == NB_OK && !strcmp(li->path, path)) return j;
+        if (nb_func_leaf(f, g_ov, j, li) == NB_OK && !strcmp(li->path, path)) return j;
     return -1;
 }
 
 static int param_index(nb_func *f, const char *name) {
-    int n = nb_func_param_count(f, 0);
+    int n = nb_func_param_count(f, g_ov);
     for (int p = 0; p < n; p++)
-        if (!strcmp(nb_func_param_name(f, 0, p), name)) return p;
+        if (!strcmp(nb_func_param_name(f, g_ov, p), name)) return p;
     return -1;
 }
 
 /* A struct (some leaf lies below path). */
 static int is_struct_path(nb_func *f, const char *path) {
-    int n = nb_func_leaf_count(f, 0);
+    int n = nb_func_leaf_count(f, g_ov);
     size_t pl = strlen(path);
     nb_leaf_info li;
     for (int j = 0; j < n; j++)
-        if (nb_func_leaf(f, 0, j, &li) == NB_OK && !strncmp(li.path, path, pl) && li.path[pl] == '.')
+        if (nb_func_leaf(f, g_ov, j, &li) == NB_OK && !strncmp(li.path, path, pl) && li.path[pl] == '.')
             return 1;
     return 0;
 }
@@ -259,17 +268,17 @@ static nb_dtype upload_dtype(nb_dtype leaf, nb_dtype json) {
 
 /* Printed under "out": out/inout parameters and Tensor<> ones (written through). */
 static int param_is_output(nb_func *f, int p) {
-    if (nb_func_param_dir(f, 0, p) != NB_ARG_IN) return 1;
-    int n = nb_func_leaf_count(f, 0);
+    if (nb_func_param_dir(f, g_ov, p) != NB_ARG_IN) return 1;
+    int n = nb_func_leaf_count(f, g_ov);
     nb_leaf_info li;
     for (int j = 0; j < n; j++)
-        if (nb_func_leaf(f, 0, j, &li) == NB_OK && li.param == p && li.is_tensor) return 1;
+        if (nb_func_leaf(f, g_ov, j, &li) == NB_OK && li.param == p && li.is_tensor) return 1;
     return 0;
 }
 
 static int is_struct_param(nb_func *f, int p) {
     nb_leaf_info li;
-    return find_leaf(f, nb_func_param_name(f, 0, p), &li) < 0;
+    return find_leaf(f, nb_func_param_name(f, g_ov, p), &li) < 0;
 }
 
 static int load_npy(ctx *x, const char *path, nb_tensor **t) {
@@ -286,7 +295,7 @@ static int bind_leaf_value(ctx *x, int p, const char *path, const nb_json *v, co
     int positional = !strchr(path, '.') && param_index(x->f, path) == p;
     if (find_leaf(x->f, path, &li) < 0) {
         snprintf(x->err, sizeof x->err, "%s has no parameter or field '%s'",
-                 nb_func_signature(x->f, 0), path);
+                 nb_func_signature(x->f, g_ov), path);
         return 0;
     }
     nb_tensor *t = NULL;
@@ -364,7 +373,7 @@ static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const ch
                      "per field", path);
         else
             snprintf(x->err, sizeof x->err, "%s has no parameter or field '%s'",
-                     nb_func_signature(x->f, 0), path);
+                     nb_func_signature(x->f, g_ov), path);
         return 0;
     }
     if (v && v->kind != NB_JSON_NUMBER && v->kind != NB_JSON_BOOL && v->kind != NB_JSON_ARRAY) {
@@ -375,13 +384,35 @@ static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const ch
     return bind_leaf_value(x, p, path, v, npy);
 }
 
-/* The _result=VALUE argument: an array to write the result into. */
-static int bind_result(ctx *x, const nb_json *v, const char *npy) {
+/* The result leaf at path ("_result" or "_result.pos"), or 0. */
+static int find_result_leaf(nb_func *f, const char *path, nb_leaf_info *li) {
+    int n = nb_func_result_count(f, g_ov);
+    for (int k = 0; k < n; k++)
+        if (nb_func_result_leaf(f, g_ov, k, li) == NB_OK && !strcmp(li->path, path)) return 1;
+    return 0;
+}
+
+/* The _result=VALUE / _result.FIELD=VALUE argument: an array to write the result into. */
+static int bind_result(ctx *x, const char *path, const nb_json *v, const char *npy) {
     nb_tensor *t = NULL;
     nb_leaf_info li;
-    if (!nb_func_result(x->f, 0, &li)) {
-        snprintf(x->err, sizeof x->err, "%s returns nothing; _result cannot be given",
-                 nb_func_signature(x->f, 0));
+    if (!nb_func_result(x->f, g_ov, &li)) {
+        snprintf(x->err, sizeof x->err, "%s returns nothing; %s cannot be given",
+                 nb_func_signature(x->f, g_ov), path);
+        return 0;
+    }
+    if (!find_result_leaf(x->f, path, &li)) {
+        char lst[512];
+        size_t n = 0;
+        lst[0] = '\0';
+        for (int k = 0; k < nb_func_result_count(x->f, g_ov) && n < sizeof lst; k++) {
+            nb_leaf_info r;
+            if (nb_func_result_leaf(x->f, g_ov, k, &r) == NB_OK)
+                n += (size_t)snprintf(lst + n, sizeof lst - n, "%s%s", k ? ", " : "", r.path);
+        }
+        snprintf(x->err, sizeof x->err, "%s: '%s' is not a result of %s (results: %s)%s", path,
+                 path, nb_func_signature(x->f, g_ov), lst[0] ? lst : "none",
+                 !strcmp(path, "_result") ? "; a struct result takes one array per field" : "");
         return 0;
     }
     if (v && v->kind == NB_JSON_STRING && v->string[0] == '@') npy = v->string + 1;
@@ -404,7 +435,7 @@ static int bind_result(ctx *x, const nb_json *v, const char *npy) {
         }
     }
     x->into = t;
-    if (nb_call_result(x->c, t) != NB_OK) {
+    if (nb_call_result_named(x->c, path, t) != NB_OK) {
         snprintf(x->err, sizeof x->err, "%s", nb_last_error());
         return 0;
     }
@@ -429,7 +460,7 @@ static int bind_arg_text(ctx *x, const char *text, int *next_pos, int *usage) {
     int p;
     const char *path;
     if (val) {
-        if (!strcmp(name, "_result")) p = -2, path = NULL;
+        if (!strcmp(name, "_result") || !strncmp(name, "_result.", 8)) p = -2, path = NULL;
         else {
             char root[256];
             snprintf(root, sizeof root, "%s", name);
@@ -438,23 +469,23 @@ static int bind_arg_text(ctx *x, const char *text, int *next_pos, int *usage) {
             p = param_index(x->f, root);
             if (p < 0) {
                 snprintf(x->err, sizeof x->err, "%s has no parameter '%s'",
-                         nb_func_signature(x->f, 0), root);
+                         nb_func_signature(x->f, g_ov), root);
                 return 0;
             }
             path = NULL;
         }
     } else {
         val = text;
-        int np = nb_func_param_count(x->f, 0);
+        int np = nb_func_param_count(x->f, g_ov);
         p = *next_pos;
-        while (p < np && (x->covered[p] || nb_func_param_dir(x->f, 0, p) == NB_ARG_OUT)) p++;
+        while (p < np && (x->covered[p] || nb_func_param_dir(x->f, g_ov, p) == NB_ARG_OUT)) p++;
         if (p >= np) {
             snprintf(x->err, sizeof x->err, "too many arguments: %s takes %d",
-                     nb_func_signature(x->f, 0), np);
+                     nb_func_signature(x->f, g_ov), np);
             return 0;
         }
         *next_pos = p + 1;
-        path = nb_func_param_name(x->f, 0, p);
+        path = nb_func_param_name(x->f, g_ov, p);
     }
     if (p >= 0) {
         if (!path) path = text; /* the name part of "name=..." (kept alive in argv) */
@@ -475,7 +506,13 @@ static int bind_arg_text(ctx *x, const char *text, int *next_pos, int *usage) {
     }
     int ok;
     if (p == -2) {
-        ok = bind_result(x, v, npy);
+        char *keep = malloc(strlen(name) + 1); /* the call borrows the path until it runs */
+        if (!keep || !keep_buf(x, keep)) {
+            nb_json_free(v);
+            return 0;
+        }
+        strcpy(keep, name);
+        ok = bind_result(x, keep, v, npy);
     } else {
         char pathbuf[256];
         if (path == text) { /* cut "name" out of "name=value" */
@@ -496,6 +533,99 @@ static int bind_arg_text(ctx *x, const char *text, int *next_pos, int *usage) {
     }
     nb_json_free(v);
     return ok;
+}
+
+/* Does overload ov take these argument texts? Positional ones fill the parameters that are not
+ * out, names must exist, every other input needs a default. */
+static int overload_fits(nb_func *f, int ov, const char *const *args, int nargs) {
+    int np = nb_func_param_count(f, ov), next = 0;
+    int covered[CALL_MAX] = {0};
+    if (np > CALL_MAX) return 0;
+    for (int i = 0; i < nargs; i++) {
+        char name[256];
+        if (split_name(args[i], name, sizeof name)) {
+            if (!strcmp(name, "_result") || !strncmp(name, "_result.", 8)) {
+                if (!nb_func_result(f, ov, NULL)) return 0;
+                continue;
+            }
+            char *dot = strchr(name, '.');
+            if (dot) *dot = '\0';
+            int p = -1;
+            for (int q = 0; q < np; q++)
+                if (!strcmp(nb_func_param_name(f, ov, q), name)) p = q;
+            if (p < 0) return 0;
+            covered[p] = 1;
+            continue;
+        }
+        while (next < np && (covered[next] || nb_func_param_dir(f, ov, next) == NB_ARG_OUT)) next++;
+        if (next >= np) return 0;
+        covered[next++] = 1;
+    }
+    for (int p = 0; p < np; p++)
+        if (!covered[p] && nb_func_param_dir(f, ov, p) != NB_ARG_OUT &&
+            !nb_func_param_has_default(f, ov, p))
+            return 0;
+    return 1;
+}
+
+/* The first overload the argument texts fit (0 when none: the call then explains). */
+static int choose_overload(nb_func *f, const char *const *args, int nargs) {
+    int n = nb_func_overload_count(f);
+    for (int ov = 0; ov < n; ov++)
+        if (overload_fits(f, ov, args, nargs)) return ov;
+    return 0;
+}
+
+/* Prints result leaves [*k, n) that lie below `prefix` ("_result", "_result.t") as a JSON
+ * object keyed by the next path component. */
+static void print_result_object(nb_tensor **res, const nb_leaf_info *li, int n, int *k,
+                                const char *prefix, const char *out_npy, int *ok);
+
+static int print_result_leaf(nb_tensor *t, const char *leaf_path, const char *out_npy) {
+    if (!out_npy) return print_tensor(stdout, t);
+    /* -o FILE.npy: a struct result's field f goes to FILE.f.npy */
+    char file[1024];
+    size_t bl = strlen(out_npy);
+    if (bl > 4 && !strcmp(out_npy + bl - 4, ".npy")) bl -= 4;
+    if (strcmp(leaf_path, "_result") != 0)
+        snprintf(file, sizeof file, "%.*s.%s.npy", (int)bl, out_npy, leaf_path + 8);
+    else
+        snprintf(file, sizeof file, "%s", out_npy);
+    if (nb_tensor_save_npy(t, file) != NB_OK) return 0;
+    char sh[160];
+    fputs("{\"file\": ", stdout);
+    nb_json_print_string(stdout, file);
+    printf(", \"dtype\": \"%s\", \"shape\": %s}", nb_dtype_name(nb_tensor_dtype(t)),
+           nb_shape_str(nb_tensor_ndim(t), nb_tensor_shape(t), sh, sizeof sh));
+    return 1;
+}
+
+static void print_result_object(nb_tensor **res, const nb_leaf_info *li, int n, int *k,
+                                const char *prefix, const char *out_npy, int *ok) {
+    size_t pl = strlen(prefix);
+    int first = 1;
+    fputc('{', stdout);
+    while (*k < n && !strncmp(li[*k].path, prefix, pl) && li[*k].path[pl] == '.') {
+        const char *rest = li[*k].path + pl + 1;
+        const char *dot = strchr(rest, '.');
+        char key[256], sub[512];
+        size_t kl = dot ? (size_t)(dot - rest) : strlen(rest);
+        if (kl >= sizeof key) kl = sizeof key - 1;
+        memcpy(key, rest, kl);
+        key[kl] = '\0';
+        if (!first) fputs(", ", stdout);
+        first = 0;
+        nb_json_print_string(stdout, key);
+        fputs(": ", stdout);
+        if (dot) {
+            snprintf(sub, sizeof sub, "%s.%s", prefix, key);
+            print_result_object(res, li, n, k, sub, out_npy, ok);
+        } else {
+            if (!print_result_leaf(res[*k], li[*k].path, out_npy)) *ok = 0;
+            (*k)++;
+        }
+    }
+    fputc('}', stdout);
 }
 
 /* ---- main ------------------------------------------------------------------------------------ */
@@ -530,11 +660,11 @@ static void free_ctx(ctx *x) {
 }
 
 static void print_outputs(ctx *x) {
-    int np = nb_func_param_count(x->f, 0), first = 1;
+    int np = nb_func_param_count(x->f, g_ov), first = 1;
     fputs(", \"out\": {", stdout);
     for (int p = 0; p < np; p++) {
         if (!param_is_output(x->f, p)) continue;
-        const char *pn = nb_func_param_name(x->f, 0, p);
+        const char *pn = nb_func_param_name(x->f, g_ov, p);
         size_t pl = strlen(pn);
         if (!first) fputs(", ", stdout);
         first = 0;
@@ -633,7 +763,10 @@ int nb_cmd_call(int argc, char **argv) {
     }
     if (nb_module_func(x->m, func, &x->f) != NB_OK || nb_call_begin(x->f, &x->c) != NB_OK)
         goto fail_lib;
-    if (nb_func_param_count(x->f, 0) > CALL_MAX) {
+    g_ov = choose_overload(x->f, args, nargs);
+    int used_ov = -1;
+    if (nb_call_report_overload(x->c, &used_ov) != NB_OK) goto fail_lib;
+    if (nb_func_param_count(x->f, g_ov) > CALL_MAX) {
         snprintf(x->err, sizeof x->err, "too many parameters");
         goto fail;
     }
@@ -662,12 +795,12 @@ int nb_cmd_call(int argc, char **argv) {
         if (s) goto fail_lib;
     }
     /* Out parameters nobody gave: the call allocates them, field by field for structs. */
-    int np = nb_func_param_count(x->f, 0), nl = nb_func_leaf_count(x->f, 0);
+    int np = nb_func_param_count(x->f, g_ov), nl = nb_func_leaf_count(x->f, g_ov);
     for (int p = 0; p < np; p++) {
-        if (x->covered[p] || nb_func_param_dir(x->f, 0, p) != NB_ARG_OUT) continue;
+        if (x->covered[p] || nb_func_param_dir(x->f, g_ov, p) != NB_ARG_OUT) continue;
         for (int j = 0; j < nl; j++) {
             nb_leaf_info li;
-            if (nb_func_leaf(x->f, 0, j, &li) != NB_OK || li.param != p) continue;
+            if (nb_func_leaf(x->f, g_ov, j, &li) != NB_OK || li.param != p) continue;
             if (x->nouts == CALL_MAX) break;
             out_rec *o = &x->outs[x->nouts++];
             o->path = li.path;
@@ -677,11 +810,12 @@ int nb_cmd_call(int argc, char **argv) {
             if (s) goto fail_lib;
         }
     }
-    nb_tensor *result = NULL;
+    nb_tensor *results[CALL_MAX] = {0};
+    int nres = 0;
     nb_status s;
     nb_call *c = x->c;
     x->c = NULL;
-    if (nb_func_is_kernel(x->f, 0)) {
+    if (nb_func_is_kernel(x->f, g_ov)) {
         if (!has_grid) {
             nb_call_free(c);
             snprintf(x->err, sizeof x->err, "%s is a [Kernel] function: give --grid X[,Y[,Z]]",
@@ -691,28 +825,31 @@ int nb_cmd_call(int argc, char **argv) {
         }
         s = nb_call_run_grid(c, grid);
     } else {
-        s = nb_call_run(c, &result);
+        s = nb_call_run_results(c, results, CALL_MAX, &nres);
     }
     if (s) goto fail_lib;
-    if (out_npy && result && nb_tensor_save_npy(result, out_npy) != NB_OK) {
-        nb_tensor_free(result);
-        goto fail_lib;
-    }
+    if (used_ov >= 0) g_ov = used_ov; /* outputs are those of the overload that ran */
+    nb_leaf_info rli[CALL_MAX];
+    int print_ok = 1;
+    for (int k = 0; k < nres; k++)
+        if (nb_func_result_leaf(x->f, g_ov, k, &rli[k]) != NB_OK) print_ok = 0;
     fputs("{\"result\": ", stdout);
-    if (!result) {
+    if (!print_ok) {
+    } else if (nres == 0) {
         fputs("null", stdout);
-    } else if (out_npy) {
-        char sh[160];
-        fputs("{\"file\": ", stdout);
-        nb_json_print_string(stdout, out_npy);
-        printf(", \"dtype\": \"%s\", \"shape\": %s}", nb_dtype_name(nb_tensor_dtype(result)),
-               nb_shape_str(nb_tensor_ndim(result), nb_tensor_shape(result), sh, sizeof sh));
-    } else if (!print_tensor(stdout, result)) {
-        nb_tensor_free(result);
+    } else if (nres == 1 && !strcmp(rli[0].path, "_result")) {
+        print_ok = print_result_leaf(results[0], "_result", out_npy);
+    } else {
+        int k = 0;
+        print_result_object(results, rli, nres, &k, "_result", out_npy, &print_ok);
+    }
+    for (int k = 0; k < nres; k++) nb_tensor_free(results[k]);
+    if (!print_ok) {
+        fputs("\n", stdout);
         goto fail_lib;
     }
-    nb_tensor_free(result);
     int has_out = 0;
+    np = nb_func_param_count(x->f, g_ov);
     for (int p = 0; p < np; p++) has_out |= param_is_output(x->f, p);
     if (has_out) print_outputs(x);
     fputs("}\n", stdout);

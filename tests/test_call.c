@@ -685,10 +685,123 @@ static void test_device_mismatch(void) {
     nb_device_close(g);
 }
 
+/* Defaults, struct results and the overload a call ran. */
+static void test_defaults_results(void) {
+    nb_device *dev = cpu_dev();
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(
+        dev, "d.nb",
+        "float sc(float x, float s = 2.0, float3 o = float3(1, 2, 3)) { return x * s + o.z; }\n"
+        "struct Q { float3 pos; int n; };\n"
+        "float nd(float x, Q q = Q(float3(0, 0, 0), 1)) { return x; }\n"
+        "Q mk(float x) { Q q; q.pos = float3(x, 2 * x, 3 * x); q.n = int(x) + 1; return q; }\n"
+        "float ov(float x) { return x + 1; }\n"
+        "int ov(int x, int y) { return x * y; }\n",
+        NULL, &m));
+    nb_func *sc, *nd, *mk, *ov;
+    NB_REQUIRE_OK(nb_module_func(m, "sc", &sc));
+    NB_REQUIRE_OK(nb_module_func(m, "nd", &nd));
+    NB_REQUIRE_OK(nb_module_func(m, "mk", &mk));
+    NB_REQUIRE_OK(nb_module_func(m, "ov", &ov));
+    NB_EXPECT(nb_func_param_has_default(sc, 0, 0) == 0);
+    NB_EXPECT(nb_func_param_has_default(sc, 0, 1) == 1);
+    NB_EXPECT(nb_func_param_has_default(sc, 0, 2) == 1);
+    NB_EXPECT(nb_func_param_has_default(sc, 0, 3) == 0);
+
+    /* unbound defaults: s = 2, o.z = 3 */
+    float x2[2] = {1, 2}, y[8];
+    int64_t s2[1] = {2};
+    nb_tensor *x = arr(dev, NB_F32, 1, s2, x2), *r = NULL;
+    nb_call *c = NULL;
+    NB_REQUIRE_OK(nb_call_begin(sc, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT(read_f32(r, y, 2) && y[0] == 5 && y[1] == 7);
+    nb_tensor_free(r);
+    NB_REQUIRE_OK(nb_call_begin(sc, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_EXPECT_OK(nb_call_arg_double(c, 1, 10));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT(read_f32(r, y, 2) && y[0] == 13 && y[1] == 23);
+    nb_tensor_free(r);
+    /* a struct default cannot be folded on the host */
+    NB_REQUIRE_OK(nb_call_begin(nd, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_UNSUPPORTED, "parameter 'q' (Q) has a default value the host cannot evaluate");
+
+    /* struct results: one array per field, in result-leaf order */
+    NB_EXPECT(nb_func_result_count(mk, 0) == 2);
+    nb_leaf_info li;
+    NB_EXPECT(nb_func_result(mk, 0, &li) == 1 && li.value_rank == -1);
+    NB_EXPECT_OK(nb_func_result_leaf(mk, 0, 1, &li));
+    NB_EXPECT(!strcmp(li.path, "_result.n") && li.dtype == NB_I32);
+    NB_EXPECT_ERR(nb_func_result_leaf(mk, 0, 2, &li), NB_ERR_INVALID_ARG, "out of range");
+    nb_tensor *res[4] = {0};
+    int n = -1;
+    NB_REQUIRE_OK(nb_call_begin(mk, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_REQUIRE_OK(nb_call_run_results(c, res, 4, &n));
+    NB_EXPECT(n == 2 && nb_tensor_ndim(res[0]) == 2 && nb_tensor_shape(res[0])[1] == 3);
+    NB_EXPECT(read_f32(res[0], y, 6) && y[0] == 1 && y[4] == 4 && y[5] == 6);
+    int32_t ni[2] = {0, 0};
+    NB_EXPECT(nb_tensor_to_host(res[1], ni, sizeof ni) == NB_OK && ni[0] == 2 && ni[1] == 3);
+    for (int i = 0; i < n; i++) nb_tensor_free(res[i]);
+    /* a field written into a given array */
+    int32_t z2[2] = {0, 0};
+    nb_tensor *into = arr(dev, NB_I32, 1, s2, z2);
+    NB_REQUIRE_OK(nb_call_begin(mk, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_EXPECT_OK(nb_call_result_named(c, "_result.n", into));
+    NB_REQUIRE_OK(nb_call_run_results(c, res, 4, &n));
+    NB_EXPECT(n == 2);
+    for (int i = 0; i < n; i++) nb_tensor_free(res[i]);
+    NB_EXPECT(nb_tensor_to_host(into, ni, sizeof ni) == NB_OK && ni[0] == 2 && ni[1] == 3);
+    /* errors: too little room, a struct into one array, an unknown field, a non-matching array */
+    NB_REQUIRE_OK(nb_call_begin(mk, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_EXPECT_ERR(nb_call_run_results(c, res, 1, &n), NB_ERR_INVALID_ARG, "2 result leaves but room for 1");
+    NB_REQUIRE_OK(nb_call_begin(mk, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_EXPECT_OK(nb_call_result(c, into));
+    NB_EXPECT_ERR(nb_call_run_results(c, res, 4, &n), NB_ERR_INVALID_ARG, "returns a struct, which one array cannot hold");
+    NB_REQUIRE_OK(nb_call_begin(mk, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_EXPECT_OK(nb_call_result_named(c, "_result.m", into));
+    NB_EXPECT_ERR(nb_call_run_results(c, res, 4, &n), NB_ERR_NOT_FOUND, "'_result.m' is not a result field");
+    NB_REQUIRE_OK(nb_call_begin(mk, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_EXPECT_OK(nb_call_result_named(c, "_result.pos", into));
+    NB_EXPECT_ERR(nb_call_run_results(c, res, 4, &n), NB_ERR_SHAPE, "_result.pos");
+    NB_EXPECT(n == 0 && res[0] == NULL);
+    NB_REQUIRE_OK(nb_call_begin(mk, &c));
+    NB_EXPECT_ERR(nb_call_result_named(c, "pos", into), NB_ERR_INVALID_ARG, "not a result field path");
+    nb_call_free(c);
+
+    /* the overload a call ran */
+    int used = 5;
+    NB_REQUIRE_OK(nb_call_begin(ov, &c));
+    NB_EXPECT_OK(nb_call_report_overload(c, &used));
+    NB_EXPECT(used == -1);
+    NB_EXPECT_OK(nb_call_arg_int(c, 0, 3));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, 4));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT(used == 1);
+    nb_tensor_free(r);
+    NB_REQUIRE_OK(nb_call_begin(ov, &c));
+    NB_EXPECT_OK(nb_call_report_overload(c, &used));
+    NB_EXPECT_OK(nb_call_arg(c, 0, x));
+    NB_REQUIRE_OK(nb_call_run_results(c, res, 4, &n));
+    NB_EXPECT(used == 0 && n == 1);
+    nb_tensor_free(res[0]);
+    nb_tensor_free(into);
+    nb_tensor_free(x);
+    nb_module_free(m);
+}
+
 static void test_cleanup(void) { nb_device_close(cpu_dev()); }
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_functional_cpu, test_functional_cuda, test_kernel_cache,
                  test_threads, test_reflection, test_load_errors, test_setter_errors,
-                 test_bind_errors, test_device_mismatch, test_cleanup);
+                 test_bind_errors, test_device_mismatch, test_defaults_results, test_cleanup);
 }

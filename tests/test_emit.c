@@ -407,7 +407,7 @@ static void test_structs_methods(void)
         NB_EXPECT_NEAR(r[n], want, 1e-4);
     }
     kern_free(&k);
-    /* a struct result is not a single leaf */
+    /* a struct result is one leaf per field, not a single leaf */
     nb_program *p = compile(src);
     if (!p) { NB_EXPECT(0); return; }
     nb_leaf_sig ls2[2] = {L(0, "x", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
@@ -415,7 +415,7 @@ static void test_structs_methods(void)
     nb_strbuf sb;
     nb_strbuf_init(&sb);
     nb_call_layout lay;
-    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_UNSUPPORTED, "make");
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_INVALID_ARG, "leaves");
     sig.has_result = 0;
     sig.nleaves = 1;
     NB_EXPECT_OK(nb_program_emit_call(p, &sig, &sb, &lay));

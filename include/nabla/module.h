@@ -23,6 +23,13 @@
  *   - struct parameters are bound field by field: nb_call_arg_named(c, "s.pos", t) (and
  *     nb_call_arg_value_named for host values); each field may be an array or a single value.
  *   - Tensor<T,N> parameters take a whole tensor of rank N and dtype T (no broadcasting).
+ *   - a parameter with a default value (`float f(float x, float s = 2.0)`) may be left unbound:
+ *     every thread then gets the default. Defaults are evaluated on the host when the function is
+ *     reflected (constant scalars, vectors, matrices, arrays: literals, constants, constructors);
+ *     a default the host cannot evaluate (a struct value, a function call) must be bound.
+ *   - a struct result is returned field by field: nb_call_run_results gives one array per field
+ *     ("_result.pos", "_result.scale", in nb_func_result_leaf order); nb_call_result_named
+ *     writes one field into an existing array.
  *
  * Dtypes: the kernel reads an array in its own dtype and converts to the parameter's type, so an
  * f64 or i32 array feeds a float parameter. Conversions that lose meaning are NB_ERR_DTYPE:
@@ -48,8 +55,9 @@
  * Threads: a module and its functions may be used from several threads; one nb_call belongs to
  * one thread. nb_module_set_constant must not run while calls on the same module are running.
  *
- * Not yet: default parameter values (every parameter needs an argument), DiffTensor gradients
- * (a DiffTensor parameter gets its primal array only), struct results, Tensor<vector,N>.
+ * Not yet: DiffTensor gradients (a DiffTensor parameter gets its primal array only),
+ * Tensor<vector,N>, arrays of structs as parameters or results of a vectorized call
+ * (NB_ERR_UNSUPPORTED; pass the fields as separate parameters).
  */
 #ifndef NABLA_MODULE_H
 #define NABLA_MODULE_H
@@ -142,12 +150,19 @@ const char *nb_func_signature(const nb_func *f, int overload); /* "float add(flo
 int nb_func_param_count(const nb_func *f, int overload);
 const char *nb_func_param_name(const nb_func *f, int overload, int param);
 nb_arg_dir nb_func_param_dir(const nb_func *f, int overload, int param);
+/* 1 when the parameter has a default value and may be left unbound. */
+int nb_func_param_has_default(const nb_func *f, int overload, int param);
 int nb_func_is_kernel(const nb_func *f, int overload); /* [Kernel]: nb_call_run_grid */
 /* Leaves of all parameters in order (struct fields depth-first). */
 int nb_func_leaf_count(const nb_func *f, int overload);
 nb_status nb_func_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out);
-/* The result's leaf; 0 for a void function, else 1 and *out filled. */
+/* The result's leaf; 0 for a void function, else 1 and *out filled (for a struct result
+ * value_rank is -1: its fields are the result leaves below). */
 int nb_func_result(const nb_func *f, int overload, nb_leaf_info *out);
+/* Leaves of the result: 0 for void (or a result that cannot be bound), 1 for a non-struct result
+ * ("_result"), one per field of a struct result, depth-first ("_result.pos", "_result.t.x"). */
+int nb_func_result_count(const nb_func *f, int overload);
+nb_status nb_func_result_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out);
 
 /* ---- calls ----------------------------------------------------------------------------------- */
 
@@ -183,11 +198,24 @@ nb_status nb_call_map_named(nb_call *c, const char *name, int ndims, const int *
 /* Writes the result into `into` (SlangPy's _result=): its shape must be kernel shape + the
  * return type's value shape; its dtype of the return type's category; same device. */
 nb_status nb_call_result(nb_call *c, nb_tensor *into);
+/* The same for one field of a struct result: path "_result.pos" (or "_result" = nb_call_result).
+ * Fields not given are allocated (and handed out by nb_call_run_results). */
+nb_status nb_call_result_named(nb_call *c, const char *path, nb_tensor *into);
+/* *overload receives the 0-based overload the call bound when nb_call_run / nb_call_run_grid /
+ * nb_call_run_results succeeds (-1 before and on failure); for callers that bind generically
+ * and must interpret the outputs (the CLI). */
+nb_status nb_call_report_overload(nb_call *c, int *overload);
 
 /* Binds, compiles if needed, and launches. *result (may be NULL when no result is wanted) gets
- * the new result array, or a new handle on `into`, or NULL for a void function. Frees c, also
- * on failure. */
+ * the new result array, or a new handle on `into`, or NULL for a void function. A struct result
+ * needs nb_call_run_results (NB_ERR_UNSUPPORTED here when *result is wanted). Frees c, also on
+ * failure. */
 nb_status nb_call_run(nb_call *c, nb_tensor **result);
+/* Runs like nb_call_run and gives one array per result leaf (nb_func_result_leaf order of the
+ * bound overload; a non-struct result is one leaf): results[i] is new (allocated, or a new handle
+ * on the array given with nb_call_result_named), free each with nb_tensor_free. *count gets the
+ * number of leaves (0 for void); more than max is NB_ERR_INVALID_ARG (nothing runs). Frees c. */
+nb_status nb_call_run_results(nb_call *c, nb_tensor **results, int max, int *count);
 /* For [Kernel] functions: runs grid[0]*grid[1]*grid[2] threads, grid = {x, y, z}; the function
  * reads its index with dispatch_id() (x fastest). Arguments are single values and Tensor<T,N>
  * arrays. Frees c. */

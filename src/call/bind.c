@@ -164,6 +164,13 @@ static void list_params(const nb_fn_info *in, char *buf, size_t cap) {
     if (!in->nparams) snprintf(buf, cap, "none");
 }
 
+static void list_results(const nb_fn_info *in, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < in->nresults && n < cap; k++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", k ? ", " : "", in->results[k].path);
+}
+
 static void list_fields(const nb_fn_info *in, int p, char *buf, size_t cap) {
     size_t n = 0;
     buf[0] = '\0';
@@ -391,12 +398,16 @@ static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int 
 static const char *leaf_desc(const nb_call *c, const nb_fn_info *in, int j, char *buf, size_t cap) {
     const nb_leaf_bind *b = &c->leaves[j];
     char ad[200], cs[160];
-    const char *path = j < in->nleaves ? in->leaves[j].path : "_result";
-    if (b->arg < 0)
-        snprintf(ad, sizeof ad, "%s%s", nb_dtype_name(nb_tensor_dtype(c->into)),
-                 nb_tensor_ndim(c->into)
-                     ? shape_s(nb_tensor_ndim(c->into), nb_tensor_shape(c->into), cs, sizeof cs)
+    const char *path = j < in->nleaves ? in->leaves[j].path
+                       : j - in->nleaves < in->nresults ? in->results[j - in->nleaves].path
+                                                        : "_result";
+    if (b->arg < 0 && b->tensor)
+        snprintf(ad, sizeof ad, "%s%s", nb_dtype_name(nb_tensor_dtype(b->tensor)),
+                 nb_tensor_ndim(b->tensor)
+                     ? shape_s(nb_tensor_ndim(b->tensor), nb_tensor_shape(b->tensor), cs, sizeof cs)
                      : "");
+    else if (b->arg < 0)
+        snprintf(ad, sizeof ad, "default value");
     else
         arg_desc(&c->args[b->arg], ad, sizeof ad);
     shape_s(b->call_rank, b->call_shape, cs, sizeof cs);
@@ -541,6 +552,29 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
         }
     }
     for (int j = 0; j < in->nleaves; j++) {
+        if (leaf_arg[j] < 0 && in->leaves[j].has_default) {
+            const nb_fn_leaf *l = &in->leaves[j];
+            if (!l->default_value) {
+                char ty[128];
+                return nb_error(NB_ERR_UNSUPPORTED,
+                                "%s: parameter '%s' (%s) has a default value the host cannot "
+                                "evaluate (only constant scalars, vectors, matrices and arrays); "
+                                "pass it (%s)",
+                                in->name, in->param_names[l->param],
+                                param_type(in, l->param, ty, sizeof ty), in->signature);
+            }
+            if (find_map(c, in, l->param))
+                return nb_error(NB_ERR_INVALID_ARG, "%s: a map is given for '%s', which has no "
+                                "argument (it takes its default value)", in->name, l->path);
+            nb_leaf_bind *b = &c->leaves[j];
+            memset(b, 0, sizeof *b);
+            b->arg = NB_ARG_DEFAULT;
+            b->dir = 0;
+            b->value_rank = l->value_rank;
+            b->bind = NB_BIND_UNIFORM;
+            b->storage = l->scalar;
+            continue;
+        }
         if (leaf_arg[j] < 0) {
             const nb_fn_leaf *l = &in->leaves[j];
             int given = c->nargs;
@@ -559,18 +593,46 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
     }
     int nl = in->nleaves;
     c->nleaves = nl;
-    /* The result: a participating output when written into `into`, else allocated later. */
-    int has_result = in->has_result && (want_result || c->into) && !grid;
-    if (has_result && in->result.value_rank < 0)
-        return nb_error(NB_ERR_UNSUPPORTED, "%s: %s returns a struct; struct results cannot be "
-                        "bound yet (return the fields through out parameters)", in->name,
-                        in->signature);
-    if (c->into && !in->has_result)
+    c->nres = 0;
+    /* The result's leaves: participating outputs when written into given arrays, else allocated
+     * later. A struct result has one leaf per field. */
+    int has_result = in->has_result && (want_result || c->into || c->ninto) && !grid;
+    if ((c->into || c->ninto) && !in->has_result)
         return nb_error(NB_ERR_INVALID_ARG, "%s: %s returns nothing, so it has no result to write "
                         "into", in->name, in->signature);
-    if (has_result) {
-        nb_leaf_bind *b = &c->leaves[nl];
-        const nb_fn_leaf *l = &in->result;
+    if ((c->into || c->ninto) && grid)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: [Kernel] functions have no result to write into",
+                        in->name);
+    if (has_result && in->nresults == 0)
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: %s returns a struct with a field that cannot be "
+                        "bound (an array of structs); return the fields through out parameters",
+                        in->name, in->signature);
+    if (has_result && nl + in->nresults > NB_CALL_MAX_LEAVES)
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: %d parameter and result leaves (at most %d)",
+                        in->name, nl + in->nresults, NB_CALL_MAX_LEAVES);
+    char flds[512];
+    if (has_result && c->into && in->result.value_rank < 0) {
+        list_results(in, flds, sizeof flds);
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %s returns a struct, which one array cannot hold; "
+                        "give an array per field with nb_call_result_named / _result.FIELD= (%s)",
+                        in->name, in->signature, flds);
+    }
+    for (int i = 0; has_result && i < c->ninto; i++) {
+        int found = 0;
+        for (int k = 0; k < in->nresults; k++) found |= !strcmp(in->results[k].path, c->intos[i].path);
+        for (int i2 = 0; i2 < i; i2++)
+            if (!strcmp(c->intos[i2].path, c->intos[i].path))
+                return nb_error(NB_ERR_INVALID_ARG, "%s: result field '%s' is given twice",
+                                in->name, c->intos[i].path);
+        if (!found) {
+            list_results(in, flds, sizeof flds);
+            return nb_error(NB_ERR_NOT_FOUND, "%s: '%s' is not a result field of %s (result "
+                            "leaves: %s)", in->name, c->intos[i].path, in->signature, flds);
+        }
+    }
+    for (int k = 0; has_result && k < in->nresults; k++) {
+        nb_leaf_bind *b = &c->leaves[nl + k];
+        const nb_fn_leaf *l = &in->results[k];
         memset(b, 0, sizeof *b);
         b->arg = -1;
         b->bind = NB_BIND_ARRAY;
@@ -578,18 +640,20 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
         b->value_rank = l->value_rank;
         b->storage = l->scalar;
         b->call_rank = -1;
-        if (c->into) {
-            nb_tensor *t = c->into;
+        nb_tensor *t = in->result.value_rank >= 0 ? c->into : NULL;
+        for (int i = 0; !t && i < c->ninto; i++)
+            if (!strcmp(c->intos[i].path, l->path)) t = c->intos[i].t;
+        if (t) {
             if (nb_tensor_device(t) != c->f->m->dev)
-                return nb_error(NB_ERR_DEVICE, "%s: the result array is on %s but the module "
-                                "runs on %s", in->name, nb_device_name(nb_tensor_device(t)),
-                                nb_device_name(c->f->m->dev));
+                return nb_error(NB_ERR_DEVICE, "%s: the result array%s%s%s is on %s but the module "
+                                "runs on %s", in->name, k || in->nresults > 1 ? " for '" : "",
+                                k || in->nresults > 1 ? l->path : "",
+                                k || in->nresults > 1 ? "'" : "",
+                                nb_device_name(nb_tensor_device(t)), nb_device_name(c->f->m->dev));
             int nd = nb_tensor_ndim(t);
             const int64_t *shape = nb_tensor_shape(t);
-            nb_fn_leaf rl = *l;
-            rl.path = "_result";
-            if ((s = check_value_dims(in, &rl, nd, shape))) return s;
-            if ((s = check_dtype(in, &rl, nb_tensor_dtype(t), nd, shape, 1))) return s;
+            if ((s = check_value_dims(in, l, nd, shape))) return s;
+            if ((s = check_dtype(in, l, nb_tensor_dtype(t), nd, shape, 1))) return s;
             const int64_t *st = nb_tensor_strides(t);
             b->storage = nb_tensor_dtype(t);
             b->tensor = t;
@@ -599,6 +663,8 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
             memcpy(b->inner, st + b->call_rank, sizeof(int64_t) * (size_t)l->value_rank);
         }
     }
+    int nres = has_result ? in->nresults : 0;
+    c->nres = nres;
     if (grid) {
         /* grid = {x, y, z}; x is the fastest (last) kernel dim, as dispatch_id.x. */
         c->kdim = 3;
@@ -608,7 +674,7 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
                                 (long long)grid[k]);
             c->kshape[2 - k] = grid[k];
         }
-    } else if ((s = kernel_shape(c, in, nl + has_result))) {
+    } else if ((s = kernel_shape(c, in, nl + nres))) {
         return s;
     }
 
@@ -618,11 +684,11 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
     sig->target = nb_device_get_kind(c->f->m->dev) == NB_DEVICE_CUDA ? NB_TARGET_CUDA : NB_TARGET_C;
     sig->mode = NB_CALL_PRIMAL;
     sig->ndim = c->kdim;
-    sig->nleaves = nl + has_result;
+    sig->nleaves = nl + nres;
     sig->has_result = has_result;
-    for (int j = 0; j < nl + has_result; j++) {
+    for (int j = 0; j < nl + nres; j++) {
         sig->leaves[j].param = j < nl ? in->leaves[j].param : -1;
-        sig->leaves[j].path = j < nl ? in->leaves[j].path : "_result";
+        sig->leaves[j].path = j < nl ? in->leaves[j].path : in->results[j - nl].path;
         sig->leaves[j].bind = c->leaves[j].bind;
         sig->leaves[j].storage = c->leaves[j].storage;
     }
@@ -713,8 +779,9 @@ nb_status nb_call_materialize(nb_call *c, int want_result) {
         const nb_call_arg_rec *a = b->arg >= 0 ? &c->args[b->arg] : NULL;
         if (a && a->kind == NB_ARGK_VALUE) {
             if ((s = upload_value(c, b, a))) return s;
-        } else if ((a && a->kind == NB_ARGK_ALLOC) || (!a && !c->into)) {
-            const long long *vs = a ? in->leaves[j].value_shape : in->result.value_shape;
+        } else if ((a && a->kind == NB_ARGK_ALLOC) || (!a && !b->tensor)) {
+            const long long *vs = a ? in->leaves[j].value_shape
+                                    : in->results[j - c->nleaves].value_shape;
             if ((s = alloc_out(c, b, vs))) return s;
         }
         b->data = b->tensor ? (uint64_t)(uintptr_t)nb_tensor_data(b->tensor) : 0;

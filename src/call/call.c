@@ -52,6 +52,9 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
     c->nargs = 0;
     c->nmaps = 0;
     c->into = NULL;
+    c->ninto = 0;
+    c->overload_slot = NULL;
+    c->nres = 0;
     c->overload = 0;
     c->nleaves = 0;
     c->sig.nleaves = 0;
@@ -251,6 +254,33 @@ nb_status nb_call_result(nb_call *c, nb_tensor *into) {
     return NB_OK;
 }
 
+nb_status nb_call_result_named(nb_call *c, const char *path, nb_tensor *into) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_result_named: argument 'c' is NULL");
+    if (!path) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_result_named: path is NULL"));
+    if (!strcmp(path, "_result")) return nb_call_result(c, into);
+    if (strncmp(path, "_result.", 8) != 0 || !path[8])
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_result_named: '%s' is not a result "
+                                "field path (\"_result.FIELD\")", path));
+    if (!into)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_result_named: 'into' is NULL for '%s'",
+                                path));
+    if (c->ninto >= NB_CALL_MAX_LEAVES)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_result_named: more than %d fields",
+                                NB_CALL_MAX_LEAVES));
+    c->intos[c->ninto].path = path;
+    c->intos[c->ninto++].t = into;
+    return NB_OK;
+}
+
+nb_status nb_call_report_overload(nb_call *c, int *overload) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_report_overload: argument 'c' is NULL");
+    if (!overload)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_report_overload: 'overload' is NULL"));
+    *overload = -1;
+    c->overload_slot = overload;
+    return NB_OK;
+}
+
 /* ---- kernels --------------------------------------------------------------------------------- */
 
 static void make_key(const nb_call *c, nb_sig_key *k) {
@@ -337,6 +367,11 @@ static nb_status fill_block(nb_call *c, const nb_call_layout *L) {
         const nb_leaf_bind *b = &c->leaves[j];
         switch (b->bind) {
         case NB_BIND_UNIFORM: {
+            if (b->arg == NB_ARG_DEFAULT) { /* folded on the host in the leaf's dtype */
+                const nb_fn_leaf *l = &c->f->infos[c->overload].leaves[j];
+                memcpy(blk + ll->offset, l->default_value, ll->value_bytes);
+                break;
+            }
             const nb_call_arg_rec *a = &c->args[b->arg];
             int64_t n = nb_layout_numel(a->ndim, a->shape);
             if ((size_t)n * nb_dtype_size(b->storage) != ll->value_bytes)
@@ -373,10 +408,26 @@ static nb_status launch(nb_call *c, nb_kentry *e) {
     return nb_jit_launch_cuda(e->kernel, c->block, e->layout.size, n, NULL);
 }
 
-static nb_status run(nb_call *c, nb_tensor **result, const int64_t *grid) {
-    nb_status s = nb_call_bind(c, result != NULL, grid);
+/* Binds, launches and hands out the results: `single` (nb_call_run) wants *results = the one
+ * non-struct result; otherwise (nb_call_run_results) up to max result leaves and *count. */
+static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int single,
+                     const int64_t *grid) {
+    nb_status s = nb_call_bind(c, results != NULL, grid);
     if (s) return s;
-    if ((s = nb_call_materialize(c, result != NULL))) return s;
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    if (single && results && c->sig.has_result && in->result.value_rank < 0) {
+        char flds[512];
+        size_t n = 0;
+        flds[0] = '\0';
+        for (int k = 0; k < in->nresults && n < sizeof flds; k++)
+            n += (size_t)snprintf(flds + n, sizeof flds - n, "%s%s", k ? ", " : "", in->results[k].path);
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: %s returns a struct: use nb_call_run_results to "
+                        "get one array per field (%s)", in->name, in->signature, flds);
+    }
+    if (!single && results && c->nres > max)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %s has %d result leaves but room for %d was given",
+                        in->name, in->signature, c->nres, max);
+    if ((s = nb_call_materialize(c, results != NULL))) return s;
     for (int j = 0; j < c->sig.nleaves; j++)
         if (c->leaves[j].bind == NB_BIND_TENSOR)
             c->leaves[j].data = (uint64_t)(uintptr_t)nb_tensor_data(c->leaves[j].tensor);
@@ -392,16 +443,19 @@ static nb_status run(nb_call *c, nb_tensor **result, const int64_t *grid) {
             b->owns_tensor = 0;
         }
     }
-    if (result && c->sig.has_result) {
-        nb_leaf_bind *b = &c->leaves[c->nleaves];
-        if (c->into) {
-            s = nb_tensor_broadcast_to(c->into, nb_tensor_ndim(c->into), nb_tensor_shape(c->into),
-                                       result);
+    int nout = results ? c->nres : 0;
+    for (int k = 0; k < nout && s == NB_OK; k++) {
+        nb_leaf_bind *b = &c->leaves[c->nleaves + k];
+        if (!b->owns_tensor) { /* the caller's array: a new handle on it */
+            s = nb_tensor_broadcast_to(b->tensor, nb_tensor_ndim(b->tensor),
+                                       nb_tensor_shape(b->tensor), &results[k]);
         } else {
-            *result = b->tensor;
+            results[k] = b->tensor;
             b->owns_tensor = 0;
         }
     }
+    if (count) *count = s == NB_OK ? nout : 0;
+    if (s == NB_OK && c->overload_slot) *c->overload_slot = c->overload;
     return s;
 }
 
@@ -427,10 +481,35 @@ nb_status nb_call_run(nb_call *c, nb_tensor **result) {
         return s;
     }
     c->sig.nleaves = 0;
-    nb_status s = run(c, result, NULL);
+    nb_status s = run(c, result, 1, NULL, 1, NULL);
     if (s && result && *result) {
         nb_tensor_free(*result);
         *result = NULL;
+    }
+    return finish(c, s);
+}
+
+nb_status nb_call_run_results(nb_call *c, nb_tensor **results, int max, int *count) {
+    if (count) *count = 0;
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_run_results: argument 'c' is NULL");
+    if (!count || max < 0 || (max > 0 && !results)) {
+        nb_call_free(c);
+        return nb_error(NB_ERR_INVALID_ARG, "nb_call_run_results: bad results/max/count");
+    }
+    for (int i = 0; i < max; i++) results[i] = NULL;
+    if (c->err) {
+        nb_status s = nb_error(c->err, "%s", c->errmsg);
+        nb_call_free(c);
+        return s;
+    }
+    c->sig.nleaves = 0;
+    nb_status s = run(c, max > 0 ? results : NULL, max, count, 0, NULL);
+    if (s) {
+        for (int i = 0; i < max; i++) {
+            if (results[i]) nb_tensor_free(results[i]);
+            results[i] = NULL;
+        }
+        *count = 0;
     }
     return finish(c, s);
 }
@@ -447,7 +526,7 @@ nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]) {
         return s;
     }
     c->sig.nleaves = 0;
-    return finish(c, run(c, NULL, grid));
+    return finish(c, run(c, NULL, 0, NULL, 1, grid));
 }
 
 nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor **result) {

@@ -109,8 +109,10 @@ typedef struct nb_call_map_rec {
 } nb_call_map_rec;
 
 /* How one leaf is bound in the chosen overload (bind.c fills, call.c launches). */
+#define NB_ARG_DEFAULT (-2) /* nb_leaf_bind.arg of an unbound parameter given its default value */
+
 typedef struct nb_leaf_bind {
-    int arg;                /* index into nb_call.args; -1 for the result */
+    int arg;                /* index into nb_call.args; -1 for result leaves; NB_ARG_DEFAULT */
     nb_bind_kind bind;
     nb_dtype storage;
     int dir;
@@ -137,11 +139,15 @@ struct nb_call {
     nb_call_arg_rec args[NB_CALL_MAX_ARGS];
     int nmaps;
     nb_call_map_rec maps[NB_CALL_MAX_MAPS];
-    nb_tensor *into;
+    nb_tensor *into;        /* nb_call_result: the whole (non-struct) result */
+    int ninto;              /* nb_call_result_named: fields of a struct result */
+    struct { const char *path; nb_tensor *t; } intos[NB_CALL_MAX_LEAVES];
+    int *overload_slot;     /* nb_call_report_overload */
     /* binding scratch for the chosen overload */
     int overload;
     int nleaves;            /* leaves of the overload's parameters (result not included) */
-    nb_leaf_bind leaves[NB_CALL_MAX_LEAVES + 1]; /* + the result */
+    int nres;               /* result leaves bound after them (sig.has_result ? nresults : 0) */
+    nb_leaf_bind leaves[NB_CALL_MAX_LEAVES + 1]; /* parameters, then the result's leaves */
     int kdim;
     int64_t kshape[NB_MAX_DIMS];
     nb_call_sig sig;

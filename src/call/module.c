@@ -307,6 +307,12 @@ nb_arg_dir nb_func_param_dir(const nb_func *f, int overload, int param) {
     return in && param >= 0 && param < in->nparams ? (nb_arg_dir)in->param_dirs[param] : NB_ARG_IN;
 }
 
+int nb_func_param_has_default(const nb_func *f, int overload, int param) {
+    const nb_fn_info *in = info_of(f, overload);
+    return in && param >= 0 && param < in->nparams && in->param_has_default ? in->param_has_default[param]
+                                                                            : 0;
+}
+
 int nb_func_is_kernel(const nb_func *f, int overload) {
     const nb_fn_info *in = info_of(f, overload);
     return in ? in->is_kernel : 0;
@@ -348,4 +354,20 @@ int nb_func_result(const nb_func *f, int overload, nb_leaf_info *out) {
         out->path = "_result";
     }
     return 1;
+}
+
+int nb_func_result_count(const nb_func *f, int overload) {
+    const nb_fn_info *in = info_of(f, overload);
+    return in && in->has_result ? in->nresults : 0;
+}
+
+nb_status nb_func_result_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out) {
+    NB_CHECK_ARG(out);
+    const nb_fn_info *in = info_of(f, overload);
+    if (!in) return nb_error(NB_ERR_INVALID_ARG, "nb_func_result_leaf: no overload %d", overload);
+    if (leaf < 0 || leaf >= (in->has_result ? in->nresults : 0))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_func_result_leaf: leaf %d out of range (%s has %d)",
+                        leaf, in->name, in->has_result ? in->nresults : 0);
+    leaf_info(&in->results[leaf], out);
+    return NB_OK;
 }

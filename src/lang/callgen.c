@@ -20,6 +20,7 @@
 #include "core/util.h"
 #include "lang/emit_c.h"
 #include "lang/ir.h"
+#include "lang/lower_scope.h"
 #include "lang/program.h"
 #include "nabla/alloc.h"
 
@@ -29,12 +30,14 @@
 
 typedef struct ir_cache {
     nb_ir_module m;
+    nb_lower_faults faults; /* functions whose bodies could not be lowered (lower_scope.h) */
 } ir_cache;
 
 static void ir_cache_free(void *p)
 {
     ir_cache *c = p;
     if (!c) return;
+    nb_lower_faults_free(&c->faults);
     nb_ir_module_free(&c->m);
     nb_free(c, sizeof *c);
 }
@@ -50,13 +53,50 @@ static nb_status get_ir(nb_program *p, nb_ir_module **out)
     ir_cache *c = nb_calloc(sizeof *c, sizeof(void *));
     if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory lowering the program");
     nb_ir_module_init(&c->m, &p->types);
+    int ndiags0 = p->src.ndiags, nerrors0 = p->src.nerrors;
     nb_status s = nb_ir_lower_program(p, &c->m);
+    if (s == NB_ERR_COMPILE && p->src.nerrors > nerrors0) {
+        /* Some function bodies use what the IR cannot lower yet: keep the rest callable; an
+         * entry that reaches a broken function reports its diagnostics (nb_lower_faults_check). */
+        s = nb_lower_faults_collect(p, ndiags0, nerrors0, &c->faults);
+        if (s == NB_OK && c->faults.global)
+            s = nb_error(NB_ERR_COMPILE, "%s", c->faults.all ? c->faults.all : "lowering failed");
+        if (s == NB_OK && c->faults.n == 0) s = nb_error(NB_ERR_INTERNAL, "lowering failed without diagnostics");
+    }
     if (s != NB_OK) {
+        if (s == NB_ERR_COMPILE) { /* nb_error's message ends without the renderer's newline */
+            char *m = (char *)nb_last_error();
+            size_t n = strlen(m);
+            while (n && m[n - 1] == '\n') m[--n] = '\0';
+        }
         ir_cache_free(c);
         return s;
     }
     nb_strbuf errs;
     nb_strbuf_init(&errs);
+    if (c->faults.n) {
+        /* verify and optimize the functions that lowered cleanly */
+        int bad = 0;
+        for (int i = 0; i < c->m.nfuncs; i++) {
+            nb_ir_func *f = c->m.funcs[i];
+            if (nb_lower_faults_func_broken(&c->faults, f)) continue;
+            bad += nb_ir_verify_func(f, &errs);
+            for (int round = 0; !bad && round < 4; round++)
+                if (!nb_ir_fold(f) + !nb_ir_dce(f) == 2) break;
+            if (!bad) bad += nb_ir_verify_func(f, &errs);
+        }
+        if (bad) {
+            s = nb_error(NB_ERR_INTERNAL, "IR verification failed:\n%s", nb_strbuf_cstr(&errs));
+            nb_strbuf_free(&errs);
+            ir_cache_free(c);
+            return s;
+        }
+        nb_strbuf_free(&errs);
+        p->ir = c;
+        p->ir_free = ir_cache_free;
+        *out = &c->m;
+        return NB_OK;
+    }
     if (nb_ir_verify_module(&c->m, &errs)) {
         s = nb_error(NB_ERR_INTERNAL, "IR verification failed after lowering:\n%s", nb_strbuf_cstr(&errs));
         nb_strbuf_free(&errs);
@@ -75,6 +115,13 @@ static nb_status get_ir(nb_program *p, nb_ir_module **out)
     p->ir_free = ir_cache_free;
     *out = &c->m;
     return NB_OK;
+}
+
+/* NB_OK when nothing f reaches failed to lower (get_ir kept the module despite broken bodies). */
+static nb_status check_scope(nb_program *p, nb_ir_module *m, nb_ir_func *f)
+{
+    if (!p->ir || p->ir_free != ir_cache_free) return NB_OK;
+    return nb_lower_faults_check(&((ir_cache *)p->ir)->faults, m, f);
 }
 
 /* ---- leaves ------------------------------------------------------------------------------ */
@@ -260,6 +307,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     NB_TRY(get_ir(p, &m));
     nb_ir_func *f = nb_ir_find_func(m, decls[sig->overload]);
     if (!f) return nb_error(NB_ERR_NOT_FOUND, "function '%s' has no body", sig->func);
+    NB_TRY(check_scope(p, m, f));
 
     nb_emitter E;
     nb_emit_init(&E, m, sig->target);
@@ -277,17 +325,18 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     int want_result = sig->has_result && f->ret->kind != NB_TY_VOID;
     if (st == NB_OK && sig->has_result && f->ret->kind == NB_TY_VOID)
         st = nb_error(NB_ERR_INVALID_ARG, "%s returns void but the call asks for a result", sig->func);
-    leaf result;
-    memset(&result, 0, sizeof result);
+    /* the result's leaves: one, or one per field of a struct result ("_result.pos") */
+    leaves R;
+    memset(&R, 0, sizeof R);
     if (st == NB_OK && want_result) {
-        result.param = -1;
-        snprintf(result.path, sizeof result.path, "_result");
-        result.type = f->ret;
-        if (!value_shape(f->ret, result.shape, &result.rank, &result.scalar))
-            st = nb_error(NB_ERR_UNSUPPORTED, "%s: results of type '%s' cannot be stored by a vectorized call", sig->func,
-                          f->ret->name ? f->ret->name : "?");
+        st = add_leaves(e, &R, -1, f->ret, "_result", "");
+        for (int i = 0; i < R.n && st == NB_OK; i++)
+            if (R.items[i].is_tensor)
+                st = nb_error(NB_ERR_UNSUPPORTED, "%s: results of type '%s' cannot be stored by a vectorized call",
+                              sig->func, f->ret->name ? f->ret->name : "?");
     }
-    int total = L.n + (want_result ? 1 : 0);
+#define LEAF_AT(i) ((i) < L.n ? &L.items[(i)] : &R.items[(i) - L.n])
+    int total = L.n + (want_result ? R.n : 0);
     if (st == NB_OK && total != sig->nleaves)
         st = nb_error(NB_ERR_INVALID_ARG, "%s: the signature has %d leaves, the function needs %d", sig->func, sig->nleaves,
                       total);
@@ -296,7 +345,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     /* check binds */
     for (int i = 0; i < total && st == NB_OK; i++) {
         const nb_leaf_sig *ls = &sig->leaves[i];
-        const leaf *l = i < L.n ? &L.items[i] : &result;
+        const leaf *l = LEAF_AT(i);
         if (!nb_dtype_is_valid((int)ls->storage))
             st = nb_error(NB_ERR_DTYPE, "%s: leaf '%s' has an invalid storage dtype", sig->func, l->path);
         else if (l->is_tensor != (ls->bind == NB_BIND_TENSOR))
@@ -330,7 +379,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     }
     for (int i = 0; i < total; i++) {
         const nb_leaf_sig *ls = &sig->leaves[i];
-        const leaf *l = i < L.n ? &L.items[i] : &result;
+        const leaf *l = LEAF_AT(i);
         nb_leaf_layout *ll = &layout->leaves[i];
         ll->value_rank = l->rank;
         for (int d = 0; d < l->rank; d++) ll->value_shape[d] = l->shape[d];
@@ -487,7 +536,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_strbuf_free(&call);
     /* write back */
     for (int i = 0; i < total; i++) {
-        const leaf *l = i < L.n ? &L.items[i] : &result;
+        const leaf *l = LEAF_AT(i);
         const nb_leaf_sig *ls = &sig->leaves[i];
         if (ls->bind != NB_BIND_ARRAY) continue;
         if (i < L.n && !leaf_writes_back(f, l)) continue;
@@ -495,10 +544,11 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         for (int d = 0; d < l->rank; d++) snprintf(inner[d], sizeof inner[d], "nb_P->l%d_inner[%d]", i, d);
         snprintf(addr, sizeof addr, "nb_a%d", i);
         if (i < L.n) snprintf(lv, sizeof lv, "nb_v%d%s", l->param, l->access);
-        else snprintf(lv, sizeof lv, "nb_r");
+        else snprintf(lv, sizeof lv, "nb_r%s", l->access);
         gen_access(e, &b, 1, l->type, lv, addr, inner, 0, ls->storage, 1);
     }
     nb_strbuf_append(&b, "}\n");
+#undef LEAF_AT
 
     /* ---- entry points ---- */
     if (!cuda) {
@@ -581,9 +631,19 @@ nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entr
         }
         for (int i = 0; i < nd && i < 64; i++) {
             nb_ir_func *f = nb_ir_find_func(m, decls[i]);
+            nb_status sc = check_scope(p, m, f);
+            if (sc != NB_OK) {
+                nb_emit_free(&E);
+                return sc;
+            }
             if (f) nb_emit_function(&E, f);
         }
     } else {
+        ir_cache *ic = p->ir_free == ir_cache_free ? p->ir : NULL;
+        if (ic && ic->faults.n) { /* the whole program: every lowering error */
+            nb_emit_free(&E);
+            return nb_error(NB_ERR_COMPILE, "%s", ic->faults.all);
+        }
         nb_emit_all(&E);
     }
     nb_status st = NB_OK;
@@ -602,7 +662,10 @@ nb_status nb_program_dump_ir(nb_program *p, const char *entry, nb_strbuf *out)
     NB_CHECK_ARG(out);
     nb_ir_module *m;
     NB_TRY(get_ir(p, &m));
+    ir_cache *ic = p->ir_free == ir_cache_free ? p->ir : NULL;
     if (!entry || !*entry) {
+        if (ic && ic->faults.n) /* the whole program: every lowering error */
+            return nb_error(NB_ERR_COMPILE, "%s", ic->faults.all);
         nb_ir_print_module(m, out);
         return NB_OK;
     }
@@ -610,6 +673,7 @@ nb_status nb_program_dump_ir(nb_program *p, const char *entry, nb_strbuf *out)
     for (int i = 0; i < m->nfuncs; i++) {
         nb_ir_func *f = m->funcs[i];
         if (strcmp(f->name, entry) != 0 && strcmp(f->cname, entry) != 0) continue;
+        NB_TRY(check_scope(p, m, f));
         if (found++) nb_strbuf_append_char(out, '\n');
         nb_ir_print_func(f, out);
     }

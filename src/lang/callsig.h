@@ -21,7 +21,9 @@
  *     TENSOR:  uint64 data; int64 shape[rank]; int64 strides[rank] (a whole array given to a
  *              Tensor<T,N> parameter; not broadcast; for DiffTensor also uint64 grad; int64
  *              grad_strides[rank])
- *   the result leaf (if the function returns non-void and a result is wanted) is an ARRAY leaf.
+ *   the result leaves (if the function returns non-void and a result is wanted) are ARRAY leaves
+ *   after the parameters' ones: one for a scalar/vector/matrix/array result, one per field of a
+ *   struct result ("_result.pos", depth-first, as nb_fn_info.results).
  *
  * Generated entry points (names from nb_call_layout.entry):
  *   CPU:  void ENTRY(const void *params, int64_t begin, int64_t end)   — runs indices [begin,end)
@@ -53,7 +55,7 @@ typedef enum nb_call_mode {
 } nb_call_mode;
 
 typedef struct nb_leaf_sig {
-    int param;          /* parameter index; -1 for the result */
+    int param;          /* parameter index; -1 for result leaves */
     const char *path;   /* "x", "s.pos", "_result" (for messages and names) */
     nb_bind_kind bind;
     nb_dtype storage;   /* dtype of the scalars in memory; converted to the leaf's type on load */
@@ -67,7 +69,7 @@ typedef struct nb_call_sig {
     int ndim;               /* kernel rank, 0..8 */
     int nleaves;
     nb_leaf_sig leaves[NB_CALL_MAX_LEAVES]; /* in parameter order, struct fields depth-first */
-    int has_result;         /* store the return value through the last leaf */
+    int has_result;         /* store the return value through the last leaves (nb_fn_info.nresults) */
 } nb_call_sig;
 
 typedef struct nb_leaf_layout {

@@ -53,6 +53,10 @@ typedef struct nb_fn_leaf {
     int tensor_rank;         /* NB_LEAF_TENSOR */
     int diff_tensor;
     int differentiable;      /* participates in derivatives (float-based, not no_diff) */
+    int has_default;         /* the leaf's parameter has a default value (`float s = 2.0`) */
+    const void *default_value; /* that value folded on the host: prod(value_shape) scalars of
+                                  dtype `scalar`, C order; NULL when it is not a constant the host
+                                  can evaluate (struct defaults, calls): the caller must bind it */
 } nb_fn_leaf;
 
 typedef struct nb_fn_info {
@@ -64,8 +68,12 @@ typedef struct nb_fn_info {
     const int *param_first_leaf; /* leaves[param_first_leaf[i] .. param_first_leaf[i+1]) */
     int nleaves;
     const nb_fn_leaf *leaves;
+    const int *param_has_default; /* 1: parameter i has a default value (may be left unbound) */
     int has_result;
-    nb_fn_leaf result;
+    nb_fn_leaf result;       /* value_rank -1 for a struct result: see results */
+    int nresults;            /* result leaves: 0 void, 1 for a non-struct result (== result), or
+                                one per field of a struct result, depth-first ("_result.pos") */
+    const nb_fn_leaf *results;
     int is_kernel;           /* [Kernel]: launched over an explicit grid, not broadcast */
     int differentiable;
     const char *signature;   /* "float add(float a, float b)" for messages */

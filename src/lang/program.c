@@ -8,6 +8,7 @@
 
 #include "core/strbuf.h"
 #include "lang/check.h"
+#include "lang/fold_value.h"
 #include "lang/parser.h"
 #include "lang/program.h"
 #include "nabla/alloc.h"
@@ -602,6 +603,40 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     l->differentiable = !nodiff && nb_type_is_float_based(in);
 }
 
+/* A parameter's default value folded on the host (fold_value.h) into each of its leaves, in the
+ * leaf's dtype; leaves of struct parameters, and defaults that are not host constants, get
+ * has_default without a value. */
+static void reflect_default(nb_program *p, const nb_expr *def, nb_fn_leaf *leaves, int n) {
+    for (int j = 0; j < n; j++) leaves[j].has_default = 1;
+    if (n != 1 || leaves[0].kind != NB_LEAF_VALUE || !def->type || def->type->kind == NB_TY_STRUCT) return;
+    double v[256];
+    int k = nb_fold_components(def, v, 256);
+    long long want = 1;
+    for (int d = 0; d < leaves[0].value_rank; d++) want *= leaves[0].value_shape[d];
+    if (k < 0 || k != want) return;
+    void *bytes = nb_arena_alloc(&p->arena, (size_t)k * nb_dtype_size(leaves[0].scalar) + 1, 16);
+    if (!bytes) return;
+    nb_convert(bytes, leaves[0].scalar, v, NB_F64, (size_t)k);
+    leaves[0].default_value = bytes;
+}
+
+/* The fields of a struct result as leaves "_result.pos" (none when a field cannot be bound). */
+static void reflect_struct_result(nb_program *p, const nb_type *r, const char *fname, nb_fn_info *info) {
+    if (r->kind != NB_TY_STRUCT) return;
+    leaf_builder *rb = nb_alloc(sizeof *rb, 16);
+    if (!rb) return;
+    memset(rb, 0, sizeof *rb);
+    rb->p = p;
+    add_leaves(rb, r, "_result", -1, 1, 0, fname);
+    nb_fn_leaf *res = rb->st == NB_OK && rb->n ? nb_arena_zalloc(&p->arena, sizeof(nb_fn_leaf) * (size_t)rb->n, 16) : NULL;
+    if (res) {
+        memcpy(res, rb->leaves, sizeof(nb_fn_leaf) * (size_t)rb->n);
+        info->results = res;
+        info->nresults = rb->n;
+    }
+    nb_free(rb, sizeof *rb);
+}
+
 static const char *sig_string(nb_program *p, nb_decl *fn) {
     nb_strbuf sb;
     nb_strbuf_init(&sb);
@@ -636,6 +671,11 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
         nb_free(b, sizeof *b);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    int *has_def = nb_arena_zalloc(A, sizeof(int) * (size_t)(np + 1), 16);
+    if (!has_def) {
+        nb_free(b, sizeof *b);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     for (int i = 0; i < np; i++) {
         nb_decl *q = fn->u.func.params[i];
         names[i] = q->name ? q->name : "";
@@ -643,6 +683,10 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
         first[i] = b->n;
         const char *path = *names[i] ? names[i] : "_arg";
         add_leaves(b, q->u.param.type, path, i, dirs[i], (q->mods & NB_MOD_NO_DIFF) != 0, fn->name);
+        if (q->u.param.default_value && b->st == NB_OK) {
+            has_def[i] = 1;
+            reflect_default(p, q->u.param.default_value, b->leaves + first[i], b->n - first[i]);
+        }
     }
     first[np] = b->n;
     nb_status st = b->st;
@@ -667,8 +711,14 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
         while (in->kind == NB_TY_ARRAY) in = in->elem;
         l->scalar = scalar_dtype(in->scalar);
         int rank = nb_type_value_shape(r, l->value_shape);
-        l->value_rank = rank; /* -1 for struct results (not bindable yet) */
+        l->value_rank = rank; /* -1 for struct results: their fields are `results` */
         l->differentiable = nb_type_is_float_based(in);
+        if (rank >= 0) {
+            info->nresults = 1;
+            info->results = l;
+        } else {
+            reflect_struct_result(p, r, fn->name, info);
+        }
     }
     nb_free(b, sizeof *b);
     if (st != NB_OK) return st;
@@ -678,6 +728,7 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
     info->param_names = names;
     info->param_dirs = dirs;
     info->param_first_leaf = first;
+    info->param_has_default = has_def;
     info->is_kernel = fn->u.func.is_kernel;
     info->differentiable = fn->u.func.differentiable;
     info->signature = sig_string(p, fn);
