@@ -18,6 +18,7 @@ int nb_cmd_devices(int argc, char **argv);
 int nb_cmd_check(int argc, char **argv);
 int nb_cmd_emit(int argc, char **argv);
 int nb_cmd_call(int argc, char **argv);
+int nb_cmd_call_ad(int argc, char **argv); /* call --fwd / --bwd (cmd_call_ad.c) */
 int nb_cmd_cache(int argc, char **argv);
 
 #endif

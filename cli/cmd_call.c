@@ -53,7 +53,11 @@ static void call_help(void) {
            "  --grid X[,Y[,Z]]  thread grid for [Kernel] functions\n"
            "  -o FILE.npy       write the result to FILE.npy instead of printing its values\n"
            "  -I DIR            search DIR for imported modules (repeatable)\n"
-           "  --const NAME=V    set a link-time constant (extern static const)\n");
+           "  --const NAME=V    set a link-time constant (extern static const)\n"
+           "  --bwd [--dout J]  reverse mode: print {\"result\": ..., \"grad\": {param: ...}}\n"
+           "                    (the result gradient J defaults to 1 everywhere)\n"
+           "  --fwd [--tangent NAME=J]...  forward mode: print {\"result\": ..., \"tangent\": ...}\n"
+           "                    (tangents default to 0)\n");
 }
 
 /* ---- resources freed at the end --------------------------------------------------------------- */
@@ -693,6 +697,8 @@ int nb_cmd_call(int argc, char **argv) {
     int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0;
     const char *file = NULL, *func = NULL, *device = "auto", *out_npy = NULL;
     int64_t grid[3] = {1, 1, 1};
+    for (int i = 0; i < argc; i++) /* derivative calls: cmd_call_ad.c */
+        if (!strcmp(argv[i], "--fwd") || !strcmp(argv[i], "--bwd")) return nb_cmd_call_ad(argc, argv);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (!only_pos && a[0] == '-' && !is_negative_number(a)) {

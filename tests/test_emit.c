@@ -699,8 +699,8 @@ static void test_bad_sigs(void)
     sig = mksig("add", 0, 1, 1, 2, ls);
     NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_INVALID_ARG, "leaves");
     sig = mksig("add", 0, 1, 1, 3, ls);
-    sig.mode = NB_CALL_BWD;
-    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_UNSUPPORTED, "add");
+    sig.mode = NB_CALL_BWD; /* add is not [Differentiable]: a diagnostic (lang/ad.h) */
+    NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_COMPILE, "'add' is not differentiable");
     nb_leaf_sig lo[1] = {L(0, "o", NB_BIND_UNIFORM, NB_F32)};
     sig = mksig("sink", 0, 1, 0, 1, lo);
     NB_EXPECT_ERR(nb_program_emit_call(p, &sig, &sb, &lay), NB_ERR_INVALID_ARG, "array");

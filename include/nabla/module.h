@@ -226,6 +226,30 @@ void nb_call_free(nb_call *c);
 /* One-line form: f(args[0], …, args[n-1]) with every argument an array. */
 nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor **result);
 
+/* ---- derivatives over arrays (docs/AUTODIFF.md) --------------------------------------------
+ * A function marked [Differentiable] can be called in forward or reverse mode over arrays (the
+ * SlangPy `.fwds` / `.bwds`). Set the mode right after nb_call_begin, then bind the arguments as
+ * usual plus:
+ *   NB_MODE_FWD  nb_call_tangent(c, i, t): the tangent of differentiable parameter i (default 0;
+ *                broadcast like any input); nb_call_tangent(c, -1, t) / nb_call_tangent_alloc:
+ *                the result's tangent (an output of the result's shape). nb_call_run gives the
+ *                result as usual.
+ *   NB_MODE_BWD  nb_call_grad(c, i, g): dL/d(parameter i) is ADDED into g (as in PyTorch: zero
+ *                it yourself); g is an f32/f64 array of parameter i's argument shape and may be
+ *                broadcast (a weight shared by every thread: its gradient is reduced — warp sums
+ *                then one atomic per warp on CUDA, atomics on the CPU); gradients not asked for
+ *                are not computed. nb_call_dout(c, t): the gradient of the result (default 1).
+ *                The call returns no result; out parameters of f take no argument (positional
+ *                indices after one shift down), an out parameter's gradient dL/d(out) is an input
+ *                given with nb_call_grad.
+ * The calls are ordinary calls of the generated functions "f__fwds" / "f__bwds"
+ * (nb_module_func gives them too; nb_func_signature shows their parameters). */
+nb_status nb_call_set_mode(nb_call *c, nb_diff_mode mode);
+nb_status nb_call_grad(nb_call *c, int index, nb_tensor *grad);
+nb_status nb_call_dout(nb_call *c, nb_tensor *dout);
+nb_status nb_call_tangent(nb_call *c, int index, nb_tensor *tangent);
+nb_status nb_call_tangent_alloc(nb_call *c, nb_tensor **slot);
+
 #ifdef __cplusplus
 }
 #endif

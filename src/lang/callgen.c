@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "lang/ad.h"
 #include "lang/emit_c.h"
 #include "lang/ir.h"
 #include "lang/lower_scope.h"
@@ -123,6 +124,8 @@ static nb_status check_scope(nb_program *p, nb_ir_module *m, nb_ir_func *f)
     if (!p->ir || p->ir_free != ir_cache_free) return NB_OK;
     return nb_lower_faults_check(&((ir_cache *)p->ir)->faults, m, f);
 }
+
+nb_status nb_program_get_ir(nb_program *p, nb_ir_module **out) { return get_ir(p, out); }
 
 /* ---- leaves ------------------------------------------------------------------------------ */
 
@@ -267,7 +270,10 @@ static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t,
         nb_strbuf_append(&l, lv);
         nb_emit_comp(t, k, &l);
         nb_strbuf_append(o, pad);
-        if (store) {
+        if (store == 2) { /* accumulate (bwds gradients): nb_accum_* helpers, see gen_accum_helpers */
+            APPEND(o, "nb_accum_%s((void *)(%s), (%s)%s, nb_bc);\n", dt == NB_F64 ? "f64" : "f32", nb_strbuf_cstr(&a),
+                   dt == NB_F64 ? "double" : "float", nb_strbuf_cstr(&l));
+        } else if (store) {
             nb_emit_store_scalar(e, dt, t->kind == NB_TY_SCALAR ? t->scalar : t->scalar, nb_strbuf_cstr(&a),
                                  nb_strbuf_cstr(&l), o);
             nb_strbuf_append(o, "\n");
@@ -283,6 +289,48 @@ static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t,
 
 static int leaf_writes_back(const nb_ir_func *f, const leaf *l) { return f->params[l->param]->dir != NB_DIR_IN; }
 
+/* Gradient accumulation of bwds kernels (out params flagged NB_IRF_ACCUM, lang/ad.h): every
+ * thread adds its contribution. nb_bc says the leaf is broadcast over the whole kernel (all
+ * strides 0, e.g. a shared weight): on CUDA a full warp then sums by shuffles and lane 0 does one
+ * atomicAdd (not one per thread); otherwise (and on the CPU) each thread adds atomically. */
+static void gen_accum_helpers(nb_emitter *e, int cuda)
+{
+    if (!nb_emit_need_helper(e, "nb_accum")) return;
+    if (cuda)
+        APPEND(&e->helpers,
+               "static __device__ __forceinline__ void nb_accum_f32(void *p, float v, int bc) {\n"
+               "    if (bc && __activemask() == 0xffffffffu) {\n"
+               "        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
+               "        if ((threadIdx.x & 31) == 0) atomicAdd((float *)p, v);\n"
+               "    } else atomicAdd((float *)p, v);\n}\n"
+               "static __device__ __forceinline__ void nb_accum_f64(void *p, double v, int bc) {\n"
+               "    if (bc && __activemask() == 0xffffffffu) {\n"
+               "        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
+               "        if ((threadIdx.x & 31) == 0) atomicAdd((double *)p, v);\n"
+               "    } else atomicAdd((double *)p, v);\n}\n");
+    else
+        APPEND(&e->helpers,
+               "static inline void nb_accum_f32(void *p, float v, int bc) {\n"
+               "    union { float f; unsigned u; } o, n; (void)bc;\n"
+               "    o.u = __atomic_load_n((unsigned *)p, __ATOMIC_RELAXED);\n"
+               "    do { n.f = o.f + v; } while (!__atomic_compare_exchange_n((unsigned *)p, &o.u, n.u, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n}\n"
+               "static inline void nb_accum_f64(void *p, double v, int bc) {\n"
+               "    union { double f; unsigned long long u; } o, n; (void)bc;\n"
+               "    o.u = __atomic_load_n((unsigned long long *)p, __ATOMIC_RELAXED);\n"
+               "    do { n.f = o.f + v; } while (!__atomic_compare_exchange_n((unsigned long long *)p, &o.u, n.u, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n}\n");
+}
+
+/* Forgets diagnostics added since (nd0, ne0) (already rendered into an error message). */
+static void drop_diags(nb_program *p, int nd0, int ne0)
+{
+    for (int i = nd0; i < p->src.ndiags; i++)
+        if (p->src.diags[i].msg) nb_free((void *)p->src.diags[i].msg, strlen(p->src.diags[i].msg) + 1);
+    p->src.ndiags = nd0;
+    p->src.nerrors = ne0;
+}
+
+static int leaf_accumulates(const nb_ir_func *f, const leaf *l) { return (f->params[l->param]->flags & NB_IRF_ACCUM) != 0; }
+
 nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf *source, nb_call_layout *layout)
 {
     NB_CHECK_ARG(p);
@@ -290,8 +338,8 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     NB_CHECK_ARG(source);
     NB_CHECK_ARG(layout);
     memset(layout, 0, sizeof *layout);
-    if (sig->mode != NB_CALL_PRIMAL)
-        return nb_error(NB_ERR_UNSUPPORTED, "%s: derivative call kernels (fwd/bwd) are not supported yet", sig->func);
+    if (sig->mode != NB_CALL_PRIMAL && sig->mode != NB_CALL_FWD && sig->mode != NB_CALL_BWD)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: unknown call mode %d", sig->func, (int)sig->mode);
     if (sig->ndim < 0 || sig->ndim > 8) return nb_error(NB_ERR_INVALID_ARG, "%s: kernel rank %d is out of range 0..8", sig->func, sig->ndim);
     if (sig->nleaves < 0 || sig->nleaves > NB_CALL_MAX_LEAVES)
         return nb_error(NB_ERR_INVALID_ARG, "%s: %d leaves (at most %d)", sig->func, sig->nleaves, NB_CALL_MAX_LEAVES);
@@ -299,6 +347,16 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         return nb_error(NB_ERR_INVALID_ARG, "%s: unknown target %d", sig->func, (int)sig->target);
     nb_decl *decls[64];
     int nd = nb_program_find_functions(p, sig->func, decls, 64);
+    char ad_base[256];
+    int ad_kind = nd <= 0 ? nb_ad_wrapper_name(sig->func, ad_base, sizeof ad_base) : 0;
+    if (ad_kind) { /* "f__fwds" / "f__bwds": the derivative-call wrapper of f (lang/ad.h) */
+        if (sig->mode != NB_CALL_PRIMAL) return nb_error(NB_ERR_INVALID_ARG, "%s: call mode must be primal", sig->func);
+        nd = nb_program_find_functions(p, ad_base, decls, 64);
+        int k = 0; /* the overload numbering of nb_ad_reflect_wrappers: differentiable ones only */
+        for (int i = 0; i < nd && i < 64; i++)
+            if (decls[i]->u.func.differentiable) decls[k++] = decls[i];
+        nd = k;
+    }
     if (nd <= 0) return nb_error(NB_ERR_NOT_FOUND, "no function named '%s' in the program", sig->func);
     if (sig->overload < 0 || sig->overload >= nd || sig->overload >= 64)
         return nb_error(NB_ERR_NOT_FOUND, "function '%s' has %d overload(s); overload %d does not exist", sig->func, nd,
@@ -308,6 +366,16 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_ir_func *f = nb_ir_find_func(m, decls[sig->overload]);
     if (!f) return nb_error(NB_ERR_NOT_FOUND, "function '%s' has no body", sig->func);
     NB_TRY(check_scope(p, m, f));
+    if (sig->mode != NB_CALL_PRIMAL || ad_kind) { /* fwds / bwds: the kernel calls f's wrapper (lang/ad.h) */
+        int nd0 = p->src.ndiags, ne0 = p->src.nerrors;
+        f = nb_ad_call_wrapper(m, &p->src, f, sig->mode == NB_CALL_BWD || ad_kind == 2);
+        if (!f) {
+            nb_status ds = p->src.nerrors > ne0 ? nb_diag_status(&p->src)
+                                                : nb_error(NB_ERR_INTERNAL, "%s: no derivative generated", sig->func);
+            drop_diags(p, nd0, ne0); /* (they are in the error message now) */
+            return ds;
+        }
+    }
 
     nb_emitter E;
     nb_emit_init(&E, m, sig->target);
@@ -545,6 +613,19 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         snprintf(addr, sizeof addr, "nb_a%d", i);
         if (i < L.n) snprintf(lv, sizeof lv, "nb_v%d%s", l->param, l->access);
         else snprintf(lv, sizeof lv, "nb_r%s", l->access);
+        if (i < L.n && leaf_accumulates(f, l)) {
+            if (ls->storage != NB_F32 && ls->storage != NB_F64) {
+                st = nb_error(NB_ERR_DTYPE, "%s: gradient '%s' must be an f32 or f64 array", sig->func, l->path);
+                break;
+            }
+            gen_accum_helpers(e, cuda);
+            APPEND(&b, "    {\n        const int nb_bc = 1");
+            for (int d = 0; d < nd_; d++) APPEND(&b, " && nb_P->l%d_strides[%d] == 0", i, d);
+            nb_strbuf_append(&b, ";\n");
+            gen_access(e, &b, 2, l->type, lv, addr, inner, 0, ls->storage, 2);
+            nb_strbuf_append(&b, "    }\n");
+            continue;
+        }
         gen_access(e, &b, 1, l->type, lv, addr, inner, 0, ls->storage, 1);
     }
     nb_strbuf_append(&b, "}\n");
@@ -598,7 +679,9 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_strbuf_free(&ps);
     nb_strbuf_free(&b);
 
-    if (!e->ok) {
+    if (st != NB_OK) {
+        /* (a write-back error above) */
+    } else if (!e->ok) {
         st = nb_error(NB_ERR_UNSUPPORTED, "%s: %s", sig->func, e->err);
     } else {
         nb_strbuf_clear(source);
@@ -615,8 +698,8 @@ nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entr
 {
     NB_CHECK_ARG(p);
     NB_CHECK_ARG(out);
-    if (mode != NB_CALL_PRIMAL)
-        return nb_error(NB_ERR_UNSUPPORTED, "derivative code (forward/backward) is not supported yet");
+    if (mode != NB_CALL_PRIMAL && mode != NB_CALL_FWD && mode != NB_CALL_BWD)
+        return nb_error(NB_ERR_INVALID_ARG, "unknown mode %d", (int)mode);
     if (target != NB_TARGET_C && target != NB_TARGET_CUDA) return nb_error(NB_ERR_INVALID_ARG, "unknown target %d", (int)target);
     nb_ir_module *m;
     NB_TRY(get_ir(p, &m));
@@ -636,8 +719,22 @@ nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entr
                 nb_emit_free(&E);
                 return sc;
             }
+            if (f && mode != NB_CALL_PRIMAL) { /* the derivative (and what it calls) */
+                int nd0 = p->src.ndiags, ne0 = p->src.nerrors;
+                nb_ir_func *d = nb_ad_deriv_on_demand(m, &p->src, f, mode == NB_CALL_BWD);
+                if (!d) {
+                    nb_status ds = nb_diag_status(&p->src);
+                    drop_diags(p, nd0, ne0);
+                    nb_emit_free(&E);
+                    return ds;
+                }
+                f = d;
+            }
             if (f) nb_emit_function(&E, f);
         }
+    } else if (mode != NB_CALL_PRIMAL) {
+        nb_emit_free(&E);
+        return nb_error(NB_ERR_INVALID_ARG, "derivative code needs an entry function (--entry F)");
     } else {
         ir_cache *ic = p->ir_free == ir_cache_free ? p->ir : NULL;
         if (ic && ic->faults.n) { /* the whole program: every lowering error */

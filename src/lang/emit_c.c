@@ -482,8 +482,54 @@ void nb_emit_scalar_op(nb_ir_op op, nb_scalar_kind s, nb_scalar_kind to, const c
 }
 
 /* Helper applying an IR op component-wise: result t; operands of type `from` (or t). */
+/* a + b of arrays / structs / pairs, member by member (autodiff accumulates aggregate adjoints;
+ * non-float members such as an int field of a differentiable struct keep a's value). */
+static const char *aggregate_add_helper(nb_emitter *e, const nb_type *t)
+{
+    char nm[160];
+    helper_name(e, "add", t, NULL, nm, sizeof nm);
+    if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
+    const char *tn = nb_emit_ctype(e, t);
+    nb_strbuf b;
+    nb_strbuf_init(&b);
+    const nb_type *mt[64];
+    char acc[64][96];
+    int n = 0;
+    if (t->kind == NB_TY_ARRAY) {
+        mt[n] = t->elem;
+        snprintf(acc[n++], sizeof acc[0], ".a[i]");
+    } else if (t->kind == NB_TY_DIFFPAIR) {
+        mt[n] = t->elem;
+        snprintf(acc[n++], sizeof acc[0], ".p");
+        mt[n] = nb_type_differential(e->tt, t->elem);
+        snprintf(acc[n++], sizeof acc[0], ".d");
+    } else if (t->decl) {
+        for (int k = 0; k < t->decl->u.strct.nfields && n < 64; k++) {
+            mt[n] = t->decl->u.strct.fields[k]->u.var.type;
+            snprintf(acc[n++], sizeof acc[0], ".%s", nb_emit_safe_name(e, t->decl->u.strct.fields[k]->name));
+        }
+    }
+    if (t->kind == NB_TY_ARRAY) APPEND(&b, "    for (int i = 0; i < %d; i++) {\n", t->length);
+    for (int k = 0; k < n; k++) {
+        const nb_type *m = mt[k];
+        if (!m) continue;
+        int num = (m->kind == NB_TY_SCALAR || m->kind == NB_TY_VECTOR || m->kind == NB_TY_MATRIX) && m->scalar != NB_SC_BOOL;
+        if (m->kind == NB_TY_SCALAR && num) APPEND(&b, "    r%s = a%s + b%s;\n", acc[k], acc[k], acc[k]);
+        else if (num || m->kind == NB_TY_ARRAY || m->kind == NB_TY_STRUCT || m->kind == NB_TY_DIFFPAIR)
+            APPEND(&b, "    r%s = %s(a%s, b%s);\n", acc[k], nb_emit_op_helper(e, NB_IR_ADD, m, NULL), acc[k], acc[k]);
+        else APPEND(&b, "    r%s = a%s;\n", acc[k], acc[k]);
+    }
+    if (t->kind == NB_TY_ARRAY) nb_strbuf_append(&b, "    }\n");
+    APPEND(&e->helpers, "%s %s %s(%s a, %s b) {\n    %s r = a;\n%s    return r;\n}\n", nb_emit_inline_kw(e), tn, nm, tn, tn, tn,
+           nb_strbuf_cstr(&b));
+    nb_strbuf_free(&b);
+    return registered(e, nm);
+}
+
 const char *nb_emit_op_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, const nb_type *from)
 {
+    if (op == NB_IR_ADD && !from && (t->kind == NB_TY_ARRAY || t->kind == NB_TY_STRUCT || t->kind == NB_TY_DIFFPAIR))
+        return aggregate_add_helper(e, t);
     const char *opn = nb_ir_op_name(op);
     char nm[160];
     if (op == NB_IR_CONVERT) helper_name(e, "cvt", t, from, nm, sizeof nm);
@@ -723,7 +769,7 @@ static void scalar_intrin_text(nb_emitter *e, int id, nb_scalar_kind s, const ch
     }
     switch (id) {
     case NB_INTR_RSQRT: APPEND(o, "%s / %s(%s)", one, math_fn(s, "sqrt", fn, sizeof fn), a[0]); return;
-    case NB_INTR_RCP: APPEND(o, "%s / %s", one, a[0]); return;
+    case NB_INTR_RCP: APPEND(o, "%s / (%s)", one, a[0]); return;
     case NB_INTR_FRAC: APPEND(o, "%s - %s(%s)", a[0], math_fn(s, "floor", fn, sizeof fn), a[0]); return;
     case NB_INTR_SATURATE:
         APPEND(o, "%s(%s(%s, %s), %s)", math_fn(s, "fmin", fn, sizeof fn), math_fn(s, "fmax", fn2, sizeof fn2), a[0], zero, one);

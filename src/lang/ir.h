@@ -93,6 +93,8 @@ enum {
     NB_IRF_NO_DIFF = 1 << 1, /* value is not differentiated (detach, no_diff) */
     NB_IRF_UNROLL = 1 << 2,  /* LOOP: [ForceUnroll] / [unroll] */
     NB_IRF_TEST_LAST = 1 << 3, /* LOOP: condition after the body (do-while) */
+    NB_IRF_ACCUM = 1 << 4,   /* out param of a bwds call wrapper: the call kernel ADDS its value into
+                                the bound array (atomically; lang/ad.h nb_ad_call_wrapper) */
 };
 
 /* One component of a constant: integers (bool, int, uint, int64, uint64) in i, floats in f. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lang/ad.h"
 #include "lang/check.h"
 #include "lang/intrinsics.h"
 #include "lang/ir.h"
@@ -602,6 +603,8 @@ static nb_ir_inst *lower_init_list(lower_ctx *c, nb_expr *e)
     return build_value(c, t, vals, n, e->loc);
 }
 
+static nb_ir_inst *lower_call_to(lower_ctx *c, nb_expr *e, nb_decl *fd, nb_ir_func *callee, nb_expr *receiver);
+
 /* A user function or method call. */
 static nb_ir_inst *lower_user_call(lower_ctx *c, nb_expr *e, nb_decl *fd, nb_expr *receiver)
 {
@@ -610,6 +613,26 @@ static nb_ir_inst *lower_user_call(lower_ctx *c, nb_expr *e, nb_decl *fd, nb_exp
         lerr(c, e->loc, "call of a function without a body: ", fd ? fd->name : "?");
         return nb_ir_zero(&c->b, e->type);
     }
+    return lower_call_to(c, e, fd, callee, receiver);
+}
+
+/* fwd_diff(f)(args) / bwd_diff(f)(args): a call of f's derivative function (lang/ad.h). */
+static nb_ir_inst *lower_deriv_call(lower_ctx *c, nb_expr *e)
+{
+    nb_ir_func *pf = e->decl ? nb_ir_find_func(c->m, e->decl) : NULL;
+    nb_ir_func *d = NULL;
+    if (!pf) lerr(c, e->loc, "cannot differentiate a function without a body", NULL);
+    else if (e->index == NB_INTR_FWD_DIFF) d = nb_ad_fwd_func(c->m, c->src, pf, e->loc);
+    else d = nb_ad_bwd_func(c->m, c->src, pf, e->loc);
+    if (!d) {
+        c->error = 1;
+        return nb_ir_zero(&c->b, e->type->kind == NB_TY_VOID ? c->tt->t_int : e->type);
+    }
+    return lower_call_to(c, e, e->decl, d, NULL);
+}
+
+static nb_ir_inst *lower_call_to(lower_ctx *c, nb_expr *e, nb_decl *fd, nb_ir_func *callee, nb_expr *receiver)
+{
     int n = callee->nparams;
     nb_ir_inst **args = nb_arena_zalloc(&c->m->arena, sizeof *args * (size_t)(n ? n : 1), sizeof(void *));
     nb_ir_var **refs = nb_arena_zalloc(&c->m->arena, sizeof *refs * (size_t)(n ? n : 1), sizeof(void *));
@@ -682,8 +705,7 @@ static nb_ir_inst *lower_intrinsic(lower_ctx *c, nb_expr *e)
         return build_value(c, e->type, vals, n < 2 ? n : 2, e->loc);
     }
     case NB_INTR_FWD_DIFF: case NB_INTR_BWD_DIFF:
-        lerr(c, e->loc, "derivative calls (fwd_diff / bwd_diff) are not supported by this compiler version", NULL);
-        return nb_ir_zero(&c->b, e->type->kind == NB_TY_VOID ? c->tt->t_int : e->type);
+        return lower_deriv_call(c, e);
     default:
         break;
     }
@@ -694,7 +716,10 @@ static nb_ir_inst *lower_intrinsic(lower_ctx *c, nb_expr *e)
     }
     for (int i = 0; i < n; i++) ops[i] = lower_expr(c, e->u.call.args[i]);
     nb_ir_inst *in = nb_ir_intrin(&c->b, id, e->type, ops, n);
-    if (in && id == NB_INTR_DETACH) in->flags |= NB_IRF_NO_DIFF;
+    if (in && id == NB_INTR_DETACH) {
+        in->flags |= NB_IRF_NO_DIFF;
+        if (n == 1 && ops[0]->op == NB_IR_CALL) ops[0]->flags |= NB_IRF_NO_DIFF; /* no_diff f(x) */
+    }
     return in;
 }
 
@@ -751,6 +776,11 @@ static nb_ir_inst *lower_expr(lower_ctx *c, nb_expr *e)
         if (op == NB_TOK_INC || op == NB_TOK_DEC) { r = lower_incdec(c, e); break; }
         nb_ir_inst *a = coerce(c, lower_expr(c, e->u.unary.operand), e->type, e->loc);
         if (op == NB_TOK_PLUS) r = a;
+        else if (op == NB_TOK_KW_NO_DIFF) { /* `no_diff expr`: detach */
+            r = nb_ir_intrin(&c->b, NB_INTR_DETACH, a->type, &a, 1);
+            if (r) r->flags |= NB_IRF_NO_DIFF;
+            if (a->op == NB_IR_CALL) a->flags |= NB_IRF_NO_DIFF;
+        }
         else if (op == NB_TOK_MINUS) r = nb_ir_unary(&c->b, NB_IR_NEG, a);
         else if (op == NB_TOK_NOT) r = nb_ir_unary(&c->b, NB_IR_NOT, a);
         else if (op == NB_TOK_TILDE) r = nb_ir_unary(&c->b, NB_IR_BNOT, a);
@@ -1101,6 +1131,7 @@ nb_status nb_ir_lower_program(nb_program *p, nb_ir_module *m)
     for (int i = 0; i < nf; i++)
         if (m->funcs[i]->decl) lower_body(&c, m->funcs[i]);
     for (int i = 0; i < m->nglobals; i++) lower_global_init(&c, m->globals[i]);
+    if (!c.error && nb_ad_generate(m, &p->src)) c.error = 1; /* derivative bodies (lang/ad.h) */
     if (c.error) return nb_diag_status(&p->src);
     return NB_OK;
 }

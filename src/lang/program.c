@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/strbuf.h"
+#include "lang/ad.h"
 #include "lang/check.h"
 #include "lang/fold_value.h"
 #include "lang/parser.h"
@@ -747,6 +748,9 @@ nb_status nb_program_functions(nb_program *p, const char *name, const nb_fn_info
             return NB_OK;
         }
     int n = nb_program_find_functions(p, name, NULL, 0);
+    char ad_base[256];
+    if (n == 0 && nb_ad_wrapper_name(name, ad_base, sizeof ad_base)) /* f__fwds / f__bwds (lang/ad.h) */
+        return nb_ad_reflect_wrappers(p, name, infos, count);
     if (n == 0) {
         nb_strbuf sb;
         nb_strbuf_init(&sb);

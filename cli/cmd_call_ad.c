@@ -1,0 +1,340 @@
+/* `nabla call FILE FUNC ARG... --bwd [--dout JSON]` and `... --fwd [--tangent NAME=JSON]...`:
+ * derivative calls over arrays (docs/AUTODIFF.md), through the public C API
+ * (nb_call_set_mode, nb_call_grad, nb_call_tangent, nb_call_dout).
+ *
+ *   --bwd   prints {"result": R, "grad": {"param": dL/dparam, ...}} for every differentiable
+ *           input; the result gradient is --dout (default 1 everywhere); each gradient has the
+ *           shape of its argument (a scalar given for every element gets the summed gradient).
+ *   --fwd   prints {"result": R, "tangent": dR}; --tangent NAME=JSON gives parameter NAME's
+ *           tangent (default 0).
+ * ARGs are JSON numbers / nested lists, positional (the parameters that are not `out`) or
+ * NAME=JSON.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "json.h"
+#include "nabla/nabla.h"
+
+#define AD_MAX 32
+
+typedef struct host {
+    nb_dtype dtype;
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    void *data;
+    size_t count;
+} host;
+
+static int shape_of(const nb_json *v, host *h, int depth, int *is_float, char *err, size_t cap)
+{
+    if (v->kind == NB_JSON_NUMBER) {
+        if (depth != h->ndim) return snprintf(err, cap, "column %d: ragged list", v->col), 0;
+        if (!v->is_integer) *is_float = 1;
+        return 1;
+    }
+    if (v->kind != NB_JSON_ARRAY) return snprintf(err, cap, "column %d: expected a number or a list", v->col), 0;
+    if (depth >= NB_MAX_DIMS) return snprintf(err, cap, "too many nested lists"), 0;
+    if (depth == h->ndim) {
+        h->shape[h->ndim++] = v->count;
+    } else if (h->shape[depth] != v->count) {
+        return snprintf(err, cap, "column %d: ragged list", v->col), 0;
+    }
+    for (int i = 0; i < v->count; i++)
+        if (!shape_of(&v->items[i], h, depth + 1, is_float, err, cap)) return 0;
+    if (v->count == 0 && depth + 1 > h->ndim) return 1;
+    return 1;
+}
+
+static void fill(const nb_json *v, host *h, size_t *k)
+{
+    if (v->kind == NB_JSON_NUMBER) {
+        if (h->dtype == NB_F64) ((double *)h->data)[(*k)++] = v->number;
+        else ((int64_t *)h->data)[(*k)++] = v->integer;
+        return;
+    }
+    for (int i = 0; i < v->count; i++) fill(&v->items[i], h, k);
+}
+
+static int parse_host(const char *text, host *h, char *err, size_t cap)
+{
+    memset(h, 0, sizeof *h);
+    nb_json *v = nb_json_parse(text, err, cap);
+    if (!v) return 0;
+    int is_float = 0;
+    /* first pass: the shape along the first element of every level */
+    const nb_json *w = v;
+    while (w->kind == NB_JSON_ARRAY && h->ndim < NB_MAX_DIMS) {
+        h->shape[h->ndim++] = w->count;
+        if (!w->count) break;
+        w = &w->items[0];
+    }
+    int nd = h->ndim;
+    h->ndim = 0;
+    int ok = shape_of(v, h, 0, &is_float, err, cap) && h->ndim == nd;
+    if (ok) {
+        h->dtype = is_float ? NB_F64 : NB_I64;
+        h->count = 1;
+        for (int i = 0; i < h->ndim; i++) h->count *= (size_t)h->shape[i];
+        h->data = calloc(h->count ? h->count : 1, 8);
+        size_t k = 0;
+        if (h->data) fill(v, h, &k);
+        else {
+            snprintf(err, cap, "out of memory");
+            ok = 0;
+        }
+    } else if (!err[0]) {
+        snprintf(err, cap, "ragged nested list");
+    }
+    nb_json_free(v);
+    return ok;
+}
+
+static void print_rec(const double *d, int ndim, const int64_t *shape, size_t *k, int single)
+{
+    char buf[64];
+    if (ndim == 0) {
+        fputs(nb_json_format_double(d[(*k)++], single, buf, sizeof buf), stdout);
+        return;
+    }
+    putchar('[');
+    for (int64_t i = 0; i < shape[0]; i++) {
+        if (i) fputs(", ", stdout);
+        print_rec(d, ndim - 1, shape + 1, k, single);
+    }
+    putchar(']');
+}
+
+/* prints t (f32, f64, i32, i64) as JSON */
+static int print_t(nb_tensor *t)
+{
+    if (!t) {
+        fputs("null", stdout);
+        return 1;
+    }
+    nb_dtype dt = nb_tensor_dtype(t);
+    size_t n = (size_t)nb_tensor_numel(t), es = nb_dtype_size(dt);
+    unsigned char *raw = malloc(es * (n ? n : 1));
+    double *d = malloc(sizeof(double) * (n ? n : 1));
+    int ok = raw && d && (dt == NB_F32 || dt == NB_F64 || dt == NB_I32 || dt == NB_I64) &&
+             nb_tensor_to_host(t, raw, es * n) == NB_OK;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (dt == NB_F32) d[i] = ((float *)raw)[i];
+        else if (dt == NB_F64) d[i] = ((double *)raw)[i];
+        else if (dt == NB_I32) d[i] = ((int32_t *)raw)[i];
+        else d[i] = (double)((int64_t *)raw)[i];
+    }
+    if (ok) {
+        size_t k = 0;
+        print_rec(d, nb_tensor_ndim(t), nb_tensor_shape(t), &k, dt == NB_F32);
+    }
+    free(raw);
+    free(d);
+    return ok;
+}
+
+static int fail_st(const char *what)
+{
+    fprintf(stderr, "nabla: call: %s%s%s\n", what ? what : "", what ? ": " : "", nb_last_error());
+    return 1;
+}
+
+int nb_cmd_call_ad(int argc, char **argv)
+{
+    const char *file = NULL, *func = NULL, *device = "auto", *dout = NULL;
+    const char *pos[AD_MAX], *named[AD_MAX], *tangents[AD_MAX], *incs[AD_MAX];
+    int npos = 0, nnamed = 0, ntan = 0, ninc = 0, bwd = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--bwd") || !strcmp(a, "--fwd")) {
+            if (bwd >= 0) return nb_cli_bad_usage("call: give one of --fwd and --bwd%s", "");
+            bwd = !strcmp(a, "--bwd");
+        } else if (!strcmp(a, "--device") || !strcmp(a, "--dout") || !strcmp(a, "--tangent") || !strcmp(a, "-I")) {
+            if (!next) return nb_cli_bad_usage("call: %s needs a value", a);
+            i++;
+            if (!strcmp(a, "--device")) device = next;
+            else if (!strcmp(a, "--dout")) dout = next;
+            else if (!strcmp(a, "-I") && ninc < AD_MAX) incs[ninc++] = next;
+            else if (!strcmp(a, "--tangent")) {
+                if (!strchr(next, '=')) return nb_cli_bad_usage("call: --tangent needs NAME=JSON, got '%s'", next);
+                if (ntan < AD_MAX) tangents[ntan++] = next;
+            }
+        } else if (a[0] == '-' && a[1] == '-') {
+            return nb_cli_bad_usage("call: '%s' is not supported with --fwd / --bwd", a);
+        } else if (!file) file = a;
+        else if (!func) func = a;
+        else if (strchr(a, '=') && a[0] != '[' && a[0] != '-' && (a[0] < '0' || a[0] > '9')) {
+            if (nnamed < AD_MAX) named[nnamed++] = a;
+        } else if (npos < AD_MAX) pos[npos++] = a;
+    }
+    if (!file || !func) return nb_cli_bad_usage("call: usage: nabla call FILE FUNC ARG... --fwd|--bwd%s", "");
+    if (bwd && ntan) return nb_cli_bad_usage("call: --tangent goes with --fwd%s", "");
+    if (!bwd && dout) return nb_cli_bad_usage("call: --dout goes with --bwd%s", "");
+    int rc = 1;
+    nb_device *dev = NULL;
+    nb_module *m = NULL;
+    nb_tensor *owned[4 * AD_MAX];
+    int nown = 0;
+    host hosts[3 * AD_MAX];
+    int nhost = 0;
+    int param_of_grad[AD_MAX], ngrad = 0;
+    nb_tensor *grads[AD_MAX];
+    nb_tensor *result = NULL, *rtan = NULL;
+    nb_func *f = NULL;
+    nb_call *c = NULL;
+    char err[512] = "";
+    if (nb_device_open(device, &dev) != NB_OK) {
+        fail_st("device");
+        goto done;
+    }
+    nb_module_options mo;
+    memset(&mo, 0, sizeof mo);
+    mo.include_dirs = incs;
+    mo.ninclude_dirs = ninc;
+    if (nb_module_load(dev, file, &mo, &m) != NB_OK || nb_module_func(m, func, &f) != NB_OK) {
+        fprintf(stderr, "nabla: %s\n", nb_last_error());
+        goto done;
+    }
+    int np = nb_func_param_count(f, 0);
+    /* which parameter each positional argument fills (not out) */
+    const char *param_text[AD_MAX];
+    for (int i = 0; i < AD_MAX; i++) param_text[i] = NULL;
+    int pi = 0;
+    for (int k = 0; k < npos; k++) {
+        while (pi < np && nb_func_param_dir(f, 0, pi) == NB_ARG_OUT) pi++;
+        if (pi >= np) {
+            fprintf(stderr, "nabla: call: too many arguments for %s\n", nb_func_signature(f, 0));
+            goto done;
+        }
+        param_text[pi++] = pos[k];
+    }
+    for (int k = 0; k < nnamed; k++) {
+        const char *eq = strchr(named[k], '=');
+        int found = -1;
+        for (int i = 0; i < np; i++)
+            if (strlen(nb_func_param_name(f, 0, i)) == (size_t)(eq - named[k]) &&
+                !strncmp(nb_func_param_name(f, 0, i), named[k], (size_t)(eq - named[k])))
+                found = i;
+        if (found < 0) {
+            fprintf(stderr, "nabla: call: %s has no parameter '%.*s'\n", nb_func_signature(f, 0), (int)(eq - named[k]), named[k]);
+            goto done;
+        }
+        param_text[found] = eq + 1;
+    }
+    /* the primal result (also for --fwd: the wrapper returns it too, computed once) */
+    if (bwd) {
+        if (nb_call_begin(f, &c) != NB_OK) goto fail;
+        for (int i = 0; i < np; i++) {
+            if (!param_text[i]) continue;
+            host *h = &hosts[nhost++];
+            if (!parse_host(param_text[i], h, err, sizeof err)) goto bad_json;
+            if (nb_call_arg_value(c, i, h->dtype, h->ndim, h->shape, h->data) != NB_OK) goto fail;
+        }
+        nb_leaf_info rl;
+        nb_tensor **rp = nb_func_result_leaf(f, 0, 0, &rl) == NB_OK ? &result : NULL;
+        nb_status s = nb_call_run(c, rp);
+        c = NULL;
+        if (s != NB_OK) goto fail;
+    }
+    if (nb_call_begin(f, &c) != NB_OK || nb_call_set_mode(c, bwd ? NB_MODE_BWD : NB_MODE_FWD) != NB_OK) goto fail;
+    for (int i = 0; i < np; i++) {
+        if (!param_text[i] || (bwd && nb_func_param_dir(f, 0, i) == NB_ARG_OUT)) continue;
+        host *h = &hosts[nhost++];
+        if (!parse_host(param_text[i], h, err, sizeof err)) goto bad_json;
+        if (nb_call_arg_value_named(c, nb_func_param_name(f, 0, i), h->dtype, h->ndim, h->shape, h->data) != NB_OK)
+            goto fail;
+        if (!bwd) continue;
+        /* differentiable inputs get a gradient array of the argument's shape (f64, zeroed) */
+        nb_dtype gd = NB_F64; /* the parameter's float type (f32 gradients of float) */
+        for (int l = 0; l < nb_func_leaf_count(f, 0); l++) {
+            nb_leaf_info li;
+            if (nb_func_leaf(f, 0, l, &li) == NB_OK && li.param == i && li.dtype == NB_F32) gd = NB_F32;
+        }
+        nb_tensor *g = NULL;
+        nb_status s = nb_tensor_zeros(dev, gd, h->ndim, h->shape, &g);
+        if (s != NB_OK) goto fail;
+        owned[nown++] = g;
+        s = nb_call_grad(c, i, g);
+        if (s == NB_ERR_INVALID_ARG && strstr(nb_last_error(), "not differentiable")) {
+            nb_clear_error();
+            continue; /* (an int or no_diff parameter) */
+        }
+        if (s != NB_OK) goto fail;
+        param_of_grad[ngrad] = i;
+        grads[ngrad++] = g;
+    }
+    if (bwd && dout) {
+        host *h = &hosts[nhost++];
+        if (!parse_host(dout, h, err, sizeof err)) goto bad_json;
+        nb_tensor *t = NULL;
+        if (nb_tensor_from_host(dev, h->dtype == NB_F64 ? NB_F64 : NB_I64, h->ndim, h->shape, h->data, &t) != NB_OK) goto fail;
+        owned[nown++] = t;
+        if (nb_call_dout(c, t) != NB_OK) goto fail;
+    }
+    for (int k = 0; k < ntan; k++) {
+        const char *eq = strchr(tangents[k], '=');
+        int found = -1;
+        for (int i = 0; i < np; i++)
+            if (strlen(nb_func_param_name(f, 0, i)) == (size_t)(eq - tangents[k]) &&
+                !strncmp(nb_func_param_name(f, 0, i), tangents[k], (size_t)(eq - tangents[k])))
+                found = i;
+        if (found < 0) {
+            fprintf(stderr, "nabla: call: %s has no parameter '%.*s'\n", nb_func_signature(f, 0), (int)(eq - tangents[k]),
+                    tangents[k]);
+            goto done;
+        }
+        host *h = &hosts[nhost++];
+        if (!parse_host(eq + 1, h, err, sizeof err)) goto bad_json;
+        nb_tensor *t = NULL;
+        if (nb_tensor_from_host(dev, h->dtype == NB_F64 ? NB_F64 : NB_I64, h->ndim, h->shape, h->data, &t) != NB_OK) goto fail;
+        owned[nown++] = t;
+        if (nb_call_tangent(c, found, t) != NB_OK) goto fail;
+    }
+    if (!bwd) {
+        nb_leaf_info rl;
+        if (nb_func_result_leaf(f, 0, 0, &rl) != NB_OK) {
+            fprintf(stderr, "nabla: call: --fwd needs a function with a result\n");
+            goto done;
+        }
+        if (nb_call_tangent_alloc(c, &rtan) != NB_OK) goto fail;
+    }
+    {
+        nb_status s = nb_call_run(c, bwd ? NULL : &result);
+        c = NULL;
+        if (s != NB_OK) goto fail;
+    }
+    fputs("{\"result\": ", stdout);
+    if (!print_t(result)) goto fail;
+    if (bwd) {
+        fputs(", \"grad\": {", stdout);
+        for (int k = 0; k < ngrad; k++) {
+            if (k) fputs(", ", stdout);
+            nb_json_print_string(stdout, nb_func_param_name(f, 0, param_of_grad[k]));
+            fputs(": ", stdout);
+            if (!print_t(grads[k])) goto fail;
+        }
+        fputs("}}\n", stdout);
+    } else {
+        fputs(", \"tangent\": ", stdout);
+        if (!print_t(rtan)) goto fail;
+        fputs("}\n", stdout);
+    }
+    rc = 0;
+    goto done;
+bad_json:
+    fprintf(stderr, "nabla: call: bad argument: %s\n", err);
+    goto done;
+fail:
+    fail_st(NULL);
+done:
+    if (c) nb_call_free(c);
+    nb_tensor_free(result);
+    nb_tensor_free(rtan);
+    for (int i = 0; i < nown; i++) nb_tensor_free(owned[i]);
+    for (int i = 0; i < nhost; i++) free(hosts[i].data);
+    nb_module_free(m);
+    nb_device_close(dev);
+    return rc;
+}

@@ -1,0 +1,533 @@
+/* Autodiff against central finite differences (double precision, fresh random inputs each run):
+ * for every intrinsic with a derivative rule and every supported construct, a function
+ * f(x, y, z) -> double is differentiated in forward mode (fwd_diff, a random direction v) and in
+ * reverse mode (bwd_diff, a random output weight w). Checks, per random point:
+ *   fwd:  J v            == (f(p + h v) - f(p - h v)) / 2h
+ *   bwd:  J^T w (each i) == w (f(p + h e_i) - f(p - h e_i)) / 2h
+ *   and   <J v, w>       == <v, J^T w>   (forward and reverse mode agree)
+ * Runs on the CPU and, when a GPU is present, on CUDA (skipped otherwise). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jit/jit.h"
+#include "lang/compiler.h"
+#include "nabla/module.h"
+#include "nb_test.h"
+
+typedef struct ad_case {
+    const char *name;
+    const char *body; /* body of `double NAME(double x, double y, double z)` */
+} ad_case;
+
+/* helpers shared by the cases */
+static const char *PRELUDE =
+    "struct S : IDifferentiable { double a; double3 v; int k; };\n"
+    "[Differentiable] double sq(double t) { return t * t; }\n"
+    "[Differentiable] void split2(double t, out double a, out double b) { a = sin(t); b = t * t; }\n"
+    "[Differentiable] void scale_io(inout double t, double s) { t = t * s + t; }\n"
+    "[Differentiable] S mk(double a, double b) { S s; s.a = a * b; s.v = double3(a, b, a + b); s.k = 3; return s; }\n"
+    "double plain(double t) { return t * 2.0; }\n"
+    "[Differentiable] double chain3(double t) { return sq(sin(t)) + sq(t); }\n"
+    "double mycube(double t) { return t * t * t; }\n"
+    "DifferentialPair<double> mycube_fwd(DifferentialPair<double> t) {\n"
+    "    return diffPair(t.p * t.p * t.p, 3.0 * t.p * t.p * t.d); }\n"
+    "void mycube_bwd(inout DifferentialPair<double> t, double g) {\n"
+    "    t = diffPair(t.p, t.d + 3.0 * t.p * t.p * g); }\n"
+    "[ForwardDerivative(mycube_fwd)] [BackwardDerivative(mycube_bwd)]\n"
+    "double cube(double t) { return mycube(t); }\n";
+
+static const ad_case CASES[] = {
+    /* intrinsics (x, y, z in [0.2, 0.9]) */
+    {"i_exp", "return exp(x) * y;"},
+    {"i_exp2", "return exp2(x * y);"},
+    {"i_log", "return log(x + y);"},
+    {"i_log2", "return log2(x * z);"},
+    {"i_log10", "return log10(x + 1.0);"},
+    {"i_sqrt", "return sqrt(x * y);"},
+    {"i_rsqrt", "return rsqrt(x + z);"},
+    {"i_rcp", "return rcp(x + y);"},
+    {"i_sin", "return sin(x * 3.0) * y;"},
+    {"i_cos", "return cos(x * y);"},
+    {"i_tan", "return tan(x);"},
+    {"i_asin", "return asin(x * 0.9);"},
+    {"i_acos", "return acos(y * 0.9) * x;"},
+    {"i_atan", "return atan(x * 2.0 - y);"},
+    {"i_sinh", "return sinh(x * y);"},
+    {"i_cosh", "return cosh(x - y);"},
+    {"i_tanh", "return tanh(2.0 * x - z);"},
+    {"i_frac", "return frac(x + 1.3) * y;"},
+    {"i_saturate", "return saturate(x) * y;"},
+    {"i_radians", "return radians(x * 100.0);"},
+    {"i_degrees", "return degrees(x);"},
+    {"i_abs", "return abs(x - 1.5) * y;"},
+    {"i_min", "return min(x, y) + min(y * 2.0, z);"},
+    {"i_max", "return max(x, y) * z;"},
+    {"i_clamp", "return clamp(x, 0.1, 0.95) + clamp(y, z - 0.01, z + 0.01) + clamp(x * 5.0, y, z);"},
+    {"i_pow", "return pow(x, y) + pow(z, 2.0);"},
+    {"i_atan2", "return atan2(x + 0.1, y - 0.4) + atan2(y, x);"},
+    {"i_fmod", "return fmod(x * 7.0, y + 0.3);"},
+    {"i_lerp", "return lerp(x, y, z);"},
+    {"i_smoothstep", "return smoothstep(0.0, 1.0, x) + smoothstep(y * 0.1, z + 1.0, x);"},
+    {"i_mad", "return mad(x, y, z) + fma(y, z, x);"},
+    {"i_zero", "return floor(x * 10.0) * y + ceil(z) * x + step(0.5, y) + sign(x) * z + round(x) + trunc(y);"},
+    {"i_dot", "return dot(double3(x, y, z), double3(z, x * x, y));"},
+    {"i_cross", "double3 c = cross(double3(x, y, z), double3(z, x, y * y)); return c.x + 2.0 * c.y + 3.0 * c.z;"},
+    {"i_length", "return length(double3(x, y, z)) + length(double2(x, y)) + length(x - 1.0);"},
+    {"i_distance", "return distance(double3(x, y, z), double3(z, 1.0, x));"},
+    {"i_normalize", "double3 n = normalize(double3(x, y - 1.0, z)); return n.x + 2.0 * n.y - n.z;"},
+    {"i_reflect", "double3 r = reflect(double3(x, y, z), normalize(double3(z, 1.0, x))); return r.x * 3.0 + r.y - r.z;"},
+    {"i_select", "return select(x > y, x * z, y * y) + (x > z ? x : z * y);"},
+    {"i_mul_mv", "double2x2 m = double2x2(x, y, z, x * y); double2 v = mul(m, double2(z, 1.0)); double2 w = mul(double2(y, x), m); return v.x + 2.0 * v.y + w.x * w.y;"},
+    {"i_mul_mm", "double2x2 a = double2x2(x, y, z, 1.0); double2x2 b = double2x2(y, x * z, 0.5, z); double2x2 c = mul(a, b); return c[0][0] + 2.0 * c[0][1] + 3.0 * c[1][0] + c[1][1] * c[1][1];"},
+    {"i_mul_s", "double3 v = mul(x, double3(y, z, 1.0)); return v.x + v.y * v.z;"},
+    {"i_transpose", "double2x3 a = double2x3(x, y, z, x * y, 1.0, z * z); double3x2 t = transpose(a); return t[0][1] + 2.0 * t[2][0] + t[1][1] * t[2][1];"},
+    {"i_det2", "return determinant(double2x2(x, y, z, x * z));"},
+    {"i_det3", "return determinant(double3x3(x, y, z, 1.0, x * y, 0.3, z, 0.2, y * y));"},
+    {"i_det4", "return determinant(double4x4(x, y, z, 1.0, 0.1, x * y, 0.3, z, z, 0.2, y * y, 0.5, 0.7, x, 0.4, y));"},
+    /* constructs */
+    {"c_arith", "return (x * y - z) / (x + 1.0) + -x * 2.0 + fmod(x, 0.3) + x % 0.25;"},
+    {"c_if", "double r; if (x > y) { r = x * z; } else { r = sin(y) * x; } return r * r;"},
+    {"c_ternary", "return x > 0.5 ? x * y : (y > 0.5 ? exp(z) : z * z);"},
+    {"c_switch", "int k = int(x * 3.0); double r = 0.0; switch (k) { case 0: r = x * y; break; case 1: r = y * z; break; default: r = z * x * x; break; } return r + x;"},
+    {"c_early_return", "if (x > 0.6) return x * y; double t = y * z; if (t > 0.3) { return t * x; } return t + x;"},
+    {"c_nested_return", "double a = x; if (y > 0.4) { a = a * y; if (z > 0.5) return a * z; a = a + z; } return a * a;"},
+    {"c_for", "double s = 0.0; for (int i = 0; i < 4; i++) { s = s * x + y * double(i); } return s + z;"},
+    {"c_maxiters", "double s = x; int i = 0; [MaxIters(8)] while (i < int(y * 10.0)) { s = sin(s) + z; i++; } return s;"},
+    {"c_nested_loops", "double s = 0.0; for (int i = 0; i < 3; i++) { double t = x; for (int j = 0; j < 2; j++) { t = t * y + z; } s = s + t * double(i + 1); } return s;"},
+    {"c_vectors", "double3 v = double3(x, y, z); v.xy = v.yx * 2.0; v.z += v.x; double2 w = v.zy; return dot(v, v) + w.x * w.y;"},
+    {"c_arrays", "double a[3] = {x, y, z}; for (int i = 0; i < 3; i++) a[i] = a[i] * a[(i + 1) % 3]; return a[0] + 2.0 * a[1] + 3.0 * a[2];"},
+    {"c_array_dyn", "double a[4] = {x, y, z, x * y}; int k = int(z * 3.9); return a[k] * x + a[(k + 1) % 4];"},
+    {"c_matrix_index", "double3x3 m = double3x3(x, y, z, y, z, x, z, x, y); m[1] = m[1] * x; m[2][0] = y * y; return m[0][1] + m[1][2] * m[2][0] + m[1][1];"},
+    {"c_struct", "S s = mk(x, y); s.v.y = s.v.y * z; return s.a + s.v.x * s.v.y + s.v.z + double(s.k);"},
+    {"c_call", "return sq(x) * y + sq(y * z);"},
+    {"c_call_chain", "return chain3(x) + chain3(y * z);"},
+    {"c_out_call", "double a, b; split2(x * y, a, b); return a + b * z;"},
+    {"c_inout_call", "double t = x; scale_io(t, y); scale_io(t, z); return t;"},
+    {"c_custom", "return cube(x) + cube(y * z);"},
+    {"c_local_reassign", "double a = x; a = a * y; a = a + z; a = a * a; double b = a; b = b * x; return b;"},
+    {"c_break", "double s = x; for (int i = 0; i < 10; i++) { s = s * y + z; if (s > 2.0) break; s = sin(s) + x; } return s;"},
+    {"c_continue", "double s = 0.0; for (int i = 0; i < 6; i++) { double t = x * double(i); if (t > 1.5) continue; s = s + t * y; } return s * z;"},
+    {"c_break_nested", "double s = 0.0; for (int i = 0; i < 3; i++) { double t = y; int j = 0; [MaxIters(6)] while (j < 6) { t = t * (x + 0.8) + 0.1; j++; if (t > z + 1.0) break; } s = s + t * double(i + 1); } return s;"},
+    {"c_switch_in_loop", "double s = x; for (int i = 0; i < 4; i++) { switch (i % 3) { case 0: s = s * y; break; case 1: if (s > 0.3) continue; s = s + z; break; default: s = exp(-s); break; } s = s + 0.1 * x; } return s;"},
+    {"c_int_mix", "int n = int(y * 4.0) + 1; double s = 0.0; for (int i = 0; i < 5; i++) { if (i < n) s = s + x * double(i); } return s * z;"},
+};
+#define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
+
+static char *build_source(void)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *s = malloc(cap);
+    n += (size_t)snprintf(s + n, cap - n, "%s", PRELUDE);
+    for (int i = 0; i < NCASES; i++) {
+        const char *k = CASES[i].name;
+        size_t need = strlen(CASES[i].body) + 1024;
+        if (n + need > cap) {
+            cap = (cap + need) * 2;
+            s = realloc(s, cap);
+        }
+        n += (size_t)snprintf(s + n, cap - n,
+                              "[Differentiable] double %s(double x, double y, double z) { %s }\n"
+                              "double fd_%s(double x, double y, double z, double3 v) {\n"
+                              "    return fwd_diff(%s)(diffPair(x, v.x), diffPair(y, v.y), diffPair(z, v.z)).d; }\n"
+                              "double3 bd_%s(double x, double y, double z, double w) {\n"
+                              "    DifferentialPair<double> px = diffPair(x, 0.5), py = diffPair(y), pz = diffPair(z);\n"
+                              "    bwd_diff(%s)(px, py, pz, w);\n"
+                              "    return double3(px.d - 0.5, py.d, pz.d); }\n",
+                              k, CASES[i].body, k, k, k, k);
+    }
+    return s;
+}
+
+#define NPTS 24
+
+static nb_tensor *vec(nb_device *dev, const double *d, int n, int cols)
+{
+    nb_tensor *t = NULL;
+    int64_t shape[2] = {n, cols};
+    if (nb_tensor_from_host(dev, NB_F64, cols > 1 ? 2 : 1, shape, d, &t) != NB_OK) return NULL;
+    return t;
+}
+
+/* calls fn over the points; out gets n * cols doubles */
+static int run(nb_module *m, const char *fn, nb_device *dev, const double *x, const double *y, const double *z,
+               const double *extra, int extra_cols, double *out, int cols)
+{
+    nb_func *f = NULL;
+    if (nb_module_func(m, fn, &f) != NB_OK) return 0;
+    nb_call *c = NULL;
+    if (nb_call_begin(f, &c) != NB_OK) return 0;
+    nb_tensor *t[4] = {vec(dev, x, NPTS, 1), vec(dev, y, NPTS, 1), vec(dev, z, NPTS, 1),
+                       extra ? vec(dev, extra, NPTS, extra_cols) : NULL};
+    int ok = 1;
+    for (int i = 0; i < (extra ? 4 : 3); i++) ok = ok && t[i] && nb_call_arg(c, i, t[i]) == NB_OK;
+    nb_tensor *r = NULL;
+    if (ok) ok = nb_call_run(c, &r) == NB_OK; /* (frees c) */
+    else nb_call_free(c);
+    ok = ok && nb_tensor_to_host(r, out, sizeof(double) * NPTS * (size_t)cols) == NB_OK;
+    if (!ok) fprintf(stderr, "  %s: %s\n", fn, nb_last_error());
+    for (int i = 0; i < 4; i++) nb_tensor_free(t[i]);
+    nb_tensor_free(r);
+    return ok;
+}
+
+static double urand(void) { return (double)rand() / RAND_MAX; }
+
+static void check_device(nb_device *dev)
+{
+    unsigned seed = (unsigned)time(NULL);
+    if (getenv("NB_AD_SEED")) seed = (unsigned)atoi(getenv("NB_AD_SEED"));
+    srand(seed);
+    char *src = build_source();
+    nb_module *m = NULL;
+    nb_status st = nb_module_load_source(dev, "ad_fd.nb", src, NULL, &m);
+    free(src);
+    if (st != NB_OK) {
+        fprintf(stderr, "  %s\n", nb_last_error());
+        NB_REQUIRE_OK(st);
+    }
+    const double h = 1e-6;
+    for (int ci = 0; ci < NCASES; ci++) {
+        const char *k = CASES[ci].name;
+        double X[NPTS], Y[NPTS], Z[NPTS], V[NPTS * 3], W[NPTS];
+        for (int i = 0; i < NPTS; i++) {
+            X[i] = 0.2 + 0.7 * urand();
+            Y[i] = 0.2 + 0.7 * urand();
+            Z[i] = 0.2 + 0.7 * urand();
+            for (int j = 0; j < 3; j++) V[i * 3 + j] = 2.0 * urand() - 1.0;
+            W[i] = 2.0 * urand() - 1.0;
+        }
+        double jv[NPTS], jtw[NPTS * 3], fp[3][NPTS], fm[3][NPTS], vp[NPTS], vm[NPTS];
+        char fd[64], bd[64];
+        snprintf(fd, sizeof fd, "fd_%s", k);
+        snprintf(bd, sizeof bd, "bd_%s", k);
+        int ok = run(m, fd, dev, X, Y, Z, V, 3, jv, 1) && run(m, bd, dev, X, Y, Z, W, 1, jtw, 3);
+        /* finite differences: along v, and along each axis */
+        double Xp[NPTS], Yp[NPTS], Zp[NPTS], Xm[NPTS], Ym[NPTS], Zm[NPTS];
+        for (int i = 0; i < NPTS; i++) {
+            Xp[i] = X[i] + h * V[i * 3];
+            Yp[i] = Y[i] + h * V[i * 3 + 1];
+            Zp[i] = Z[i] + h * V[i * 3 + 2];
+            Xm[i] = X[i] - h * V[i * 3];
+            Ym[i] = Y[i] - h * V[i * 3 + 1];
+            Zm[i] = Z[i] - h * V[i * 3 + 2];
+        }
+        ok = ok && run(m, k, dev, Xp, Yp, Zp, NULL, 0, vp, 1) && run(m, k, dev, Xm, Ym, Zm, NULL, 0, vm, 1);
+        for (int a = 0; a < 3 && ok; a++) {
+            double P[3][NPTS], M[3][NPTS];
+            for (int i = 0; i < NPTS; i++) {
+                P[0][i] = M[0][i] = X[i];
+                P[1][i] = M[1][i] = Y[i];
+                P[2][i] = M[2][i] = Z[i];
+                P[a][i] += h;
+                M[a][i] -= h;
+            }
+            ok = run(m, k, dev, P[0], P[1], P[2], NULL, 0, fp[a], 1) && run(m, k, dev, M[0], M[1], M[2], NULL, 0, fm[a], 1);
+        }
+        if (!ok) {
+            fprintf(stderr, "  case %s: call failed\n", k);
+            nb_test_failures_++;
+            continue;
+        }
+        int bad = 0;
+        for (int i = 0; i < NPTS && bad < 3; i++) {
+            double fdv = (vp[i] - vm[i]) / (2 * h);
+            double tol = 1e-5 * (1 + fabs(fdv));
+            if (!(fabs(jv[i] - fdv) <= tol)) {
+                fprintf(stderr, "  case %s (seed %u) point %d (%.6f %.6f %.6f): fwd J v = %.10g, FD = %.10g\n", k, seed, i,
+                        X[i], Y[i], Z[i], jv[i], fdv);
+                bad++;
+            }
+            double inner = 0;
+            for (int a = 0; a < 3; a++) {
+                double g = W[i] * (fp[a][i] - fm[a][i]) / (2 * h);
+                double tg = 1e-5 * (1 + fabs(g));
+                if (!(fabs(jtw[i * 3 + a] - g) <= tg)) {
+                    fprintf(stderr, "  case %s (seed %u) point %d: bwd d/d%c = %.10g, FD = %.10g\n", k, seed, i, "xyz"[a],
+                            jtw[i * 3 + a], g);
+                    bad++;
+                }
+                inner += V[i * 3 + a] * jtw[i * 3 + a];
+            }
+            if (!(fabs(inner - jv[i] * W[i]) <= 1e-9 * (1 + fabs(inner)))) {
+                fprintf(stderr, "  case %s point %d: <v, J^T w> = %.12g but <J v, w> = %.12g\n", k, i, inner, jv[i] * W[i]);
+                bad++;
+            }
+        }
+        if (bad) nb_test_failures_++;
+    }
+    nb_module_free(m);
+}
+
+static void test_fd_cpu(void)
+{
+    nb_device *d = NULL;
+    NB_REQUIRE_OK(nb_device_open("cpu", &d));
+    check_device(d);
+    nb_device_close(d);
+}
+
+static void test_fd_cuda(void)
+{
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *d = NULL;
+    NB_REQUIRE_OK(nb_device_open("cuda", &d));
+    check_device(d);
+    nb_device_close(d);
+}
+
+/* Diagnostics, never internal errors. */
+static void test_diagnostics(void)
+{
+    static const struct {
+        const char *src, *msg;
+    } D[] = {
+        {"double g(double x) { return x; }\n[Differentiable] double f(double x) { return g(x) * x; }\n"
+         "double t(double x) { return fwd_diff(f)(diffPair(x, 1.0)).d; }\n",
+         "cannot differentiate through 'g'"},
+        {"[Differentiable] double f(double x) { double s = x; while (s < 10.0) { s = s * 2.0; } return s; }\n"
+         "double t(double x) { DifferentialPair<double> p = diffPair(x); bwd_diff(f)(p, 1.0); return p.d; }\n",
+         "add [MaxIters(n)]"},
+        {"double f(double x) { return x; }\n"
+         "double t(double x) { return fwd_diff(f)(diffPair(x, 1.0)).d; }\n",
+         "not differentiable"},
+    };
+    nb_device *d = NULL;
+    NB_REQUIRE_OK(nb_device_open("cpu", &d));
+    for (int i = 0; i < (int)(sizeof D / sizeof D[0]); i++) {
+        nb_module *m = NULL;
+        nb_status st = nb_module_load_source(d, "diag.nb", D[i].src, NULL, &m);
+        if (st == NB_OK) {
+            nb_func *f = NULL;
+            nb_call *c = NULL;
+            nb_tensor *r = NULL;
+            st = nb_module_func(m, "t", &f);
+            if (st == NB_OK) st = nb_call_begin(f, &c);
+            if (st == NB_OK) st = nb_call_arg_double(c, 0, 1.0);
+            if (st == NB_OK) st = nb_call_run(c, &r); /* (frees c) */
+            else nb_call_free(c);
+            nb_tensor_free(r);
+        }
+        NB_EXPECT(st == NB_ERR_COMPILE);
+        if (!strstr(nb_last_error(), D[i].msg) || !strstr(nb_last_error(), "diag.nb:")) {
+            fprintf(stderr, "  diagnostic %d: \"%s\" lacks \"%s\"\n", i, nb_last_error(), D[i].msg);
+            nb_test_failures_++;
+        }
+        nb_module_free(m);
+    }
+    nb_device_close(d);
+}
+
+/* ---- fwds / bwds call kernels (callsig.h NB_CALL_FWD / NB_CALL_BWD, lang/ad.h wrappers) --------
+ * f(w, x) = tanh(w x) w over N values of x with one shared w (stride 0): the bwds kernel must
+ * ACCUMULATE dL/dw over all threads into one element (warp reduction + atomics on CUDA, atomics
+ * on the CPU) and dL/dx per element; the fwds kernel gives f and df along (dw, dx). */
+static const char *KSRC = "[Differentiable] float f(float w, float x) { return tanh(w * x) * w; }\n";
+
+static void set_i64(unsigned char *blk, size_t off, int64_t v) { memcpy(blk + off, &v, 8); }
+
+static void put_array(unsigned char *blk, const nb_call_layout *L, int leaf, const nb_tensor *t, int64_t stride)
+{
+    uint64_t a = (uint64_t)(uintptr_t)nb_tensor_data(t);
+    memcpy(blk + L->leaves[leaf].offset, &a, 8);
+    set_i64(blk, L->leaves[leaf].strides_offset, stride);
+}
+
+static void run_kernel(nb_device *dev, nb_program *p, nb_call_sig *sig, nb_tensor **arrs, const int64_t *strides, int n)
+{
+    nb_strbuf src;
+    nb_strbuf_init(&src);
+    nb_call_layout L;
+    sig->target = nb_device_get_kind(dev) == NB_DEVICE_CUDA ? NB_TARGET_CUDA : NB_TARGET_C;
+    NB_REQUIRE_OK(nb_program_emit_call(p, sig, &src, &L));
+    if (sig->mode == NB_CALL_BWD && sig->target == NB_TARGET_CUDA)
+        NB_EXPECT(strstr(nb_strbuf_cstr(&src), "__shfl_down_sync") != NULL);
+    nb_jit_kernel *k = NULL;
+    nb_status st = nb_jit_load(dev, nb_strbuf_cstr(&src), L.entry, NULL, &k);
+    nb_strbuf_free(&src);
+    NB_REQUIRE_OK(st);
+    unsigned char blk[4096];
+    memset(blk, 0, sizeof blk);
+    set_i64(blk, L.shape_offset, n);
+    for (int i = 0; i < sig->nleaves; i++) put_array(blk, &L, i, arrs[i], strides[i]);
+    if (sig->target == NB_TARGET_CUDA) {
+        NB_REQUIRE_OK(nb_jit_launch_cuda(k, blk, L.size, n, NULL));
+        NB_REQUIRE_OK(nb_device_synchronize(dev));
+    } else {
+        NB_REQUIRE_OK(nb_jit_launch_cpu(k, blk, n));
+    }
+}
+
+static void check_call_kernels(nb_device *dev)
+{
+    enum { N = 20000 };
+    nb_program *p = NULL;
+    NB_REQUIRE_OK(nb_program_compile_source("k.nb", KSRC, NULL, &p));
+    static float x[N], dout[N], xg[N], res[N], resd[N];
+    float w = 0.7f, wg = 1.0f, one = 1.0f, zero = 0.0f;
+    for (int i = 0; i < N; i++) {
+        x[i] = 2.0f * (float)urand() - 1.0f;
+        dout[i] = (float)urand();
+        xg[i] = 0.5f;
+    }
+    int64_t shp[1] = {N}, one_shape[1] = {1};
+    nb_tensor *tw = NULL, *tx = NULL, *twg = NULL, *txg = NULL, *tdo = NULL, *tdw = NULL, *tdx = NULL, *tr = NULL,
+              *trd = NULL;
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, one_shape, &w, &tw));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, shp, x, &tx));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, one_shape, &wg, &twg));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, shp, xg, &txg));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, shp, dout, &tdo));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, one_shape, &one, &tdw));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, one_shape, &zero, &tdx));
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, shp, &tr));
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, shp, &trd));
+    /* bwds: f__bwds(in w, in x, out+accum w_grad, out+accum x_grad, in _dout) */
+    nb_call_sig sig;
+    memset(&sig, 0, sizeof sig);
+    sig.func = "f";
+    sig.mode = NB_CALL_BWD;
+    sig.ndim = 1;
+    sig.nleaves = 5;
+    for (int i = 0; i < 5; i++) {
+        sig.leaves[i].bind = NB_BIND_ARRAY;
+        sig.leaves[i].storage = NB_F32;
+        sig.leaves[i].param = i;
+    }
+    nb_tensor *ba[5] = {tw, tx, twg, txg, tdo};
+    int64_t bs[5] = {0, 4, 0, 4, 4};
+    run_kernel(dev, p, &sig, ba, bs, N);
+    float got_wg = 0;
+    static float got_xg[N];
+    NB_EXPECT_OK(nb_tensor_to_host(twg, &got_wg, 4));
+    NB_EXPECT_OK(nb_tensor_to_host(txg, got_xg, sizeof got_xg));
+    double want_wg = 1.0;
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        double t = tanh((double)w * x[i]), s = 1 - t * t;
+        want_wg += dout[i] * (x[i] * s * w + t);
+        double want_x = 0.5 + dout[i] * w * w * s;
+        if (fabs(got_xg[i] - want_x) > 1e-5 * (1 + fabs(want_x)) && bad++ < 3)
+            fprintf(stderr, "  bwds x_grad[%d] = %.7g, want %.7g\n", i, got_xg[i], want_x);
+    }
+    if (bad) nb_test_failures_++;
+    NB_EXPECT_NEAR(got_wg, want_wg, 1e-4 * fabs(want_wg));
+    /* fwds: f__fwds(in w, in x, in d_w, in d_x, out _result_d) -> result */
+    sig.mode = NB_CALL_FWD;
+    sig.nleaves = 6;
+    sig.has_result = 1;
+    sig.leaves[5] = sig.leaves[4];
+    sig.leaves[5].param = -1;
+    nb_tensor *fa[6] = {tw, tx, tdw, tdx, trd, tr};
+    int64_t fs[6] = {0, 4, 0, 0, 4, 4};
+    run_kernel(dev, p, &sig, fa, fs, N);
+    NB_EXPECT_OK(nb_tensor_to_host(tr, res, sizeof res));
+    NB_EXPECT_OK(nb_tensor_to_host(trd, resd, sizeof resd));
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        double t = tanh((double)w * x[i]), s = 1 - t * t;
+        if ((fabs(res[i] - t * w) > 1e-5 || fabs(resd[i] - (x[i] * s * w + t)) > 1e-5) && bad++ < 3)
+            fprintf(stderr, "  fwds [%d] = (%.7g, %.7g), want (%.7g, %.7g)\n", i, res[i], resd[i], t * w, x[i] * s * w + t);
+    }
+    if (bad) nb_test_failures_++;
+    nb_tensor *all[] = {tw, tx, twg, txg, tdo, tdw, tdx, tr, trd};
+    for (int i = 0; i < 9; i++) nb_tensor_free(all[i]);
+    nb_program_free(p);
+}
+
+/* The same through the public C API (nb_call_set_mode / nb_call_grad / nb_call_tangent). */
+static void check_api(nb_device *dev)
+{
+    enum { N = 20000 };
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "k.nb", KSRC, NULL, &m));
+    nb_func *f = NULL;
+    NB_REQUIRE_OK(nb_module_func(m, "f", &f));
+    static float x[N], res[N], resd[N];
+    for (int i = 0; i < N; i++) x[i] = 2.0f * (float)urand() - 1.0f;
+    float w = 0.35f, wg = 2.0f, one = 1.0f;
+    int64_t shp[1] = {N}, s1[1] = {1};
+    nb_tensor *tx = NULL, *txg = NULL, *twg = NULL, *tone = NULL, *tw = NULL;
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, shp, x, &tx));
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, shp, &txg));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, s1, &wg, &twg));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 0, s1, &one, &tone));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 0, s1, &w, &tw));
+    /* bwds twice: gradients accumulate */
+    for (int rep = 0; rep < 2; rep++) {
+        nb_call *c = NULL;
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_BWD));
+        NB_EXPECT_OK(nb_call_arg(c, 0, tw));
+        NB_EXPECT_OK(nb_call_arg(c, 1, tx));
+        NB_EXPECT_OK(nb_call_grad(c, 0, twg));
+        NB_EXPECT_OK(nb_call_grad(c, 1, txg));
+        NB_REQUIRE_OK(nb_call_run(c, NULL));
+    }
+    float got_wg = 0;
+    static float got_xg[N];
+    NB_EXPECT_OK(nb_tensor_to_host(twg, &got_wg, 4));
+    NB_EXPECT_OK(nb_tensor_to_host(txg, got_xg, sizeof got_xg));
+    double want_wg = 2.0;
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        double t = tanh((double)w * x[i]), s = 1 - t * t;
+        want_wg += 2 * (x[i] * s * w + t);
+        double want_x = 2 * w * w * s;
+        if (fabs(got_xg[i] - want_x) > 1e-5 * (1 + fabs(want_x)) && bad++ < 3)
+            fprintf(stderr, "  api bwds x_grad[%d] = %.7g, want %.7g\n", i, got_xg[i], want_x);
+    }
+    if (bad) nb_test_failures_++;
+    NB_EXPECT_NEAR(got_wg, want_wg, 1e-4 * fabs(want_wg));
+    /* fwds along w */
+    nb_call *c = NULL;
+    nb_tensor *r = NULL, *rd = NULL;
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_FWD));
+    NB_EXPECT_OK(nb_call_arg(c, 0, tw));
+    NB_EXPECT_OK(nb_call_arg(c, 1, tx));
+    NB_EXPECT_OK(nb_call_tangent(c, 0, tone));
+    NB_EXPECT_OK(nb_call_tangent_alloc(c, &rd));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT_OK(nb_tensor_to_host(r, res, sizeof res));
+    NB_EXPECT_OK(nb_tensor_to_host(rd, resd, sizeof resd));
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        double t = tanh((double)w * x[i]), s = 1 - t * t;
+        if ((fabs(res[i] - t * w) > 1e-5 || fabs(resd[i] - (x[i] * s * w + t)) > 1e-5) && bad++ < 3)
+            fprintf(stderr, "  api fwds [%d] = (%.7g, %.7g)\n", i, res[i], resd[i]);
+    }
+    if (bad) nb_test_failures_++;
+    /* misuse is an error, not a crash */
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    NB_EXPECT_ERR(nb_call_grad(c, 0, twg), NB_ERR_INVALID_ARG, "nb_call_set_mode");
+    NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_BWD));
+    NB_EXPECT_ERR(nb_call_grad(c, 5, twg), NB_ERR_INVALID_ARG, "no parameter 5");
+    nb_call_free(c);
+    nb_tensor *all[] = {tx, txg, twg, tone, tw, r, rd};
+    for (int i = 0; i < 7; i++) nb_tensor_free(all[i]);
+    nb_module_free(m);
+}
+
+static void test_call_kernels_cpu(void)
+{
+    nb_device *d = NULL;
+    NB_REQUIRE_OK(nb_device_open("cpu", &d));
+    check_call_kernels(d);
+    check_api(d);
+    nb_device_close(d);
+}
+
+static void test_call_kernels_cuda(void)
+{
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *d = NULL;
+    NB_REQUIRE_OK(nb_device_open("cuda", &d));
+    check_call_kernels(d);
+    check_api(d);
+    nb_device_close(d);
+}
+
+int main(int argc, char **argv) { NB_TEST_MAIN(argc, argv, test_fd_cpu, test_fd_cuda, test_diagnostics, test_call_kernels_cpu, test_call_kernels_cuda); }
