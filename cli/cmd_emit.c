@@ -10,7 +10,7 @@
 #define EMIT_MAX 32
 
 static void emit_help(void) {
-    printf("usage: nabla emit FILE [--target c|cuda] [--entry FUNC] [--mode primal|fwd|bwd]\n"
+    printf("usage: nabla emit FILE [--target c|cuda] [--entry FUNC] [--mode primal|fwd|bwd | --fwd | --bwd]\n"
            "                 [--ir] [-I DIR]... [--const NAME=VALUE]...\n"
            "\n"
            "Prints the code generated for FILE: C (default) or CUDA C, or the compiler's IR\n"
@@ -39,6 +39,10 @@ int nb_cmd_emit(int argc, char **argv) {
             else if (!strcmp(next, "cuda")) fmt = NB_DUMP_CUDA;
             else return nb_cli_bad_usage("emit: unknown target '%s' (c or cuda)", next);
             i++;
+        } else if (!strcmp(a, "--fwd")) { /* the spelling: same as --mode fwd */
+            mode = NB_MODE_FWD;
+        } else if (!strcmp(a, "--bwd")) {
+            mode = NB_MODE_BWD;
         } else if (!strcmp(a, "--mode")) {
             if (!next) return nb_cli_bad_usage("emit: --mode needs primal, fwd or bwd%s", "");
             if (!strcmp(next, "primal")) mode = NB_MODE_PRIMAL;
