@@ -285,6 +285,25 @@ static int is_struct_param(nb_func *f, int p) {
     return find_leaf(f, nb_func_param_name(f, g_ov, p), &li) < 0;
 }
 
+/* A JSON value as a new tensor on the call's device, in the dtype the leaf's data is uploaded
+ * as (upload_dtype); the host buffers and the tensor are owned by x. 0 with x->err on failure. */
+static int json_to_tensor(ctx *x, const nb_json *v, nb_dtype leaf_dtype, nb_tensor **t) {
+    host_arr h;
+    if (!json_to_host(v, &h, x->err, sizeof x->err)) return 0;
+    if (!keep_buf(x, h.data)) return 0;
+    size_t n = h.bytes / nb_dtype_size(h.dtype);
+    nb_dtype ud = upload_dtype(leaf_dtype, h.dtype);
+    void *conv = malloc(n * nb_dtype_size(ud) + 1);
+    if (!conv) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
+    if (!keep_buf(x, conv)) return 0;
+    nb_convert(conv, ud, h.data, h.dtype, n);
+    if (nb_tensor_from_host(x->dev, ud, h.ndim, h.shape, conv, t) != NB_OK || !keep_tensor(x, *t)) {
+        snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+        return 0;
+    }
+    return 1;
+}
+
 static int load_npy(ctx *x, const char *path, nb_tensor **t) {
     if (nb_tensor_load_npy(x->dev, path, t) != NB_OK) {
         snprintf(x->err, sizeof x->err, "%s", nb_last_error());
@@ -309,20 +328,7 @@ static int bind_leaf_value(ctx *x, int p, const char *path, const nb_json *v, co
         if (npy) {
             if (!load_npy(x, npy, &t)) return 0;
         } else {
-            host_arr h;
-            if (!json_to_host(v, &h, x->err, sizeof x->err)) return 0;
-            if (!keep_buf(x, h.data)) return 0;
-            size_t n = h.bytes / nb_dtype_size(h.dtype);
-            nb_dtype ud = upload_dtype(li.dtype, h.dtype);
-            void *conv = malloc(n * nb_dtype_size(ud) + 1);
-            if (!conv) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
-            if (!keep_buf(x, conv)) return 0;
-            nb_convert(conv, ud, h.data, h.dtype, n);
-            if (nb_tensor_from_host(x->dev, ud, h.ndim, h.shape, conv, &t) != NB_OK ||
-                !keep_tensor(x, t)) {
-                snprintf(x->err, sizeof x->err, "%s", nb_last_error());
-                return 0;
-            }
+            if (!json_to_tensor(x, v, li.dtype, &t)) return 0;
         }
         s = positional ? nb_call_arg(x->c, p, t) : nb_call_arg_named(x->c, path, t);
         if (s == NB_OK && written) {
@@ -423,20 +429,7 @@ static int bind_result(ctx *x, const char *path, const nb_json *v, const char *n
     if (npy) {
         if (!load_npy(x, npy, &t)) return 0;
     } else {
-        host_arr h;
-        if (!json_to_host(v, &h, x->err, sizeof x->err)) return 0;
-        if (!keep_buf(x, h.data)) return 0;
-        size_t n = h.bytes / nb_dtype_size(h.dtype);
-        nb_dtype ud = upload_dtype(li.dtype, h.dtype);
-        void *conv = malloc(n * nb_dtype_size(ud) + 1);
-        if (!conv) return 0;
-        if (!keep_buf(x, conv)) return 0;
-        nb_convert(conv, ud, h.data, h.dtype, n);
-        if (nb_tensor_from_host(x->dev, ud, h.ndim, h.shape, conv, &t) != NB_OK ||
-            !keep_tensor(x, t)) {
-            snprintf(x->err, sizeof x->err, "%s", nb_last_error());
-            return 0;
-        }
+        if (!json_to_tensor(x, v, li.dtype, &t)) return 0;
     }
     x->into = t;
     if (nb_call_result_named(x->c, path, t) != NB_OK) {
