@@ -5,7 +5,8 @@
  *   forward sweep  a clone of the primal body. `return v` becomes `retval = v; returned = true`
  *                  and everything after a region that may return runs under `if (!returned)`
  *                  (the guard's condition is kept in a var for the reverse sweep). Every loop
- *                  gets an iteration counter; its trip count is recorded after it.
+ *                  gets an iteration counter; its trip count is recorded after it. A return
+ *                  inside loops also breaks every enclosing loop (guards follow those loops).
  *   reverse sweep  the primal instructions in reverse order, mirrored control flow (if → if on
  *                  the same condition, switch → switch on the same selector, loop → a loop that
  *                  runs the recorded trip count backwards). Adjoints live in vars: one per
@@ -290,9 +291,16 @@ static int fwd_pre(nb_ad_cloner *c, nb_ir_inst *in)
     nb_ir_builder *b = &c->b;
     switch (in->op) {
     case NB_IR_RETURN:
-        if (innermost_loop(in)) berr(B, in->loc, "reverse mode does not support 'return' inside a loop yet", NULL);
         if (in->nops && B->ret_var) nb_ir_store(b, B->ret_var, NULL, 0, NULL, nb_ad_map(c, in->ops[0]));
         nb_ir_store(b, B->ret_flag, NULL, 0, NULL, nb_ir_const_i(b, B->tt->t_bool, 1));
+        /* inside loops: every enclosing loop breaks (its step is skipped, recorded like a break);
+         * the rest of each enclosing body runs under guards (fwd_post, also after inner loops) */
+        for (nb_ir_inst *lp = innermost_loop(in); lp; lp = innermost_loop(lp)) {
+            loopinfo *L = B->loops[lp->id];
+            if (!L) continue;
+            L->has_break = 1;
+            nb_ir_store(b, L->brk, NULL, 0, NULL, nb_ir_const_i(b, B->tt->t_bool, 1));
+        }
         if (in->parent->owner && in->parent->owner->op == NB_IR_SWITCH) nb_ir_jump(b, NB_IR_BREAK, NULL);
         return 1;
     case NB_IR_CALL: {
@@ -401,7 +409,7 @@ static void fwd_post(nb_ad_cloner *c, nb_ir_inst *in, nb_ir_inst *o)
                 tb.block = o->blocks[k];
                 nb_ir_jump(&tb, NB_IR_BREAK, NULL);
             }
-    if ((in->op == NB_IR_IF || in->op == NB_IR_SWITCH) && !B->guardv[in->id]) {
+    if ((in->op == NB_IR_IF || in->op == NB_IR_SWITCH || in->op == NB_IR_LOOP) && !B->guardv[in->id]) {
         int r = 0;
         for (int k = 0; k < in->nblocks; k++) r |= may_escape(in->blocks[k], in->parent);
         if (!r || in == in->parent->last) return;
@@ -717,12 +725,14 @@ consume:
 }
 
 /* Reverses [first, last] of one region; the part after a guarded (may-return) instruction runs
- * under its guard. */
+ * under its guard. The first guard of the range is taken, so later guards nest inside it: a guard
+ * is recorded only when the region before it went on, and must not be read otherwise. */
 static void rev_range(bwd *B, nb_ir_inst *first, nb_ir_inst *last)
 {
     if (!first || !last) return;
-    for (nb_ir_inst *k = last;; k = k->prev) {
-        if (k != last && B->guardv[k->id]) {
+    for (nb_ir_inst *k = first;; k = k->next) {
+        if (k == last) break;
+        if (B->guardv[k->id]) {
             nb_ir_builder *b = &B->rb;
             nb_ir_inst *iff = nb_ir_if(b, replay(B, B->guardv[k->id], k));
             if (iff) {
@@ -734,7 +744,6 @@ static void rev_range(bwd *B, nb_ir_inst *first, nb_ir_inst *last)
             rev_range(B, first, k);
             return;
         }
-        if (k == first) break;
     }
     for (nb_ir_inst *k = last;; k = k->prev) {
         rev_inst(B, k);
@@ -748,18 +757,18 @@ static void rev_block(bwd *B, nb_ir_block *bl) { rev_range(B, bl->first, bl->las
 
 nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc)
 {
-    if (primal->decl && primal->decl->u.func.bwd_derivative) {
+    if (primal->role == NB_IR_PRIMAL && primal->decl && primal->decl->u.func.bwd_derivative) {
         nb_ir_func *g = nb_ir_find_func(m, primal->decl->u.func.bwd_derivative);
         if (g) return g;
     }
     for (int i = 0; i < m->nfuncs; i++)
         if (m->funcs[i]->role == NB_IR_BWD_DERIV && m->funcs[i]->primal == primal) return m->funcs[i];
-    if (!(primal->differentiable || (primal->decl && (primal->decl->u.func.fwd_derivative || primal->decl->u.func.bwd_derivative)))) {
-        nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);
+    if (primal->role != NB_IR_PRIMAL) { /* (the checker refuses bwd_diff of a derivative) */
+        nb_ad_error(src, loc, "reverse mode of a derivative ('%s') is not supported yet", primal->name);
         return NULL;
     }
-    if (primal->nparams && primal->params[0]->is_this) {
-        nb_ad_error(src, loc, "derivatives of methods are not supported yet ('%s')", primal->name);
+    if (!(primal->differentiable || (primal->decl && (primal->decl->u.func.fwd_derivative || primal->decl->u.func.bwd_derivative)))) {
+        nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);
         return NULL;
     }
     nb_type_table *tt = m->types;

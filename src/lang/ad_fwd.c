@@ -30,20 +30,23 @@ const nb_type *nb_ad_dtype(nb_type_table *tt, const nb_type *t)
 
 int nb_ad_param_is_diff(const nb_ir_var *p)
 {
-    return !(p->flags & NB_IRF_NO_DIFF) && !p->is_this && nb_type_is_differentiable(p->type);
+    return !(p->flags & NB_IRF_NO_DIFF) && nb_type_is_differentiable(p->type); /* (`this` too) */
 }
 
 /* ---- registry ---------------------------------------------------------------------------- */
 
+/* Generated derivatives are differentiable (higher order); their decl is the primal's, so its
+ * custom-derivative attributes apply to the primal only. */
 static int is_differentiable(nb_ir_func *f)
 {
+    if (f->role != NB_IR_PRIMAL) return 1;
     return f->differentiable || (f->decl && (f->decl->u.func.fwd_derivative || f->decl->u.func.bwd_derivative));
 }
 
 /* aux of a derivative function: 1 = body pending, 2 = generated */
 nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc)
 {
-    if (primal->decl && primal->decl->u.func.fwd_derivative) {
+    if (primal->role == NB_IR_PRIMAL && primal->decl && primal->decl->u.func.fwd_derivative) {
         nb_ir_func *g = nb_ir_find_func(m, primal->decl->u.func.fwd_derivative);
         if (g) return g;
     }
@@ -51,10 +54,6 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
         if (m->funcs[i]->role == NB_IR_FWD_DERIV && m->funcs[i]->primal == primal) return m->funcs[i];
     if (!is_differentiable(primal)) {
         nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);
-        return NULL;
-    }
-    if (primal->nparams && primal->params[0]->is_this) {
-        nb_ad_error(src, loc, "derivatives of methods are not supported yet ('%s')", primal->name);
         return NULL;
     }
     nb_type_table *tt = m->types;

@@ -357,7 +357,7 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         }
         const nb_type *e = generic_type(c, te, 0);
         if (ck_is_error(e)) return e;
-        if (!nb_type_is_differentiable(e) || e->kind == NB_TY_DIFFPAIR) {
+        if (!nb_type_is_differentiable(e)) { /* (pairs of pairs: higher order) */
             ck_err(c, te->loc, "'DifferentialPair' needs a differentiable type, got '%s'", e->name);
             return c->tt->t_error;
         }

@@ -23,6 +23,7 @@ typedef struct ck_cand {
     int nparams;
     int map[CK_MAX_PARAMS]; /* param -> arg index, -1 = default */
     int cost;
+    const nb_type *dret; /* result type (of the derivative, for fwd_diff / bwd_diff) */
 } ck_cand;
 
 static int is_float_kind(nb_scalar_kind s) {
@@ -48,47 +49,65 @@ static int param_is_diff(nb_decl *p) {
            nb_type_is_differentiable(p->u.param.type);
 }
 
-/* Fills cand's params from a function decl; mode 0 plain, 1 fwd_diff, 2 bwd_diff. */
-static void cand_from_decl(nb_checker *c, ck_cand *k, nb_decl *fn, int mode) {
+/* Fills cand's params from a function decl: plain (nmodes 0), or the signature of a derivative,
+ * modes[0] applied first (1 fwd_diff, 2 bwd_diff): fwd_diff(bwd_diff(f)) is modes {2, 1}. A
+ * parameter of a derivative is differentiable exactly as in the IR (lang/ad.h): not no_diff and
+ * of a differentiable type. k->dret: the derivative's result type. */
+static void cand_from_decl(nb_checker *c, ck_cand *k, nb_decl *fn, const int *modes, int nmodes) {
     ck_check_func_sig(c, fn);
     k->decl = fn;
     k->nparams = 0;
     k->cost = 0;
+    int diff[CK_MAX_PARAMS];
     for (int i = 0; i < fn->u.func.nparams && k->nparams < CK_MAX_PARAMS; i++) {
         nb_decl *p = fn->u.func.params[i];
         ck_param *q = &k->params[k->nparams];
         q->type = p->u.param.type ? p->u.param.type : c->tt->t_error;
         q->dir = p->u.param.dir;
-        q->defval = mode == 0 ? p->u.param.default_value : NULL;
+        q->defval = nmodes == 0 ? p->u.param.default_value : NULL;
         q->name = p->name;
-        if (mode == 1) {
-            if (param_is_diff(p)) q->type = nb_type_diffpair(c->tt, q->type);
-        } else if (mode == 2) {
-            int d = param_is_diff(p);
-            if (d && q->dir == NB_DIR_OUT) {
-                const nb_type *dt = nb_type_differential(c->tt, q->type);
-                q->type = dt ? dt : c->tt->t_error;
-                q->dir = NB_DIR_IN;
+        diff[k->nparams++] = param_is_diff(p);
+    }
+    const nb_type *r = fn->u.func.ret ? fn->u.func.ret->resolved : c->tt->t_void;
+    if (!r) r = c->tt->t_error;
+    for (int m = 0; m < nmodes; m++) {
+        int rdiff = r->kind != NB_TY_VOID && r->kind != NB_TY_ERROR && nb_type_is_differentiable(r);
+        if (modes[m] == 1) {
+            for (int i = 0; i < k->nparams; i++)
+                if (diff[i]) k->params[i].type = nb_type_diffpair(c->tt, k->params[i].type);
+            if (rdiff) r = nb_type_diffpair(c->tt, r);
+            continue;
+        }
+        int n = 0;
+        for (int i = 0; i < k->nparams; i++) {
+            ck_param q = k->params[i];
+            int d = diff[i];
+            if (d && q.dir == NB_DIR_OUT) {
+                const nb_type *dt = nb_type_differential(c->tt, q.type);
+                q.type = dt ? dt : c->tt->t_error;
+                q.dir = NB_DIR_IN;
             } else if (d) {
-                q->type = nb_type_diffpair(c->tt, q->type);
-                q->dir = NB_DIR_INOUT;
-            } else if (q->dir != NB_DIR_IN) {
+                q.type = nb_type_diffpair(c->tt, q.type);
+                q.dir = NB_DIR_INOUT;
+            } else if (q.dir != NB_DIR_IN) {
                 continue; /* non-differentiable out/inout: no argument */
             }
+            k->params[n] = q;
+            diff[n++] = d;
         }
-        k->nparams++;
-    }
-    if (mode == 2 && fn->u.func.ret) {
-        const nb_type *r = fn->u.func.ret->resolved;
-        if (r && r->kind != NB_TY_VOID && nb_type_is_differentiable(r) && k->nparams < CK_MAX_PARAMS) {
+        k->nparams = n;
+        if (rdiff && k->nparams < CK_MAX_PARAMS) {
             const nb_type *dt = nb_type_differential(c->tt, r);
-            ck_param *q = &k->params[k->nparams++];
+            ck_param *q = &k->params[k->nparams];
             q->type = dt ? dt : c->tt->t_error;
             q->dir = NB_DIR_IN;
             q->defval = NULL;
             q->name = "_result_grad";
+            diff[k->nparams++] = 1;
         }
+        r = c->tt->t_void;
     }
+    k->dret = r;
 }
 
 /* Maps the call's args onto k's params and computes the cost; -1 if not viable. */
@@ -211,7 +230,7 @@ static const nb_type *call_user(nb_checker *c, nb_expr *call, nb_decl **fns, int
     int n = nfns < CK_MAX_CANDS ? nfns : CK_MAX_CANDS;
     ck_cand *cands = nb_alloc(sizeof(ck_cand) * (size_t)n, 16);
     if (!cands) return call->type = c->tt->t_error;
-    for (int i = 0; i < n; i++) cand_from_decl(c, &cands[i], fns[i], 0);
+    for (int i = 0; i < n; i++) cand_from_decl(c, &cands[i], fns[i], NULL, 0);
     int k = resolve(c, call, name, cands, n);
     if (k < 0) {
         nb_free(cands, sizeof(ck_cand) * (size_t)n);
@@ -527,7 +546,7 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
             pt = ck_with_kind(c, pt, NB_SC_FLOAT);
             ck_coerce(c, &args[0], pt, "argument 1 of 'diffPair'");
         }
-        if (!nb_type_is_differentiable(pt) || pt->kind == NB_TY_DIFFPAIR) {
+        if (!nb_type_is_differentiable(pt)) { /* (pairs of pairs: higher-order derivatives) */
             ck_err(c, call->loc, "'diffPair' needs a differentiable value, got '%s'", pt->name);
             return call->type = c->tt->t_error;
         }
@@ -554,6 +573,21 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
 
 /* ---- fwd_diff(f)(…) / bwd_diff(f)(…) ------------------------------------------------------ */
 
+#define CK_MAX_DIFF_ORDER 4
+
+/* The derivative operator of e when e is `fwd_diff(X)` / `bwd_diff(X)` (NB_INTR_…), else -1. */
+static int diff_op(nb_checker *c, const nb_expr *e) {
+    if (!e || e->kind != NB_EX_CALL || !e->u.call.callee || e->u.call.callee->kind != NB_EX_NAME ||
+        !e->u.call.callee->u.name.name || ck_lookup_local(c, e->u.call.callee->u.name.name))
+        return -1;
+    if (strcmp(e->u.call.callee->u.name.name, "fwd_diff") == 0) return NB_INTR_FWD_DIFF;
+    if (strcmp(e->u.call.callee->u.name.name, "bwd_diff") == 0) return NB_INTR_BWD_DIFF;
+    return -1;
+}
+
+/* fwd_diff(f)(…), bwd_diff(f)(…) and higher orders: fwd_diff(fwd_diff(f))(…) (pairs of pairs),
+ * fwd_diff(bwd_diff(f))(…) (Hessian-vector products). Reverse mode of a derivative is not
+ * supported yet. The inner operators are typed like the outer one (ref NB_REF_INTRINSIC, index). */
 static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, int id) {
     const char *dname = id == NB_INTR_FWD_DIFF ? "fwd_diff" : "bwd_diff";
     inner->ref = NB_REF_INTRINSIC;
@@ -562,11 +596,40 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
     call->ref = NB_REF_INTRINSIC;
     call->index = id;
     check_args(c, call);
-    if (inner->u.call.nargs != 1 || !inner->u.call.args[0]) {
-        ck_err(c, inner->loc, "'%s' takes one function name", dname);
-        return call->type = c->tt->t_error;
+    /* the operators, outermost first: fwd_diff(bwd_diff(f)) -> {fwd, bwd} */
+    nb_expr *ops[CK_MAX_DIFF_ORDER];
+    int ids[CK_MAX_DIFF_ORDER], nops = 0;
+    ops[nops] = inner;
+    ids[nops++] = id;
+    nb_expr *fe = NULL;
+    for (;;) {
+        nb_expr *op = ops[nops - 1];
+        const char *on = ids[nops - 1] == NB_INTR_FWD_DIFF ? "fwd_diff" : "bwd_diff";
+        if (op->u.call.nargs != 1 || !op->u.call.args[0]) {
+            ck_err(c, op->loc, "'%s' takes one function name", on);
+            return call->type = c->tt->t_error;
+        }
+        nb_expr *arg = op->u.call.args[0];
+        int k = diff_op(c, arg);
+        if (k < 0) {
+            fe = arg;
+            break;
+        }
+        if (ids[nops - 1] == NB_INTR_BWD_DIFF) {
+            ck_err(c, op->loc, "'bwd_diff' of a derivative is not supported yet (only fwd_diff(fwd_diff(f)) and "
+                   "fwd_diff(bwd_diff(f)))");
+            return call->type = c->tt->t_error;
+        }
+        if (nops == CK_MAX_DIFF_ORDER) {
+            ck_err(c, arg->loc, "derivatives of order above %d are not supported", CK_MAX_DIFF_ORDER);
+            return call->type = c->tt->t_error;
+        }
+        arg->ref = NB_REF_INTRINSIC;
+        arg->index = k;
+        arg->type = c->tt->t_error;
+        ops[nops] = arg;
+        ids[nops++] = k;
     }
-    nb_expr *fe = inner->u.call.args[0];
     if (fe->kind != NB_EX_NAME || !fe->u.name.name) {
         ck_err(c, fe->loc, "'%s' needs the name of a function", dname);
         return call->type = c->tt->t_error;
@@ -603,30 +666,37 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
     }
     ck_cand *cands = nb_alloc(sizeof(ck_cand) * (size_t)nf, 16);
     if (!cands) return call->type = c->tt->t_error;
+    int modes[CK_MAX_DIFF_ORDER];
+    for (int i = 0; i < nops; i++) modes[i] = ids[nops - 1 - i] == NB_INTR_FWD_DIFF ? 1 : 2;
     int nc = 0;
     for (int i = 0; i < nf; i++)
-        if (fns[i]->u.func.differentiable) cand_from_decl(c, &cands[nc++], fns[i], id == NB_INTR_FWD_DIFF ? 1 : 2);
+        if (fns[i]->u.func.differentiable) cand_from_decl(c, &cands[nc++], fns[i], modes, nops);
     char display[160];
-    snprintf(display, sizeof display, "%s(%s)", dname, fname);
+    int dl = 0;
+    for (int i = 0; i < nops && dl < 100; i++)
+        dl += snprintf(display + dl, sizeof display - (size_t)dl, "%s(", ids[i] == NB_INTR_FWD_DIFF ? "fwd_diff" : "bwd_diff");
+    if (dl < 100) dl += snprintf(display + dl, sizeof display - (size_t)dl, "%.40s", fname);
+    for (int i = 0; i < nops && dl < (int)sizeof display - 1; i++) display[dl++] = ')';
+    display[dl] = 0;
     int k = resolve(c, call, display, cands, nc);
     if (k < 0) {
         nb_free(cands, sizeof(ck_cand) * (size_t)nf);
         return call->type = c->tt->t_error;
     }
     nb_decl *fn = cands[k].decl;
+    const nb_type *r = cands[k].dret;
     apply_args(c, call, &cands[k], display);
     nb_free(cands, sizeof(ck_cand) * (size_t)nf);
     call->decl = fn;
     fe->ref = NB_REF_FUNCTION;
     fe->decl = fn;
     fe->type = nb_type_func(c->tt, fn);
-    inner->type = fe->type;
-    inner->decl = fn;
+    for (int i = 0; i < nops; i++) {
+        ops[i]->type = fe->type;
+        ops[i]->decl = fn;
+    }
     ck_add_edge(c, fn, call->loc);
-    const nb_type *r = ret_type(c, fn);
-    if (id == NB_INTR_BWD_DIFF) return call->type = c->tt->t_void;
-    if (r->kind != NB_TY_VOID && nb_type_is_differentiable(r)) return call->type = nb_type_diffpair(c->tt, r);
-    return call->type = r;
+    return call->type = r ? r : c->tt->t_error;
 }
 
 /* ---- dispatcher --------------------------------------------------------------------------- */

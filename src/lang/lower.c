@@ -621,9 +621,18 @@ static nb_ir_inst *lower_deriv_call(lower_ctx *c, nb_expr *e)
 {
     nb_ir_func *pf = e->decl ? nb_ir_find_func(c->m, e->decl) : NULL;
     nb_ir_func *d = NULL;
+    /* the operators, outermost first (higher order: fwd_diff(bwd_diff(f)), see check_call.c) */
+    int ids[8], n = 0;
+    ids[n++] = e->index;
+    for (nb_expr *x = e->u.call.callee && e->u.call.callee->u.call.nargs ? e->u.call.callee->u.call.args[0] : NULL;
+         x && x->kind == NB_EX_CALL && x->ref == NB_REF_INTRINSIC && n < 8 && x->u.call.nargs &&
+         (x->index == NB_INTR_FWD_DIFF || x->index == NB_INTR_BWD_DIFF);
+         x = x->u.call.args[0])
+        ids[n++] = x->index;
     if (!pf) lerr(c, e->loc, "cannot differentiate a function without a body", NULL);
-    else if (e->index == NB_INTR_FWD_DIFF) d = nb_ad_fwd_func(c->m, c->src, pf, e->loc);
-    else d = nb_ad_bwd_func(c->m, c->src, pf, e->loc);
+    d = pf;
+    for (int i = n - 1; i >= 0 && d; i--)
+        d = ids[i] == NB_INTR_FWD_DIFF ? nb_ad_fwd_func(c->m, c->src, d, e->loc) : nb_ad_bwd_func(c->m, c->src, d, e->loc);
     if (!d) {
         c->error = 1;
         return nb_ir_zero(&c->b, e->type->kind == NB_TY_VOID ? c->tt->t_int : e->type);
