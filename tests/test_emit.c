@@ -793,6 +793,61 @@ static void test_generics(void)
     kern_free(&k);
 }
 
+/* bwds with a shared weight w[16] (stride 0) and a per-element b[16] gradient: w_grad is summed
+ * in the kernel's thread-local accumulators (nb_acc, one add per chunk; CUDA: block reduction,
+ * one atomicAdd per block), b_grad keeps the per-element adds. */
+static void test_bwds_broadcast_accum(void)
+{
+    const char *src = "[Differentiable]\n"
+                      "float f(float w[16], float b[16], float x) {\n"
+                      "    float s = 0;\n"
+                      "    for (int k = 0; k < 16; k++) s += tanh(w[k] * x + b[k]) * w[k];\n"
+                      "    return s;\n"
+                      "}\n";
+    enum { N = 3000 };
+    /* f__bwds(w, b, x, w_grad, b_grad, x_grad, _dout) */
+    nb_leaf_sig ls[7];
+    for (int i = 0; i < 7; i++) ls[i] = L(i, "?", NB_BIND_ARRAY, NB_F32);
+    nb_call_sig sig = mksig("f", 0, 1, 0, 7, ls);
+    sig.mode = NB_CALL_BWD;
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(strstr(k.src, "nb_acc->l3[") != NULL);
+    static float w[16], b[16], x[N], wg[16], bg[N][16], xg[N], dout[N];
+    for (int j = 0; j < 16; j++) { w[j] = 0.1f * (float)(j - 8); b[j] = 0.05f * (float)j; wg[j] = 1.0f; }
+    for (int n = 0; n < N; n++) { x[n] = (float)((n % 37) - 18) / 18.0f; dout[n] = 1.0f + (float)(n % 5) * 0.25f; }
+    long long shape[1] = {N}, s0[1] = {0}, s4[1] = {4}, s64[1] = {64}, in4[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, w, s0, in4);
+    set_array(&k, 1, b, s0, in4);
+    set_array(&k, 2, x, s4, NULL);
+    set_array(&k, 3, wg, s0, in4);
+    set_array(&k, 4, bg, s64, in4);
+    set_array(&k, 5, xg, s4, NULL);
+    set_array(&k, 6, dout, s4, NULL);
+    run(&k, N / 2); /* two "chunks": each adds its sums once */
+    k.fn(k.block, N / 2, N);
+    for (int j = 0; j < 16; j++) {
+        double want = 1.0, scale = 1.0;
+        for (int n = 0; n < N; n++) {
+            double t = tanh((double)w[j] * x[n] + b[j]), d = dout[n] * ((1 - t * t) * x[n] * w[j] + t);
+            want += d;
+            scale += fabs(d);
+            if (j == 3 && n == 5) NB_EXPECT_NEAR(bg[n][j], dout[n] * (1 - t * t) * w[j], 1e-5);
+        }
+        NB_EXPECT_NEAR(wg[j], want, 1e-6 * scale);
+    }
+    check_cuda(k.p, &sig);
+    sig.target = NB_TARGET_CUDA;
+    nb_strbuf cs;
+    nb_strbuf_init(&cs);
+    nb_call_layout lay;
+    NB_EXPECT_OK(nb_program_emit_call(k.p, &sig, &cs, &lay));
+    NB_EXPECT(strstr(nb_strbuf_cstr(&cs), "nb_block_sum(nb_acc.l3[") != NULL);
+    nb_strbuf_free(&cs);
+    kern_free(&k);
+}
+
 static void test_cuda_compiles(void)
 {
     if (g_nvrtc_ok == 0) NB_SKIP("NVRTC is not available: CUDA sources were emitted but not compiled");
@@ -813,5 +868,5 @@ int main(int argc, char **argv)
     atexit(cleanup);
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
-                 test_kernel_tensor, test_bad_sigs, test_generics, test_cuda_compiles);
+                 test_kernel_tensor, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles);
 }

@@ -320,6 +320,103 @@ static void gen_accum_helpers(nb_emitter *e, int cuda)
                "    do { n.f = o.f + v; } while (!__atomic_compare_exchange_n((unsigned long long *)p, &o.u, n.u, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n}\n");
 }
 
+/* Gradients broadcast over the whole kernel (all strides 0, e.g. a shared weight) are not added
+ * element by element: the kernel keeps a thread-local sum per scalar component (nb_acc_ENTRY:
+ * one per CPU chunk / CUDA thread over all its grid-stride iterations) and adds it once at the
+ * end (CPU: one atomic per component per chunk; CUDA: a block reduction, then one atomicAdd per
+ * component per block). Sums are double, except f32 leaves on CUDA beyond NB_ACC_F64_MAX
+ * components (registers), which sum in float. Kernels with more than NB_ACC_LOCAL_MAX such
+ * components keep the per-element path for the rest (local arrays would spill). */
+#define NB_ACC_LOCAL_MAX 64
+#define NB_ACC_F64_MAX 48
+
+/* CUDA: nb_block_sum(v), the sum of v over a 1-D thread block; every thread of the block must
+ * call it (no early return before it), thread 0 gets the total. */
+static void gen_block_sum_helper(nb_emitter *e)
+{
+    if (!nb_emit_need_helper(e, "nb_block_sum")) return;
+    APPEND(&e->helpers,
+           "/* sum over the lanes of a warp of `width` threads (lane 0 gets it) */\n"
+           "template <typename T> static __device__ __forceinline__ T nb_warp_sum(T v, unsigned width) {\n"
+           "    const unsigned mask = width >= 32 ? 0xffffffffu : (1u << width) - 1u, lane = threadIdx.x & 31;\n"
+           "    for (unsigned o = 16; o > 0; o >>= 1) {\n"
+           "        T t = __shfl_down_sync(mask, v, o);\n"
+           "        if (lane + o < width) v += t;\n"
+           "    }\n"
+           "    return v;\n}\n"
+           "/* sum of v over the (1-D) block: every thread must call it; thread 0 gets the total */\n"
+           "template <typename T> static __device__ __forceinline__ T nb_block_sum(T v) {\n"
+           "    __shared__ T nb_warp_sums[32];\n"
+           "    const unsigned warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;\n"
+           "    const unsigned left = blockDim.x - (warp << 5);\n"
+           "    v = nb_warp_sum(v, left < 32 ? left : 32u);\n"
+           "    if ((threadIdx.x & 31) == 0) nb_warp_sums[warp] = v;\n"
+           "    __syncthreads();\n"
+           "    if (warp == 0) v = nb_warp_sum((threadIdx.x < nwarps ? nb_warp_sums[threadIdx.x] : (T)0), blockDim.x < 32 ? blockDim.x : 32u);\n"
+           "    __syncthreads(); /* nb_warp_sums is reused by the next call */\n"
+           "    return v;\n}\n");
+}
+
+/* Number of scalars of a leaf value (arrays of scalars / vectors / matrices); 0 for others. */
+static int leaf_scalars(const nb_type *t)
+{
+    if (t->kind == NB_TY_ARRAY) return t->length > 0 ? t->length * leaf_scalars(t->elem) : 0;
+    return nb_type_components(t);
+}
+
+/* The thread-local sums of a broadcast gradient leaf (see NB_ACC_LOCAL_MAX). mode 0 (body):
+ * `ACC[j] += component j of lv`; mode 1 (CPU entry, after the loop): atomic add of ACC[j] at
+ * its address; mode 2 (CUDA entry, after the loop): block sum of ACC[j], then thread 0 adds it.
+ * j is the flat component index (row-major over arrays, then components). */
+static void gen_acc(nb_emitter *e, nb_strbuf *o, int mode, const nb_type *t, const char *lv, const char *acc,
+                    const char *flat, const char *addr, char inner[][96], int depth, nb_dtype dt, int ind)
+{
+    char pad[64];
+    int np = ind * 4 < 60 ? ind * 4 : 60;
+    memset(pad, ' ', (size_t)np);
+    pad[np] = 0;
+    int cuda = e->target == NB_TARGET_CUDA;
+    if (t->kind == NB_TY_ARRAY) {
+        char lv2[400], addr2[400], flat2[400];
+        snprintf(lv2, sizeof lv2, "%s.a[nb_k%d]", lv, depth);
+        snprintf(addr2, sizeof addr2, "%s + nb_k%d * %s", addr, depth, inner[depth]);
+        snprintf(flat2, sizeof flat2, "%s + nb_k%d * %d", flat, depth, leaf_scalars(t->elem));
+        if (cuda) APPEND(o, "%s#pragma unroll\n", pad); /* constant indices keep the sums in registers */
+        APPEND(o, "%sfor (int nb_k%d = 0; nb_k%d < %d; nb_k%d++) {\n", pad, depth, depth, t->length, depth);
+        gen_acc(e, o, mode, t->elem, lv2, acc, flat2, addr2, inner, depth + 1, dt, ind + 1);
+        APPEND(o, "%s}\n", pad);
+        return;
+    }
+    const char *ct = dt == NB_F64 ? "double" : "float";
+    int n = nb_type_components(t);
+    for (int k = 0; k < n; k++) {
+        nb_strbuf a;
+        nb_strbuf_init(&a);
+        if (mode == 0) {
+            nb_strbuf_append(&a, lv);
+            nb_emit_comp(t, k, &a);
+            APPEND(o, "%s%s[%s + %d] += %s;\n", pad, acc, flat, k, nb_strbuf_cstr(&a));
+            nb_strbuf_free(&a);
+            continue;
+        }
+        nb_strbuf_append(&a, addr);
+        if (t->kind == NB_TY_VECTOR && k) APPEND(&a, " + %d * %s", k, inner[depth]);
+        if (t->kind == NB_TY_MATRIX) {
+            int r = k / t->cols, c = k % t->cols;
+            if (r) APPEND(&a, " + %d * %s", r, inner[depth]);
+            if (c) APPEND(&a, " + %d * %s", c, inner[depth + 1]);
+        }
+        if (mode == 1)
+            APPEND(o, "%snb_accum_%s((void *)(%s), (%s)%s[%s + %d], 1);\n", pad, dt == NB_F64 ? "f64" : "f32",
+                   nb_strbuf_cstr(&a), ct, acc, flat, k);
+        else {
+            APPEND(o, "%s{\n%s    const auto nb_s = nb_block_sum(%s[%s + %d]);\n", pad, pad, acc, flat, k);
+            APPEND(o, "%s    if (threadIdx.x == 0) atomicAdd((%s *)(%s), (%s)nb_s);\n%s}\n", pad, ct, nb_strbuf_cstr(&a), ct, pad);
+        }
+        nb_strbuf_free(&a);
+    }
+}
+
 /* Forgets diagnostics added since (nd0, ne0) (already rendered into an error message). */
 static void drop_diags(nb_program *p, int nd0, int ne0)
 {
@@ -330,6 +427,30 @@ static void drop_diags(nb_program *p, int nd0, int ne0)
 }
 
 static int leaf_accumulates(const nb_ir_func *f, const leaf *l) { return (f->params[l->param]->flags & NB_IRF_ACCUM) != 0; }
+
+/* After the index loop of an entry point: adds the thread-local sums (nb_acc, see
+ * NB_ACC_LOCAL_MAX) of every broadcast gradient leaf into its array. P is the parameter block
+ * ("nb_P->" on the CPU, "params." on CUDA). */
+static void gen_acc_flush(nb_emitter *e, nb_strbuf *o, const leaves *L, const nb_call_sig *sig, const char *acc_local,
+                          int nd_, const char *P)
+{
+    int cuda = e->target == NB_TARGET_CUDA;
+    for (int i = 0; i < L->n; i++) {
+        if (!acc_local[i]) continue;
+        const leaf *l = &L->items[i];
+        char inner[8][96], addr[64], acc[32];
+        for (int d = 0; d < l->rank; d++) snprintf(inner[d], sizeof inner[d], "%sl%d_inner[%d]", P, i, d);
+        snprintf(addr, sizeof addr, "(char *)%sl%d_data", P, i);
+        snprintf(acc, sizeof acc, "nb_acc.l%d", i);
+        APPEND(o, "    if (1");
+        for (int d = 0; d < nd_; d++) APPEND(o, " && %sl%d_strides[%d] == 0", P, i, d);
+        APPEND(o, ") { /* %s broadcast: %s */\n", l->path,
+               cuda ? "block sums, one atomicAdd per component and block (every thread gets here)"
+                    : "this chunk's sums, one atomic add per component");
+        gen_acc(e, o, cuda ? 2 : 1, l->type, "", acc, "0", addr, inner, 0, sig->leaves[i].storage, 2);
+        nb_strbuf_append(o, "    }\n");
+    }
+}
 
 nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf *source, nb_call_layout *layout)
 {
@@ -500,6 +621,30 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                         layout->size);
     }
 
+    /* ---- thread-local sums of broadcast gradients (NB_ACC_LOCAL_MAX) ---- */
+    char acc_local[NB_CALL_MAX_LEAVES + 1]; /* leaf i sums locally when broadcast */
+    const char *acc_ct[NB_CALL_MAX_LEAVES + 1];
+    int nacc = 0;
+    memset(acc_local, 0, sizeof acc_local);
+    for (int i = 0; i < L.n; i++) {
+        const leaf *l = &L.items[i];
+        const nb_leaf_sig *ls = &sig->leaves[i];
+        int ns = leaf_scalars(l->type);
+        if (ls->bind != NB_BIND_ARRAY || !leaf_writes_back(f, l) || !leaf_accumulates(f, l)) continue;
+        if ((ls->storage != NB_F32 && ls->storage != NB_F64) || ns <= 0 || nacc + ns > NB_ACC_LOCAL_MAX) continue;
+        acc_local[i] = 1;
+        nacc += ns;
+    }
+    for (int i = 0; i < L.n; i++)
+        acc_ct[i] = sig->leaves[i].storage == NB_F32 && cuda && nacc > NB_ACC_F64_MAX ? "float" : "double";
+    if (nacc) {
+        APPEND(&ps, "/* per-thread sums of the gradients broadcast over the whole kernel, added once at the end */\n"
+                    "typedef struct nb_acc_%s {\n", ename);
+        for (int i = 0; i < L.n; i++)
+            if (acc_local[i]) APPEND(&ps, "    %s l%d[%d]; /* %s */\n", acc_ct[i], i, leaf_scalars(L.items[i].type), L.items[i].path);
+        APPEND(&ps, "} nb_acc_%s;\n", ename);
+    }
+
     /* ---- the function and everything it uses ---- */
     nb_emit_function(e, f);
 
@@ -508,9 +653,11 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_strbuf_init(&b);
     const char *I = cuda ? "I" : "long long";
     if (cuda)
-        APPEND(&b, "template <typename I>\nstatic __device__ __forceinline__ void nb_body_%s(const nb_params_%s *nb_P, const I *nb_idx) {\n",
-               ename, ename);
-    else APPEND(&b, "static inline void nb_body_%s(const nb_params_%s *nb_P, const long long *nb_idx) {\n", ename, ename);
+        APPEND(&b, "template <typename I>\nstatic __device__ __forceinline__ void nb_body_%s(const nb_params_%s *nb_P, const I *nb_idx", ename,
+               ename);
+    else APPEND(&b, "static inline void nb_body_%s(const nb_params_%s *nb_P, const long long *nb_idx", ename, ename);
+    if (nacc) APPEND(&b, ", nb_acc_%s *nb_acc", ename);
+    nb_strbuf_append(&b, ") {\n");
     (void)I;
     if (nd_ == 0) nb_strbuf_append(&b, "    (void)nb_idx;\n");
     /* element addresses of array leaves */
@@ -622,6 +769,16 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             APPEND(&b, "    {\n        const int nb_bc = 1");
             for (int d = 0; d < nd_; d++) APPEND(&b, " && nb_P->l%d_strides[%d] == 0", i, d);
             nb_strbuf_append(&b, ";\n");
+            if (acc_local[i]) { /* broadcast: into this thread's sums (added once at the end of the kernel) */
+                char acc[32];
+                snprintf(acc, sizeof acc, "nb_acc->l%d", i);
+                nb_strbuf_append(&b, "        if (nb_bc) {\n");
+                gen_acc(e, &b, 0, l->type, lv, acc, "0", addr, inner, 0, ls->storage, 3);
+                nb_strbuf_append(&b, "        } else {\n");
+                gen_access(e, &b, 2, l->type, lv, addr, inner, 0, ls->storage, 3);
+                nb_strbuf_append(&b, "        }\n    }\n");
+                continue;
+            }
             gen_access(e, &b, 2, l->type, lv, addr, inner, 0, ls->storage, 2);
             nb_strbuf_append(&b, "    }\n");
             continue;
@@ -636,23 +793,27 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         APPEND(&b, "\n/* runs kernel indices [begin, end) */\nvoid %s(const void *params, int64_t begin, int64_t end) {\n", ename);
         APPEND(&b, "    const nb_params_%s *nb_P = (const nb_params_%s *)params;\n", ename, ename);
         APPEND(&b, "    long long nb_idx[%d];\n", nd_ > 0 ? nd_ : 1);
+        if (nacc) APPEND(&b, "    nb_acc_%s nb_acc;\n    memset(&nb_acc, 0, sizeof nb_acc);\n", ename);
         if (nd_ > 0) {
             nb_strbuf_append(&b, "    long long nb_rem = begin;\n");
             for (int d = 0; d < nd_; d++) APPEND(&b, "    if (nb_P->shape[%d] <= 0) return;\n", d);
             for (int d = nd_ - 1; d >= 0; d--) APPEND(&b, "    nb_idx[%d] = nb_rem %% nb_P->shape[%d]; nb_rem /= nb_P->shape[%d];\n", d, d, d);
         } else nb_strbuf_append(&b, "    nb_idx[0] = 0;\n");
         nb_strbuf_append(&b, "    for (long long nb_i = begin; nb_i < end; nb_i++) {\n");
-        APPEND(&b, "        nb_body_%s(nb_P, nb_idx);\n", ename);
+        APPEND(&b, "        nb_body_%s(nb_P, nb_idx%s);\n", ename, nacc ? ", &nb_acc" : "");
         for (int d = nd_ - 1; d >= 0; d--) {
             if (d > 0) APPEND(&b, "        if (++nb_idx[%d] < nb_P->shape[%d]) continue;\n        nb_idx[%d] = 0;\n", d, d, d);
             else APPEND(&b, "        ++nb_idx[0];\n");
         }
-        nb_strbuf_append(&b, "    }\n}\n");
+        nb_strbuf_append(&b, "    }\n");
+        if (nacc) gen_acc_flush(e, &b, &L, sig, acc_local, nd_, "nb_P->");
+        nb_strbuf_append(&b, "}\n");
     } else {
         APPEND(&b, "\nextern \"C\" __global__ void %s(nb_params_%s params) {\n", ename, ename);
         nb_strbuf_append(&b, "    const long long nb_n = 1");
         for (int d = 0; d < nd_; d++) APPEND(&b, " * params.shape[%d]", d);
         nb_strbuf_append(&b, ";\n");
+        if (nacc) APPEND(&b, "    nb_acc_%s nb_acc = {};\n", ename);
         for (int pass = 0; pass < 2; pass++) {
             const char *T = pass == 0 ? "unsigned" : "long long";
             if (pass == 0) nb_strbuf_append(&b, "    if (nb_n < 0x7fffffffLL) {\n");
@@ -668,10 +829,15 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                     APPEND(&b, "            nb_idx[%d] = nb_rem %% (%s)params.shape[%d]; nb_rem /= (%s)params.shape[%d];\n", d, T, d, T, d);
                 nb_strbuf_append(&b, "            nb_idx[0] = nb_rem;\n");
             }
-            APPEND(&b, "            nb_body_%s(&params, nb_idx);\n", ename);
+            APPEND(&b, "            nb_body_%s(&params, nb_idx%s);\n", ename, nacc ? ", &nb_acc" : "");
             nb_strbuf_append(&b, "        }\n");
         }
-        nb_strbuf_append(&b, "    }\n}\n");
+        nb_strbuf_append(&b, "    }\n");
+        if (nacc) {
+            gen_block_sum_helper(e);
+            gen_acc_flush(e, &b, &L, sig, acc_local, nd_, "params.");
+        }
+        nb_strbuf_append(&b, "}\n");
     }
     nb_strbuf_append(&e->tail, nb_strbuf_cstr(&ps));
     nb_strbuf_append(&e->tail, "\n");
