@@ -774,8 +774,8 @@ static void scalar_intrin_text(nb_emitter *e, int id, nb_scalar_kind s, const ch
     case NB_INTR_SATURATE:
         APPEND(o, "%s(%s(%s, %s), %s)", math_fn(s, "fmin", fn, sizeof fn), math_fn(s, "fmax", fn2, sizeof fn2), a[0], zero, one);
         return;
-    case NB_INTR_RADIANS: APPEND(o, "%s * (%s)", a[0], s == NB_SC_DOUBLE ? "0.017453292519943295" : "0.0174532925f"); return;
-    case NB_INTR_DEGREES: APPEND(o, "%s * (%s)", a[0], s == NB_SC_DOUBLE ? "57.295779513082323" : "57.2957795f"); return;
+    case NB_INTR_RADIANS: APPEND(o, "(%s) * (%s)", a[0], s == NB_SC_DOUBLE ? "0.017453292519943295" : "0.0174532925f"); return;
+    case NB_INTR_DEGREES: APPEND(o, "(%s) * (%s)", a[0], s == NB_SC_DOUBLE ? "57.295779513082323" : "57.2957795f"); return;
     case NB_INTR_ABS:
         if (fl) APPEND(o, "%s(%s)", math_fn(s, "fabs", fn, sizeof fn), a[0]);
         else if (s == NB_SC_UINT || s == NB_SC_UINT64) APPEND(o, "%s", a[0]);
