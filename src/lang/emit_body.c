@@ -395,6 +395,25 @@ static void emit_store(nb_emitter *e, nb_ir_inst *in, nb_strbuf *o)
     nb_strbuf_free(&lv);
 }
 
+/* A loop body. With use_goto, `continue` jumps to the label after it, so the step block that
+ * follows still runs. */
+static void emit_loop_body(nb_emitter *e, nb_ir_block *body, int use_goto, int label, nb_strbuf *o)
+{
+    if (!use_goto) {
+        emit_block(e, body, o);
+        return;
+    }
+    ind(e, o);
+    nb_strbuf_append(o, "{\n");
+    e->indent++;
+    emit_block(e, body, o);
+    e->indent--;
+    ind(e, o);
+    nb_strbuf_append(o, "}\n");
+    ind(e, o);
+    APPEND(o, "nb_continue_%d:;\n", label);
+}
+
 static void emit_loop(nb_emitter *e, nb_ir_inst *in, nb_strbuf *o)
 {
     nb_ir_block *cb = in->blocks[0], *body = in->blocks[1], *step = in->blocks[2];
@@ -428,19 +447,7 @@ static void emit_loop(nb_emitter *e, nb_ir_inst *in, nb_strbuf *o)
     if (!test_last && simple_cond) {
         APPEND(o, "while (%s) {\n", nb_strbuf_cstr(&cexpr));
         e->indent = saved + 1;
-        if (use_goto) {
-            ind(e, o);
-            nb_strbuf_append(o, "{\n");
-            e->indent++;
-            emit_block(e, body, o);
-            e->indent--;
-            ind(e, o);
-            nb_strbuf_append(o, "}\n");
-            ind(e, o);
-            APPEND(o, "nb_continue_%d:;\n", label);
-        } else {
-            emit_block(e, body, o);
-        }
+        emit_loop_body(e, body, use_goto, label, o);
         nb_strbuf_append(o, nb_strbuf_cstr(&ss));
     } else if (test_last && simple_cond && !ss.len) {
         nb_strbuf_append(o, "do {\n");
@@ -458,19 +465,7 @@ static void emit_loop(nb_emitter *e, nb_ir_inst *in, nb_strbuf *o)
             ind(e, o);
             APPEND(o, "if (!(%s)) break;\n", nb_strbuf_cstr(&cexpr));
         }
-        if (use_goto) {
-            ind(e, o);
-            nb_strbuf_append(o, "{\n");
-            e->indent++;
-            emit_block(e, body, o);
-            e->indent--;
-            ind(e, o);
-            nb_strbuf_append(o, "}\n");
-            ind(e, o);
-            APPEND(o, "nb_continue_%d:;\n", label);
-        } else {
-            emit_block(e, body, o);
-        }
+        emit_loop_body(e, body, use_goto, label, o);
         nb_strbuf_append(o, nb_strbuf_cstr(&ss));
         if (test_last) {
             nb_strbuf_append(o, nb_strbuf_cstr(&cs));
