@@ -223,21 +223,8 @@ int nb_cmd_call_ad(int argc, char **argv)
         }
         param_text[found] = eq + 1;
     }
-    /* the primal result (also for --fwd: the wrapper returns it too, computed once) */
-    if (bwd) {
-        if (nb_call_begin(f, &c) != NB_OK) goto fail;
-        for (int i = 0; i < np; i++) {
-            if (!param_text[i]) continue;
-            host *h = &hosts[nhost++];
-            if (!parse_host(param_text[i], h, err, sizeof err)) goto bad_json;
-            if (nb_call_arg_value(c, i, h->dtype, h->ndim, h->shape, h->data) != NB_OK) goto fail;
-        }
-        nb_leaf_info rl;
-        nb_tensor **rp = nb_func_result_leaf(f, 0, 0, &rl) == NB_OK ? &result : NULL;
-        nb_status s = nb_call_run(c, rp);
-        c = NULL;
-        if (s != NB_OK) goto fail;
-    }
+    /* One call gives the primal result too: --fwd's wrapper returns it, and a --bwd call whose result
+     * is asked for runs the fused forward + backward kernel (f__bwdr). */
     if (nb_call_begin(f, &c) != NB_OK || nb_call_set_mode(c, bwd ? NB_MODE_BWD : NB_MODE_FWD) != NB_OK) goto fail;
     for (int i = 0; i < np; i++) {
         if (!param_text[i] || (bwd && nb_func_param_dir(f, 0, i) == NB_ARG_OUT)) continue;
@@ -301,7 +288,9 @@ int nb_cmd_call_ad(int argc, char **argv)
         if (nb_call_tangent_alloc(c, &rtan) != NB_OK) goto fail;
     }
     {
-        nb_status s = nb_call_run(c, bwd ? NULL : &result);
+        nb_leaf_info rl;
+        int has_result = nb_func_result_leaf(f, 0, 0, &rl) == NB_OK;
+        nb_status s = nb_call_run(c, has_result ? &result : NULL);
         c = NULL;
         if (s != NB_OK) goto fail;
     }

@@ -582,7 +582,9 @@ static void check_api(nb_device *dev)
     NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, s1, &wg, &twg));
     NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 0, s1, &one, &tone));
     NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 0, s1, &w, &tw));
-    /* bwds twice: gradients accumulate */
+    /* bwds twice: gradients accumulate. The second asks for the result too: one fused forward +
+     * backward kernel (f__bwdr) that returns f's value as well. */
+    nb_tensor *fused = NULL;
     for (int rep = 0; rep < 2; rep++) {
         nb_call *c = NULL;
         NB_REQUIRE_OK(nb_call_begin(f, &c));
@@ -591,7 +593,17 @@ static void check_api(nb_device *dev)
         NB_EXPECT_OK(nb_call_arg(c, 1, tx));
         NB_EXPECT_OK(nb_call_grad(c, 0, twg));
         NB_EXPECT_OK(nb_call_grad(c, 1, txg));
-        NB_REQUIRE_OK(nb_call_run(c, NULL));
+        NB_REQUIRE_OK(nb_call_run(c, rep ? &fused : NULL));
+    }
+    NB_EXPECT(fused && nb_tensor_numel(fused) == N);
+    if (fused) {
+        NB_EXPECT_OK(nb_tensor_to_host(fused, res, sizeof res));
+        int badr = 0;
+        for (int i = 0; i < N; i++)
+            if (fabs(res[i] - tanh((double)w * x[i]) * w) > 1e-5 && badr++ < 3)
+                fprintf(stderr, "  api fused bwds result[%d] = %.7g, want %.7g\n", i, res[i], tanh((double)w * x[i]) * w);
+        if (badr) nb_test_failures_++;
+        nb_tensor_free(fused);
     }
     float got_wg = 0;
     static float got_xg[N];

@@ -412,7 +412,9 @@ static nb_status launch(nb_call *c, nb_kentry *e) {
  * non-struct result; otherwise (nb_call_run_results) up to max result leaves and *count. */
 static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int single,
                      const int64_t *grid) {
-    nb_status s = nb_call_bind(c, results != NULL, grid);
+    nb_status s = nb_call_ad_fuse(c, results != NULL);
+    if (s) return s;
+    s = nb_call_bind(c, results != NULL, grid);
     if (s) return s;
     const nb_fn_info *in = &c->f->infos[c->overload];
     if (single && results && c->sig.has_result && in->result.value_rank < 0) {

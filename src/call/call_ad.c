@@ -17,6 +17,7 @@ static int wrapper_kind(const nb_call *c)
     size_t n = strlen(c->f->name);
     if (n > 6 && !strcmp(c->f->name + n - 6, "__fwds")) return 1;
     if (n > 6 && !strcmp(c->f->name + n - 6, "__bwds")) return 2;
+    if (n > 6 && !strcmp(c->f->name + n - 6, "__bwdr")) return 2; /* (the fused form of a bwds call) */
     return 0;
 }
 
@@ -98,4 +99,22 @@ nb_status nb_call_tangent_alloc(nb_call *c, nb_tensor **slot)
     const char *name = NULL;
     NB_TRY(wrapper_param(c, "nb_call_tangent_alloc", -1, &name));
     return nb_call_arg_alloc_named(c, name, slot);
+}
+
+/* A bwds call whose result is wanted (nb_call_run with a result slot, nb_call_result) runs the
+ * fused forward + backward wrapper "f__bwdr": the same parameters, and f's result. */
+nb_status nb_call_ad_fuse(nb_call *c, int want_result)
+{
+    size_t n = strlen(c->f->name);
+    if (n <= 6 || strcmp(c->f->name + n - 6, "__bwds") || !(want_result || c->into || c->ninto)) return NB_OK;
+    char name[512];
+    snprintf(name, sizeof name, "%.*s__bwdr", (int)(n - 6), c->f->name);
+    nb_func *w = NULL;
+    NB_TRY(nb_module_func(c->f->m, name, &w));
+    pthread_mutex_lock(&w->m->lock);
+    nb_status s = nb_func_refresh(w);
+    pthread_mutex_unlock(&w->m->lock);
+    if (s) return s;
+    c->f = w;
+    return NB_OK;
 }

@@ -156,6 +156,8 @@ struct nb_call {
 
 /* bind.c: chooses the overload and fills c->leaves/kdim/kshape/sig (no device work); then
  * materializes host values and allocations. grid != NULL for [Kernel] launches. */
+/* call_ad.c: switches a bwds call whose result is wanted to the fused f__bwdr wrapper. */
+nb_status nb_call_ad_fuse(nb_call *c, int want_result);
 nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid);
 nb_status nb_call_materialize(nb_call *c, int want_result);
 /* Frees the temporaries of a bound call (uploads; allocations unless handed out). */

@@ -31,6 +31,11 @@
  * with a diagnostic at loc when primal is not differentiable. */
 nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);
 nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);
+/* The reverse-mode derivative that also returns primal's result (its forward sweep computes it
+ * anyway): the function a fused forward + backward call kernel ("f__bwdr") calls. NULL when
+ * primal has a user-given [BackwardDerivative] (the wrapper then calls primal and the custom
+ * derivative) or on error (diagnostic in src). */
+nb_ir_func *nb_ad_bwdr_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);
 
 /* Generates every pending derivative body. Returns 0 when fine, else the number of errors
  * (diagnostics in src). */
@@ -49,9 +54,14 @@ nb_ir_func *nb_ad_deriv_on_demand(nb_ir_module *m, nb_source_set *src, nb_ir_fun
  *         the array: gradients accumulate, reduced across broadcast), for inout params `inout`
  *         (dL/d(output) in, dL/d(input) out), for out params `in` (dL/dp); then `in R' _dout`
  *         when R is differentiable) -> void */
-nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *f, int bwd);
+/*   bwdr  f__bwdr(the parameters of f__bwds) -> R: the bwds kernel that also returns f's result
+ *         (one kernel for forward + backward when dL/dR is known before the forward runs).
+ * kind: NB_AD_FWDS, NB_AD_BWDS or NB_AD_BWDR. */
+enum { NB_AD_FWDS = 1, NB_AD_BWDS = 2, NB_AD_BWDR = 3 };
+nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *f, int kind);
 
-/* "f__fwds" -> 1, "f__bwds" -> 2 (base name "f" into base), else 0. */
+/* "f__fwds" -> NB_AD_FWDS, "f__bwds" -> NB_AD_BWDS, "f__bwdr" -> NB_AD_BWDR (base name "f" into
+ * base), else 0. */
 int nb_ad_wrapper_name(const char *name, char *base, size_t cap);
 struct nb_program;
 struct nb_fn_info;

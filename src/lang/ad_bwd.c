@@ -755,14 +755,15 @@ static void rev_block(bwd *B, nb_ir_block *bl) { rev_range(B, bl->first, bl->las
 
 /* ---- the function ------------------------------------------------------------------------ */
 
-nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc)
+static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc, int with_result)
 {
     if (primal->role == NB_IR_PRIMAL && primal->decl && primal->decl->u.func.bwd_derivative) {
         nb_ir_func *g = nb_ir_find_func(m, primal->decl->u.func.bwd_derivative);
-        if (g) return g;
+        if (g) return with_result ? NULL : g;
     }
     for (int i = 0; i < m->nfuncs; i++)
-        if (m->funcs[i]->role == NB_IR_BWD_DERIV && m->funcs[i]->primal == primal) return m->funcs[i];
+        if (m->funcs[i]->role == NB_IR_BWD_DERIV && m->funcs[i]->primal == primal && m->funcs[i]->returns_primal == with_result)
+            return m->funcs[i];
     if (primal->role != NB_IR_PRIMAL) { /* (the checker refuses bwd_diff of a derivative) */
         nb_ad_error(src, loc, "reverse mode of a derivative ('%s') is not supported yet", primal->name);
         return NULL;
@@ -773,10 +774,11 @@ nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
     }
     nb_type_table *tt = m->types;
     char name[300];
-    snprintf(name, sizeof name, "%s_bwd", primal->cname);
-    nb_ir_func *d = nb_ir_func_new(m, name, tt->t_void);
+    snprintf(name, sizeof name, "%s_bwd%s", primal->cname, with_result ? "r" : "");
+    nb_ir_func *d = nb_ir_func_new(m, name, with_result ? primal->ret : tt->t_void);
     if (!d) return NULL;
     d->role = NB_IR_BWD_DERIV;
+    d->returns_primal = with_result;
     d->primal = primal;
     d->decl = primal->decl; /* (diagnostics in it belong to the primal; nb_ir_find_func skips it by role) */
     d->aux = (void *)1;
@@ -795,6 +797,16 @@ nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
     if (primal->ret->kind != NB_TY_VOID && nb_type_is_differentiable(primal->ret))
         if (!nb_ir_param_new(d, "_dout", nb_ad_dtype(tt, primal->ret), NB_DIR_IN)) return NULL;
     return d;
+}
+
+nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc)
+{
+    return bwd_func(m, src, primal, loc, 0);
+}
+
+nb_ir_func *nb_ad_bwdr_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc)
+{
+    return bwd_func(m, src, primal, loc, 1);
 }
 
 int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
@@ -902,6 +914,6 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
         if (p->dir == NB_DIR_IN) g = nb_ir_binary(r, NB_IR_ADD, nb_ir_load(r, q, &st, 1, NULL), g);
         nb_ir_store(r, q, &st, 1, NULL, g);
     }
-    nb_ir_jump(r, NB_IR_RETURN, NULL);
+    nb_ir_jump(r, NB_IR_RETURN, df->returns_primal && B.ret_var ? nb_ir_load(r, B.ret_var, NULL, 0, NULL) : NULL);
     return B.errors;
 }

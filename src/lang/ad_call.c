@@ -15,7 +15,7 @@ nb_ir_func *nb_ad_deriv_on_demand(nb_ir_module *m, nb_source_set *src, nb_ir_fun
 {
     int n0 = m->nfuncs;
     nb_loc loc = f->decl ? f->decl->loc : (nb_loc){0};
-    nb_ir_func *d = bwd ? nb_ad_bwd_func(m, src, f, loc) : nb_ad_fwd_func(m, src, f, loc);
+    nb_ir_func *d = bwd == 2 ? nb_ad_bwdr_func(m, src, f, loc) : bwd ? nb_ad_bwd_func(m, src, f, loc) : nb_ad_fwd_func(m, src, f, loc);
     if (!d) return NULL;
     if (nb_ad_generate(m, src)) return NULL;
     optimize_new(m, n0);
@@ -27,19 +27,29 @@ static nb_ir_var *param(nb_ir_func *w, const char *name, const nb_type *t, nb_pa
     return nb_ir_param_new(w, name, t, dir);
 }
 
-nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *f, int bwd)
+nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *f, int kind)
 {
     char name[300];
-    snprintf(name, sizeof name, "%s__%s", f->cname, bwd ? "bwds" : "fwds");
+    int bwd = kind != NB_AD_FWDS, with_result = kind == NB_AD_BWDR;
+    snprintf(name, sizeof name, "%s__%s", f->cname, kind == NB_AD_BWDR ? "bwdr" : bwd ? "bwds" : "fwds");
     for (int i = 0; i < m->nfuncs; i++)
         if (m->funcs[i]->primal == f && m->funcs[i]->role == NB_IR_PRIMAL && !strcmp(m->funcs[i]->cname, name))
             return m->funcs[i];
-    nb_ir_func *d = nb_ad_deriv_on_demand(m, src, f, bwd);
+    /* bwdr: the derivative that returns the primal result; a custom [BackwardDerivative] has none,
+     * so the wrapper calls f for the result and then the custom derivative */
+    nb_ir_func *d = NULL, *fused = NULL;
+    if (with_result && f->ret->kind != NB_TY_VOID) {
+        int n0 = m->nfuncs, ne0 = src->nerrors;
+        fused = nb_ad_deriv_on_demand(m, src, f, 2);
+        if (!fused && src->nerrors > ne0) return NULL;
+        (void)n0;
+    }
+    d = fused ? fused : nb_ad_deriv_on_demand(m, src, f, bwd);
     if (!d) return NULL;
     nb_type_table *tt = m->types;
     int n = f->nparams;
     int diff_ret = f->ret->kind != NB_TY_VOID && nb_type_is_differentiable(f->ret);
-    nb_ir_func *w = nb_ir_func_new(m, name, bwd ? tt->t_void : f->ret);
+    nb_ir_func *w = nb_ir_func_new(m, name, bwd && !with_result ? tt->t_void : f->ret);
     if (!w) return NULL;
     w->primal = f; /* (role stays primal: it is an ordinary function calling f's derivative) */
     nb_ir_var *pv[64] = {0}, *gv[64] = {0}, *rd = NULL;
@@ -100,6 +110,22 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
         refs[k++] = tmps[i];
     }
     if (bwd && diff_ret) args[k++] = nb_ir_load(b, rd, NULL, 0, NULL);
+    nb_ir_inst *res = NULL; /* bwdr with a custom derivative: f's result, computed first */
+    if (with_result && !fused && f->ret->kind != NB_TY_VOID) {
+        nb_ir_inst *pargs[66] = {0};
+        nb_ir_var *prefs[66] = {0};
+        int np = 0, ok = 1;
+        for (int i = 0; i < n; i++) {
+            if (f->params[i]->dir != NB_DIR_IN) ok = 0; /* (out / inout: the custom path cannot replay them) */
+            else pargs[np++] = nb_ir_load(b, pv[i], NULL, 0, NULL);
+        }
+        if (!ok) {
+            nb_ad_error(src, b->loc, "a fused forward + backward call of '%s' (custom [BackwardDerivative] with out/inout "
+                        "parameters) is not supported: run the primal call and the bwds call separately", f->name);
+            return NULL;
+        }
+        res = nb_ir_call(b, f, pargs, prefs);
+    }
     if (k != d->nparams) {
         nb_ad_error(src, b->loc, "internal: call wrapper of '%s' does not match its derivative", f->name);
         return NULL;
@@ -111,7 +137,8 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
         if (!bwd) nb_ir_store(b, pv[i], NULL, 0, NULL, nb_ir_extract(b, pr, 0));
         nb_ir_store(b, gv[i], NULL, 0, NULL, nb_ir_extract(b, pr, 1));
     }
-    if (bwd) nb_ir_jump(b, NB_IR_RETURN, NULL);
+    if (with_result && f->ret->kind != NB_TY_VOID) nb_ir_jump(b, NB_IR_RETURN, fused ? r : res);
+    else if (bwd) nb_ir_jump(b, NB_IR_RETURN, NULL);
     else if (diff_ret) {
         nb_ir_store(b, rd, NULL, 0, NULL, nb_ir_extract(b, r, 1));
         nb_ir_jump(b, NB_IR_RETURN, nb_ir_extract(b, r, 0));
@@ -131,11 +158,11 @@ int nb_ad_wrapper_name(const char *name, char *base, size_t cap)
     size_t n = name ? strlen(name) : 0;
     if (n < 7 || n - 6 >= cap) return 0;
     const char *suf = name + n - 6;
-    int bwd = strcmp(suf, "__bwds") == 0;
-    if (!bwd && strcmp(suf, "__fwds") != 0) return 0;
+    int kind = !strcmp(suf, "__bwds") ? NB_AD_BWDS : !strcmp(suf, "__bwdr") ? NB_AD_BWDR : !strcmp(suf, "__fwds") ? NB_AD_FWDS : 0;
+    if (!kind) return 0;
     memcpy(base, name, n - 6);
     base[n - 6] = '\0';
-    return bwd ? 2 : 1;
+    return kind;
 }
 
 typedef struct rleaves {
@@ -228,7 +255,7 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
         nb_ir_func *f = nb_ir_find_func(m, decls[k]);
         if (!f || !f->differentiable) continue;
         int nd0 = p->src.ndiags, ne0 = p->src.nerrors;
-        nb_ir_func *w = nb_ad_call_wrapper(m, &p->src, f, kind == 2);
+        nb_ir_func *w = nb_ad_call_wrapper(m, &p->src, f, kind);
         if (!w) {
             nb_status st = nb_diag_status(&p->src);
             for (int i = nd0; i < p->src.ndiags; i++)
@@ -255,7 +282,7 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
             dirs[i] = (v->flags & NB_IRF_ACCUM) ? 0 : (int)v->dir;
             first[i] = L.n;
             int is_tan = kind == 1 && i >= f->nparams && strcmp(v->name, "_result_d") != 0;
-            int is_dout = kind == 2 && strcmp(v->name, "_dout") == 0;
+            int is_dout = kind != NB_AD_FWDS && strcmp(v->name, "_dout") == 0;
             hasdef[i] = is_tan || is_dout;
             if (!rleaf_add(&L, v->type, v->name, i, dirs[i], (v->flags & NB_IRF_NO_DIFF) != 0, is_dout ? 1.0 : 0.0,
                            hasdef[i]))

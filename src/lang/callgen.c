@@ -489,7 +489,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     NB_TRY(check_scope(p, m, f));
     if (sig->mode != NB_CALL_PRIMAL || ad_kind) { /* fwds / bwds: the kernel calls f's wrapper (lang/ad.h) */
         int nd0 = p->src.ndiags, ne0 = p->src.nerrors;
-        f = nb_ad_call_wrapper(m, &p->src, f, sig->mode == NB_CALL_BWD || ad_kind == 2);
+        f = nb_ad_call_wrapper(m, &p->src, f, ad_kind ? ad_kind : sig->mode == NB_CALL_BWD ? NB_AD_BWDS : NB_AD_FWDS);
         if (!f) {
             nb_status ds = p->src.nerrors > ne0 ? nb_diag_status(&p->src)
                                                 : nb_error(NB_ERR_INTERNAL, "%s: no derivative generated", sig->func);

@@ -194,6 +194,7 @@ struct nb_ir_func {
     int differentiable;
     nb_ir_func_role role;
     nb_ir_func *primal;       /* for derivative functions */
+    int returns_primal;       /* BWD_DERIV: also returns the primal result (fused fwd + bwd call) */
     nb_ir_module *module;
     int index;                /* position in module->funcs */
     void *aux;                /* scratch */
