@@ -61,6 +61,8 @@ typedef struct bwd {
     nb_ir_var *dout;      /* df param of the result gradient */
     nb_ir_inst *mark;     /* adjoint zero-inits go before this */
     nb_ir_builder rb;     /* reverse sweep builder */
+    nb_ir_inst ***vstores; /* primal var id -> the instructions that write it (stores, by-reference calls) */
+    int *nvstores;
     int errors;
 } bwd;
 
@@ -191,6 +193,97 @@ static nb_ir_inst *replay(bwd *B, nb_ir_var *v, nb_ir_inst *ctx)
     return nb_ir_load(&B->rb, v, st, d, idx);
 }
 
+/* ---- recompute instead of store (docs/AUTODIFF.md, "store versus recompute") --------------- */
+
+static void note_write(bwd *B, nb_ir_var *v, nb_ir_inst *in)
+{
+    if (!v || v->id < 0 || v->id > B->pf->nvars) return;
+    int n = B->nvstores[v->id];
+    nb_ir_inst **a = nb_arena_zalloc(&B->m->arena, sizeof(void *) * (size_t)(n + 1), sizeof(void *));
+    if (!a) return;
+    if (n) memcpy(a, B->vstores[v->id], sizeof(void *) * (size_t)n);
+    a[n] = in;
+    B->vstores[v->id] = a;
+    B->nvstores[v->id] = n + 1;
+}
+
+static void collect_writes(bwd *B, nb_ir_block *bl)
+{
+    for (nb_ir_inst *in = bl->first; in; in = in->next) {
+        if (in->op == NB_IR_STORE) note_write(B, in->var, in);
+        if (in->op == NB_IR_CALL && in->refs)
+            for (int i = 0; i < in->nops; i++) note_write(B, in->refs[i], in);
+        for (int k = 0; k < in->nblocks; k++) collect_writes(B, in->blocks[k]);
+    }
+}
+
+/* The instruction of the function body (top level) that contains x. */
+static nb_ir_inst *top_ancestor(nb_ir_inst *x)
+{
+    while (x->parent && x->parent->owner) x = x->parent->owner;
+    return x;
+}
+
+static int precedes_top(nb_ir_inst *a, nb_ir_inst *b) /* same block: a before b */
+{
+    for (nb_ir_inst *in = a->next; in; in = in->next)
+        if (in == b) return 1;
+    return 0;
+}
+
+static nb_ir_inst *P(bwd *B, nb_ir_inst *x);
+
+/* A LOAD whose var is written only at the top level before x's top-level statement (parameters,
+ * values set up before the loops): the var still holds that value when the reverse sweep runs,
+ * so the load is simply repeated there. */
+static nb_ir_inst *recompute_invariant_load(bwd *B, nb_ir_inst *x)
+{
+    nb_ir_var *v = x->var;
+    nb_ir_var *cv = B->cl.vmap[v->id];
+    if (!cv || x->npath > 16) return NULL;
+    nb_ir_inst *top = top_ancestor(x);
+    for (int i = 0; i < B->nvstores[v->id]; i++) {
+        nb_ir_inst *w = B->vstores[v->id][i];
+        if (w->parent != B->pf->body || !precedes_top(w, top)) return NULL;
+    }
+    nb_ir_inst *idx[17];
+    for (int i = 0; i < x->nops; i++) {
+        idx[i] = P(B, x->ops[i]);
+        if (!idx[i]) return NULL;
+    }
+    return nb_ir_load(&B->rb, cv, x->path, x->npath, idx);
+}
+
+/* The counter of a counted loop read in its body (`for (int k = K0; ...; k += C)` with k written
+ * only by its initialisation just before the loop and the step): k = K0 + C * iteration. */
+static nb_ir_inst *recompute_counter(bwd *B, nb_ir_inst *x)
+{
+    nb_ir_var *v = x->var;
+    nb_ir_inst *L = innermost_loop(x);
+    if (!L || x->npath || v->type != B->tt->t_int || !B->loops[L->id] || !B->loops[L->id]->rev_index) return NULL;
+    if (!is_inside(x, L->blocks[1])) return NULL;
+    nb_ir_inst *init = NULL, *step = NULL;
+    for (int i = 0; i < B->nvstores[v->id]; i++) {
+        nb_ir_inst *w = B->vstores[v->id][i];
+        if (w->op != NB_IR_STORE || w->npath) return NULL;
+        if (w->parent == L->blocks[2] && !step) step = w;
+        else if (w->parent == L->parent && !init && precedes_top(w, L)) init = w; /* (the only other write) */
+        else return NULL;
+    }
+    if (!init || !step || init->ops[0]->op != NB_IR_CONST || !init->ops[0]->cv) return NULL;
+    nb_ir_inst *inc = step->ops[0];
+    if (inc->op != NB_IR_ADD || inc->nops != 2 || inc->ops[0]->op != NB_IR_LOAD || inc->ops[0]->var != v || inc->ops[0]->npath ||
+        inc->ops[1]->op != NB_IR_CONST || !inc->ops[1]->cv)
+        return NULL;
+    nb_ir_builder *b = &B->rb;
+    nb_ir_inst *it = B->loops[L->id]->rev_index;
+    nb_ir_inst *k0 = nb_ir_new(b, NB_IR_CONST, init->ops[0]->type, 0), *c = nb_ir_new(b, NB_IR_CONST, inc->ops[1]->type, 0);
+    if (!k0 || !c) return NULL;
+    k0->cv = init->ops[0]->cv;
+    c->cv = inc->ops[1]->cv;
+    return nb_ir_binary(b, NB_IR_ADD, k0, nb_ir_binary(b, NB_IR_MUL, c, it));
+}
+
 /* The primal value of x, usable at the reverse sweep's current position. */
 static nb_ir_inst *P(bwd *B, nb_ir_inst *x)
 {
@@ -200,6 +293,11 @@ static nb_ir_inst *P(bwd *B, nb_ir_inst *x)
         return nb_ir_zero(&B->rb, x->type);
     }
     if (c->parent == B->df->body) return c;
+    if (x->op == NB_IR_LOAD && B->vstores) {
+        nb_ir_inst *r = recompute_counter(B, x);
+        if (!r) r = recompute_invariant_load(B, x);
+        if (r) return r;
+    }
     if (is_const_like(c)) { /* rematerialize */
         nb_ir_inst *k = nb_ir_new(&B->rb, c->op, c->type, 0);
         if (k) {
@@ -355,12 +453,34 @@ static int fwd_pre(nb_ad_cloner *c, nb_ir_inst *in)
     }
 }
 
+static int contains_loop(nb_ir_block *bl)
+{
+    for (nb_ir_inst *in = bl->first; in; in = in->next) {
+        if (in->op == NB_IR_LOOP) return 1;
+        for (int k = 0; k < in->nblocks; k++)
+            if (contains_loop(in->blocks[k])) return 1;
+    }
+    return 0;
+}
+
+/* Short innermost loops are unrolled on CUDA (forward and reverse sweep alike): the recorded
+ * per-iteration values are then indexed by constants and live in registers, not local memory. */
+static int unroll_sweeps(const nb_ir_inst *loop, int64_t max)
+{
+    if (loop->flags & NB_IRF_UNROLL) return 1;
+    if (max <= 0 || max > 32) return 0;
+    for (int k = 0; k < loop->nblocks; k++)
+        if (contains_loop(loop->blocks[k])) return 0;
+    return 1;
+}
+
 static void fwd_post(nb_ad_cloner *c, nb_ir_inst *in, nb_ir_inst *o)
 {
     bwd *B = c->ud;
     nb_ir_builder *b = &c->b;
     if (in->op == NB_IR_LOOP) {
         loopinfo *L = B->loops[in->id];
+        if (unroll_sweeps(in, L->max)) o->flags |= NB_IRF_UNROLL;
         /* body start: iter = min(count, max - 1); count += 1 (clamped so a broken [MaxIters]
          * promise cannot write out of bounds) */
         nb_ir_block *body = o->blocks[1];
@@ -562,6 +682,7 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
         nb_ir_store(b, rk, NULL, 0, NULL, replay(B, L->trips, in));
         nb_ir_inst *lp = nb_ir_loop(b);
         if (!lp) return;
+        if (unroll_sweeps(in, L->max)) lp->flags |= NB_IRF_UNROLL;
         nb_ir_block *save = b->block;
         b->block = lp->blocks[0];
         nb_ir_inst *cur = nb_ir_load(b, rk, NULL, 0, NULL);
@@ -879,6 +1000,10 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
             B.adjv[v->id] = tmpvar(&B, nm, nb_ad_dtype(B.tt, v->type));
         }
     }
+    B.vstores = nb_arena_zalloc(a, sizeof(void *) * nv, sizeof(void *));
+    B.nvstores = nb_arena_zalloc(a, sizeof(int) * nv, sizeof(int));
+    if (!B.vstores || !B.nvstores) return 1;
+    collect_writes(&B, pf->body);
     /* forward sweep */
     nb_ad_clone_block(&B.cl, pf->body);
     /* reverse sweep */
