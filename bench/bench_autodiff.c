@@ -89,6 +89,11 @@ typedef struct timing {
 
 /* ---- case 1: fused tanh-sum ------------------------------------------------------------------ */
 
+/* fused = 1: one call does forward and backward (a bwds call that also writes the result: the
+ * f__bwdr kernel, when dL/dy is known before the forward runs, here dL/dy = 1); else a primal
+ * call writes y and a bwds call (which recomputes what it needs) the gradients. */
+static int g_fused;
+
 typedef struct fused {
     nb_func *f;
     nb_tensor *w, *b, *x, *y, *dw, *db, *dx;
@@ -100,6 +105,7 @@ static void fused_zero(fused *p) {
     CHECK(nb_tensor_fill_bytes(p->dx, 0));
 }
 static void fused_fwd(fused *p) {
+    if (g_fused) return;
     nb_call *c = NULL;
     CHECK(nb_call_begin(p->f, &c));
     CHECK(nb_call_arg(c, 0, p->w));
@@ -118,6 +124,7 @@ static void fused_bwd(fused *p) {
     CHECK(nb_call_grad(c, 0, p->dw));
     CHECK(nb_call_grad(c, 1, p->db));
     CHECK(nb_call_grad(c, 2, p->dx));
+    if (g_fused) CHECK(nb_call_result(c, p->y));
     CHECK(nb_call_run(c, NULL));
 }
 
@@ -126,13 +133,15 @@ static void fused_bwd(fused *p) {
 typedef struct dot {
     nb_func *f;
     nb_tensor *w, *x, *y, *dw, *dx;
+    int want_dx; /* 0: the case (x needs no gradient), 1: dx too */
 } dot;
 
 static void dot_zero(dot *p) {
     CHECK(nb_tensor_fill_bytes(p->dw, 0));
-    CHECK(nb_tensor_fill_bytes(p->dx, 0));
+    if (p->want_dx) CHECK(nb_tensor_fill_bytes(p->dx, 0));
 }
 static void dot_fwd(dot *p) {
+    if (g_fused) return;
     nb_call *c = NULL;
     CHECK(nb_call_begin(p->f, &c));
     CHECK(nb_call_arg(c, 0, p->w));
@@ -147,7 +156,8 @@ static void dot_bwd(dot *p) {
     CHECK(nb_call_arg(c, 0, p->w));
     CHECK(nb_call_arg(c, 1, p->x));
     CHECK(nb_call_grad(c, 0, p->dw));
-    CHECK(nb_call_grad(c, 1, p->dx));
+    if (p->want_dx) CHECK(nb_call_grad(c, 1, p->dx));
+    if (g_fused) CHECK(nb_call_result(c, p->y));
     CHECK(nb_call_run(c, NULL));
 }
 
@@ -257,7 +267,7 @@ int main(int argc, char **argv) {
     printf("copy bandwidth: %.1f GB/s (nb_memcpy_d2d of %zu MiB, read + write bytes)\n\n", gbs,
            copy_bytes >> 20);
 
-    int fail = 0, fail_fused = 0, fail_dot = 0;
+    int fail = 0;
 
     /* ---- 1. fused ---- */
     int64_t n = (int64_t)1 << log2n, s16 = 16;
@@ -277,8 +287,12 @@ int main(int argc, char **argv) {
     CHECK(nb_tensor_zeros(dev, NB_F32, 1, &s16, &F.dw));
     CHECK(nb_tensor_zeros(dev, NB_F32, 1, &s16, &F.db));
     CHECK(nb_tensor_zeros(dev, NB_F32, 1, &n, &F.dx));
-    timing tfused = time_step(dev, &F, w_fused_zero, w_fused_fwd, w_fused_bwd, reps);
-    {
+    timing tfv[2];
+    int fail_fv[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        g_fused = v;
+        CHECK(nb_tensor_fill_bytes(F.y, 0xff)); /* (NaN: a result not written fails the check) */
+        tfv[v] = time_step(dev, &F, w_fused_zero, w_fused_fwd, w_fused_bwd, reps);
         /* Check the last step (zeroed gradients, then one fwd + one bwd). */
         double t0 = now();
         float *gy = malloc(sizeof(float) * (size_t)n * 2), *gdx = gy + n, gdw[16], gdb[16];
@@ -318,13 +332,13 @@ int main(int argc, char **argv) {
             if (e2 > err_db) err_db = e2;
         }
         int ok = err_y <= TOL && err_dx <= TOL && err_dw <= TOL && err_db <= TOL;
-        printf("fused check vs double CPU (%.1f s): max rel err y %.2e, dx %.2e, dw %.2e, db %.2e "
+        printf("fused [%s] check vs double CPU (%.1f s): max rel err y %.2e, dx %.2e, dw %.2e, db %.2e "
                "(y/dx at %lld sampled elems; dw/db all 16, over all %lld threads) %s\n",
-               now() - t0, err_y, err_dx, err_dw, err_db, (long long)((n + stride - 1) / stride),
+               v ? "one call" : "two calls", now() - t0, err_y, err_dx, err_dw, err_db, (long long)((n + stride - 1) / stride),
                (long long)n, ok ? "OK" : "FAILED");
         printf("  dw[0] = %.6g (ref %.6g), db[0] = %.6g (ref %.6g), dx[0] = %.6g\n", gdw[0], rdw[0],
                gdb[0], rdb[0], gdx[0]);
-        if (!ok) fail = fail_fused = 1;
+        if (!ok) fail = fail_fv[v] = 1;
         free(gy);
     }
     nb_tensor_free(F.w);
@@ -349,8 +363,14 @@ int main(int argc, char **argv) {
     CHECK(nb_tensor_empty(dev, NB_F32, 1, &rows, &D.y));
     CHECK(nb_tensor_zeros(dev, NB_F32, 1, &s64, &D.dw));
     CHECK(nb_tensor_zeros(dev, NB_F32, 2, xs, &D.dx));
-    timing tdot = time_step(dev, &D, w_dot_zero, w_dot_fwd, w_dot_bwd, reps);
-    {
+    timing tdv[4];
+    int fail_dv[4] = {0, 0, 0, 0};
+    for (int v = 0; v < 4; v++) { /* v & 1: fused; v & 2: dx too */
+        g_fused = v & 1;
+        D.want_dx = (v & 2) != 0;
+        CHECK(nb_tensor_fill_bytes(D.y, 0xff));
+        CHECK(nb_tensor_fill_bytes(D.dx, 0));
+        tdv[v] = time_step(dev, &D, w_dot_zero, w_dot_fwd, w_dot_bwd, reps);
         double t0 = now();
         float *gy = malloc(sizeof(float) * (size_t)rows), gdw[64];
         float *gdx = malloc(sizeof(float) * (size_t)rows * 64);
@@ -370,7 +390,7 @@ int main(int argc, char **argv) {
                 for (int k = 0; k < 64; k++) {
                     y += (double)hw64[k] * xr[k];
                     ay += fabs((double)hw64[k] * xr[k]);
-                    double e = rel_err(gdx[i * 64 + k], hw64[k], 0);
+                    double e = rel_err(gdx[i * 64 + k], D.want_dx ? hw64[k] : 0.0, 0);
                     if (e > err_dx) err_dx = e;
                 }
                 double e = rel_err(gy[i], y, ay);
@@ -382,13 +402,13 @@ int main(int argc, char **argv) {
             if (e > err_dw) err_dw = e;
         }
         int ok = err_y <= TOL && err_dx <= TOL && err_dw <= TOL;
-        printf("dot64 check vs double CPU (%.1f s): max rel err y %.2e, dx %.2e, dw %.2e "
+        printf("dot64 [%s, %s] check vs double CPU (%.1f s): max rel err y %.2e, dx %.2e, dw %.2e "
                "(y/dx at %lld sampled rows; dw all 64, over all %lld rows) %s\n",
-               now() - t0, err_y, err_dx, err_dw, (long long)((rows + stride - 1) / stride),
+               v & 2 ? "dw + dx" : "dw only", v & 1 ? "one call" : "two calls", now() - t0, err_y, err_dx, err_dw, (long long)((rows + stride - 1) / stride),
                (long long)rows, ok ? "OK" : "FAILED");
         printf("  dw[0] = %.6g (ref %.6g), dx[0][0] = %.6g (ref %.6g)\n\n", gdw[0], rdw[0], gdx[0],
                hw64[0]);
-        if (!ok) fail = fail_dot = 1;
+        if (!ok) fail = fail_dv[v] = 1;
         free(gy);
         free(gdx);
     }
@@ -406,27 +426,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_autodiff: a case exceeded max rel err %g; its times are not reported\n",
                 TOL);
 
-    double floor_fused = 12.0 * (double)n / (gbs * 1e9) * 1e3;
-    double floor_dot = 3.0 * 256.0 * (double)rows / (gbs * 1e9) * 1e3;
-    printf("%-26s %9s %9s %9s %9s %9s %8s\n", "case (parts: median ms)", "zero", "fwd", "bwd",
-           "fwd+bwd", "step", "");
-    if (!fail_fused)
-        printf("%-26s %9.3f %9.3f %9.3f %9.3f %9.3f\n", "fused tanh-sum", tfused.zero, tfused.fwd,
-               tfused.bwd, tfused.fwd + tfused.bwd, tfused.step);
-    if (!fail_dot)
-        printf("%-26s %9.3f %9.3f %9.3f %9.3f %9.3f\n", "dot64", tdot.zero, tdot.fwd, tdot.bwd,
-               tdot.fwd + tdot.bwd, tdot.step);
-    printf("\n%-26s | %9s | %9s | %14s\n", "case", "nabla ms", "floor ms", "ratio to floor");
-    if (fail_fused) printf("%-26s | %9s | %9.3f |\n", "fused tanh-sum 2^N", "FAILED", floor_fused);
-    else
-        printf("%-26s | %9.3f | %9.3f | %13.1fx\n", "fused tanh-sum 2^N", tfused.step, floor_fused,
-               tfused.step / floor_fused);
-    if (fail_dot) printf("%-26s | %9s | %9.3f |\n", "dot(w[64], x) 2^(N-2) rows", "FAILED", floor_dot);
-    else
-        printf("%-26s | %9.3f | %9.3f | %13.1fx\n", "dot(w[64], x) 2^(N-2) rows", tdot.step,
-               floor_dot, tdot.step / floor_dot);
-    printf("(nabla ms = whole step: zero grads + primal call + bwds call; floor = 12 B x 2^%d and "
-           "3 x 256 B x 2^%d at %.1f GB/s)\n",
-           log2n, log2n - 2, gbs);
+    /* floors: the bytes the step must move over the copy bandwidth. fused: x read, y and dx written
+     * (12 B/elem). dot, two calls: x read by each (+ dx written); one call: x read once (+ dx). */
+    double fl_fused = 12.0 * (double)n / (gbs * 1e9) * 1e3;
+    double xb = 256.0 * (double)rows, yb = 4.0 * (double)rows;
+    printf("%-38s %8s %8s %8s %8s | %8s %7s\n", "case (median ms)", "zero", "fwd", "bwd", "step", "floor", "x floor");
+    for (int v = 0; v < 2; v++) {
+        char name[64];
+        snprintf(name, sizeof name, "fused tanh-sum 2^%d, %s", log2n, v ? "one call" : "two calls");
+        if (fail_fv[v]) printf("%-38s FAILED\n", name);
+        else printf("%-38s %8.3f %8.3f %8.3f %8.3f | %8.3f %6.1fx\n", name, tfv[v].zero, tfv[v].fwd, tfv[v].bwd, tfv[v].step,
+                    fl_fused, tfv[v].step / fl_fused);
+    }
+    for (int v = 0; v < 4; v++) {
+        char name[64];
+        snprintf(name, sizeof name, "dot64 2^%d rows, %s, %s", log2n - 2, v & 2 ? "dw+dx" : "dw", v & 1 ? "one call" : "two calls");
+        double bytes = (v & 1 ? xb : 2 * xb) + yb + (v & 2 ? xb : 0);
+        double fl = bytes / (gbs * 1e9) * 1e3;
+        if (fail_dv[v]) printf("%-38s FAILED\n", name);
+        else printf("%-38s %8.3f %8.3f %8.3f %8.3f | %8.3f %6.1fx\n", name, tdv[v].zero, tdv[v].fwd, tdv[v].bwd, tdv[v].step, fl,
+                    tdv[v].step / fl);
+    }
+    printf("(step = zero the gradients + the call(s); floor = bytes moved at %.1f GB/s; one call = a bwds call that also "
+           "writes y, with dL/dy = 1)\n", gbs);
     return fail ? 1 : 0;
 }

@@ -652,12 +652,81 @@ static void check_api(nb_device *dev)
     nb_module_free(m);
 }
 
+/* Per-thread rows (float[40] and float[64] parameters fed by [N, 40] / [N, 64] arrays, N not a
+ * multiple of 32): on CUDA these go through the warp-staged row loads (callgen.c), with the tail
+ * warp's idle lanes helping; the fused bwds call returns the result as well. */
+static void check_rows(nb_device *dev)
+{
+    static const char *src = "[Differentiable]\n"
+                             "float dotn(float w[64], float x[64]) { float s = 0; for (int k = 0; k < 64; k++) s += w[k] * x[k]; return s; }\n"
+                             "float sq40(float x[40]) { float s = 0; for (int k = 0; k < 40; k++) s += x[k] * x[k] * float(k + 1); return s; }\n";
+    enum { N = 1001 };
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "rows.nb", src, NULL, &m));
+    nb_func *fd = NULL, *fs = NULL;
+    NB_REQUIRE_OK(nb_module_func(m, "dotn", &fd));
+    NB_REQUIRE_OK(nb_module_func(m, "sq40", &fs));
+    static float x[N][64], x40[N][40], w[64], y[N], xg[N][64], wg[64];
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < 64; k++) x[i][k] = 2.0f * (float)urand() - 1.0f;
+        for (int k = 0; k < 40; k++) x40[i][k] = 2.0f * (float)urand() - 1.0f;
+    }
+    for (int k = 0; k < 64; k++) w[k] = 2.0f * (float)urand() - 1.0f;
+    int64_t sx[2] = {N, 64}, sh40[2] = {N, 40}, sw[1] = {64};
+    nb_tensor *tx = NULL, *t40 = NULL, *tw = NULL, *txg = NULL, *twg = NULL, *ty = NULL, *ty40 = NULL;
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 2, sx, x, &tx));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 2, sh40, x40, &t40));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, sw, w, &tw));
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, sx, &txg));
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, sw, &twg));
+    nb_call *c = NULL;
+    NB_REQUIRE_OK(nb_call_begin(fd, &c));
+    NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_BWD));
+    NB_EXPECT_OK(nb_call_arg(c, 0, tw));
+    NB_EXPECT_OK(nb_call_arg(c, 1, tx));
+    NB_EXPECT_OK(nb_call_grad(c, 0, twg));
+    NB_EXPECT_OK(nb_call_grad(c, 1, txg));
+    NB_EXPECT_OK(nb_call_run(c, &ty));
+    NB_REQUIRE_OK(nb_call_begin(fs, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, t40));
+    NB_EXPECT_OK(nb_call_run(c, &ty40));
+    static float y40[N];
+    NB_EXPECT(ty && ty40);
+    if (ty && ty40) {
+        NB_EXPECT_OK(nb_tensor_to_host(ty, y, sizeof y));
+        NB_EXPECT_OK(nb_tensor_to_host(ty40, y40, sizeof y40));
+        NB_EXPECT_OK(nb_tensor_to_host(txg, xg, sizeof xg));
+        NB_EXPECT_OK(nb_tensor_to_host(twg, wg, sizeof wg));
+        int bad = 0;
+        double want_wg[64] = {0}, scale[64] = {0};
+        for (int i = 0; i < N; i++) {
+            double s = 0, s40 = 0;
+            for (int k = 0; k < 64; k++) {
+                s += (double)w[k] * x[i][k];
+                want_wg[k] += x[i][k];
+                scale[k] += fabs(x[i][k]);
+                if (fabs(xg[i][k] - w[k]) > 1e-6 && bad++ < 3) fprintf(stderr, "  rows x_grad[%d][%d] = %g, want %g\n", i, k, xg[i][k], w[k]);
+            }
+            for (int k = 0; k < 40; k++) s40 += (double)x40[i][k] * x40[i][k] * (k + 1);
+            if (fabs(y[i] - s) > 1e-4 && bad++ < 3) fprintf(stderr, "  rows dotn[%d] = %g, want %g\n", i, y[i], s);
+            if (fabs(y40[i] - s40) > 1e-3 && bad++ < 3) fprintf(stderr, "  rows sq40[%d] = %g, want %g\n", i, y40[i], s40);
+        }
+        for (int k = 0; k < 64; k++)
+            if (fabs(wg[k] - want_wg[k]) > 1e-5 * (1 + scale[k]) && bad++ < 3) fprintf(stderr, "  rows w_grad[%d] = %g, want %g\n", k, wg[k], want_wg[k]);
+        if (bad) nb_test_failures_++;
+    }
+    nb_tensor *all[] = {tx, t40, tw, txg, twg, ty, ty40};
+    for (int i = 0; i < 7; i++) nb_tensor_free(all[i]);
+    nb_module_free(m);
+}
+
 static void test_call_kernels_cpu(void)
 {
     nb_device *d = NULL;
     NB_REQUIRE_OK(nb_device_open("cpu", &d));
     check_call_kernels(d);
     check_api(d);
+    check_rows(d);
     nb_device_close(d);
 }
 
@@ -668,6 +737,7 @@ static void test_call_kernels_cuda(void)
     NB_REQUIRE_OK(nb_device_open("cuda", &d));
     check_call_kernels(d);
     check_api(d);
+    check_rows(d);
     nb_device_close(d);
 }
 

@@ -283,7 +283,9 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
             first[i] = L.n;
             int is_tan = kind == 1 && i >= f->nparams && strcmp(v->name, "_result_d") != 0;
             int is_dout = kind != NB_AD_FWDS && strcmp(v->name, "_dout") == 0;
-            hasdef[i] = is_tan || is_dout;
+            /* a gradient not asked for is bound to a zero uniform that is never written back: the
+             * kernel's compiler then drops the work that only fed it */
+            hasdef[i] = is_tan || is_dout || (v->flags & NB_IRF_ACCUM) != 0;
             if (!rleaf_add(&L, v->type, v->name, i, dirs[i], (v->flags & NB_IRF_NO_DIFF) != 0, is_dout ? 1.0 : 0.0,
                            hasdef[i]))
                 return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
