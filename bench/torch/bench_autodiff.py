@@ -2,7 +2,8 @@
 
   1. fused:  f(w[16], b[16], x) = sum_k tanh(w_k * x + b_k) * w_k over 2^24 values of x, w and b
              shared; gradients of w, b and x.
-  2. memory-bound: y = dot(w, x), w: float[64] shared, x: 2^22 rows of 64; gradients of w and x.
+  2. memory-bound: y = dot(w, x), w: float[64] shared, x: 2^22 rows of 64; gradient of w (the
+     issue's case: x needs no gradient), then of w and x.
 
 Eager, torch.compile, and CUDA-graph replay of the compiled step, median ms by CUDA events, plus
 the memory floor (bytes that must move over the measured copy bandwidth). Run on the GPU machine:
@@ -54,16 +55,17 @@ def fused_problem(dev):
     return "fused tanh-sum 2^24", f, (w, b, x), n, floor_bytes
 
 
-def dot_problem(dev):
+def dot_problem(dev, want_dx):
     rows = 1 << 22
     w = torch.randn(64, device=dev, requires_grad=True)
-    x = torch.randn(rows, 64, device=dev, requires_grad=True)
+    x = torch.randn(rows, 64, device=dev, requires_grad=want_dx)
 
     def f(w, x):
         return x @ w
 
-    floor_bytes = rows * 64 * 4 * 3  # x read forward, read again backward, dx written
-    return "dot(w[64], x) 2^22 rows", f, (w, x), rows, floor_bytes
+    # x read forward and again backward, y written (+ dx written)
+    floor_bytes = rows * 64 * 4 * (3 if want_dx else 2) + rows * 4
+    return f"dot(w[64], x) 2^22 rows, {'dw+dx' if want_dx else 'dw'}", f, (w, x), rows, floor_bytes
 
 
 def run(name, f, args, n, floor_bytes, gbs):
@@ -73,7 +75,8 @@ def run(name, f, args, n, floor_bytes, gbs):
     def step(fn):
         def go():
             for a in args:
-                a.grad = None
+                if a.requires_grad:
+                    a.grad = None
             y = fn(*args)
             y.backward(dy)
         return go
@@ -105,7 +108,7 @@ def main():
     dev = torch.device("cuda")
     gbs = copy_gbs(dev)
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  copy {gbs:.0f} GB/s")
-    for prob in (fused_problem(dev), dot_problem(dev)):
+    for prob in (fused_problem(dev), dot_problem(dev, False), dot_problem(dev, True)):
         run(*prob, gbs)
 
 
