@@ -28,6 +28,28 @@ typedef struct host {
     size_t count;
 } host;
 
+/* The dtype of DiffTensor parameter i (NB_F32 for DiffTensor<float>), or -1 for other parameters. */
+static int tensor_dtype(nb_func *f, int i)
+{
+    for (int l = 0; l < nb_func_leaf_count(f, 0); l++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(f, 0, l, &li) == NB_OK && li.param == i && li.is_diff_tensor) return (int)li.dtype;
+    }
+    return -1;
+}
+
+/* Converts parsed values (f64 or i64) to f32 in place (the buffer is at least as large). */
+static int to_f32(host *h)
+{
+    float *o = (float *)h->data;
+    for (size_t k = 0; k < h->count; k++) {
+        double v = h->dtype == NB_F64 ? ((double *)h->data)[k] : (double)((int64_t *)h->data)[k];
+        o[k] = (float)v;
+    }
+    h->dtype = NB_F32;
+    return 1;
+}
+
 static int shape_of(const nb_json *v, host *h, int depth, int *is_float, char *err, size_t cap)
 {
     if (v->kind == NB_JSON_NUMBER) {
@@ -275,7 +297,11 @@ int nb_cmd_call_ad(int argc, char **argv)
         host *h = &hosts[nhost++];
         if (!parse_host(eq + 1, h, err, sizeof err)) goto bad_json;
         nb_tensor *t = NULL;
-        if (nb_tensor_from_host(dev, h->dtype == NB_F64 ? NB_F64 : NB_I64, h->ndim, h->shape, h->data, &t) != NB_OK) goto fail;
+        if (tensor_dtype(f, found) == NB_F32) { /* a DiffTensor<float>: its tangent array is f32 too */
+            if (!to_f32(h)) goto fail;
+            if (nb_tensor_from_host(dev, NB_F32, h->ndim, h->shape, h->data, &t) != NB_OK) goto fail;
+        } else if (nb_tensor_from_host(dev, h->dtype == NB_F64 ? NB_F64 : NB_I64, h->ndim, h->shape, h->data, &t) != NB_OK)
+            goto fail;
         owned[nown++] = t;
         if (nb_call_tangent(c, found, t) != NB_OK) goto fail;
     }

@@ -720,6 +720,127 @@ static void check_rows(nb_device *dev)
     nb_module_free(m);
 }
 
+/* DiffTensor<float,1> parameters: reads in a differentiable function add their gradient into the
+ * tensor's gradient array (atomically: many threads hit the same elements), writes take theirs
+ * from it; forward mode reads tangents from it. nb_call_grad binds it in any mode, so a plain call
+ * of a function that runs bwd_diff inside (the slangtorch pattern) accumulates too. */
+static void check_difftensor(nb_device *dev)
+{
+    static const char *src =
+        "[Differentiable]\n"
+        "float lookup(DiffTensor<float, 1> t, float x) {\n"
+        "    int i = int(x);\n"
+        "    float f = x - float(i);\n"
+        "    return t[i] * (1.0 - f) + t[i + 1] * f;\n"
+        "}\n"
+        "[Differentiable]\n"
+        "void scatter(DiffTensor<float, 1> o, float x, float v) { o[int(x)] = v * v; }\n"
+        "void train(DiffTensor<float, 1> t, float x) { DifferentialPair<float> p = diffPair(x); bwd_diff(lookup)(t, p, 2.0); }\n";
+    enum { N = 777, T = 9 };
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "dt.nb", src, NULL, &m));
+    nb_func *fl = NULL, *fs = NULL, *ft = NULL;
+    NB_REQUIRE_OK(nb_module_func(m, "lookup", &fl));
+    NB_REQUIRE_OK(nb_module_func(m, "scatter", &fs));
+    NB_REQUIRE_OK(nb_module_func(m, "train", &ft));
+    static float x[N], tv[T], g[T], y[N], xg[N], tan[T], yt[N];
+    for (int i = 0; i < N; i++) x[i] = (float)((T - 1.01) * urand());
+    for (int k = 0; k < T; k++) { tv[k] = (float)(k * k) * 0.5f; tan[k] = (float)k - 3.0f; }
+    int64_t sn[1] = {N}, st[1] = {T}, s5[1] = {T - 1};
+    nb_tensor *tx = NULL, *tt = NULL, *tg = NULL, *txg = NULL, *ty = NULL, *ttan = NULL, *tyt = NULL, *bad = NULL;
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, sn, x, &tx));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, st, tv, &tt));
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, st, &tg));
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, sn, &txg));
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, st, tan, &ttan));
+    /* 1. bwds (fused: result too) */
+    nb_call *c = NULL;
+    NB_REQUIRE_OK(nb_call_begin(fl, &c));
+    NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_BWD));
+    NB_EXPECT_OK(nb_call_arg(c, 0, tt));
+    NB_EXPECT_OK(nb_call_arg(c, 1, tx));
+    NB_EXPECT_OK(nb_call_grad(c, 0, tg));
+    NB_EXPECT_OK(nb_call_grad(c, 1, txg));
+    NB_EXPECT_OK(nb_call_run(c, &ty));
+    /* 2. a plain call of train(): bwd_diff inside, dout 2: tg gets 2x more */
+    NB_REQUIRE_OK(nb_call_begin(ft, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, tt));
+    NB_EXPECT_OK(nb_call_arg(c, 1, tx));
+    NB_EXPECT_OK(nb_call_grad(c, 0, tg));
+    NB_EXPECT_OK(nb_call_run(c, NULL));
+    /* 3. fwds: the tangent of t from its gradient array */
+    NB_REQUIRE_OK(nb_call_begin(fl, &c));
+    NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_FWD));
+    NB_EXPECT_OK(nb_call_arg(c, 0, tt));
+    NB_EXPECT_OK(nb_call_arg(c, 1, tx));
+    NB_EXPECT_OK(nb_call_tangent(c, 0, ttan));
+    NB_EXPECT_OK(nb_call_tangent_alloc(c, &tyt));
+    nb_tensor *yy = NULL;
+    NB_EXPECT_OK(nb_call_run(c, &yy));
+    nb_tensor_free(yy);
+    if (ty && tyt) {
+        NB_EXPECT_OK(nb_tensor_to_host(ty, y, sizeof y));
+        NB_EXPECT_OK(nb_tensor_to_host(tyt, yt, sizeof yt));
+        NB_EXPECT_OK(nb_tensor_to_host(txg, xg, sizeof xg));
+        NB_EXPECT_OK(nb_tensor_to_host(tg, g, sizeof g));
+        double want_g[T] = {0};
+        int badc = 0;
+        for (int i = 0; i < N; i++) {
+            int k = (int)x[i];
+            double f = x[i] - (double)k;
+            double wy = tv[k] * (1 - f) + tv[k + 1] * f, wt = tan[k] * (1 - f) + tan[k + 1] * f, wx = tv[k + 1] - tv[k];
+            want_g[k] += 3 * (1 - f);
+            want_g[k + 1] += 3 * f;
+            if ((fabs(y[i] - wy) > 1e-4 || fabs(yt[i] - wt) > 1e-4 || fabs(xg[i] - wx) > 1e-4) && badc++ < 3)
+                fprintf(stderr, "  difftensor [%d]: y %g (%g) tangent %g (%g) x_grad %g (%g)\n", i, y[i], wy, yt[i], wt, xg[i], wx);
+        }
+        for (int k = 0; k < T; k++)
+            if (fabs(g[k] - want_g[k]) > 1e-3 && badc++ < 3) fprintf(stderr, "  difftensor t_grad[%d] = %g, want %g\n", k, g[k], want_g[k]);
+        if (badc) nb_test_failures_++;
+    } else NB_EXPECT(0);
+    /* 4. a DiffTensor write takes its gradient from the gradient array: v_grad = 2 v g[int(x)] */
+    {
+        float xs[3] = {1.5f, 4.2f, 7.9f}, vs[3] = {0.5f, -2.0f, 3.0f}, gw[T], vg[3];
+        for (int k = 0; k < T; k++) gw[k] = 10.0f + (float)k;
+        int64_t s3[1] = {3};
+        nb_tensor *txs = NULL, *tvs = NULL, *tgw = NULL, *tvg = NULL, *to = NULL;
+        NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, s3, xs, &txs));
+        NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, s3, vs, &tvs));
+        NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, st, gw, &tgw));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, s3, &tvg));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, st, &to));
+        NB_REQUIRE_OK(nb_call_begin(fs, &c));
+        NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_BWD));
+        NB_EXPECT_OK(nb_call_arg(c, 0, to));
+        NB_EXPECT_OK(nb_call_arg(c, 1, txs));
+        NB_EXPECT_OK(nb_call_arg(c, 2, tvs));
+        NB_EXPECT_OK(nb_call_grad(c, 0, tgw));
+        NB_EXPECT_OK(nb_call_grad(c, 2, tvg));
+        NB_EXPECT_OK(nb_call_run(c, NULL));
+        NB_EXPECT_OK(nb_tensor_to_host(tvg, vg, sizeof vg));
+        for (int i = 0; i < 3; i++) NB_EXPECT_NEAR(vg[i], 2.0 * vs[i] * gw[(int)xs[i]], 1e-4);
+        nb_tensor *all[] = {txs, tvs, tgw, tvg, to};
+        for (int i = 0; i < 5; i++) nb_tensor_free(all[i]);
+    }
+    /* 5. bad gradient arrays: clear errors */
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, s5, &bad));
+    NB_REQUIRE_OK(nb_call_begin(fl, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, tt));
+    NB_EXPECT_OK(nb_call_arg(c, 1, tx));
+    NB_EXPECT_OK(nb_call_grad(c, 0, bad));
+    nb_tensor *r = NULL;
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE, "gradient array of DiffTensor 't'");
+    nb_tensor_free(r);
+    nb_tensor *bad64 = NULL;
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F64, 1, st, &bad64));
+    NB_REQUIRE_OK(nb_call_begin(fl, &c));
+    NB_EXPECT_ERR(nb_call_grad(c, 0, bad64), NB_ERR_DTYPE, "DiffTensor 't' holds f32");
+    nb_call_free(c);
+    nb_tensor *all[] = {tx, tt, tg, txg, ty, ttan, tyt, bad, bad64};
+    for (int i = 0; i < 9; i++) nb_tensor_free(all[i]);
+    nb_module_free(m);
+}
+
 static void test_call_kernels_cpu(void)
 {
     nb_device *d = NULL;
@@ -727,6 +848,7 @@ static void test_call_kernels_cpu(void)
     check_call_kernels(d);
     check_api(d);
     check_rows(d);
+    check_difftensor(d);
     nb_device_close(d);
 }
 
@@ -738,6 +860,7 @@ static void test_call_kernels_cuda(void)
     check_call_kernels(d);
     check_api(d);
     check_rows(d);
+    check_difftensor(d);
     nb_device_close(d);
 }
 

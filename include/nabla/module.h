@@ -137,6 +137,7 @@ typedef struct nb_leaf_info {
     nb_arg_dir dir;
     int is_tensor;           /* a Tensor<T,N> parameter: takes a whole array */
     int tensor_rank;         /* N of Tensor<T,N> */
+    int is_diff_tensor;      /* DiffTensor<T,N>: also takes a gradient array (nb_call_grad) */
     nb_dtype dtype;          /* scalar type: float -> NB_F32, int -> NB_I32, bool -> NB_BOOL, … */
     int value_rank;          /* float -> 0, float3 -> 1, float3x4 -> 2, float[4] -> 1 */
     int64_t value_shape[8];  /* float3x4 -> [3,4] */

@@ -53,6 +53,7 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
     c->nmaps = 0;
     c->into = NULL;
     c->ninto = 0;
+    c->ntgrads = 0;
     c->overload_slot = NULL;
     c->nres = 0;
     c->overload = 0;
@@ -394,6 +395,14 @@ static nb_status fill_block(nb_call *c, const nb_call_layout *L) {
             memcpy(blk + ll->strides_offset, b->tshape, sizeof(int64_t) * (size_t)b->tensor_rank);
             memcpy(blk + ll->strides_offset + 8 * (size_t)b->tensor_rank, b->tstrides,
                    sizeof(int64_t) * (size_t)b->tensor_rank);
+            if (ll->grad_offset) { /* DiffTensor: its gradient array, or none (NULL) */
+                uint64_t gp = 0;
+                int64_t gs[NB_MAX_DIMS] = {0};
+                nb_status gst = nb_call_tgrad_for(c, j, b, &gp, gs);
+                if (gst) return gst;
+                memcpy(blk + ll->grad_offset, &gp, sizeof gp);
+                memcpy(blk + ll->grad_offset + 8, gs, sizeof(int64_t) * (size_t)b->tensor_rank);
+            }
             break;
         }
     }

@@ -79,9 +79,83 @@ static nb_status bind_extra(nb_call *c, const char *api, int kind, int index, nb
     return nb_call_arg_named(c, name, t);
 }
 
+/* The base function of the call (f for "f__bwds" etc.). */
+static nb_status base_func(nb_call *c, nb_func **out)
+{
+    int k = wrapper_kind(c);
+    if (!k) {
+        *out = c->f;
+        return NB_OK;
+    }
+    char base[512];
+    snprintf(base, sizeof base, "%.*s", (int)strlen(c->f->name) - 6, c->f->name);
+    return nb_module_func(c->f->m, base, out);
+}
+
+/* DiffTensor parameter `index` of the base function: its gradient (tangent) array is bound by
+ * name, in any mode (a plain call of a function that runs bwd_diff inside uses it too).
+ * Returns 1 when handled (status in *st), 0 when the parameter is not a DiffTensor. */
+static int bind_tgrad(nb_call *c, const char *api, int index, nb_tensor *g, nb_status *st)
+{
+    nb_func *pf = NULL;
+    if (base_func(c, &pf) != NB_OK) {
+        nb_clear_error();
+        return 0;
+    }
+    int nl = nb_func_leaf_count(pf, 0);
+    for (int l = 0; l < nl; l++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(pf, 0, l, &li) != NB_OK || li.param != index || !li.is_diff_tensor) continue;
+        if (!g) *st = nb_error(NB_ERR_INVALID_ARG, "%s: the gradient array for '%s' is NULL", api, li.path);
+        else if (nb_tensor_dtype(g) != li.dtype)
+            *st = nb_error(NB_ERR_DTYPE, "%s: DiffTensor '%s' holds %s, its gradient array is %s", api, li.path,
+                           nb_dtype_name(li.dtype), nb_dtype_name(nb_tensor_dtype(g)));
+        else if (nb_tensor_device(g) != nb_module_device(pf->m))
+            *st = nb_error(NB_ERR_INVALID_ARG, "%s: the gradient array for '%s' is on another device than the module", api,
+                           li.path);
+        else if (c->ntgrads >= (int)(sizeof c->tgrads / sizeof c->tgrads[0]))
+            *st = nb_error(NB_ERR_UNSUPPORTED, "%s: at most %d DiffTensor gradients per call", api,
+                           (int)(sizeof c->tgrads / sizeof c->tgrads[0]));
+        else {
+            c->tgrads[c->ntgrads].param = nb_func_param_name(pf, 0, index);
+            c->tgrads[c->ntgrads++].t = g;
+            *st = NB_OK;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+nb_status nb_call_tgrad_for(nb_call *c, int j, const nb_leaf_bind *b, uint64_t *ptr, int64_t *strides)
+{
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    const char *name = in->leaves[j].path;
+    *ptr = 0;
+    for (int k = c->ntgrads - 1; k >= 0; k--) {
+        if (strcmp(c->tgrads[k].param, name)) continue;
+        nb_tensor *g = c->tgrads[k].t;
+        int nd = nb_tensor_ndim(g);
+        int same = nd == b->tensor_rank;
+        for (int d = 0; same && d < nd; d++) same = nb_tensor_shape(g)[d] == b->tshape[d];
+        if (!same) {
+            char s1[128], s2[128];
+            return nb_error(NB_ERR_SHAPE, "%s: the gradient array of DiffTensor '%s' is %s but the tensor is %s",
+                            in->name, name, nb_shape_str(nd, nb_tensor_shape(g), s1, sizeof s1),
+                            nb_shape_str(b->tensor_rank, b->tshape, s2, sizeof s2));
+        }
+        *ptr = (uint64_t)(uintptr_t)nb_tensor_data(g);
+        memcpy(strides, nb_tensor_strides(g), sizeof(int64_t) * (size_t)nd);
+        return NB_OK;
+    }
+    return NB_OK;
+}
+
 nb_status nb_call_grad(nb_call *c, int index, nb_tensor *grad)
 {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_grad: call is NULL");
     if (index < 0) return nb_error(NB_ERR_INVALID_ARG, "nb_call_grad: index %d (use nb_call_dout for the result)", index);
+    nb_status st = NB_OK;
+    if (bind_tgrad(c, "nb_call_grad", index, grad, &st)) return st;
     return bind_extra(c, "nb_call_grad", 2, index, grad);
 }
 
@@ -89,6 +163,8 @@ nb_status nb_call_dout(nb_call *c, nb_tensor *dout) { return bind_extra(c, "nb_c
 
 nb_status nb_call_tangent(nb_call *c, int index, nb_tensor *tangent)
 {
+    nb_status st = NB_OK;
+    if (c && index >= 0 && bind_tgrad(c, "nb_call_tangent", index, tangent, &st)) return st;
     return bind_extra(c, "nb_call_tangent", 1, index < 0 ? -1 : index, tangent);
 }
 

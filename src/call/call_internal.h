@@ -143,6 +143,8 @@ struct nb_call {
     int ninto;              /* nb_call_result_named: fields of a struct result */
     struct { const char *path; nb_tensor *t; } intos[NB_CALL_MAX_LEAVES];
     int *overload_slot;     /* nb_call_report_overload */
+    int ntgrads;            /* nb_call_grad / nb_call_tangent on DiffTensor parameters, by name */
+    struct { const char *param; nb_tensor *t; } tgrads[8];
     /* binding scratch for the chosen overload */
     int overload;
     int nleaves;            /* leaves of the overload's parameters (result not included) */
@@ -156,6 +158,9 @@ struct nb_call {
 
 /* bind.c: chooses the overload and fills c->leaves/kdim/kshape/sig (no device work); then
  * materializes host values and allocations. grid != NULL for [Kernel] launches. */
+/* call_ad.c: the gradient array bound to DiffTensor leaf j (its address and byte strides; 0 when
+ * none), checked against the primal array's shape. */
+nb_status nb_call_tgrad_for(nb_call *c, int j, const nb_leaf_bind *b, uint64_t *ptr, int64_t *strides);
 /* call_ad.c: switches a bwds call whose result is wanted to the fused f__bwdr wrapper. */
 nb_status nb_call_ad_fuse(nb_call *c, int want_result);
 nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid);

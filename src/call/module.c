@@ -329,6 +329,7 @@ static void leaf_info(const nb_fn_leaf *l, nb_leaf_info *out) {
     out->param = l->param;
     out->dir = (nb_arg_dir)l->dir;
     out->is_tensor = l->kind == NB_LEAF_TENSOR;
+    out->is_diff_tensor = l->kind == NB_LEAF_TENSOR && l->diff_tensor;
     out->tensor_rank = l->tensor_rank;
     out->dtype = l->scalar;
     out->value_rank = l->value_rank;

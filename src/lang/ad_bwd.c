@@ -550,6 +550,20 @@ static void fwd_post(nb_ad_cloner *c, nb_ir_inst *in, nb_ir_inst *o)
 
 /* ---- reverse sweep ----------------------------------------------------------------------- */
 
+/* The gradient-buffer element a TSTORE / TATOMIC_ADD on a DiffTensor wrote (its indices). */
+static nb_ir_inst *tgrad_load(bwd *B, nb_ir_inst *in)
+{
+    int rank = in->ops[0]->type->rank;
+    nb_ir_inst *ops[10];
+    if (rank > 8) return NULL;
+    for (int i = 0; i <= rank; i++) ops[i] = P(B, in->ops[i]); /* (before the load: SSA order) */
+    nb_ir_inst *ld = nb_ir_new(&B->rb, NB_IR_TLOAD, in->ops[0]->type->elem, 1 + rank);
+    if (!ld) return NULL;
+    for (int i = 0; i <= rank; i++) ld->ops[i] = ops[i];
+    ld->flags |= NB_IRF_TGRAD;
+    return ld;
+}
+
 static void rev_block(bwd *B, nb_ir_block *bl);
 static void rev_range(bwd *B, nb_ir_inst *first, nb_ir_inst *last);
 
@@ -740,6 +754,14 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
         break;
     case NB_IR_BREAK: case NB_IR_CONTINUE:
         return;
+    case NB_IR_TSTORE: case NB_IR_TATOMIC_ADD: {
+        /* a DiffTensor element written (or added to): its gradient flows back to the value */
+        const nb_type *tt = in->ops[0]->type;
+        nb_ir_inst *v = in->ops[in->nops - 1];
+        if (tt->diff_tensor && wants_adj(B, v)) accum(B, v, tgrad_load(B, in));
+        if (in->op == NB_IR_TSTORE) return;
+        goto consume; /* (the old value an atomic add returns gets no gradient) */
+    }
     default:
         break;
     }
@@ -813,6 +835,17 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
         for (int i = 0; i < n; i++) accum(B, x[i], g[i]);
         break;
     }
+    case NB_IR_TLOAD: /* a DiffTensor element read: its gradient is added to the gradient buffer */
+        if (in->ops[0]->type->diff_tensor && in->nops <= 9) {
+            nb_ir_inst *ops[10];
+            for (int i = 0; i < in->nops; i++) ops[i] = P(B, in->ops[i]); /* (before the add: SSA order) */
+            nb_ir_inst *at = nb_ir_new(b, NB_IR_TATOMIC_ADD, in->type, in->nops + 1);
+            if (!at) break;
+            for (int i = 0; i < in->nops; i++) at->ops[i] = ops[i];
+            at->ops[in->nops] = a;
+            at->flags |= NB_IRF_TGRAD;
+        }
+        break;
     case NB_IR_LOAD: {
         nb_ir_var *av = B->adjv[in->var->id];
         if (!av) break;

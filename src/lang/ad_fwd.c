@@ -384,6 +384,26 @@ static void fwd_post(nb_ad_cloner *c, nb_ir_inst *in, nb_ir_inst *o)
         if (fl && tv) t = nb_ir_load(b, tv, in->path, in->npath, x);
         break;
     }
+    case NB_IR_TLOAD: /* a DiffTensor element's tangent is in its gradient buffer */
+        if (fl && in->ops[0]->type->diff_tensor) {
+            t = nb_ir_new(b, NB_IR_TLOAD, in->type, in->nops);
+            if (t) {
+                for (int i = 0; i < in->nops; i++) t->ops[i] = x[i];
+                t->flags |= NB_IRF_TGRAD;
+            }
+        }
+        break;
+    case NB_IR_TSTORE: case NB_IR_TATOMIC_ADD: /* ... and a written value's tangent goes there */
+        if (in->ops[0]->type->diff_tensor && nb_ad_dtype(F->tt, in->ops[in->nops - 1]->type)) {
+            nb_ir_inst *tv = zero_or(F, T(F, in->ops[in->nops - 1]), in->ops[in->nops - 1]->type);
+            nb_ir_inst *w = nb_ir_new(b, in->op, in->type, in->nops);
+            if (w) {
+                for (int i = 0; i + 1 < in->nops; i++) w->ops[i] = x[i];
+                w->ops[in->nops - 1] = tv;
+                w->flags |= NB_IRF_TGRAD;
+            }
+        }
+        break;
     case NB_IR_STORE: {
         nb_ir_var *tv = F->tvmap[in->var->id];
         const nb_type *vt = in->ops[0]->type;

@@ -635,7 +635,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                 APPEND(&ps, "    long long l%d_shape[%d];\n    long long l%d_strides[%d];\n", i, r, i, r);
             }
             if (l->type->diff_tensor) {
-                place_field(&off, &maxal, 8, 8);
+                ll->grad_offset = place_field(&off, &maxal, 8, 8);
                 APPEND(&ps, "    unsigned long long l%d_grad;\n", i);
                 if (r > 0) {
                     place_field(&off, &maxal, 8 * (size_t)r, 8);

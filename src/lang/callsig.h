@@ -76,6 +76,7 @@ typedef struct nb_leaf_layout {
     size_t offset;          /* UNIFORM: value bytes; ARRAY/TENSOR: the data pointer */
     size_t strides_offset;  /* ARRAY: int64[ndim]; TENSOR: int64 shape[rank] then strides[rank] */
     size_t inner_offset;    /* ARRAY: int64[value_rank] */
+    size_t grad_offset;     /* DiffTensor: uint64 grad, then int64 grad_strides[rank]; 0: none */
     size_t value_bytes;     /* UNIFORM: size of the inline value */
     int value_rank;         /* dims of one value (float3 -> 1, float -> 0) */
     long long value_shape[8];

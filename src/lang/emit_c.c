@@ -1149,9 +1149,11 @@ static void need_atomics(nb_emitter *e)
            kw, kw);
 }
 
-const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t)
+const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, int grad)
 {
-    const char *pre = op == NB_IR_TLOAD ? "tload" : op == NB_IR_TSTORE ? "tstore" : "tatomic_add";
+    if (grad && !t->diff_tensor) grad = 0; /* (only DiffTensors carry a gradient buffer) */
+    const char *pre = op == NB_IR_TLOAD ? (grad ? "tgload" : "tload") : op == NB_IR_TSTORE ? (grad ? "tgstore" : "tstore")
+                                                                                           : (grad ? "tgatomic_add" : "tatomic_add");
     char nm[160];
     helper_name(e, pre, t, NULL, nm, sizeof nm);
     if (!nb_emit_need_helper(e, nm)) return registered(e, nm);
@@ -1169,10 +1171,17 @@ const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t)
     nb_strbuf_init(&p);
     nb_strbuf_init(&b);
     APPEND(&p, "%s t", tn);
-    APPEND(&b, "    char *p = t.data");
+    if (grad) { /* no gradient buffer: reads are 0, writes go nowhere */
+        nb_strbuf z;
+        nb_strbuf_init(&z);
+        nb_emit_zero(e, el, &z);
+        APPEND(&b, "    if (!t.grad) return%s%s;\n", op == NB_IR_TSTORE ? "" : " ", op == NB_IR_TSTORE ? "" : nb_strbuf_cstr(&z));
+        nb_strbuf_free(&z);
+    }
+    APPEND(&b, "    char *p = t.%s", grad ? "grad" : "data");
     for (int d = 0; d < t->rank; d++) {
         APPEND(&p, ", int i%d", d);
-        APPEND(&b, " + (long long)i%d * t.strides[%d]", d, d);
+        APPEND(&b, " + (long long)i%d * t.%s[%d]", d, grad ? "grad_strides" : "strides", d);
     }
     nb_strbuf_append(&b, ";\n");
     const char *kw = nb_emit_inline_kw(e);

@@ -85,7 +85,9 @@ const char *nb_emit_get_helper(nb_emitter *e, const nb_type *t);
 void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, const char *const *args,
                        int n, nb_strbuf *out);
 /* Tensor element access helpers: returns the helper name ("nb_tload_tensor_float_2"). */
-const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *tensor);
+/* grad: the DiffTensor's gradient buffer (t.grad, t.grad_strides; NULL: loads give 0, stores and
+ * atomic adds do nothing) instead of its data. */
+const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *tensor, int grad);
 
 /* Scalar C expression of an IR operator over rendered operands (no outer parentheses). */
 void nb_emit_scalar_op(nb_ir_op op, nb_scalar_kind s, nb_scalar_kind to, const char *a, const char *b, nb_strbuf *o);

@@ -577,6 +577,7 @@ static void print_inst(const nb_ir_inst *in, nb_strbuf *o, int depth)
     case NB_IR_LOOP:
         if (in->max_iters >= 0) nb_strbuf_printf(o, " max_iters=%lld", (long long)in->max_iters);
         if (in->flags & NB_IRF_UNROLL) nb_strbuf_append(o, " unroll");
+        if (in->flags & NB_IRF_TGRAD) nb_strbuf_append(o, " grad");
         if (in->flags & NB_IRF_TEST_LAST) nb_strbuf_append(o, " test_last");
         nb_strbuf_append(o, " {\n");
         {

@@ -95,6 +95,8 @@ enum {
     NB_IRF_TEST_LAST = 1 << 3, /* LOOP: condition after the body (do-while) */
     NB_IRF_ACCUM = 1 << 4,   /* out param of a bwds call wrapper: the call kernel ADDS its value into
                                 the bound array (atomically; lang/ad.h nb_ad_call_wrapper) */
+    NB_IRF_TGRAD = 1 << 5,   /* TLOAD / TSTORE / TATOMIC_ADD on a DiffTensor's gradient buffer
+                                (derivative code; a NULL gradient reads 0 and ignores writes) */
 };
 
 /* One component of a constant: integers (bool, int, uint, int64, uint64) in i, floats in f. */
