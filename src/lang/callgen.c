@@ -324,8 +324,9 @@ static void gen_accum_helpers(nb_emitter *e, int cuda)
  * element by element: the kernel keeps a thread-local sum per scalar component (nb_acc_ENTRY:
  * one per CPU chunk / CUDA thread over all its grid-stride iterations) and adds it once at the
  * end (CPU: one atomic per component per chunk; CUDA: a block reduction, then one atomicAdd per
- * component per block). Sums are double, except f32 leaves on CUDA beyond NB_ACC_F64_MAX
- * components (registers), which sum in float. Kernels with more than NB_ACC_LOCAL_MAX such
+ * component per block). CPU sums are double (chunks are long); a CUDA thread sums its few
+ * grid-stride iterations (n / (SMs x 32 x 256) of them) in float for f32 gradients (registers:
+ * occupancy) and the block reduction adds in double. Kernels with more than NB_ACC_LOCAL_MAX such
  * components keep the per-element path for the rest (local arrays would spill). */
 #define NB_ACC_LOCAL_MAX 64
 #define NB_ACC_F64_MAX 48
@@ -355,41 +356,6 @@ static void gen_block_sum_helper(nb_emitter *e)
            "    if (warp == 0) v = nb_warp_sum((threadIdx.x < nwarps ? nb_warp_sums[threadIdx.x] : (T)0), blockDim.x < 32 ? blockDim.x : 32u);\n"
            "    __syncthreads(); /* nb_warp_sums is reused by the next call */\n"
            "    return v;\n}\n");
-}
-
-/* CUDA: warp-cooperative loads of float[N] rows (N >= NB_STAGE_MIN). Each thread of a call
- * kernel reads its own row, so a warp's plain loads touch 32 rows (32 cache lines) per
- * instruction and the L1 cache thrashes. Instead the warp loads its 32 rows one after the other,
- * 32 consecutive floats at a time (one 128-byte line per instruction), through a padded shared
- * tile (33 floats a row: no bank conflicts), and each lane then copies its own row out. Every lane
- * of the warp must call it (nb_act = 0: the lane has no index and only helps). */
-#define NB_STAGE_MIN 8
-static void gen_stage_helper(nb_emitter *e, int n)
-{
-    char name[64];
-    snprintf(name, sizeof name, "nb_stage_f32_%d", n);
-    if (nb_emit_need_helper(e, "nb_stage_buf"))
-        APPEND(&e->helpers, "/* one 32 x 33 float tile per warp of a 256-thread block */\n"
-                            "static __device__ __forceinline__ float *nb_stage_buf(void) {\n"
-                            "    __shared__ float nb_tile[8 * 32 * 33];\n"
-                            "    return nb_tile + (threadIdx.x >> 5) * (32 * 33);\n}\n");
-    if (!nb_emit_need_helper(e, name)) return;
-    APPEND(&e->helpers,
-           "static __device__ __forceinline__ void %s(float *dst, const char *row, bool act) {\n"
-           "    float *t = nb_stage_buf();\n"
-           "    const unsigned lane = threadIdx.x & 31;\n"
-           "    const unsigned long long mine = act ? (unsigned long long)row : 0ull;\n" "#pragma unroll\n"
-           "    for (int c = 0; c < %d; c += 32) {\n" "#pragma unroll 8\n"
-           "        for (int r = 0; r < 32; r++) {\n"
-           "            const float *p = (const float *)__shfl_sync(0xffffffffu, mine, r);\n"
-           "            if (p && c + (int)lane < %d) t[r * 33 + lane] = __ldg(p + c + lane);\n"
-           "        }\n"
-           "        __syncwarp();\n" "#pragma unroll\n"
-           "        for (int j = 0; j < 32; j++)\n"
-           "            if (c + j < %d) dst[c + j] = t[lane * 33 + j];\n"
-           "        __syncwarp();\n"
-           "    }\n}\n",
-           name, n, n, n);
 }
 
 /* Number of scalars of a leaf value (arrays of scalars / vectors / matrices); 0 for others. */
@@ -445,7 +411,7 @@ static void gen_acc(nb_emitter *e, nb_strbuf *o, int mode, const nb_type *t, con
             APPEND(o, "%snb_accum_%s((void *)(%s), (%s)%s[%s + %d], 1);\n", pad, dt == NB_F64 ? "f64" : "f32",
                    nb_strbuf_cstr(&a), ct, acc, flat, k);
         else {
-            APPEND(o, "%s{\n%s    const auto nb_s = nb_block_sum(%s[%s + %d]);\n", pad, pad, acc, flat, k);
+            APPEND(o, "%s{\n%s    const double nb_s = nb_block_sum((double)%s[%s + %d]);\n", pad, pad, acc, flat, k);
             APPEND(o, "%s    if (threadIdx.x == 0) atomicAdd((%s *)(%s), (%s)nb_s);\n%s}\n", pad, ct, nb_strbuf_cstr(&a), ct, pad);
         }
         nb_strbuf_free(&a);
@@ -672,29 +638,13 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         nacc += ns;
     }
     for (int i = 0; i < L.n; i++)
-        acc_ct[i] = sig->leaves[i].storage == NB_F32 && cuda && nacc > NB_ACC_F64_MAX ? "float" : "double";
+        acc_ct[i] = sig->leaves[i].storage == NB_F32 && cuda ? "float" : "double";
     if (nacc) {
         APPEND(&ps, "/* per-thread sums of the gradients broadcast over the whole kernel, added once at the end */\n"
                     "typedef struct nb_acc_%s {\n", ename);
         for (int i = 0; i < L.n; i++)
             if (acc_local[i]) APPEND(&ps, "    %s l%d[%d]; /* %s */\n", acc_ct[i], i, leaf_scalars(L.items[i].type), L.items[i].path);
         APPEND(&ps, "} nb_acc_%s;\n", ename);
-    }
-
-    /* ---- warp-staged row loads (CUDA, gen_stage_helper) ---- */
-    char staged[NB_CALL_MAX_LEAVES + 1];
-    int nstaged = 0;
-    memset(staged, 0, sizeof staged);
-    for (int i = 0; cuda && nd_ > 0 && i < L.n; i++) {
-        const leaf *l = &L.items[i];
-        const nb_leaf_sig *ls = &sig->leaves[i];
-        const nb_type *t = l->type;
-        if (ls->bind != NB_BIND_ARRAY || f->params[l->param]->dir == NB_DIR_OUT || ls->storage != NB_F32) continue;
-        if (t->kind != NB_TY_ARRAY || t->elem->kind != NB_TY_SCALAR || t->elem->scalar != NB_SC_FLOAT) continue;
-        if (t->length < NB_STAGE_MIN || t->length > 4096) continue;
-        staged[i] = 1;
-        nstaged++;
-        gen_stage_helper(e, t->length);
     }
 
     /* ---- the function and everything it uses ---- */
@@ -709,7 +659,6 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                ename);
     else APPEND(&b, "static inline void nb_body_%s(const nb_params_%s *nb_P, const long long *nb_idx", ename, ename);
     if (nacc) APPEND(&b, ", nb_acc_%s *nb_acc", ename);
-    if (nstaged) nb_strbuf_append(&b, ", bool nb_act");
     nb_strbuf_append(&b, ") {\n");
     (void)I;
     if (nd_ == 0) nb_strbuf_append(&b, "    (void)nb_idx;\n");
@@ -750,15 +699,6 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             }
             char inner[8][96];
             char addr[64];
-            if (staged[i]) { /* contiguous rows that differ between neighbouring threads: staged */
-                for (int d = 0; d < l->rank; d++) snprintf(inner[d], sizeof inner[d], "nb_P->l%d_inner[%d]", i, d);
-                snprintf(addr, sizeof addr, "nb_a%d", i);
-                APPEND(&b, "    if (nb_P->l%d_inner[0] == 4 && nb_P->l%d_strides[%d] != 0) nb_stage_f32_%d(%s.a, nb_a%d, nb_act);\n"
-                           "    else {\n", i, i, nd_ - 1, l->type->length, lv, i);
-                gen_access(e, &b, 0, l->type, lv, addr, inner, 0, ls->storage, 2);
-                nb_strbuf_append(&b, "    }\n");
-                continue;
-            }
             if (ls->bind == NB_BIND_ARRAY) {
                 for (int d = 0; d < l->rank; d++) snprintf(inner[d], sizeof inner[d], "nb_P->l%d_inner[%d]", i, d);
                 snprintf(addr, sizeof addr, "nb_a%d", i);
@@ -777,7 +717,6 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             gen_access(e, &b, 0, l->type, lv, addr, inner, 0, ls->storage, 1);
         }
     }
-    if (nstaged) nb_strbuf_append(&b, "    if (!nb_act) return; /* (a lane that only helped stage its warp's rows) */\n");
     /* the call */
     nb_strbuf call;
     nb_strbuf_init(&call);
@@ -882,11 +821,6 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             if (pass == 0) nb_strbuf_append(&b, "    if (nb_n < 0x7fffffffLL) {\n");
             else nb_strbuf_append(&b, "    } else {\n");
             APPEND(&b, "        const %s nb_stride = (%s)blockDim.x * gridDim.x;\n", T, T);
-            if (nstaged) { /* warp-uniform trip count: every lane reaches the staged loads */
-                APPEND(&b, "        for (%s nb_w = (%s)blockIdx.x * blockDim.x + (threadIdx.x & ~31u); nb_w < (%s)nb_n; nb_w += nb_stride) {\n", T, T, T);
-                APPEND(&b, "            const bool nb_act = nb_w + (threadIdx.x & 31u) < (%s)nb_n;\n", T);
-                APPEND(&b, "            const %s nb_i = nb_act ? nb_w + (threadIdx.x & 31u) : nb_w;\n", T);
-            } else
             APPEND(&b, "        for (%s nb_i = (%s)blockIdx.x * blockDim.x + threadIdx.x; nb_i < (%s)nb_n; nb_i += nb_stride) {\n", T, T, T);
             APPEND(&b, "            %s nb_idx[%d];\n", T, nd_ > 0 ? nd_ : 1);
             if (nd_ == 0) nb_strbuf_append(&b, "            nb_idx[0] = 0;\n");
@@ -897,7 +831,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                     APPEND(&b, "            nb_idx[%d] = nb_rem %% (%s)params.shape[%d]; nb_rem /= (%s)params.shape[%d];\n", d, T, d, T, d);
                 nb_strbuf_append(&b, "            nb_idx[0] = nb_rem;\n");
             }
-            APPEND(&b, "            nb_body_%s(&params, nb_idx%s%s);\n", ename, nacc ? ", &nb_acc" : "", nstaged ? ", nb_act" : "");
+            APPEND(&b, "            nb_body_%s(&params, nb_idx%s);\n", ename, nacc ? ", &nb_acc" : "");
             nb_strbuf_append(&b, "        }\n");
         }
         nb_strbuf_append(&b, "    }\n");
