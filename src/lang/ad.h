@@ -37,6 +37,11 @@ nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
  * derivative) or on error (diagnostic in src). */
 nb_ir_func *nb_ad_bwdr_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);
 
+/* Rewrites the switches of f that fall through from one case into the next or leave a case with
+ * an early `break` into equivalent ifs over "matched" / "broke" flags (ad_switch.c), so the
+ * reverse sweep can mirror them. Semantics are unchanged; f's other switches are left alone. */
+void nb_ad_normalize_switches(nb_ir_module *m, nb_ir_func *f);
+
 /* Generates every pending derivative body. Returns 0 when fine, else the number of errors
  * (diagnostics in src). */
 int nb_ad_generate(nb_ir_module *m, nb_source_set *src);

@@ -966,6 +966,7 @@ nb_ir_func *nb_ad_bwdr_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
 int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
 {
     nb_ir_func *pf = df->primal;
+    nb_ad_normalize_switches(m, pf); /* (before anything is sized by pf's ids and vars) */
     bwd B;
     memset(&B, 0, sizeof B);
     B.m = m;
