@@ -284,6 +284,37 @@ static nb_ir_inst *recompute_counter(bwd *B, nb_ir_inst *x)
     return nb_ir_binary(b, NB_IR_ADD, k0, nb_ir_binary(b, NB_IR_MUL, c, it));
 }
 
+/* The result of a call to a [PreferRecompute] function (arguments by value only): called again
+ * with its arguments' primal values instead of stored per iteration. */
+static nb_ir_inst *recompute_call(bwd *B, nb_ir_inst *x)
+{
+    if (x->op == NB_IR_LOAD) { /* `y = g(...); ... y ...` in one block: the call's value */
+        nb_ir_inst *p = x->prev;
+        for (; p; p = p->prev) {
+            if (p->op == NB_IR_STORE && p->var == x->var) break;
+            for (int i = 0; i < B->nvstores[x->var->id]; i++) /* another write in between */
+                if (B->vstores[x->var->id][i] == p || (p->nblocks && is_inside(B->vstores[x->var->id][i], p->blocks[0]))) return NULL;
+            for (int k = 1; k < p->nblocks; k++)
+                for (int i = 0; i < B->nvstores[x->var->id]; i++)
+                    if (is_inside(B->vstores[x->var->id][i], p->blocks[k])) return NULL;
+        }
+        if (!p || p->npath || p->ops[0]->op != NB_IR_CALL) return NULL;
+        x = p->ops[0];
+    }
+    nb_ir_func *cf = x->callee;
+    if (!cf || !cf->decl || !cf->decl->u.func.prefer_recompute || x->nops > 64) return NULL;
+    nb_ir_inst *args[65];
+    nb_ir_var *refs[65];
+    for (int i = 0; i < x->nops; i++) {
+        if (x->refs && x->refs[i]) return NULL;
+        refs[i] = NULL;
+    }
+    for (int i = 0; i < x->nops; i++) args[i] = P(B, x->ops[i]);
+    nb_ir_inst *r = nb_ir_call(&B->rb, cf, args, refs);
+    if (r) r->flags |= NB_IRF_NO_DIFF; /* (a primal value: its adjoint is the original call's) */
+    return r;
+}
+
 /* The primal value of x, usable at the reverse sweep's current position. */
 static nb_ir_inst *P(bwd *B, nb_ir_inst *x)
 {
@@ -296,6 +327,10 @@ static nb_ir_inst *P(bwd *B, nb_ir_inst *x)
     if (x->op == NB_IR_LOAD && B->vstores) {
         nb_ir_inst *r = recompute_counter(B, x);
         if (!r) r = recompute_invariant_load(B, x);
+        if (r) return r;
+    }
+    if (x->op == NB_IR_CALL || (x->op == NB_IR_LOAD && !x->npath)) {
+        nb_ir_inst *r = recompute_call(B, x);
         if (r) return r;
     }
     if (is_const_like(c)) { /* rematerialize */

@@ -203,6 +203,8 @@ struct nb_decl {
             nb_stmt *body;                    /* NULL for a declaration without a body */
             nb_decl *parent;                  /* enclosing struct for methods, else NULL */
             int is_mutating;                  /* [mutating] method: `this` is inout */
+            int prefer_recompute;             /* [PreferRecompute]: reverse mode calls it again
+                                                 rather than storing its result */
             nb_decl **gparams; int ngparams;  /* value generics `float f<let N : int>(…)`
                                                  (NB_DECL_PARAM); a function with gparams is a
                                                  template: never checked or lowered itself */

@@ -685,7 +685,9 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
                 else f->u.func.bwd_derivative = fn;
                 f->u.func.differentiable = 1;
             }
-        } else if (!strcmp(n, "PreferRecompute") || !strcmp(n, "PreferCheckpoint") ||
+        } else if (!strcmp(n, "PreferRecompute")) {
+            fn->u.func.prefer_recompute = 1;
+        } else if (!strcmp(n, "PreferCheckpoint") ||
                    !strcmp(n, "TreatAsDifferentiable") || !strcmp(n, "AutoPyBindCUDA") ||
                    !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
                    !strcmp(n, "numthreads") || !strcmp(n, "shader")) {
