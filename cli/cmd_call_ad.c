@@ -1,14 +1,17 @@
-/* `nabla call FILE FUNC ARG... --bwd [--dout JSON]` and `... --fwd [--tangent NAME=JSON]...`:
- * derivative calls over arrays (docs/AUTODIFF.md), through the public C API
- * (nb_call_set_mode, nb_call_grad, nb_call_tangent, nb_call_dout).
+/* `nabla call FILE FUNC ARG... --bwd [--dout JSON] [--dout OUT=JSON]...` and
+ * `... --fwd [--tangent NAME=JSON]...`: derivative calls over arrays (docs/AUTODIFF.md), through
+ * the public C API (nb_call_set_mode, nb_call_grad, nb_call_tangent, nb_call_dout).
  *
  *   --bwd   prints {"result": R, "grad": {"param": dL/dparam, ...}} for every differentiable
- *           input; the result gradient is --dout (default 1 everywhere); each gradient has the
- *           shape of its argument (a scalar given for every element gets the summed gradient).
+ *           input (a struct parameter's as an object of its fields, a DiffTensor's as its
+ *           gradient array); the result's gradient is --dout JSON and an out parameter's
+ *           --dout NAME=JSON (default 1 everywhere); each gradient has the shape of its argument
+ *           (a scalar given for every element gets the summed gradient). One fused call computes
+ *           the result and the gradients.
  *   --fwd   prints {"result": R, "tangent": dR}; --tangent NAME=JSON gives parameter NAME's
  *           tangent (default 0).
- * ARGs are JSON numbers / nested lists, positional (the parameters that are not `out`) or
- * NAME=JSON.
+ * ARGs are JSON numbers / nested lists, or objects for struct parameters ({"a": 1, "b": [2, 3]}),
+ * positional (the parameters that are not `out`) or NAME=JSON.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +39,16 @@ static int tensor_dtype(nb_func *f, int i)
         if (nb_func_leaf(f, 0, l, &li) == NB_OK && li.param == i && li.is_diff_tensor) return (int)li.dtype;
     }
     return -1;
+}
+
+/* Is parameter i a struct (bound leaf by leaf: "p.a", "p.b")? */
+static int is_struct_param(nb_func *f, int i)
+{
+    for (int l = 0; l < nb_func_leaf_count(f, 0); l++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(f, 0, l, &li) == NB_OK && li.param == i) return strcmp(li.path, nb_func_param_name(f, 0, i)) != 0;
+    }
+    return 0;
 }
 
 /* Converts parsed values (f64 or i64) to f32 in place (the buffer is at least as large). */
@@ -80,11 +93,9 @@ static void fill(const nb_json *v, host *h, size_t *k)
     for (int i = 0; i < v->count; i++) fill(&v->items[i], h, k);
 }
 
-static int parse_host(const char *text, host *h, char *err, size_t cap)
+static int host_from_json(const nb_json *v, host *h, char *err, size_t cap)
 {
     memset(h, 0, sizeof *h);
-    nb_json *v = nb_json_parse(text, err, cap);
-    if (!v) return 0;
     int is_float = 0;
     /* first pass: the shape along the first element of every level */
     const nb_json *w = v;
@@ -110,8 +121,86 @@ static int parse_host(const char *text, host *h, char *err, size_t cap)
     } else if (!err[0]) {
         snprintf(err, cap, "ragged nested list");
     }
+    return ok;
+}
+
+static int parse_host(const char *text, host *h, char *err, size_t cap)
+{
+    memset(h, 0, sizeof *h);
+    nb_json *v = nb_json_parse(text, err, cap);
+    if (!v) return 0;
+    int ok = host_from_json(v, h, err, cap);
     nb_json_free(v);
     return ok;
+}
+
+/* The value of leaf `path` ("p" or "p.pos.x") inside parameter `name`'s JSON argument. */
+static const nb_json *leaf_json(const nb_json *root, const char *name, const char *path, char *err, size_t cap)
+{
+    const char *rest = path + strlen(name);
+    const nb_json *v = root;
+    while (*rest == '.') {
+        rest++;
+        size_t n = strcspn(rest, ".");
+        if (v->kind != NB_JSON_OBJECT) {
+            snprintf(err, cap, "argument '%s' is a struct: give an object with field '%.*s'", name, (int)n, rest);
+            return NULL;
+        }
+        const nb_json *f = NULL;
+        for (int i = 0; i < v->count; i++)
+            if (strlen(v->keys[i]) == n && !strncmp(v->keys[i], rest, n)) f = &v->items[i];
+        if (!f) {
+            snprintf(err, cap, "argument '%s' has no field '%.*s'", name, (int)n, rest);
+            return NULL;
+        }
+        v = f;
+        rest += n;
+    }
+    return v;
+}
+
+/* Prints "key": value pairs of leaf paths as nested objects ("p.a", "p.b" -> "p": {"a": …, "b": …}). */
+typedef struct jpath {
+    int open;            /* objects opened below the top */
+    char comp[8][64];    /* their keys */
+    int count[9];        /* pairs printed at each depth */
+} jpath;
+
+static void jpath_key(jpath *j, const char *path)
+{
+    char comps[8][64];
+    int n = 0;
+    for (const char *p = path; *p && n < 8; n++) {
+        size_t k = strcspn(p, ".");
+        snprintf(comps[n], sizeof comps[n], "%.*s", (int)(k < 63 ? k : 63), p);
+        p += k;
+        if (*p == '.') p++;
+    }
+    int common = 0;
+    while (common < j->open && common < n - 1 && !strcmp(j->comp[common], comps[common])) common++;
+    while (j->open > common) {
+        fputs("}", stdout);
+        j->open--;
+    }
+    for (int d = common; d < n; d++) {
+        if (j->count[d]++) fputs(", ", stdout);
+        nb_json_print_string(stdout, comps[d]);
+        fputs(": ", stdout);
+        if (d + 1 < n) {
+            fputs("{", stdout);
+            snprintf(j->comp[d], sizeof j->comp[d], "%s", comps[d]);
+            j->open = d + 1;
+            j->count[d + 1] = 0;
+        }
+    }
+}
+
+static void jpath_end(jpath *j)
+{
+    while (j->open > 0) {
+        fputs("}", stdout);
+        j->open--;
+    }
 }
 
 static void print_rec(const double *d, int ndim, const int64_t *shape, size_t *k, int single)
@@ -166,6 +255,8 @@ static int fail_st(const char *what)
 int nb_cmd_call_ad(int argc, char **argv)
 {
     const char *file = NULL, *func = NULL, *device = "auto", *dout = NULL;
+    const char *douts[AD_MAX]; /* --dout NAME=JSON: gradients of out parameters */
+    int ndout = 0;
     const char *pos[AD_MAX], *named[AD_MAX], *tangents[AD_MAX], *incs[AD_MAX];
     int npos = 0, nnamed = 0, ntan = 0, ninc = 0, bwd = -1;
     for (int i = 0; i < argc; i++) {
@@ -177,7 +268,11 @@ int nb_cmd_call_ad(int argc, char **argv)
             if (!next) return nb_cli_bad_usage("call: %s needs a value", a);
             i++;
             if (!strcmp(a, "--device")) device = next;
-            else if (!strcmp(a, "--dout")) dout = next;
+            else if (!strcmp(a, "--dout")) {
+                if (next[0] != '[' && next[0] != '{' && next[0] != '-' && (next[0] < '0' || next[0] > '9') && strchr(next, '=')) {
+                    if (ndout < AD_MAX) douts[ndout++] = next;
+                } else dout = next;
+            }
             else if (!strcmp(a, "-I") && ninc < AD_MAX) incs[ninc++] = next;
             else if (!strcmp(a, "--tangent")) {
                 if (!strchr(next, '=')) return nb_cli_bad_usage("call: --tangent needs NAME=JSON, got '%s'", next);
@@ -193,7 +288,7 @@ int nb_cmd_call_ad(int argc, char **argv)
     }
     if (!file || !func) return nb_cli_bad_usage("call: usage: nabla call FILE FUNC ARG... --fwd|--bwd%s", "");
     if (bwd && ntan) return nb_cli_bad_usage("call: --tangent goes with --fwd%s", "");
-    if (!bwd && dout) return nb_cli_bad_usage("call: --dout goes with --bwd%s", "");
+    if (!bwd && (dout || ndout)) return nb_cli_bad_usage("call: --dout goes with --bwd%s", "");
     int rc = 1;
     nb_device *dev = NULL;
     nb_module *m = NULL;
@@ -201,7 +296,10 @@ int nb_cmd_call_ad(int argc, char **argv)
     int nown = 0;
     host hosts[3 * AD_MAX];
     int nhost = 0;
-    int param_of_grad[AD_MAX], ngrad = 0;
+    const char *grad_path[AD_MAX];
+    int ngrad = 0;
+    static char gpaths[AD_MAX][300];
+    int ngp = 0;
     nb_tensor *grads[AD_MAX];
     nb_tensor *result = NULL, *rtan = NULL;
     nb_func *f = NULL;
@@ -248,31 +346,62 @@ int nb_cmd_call_ad(int argc, char **argv)
     /* One call gives the primal result too: --fwd's wrapper returns it, and a --bwd call whose result
      * is asked for runs the fused forward + backward kernel (f__bwdr). */
     if (nb_call_begin(f, &c) != NB_OK || nb_call_set_mode(c, bwd ? NB_MODE_BWD : NB_MODE_FWD) != NB_OK) goto fail;
-    for (int i = 0; i < np; i++) {
+    /* arguments leaf by leaf (a struct argument is an object of its fields) */
+    nb_json *pj[AD_MAX] = {0};
+    for (int i = 0; i < np && i < AD_MAX; i++) {
         if (!param_text[i] || (bwd && nb_func_param_dir(f, 0, i) == NB_ARG_OUT)) continue;
+        if (!(pj[i] = nb_json_parse(param_text[i], err, sizeof err))) goto bad_json_free;
+    }
+    for (int l = 0; l < nb_func_leaf_count(f, 0); l++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(f, 0, l, &li) != NB_OK || li.param < 0 || li.param >= AD_MAX || !pj[li.param]) continue;
+        int i = li.param;
+        const char *pname = nb_func_param_name(f, 0, i);
+        const nb_json *v = leaf_json(pj[i], pname, li.path, err, sizeof err);
+        if (!v || nhost >= 3 * AD_MAX) goto bad_json_free;
         host *h = &hosts[nhost++];
-        if (!parse_host(param_text[i], h, err, sizeof err)) goto bad_json;
-        if (nb_call_arg_value_named(c, nb_func_param_name(f, 0, i), h->dtype, h->ndim, h->shape, h->data) != NB_OK)
-            goto fail;
-        if (!bwd) continue;
-        /* differentiable inputs get a gradient array of the argument's shape (f64, zeroed) */
-        nb_dtype gd = NB_F64; /* the parameter's float type (f32 gradients of float) */
-        for (int l = 0; l < nb_func_leaf_count(f, 0); l++) {
-            nb_leaf_info li;
-            if (nb_func_leaf(f, 0, l, &li) == NB_OK && li.param == i && li.dtype == NB_F32) gd = NB_F32;
-        }
+        if (!host_from_json(v, h, err, sizeof err)) goto bad_json_free;
+        if (nb_call_arg_value_named(c, li.path, h->dtype, h->ndim, h->shape, h->data) != NB_OK) goto fail_free;
+        if (!bwd || (li.dtype != NB_F32 && li.dtype != NB_F64) || ngrad >= AD_MAX) continue;
+        /* a differentiable leaf gets a gradient array of its argument's shape (zeroed) */
         nb_tensor *g = NULL;
-        nb_status s = nb_tensor_zeros(dev, gd, h->ndim, h->shape, &g);
-        if (s != NB_OK) goto fail;
+        if (nb_tensor_zeros(dev, li.dtype, h->ndim, h->shape, &g) != NB_OK) goto fail_free;
         owned[nown++] = g;
-        s = nb_call_grad(c, i, g);
-        if (s == NB_ERR_INVALID_ARG && strstr(nb_last_error(), "not differentiable")) {
-            nb_clear_error();
-            continue; /* (an int or no_diff parameter) */
+        nb_status s;
+        if (!strcmp(li.path, pname)) s = nb_call_grad(c, i, g);
+        else { /* a struct field: the wrapper's gradient parameter is `p_grad`, with the same fields */
+            char *gp = gpaths[ngp++]; /* (names given to setters are borrowed: kept until the run) */
+            snprintf(gp, sizeof gpaths[0], "%s_grad%s", pname, li.path + strlen(pname));
+            s = nb_call_arg_named(c, gp, g);
+            if (s == NB_ERR_INVALID_ARG || s == NB_ERR_NOT_FOUND) s = NB_ERR_INVALID_ARG;
         }
-        if (s != NB_OK) goto fail;
-        param_of_grad[ngrad] = i;
+        if (s == NB_ERR_INVALID_ARG && (strstr(nb_last_error(), "not differentiable") || strcmp(li.path, pname))) {
+            nb_clear_error();
+            continue; /* (an int, no_diff or non-differentiable field) */
+        }
+        if (s != NB_OK) goto fail_free;
+        grad_path[ngrad] = li.path;
         grads[ngrad++] = g;
+    }
+    for (int i = 0; i < AD_MAX; i++) nb_json_free(pj[i]);
+    for (int k = 0; k < ndout; k++) { /* --dout OUT=JSON */
+        const char *eq = strchr(douts[k], '=');
+        int found = -1;
+        for (int i = 0; i < np; i++)
+            if (strlen(nb_func_param_name(f, 0, i)) == (size_t)(eq - douts[k]) &&
+                !strncmp(nb_func_param_name(f, 0, i), douts[k], (size_t)(eq - douts[k])))
+                found = i;
+        if (found < 0 || nb_func_param_dir(f, 0, found) != NB_ARG_OUT) {
+            fprintf(stderr, "nabla: call: --dout %.*s=…: %s has no out parameter '%.*s'\n", (int)(eq - douts[k]), douts[k],
+                    nb_func_signature(f, 0), (int)(eq - douts[k]), douts[k]);
+            goto done;
+        }
+        host *h = &hosts[nhost++];
+        if (!parse_host(eq + 1, h, err, sizeof err)) goto bad_json;
+        nb_tensor *t = NULL;
+        if (nb_tensor_from_host(dev, h->dtype == NB_F64 ? NB_F64 : NB_I64, h->ndim, h->shape, h->data, &t) != NB_OK) goto fail;
+        owned[nown++] = t;
+        if (nb_call_grad(c, found, t) != NB_OK) goto fail;
     }
     if (bwd && dout) {
         host *h = &hosts[nhost++];
@@ -293,6 +422,29 @@ int nb_cmd_call_ad(int argc, char **argv)
             fprintf(stderr, "nabla: call: %s has no parameter '%.*s'\n", nb_func_signature(f, 0), (int)(eq - tangents[k]),
                     tangents[k]);
             goto done;
+        }
+        const char *pname = nb_func_param_name(f, 0, found);
+        if (is_struct_param(f, found)) {
+            /* a struct: its tangent is an object of its fields, bound as "d_p.field" */
+            nb_json *tj = nb_json_parse(eq + 1, err, sizeof err);
+            if (!tj) goto bad_json;
+            int ok = 1;
+            for (int l = 0; ok && l < nb_func_leaf_count(f, 0); l++) {
+                nb_leaf_info li;
+                if (nb_func_leaf(f, 0, l, &li) != NB_OK || li.param != found) continue;
+                const nb_json *v = leaf_json(tj, pname, li.path, err, sizeof err);
+                host *h = &hosts[nhost++];
+                char *tp = gpaths[ngp++];
+                snprintf(tp, sizeof gpaths[0], "d_%s", li.path);
+                ok = v && nhost < 3 * AD_MAX && ngp < AD_MAX && host_from_json(v, h, err, sizeof err);
+                if (ok && nb_call_arg_value_named(c, tp, h->dtype, h->ndim, h->shape, h->data) != NB_OK) {
+                    nb_json_free(tj);
+                    goto fail;
+                }
+            }
+            nb_json_free(tj);
+            if (!ok) goto bad_json;
+            continue;
         }
         host *h = &hosts[nhost++];
         if (!parse_host(eq + 1, h, err, sizeof err)) goto bad_json;
@@ -324,12 +476,13 @@ int nb_cmd_call_ad(int argc, char **argv)
     if (!print_t(result)) goto fail;
     if (bwd) {
         fputs(", \"grad\": {", stdout);
+        jpath jp;
+        memset(&jp, 0, sizeof jp);
         for (int k = 0; k < ngrad; k++) {
-            if (k) fputs(", ", stdout);
-            nb_json_print_string(stdout, nb_func_param_name(f, 0, param_of_grad[k]));
-            fputs(": ", stdout);
+            jpath_key(&jp, grad_path[k]);
             if (!print_t(grads[k])) goto fail;
         }
+        jpath_end(&jp);
         fputs("}}\n", stdout);
     } else {
         fputs(", \"tangent\": ", stdout);
@@ -338,9 +491,13 @@ int nb_cmd_call_ad(int argc, char **argv)
     }
     rc = 0;
     goto done;
+bad_json_free:
+    for (int i = 0; i < AD_MAX; i++) nb_json_free(pj[i]);
 bad_json:
     fprintf(stderr, "nabla: call: bad argument: %s\n", err);
     goto done;
+fail_free:
+    for (int i = 0; i < AD_MAX; i++) nb_json_free(pj[i]);
 fail:
     fail_st(NULL);
 done:

@@ -271,6 +271,8 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
         int *first = nb_arena_zalloc(A, sizeof(int) * (size_t)(w->nparams + 1), 16);
         int *hasdef = nb_arena_zalloc(A, sizeof(int) * (size_t)(w->nparams + 1), 16);
         if (!names || !dirs || !first || !hasdef) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+        int nkept = 0; /* f's parameters that the wrapper takes first (bwd: all but out) */
+        for (int i = 0; i < f->nparams; i++) nkept += kind == NB_AD_FWDS || f->params[i]->dir != NB_DIR_OUT;
         nb_strbuf sig;
         nb_strbuf_init(&sig);
         nb_type_print(w->ret, &sig);
@@ -282,7 +284,9 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
             dirs[i] = (v->flags & NB_IRF_ACCUM) ? 0 : (int)v->dir;
             first[i] = L.n;
             int is_tan = kind == 1 && i >= f->nparams && strcmp(v->name, "_result_d") != 0;
-            int is_dout = kind != NB_AD_FWDS && strcmp(v->name, "_dout") == 0;
+            /* the result's gradient, and an out parameter's (an input of bwds), default to 1 */
+            int is_dout = kind != NB_AD_FWDS && (strcmp(v->name, "_dout") == 0 ||
+                                                 (i >= nkept && v->dir == NB_DIR_IN && !(v->flags & NB_IRF_ACCUM)));
             /* a gradient not asked for is bound to a zero uniform that is never written back: the
              * kernel's compiler then drops the work that only fed it */
             hasdef[i] = is_tan || is_dout || (v->flags & NB_IRF_ACCUM) != 0;
