@@ -55,8 +55,10 @@
  * Threads: a module and its functions may be used from several threads; one nb_call belongs to
  * one thread. nb_module_set_constant must not run while calls on the same module are running.
  *
- * Not yet: DiffTensor gradients (a DiffTensor parameter gets its primal array only),
- * Tensor<vector,N>, arrays of structs as parameters or results of a vectorized call
+ * DiffTensor<T,N> parameters also take a gradient array (nb_call_grad / nb_call_tangent, in any
+ * mode; docs/AUTODIFF.md "DiffTensor gradients").
+ *
+ * Not yet: Tensor<vector,N>, arrays of structs as parameters or results of a vectorized call
  * (NB_ERR_UNSUPPORTED; pass the fields as separate parameters).
  */
 #ifndef NABLA_MODULE_H
@@ -237,13 +239,17 @@ nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor 
  *                result as usual.
  *   NB_MODE_BWD  nb_call_grad(c, i, g): dL/d(parameter i) is ADDED into g (as in PyTorch: zero
  *                it yourself); g is an f32/f64 array of parameter i's argument shape and may be
- *                broadcast (a weight shared by every thread: its gradient is reduced — warp sums
- *                then one atomic per warp on CUDA, atomics on the CPU); gradients not asked for
- *                are not computed. nb_call_dout(c, t): the gradient of the result (default 1).
- *                The call returns no result; out parameters of f take no argument (positional
- *                indices after one shift down), an out parameter's gradient dL/d(out) is an input
- *                given with nb_call_grad.
- * The calls are ordinary calls of the generated functions "f__fwds" / "f__bwds"
+ *                broadcast (a weight shared by every thread: its gradient is summed per thread,
+ *                per block, then one atomic per block on CUDA; per chunk on the CPU); gradients
+ *                not asked for are not computed. nb_call_dout(c, t): the gradient of the result
+ *                (default 1). Out parameters of f take no argument (positional indices after one
+ *                shift down); an out parameter's gradient dL/d(out) is an input given with
+ *                nb_call_grad (default 1). Asking for the result (nb_call_run(c, &y) with a slot,
+ *                or nb_call_result) runs ONE fused kernel computing f's result and the
+ *                gradients (for dL/dR known before the forward pass); nb_call_run(c, NULL)
+ *                computes the gradients only.
+ *   any mode     nb_call_grad / nb_call_tangent on a DiffTensor parameter bind its gradient array.
+ * The calls are ordinary calls of the generated functions "f__fwds" / "f__bwds" / "f__bwdr"
  * (nb_module_func gives them too; nb_func_signature shows their parameters). */
 nb_status nb_call_set_mode(nb_call *c, nb_diff_mode mode);
 nb_status nb_call_grad(nb_call *c, int index, nb_tensor *grad);
