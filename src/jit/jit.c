@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -315,7 +316,12 @@ static nb_status nb_cuda_finish(nb_jit_kernel *k, nb_device *dev, const void *im
         return st;
     }
     int sms = nb_device_get_info(dev)->multiprocessors;
-    k->max_blocks = (unsigned)(sms > 0 ? sms : 1) * NB_JIT_CUDA_BLOCKS_PER_SM;
+    /* NABLA_CUDA_BLOCKS_PER_SM (1..32, an experiment knob): fewer resident threads per SM for
+     * kernels whose threads each stream a long row (L1 capacity, see docs/PERF.md) */
+    const char *bps = getenv("NABLA_CUDA_BLOCKS_PER_SM");
+    int per_sm = bps ? atoi(bps) : NB_JIT_CUDA_BLOCKS_PER_SM;
+    if (per_sm < 1 || per_sm > NB_JIT_CUDA_BLOCKS_PER_SM) per_sm = NB_JIT_CUDA_BLOCKS_PER_SM;
+    k->max_blocks = (unsigned)(sms > 0 ? sms : 1) * (unsigned)per_sm;
     return NB_OK;
 }
 
