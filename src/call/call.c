@@ -414,7 +414,7 @@ static nb_status launch(nb_call *c, nb_kentry *e) {
     for (int k = 0; k < c->kdim; k++) n *= c->kshape[k];
     if (n == 0) return NB_OK;
     if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) return nb_jit_launch_cpu(e->kernel, c->block, n);
-    return nb_jit_launch_cuda(e->kernel, c->block, e->layout.size, n, NULL);
+    return nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
 }
 
 /* Binds, launches and hands out the results: `single` (nb_call_run) wants *results = the one

@@ -520,12 +520,21 @@ nb_status nb_jit_launch_cuda_grid(nb_jit_kernel *k, const void *params, size_t p
 
 nb_status nb_jit_launch_cuda(nb_jit_kernel *k, const void *params, size_t params_size, int64_t n,
                              nb_stream *s) {
+    return nb_jit_launch_cuda_n(k, params, params_size, n, 0, s);
+}
+
+nb_status nb_jit_launch_cuda_n(nb_jit_kernel *k, const void *params, size_t params_size, int64_t n, int blocks_per_sm,
+                               nb_stream *s) {
     NB_TRY(nb_cuda_check(k, params, params_size));
     if (n < 0) return nb_error(NB_ERR_INVALID_ARG, "nb_jit_launch_cuda(%s): n = %lld < 0", k->entry,
                                (long long)n);
     if (n == 0) return NB_OK;
     int64_t blocks = (n + NB_JIT_CUDA_BLOCK - 1) / NB_JIT_CUDA_BLOCK;
-    if (blocks > (int64_t)k->max_blocks) blocks = k->max_blocks;
+    int64_t cap = k->max_blocks;
+    if (blocks_per_sm > 0 && blocks_per_sm < NB_JIT_CUDA_BLOCKS_PER_SM && !getenv("NABLA_CUDA_BLOCKS_PER_SM"))
+        cap = (int64_t)k->max_blocks / NB_JIT_CUDA_BLOCKS_PER_SM * blocks_per_sm;
+    if (cap < 1) cap = 1;
+    if (blocks > cap) blocks = cap;
     const unsigned grid[3] = {(unsigned)blocks, 1, 1}, block[3] = {NB_JIT_CUDA_BLOCK, 1, 1};
     void *args[1] = {(void *)params};
     return nb_cuda_launch(k->cu_fn, grid, block, 0, s, args);

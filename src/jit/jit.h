@@ -101,6 +101,9 @@ nb_status nb_jit_launch_cpu_grain(nb_jit_kernel *k, const void *params, int64_t 
 /* Launches a grid-stride kernel over n indices on stream s (NULL = the device's main stream):
  * ceil(n / 256) blocks of 256 threads, at most SMs x 32 blocks. The parameter block (params_size
  * bytes, <= 4 KiB) is the entry's single by-value argument. Asynchronous; n == 0 is a no-op. */
+/* The same with at most blocks_per_sm blocks per SM (0: NB_JIT_CUDA_BLOCKS_PER_SM). */
+nb_status nb_jit_launch_cuda_n(nb_jit_kernel *k, const void *params, size_t params_size, int64_t n, int blocks_per_sm,
+                               nb_stream *s);
 nb_status nb_jit_launch_cuda(nb_jit_kernel *k, const void *params, size_t params_size, int64_t n,
                              nb_stream *s);
 /* Explicit grid, for [Kernel] functions. */

@@ -87,6 +87,9 @@ typedef struct nb_call_layout {
     size_t shape_offset;         /* int64 shape[ndim] */
     nb_leaf_layout leaves[NB_CALL_MAX_LEAVES];
     char entry[128];             /* generated entry point's symbol name */
+    int blocks_per_sm;           /* CUDA: cap on the grid-stride launch's blocks per SM (0: the
+                                    default); kernels that reduce broadcast gradients per block run
+                                    one wave of fewer, longer blocks (fewer block reductions) */
 } nb_call_layout;
 
 #endif
