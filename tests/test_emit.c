@@ -42,6 +42,7 @@ static const char *tmpdir(void)
 static nb_leaf_sig L(int param, const char *path, nb_bind_kind bind, nb_dtype st)
 {
     nb_leaf_sig l;
+    memset(&l, 0, sizeof l);
     l.param = param;
     l.path = path;
     l.bind = bind;

@@ -691,6 +691,7 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
         sig->leaves[j].path = j < nl ? in->leaves[j].path : in->results[j - nl].path;
         sig->leaves[j].bind = c->leaves[j].bind;
         sig->leaves[j].storage = c->leaves[j].storage;
+        sig->leaves[j].vec4 = 0; /* (decided once the data addresses are known: nb_call_vec4_rows) */
     }
     return NB_OK;
 }
@@ -788,6 +789,28 @@ nb_status nb_call_materialize(nb_call *c, int want_result) {
     }
     (void)want_result;
     return NB_OK;
+}
+
+/* CUDA: marks read float[N] leaves whose rows are contiguous and 16-byte aligned (and that differ
+ * between threads) for 16-byte loads (nb_leaf_sig.vec4). Part of the kernel's signature: a call
+ * whose arrays are laid out otherwise gets the plain kernel. */
+void nb_call_vec4_rows(nb_call *c) {
+    if (c->sig.target != NB_TARGET_CUDA) return;
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    for (int j = 0; j < c->nleaves && j < c->sig.nleaves; j++) {
+        const nb_leaf_bind *b = &c->leaves[j];
+        const nb_fn_leaf *l = &in->leaves[j];
+        c->sig.leaves[j].vec4 = 0;
+        if (b->bind != NB_BIND_ARRAY || b->storage != NB_F32 || l->dir == 1 || l->kind != NB_LEAF_VALUE) continue;
+        if (l->value_rank != 1 || l->value_shape[0] < 8 || l->value_shape[0] % 4 || b->inner[0] != 4) continue;
+        if (b->data % 16) continue;
+        int moves = 0, aligned = 1;
+        for (int k = 0; k < c->kdim; k++) {
+            if (b->kstrides[k] % 16) aligned = 0;
+            if (b->kstrides[k]) moves = 1;
+        }
+        c->sig.leaves[j].vec4 = aligned && moves;
+    }
 }
 
 void nb_call_release_temps(nb_call *c) {

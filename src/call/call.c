@@ -296,6 +296,8 @@ static void make_key(const nb_call *c, nb_sig_key *k) {
         k->leaves[j].param = (int16_t)s->leaves[j].param;
         k->leaves[j].bind = (uint8_t)s->leaves[j].bind;
         k->leaves[j].storage = (uint8_t)s->leaves[j].storage;
+        k->leaves[j].vec4 = (uint8_t)s->leaves[j].vec4;
+        k->leaves[j].pad_ = 0;
     }
 }
 
@@ -439,6 +441,7 @@ static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int s
         return nb_error(NB_ERR_INVALID_ARG, "%s: %s has %d result leaves but room for %d was given",
                         in->name, in->signature, c->nres, max);
     if ((s = nb_call_materialize(c, results != NULL))) return s;
+    nb_call_vec4_rows(c);
     for (int j = 0; j < c->sig.nleaves; j++)
         if (c->leaves[j].bind == NB_BIND_TENSOR)
             c->leaves[j].data = (uint64_t)(uintptr_t)nb_tensor_data(c->leaves[j].tensor);

@@ -30,6 +30,8 @@ typedef struct nb_sig_key {
         int16_t param;
         uint8_t bind;
         uint8_t storage;
+        uint8_t vec4;
+        uint8_t pad_;
     } leaves[NB_CALL_MAX_LEAVES];
 } nb_sig_key;
 
@@ -165,6 +167,7 @@ nb_status nb_call_tgrad_for(nb_call *c, int j, const nb_leaf_bind *b, uint64_t *
 nb_status nb_call_ad_fuse(nb_call *c, int want_result);
 nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid);
 nb_status nb_call_materialize(nb_call *c, int want_result);
+void nb_call_vec4_rows(nb_call *c);
 /* Frees the temporaries of a bound call (uploads; allocations unless handed out). */
 void nb_call_release_temps(nb_call *c);
 

@@ -717,6 +717,16 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                 }
                 snprintf(addr, sizeof addr, "(const char *)nb_P->l%d_value", i);
             }
+            const nb_type *t = l->type;
+            if (cuda && ls->vec4 && ls->bind == NB_BIND_ARRAY && ls->storage == NB_F32 && t->kind == NB_TY_ARRAY &&
+                t->elem->kind == NB_TY_SCALAR && t->elem->scalar == NB_SC_FLOAT && t->length % 4 == 0) {
+                /* a contiguous, 16-byte aligned row (the call layer checked): 16-byte loads */
+                APPEND(&b, "#pragma unroll\n    for (int nb_q = 0; nb_q < %d; nb_q++) {\n"
+                           "        const float4 nb_f4 = __ldg((const float4 *)nb_a%d + nb_q);\n"
+                           "        %s.a[4 * nb_q] = nb_f4.x; %s.a[4 * nb_q + 1] = nb_f4.y; %s.a[4 * nb_q + 2] = nb_f4.z; %s.a[4 * nb_q + 3] = nb_f4.w;\n"
+                           "    }\n", t->length / 4, i, lv, lv, lv, lv);
+                continue;
+            }
             gen_access(e, &b, 0, l->type, lv, addr, inner, 0, ls->storage, 1);
         }
     }

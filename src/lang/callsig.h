@@ -59,6 +59,10 @@ typedef struct nb_leaf_sig {
     const char *path;   /* "x", "s.pos", "_result" (for messages and names) */
     nb_bind_kind bind;
     nb_dtype storage;   /* dtype of the scalars in memory; converted to the leaf's type on load */
+    int vec4;           /* CUDA ARRAY leaf of a float[N] parameter (N % 4 == 0), f32, whose every
+                           row is contiguous and 16-byte aligned (checked by the call layer):
+                           read with 16-byte loads (a quarter of the load instructions; each
+                           thread reading its own row is bound by L1 requests otherwise) */
 } nb_leaf_sig;
 
 typedef struct nb_call_sig {
