@@ -271,7 +271,7 @@ static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t,
         nb_emit_comp(t, k, &l);
         nb_strbuf_append(o, pad);
         if (store == 2) { /* accumulate (bwds gradients): nb_accum_* helpers, see gen_accum_helpers */
-            APPEND(o, "nb_accum_%s((void *)(%s), (%s)%s, nb_bc, nb_own);\n", dt == NB_F64 ? "f64" : "f32", nb_strbuf_cstr(&a),
+            APPEND(o, "nb_accum_%s((void *)(%s), (%s)%s, nb_bc);\n", dt == NB_F64 ? "f64" : "f32", nb_strbuf_cstr(&a),
                    dt == NB_F64 ? "double" : "float", nb_strbuf_cstr(&l));
         } else if (store) {
             nb_emit_store_scalar(e, dt, t->kind == NB_TY_SCALAR ? t->scalar : t->scalar, nb_strbuf_cstr(&a),
@@ -290,37 +290,31 @@ static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t,
 static int leaf_writes_back(const nb_ir_func *f, const leaf *l) { return f->params[l->param]->dir != NB_DIR_IN; }
 
 /* Gradient accumulation of bwds kernels (out params flagged NB_IRF_ACCUM, lang/ad.h): every
- * thread adds its contribution. nb_own says no kernel dim of extent > 1 is broadcast for the leaf,
- * so each element belongs to one kernel index: a plain add, no atomic. nb_bc says the leaf is
- * broadcast over the whole kernel (all strides 0, e.g. a shared weight): on CUDA a full warp then
- * sums by shuffles and lane 0 does one atomicAdd (not one per thread); otherwise (partly
- * broadcast, and on the CPU) each thread adds atomically. */
+ * thread adds its contribution. nb_bc says the leaf is broadcast over the whole kernel (all
+ * strides 0, e.g. a shared weight): on CUDA a full warp then sums by shuffles and lane 0 does one
+ * atomicAdd (not one per thread); otherwise (and on the CPU) each thread adds atomically. */
 static void gen_accum_helpers(nb_emitter *e, int cuda)
 {
     if (!nb_emit_need_helper(e, "nb_accum")) return;
     if (cuda)
         APPEND(&e->helpers,
-               "static __device__ __forceinline__ void nb_accum_f32(void *p, float v, int bc, int own) {\n"
-               "    if (own) { *(float *)p += v; return; }\n"
+               "static __device__ __forceinline__ void nb_accum_f32(void *p, float v, int bc) {\n"
                "    if (bc && __activemask() == 0xffffffffu) {\n"
                "        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
                "        if ((threadIdx.x & 31) == 0) atomicAdd((float *)p, v);\n"
                "    } else atomicAdd((float *)p, v);\n}\n"
-               "static __device__ __forceinline__ void nb_accum_f64(void *p, double v, int bc, int own) {\n"
-               "    if (own) { *(double *)p += v; return; }\n"
+               "static __device__ __forceinline__ void nb_accum_f64(void *p, double v, int bc) {\n"
                "    if (bc && __activemask() == 0xffffffffu) {\n"
                "        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
                "        if ((threadIdx.x & 31) == 0) atomicAdd((double *)p, v);\n"
                "    } else atomicAdd((double *)p, v);\n}\n");
     else
         APPEND(&e->helpers,
-               "static inline void nb_accum_f32(void *p, float v, int bc, int own) {\n"
-               "    if (own) { *(float *)p += v; return; }\n"
+               "static inline void nb_accum_f32(void *p, float v, int bc) {\n"
                "    union { float f; unsigned u; } o, n; (void)bc;\n"
                "    o.u = __atomic_load_n((unsigned *)p, __ATOMIC_RELAXED);\n"
                "    do { n.f = o.f + v; } while (!__atomic_compare_exchange_n((unsigned *)p, &o.u, n.u, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n}\n"
-               "static inline void nb_accum_f64(void *p, double v, int bc, int own) {\n"
-               "    if (own) { *(double *)p += v; return; }\n"
+               "static inline void nb_accum_f64(void *p, double v, int bc) {\n"
                "    union { double f; unsigned long long u; } o, n; (void)bc;\n"
                "    o.u = __atomic_load_n((unsigned long long *)p, __ATOMIC_RELAXED);\n"
                "    do { n.f = o.f + v; } while (!__atomic_compare_exchange_n((unsigned long long *)p, &o.u, n.u, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n}\n");
@@ -414,7 +408,7 @@ static void gen_acc(nb_emitter *e, nb_strbuf *o, int mode, const nb_type *t, con
             if (c) APPEND(&a, " + %d * %s", c, inner[depth + 1]);
         }
         if (mode == 1)
-            APPEND(o, "%snb_accum_%s((void *)(%s), (%s)%s[%s + %d], 1, 0);\n", pad, dt == NB_F64 ? "f64" : "f32",
+            APPEND(o, "%snb_accum_%s((void *)(%s), (%s)%s[%s + %d], 1);\n", pad, dt == NB_F64 ? "f64" : "f32",
                    nb_strbuf_cstr(&a), ct, acc, flat, k);
         else {
             APPEND(o, "%s{\n%s    const double nb_s = nb_block_sum((double)%s[%s + %d]);\n", pad, pad, acc, flat, k);
@@ -793,10 +787,6 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             gen_accum_helpers(e, cuda);
             APPEND(&b, "    {\n        const int nb_bc = 1");
             for (int d = 0; d < nd_; d++) APPEND(&b, " && nb_P->l%d_strides[%d] == 0", i, d);
-            nb_strbuf_append(&b, ";\n");
-            /* no kernel dim of extent > 1 is broadcast: this thread owns its elements (no atomics) */
-            APPEND(&b, "        const int nb_own = 1");
-            for (int d = 0; d < nd_; d++) APPEND(&b, " && (nb_P->shape[%d] <= 1 || nb_P->l%d_strides[%d] != 0)", d, i, d);
             nb_strbuf_append(&b, ";\n");
             if (acc_local[i]) { /* broadcast: into this thread's sums (added once at the end of the kernel) */
                 char acc[32];
