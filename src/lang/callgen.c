@@ -798,6 +798,21 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                 nb_strbuf_append(&b, "        }\n    }\n");
                 continue;
             }
+            const nb_type *t = l->type;
+            if (cuda && ls->vec4 && ls->storage == NB_F32 && t->kind == NB_TY_ARRAY && t->elem->kind == NB_TY_SCALAR &&
+                t->elem->scalar == NB_SC_FLOAT && t->length % 4 == 0) {
+                /* contiguous 16-byte aligned rows: one vector atomic per 4 floats on sm_90 */
+                APPEND(&b, "#pragma unroll\n        for (int nb_q = 0; nb_q < %d; nb_q++) {\n"
+                           "            const float4 nb_f4 = make_float4(%s.a[4 * nb_q], %s.a[4 * nb_q + 1], %s.a[4 * nb_q + 2], %s.a[4 * nb_q + 3]);\n"
+                           "#if __CUDA_ARCH__ >= 900\n"
+                           "            atomicAdd((float4 *)nb_a%d + nb_q, nb_f4);\n"
+                           "#else\n"
+                           "            float *nb_p = (float *)nb_a%d + 4 * nb_q;\n"
+                           "            atomicAdd(nb_p, nb_f4.x); atomicAdd(nb_p + 1, nb_f4.y); atomicAdd(nb_p + 2, nb_f4.z); atomicAdd(nb_p + 3, nb_f4.w);\n"
+                           "#endif\n"
+                           "        }\n    }\n", t->length / 4, lv, lv, lv, lv, i, i);
+                continue;
+            }
             gen_access(e, &b, 2, l->type, lv, addr, inner, 0, ls->storage, 2);
             nb_strbuf_append(&b, "    }\n");
             continue;
