@@ -109,6 +109,20 @@ static const char *const g_reserved[] = {
     "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "float2", "float3",
     "float4", "int2", "int3", "int4", "uint2", "uint3", "uint4", "double2", "double3", "double4",
     "half", "__half", "dim3", "signed", "select",
+    /* CUDA device functions NVRTC declares without a prefix (device_functions / math API) */
+    "dmul", "dadd", "dsub", "ddiv", "fmul", "fadd", "fsub", "fdiv", "frcp", "drcp", "fsqrt", "dsqrt",
+    "mul24", "umul24", "mulhi", "umulhi", "mul64hi", "umul64hi", "brev", "brevll", "clz", "clzll",
+    "ffs", "ffsll", "popc", "popcll", "byte_perm", "sad", "usad", "hadd", "rhadd", "uhadd", "urhadd",
+    "float2int", "float2uint", "int2float", "uint2float", "double2int", "int2double", "float2ll",
+    "int_as_float", "float_as_int", "uint_as_float", "float_as_uint", "double_as_longlong",
+    "longlong_as_double", "sincos", "sincosf", "sincospi", "sincospif", "sinpi", "cospi", "sinpif",
+    "cospif", "exp10", "exp10f", "expm1", "expm1f", "log1p", "log1pf", "cbrt", "cbrtf", "rcbrt",
+    "rcbrtf", "hypot", "hypotf", "erf", "erff", "erfc", "erfcf", "erfinv", "erfinvf", "erfcinv",
+    "erfcx", "normcdf", "normcdfinv", "lgamma", "tgamma", "j0", "j1", "jn", "y0", "y1", "yn", "ldexp",
+    "frexp", "modf", "nextafter", "copysign", "fdim", "remainder", "remquo", "scalbn", "scalbln",
+    "ilogb", "logb", "rint", "lrint", "llrint", "nearbyint", "lround", "llround", "norm", "rnorm",
+    "norm3d", "norm4d", "rhypot", "isnormal", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax",
+    "llabs", "labs", "sqrtl", "exp2l", "fmodl", "rsqrtl", "cyl_bessel_i0", "cyl_bessel_i1",
 };
 
 const char *nb_emit_safe_name(nb_emitter *e, const char *name)
