@@ -107,6 +107,13 @@ nb_status nb_stream_synchronize(nb_stream *s);
 nb_status nb_stream_wait_event(nb_stream *s, nb_event *e);
 /* Native handle (CUstream), NULL for the CPU or the legacy default stream. */
 void *nb_stream_native(nb_stream *s);
+/* Ordering with other CUDA users of the same GPU (PyTorch, CuPy), whose streams are CUstreams of
+ * the device's primary context (`native` NULL = the legacy default stream):
+ *   nb_stream_wait_native(s, native)  future work on s waits for what is queued on `native` now;
+ *   nb_native_wait_stream(native, s)  future work on `native` waits for what is queued on s now.
+ * Each records a private event; no host synchronisation. No-ops on the CPU device. */
+nb_status nb_stream_wait_native(nb_stream *s, void *native);
+nb_status nb_native_wait_stream(void *native, nb_stream *s);
 
 nb_status nb_event_create(nb_device *dev, nb_event **out);
 void nb_event_destroy(nb_event *e);

@@ -27,6 +27,7 @@ typedef struct nb_cuda_impl {
     CUcontext ctx; /* primary context, retained for the life of the nb_device */
     int max_block[3];
     int max_grid[3];
+    CUevent order_ev; /* nb_stream_wait_native's event, made on first use (guarded by nb_order_lock) */
 } nb_cuda_impl;
 
 struct nb_cuda_function {
@@ -223,6 +224,11 @@ static void nb_cu_close(nb_device *dev) {
     /* Surface (and log) errors of work still in flight before the stream goes away. */
     if (r == CUDA_SUCCESS && (r = cu->CtxSynchronize()) != CUDA_SUCCESS)
         nb_cu_warn(r, "cuCtxSynchronize");
+    if (impl->order_ev) {
+        r = cu->EventDestroy(impl->order_ev);
+        if (r != CUDA_SUCCESS) nb_cu_warn(r, "cuEventDestroy");
+        impl->order_ev = NULL;
+    }
     if (dev->main_stream.native) {
         r = cu->StreamDestroy(nb_cu_stream(&dev->main_stream));
         if (r != CUDA_SUCCESS) nb_cu_warn(r, "cuStreamDestroy");
@@ -564,4 +570,42 @@ nb_status nb_cuda_launch(nb_cuda_function *f, const unsigned grid[3], const unsi
                         shared_bytes, nb_cuda_error_str(r, err, sizeof err));
     }
     return NB_OK;
+}
+
+/* ---- ordering with foreign streams (device.h: nb_stream_wait_native) ----------------------- */
+
+#ifndef CU_EVENT_DISABLE_TIMING
+#define CU_EVENT_DISABLE_TIMING 0x2 /* cheaper events: no timestamps */
+#endif
+
+static pthread_mutex_t nb_order_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* waiter waits for what is queued on waitee now, through the device's ordering event: a wait
+ * uses the event's latest record at the time of cuStreamWaitEvent, so the event is reused at
+ * once; the lock keeps one thread's record + wait together. */
+static nb_status nb_cu_order(nb_device *dev, CUstream waiter, CUstream waitee) {
+    NB_CU_ENTER(dev);
+    nb_cuda_impl *impl = nb_impl(dev);
+    pthread_mutex_lock(&nb_order_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!impl->order_ev) r = cu->EventCreate(&impl->order_ev, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS) r = cu->EventRecord(impl->order_ev, waitee);
+    if (r == CUDA_SUCCESS) r = cu->StreamWaitEvent(waiter, impl->order_ev, 0);
+    pthread_mutex_unlock(&nb_order_lock);
+    if (r != CUDA_SUCCESS) return nb_cuda_fail(r, "nb_stream_wait_native (cuEventRecord/cuStreamWaitEvent)");
+    return NB_OK;
+}
+
+nb_status nb_stream_wait_native(nb_stream *s, void *native) {
+    NB_CHECK_ARG(s);
+    if (!s->dev || s->dev->kind != NB_DEVICE_CUDA) return NB_OK;
+    if (native == s->native) return NB_OK;
+    return nb_cu_order(s->dev, nb_cu_stream(s), (CUstream)native);
+}
+
+nb_status nb_native_wait_stream(void *native, nb_stream *s) {
+    NB_CHECK_ARG(s);
+    if (!s->dev || s->dev->kind != NB_DEVICE_CUDA) return NB_OK;
+    if (native == s->native) return NB_OK;
+    return nb_cu_order(s->dev, (CUstream)native, nb_cu_stream(s));
 }

@@ -1,0 +1,171 @@
+"""nabla — differentiable kernels written in .nb, called over arrays from Python.
+
+    import nabla, numpy as np
+    m = nabla.load_module("add.nb")            # float add(float a, float b)
+    y = m.add(np.arange(4.0), 10.0)            # numpy in -> numpy out, broadcast like NumPy
+    m.f.bwds(x, _grads={"x": dx}, _dout=dy)    # reverse mode: dx += dL/dx
+    y, dy = m.f.fwds(x, _tangents={"x": dx})   # forward mode
+
+Inputs: Python numbers and lists, numpy arrays (or any buffer), nabla.Tensor, torch tensors
+(zero-copy, CPU or CUDA, streams ordered), DLPack objects. The result follows the inputs (torch in
+-> torch out on the same device, numpy in -> numpy out) unless _result= says otherwise. Neither
+numpy nor torch is imported by `import nabla`. See docs/PYTHON.md.
+"""
+from . import _nabla
+from ._nabla import (  # noqa: F401
+    ArgumentError,
+    CompileError,
+    Device,
+    DeviceError,
+    DtypeError,
+    FileError,
+    Function,
+    InternalError,
+    LayoutError,
+    NablaError,
+    NotFoundError,
+    OutOfMemoryError,
+    ShapeError,
+    UnsupportedError,
+)
+
+__version__ = _nabla.version
+__all__ = [
+    "device", "set_default_device", "load_module", "load_module_from_source", "Module", "Tensor",
+    "Function", "Device", "NablaError", "CompileError", "ShapeError", "DtypeError", "LayoutError",
+    "DeviceError", "NotFoundError", "ArgumentError", "UnsupportedError", "OutOfMemoryError",
+    "FileError", "InternalError",
+]
+
+
+def device(spec="auto"):
+    """nabla.device("auto" | "cpu" | "cuda" | "cuda:N") -> Device (opened once, then shared).
+    "auto" is cuda:0 when a GPU and driver are present, else the cpu."""
+    return _nabla.device(spec)
+
+
+def set_default_device(dev):
+    """Device used when load_module / Tensor constructors get device=None (initially
+    $NABLA_DEVICE or "auto")."""
+    _nabla.set_default_device(dev)
+
+
+def cuda_available():
+    return _nabla.cuda_device_count() > 0
+
+
+class Module:
+    """A loaded .nb module; its functions are attributes: m.add(a, b)."""
+
+    def __init__(self, cmod):
+        self.__dict__["_cmod"] = cmod
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            f = self._cmod.func(name)
+        except NotFoundError as e:
+            raise AttributeError(str(e)) from None
+        self.__dict__[name] = f  # cached: later lookups are plain attribute reads
+        return f
+
+    def __getitem__(self, name):
+        return getattr(self, name)
+
+    def require_function(self, name):
+        """The function `name` (NotFoundError lists the module's functions)."""
+        return self._cmod.func(name)
+
+    @property
+    def device(self):
+        return self._cmod.device
+
+    @property
+    def name(self):
+        return self._cmod.name
+
+    def constants(self, values):
+        """Sets link-time constants (`extern static const int N = 4;`) for later calls; returns self."""
+        for k, v in values.items():
+            self._cmod.set_constant(k, v)
+        return self
+
+    def set_constant(self, name, value):
+        self._cmod.set_constant(name, value)
+
+    def dump(self, format="c", entry=None, mode="primal"):
+        """Generated code: format "c" | "cuda" | "ir", mode "primal" | "fwd" | "bwd"."""
+        return self._cmod.dump(format, entry, mode)
+
+    def __repr__(self):
+        return f"<nabla.Module {self.name!r} on {self.device.name}>"
+
+
+def load_module(path, device=None, include_dirs=None):
+    """Parses and checks a .nb file (CompileError carries the diagnostics); nothing is compiled
+    until a function is first called with a new signature."""
+    return Module(_nabla.load_module(str(path), device, include_dirs))
+
+
+def load_module_from_source(source, name="inline.nb", device=None, include_dirs=None):
+    """The same from a string; `name` is the file name used in diagnostics."""
+    return Module(_nabla.load_module_source(source, name, device, include_dirs))
+
+
+# ---- Tensor ----------------------------------------------------------------------------------
+
+Tensor = _nabla.CTensor
+
+
+def _tensor_numpy(self):
+    return self.to_numpy()
+
+
+def _tensor_array(self, dtype=None, copy=None):
+    # numpy.asarray(t): a zero-copy view through the buffer protocol for cpu tensors (numpy tries
+    # that first); this is the fallback for cuda tensors (a host copy) and bf16 (widened to f32)
+    a = self.to_numpy()
+    return a if dtype is None else a.astype(dtype, copy=False)
+
+
+def _tensor_torch(self):
+    import torch
+
+    return torch.utils.dlpack.from_dlpack(self)
+
+
+def _zeros_like(t):
+    return _nabla.tensor_zeros(t.shape, t.dtype, t.device)
+
+
+Tensor.from_numpy = staticmethod(
+    lambda array, device=None: _nabla.tensor_from_buffer(array, device))
+Tensor.from_numpy.__doc__ = "Tensor.from_numpy(array, device=None): a copy of any buffer on device."
+Tensor.zeros = staticmethod(
+    lambda shape, dtype="f32", device=None: _nabla.tensor_zeros(shape, dtype, device))
+Tensor.empty = staticmethod(
+    lambda shape, dtype="f32", device=None: _nabla.tensor_empty(shape, dtype, device))
+Tensor.zeros_like = staticmethod(_zeros_like)
+Tensor.from_dlpack = staticmethod(_nabla.tensor_from_dlpack)
+Tensor.numpy = _tensor_numpy
+Tensor.__array__ = _tensor_array
+Tensor.torch = _tensor_torch
+
+
+def from_dlpack(obj):
+    """A nabla.Tensor on the memory of any DLPack producer (torch, cupy, jax): zero-copy."""
+    return _nabla.tensor_from_dlpack(obj)
+
+
+# ---- torch autograd (imported only when a torch tensor that requires grad is passed) ----------
+
+
+def _autograd_hook(fn, args, kwargs):
+    from . import _torch
+
+    _nabla._set_autograd_hook(_torch.apply)  # later calls go straight there
+    return _torch.apply(fn, args, kwargs)
+
+
+_nabla._set_autograd_hook(_autograd_hook)

@@ -1,0 +1,29 @@
+"""The Python examples run as they are (examples/python/*.py), so they never rot."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nbtest import ROOT
+
+
+def run(name):
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", name)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_add_example():
+    assert "ok" in run("add.py")
+
+
+def test_train_mlp_example():
+    assert "mse" in run("train_mlp.py")
+
+
+def test_square_torch_example():
+    pytest.importorskip("torch")
+    assert "ok on" in run("square_torch.py")
