@@ -10,7 +10,7 @@ ifneq ($(CI),)
 CMAKE_ARGS += -DNB_WERROR=ON
 endif
 
-.PHONY: all build run test test-asan ci clean
+.PHONY: all build run demo test test-asan ci clean
 
 all: build
 
@@ -18,9 +18,13 @@ build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: list devices, run data through every one of them and back, then call a
-# kernel-language function over arrays (compiled on first use, cached on disk).
+# The main job: fit a neural field (hash grid -> fused MLP, Adam) to a built-in procedural image,
+# on the GPU when there is one (the CPU otherwise), and write the reconstruction to fit.png.
 run: build
+	./$(BUILD)/nabla fit-image
+
+# The earlier demos: devices, a round trip through every device, a kernel-language call.
+demo: build
 	./$(BUILD)/nabla devices
 	./$(BUILD)/examples/device_roundtrip
 	./$(BUILD)/nabla call examples/add.nb add "[[1,2,3],[4,5,6]]" "[10,20,30]"

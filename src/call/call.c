@@ -102,7 +102,7 @@ static nb_status new_arg(nb_call *c, const char *who, int index, const char *nam
 }
 
 static nb_status arg_tensor(nb_call *c, const char *who, int index, const char *name, nb_tensor *t) {
-    nb_call_arg_rec *a;
+    nb_call_arg_rec *a = NULL;
     nb_status s = new_arg(c, who, index, name, &a);
     if (s) return s;
     if (!t) {
@@ -128,7 +128,7 @@ nb_status nb_call_arg_named(nb_call *c, const char *name, nb_tensor *t) {
 
 static nb_status arg_value(nb_call *c, const char *who, int index, const char *name, nb_dtype dtype,
                            int ndim, const int64_t *shape, const void *data) {
-    nb_call_arg_rec *a;
+    nb_call_arg_rec *a = NULL;
     nb_status s = new_arg(c, who, index, name, &a);
     if (s) return s;
     c->nargs--; /* committed below once valid */
@@ -186,7 +186,7 @@ nb_status nb_call_arg_int(nb_call *c, int index, int64_t v) {
 
 static nb_status arg_alloc(nb_call *c, const char *who, int index, const char *name,
                            nb_tensor **slot) {
-    nb_call_arg_rec *a;
+    nb_call_arg_rec *a = NULL;
     nb_status s = new_arg(c, who, index, name, &a);
     if (s) return s;
     if (!slot) {
@@ -226,7 +226,7 @@ static nb_status add_map(nb_call *c, const char *who, int index, const char *nam
     }
     for (int i = 0; i < c->nmaps; i++)
         if ((index >= 0 && c->maps[i].index == index) ||
-            (index < 0 && c->maps[i].index < 0 && !strcmp(c->maps[i].name, name)))
+            (index < 0 && c->maps[i].index < 0 && name && c->maps[i].name && !strcmp(c->maps[i].name, name)))
             return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: argument mapped twice", who));
     if (c->nmaps >= NB_CALL_MAX_MAPS)
         return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: more than %d maps", who, NB_CALL_MAX_MAPS));

@@ -269,7 +269,7 @@ nb_status nb_tensor_slice(const nb_tensor *t, int dim, int64_t start, int64_t st
                         who, r, dim, (long long)size, tshort(t, d, sizeof d));
     }
     int64_t n = stop > start ? 1 + (stop - start - 1) / step : 0; /* no overflow for huge step */
-    nb_tensor *v;
+    nb_tensor *v = NULL;
     NB_TRY(view_of(who, t, &v));
     v->shape[dim] = n;
     if (n > 0) v->offset += (size_t)(start * t->strides[dim]);
@@ -292,7 +292,7 @@ nb_status nb_tensor_select(const nb_tensor *t, int dim, int64_t index, nb_tensor
                         "%s: index %lld out of bounds for dim %d of size %lld (tensor %s)", who,
                         (long long)index, dim, (long long)t->shape[dim], tshort(t, d, sizeof d));
     }
-    nb_tensor *v;
+    nb_tensor *v = NULL;
     NB_TRY(view_of(who, t, &v));
     v->offset += (size_t)(index * t->strides[dim]);
     for (int i = dim; i + 1 < t->ndim; i++) {
@@ -307,7 +307,7 @@ nb_status nb_tensor_select(const nb_tensor *t, int dim, int64_t index, nb_tensor
 static nb_status permute_impl(const char *who, const nb_tensor *t, const int *perm,
                               nb_tensor **out) {
     NB_TRY(nb_layout_check_perm(who, t->ndim, perm));
-    nb_tensor *v;
+    nb_tensor *v = NULL;
     NB_TRY(view_of(who, t, &v));
     for (int i = 0; i < t->ndim; i++) {
         v->shape[i] = t->shape[perm[i]];
@@ -360,7 +360,7 @@ nb_status nb_tensor_broadcast_to(const nb_tensor *t, int ndim, const int64_t *sh
                             who, tshort(t, d, sizeof d), nb_shape_str(ndim, shape, sb, sizeof sb),
                             i, (long long)have, lead + i, (long long)want);
     }
-    nb_tensor *v;
+    nb_tensor *v = NULL;
     NB_TRY(view_of(who, t, &v));
     v->ndim = ndim;
     for (int i = ndim - 1; i >= 0; i--) {
@@ -387,7 +387,7 @@ nb_status nb_tensor_reshape(const nb_tensor *t, int ndim, const int64_t *shape, 
                         "%s: cannot view %s as %s: the layout is not contiguous over the merged "
                         "dims; call nb_tensor_contiguous first",
                         who, tlayout(t, d, sizeof d), nb_shape_str(ndim, ns, sb, sizeof sb));
-    nb_tensor *v;
+    nb_tensor *v = NULL;
     NB_TRY(view_of(who, t, &v));
     v->ndim = ndim;
     for (int i = 0; i < ndim; i++) {

@@ -1,0 +1,73 @@
+/* nabla — images for neural fitting: PNG files in and out, a built-in procedural test image,
+ * random bilinear samples for training, pixel-centre coordinates and PSNR.
+ *
+ *   nb_tensor *img;                                       // f32 [H, W, C], values in [0, 1]
+ *   nb_image_read_png("astronaut.png", 3, dev, &img);     // 3: RGB (alpha dropped, gray spread)
+ *   nb_image_sample(img, seed, step, x, target);          // x [B,2] uniform in [0,1)^2, target [B,C]
+ *   nb_image_write_png("fit.png", img);                   // 8-bit gray / RGB / RGBA by C
+ *
+ * Coordinates: x[., 0] runs along the width (column), x[., 1] along the height (row), both in
+ * [0, 1]; pixel (row r, column c) has its centre at ((c + 0.5) / W, (r + 0.5) / H). Sampling is
+ * bilinear between pixel centres, clamped at the borders, so sampling a pixel centre returns the
+ * pixel. The random positions come from a counter-based generator keyed by (seed, step): the same
+ * on the CPU and on CUDA, and a training step needs no host round trip.
+ *
+ * PNG support loads libpng at run time (dlopen of libpng16.so.16), so nabla builds without the
+ * libpng headers; without the library, reading and writing fail with NB_ERR_UNSUPPORTED naming
+ * it. Input: 8-bit gray, gray + alpha, RGB, RGBA and palette PNGs; 16-bit files are rejected
+ * (NB_ERR_UNSUPPORTED). Missing, truncated and corrupt files fail with NB_ERR_IO and libpng's
+ * reason; images larger than NB_IMAGE_MAX_SIDE per side or NB_IMAGE_MAX_PIXELS in all fail with
+ * NB_ERR_INVALID_ARG before anything is allocated.
+ */
+#ifndef NABLA_IMAGE_H
+#define NABLA_IMAGE_H
+
+#include <stdint.h>
+
+#include "nabla/device.h"
+#include "nabla/status.h"
+#include "nabla/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NB_IMAGE_MAX_SIDE 16384
+#define NB_IMAGE_MAX_PIXELS ((int64_t)1 << 26)
+
+/* Reads a PNG into a new f32 [H, W, C] tensor on dev (NULL = cpu). channels: 1 (luma), 3 (RGB),
+ * 4 (RGBA), or 0 for the file's own (1 for gray, 3 for RGB / palette, 4 when it has alpha). */
+nb_status nb_image_read_png(const char *path, int channels, nb_device *dev, nb_tensor **out);
+
+/* Writes an f32 [H, W, C] tensor (C = 1, 3 or 4; any device) as an 8-bit PNG; values are
+ * clamped to [0, 1] and rounded. */
+nb_status nb_image_write_png(const char *path, const nb_tensor *img);
+
+/* The built-in test image (f32 [height, width, 3] on dev): colour gradients, a zone plate, a
+ * checkerboard, discs and thin lines — smooth areas, sharp edges and fine detail, so a fit shows
+ * its progress. Deterministic. Sides 2..NB_IMAGE_MAX_SIDE. */
+nb_status nb_image_procedural(nb_device *dev, int width, int height, nb_tensor **out);
+
+/* B random training samples of img (f32 [H, W, C], H, W >= 2): x f32 [B, 2] <- positions,
+ * target f32 [B, C] <- the image there. All on img's device; one launch on CUDA. */
+nb_status nb_image_sample(const nb_tensor *img, uint64_t seed, uint32_t step, nb_tensor *x,
+                          nb_tensor *target);
+
+/* The same with jittered stratified positions: the square is cut into 2^k x 2^k strata (the
+ * largest k with 4^k <= B, k <= 15), sample i lies uniformly inside stratum i mod 4^k, and strata
+ * are numbered in Morton (Z) order, so neighbouring samples are neighbours in the image (better
+ * cache locality for grid encodings; lower-variance batches). Same generator and targets. */
+nb_status nb_image_sample_stratified(const nb_tensor *img, uint64_t seed, uint32_t step, nb_tensor *x,
+                                     nb_tensor *target);
+
+/* Pixel-centre coordinates of a W x H image in row-major pixel order: f32 [H * W, 2] on dev. */
+nb_status nb_image_pixel_coords(nb_device *dev, int width, int height, nb_tensor **out);
+
+/* PSNR in dB of `pred` against `ref` (same shape, f32, any devices), with pred clamped to [0, 1]
+ * as it would be written: 10 log10(1 / MSE); +inf when equal. Synchronises (copies to the host). */
+nb_status nb_image_psnr(const nb_tensor *pred, const nb_tensor *ref, double *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
