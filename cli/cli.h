@@ -20,5 +20,7 @@ int nb_cmd_emit(int argc, char **argv);
 int nb_cmd_call(int argc, char **argv);
 int nb_cmd_call_ad(int argc, char **argv); /* call --fwd / --bwd (cmd_call_ad.c) */
 int nb_cmd_cache(int argc, char **argv);
+int nb_cmd_fit_image(int argc, char **argv); /* cmd_fit_image.c */
+int nb_cmd_unet(int argc, char **argv); /* cmd_unet.c */
 
 #endif

@@ -12,6 +12,15 @@
 #include "nabla/npy.h"
 #include "nabla/status.h"
 #include "nabla/tensor.h"
+/* neural library (docs/NN.md) */
+#include "nabla/image.h"
+#include "nabla/nn_dataset.h"
+#include "nabla/nn_encoding.h"
+#include "nabla/nn_mlp.h"
+#include "nabla/nn_optim.h"
+#include "nabla/nn_tape.h"
+#include "nabla/nn_unet.h"
+#include "nabla/safetensors.h"
 
 #define NABLA_VERSION_MAJOR 0
 #define NABLA_VERSION_MINOR 1

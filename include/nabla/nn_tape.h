@@ -1,0 +1,156 @@
+/* nabla — tape autograd (immediate mode): layers with forward and backward, CPU reference.
+ *
+ *   nb_tape *t;
+ *   nb_tape_create(&t);
+ *   int64_t ws[4] = {8, 3, 3, 3};                              // [O,C,K,K]
+ *   nb_tvar w, b;                                              // parameters: registered once
+ *   nb_tape_param(t, "conv.w", 4, ws, &w);
+ *   nb_tape_param(t, "conv.b", 1, (int64_t[]){8}, &b);
+ *   float *p; int64_t np;
+ *   nb_tape_params(t, &p, &np);                               // ONE contiguous f32 buffer: init it
+ *   for (int step = 0; step < steps; step++) {
+ *       nb_tape_reset(t);                                      // forget last step's activations
+ *       nb_tape_zero_grad(t);                                  // parameter grads := 0
+ *       nb_tvar x, tgt, y, loss;
+ *       nb_tape_input(t, 4, (int64_t[]){2, 3, 8, 8}, xdata, 0, &x);   // copied into the arena
+ *       nb_tape_input(t, 4, (int64_t[]){2, 8, 8, 8}, tdata, 0, &tgt);
+ *       nb_tape_conv2d(t, x, w, b, 1, 1, &y);                 // ops run now and are recorded
+ *       nb_tape_silu(t, y, &y);
+ *       nb_tape_mse(t, y, tgt, &loss);                         // scalar [1]
+ *       nb_tape_backward(t, loss);                             // grads accumulate into the buffer
+ *       float *g; nb_tape_grads(t, &g, &np);                   // same layout as the params
+ *       ... optimizer updates p from g, e.g. nb_adam_step on nb_tensor_wrap(p), (g) ...
+ *   }
+ *   nb_tape_free(t);
+ *
+ * Values. An nb_tvar is a handle (index) into the tape: a dense row-major f32 tensor of 1 to 4
+ * dims. Activations use [N,C,H,W] (images), [N,F] (features) or [N,heads,T,d] (attention).
+ * Handles of activations are valid until the next nb_tape_reset; parameter handles forever.
+ *
+ * Parameters are registered with nb_tape_param before the first step (before any nb_tape_input
+ * or op); they live in one contiguous f32 buffer in registration order (nb_tape_param_info gives
+ * each offset), their gradients in a second buffer of the same layout. Gradients ACCUMULATE
+ * across backward calls until nb_tape_zero_grad. Optimizer state (e.g. Adam moments) can be
+ * kept in buffers of the same layout (nn_optim.h works on such flat buffers).
+ *
+ * Memory. Every activation, saved tensor and activation gradient is carved from an arena owned
+ * by the tape and reset by nb_tape_reset. The arena is grow-only: when a step outgrows it, the
+ * next reset replaces its blocks by one block of the high-water size, so from the second step
+ * of a fixed-shape loop on, a step makes no host allocation (nb_tape_stats counts them).
+ *
+ * Gradients. nb_tape_input(..., requires_grad) marks inputs whose gradient is wanted; parameters
+ * always get gradients; an op's output needs a gradient when any input does. nb_tape_backward
+ * runs the op log in reverse from a scalar (one element) value; nb_tape_grad then returns the
+ * gradient of any value that needs one (NULL data when backward did not reach it).
+ *
+ * Devices. CPU reference only for now (plain host memory, threaded loops where cheap). Each op
+ * kind has an entry in a per-op implementation table (src/nn/tape_internal.h) with a CPU forward
+ * and backward, so a CUDA path can be added per op later. No CUDA path exists yet.
+ */
+#ifndef NABLA_NN_TAPE_H
+#define NABLA_NN_TAPE_H
+
+#include <stdint.h>
+
+#include "nabla/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nb_tape nb_tape;
+typedef int32_t nb_tvar; /* handle of a value in a tape; NB_TVAR_NONE for "absent" (no bias) */
+#define NB_TVAR_NONE ((nb_tvar)-1)
+#define NB_TAPE_MAX_DIMS 4
+
+typedef struct nb_tape_stats {
+    int64_t host_allocs;     /* host allocations made by this tape since creation */
+    int64_t arena_capacity;  /* bytes of arena held */
+    int64_t arena_used;      /* bytes carved since the last reset */
+    int64_t arena_high_water;/* most bytes carved in one step */
+    int32_t n_values;        /* values alive (parameters included) */
+    int32_t n_ops;           /* ops recorded since the last reset */
+} nb_tape_stats;
+
+nb_status nb_tape_create(nb_tape **out);
+void nb_tape_free(nb_tape *t);
+
+/* --- parameters ---------------------------------------------------------------------------- */
+/* Registers a parameter (zero-initialised) of shape [shape[0..ndim)] under a unique name. Only
+ * before the first step. */
+nb_status nb_tape_param(nb_tape *t, const char *name, int ndim, const int64_t *shape, nb_tvar *out);
+/* NB_ERR_NOT_FOUND when no parameter has that name. */
+nb_status nb_tape_param_find(const nb_tape *t, const char *name, nb_tvar *out);
+/* Offset (in floats) of a parameter in the parameter/gradient buffers and its element count. */
+nb_status nb_tape_param_info(const nb_tape *t, nb_tvar p, int64_t *offset, int64_t *count);
+/* The contiguous parameter buffer / gradient buffer ([count] f32 each). Pointers stay valid
+ * until the next nb_tape_param. */
+nb_status nb_tape_params(nb_tape *t, float **data, int64_t *count);
+nb_status nb_tape_grads(nb_tape *t, float **grad, int64_t *count);
+/* Fills a parameter with uniform(-bound, bound) values from a seed (deterministic). */
+nb_status nb_tape_param_init_uniform(nb_tape *t, nb_tvar p, float bound, uint64_t seed);
+nb_status nb_tape_zero_grad(nb_tape *t);
+
+/* --- steps --------------------------------------------------------------------------------- */
+/* Forgets all activations and recorded ops (parameters stay). */
+nb_status nb_tape_reset(nb_tape *t);
+/* Copies data ([shape] f32, row-major) into the arena as a new value. */
+nb_status nb_tape_input(nb_tape *t, int ndim, const int64_t *shape, const float *data,
+                        int requires_grad, nb_tvar *out);
+/* Runs the log in reverse from loss (a value with exactly one element), seeding dloss = 1. */
+nb_status nb_tape_backward(nb_tape *t, nb_tvar loss);
+
+/* --- inspection ---------------------------------------------------------------------------- */
+/* ndim and shape (shape may be NULL; else room for NB_TAPE_MAX_DIMS). */
+nb_status nb_tape_shape(const nb_tape *t, nb_tvar v, int *ndim, int64_t *shape);
+nb_status nb_tape_data(nb_tape *t, nb_tvar v, float **data, int64_t *count);
+/* Gradient of v (*grad = NULL if backward did not reach v or v needs no gradient). */
+nb_status nb_tape_grad(nb_tape *t, nb_tvar v, float **grad, int64_t *count);
+nb_status nb_tape_get_stats(const nb_tape *t, nb_tape_stats *out);
+
+/* --- ops (each runs now and is recorded; *out is a new value) ---------------------------------
+ * A bias / gamma / beta argument may be NB_TVAR_NONE. */
+/* x [N,F], w [O,F] (nn.Linear layout), b [O] -> [N,O] */
+nb_status nb_tape_linear(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *out);
+/* x [N,C,H,W], w [O,C,K,K] with K = 1 or 3, b [O]; stride 1 or 2; pad >= 0
+ * -> [N,O,(H+2pad-K)/stride+1,(W+2pad-K)/stride+1] */
+nb_status nb_tape_conv2d(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, int stride, int pad,
+                         nb_tvar *out);
+/* x [N,C,H,W] (or [N,C]), C % groups == 0; gamma, beta [C]; biased variance -> same shape */
+nb_status nb_tape_group_norm(nb_tape *t, nb_tvar x, int groups, nb_tvar gamma, nb_tvar beta,
+                             float eps, nb_tvar *out);
+/* x * sigmoid(x), any shape */
+nb_status nb_tape_silu(nb_tape *t, nb_tvar x, nb_tvar *out);
+/* a + b, same shape */
+nb_status nb_tape_add(nb_tape *t, nb_tvar a, nb_tvar b, nb_tvar *out);
+/* x [N,C,H,W] + c [N,C] broadcast over H,W -> [N,C,H,W] */
+nb_status nb_tape_add_channel(nb_tape *t, nb_tvar x, nb_tvar c, nb_tvar *out);
+/* a [N,Ca,H,W], b [N,Cb,H,W] -> [N,Ca+Cb,H,W] */
+nb_status nb_tape_concat(nb_tape *t, nb_tvar a, nb_tvar b, nb_tvar *out);
+/* nearest ×2: x [N,C,H,W] -> [N,C,2H,2W] */
+nb_status nb_tape_upsample2x(nb_tape *t, nb_tvar x, nb_tvar *out);
+/* average pool 2×2 stride 2: x [N,C,H,W] with H, W even -> [N,C,H/2,W/2] */
+nb_status nb_tape_avgpool2x(nb_tape *t, nb_tvar x, nb_tvar *out);
+/* mean((pred - target)^2) over all elements -> [1]; gradients flow to both */
+nb_status nb_tape_mse(nb_tape *t, nb_tvar pred, nb_tvar target, nb_tvar *out);
+/* Sinusoidal embedding of n timesteps (host array), dim even: out[i] = [cos(t f_k) for k <
+ * dim/2, sin(t f_k) for k < dim/2] with f_k = exp(-ln(max_period) k / (dim/2)) -> [n,dim],
+ * no gradient (the diffusers / DDPM convention with flip_sin_to_cos=True, shift 0). */
+nb_status nb_tape_timestep_embedding(nb_tape *t, int64_t n, const float *timesteps, int dim,
+                                     float max_period, nb_tvar *out);
+/* softmax(q k^T / sqrt(d)) v per (n, head): q [N,Hd,Tq,d], k, v [N,Hd,Tk,d] -> [N,Hd,Tq,d] */
+nb_status nb_tape_attention(nb_tape *t, nb_tvar q, nb_tvar k, nb_tvar v, nb_tvar *out);
+
+
+/* --- layout ops (copies; for attention blocks: [N,C,H,W] -> [N,heads,d,HW] -> [N,heads,HW,d]) */
+/* Same elements, new shape (product must match) */
+nb_status nb_tape_reshape(nb_tape *t, nb_tvar x, int ndim, const int64_t *shape, nb_tvar *out);
+/* Swaps the last two dims: [..., A, B] -> [..., B, A] (x has >= 2 dims) */
+nb_status nb_tape_transpose(nb_tape *t, nb_tvar x, nb_tvar *out);
+/* Channels [c0, c0 + count) of x [N,C,...] -> [N,count,...] */
+nb_status nb_tape_slice_channels(nb_tape *t, nb_tvar x, int64_t c0, int64_t count, nb_tvar *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

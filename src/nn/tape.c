@@ -1,0 +1,453 @@
+/* Tape autograd: parameter store, activation arena, op log, backward (nn_tape.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/threadpool.h"
+#include "nabla/alloc.h"
+#include "nn/tape_internal.h"
+
+#define NB_TAPE_ALIGN 64
+
+struct nb_tape_block {
+    struct nb_tape_block *next;
+    size_t size; /* usable bytes after the header */
+    size_t used;
+};
+#define NB_TAPE_HDR ((sizeof(struct nb_tape_block) + NB_TAPE_ALIGN - 1) / NB_TAPE_ALIGN * NB_TAPE_ALIGN)
+
+/* The per-op implementation table (CPU column only for now). */
+static const nb_top_impl *const nb_top_impls[NB_TOP_COUNT] = {
+    [NB_TOP_LINEAR] = &nb_top_linear_impl,
+    [NB_TOP_CONV2D] = &nb_top_conv2d_impl,
+    [NB_TOP_GROUP_NORM] = &nb_top_group_norm_impl,
+    [NB_TOP_SILU] = &nb_top_silu_impl,
+    [NB_TOP_ADD] = &nb_top_add_impl,
+    [NB_TOP_ADD_CHANNEL] = &nb_top_add_channel_impl,
+    [NB_TOP_CONCAT] = &nb_top_concat_impl,
+    [NB_TOP_UPSAMPLE2X] = &nb_top_upsample_impl,
+    [NB_TOP_AVGPOOL2X] = &nb_top_avgpool_impl,
+    [NB_TOP_MSE] = &nb_top_mse_impl,
+    [NB_TOP_ATTENTION] = &nb_top_attention_impl,
+    [NB_TOP_RESHAPE] = &nb_top_reshape_impl,
+    [NB_TOP_TRANSPOSE] = &nb_top_transpose_impl,
+    [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_impl,
+};
+
+static const nb_top_impl *nb_top_table(int kind) {
+    return kind >= 0 && kind < NB_TOP_COUNT ? nb_top_impls[kind] : NULL;
+}
+
+static void *nb_tape_halloc(nb_tape *t, size_t size) {
+    t->host_allocs++;
+    return nb_alloc(size, NB_TAPE_ALIGN);
+}
+
+/* Grows a grow-only array of elem-size items to hold at least need. */
+static nb_status nb_tape_grow(nb_tape *t, void **arr, int32_t *cap, int32_t need, size_t elem) {
+    if (need <= *cap) return NB_OK;
+    int32_t nc = *cap ? *cap : 64;
+    while (nc < need) nc *= 2;
+    void *n = nb_tape_halloc(t, (size_t)nc * elem);
+    if (!n) return nb_error(NB_ERR_OUT_OF_MEMORY, "tape: out of host memory (%d entries)", nc);
+    if (*arr) {
+        memcpy(n, *arr, (size_t)*cap * elem);
+        nb_free(*arr, (size_t)*cap * elem);
+    }
+    *arr = n;
+    *cap = nc;
+    return NB_OK;
+}
+
+nb_status nb_tape_create(nb_tape **out) {
+    if (!out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_create: out is NULL");
+    nb_tape *t = nb_calloc(sizeof *t, 16);
+    if (!t) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_tape_create: out of host memory");
+    t->host_allocs = 1;
+    *out = t;
+    return NB_OK;
+}
+
+static void nb_tape_free_blocks(nb_tape *t) {
+    struct nb_tape_block *b = t->blocks;
+    while (b) {
+        struct nb_tape_block *n = b->next;
+        nb_free(b, NB_TAPE_HDR + b->size);
+        b = n;
+    }
+    t->blocks = NULL;
+    t->arena_cap = 0;
+}
+
+void nb_tape_free(nb_tape *t) {
+    if (!t) return;
+    nb_tape_free_blocks(t);
+    if (t->params) nb_free(t->params, (size_t)t->params_cap * sizeof(float));
+    if (t->grads) nb_free(t->grads, (size_t)t->params_cap * sizeof(float));
+    if (t->vals) nb_free(t->vals, (size_t)t->vals_cap * sizeof(nb_tval));
+    if (t->ops) nb_free(t->ops, (size_t)t->ops_cap * sizeof(nb_top));
+    nb_free(t, sizeof *t);
+}
+
+/* ---- arena ---------------------------------------------------------------------------------- */
+
+float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero) {
+    size_t bytes = (size_t)(count > 0 ? count : 1) * sizeof(float);
+    bytes = (bytes + NB_TAPE_ALIGN - 1) / NB_TAPE_ALIGN * NB_TAPE_ALIGN;
+    struct nb_tape_block *b = t->blocks;
+    if (!b || b->size - b->used < bytes) {
+        size_t sz = (size_t)t->arena_cap;
+        if (sz < bytes) sz = bytes;
+        if (sz < (size_t)1 << 20) sz = (size_t)1 << 20;
+        struct nb_tape_block *nbk = nb_tape_halloc(t, NB_TAPE_HDR + sz);
+        if (!nbk) {
+            nb_error(NB_ERR_OUT_OF_MEMORY, "tape: arena out of host memory (%zu bytes)", sz);
+            return NULL;
+        }
+        nbk->next = t->blocks;
+        nbk->size = sz;
+        nbk->used = 0;
+        t->blocks = nbk;
+        t->arena_cap += (int64_t)sz;
+        b = nbk;
+    }
+    float *p = (float *)((char *)b + NB_TAPE_HDR + b->used);
+    b->used += bytes;
+    t->arena_used += (int64_t)bytes;
+    if (t->arena_used > t->arena_high) t->arena_high = t->arena_used;
+    if (zero) memset(p, 0, bytes);
+    return p;
+}
+
+nb_status nb_tape_reset(nb_tape *t) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_reset: tape is NULL");
+    t->n_vals = t->n_param_vals;
+    t->n_ops = 0;
+    t->arena_used = 0;
+    if (t->blocks && t->blocks->next) {
+        /* Outgrown: replace the blocks by one of the high-water size (grow-only). */
+        int64_t cap = t->arena_high > t->arena_cap ? t->arena_high : t->arena_cap;
+        nb_tape_free_blocks(t);
+        struct nb_tape_block *b = nb_tape_halloc(t, NB_TAPE_HDR + (size_t)cap);
+        if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "tape: arena out of host memory");
+        b->next = NULL;
+        b->size = (size_t)cap;
+        b->used = 0;
+        t->blocks = b;
+        t->arena_cap = cap;
+    } else if (t->blocks) {
+        t->blocks->used = 0;
+    }
+    return NB_OK;
+}
+
+/* ---- values --------------------------------------------------------------------------------- */
+
+nb_tval *nb_tape_val(nb_tape *t, nb_tvar v, const char *what) {
+    if (v < 0 || v >= t->n_vals) {
+        nb_error(NB_ERR_INVALID_ARG, "tape: %s is not a live value (handle %d; %d values alive)",
+                 what, (int)v, (int)t->n_vals);
+        return NULL;
+    }
+    return &t->vals[v];
+}
+
+const char *nb_tape_shape_str(const nb_tval *v, char *buf, size_t cap) {
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (int i = 0; i < v->ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)v->shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+static nb_status nb_tape_check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *count) {
+    if (ndim < 1 || ndim > NB_TAPE_MAX_DIMS)
+        return nb_error(NB_ERR_SHAPE, "%s: ndim %d is not in 1..%d", fn, ndim, NB_TAPE_MAX_DIMS);
+    if (!shape) return nb_error(NB_ERR_INVALID_ARG, "%s: shape is NULL", fn);
+    int64_t c = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1 || shape[i] > ((int64_t)1 << 40))
+            return nb_error(NB_ERR_SHAPE, "%s: dimension %d has size %lld (must be >= 1)", fn, i,
+                            (long long)shape[i]);
+        c *= shape[i];
+        if (c > ((int64_t)1 << 40)) return nb_error(NB_ERR_SHAPE, "%s: tensor too large", fn);
+    }
+    *count = c;
+    return NB_OK;
+}
+
+nb_status nb_tape_new_value(nb_tape *t, int ndim, const int64_t *shape, int needs_grad,
+                            nb_tvar *out) {
+    int64_t count, shp[NB_TAPE_MAX_DIMS];
+    nb_status s = nb_tape_check_shape("tape", ndim, shape, &count);
+    if (s) return s;
+    memcpy(shp, shape, (size_t)ndim * sizeof(int64_t)); /* shape may point into t->vals */
+    shape = shp;
+    s = nb_tape_grow(t, (void **)&t->vals, &t->vals_cap, t->n_vals + 1, sizeof(nb_tval));
+    if (s) return s;
+    float *d = nb_tape_alloc_f32(t, count, 0);
+    if (!d) return NB_ERR_OUT_OF_MEMORY;
+    nb_tval *v = &t->vals[t->n_vals];
+    memset(v, 0, sizeof *v);
+    v->ndim = ndim;
+    for (int i = 0; i < ndim; i++) v->shape[i] = shape[i];
+    v->count = count;
+    v->data = d;
+    v->needs_grad = needs_grad;
+    t->frozen = 1;
+    *out = t->n_vals++;
+    return NB_OK;
+}
+
+nb_status nb_tape_input(nb_tape *t, int ndim, const int64_t *shape, const float *data,
+                        int requires_grad, nb_tvar *out) {
+    if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_input: tape or out is NULL");
+    if (!data) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_input: data is NULL");
+    int64_t count;
+    nb_status s = nb_tape_check_shape("nb_tape_input", ndim, shape, &count);
+    if (s) return s;
+    s = nb_tape_new_value(t, ndim, shape, requires_grad != 0, out);
+    if (s) return s;
+    memcpy(t->vals[*out].data, data, (size_t)count * sizeof(float));
+    return NB_OK;
+}
+
+/* ---- parameters ----------------------------------------------------------------------------- */
+
+nb_status nb_tape_param(nb_tape *t, const char *name, int ndim, const int64_t *shape, nb_tvar *out) {
+    if (!t || !name || !out)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_tape_param: tape, name or out is NULL");
+    if (t->frozen)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "nb_tape_param: parameter '%s' registered after the first step "
+                        "(register all parameters before any input or op)", name);
+    if (!name[0] || strlen(name) >= sizeof t->vals[0].name)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_tape_param: name must have 1..%d characters",
+                        (int)sizeof t->vals[0].name - 1);
+    nb_tvar dup;
+    if (nb_tape_param_find(t, name, &dup) == NB_OK)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_tape_param: parameter '%s' already registered", name);
+    nb_clear_error();
+    int64_t count;
+    nb_status s = nb_tape_check_shape("nb_tape_param", ndim, shape, &count);
+    if (s) return s;
+    s = nb_tape_grow(t, (void **)&t->vals, &t->vals_cap, t->n_vals + 1, sizeof(nb_tval));
+    if (s) return s;
+    int64_t need = t->n_params + count;
+    if (need > t->params_cap) {
+        int64_t cap = t->params_cap ? t->params_cap : 1024;
+        while (cap < need) cap *= 2;
+        float *p = nb_tape_halloc(t, (size_t)cap * sizeof(float));
+        float *g = nb_tape_halloc(t, (size_t)cap * sizeof(float));
+        if (!p || !g) {
+            if (p) nb_free(p, (size_t)cap * sizeof(float));
+            if (g) nb_free(g, (size_t)cap * sizeof(float));
+            return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_tape_param: out of host memory");
+        }
+        memset(p, 0, (size_t)cap * sizeof(float));
+        memset(g, 0, (size_t)cap * sizeof(float));
+        if (t->params) {
+            memcpy(p, t->params, (size_t)t->n_params * sizeof(float));
+            memcpy(g, t->grads, (size_t)t->n_params * sizeof(float));
+            nb_free(t->params, (size_t)t->params_cap * sizeof(float));
+            nb_free(t->grads, (size_t)t->params_cap * sizeof(float));
+        }
+        t->params = p;
+        t->grads = g;
+        t->params_cap = cap;
+        for (int32_t i = 0; i < t->n_param_vals; i++) {
+            t->vals[i].data = t->params + t->vals[i].offset;
+            t->vals[i].grad = t->grads + t->vals[i].offset;
+        }
+    }
+    nb_tval *v = &t->vals[t->n_vals];
+    memset(v, 0, sizeof *v);
+    v->ndim = ndim;
+    for (int i = 0; i < ndim; i++) v->shape[i] = shape[i];
+    v->count = count;
+    v->offset = t->n_params;
+    v->data = t->params + v->offset;
+    v->grad = t->grads + v->offset;
+    v->needs_grad = 1;
+    v->is_param = 1;
+    snprintf(v->name, sizeof v->name, "%s", name);
+    t->n_params = need;
+    *out = t->n_vals++;
+    t->n_param_vals = t->n_vals;
+    return NB_OK;
+}
+
+nb_status nb_tape_param_find(const nb_tape *t, const char *name, nb_tvar *out) {
+    if (!t || !name || !out)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_tape_param_find: tape, name or out is NULL");
+    for (int32_t i = 0; i < t->n_param_vals; i++)
+        if (strcmp(t->vals[i].name, name) == 0) {
+            *out = i;
+            return NB_OK;
+        }
+    return nb_error(NB_ERR_NOT_FOUND, "tape: no parameter named '%s' (%d registered)", name,
+                    (int)t->n_param_vals);
+}
+
+static nb_status nb_tape_check_param(const nb_tape *t, nb_tvar p, const char *fn) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "%s: tape is NULL", fn);
+    if (p < 0 || p >= t->n_param_vals)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: handle %d is not a parameter", fn, (int)p);
+    return NB_OK;
+}
+
+nb_status nb_tape_param_info(const nb_tape *t, nb_tvar p, int64_t *offset, int64_t *count) {
+    nb_status s = nb_tape_check_param(t, p, "nb_tape_param_info");
+    if (s) return s;
+    if (offset) *offset = t->vals[p].offset;
+    if (count) *count = t->vals[p].count;
+    return NB_OK;
+}
+
+nb_status nb_tape_params(nb_tape *t, float **data, int64_t *count) {
+    if (!t || !data) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_params: tape or data is NULL");
+    *data = t->params;
+    if (count) *count = t->n_params;
+    return NB_OK;
+}
+
+nb_status nb_tape_grads(nb_tape *t, float **grad, int64_t *count) {
+    if (!t || !grad) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_grads: tape or grad is NULL");
+    *grad = t->grads;
+    if (count) *count = t->n_params;
+    return NB_OK;
+}
+
+nb_status nb_tape_param_init_uniform(nb_tape *t, nb_tvar p, float bound, uint64_t seed) {
+    nb_status s = nb_tape_check_param(t, p, "nb_tape_param_init_uniform");
+    if (s) return s;
+    nb_tval *v = &t->vals[p];
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    for (int64_t i = 0; i < v->count; i++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27; /* xorshift64* */
+        uint64_t r = x * 0x2545F4914F6CDD1Dull;
+        float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0,1) */
+        v->data[i] = (2.0f * u - 1.0f) * bound;
+    }
+    return NB_OK;
+}
+
+nb_status nb_tape_zero_grad(nb_tape *t) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_zero_grad: tape is NULL");
+    if (t->grads) memset(t->grads, 0, (size_t)t->n_params * sizeof(float));
+    return NB_OK;
+}
+
+/* ---- op log and backward -------------------------------------------------------------------- */
+
+nb_status nb_tape_op_out(nb_tape *t, nb_top *op, int ndim, const int64_t *shape) {
+    int ng = 0;
+    for (int i = 0; i < op->nin; i++)
+        if (op->in[i] >= 0 && t->vals[op->in[i]].needs_grad) ng = 1;
+    return nb_tape_new_value(t, ndim, shape, ng, &op->out);
+}
+
+nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
+    const nb_top_impl *impl = nb_top_table(op->kind);
+    if (!impl) return nb_error(NB_ERR_INTERNAL, "tape: unknown op kind %d", op->kind);
+    nb_status s = nb_tape_grow(t, (void **)&t->ops, &t->ops_cap, t->n_ops + 1, sizeof(nb_top));
+    if (s) return s;
+    nb_top *rec = &t->ops[t->n_ops];
+    *rec = *op;
+    s = impl->cpu_forward(t, rec);
+    if (s) return s;
+    t->n_ops++;
+    return NB_OK;
+}
+
+nb_status nb_tape_grad_buf(nb_tape *t, nb_tvar v, float **g) {
+    *g = NULL;
+    if (v < 0) return NB_OK;
+    nb_tval *tv = &t->vals[v];
+    if (!tv->needs_grad) return NB_OK;
+    if (!tv->grad) {
+        tv->grad = nb_tape_alloc_f32(t, tv->count, 1);
+        if (!tv->grad) return NB_ERR_OUT_OF_MEMORY;
+    }
+    *g = tv->grad;
+    return NB_OK;
+}
+
+nb_status nb_tape_backward(nb_tape *t, nb_tvar loss) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_backward: tape is NULL");
+    nb_tval *l = nb_tape_val(t, loss, "nb_tape_backward: loss");
+    if (!l) return NB_ERR_INVALID_ARG;
+    if (l->count != 1) {
+        char b[96];
+        return nb_error(NB_ERR_SHAPE, "nb_tape_backward: loss must be a scalar (1 element), got %s",
+                        nb_tape_shape_str(l, b, sizeof b));
+    }
+    if (!l->needs_grad)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "nb_tape_backward: loss does not depend on any parameter or input that "
+                        "requires a gradient");
+    /* Activation gradients from an earlier backward are stale: start them afresh. */
+    for (int32_t i = t->n_param_vals; i < t->n_vals; i++) t->vals[i].grad = NULL;
+    float *g;
+    nb_status s = nb_tape_grad_buf(t, loss, &g);
+    if (s) return s;
+    g[0] += 1.0f;
+    for (int32_t i = t->n_ops - 1; i >= 0; i--) {
+        const nb_top *op = &t->ops[i];
+        const nb_tval *o = &t->vals[op->out];
+        if (!o->needs_grad || !o->grad) continue; /* not reached */
+        s = nb_top_table(op->kind)->cpu_backward(t, op);
+        if (s) return s;
+    }
+    return NB_OK;
+}
+
+/* ---- inspection ----------------------------------------------------------------------------- */
+
+nb_status nb_tape_shape(const nb_tape *t, nb_tvar v, int *ndim, int64_t *shape) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_shape: tape is NULL");
+    nb_tval *tv = nb_tape_val((nb_tape *)t, v, "nb_tape_shape: value");
+    if (!tv) return NB_ERR_INVALID_ARG;
+    if (ndim) *ndim = tv->ndim;
+    if (shape)
+        for (int i = 0; i < tv->ndim; i++) shape[i] = tv->shape[i];
+    return NB_OK;
+}
+
+nb_status nb_tape_data(nb_tape *t, nb_tvar v, float **data, int64_t *count) {
+    if (!t || !data) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_data: tape or data is NULL");
+    nb_tval *tv = nb_tape_val(t, v, "nb_tape_data: value");
+    if (!tv) return NB_ERR_INVALID_ARG;
+    *data = tv->data;
+    if (count) *count = tv->count;
+    return NB_OK;
+}
+
+nb_status nb_tape_grad(nb_tape *t, nb_tvar v, float **grad, int64_t *count) {
+    if (!t || !grad) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_grad: tape or grad is NULL");
+    nb_tval *tv = nb_tape_val(t, v, "nb_tape_grad: value");
+    if (!tv) return NB_ERR_INVALID_ARG;
+    *grad = tv->needs_grad ? tv->grad : NULL;
+    if (count) *count = tv->count;
+    return NB_OK;
+}
+
+nb_status nb_tape_get_stats(const nb_tape *t, nb_tape_stats *out) {
+    if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_get_stats: tape or out is NULL");
+    out->host_allocs = t->host_allocs;
+    out->arena_capacity = t->arena_cap;
+    out->arena_used = t->arena_used;
+    out->arena_high_water = t->arena_high;
+    out->n_values = t->n_vals;
+    out->n_ops = t->n_ops;
+    return NB_OK;
+}
+
+void nb_tape_parallel(int64_t n, int64_t grain, void (*fn)(void *, int64_t, int64_t), void *ctx) {
+    nb_threadpool *p = nb_threadpool_global();
+    if (p && n > grain)
+        nb_threadpool_run(p, n, grain, fn, ctx);
+    else
+        fn(ctx, 0, n);
+}

@@ -1,0 +1,127 @@
+/* UNet checkpoints: safetensors with the parameters under guided-diffusion's names (F32) and the
+ * config in __metadata__ (see include/nabla/nn_unet.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nabla/nn_unet.h"
+#include "nabla/safetensors.h"
+#include "nabla/tensor.h"
+
+nb_status nb_unet_save(const nb_unet *u, const float *params, const char *path) {
+    if (!u || !params || !path) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_save: NULL argument");
+    const nb_unet_param_name *names;
+    int n;
+    nb_status s = nb_unet_params(u, &names, &n);
+    if (s) return s;
+    nb_st_tensor *ts = calloc((size_t)n, sizeof *ts);
+    if (!ts) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_unet_save: out of memory");
+    for (int i = 0; i < n && !s; i++) {
+        int64_t off, cnt;
+        s = nb_tape_param_info(nb_unet_tape(u), names[i].id, &off, &cnt);
+        ts[i].name = names[i].name;
+        ts[i].ndim = names[i].ndim;
+        memcpy(ts[i].shape, names[i].shape, sizeof(int64_t) * (size_t)names[i].ndim);
+        ts[i].data = params + off;
+    }
+    nb_unet_config cfg;
+    const char *keys[NB_UNET_META_N + 1];
+    char vals[NB_UNET_META_N][64];
+    const char *vp[NB_UNET_META_N + 1];
+    if (!s) s = nb_unet_get_config(u, &cfg);
+    if (!s) s = nb_unet_config_to_meta(&cfg, keys, vals);
+    for (int i = 0; i < NB_UNET_META_N; i++) vp[i] = vals[i];
+    keys[NB_UNET_META_N] = "format", vp[NB_UNET_META_N] = "nabla.unet.v1";
+    if (!s) s = nb_safetensors_write(path, n, ts, NB_UNET_META_N + 1, keys, vp);
+    free(ts);
+    return s;
+}
+
+static nb_status config_from_file(const nb_safetensors *f, const char *path, nb_unet_config *out) {
+    nb_unet_config c;
+    memset(&c, 0, sizeof c);
+    const char *keys[NB_UNET_META_N];
+    char vals[NB_UNET_META_N][64];
+    nb_unet_config_to_meta(&c, keys, vals); /* for the key list */
+    for (int i = 0; i < NB_UNET_META_N; i++) {
+        const char *v;
+        nb_safetensors_meta(f, keys[i], &v);
+        if (!v)
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "'%s' has no UNet config: metadata key '%s' is missing (not a nabla "
+                            "UNet checkpoint?)", path, keys[i]);
+        nb_status s = nb_unet_config_set(&c, keys[i], v);
+        if (s) return nb_error(s, "'%s': bad UNet config in its metadata: %s", path, nb_last_error());
+    }
+    nb_status s = nb_unet_config_validate(&c);
+    if (s) return nb_error(s, "'%s': %s", path, nb_last_error());
+    *out = c;
+    return NB_OK;
+}
+
+nb_status nb_unet_read_config(const char *path, nb_unet_config *out) {
+    if (!path || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_read_config: NULL argument");
+    nb_safetensors *f;
+    nb_status s = nb_safetensors_read(path, &f);
+    if (s) return s;
+    s = config_from_file(f, path, out);
+    nb_safetensors_free(f);
+    return s;
+}
+
+static int same_config(const nb_unet_config *a, const nb_unet_config *b) {
+    const char *ka[NB_UNET_META_N], *kb[NB_UNET_META_N];
+    char va[NB_UNET_META_N][64], vb[NB_UNET_META_N][64];
+    nb_unet_config_to_meta(a, ka, va);
+    nb_unet_config_to_meta(b, kb, vb);
+    for (int i = 0; i < NB_UNET_META_N; i++)
+        if (strcmp(va[i], vb[i])) {
+            nb_error(NB_ERR_INVALID_ARG,
+                     "checkpoint config does not match the model: %s is %s in the file, %s in the model",
+                     ka[i], va[i], vb[i]);
+            return 0;
+        }
+    return 1;
+}
+
+nb_status nb_unet_load(nb_unet *u, const char *path) {
+    if (!u || !path) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_load: NULL argument");
+    nb_safetensors *f;
+    nb_status s = nb_safetensors_read(path, &f);
+    if (s) return s;
+    nb_unet_config fc, mc;
+    s = config_from_file(f, path, &fc);
+    if (!s) s = nb_unet_get_config(u, &mc);
+    if (!s && !same_config(&fc, &mc)) s = NB_ERR_INVALID_ARG;
+    const nb_unet_param_name *names;
+    int n = 0, nf = 0;
+    float *p;
+    int64_t np;
+    if (!s) s = nb_unet_params(u, &names, &n);
+    if (!s) s = nb_tape_params(nb_unet_tape(u), &p, &np);
+    if (!s) s = nb_safetensors_count(f, &nf);
+    for (int i = 0; i < n && !s; i++) {
+        const nb_st_tensor *t;
+        s = nb_safetensors_find(f, names[i].name, &t);
+        if (s) {
+            s = nb_error(NB_ERR_NOT_FOUND, "'%s' lacks parameter '%s'", path, names[i].name);
+            break;
+        }
+        int ok = t->ndim == names[i].ndim;
+        for (int d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == names[i].shape[d];
+        if (!ok) {
+            char a[96], b[96];
+            nb_shape_str(t->ndim, t->shape, a, sizeof a);
+            nb_shape_str(names[i].ndim, names[i].shape, b, sizeof b);
+            s = nb_error(NB_ERR_SHAPE, "'%s': tensor '%s' has shape %s, the model %s", path, names[i].name, a, b);
+            break;
+        }
+        int64_t off, cnt;
+        s = nb_tape_param_info(nb_unet_tape(u), names[i].id, &off, &cnt);
+        if (!s) memcpy(p + off, t->data, (size_t)cnt * sizeof(float));
+    }
+    if (!s && nf != n)
+        s = nb_error(NB_ERR_SHAPE, "'%s' holds %d tensors; the model has %d parameters", path, nf, n);
+    nb_safetensors_free(f);
+    return s;
+}

@@ -1,0 +1,58 @@
+#!/bin/sh
+# `nabla unet`: usage and config errors (exit 2), missing data / checkpoint problems (exit 1, messages
+# naming the cause), and a tiny CPU train -> checkpoint -> sample -> PNG round trip.
+NABLA="$1"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/nabla unet.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0; passed=0
+check() { # check NAME EXPECTED_RC CMD... ; output in $out
+    name=$1; want=$2; shift 2
+    out=$("$@" 2>&1); rc=$?
+    if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; echo "$out"; fail=$((fail+1)); return 1; fi
+    passed=$((passed+1)); return 0
+}
+contains() { # contains NAME TEXT
+    case "$out" in *"$2"*) passed=$((passed+1));; *) echo "FAIL $1: output lacks '$2'"; echo "$out"; fail=$((fail+1));; esac
+}
+TINY="--data synthetic --image-size 16 --channels 16 --mult 1,2 --res-blocks 1 --attn 8 --head-channels 16 --groups 8 --no-progress"
+
+check help 0 "$NABLA" unet --help && contains help "usage: nabla unet train"
+check in-usage 0 "$NABLA" --help && contains in-usage "unet"
+check no-sub 2 "$NABLA" unet && contains no-sub "missing sub-command"
+check bad-sub 2 "$NABLA" unet fly && contains bad-sub "unknown sub-command 'fly'"
+check unknown-flag 2 "$NABLA" unet train --frob && contains unknown-flag "unknown argument '--frob'"
+check no-value 2 "$NABLA" unet train --steps && contains no-value "--steps needs a value"
+check steps-zero 2 "$NABLA" unet train --steps 0 && contains steps-zero "bad value for --steps: '0'"
+check mult-bad 2 "$NABLA" unet train --mult 1,x && contains mult-bad "bad value for --mult: '1,x'"
+check lr-neg 2 "$NABLA" unet train --lr -1 && contains lr-neg "bad value for --lr"
+check sampler-bad 2 "$NABLA" unet sample --sampler euler && contains sampler-bad "unknown sampler 'euler'"
+check precision-bad 2 "$NABLA" unet train --precision fp8 && contains precision-bad "unknown precision 'fp8'"
+check precision-bf16 1 "$NABLA" unet train $TINY --precision bf16 && contains precision-bf16 "not implemented"
+check cuda 1 "$NABLA" unet train $TINY --device cuda && contains cuda "CUDA path is not implemented yet"
+check groups 2 "$NABLA" unet train --data synthetic --channels 48 && contains groups "not divisible by 32 GroupNorm groups"
+check attn-res 2 "$NABLA" unet train --data synthetic --attn 12 && contains attn-res "attention resolution 12 is not in the pyramid (64,32,16,8)"
+check no-fm 1 env NABLA_FASHION_MNIST_DIR="$tmp/nofm" "$NABLA" unet train --data fashion-mnist --steps 1 &&
+    contains no-fm "install Debian's dataset-fashion-mnist package"
+check no-dir 1 "$NABLA" unet train --data "$tmp/nope" --steps 1 && contains no-dir "unknown data set"
+
+# train -> checkpoint -> sample -> PNG
+if check train 0 "$NABLA" unet train $TINY --batch 4 --steps 4 --lr 1e-3 --ema 0.9 --ckpt "$tmp/m.safetensors"; then
+    contains train "165859 parameters"
+    contains train "mean ms/step"
+    contains train "saved $tmp/m.safetensors"
+    check sample 0 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --n 5 --steps 4 --out "$tmp/g.png" && contains sample "sampled 5 images"
+    [ -s "$tmp/g.png" ] && passed=$((passed+1)) || { echo "FAIL sample wrote no PNG"; fail=$((fail+1)); }
+    check sample-ddpm 0 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --n 2 --sampler ddpm --steps 3 --out "$tmp/d.png"
+    check sample-steps 1 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --steps 2000 --out "$tmp/x.png" &&
+        contains sample-steps "steps 2000 not in 1..1000"
+    head -c 300 "$tmp/m.safetensors" > "$tmp/cut.safetensors"
+    check truncated 1 "$NABLA" unet sample --ckpt "$tmp/cut.safetensors" --out "$tmp/x.png" && contains truncated "cut.safetensors"
+    check unwritable 1 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --n 1 --steps 1 --out "$tmp/no/dir/x.png" &&
+        contains unwritable "cannot write PNG"
+fi
+check no-ckpt 1 "$NABLA" unet sample --ckpt "$tmp/missing.safetensors" && contains no-ckpt "cannot open"
+printf 'not a checkpoint at all' > "$tmp/junk.safetensors"
+check junk-ckpt 1 "$NABLA" unet sample --ckpt "$tmp/junk.safetensors" && contains junk-ckpt "junk.safetensors"
+check bench 0 "$NABLA" unet bench $TINY --batch 2 --steps 2 && contains bench "TFLOP/s"
+echo "$passed passed, $fail failed"
+[ "$fail" -eq 0 ]
