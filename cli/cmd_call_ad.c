@@ -41,6 +41,15 @@ static int tensor_dtype(nb_func *f, int i)
     return -1;
 }
 
+/* The parameter whose name is text[0 .. eq) ("x" of "x=[1,2]"), or -1. */
+static int param_named(nb_func *f, const char *text, const char *eq)
+{
+    for (int i = 0; i < nb_func_param_count(f, 0); i++)
+        if (strlen(nb_func_param_name(f, 0, i)) == (size_t)(eq - text) && !strncmp(nb_func_param_name(f, 0, i), text, (size_t)(eq - text)))
+            return i;
+    return -1;
+}
+
 /* Is parameter i a struct (bound leaf by leaf: "p.a", "p.b")? */
 static int is_struct_param(nb_func *f, int i)
 {
@@ -332,11 +341,7 @@ int nb_cmd_call_ad(int argc, char **argv)
     }
     for (int k = 0; k < nnamed; k++) {
         const char *eq = strchr(named[k], '=');
-        int found = -1;
-        for (int i = 0; i < np; i++)
-            if (strlen(nb_func_param_name(f, 0, i)) == (size_t)(eq - named[k]) &&
-                !strncmp(nb_func_param_name(f, 0, i), named[k], (size_t)(eq - named[k])))
-                found = i;
+        int found = param_named(f, named[k], eq);
         if (found < 0) {
             fprintf(stderr, "nabla: call: %s has no parameter '%.*s'\n", nb_func_signature(f, 0), (int)(eq - named[k]), named[k]);
             goto done;
@@ -386,11 +391,7 @@ int nb_cmd_call_ad(int argc, char **argv)
     for (int i = 0; i < AD_MAX; i++) nb_json_free(pj[i]);
     for (int k = 0; k < ndout; k++) { /* --dout OUT=JSON */
         const char *eq = strchr(douts[k], '=');
-        int found = -1;
-        for (int i = 0; i < np; i++)
-            if (strlen(nb_func_param_name(f, 0, i)) == (size_t)(eq - douts[k]) &&
-                !strncmp(nb_func_param_name(f, 0, i), douts[k], (size_t)(eq - douts[k])))
-                found = i;
+        int found = param_named(f, douts[k], eq);
         if (found < 0 || nb_func_param_dir(f, 0, found) != NB_ARG_OUT) {
             fprintf(stderr, "nabla: call: --dout %.*s=…: %s has no out parameter '%.*s'\n", (int)(eq - douts[k]), douts[k],
                     nb_func_signature(f, 0), (int)(eq - douts[k]), douts[k]);
@@ -413,11 +414,7 @@ int nb_cmd_call_ad(int argc, char **argv)
     }
     for (int k = 0; k < ntan; k++) {
         const char *eq = strchr(tangents[k], '=');
-        int found = -1;
-        for (int i = 0; i < np; i++)
-            if (strlen(nb_func_param_name(f, 0, i)) == (size_t)(eq - tangents[k]) &&
-                !strncmp(nb_func_param_name(f, 0, i), tangents[k], (size_t)(eq - tangents[k])))
-                found = i;
+        int found = param_named(f, tangents[k], eq);
         if (found < 0) {
             fprintf(stderr, "nabla: call: %s has no parameter '%.*s'\n", nb_func_signature(f, 0), (int)(eq - tangents[k]),
                     tangents[k]);

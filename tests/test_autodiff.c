@@ -837,6 +837,7 @@ static void check_difftensor(nb_device *dev)
     NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F64, 1, st, &bad64));
     NB_REQUIRE_OK(nb_call_begin(fl, &c));
     NB_EXPECT_ERR(nb_call_grad(c, 0, bad64), NB_ERR_DTYPE, "DiffTensor 't' holds f32");
+    NB_EXPECT_ERR(nb_call_grad(c, 0, NULL), NB_ERR_INVALID_ARG, "the gradient array for 't' is NULL");
     nb_call_free(c);
     nb_tensor *all[] = {tx, tt, tg, txg, ty, ttan, tyt, bad, bad64};
     for (int i = 0; i < 9; i++) nb_tensor_free(all[i]);

@@ -21,6 +21,19 @@ static int wrapper_kind(const nb_call *c)
     return 0;
 }
 
+/* Makes the call one of the module's function `name` (a wrapper of c's function). */
+static nb_status switch_func(nb_call *c, const char *name)
+{
+    nb_func *w = NULL;
+    NB_TRY(nb_module_func(c->f->m, name, &w));
+    pthread_mutex_lock(&w->m->lock);
+    nb_status s = nb_func_refresh(w);
+    pthread_mutex_unlock(&w->m->lock);
+    if (s) return s;
+    c->f = w;
+    return NB_OK;
+}
+
 nb_status nb_call_set_mode(nb_call *c, nb_diff_mode mode)
 {
     if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_set_mode: call is NULL");
@@ -33,50 +46,7 @@ nb_status nb_call_set_mode(nb_call *c, nb_diff_mode mode)
         return nb_error(NB_ERR_INVALID_ARG, "nb_call_set_mode: set the mode before binding arguments");
     char name[512];
     snprintf(name, sizeof name, "%s__%s", c->f->name, mode == NB_MODE_BWD ? "bwds" : "fwds");
-    nb_func *w = NULL;
-    NB_TRY(nb_module_func(c->f->m, name, &w));
-    pthread_mutex_lock(&w->m->lock);
-    nb_status s = nb_func_refresh(w);
-    pthread_mutex_unlock(&w->m->lock);
-    if (s) return s;
-    c->f = w;
-    return NB_OK;
-}
-
-/* The wrapper's parameter (a name that lives as long as the module) for primal parameter `index`
- * (index -1: the result's tangent / gradient). */
-static nb_status wrapper_param(nb_call *c, const char *api, int index, const char **out)
-{
-    int k = wrapper_kind(c);
-    size_t n = strlen(c->f->name) - 6;
-    char base[512], want[600];
-    snprintf(base, sizeof base, "%.*s", (int)n, c->f->name);
-    if (index < 0) snprintf(want, sizeof want, "%s", k == 2 ? "_dout" : "_result_d");
-    else {
-        nb_func *pf = NULL;
-        NB_TRY(nb_module_func(c->f->m, base, &pf));
-        if (index >= nb_func_param_count(pf, 0))
-            return nb_error(NB_ERR_INVALID_ARG, "%s: %s has no parameter %d", api, nb_func_signature(pf, 0), index);
-        snprintf(want, sizeof want, k == 2 ? "%s_grad" : "d_%s", nb_func_param_name(pf, 0, index));
-    }
-    const nb_fn_info *in = &c->f->infos[0];
-    for (int i = 0; i < in->nparams; i++)
-        if (!strcmp(in->param_names[i], want)) {
-            *out = in->param_names[i];
-            return NB_OK;
-        }
-    return nb_error(NB_ERR_INVALID_ARG, "%s: parameter %d of '%s' is not differentiable (%s)", api, index, base,
-                    in->signature);
-}
-
-static nb_status bind_extra(nb_call *c, const char *api, int kind, int index, nb_tensor *t)
-{
-    if (!c) return nb_error(NB_ERR_INVALID_ARG, "%s: call is NULL", api);
-    if (wrapper_kind(c) != kind)
-        return nb_error(NB_ERR_INVALID_ARG, "%s: call nb_call_set_mode(c, %s) first", api, kind == 2 ? "NB_MODE_BWD" : "NB_MODE_FWD");
-    const char *name = NULL;
-    NB_TRY(wrapper_param(c, api, index, &name));
-    return nb_call_arg_named(c, name, t);
+    return switch_func(c, name);
 }
 
 /* The base function of the call (f for "f__bwds" etc.). */
@@ -90,6 +60,40 @@ static nb_status base_func(nb_call *c, nb_func **out)
     char base[512];
     snprintf(base, sizeof base, "%.*s", (int)strlen(c->f->name) - 6, c->f->name);
     return nb_module_func(c->f->m, base, out);
+}
+
+/* The wrapper's parameter (a name that lives as long as the module) for primal parameter `index`
+ * (index -1: the result's tangent / gradient). */
+static nb_status wrapper_param(nb_call *c, const char *api, int index, const char **out)
+{
+    int k = wrapper_kind(c);
+    char want[600];
+    nb_func *pf = NULL;
+    NB_TRY(base_func(c, &pf));
+    if (index < 0) snprintf(want, sizeof want, "%s", k == 2 ? "_dout" : "_result_d");
+    else {
+        if (index >= nb_func_param_count(pf, 0))
+            return nb_error(NB_ERR_INVALID_ARG, "%s: %s has no parameter %d", api, nb_func_signature(pf, 0), index);
+        snprintf(want, sizeof want, k == 2 ? "%s_grad" : "d_%s", nb_func_param_name(pf, 0, index));
+    }
+    const nb_fn_info *in = &c->f->infos[0];
+    for (int i = 0; i < in->nparams; i++)
+        if (!strcmp(in->param_names[i], want)) {
+            *out = in->param_names[i];
+            return NB_OK;
+        }
+    return nb_error(NB_ERR_INVALID_ARG, "%s: parameter %d of '%s' is not differentiable (%s)", api, index,
+                    nb_func_name(pf), in->signature);
+}
+
+static nb_status bind_extra(nb_call *c, const char *api, int kind, int index, nb_tensor *t)
+{
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "%s: call is NULL", api);
+    if (wrapper_kind(c) != kind)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: call nb_call_set_mode(c, %s) first", api, kind == 2 ? "NB_MODE_BWD" : "NB_MODE_FWD");
+    const char *name = NULL;
+    NB_TRY(wrapper_param(c, api, index, &name));
+    return nb_call_arg_named(c, name, t);
 }
 
 /* DiffTensor parameter `index` of the base function: its gradient (tangent) array is bound by
@@ -185,12 +189,5 @@ nb_status nb_call_ad_fuse(nb_call *c, int want_result)
     if (n <= 6 || strcmp(c->f->name + n - 6, "__bwds") || !(want_result || c->into || c->ninto)) return NB_OK;
     char name[512];
     snprintf(name, sizeof name, "%.*s__bwdr", (int)(n - 6), c->f->name);
-    nb_func *w = NULL;
-    NB_TRY(nb_module_func(c->f->m, name, &w));
-    pthread_mutex_lock(&w->m->lock);
-    nb_status s = nb_func_refresh(w);
-    pthread_mutex_unlock(&w->m->lock);
-    if (s) return s;
-    c->f = w;
-    return NB_OK;
+    return switch_func(c, name);
 }

@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -316,12 +315,7 @@ static nb_status nb_cuda_finish(nb_jit_kernel *k, nb_device *dev, const void *im
         return st;
     }
     int sms = nb_device_get_info(dev)->multiprocessors;
-    /* NABLA_CUDA_BLOCKS_PER_SM (1..32, an experiment knob): fewer resident threads per SM for
-     * kernels whose threads each stream a long row (L1 capacity, see docs/PERF.md) */
-    const char *bps = getenv("NABLA_CUDA_BLOCKS_PER_SM");
-    int per_sm = bps ? atoi(bps) : NB_JIT_CUDA_BLOCKS_PER_SM;
-    if (per_sm < 1 || per_sm > NB_JIT_CUDA_BLOCKS_PER_SM) per_sm = NB_JIT_CUDA_BLOCKS_PER_SM;
-    k->max_blocks = (unsigned)(sms > 0 ? sms : 1) * (unsigned)per_sm;
+    k->max_blocks = (unsigned)(sms > 0 ? sms : 1) * NB_JIT_CUDA_BLOCKS_PER_SM;
     return NB_OK;
 }
 
@@ -531,7 +525,7 @@ nb_status nb_jit_launch_cuda_n(nb_jit_kernel *k, const void *params, size_t para
     if (n == 0) return NB_OK;
     int64_t blocks = (n + NB_JIT_CUDA_BLOCK - 1) / NB_JIT_CUDA_BLOCK;
     int64_t cap = k->max_blocks;
-    if (blocks_per_sm > 0 && blocks_per_sm < NB_JIT_CUDA_BLOCKS_PER_SM && !getenv("NABLA_CUDA_BLOCKS_PER_SM"))
+    if (blocks_per_sm > 0 && blocks_per_sm < NB_JIT_CUDA_BLOCKS_PER_SM)
         cap = (int64_t)k->max_blocks / NB_JIT_CUDA_BLOCKS_PER_SM * blocks_per_sm;
     if (cap < 1) cap = 1;
     if (blocks > cap) blocks = cap;

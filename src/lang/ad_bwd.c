@@ -292,11 +292,12 @@ static nb_ir_inst *recompute_call(bwd *B, nb_ir_inst *x)
         nb_ir_inst *p = x->prev;
         for (; p; p = p->prev) {
             if (p->op == NB_IR_STORE && p->var == x->var) break;
-            for (int i = 0; i < B->nvstores[x->var->id]; i++) /* another write in between */
-                if (B->vstores[x->var->id][i] == p || (p->nblocks && is_inside(B->vstores[x->var->id][i], p->blocks[0]))) return NULL;
-            for (int k = 1; k < p->nblocks; k++)
-                for (int i = 0; i < B->nvstores[x->var->id]; i++)
-                    if (is_inside(B->vstores[x->var->id][i], p->blocks[k])) return NULL;
+            for (int i = 0; i < B->nvstores[x->var->id]; i++) { /* another write in between */
+                nb_ir_inst *w = B->vstores[x->var->id][i];
+                if (w == p) return NULL;
+                for (int k = 0; k < p->nblocks; k++)
+                    if (is_inside(w, p->blocks[k])) return NULL;
+            }
         }
         if (!p || p->npath || p->ops[0]->op != NB_IR_CALL) return NULL;
         x = p->ops[0];

@@ -329,7 +329,6 @@ static void gen_accum_helpers(nb_emitter *e, int cuda)
  * occupancy) and the block reduction adds in double. Kernels with more than NB_ACC_LOCAL_MAX such
  * components keep the per-element path for the rest (local arrays would spill). */
 #define NB_ACC_LOCAL_MAX 64
-#define NB_ACC_F64_MAX 48
 
 /* CUDA: nb_block_sum(v), the sum of v over a 1-D thread block; every thread of the block must
  * call it (no early return before it), thread 0 gets the total. */
