@@ -43,9 +43,17 @@
  * runs the op log in reverse from a scalar (one element) value; nb_tape_grad then returns the
  * gradient of any value that needs one (NULL data when backward did not reach it).
  *
- * Devices. CPU reference only for now (plain host memory, threaded loops where cheap). Each op
- * kind has an entry in a per-op implementation table (src/nn/tape_internal.h) with a CPU forward
- * and backward, so a CUDA path can be added per op later. No CUDA path exists yet.
+ * Devices. nb_tape_create runs on the CPU (host memory, threaded loops: the reference).
+ * nb_tape_create_on(cuda device) keeps parameters, gradients and the arena in device memory and
+ * runs every op on the GPU (queued on nb_device_stream; nothing waits unless the host reads).
+ * On such a tape the pointers returned by nb_tape_params / nb_tape_grads / nb_tape_data /
+ * nb_tape_grad are DEVICE addresses; nb_tape_read / nb_tape_read_grad / nb_tape_write_params
+ * copy to and from host memory on any device. Each op kind has a row in a per-op table
+ * (src/nn/tape_internal.h) with a CPU and a CUDA forward and backward.
+ *
+ * Precision (nb_tape_set_precision) chooses the math of GEMMs, convolutions and attention on
+ * CUDA: FP32 (exact fp32), TF32 (tensor cores, fp32 storage), BF16 (bf16 operands, fp32
+ * accumulation and storage). The CPU always computes in fp32.
  */
 #ifndef NABLA_NN_TAPE_H
 #define NABLA_NN_TAPE_H
@@ -72,8 +80,22 @@ typedef struct nb_tape_stats {
     int32_t n_ops;           /* ops recorded since the last reset */
 } nb_tape_stats;
 
+typedef enum nb_tape_precision {
+    NB_TAPE_FP32 = 0,
+    NB_TAPE_TF32 = 1,
+    NB_TAPE_BF16 = 2,
+} nb_tape_precision;
+
+struct nb_device;
 nb_status nb_tape_create(nb_tape **out);
+/* dev NULL or a CPU device = nb_tape_create; a CUDA device: everything lives on that GPU. The
+ * tape holds a reference to dev until nb_tape_free. */
+nb_status nb_tape_create_on(struct nb_device *dev, nb_tape **out);
 void nb_tape_free(nb_tape *t);
+/* The tape's device (a CPU device handle for host tapes; never NULL). */
+struct nb_device *nb_tape_device(const nb_tape *t);
+nb_status nb_tape_set_precision(nb_tape *t, nb_tape_precision p);
+nb_tape_precision nb_tape_get_precision(const nb_tape *t);
 
 /* --- parameters ---------------------------------------------------------------------------- */
 /* Registers a parameter (zero-initialised) of shape [shape[0..ndim)] under a unique name. Only
@@ -107,6 +129,14 @@ nb_status nb_tape_data(nb_tape *t, nb_tvar v, float **data, int64_t *count);
 /* Gradient of v (*grad = NULL if backward did not reach v or v needs no gradient). */
 nb_status nb_tape_grad(nb_tape *t, nb_tvar v, float **grad, int64_t *count);
 nb_status nb_tape_get_stats(const nb_tape *t, nb_tape_stats *out);
+/* Copies a value / its gradient (zeros when backward did not reach it) into host memory
+ * (count floats, must equal the value's element count); waits for the device. */
+nb_status nb_tape_read(nb_tape *t, nb_tvar v, float *host, int64_t count);
+nb_status nb_tape_read_grad(nb_tape *t, nb_tvar v, float *host, int64_t count);
+/* Host <-> the whole parameter / gradient buffers ([count] floats = nb_tape_params' count). */
+nb_status nb_tape_write_params(nb_tape *t, const float *host, int64_t count);
+nb_status nb_tape_read_params(nb_tape *t, float *host, int64_t count);
+nb_status nb_tape_read_grads(nb_tape *t, float *host, int64_t count);
 
 /* --- ops (each runs now and is recorded; *out is a new value) ---------------------------------
  * A bias / gamma / beta argument may be NB_TVAR_NONE. */

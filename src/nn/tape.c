@@ -5,6 +5,7 @@
 
 #include "core/threadpool.h"
 #include "nabla/alloc.h"
+#include "nabla/device.h"
 #include "nn/tape_internal.h"
 
 #define NB_TAPE_ALIGN 64
@@ -33,6 +34,39 @@ static const nb_top_impl *const nb_top_impls[NB_TOP_COUNT] = {
     [NB_TOP_TRANSPOSE] = &nb_top_transpose_impl,
     [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_impl,
 };
+
+/* The CUDA column (rows defined where each op's CUDA code lives). */
+static const nb_top_cuda_impl *const nb_top_cuda_impls[NB_TOP_COUNT] = {
+    [NB_TOP_LINEAR] = &nb_top_linear_cuda,
+    [NB_TOP_CONV2D] = &nb_top_conv2d_cuda,
+    [NB_TOP_GROUP_NORM] = &nb_top_group_norm_cuda,
+    [NB_TOP_SILU] = &nb_top_silu_cuda,
+    [NB_TOP_ADD] = &nb_top_add_cuda,
+    [NB_TOP_ADD_CHANNEL] = &nb_top_add_channel_cuda,
+    [NB_TOP_CONCAT] = &nb_top_concat_cuda,
+    [NB_TOP_UPSAMPLE2X] = &nb_top_upsample_cuda,
+    [NB_TOP_AVGPOOL2X] = &nb_top_avgpool_cuda,
+    [NB_TOP_MSE] = &nb_top_mse_cuda,
+    [NB_TOP_ATTENTION] = &nb_top_attention_cuda,
+    [NB_TOP_RESHAPE] = &nb_top_reshape_cuda,
+    [NB_TOP_TRANSPOSE] = &nb_top_transpose_cuda,
+    [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_cuda,
+};
+
+int nb_tape_on_cuda(const nb_tape *t) {
+    return t->dev && nb_device_get_kind(t->dev) == NB_DEVICE_CUDA;
+}
+
+/* Forward / backward of one recorded op on the tape's device. */
+static nb_status nb_top_run(nb_tape *t, nb_top *op, int backward) {
+    const nb_top_impl *impl = nb_top_impls[op->kind];
+    if (!nb_tape_on_cuda(t)) return backward ? impl->cpu_backward(t, op) : impl->cpu_forward(t, op);
+    const nb_top_cuda_impl *c = nb_top_cuda_impls[op->kind];
+    if (!c || !(backward ? (void *)c->backward : (void *)c->forward))
+        return nb_error(NB_ERR_UNSUPPORTED, "tape: op '%s' has no CUDA %s path yet", impl->name,
+                        backward ? "backward" : "forward");
+    return backward ? c->backward(t, op) : c->forward(t, op);
+}
 
 static const nb_top_impl *nb_top_table(int kind) {
     return kind >= 0 && kind < NB_TOP_COUNT ? nb_top_impls[kind] : NULL;
@@ -355,7 +389,7 @@ nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
     if (s) return s;
     nb_top *rec = &t->ops[t->n_ops];
     *rec = *op;
-    s = impl->cpu_forward(t, rec);
+    s = nb_top_run(t, rec, 0);
     if (s) return s;
     t->n_ops++;
     return NB_OK;
@@ -397,7 +431,7 @@ nb_status nb_tape_backward(nb_tape *t, nb_tvar loss) {
         const nb_top *op = &t->ops[i];
         const nb_tval *o = &t->vals[op->out];
         if (!o->needs_grad || !o->grad) continue; /* not reached */
-        s = nb_top_table(op->kind)->cpu_backward(t, op);
+        s = nb_top_run(t, (nb_top *)op, 1);
         if (s) return s;
     }
     return NB_OK;

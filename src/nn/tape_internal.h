@@ -49,15 +49,26 @@ typedef struct nb_top {
     float *saved[2];/* saved tensors in the arena (e.g. group norm mean / rstd) */
 } nb_top;
 
-/* Per-op implementation table: one row per op kind, with a CPU forward and backward. A CUDA
- * column can be added beside cpu_* (dispatch on the tape's device). */
+/* Per-op implementation table: one row per op kind, with a CPU forward and backward. */
 typedef struct nb_top_impl {
     const char *name;
     nb_status (*cpu_forward)(nb_tape *t, nb_top *op);
     nb_status (*cpu_backward)(nb_tape *t, const nb_top *op);
 } nb_top_impl;
 
+/* CUDA column of the table (tape.c dispatches on the tape's device): a row per op kind, defined
+ * in the tape_cuda_*.c file that implements it. NULL functions = no CUDA path (a clear error).
+ * On a CUDA tape every nb_tval data/grad pointer is a device address on t->dev; work is queued
+ * on nb_device_stream(t->dev) and nothing synchronises unless the host needs a value. */
+typedef struct nb_top_cuda_impl {
+    nb_status (*forward)(nb_tape *t, nb_top *op);
+    nb_status (*backward)(nb_tape *t, const nb_top *op);
+} nb_top_cuda_impl;
+
+struct nb_device;
 struct nb_tape {
+    struct nb_device *dev;  /* NULL or a CPU device: host memory; else a CUDA device */
+    int precision;          /* nb_tape_precision: math mode of GEMMs, convolutions, attention */
     /* parameters */
     float *params, *grads;
     int64_t n_params, params_cap; /* floats */
@@ -98,5 +109,13 @@ extern const nb_top_impl nb_top_linear_impl, nb_top_silu_impl, nb_top_add_impl,
     nb_top_add_channel_impl, nb_top_concat_impl, nb_top_upsample_impl, nb_top_avgpool_impl,
     nb_top_mse_impl, nb_top_conv2d_impl, nb_top_group_norm_impl, nb_top_attention_impl,
     nb_top_reshape_impl, nb_top_transpose_impl, nb_top_slice_impl;
+
+/* CUDA rows (tape_cuda_basic.c, tape_cuda_conv.c, tape_cuda_attn.c). */
+extern const nb_top_cuda_impl nb_top_linear_cuda, nb_top_silu_cuda, nb_top_add_cuda,
+    nb_top_add_channel_cuda, nb_top_concat_cuda, nb_top_upsample_cuda, nb_top_avgpool_cuda,
+    nb_top_mse_cuda, nb_top_conv2d_cuda, nb_top_group_norm_cuda, nb_top_attention_cuda,
+    nb_top_reshape_cuda, nb_top_transpose_cuda, nb_top_slice_cuda;
+/* 1 when the tape runs on a CUDA device. */
+int nb_tape_on_cuda(const nb_tape *t);
 
 #endif
