@@ -4,6 +4,10 @@
 #include "nb_test.h"
 #include "nabla/nn_optim.h"
 #include "nabla/nn_tape.h"
+#include "device/cuda/cuda_api.h"
+#include "nabla/alloc.h"
+#include "nabla/device.h"
+#include "nn/tape_internal.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -44,7 +48,7 @@ struct gcase {
     nb_status (*build)(gcase *c, nb_tvar *loss);
 };
 
-enum { OP_LINEAR, OP_CONV, OP_GN, OP_SILU, OP_ADD, OP_ADDC, OP_CONCAT, OP_UP, OP_POOL, OP_MSE, OP_ATTN };
+enum { OP_LINEAR, OP_CONV, OP_GN, OP_SILU, OP_ADD, OP_ADDC, OP_CONCAT, OP_UP, OP_POOL, OP_MSE, OP_ATTN, OP_GNS };
 
 static nb_status add_inputs(gcase *c) {
     for (int i = 0; i < c->nin; i++) {
@@ -75,6 +79,7 @@ static nb_status build_single(gcase *c, nb_tvar *loss) {
     case OP_LINEAR: s = nb_tape_linear(t, v[0], p[0], p[1], &y); break;
     case OP_CONV: s = nb_tape_conv2d(t, v[0], p[0], p[1], c->ia, c->ib, &y); break;
     case OP_GN: s = nb_tape_group_norm(t, v[0], c->ia, p[0], p[1], 1e-5f, &y); break;
+    case OP_GNS: s = nb_tape_group_norm_silu(t, v[0], c->ia, p[0], p[1], 1e-5f, &y); break;
     case OP_SILU: s = nb_tape_silu(t, v[0], &y); break;
     case OP_ADD: s = nb_tape_add(t, v[0], v[1], &y); break;
     case OP_ADDC: s = nb_tape_add_channel(t, v[0], v[1], &y); break;
@@ -245,6 +250,73 @@ static void test_grad_group_norm(void) {
     add_param(c, 0, "gamma", 1, (int64_t[]){6}, 1.0f);
     NB_EXPECT(grad_check(c, "group_norm [N,C]") == 0);
     free_case(c);
+}
+
+/* the fused group norm + SiLU: finite differences, and equal to group_norm then silu */
+static void test_group_norm_silu(void) {
+    for (int affine = 0; affine < 2; affine++) {
+        gcase *c = new_case(OP_GNS);
+        c->ia = 3;
+        setup_in(c, 0, 4, (int64_t[]){2, 6, 3, 2}, 1);
+        for (int i = 0; i < 72; i++) c->in[0][i] *= 2.0f;
+        if (affine) {
+            add_param(c, 0, "gamma", 1, (int64_t[]){6}, 1.5f);
+            add_param(c, 1, "beta", 1, (int64_t[]){6}, 1.0f);
+        }
+        NB_EXPECT(grad_check(c, affine ? "group_norm_silu affine" : "group_norm_silu") == 0);
+        free_case(c);
+    }
+    /* fused vs composed: forward values, dx, dgamma, dbeta */
+    const int64_t shape[4] = {3, 6, 5, 7};
+    const int64_t n = 3 * 6 * 5 * 7;
+    float *x = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * n);
+    fill(x, n);
+    fill(dy, n);
+    float *out[2], *dx[2], *pg[2];
+    for (int fused = 0; fused < 2; fused++) {
+        nb_tape *t;
+        nb_tvar gm, bt, xv, tg, y, loss;
+        NB_REQUIRE_OK(nb_tape_create(&t));
+        NB_REQUIRE_OK(nb_tape_param(t, "gamma", 1, (int64_t[]){6}, &gm));
+        NB_REQUIRE_OK(nb_tape_param(t, "beta", 1, (int64_t[]){6}, &bt));
+        NB_REQUIRE_OK(nb_tape_param_init_uniform(t, gm, 1.5f, 1));
+        NB_REQUIRE_OK(nb_tape_param_init_uniform(t, bt, 1.0f, 2));
+        NB_REQUIRE_OK(nb_tape_input(t, 4, shape, x, 1, &xv));
+        NB_REQUIRE_OK(nb_tape_input(t, 4, shape, dy, 0, &tg));
+        if (fused) {
+            NB_REQUIRE_OK(nb_tape_group_norm_silu(t, xv, 3, gm, bt, 1e-5f, &y));
+        } else {
+            nb_tvar z;
+            NB_REQUIRE_OK(nb_tape_group_norm(t, xv, 3, gm, bt, 1e-5f, &z));
+            NB_REQUIRE_OK(nb_tape_silu(t, z, &y));
+        }
+        NB_REQUIRE_OK(nb_tape_mse(t, y, tg, &loss));
+        NB_REQUIRE_OK(nb_tape_backward(t, loss));
+        out[fused] = malloc(sizeof(float) * n);
+        dx[fused] = malloc(sizeof(float) * n);
+        NB_EXPECT_OK(nb_tape_read(t, y, out[fused], n));
+        NB_EXPECT_OK(nb_tape_read_grad(t, xv, dx[fused], n));
+        pg[fused] = malloc(sizeof(float) * 12);
+        NB_EXPECT_OK(nb_tape_read_grads(t, pg[fused], 12));
+        nb_tape_free(t);
+    }
+    double e_y = 0, e_dx = 0, e_p = 0, m_dx = 1e-12, m_p = 1e-12;
+    for (int64_t i = 0; i < n; i++) {
+        e_y = fmax(e_y, fabs(out[0][i] - out[1][i]));
+        e_dx = fmax(e_dx, fabs(dx[0][i] - dx[1][i]));
+        m_dx = fmax(m_dx, fabs(dx[0][i]));
+    }
+    for (int i = 0; i < 12; i++) {
+        e_p = fmax(e_p, fabs(pg[0][i] - pg[1][i]));
+        m_p = fmax(m_p, fabs(pg[0][i]));
+    }
+    NB_EXPECT(e_y < 1e-5);
+    NB_EXPECT(m_dx > 1e-4 && m_p > 1e-3); /* the comparison is not of zeros */
+    NB_EXPECT(e_dx < 1e-5 * m_dx + 1e-7);
+    NB_EXPECT(e_p < 1e-5 * m_p);
+    for (int k = 0; k < 2; k++) free(out[k]), free(dx[k]), free(pg[k]);
+    free(x);
+    free(dy);
 }
 
 static void test_grad_elementwise(void) {
@@ -732,6 +804,88 @@ static void test_accumulate(void) {
     free_case(c);
 }
 
+/* ---- host read / write API, device, precision (CPU tape) ------------------------------------ */
+
+static void test_read_write_api(void) {
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create_on(NULL, &t));
+    struct nb_device *d = nb_tape_device(t);
+    NB_EXPECT(d != NULL && nb_device_get_kind(d) == NB_DEVICE_CPU);
+    NB_EXPECT(nb_tape_device(t) == d); /* opened once */
+    NB_EXPECT(nb_tape_get_precision(t) == NB_TAPE_FP32);
+    NB_EXPECT_OK(nb_tape_set_precision(t, NB_TAPE_BF16));
+    NB_EXPECT(nb_tape_get_precision(t) == NB_TAPE_BF16);
+    NB_EXPECT_ERR(nb_tape_set_precision(t, (nb_tape_precision)7), NB_ERR_INVALID_ARG,
+                  "precision 7 is not NB_TAPE_FP32");
+    NB_EXPECT_ERR(nb_tape_set_precision(t, (nb_tape_precision)-1), NB_ERR_INVALID_ARG, "precision -1");
+    NB_EXPECT(nb_tape_get_precision(t) == NB_TAPE_BF16); /* unchanged by the bad calls */
+    nb_tvar w, b, x, y, loss;
+    NB_REQUIRE_OK(nb_tape_param(t, "w", 2, (int64_t[]){2, 3}, &w));
+    NB_REQUIRE_OK(nb_tape_param(t, "b", 1, (int64_t[]){2}, &b));
+    float p[8] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8];
+    NB_EXPECT_OK(nb_tape_write_params(t, p, 8));
+    NB_EXPECT_ERR(nb_tape_write_params(t, p, 7), NB_ERR_SHAPE, "count 7 does not match the 8 floats");
+    NB_EXPECT_ERR(nb_tape_read_params(t, r, 9), NB_ERR_SHAPE, "count 9");
+    NB_EXPECT_ERR(nb_tape_read_params(t, NULL, 8), NB_ERR_INVALID_ARG, "host pointer is NULL");
+    NB_EXPECT_OK(nb_tape_read_params(t, r, 8));
+    NB_EXPECT(memcmp(p, r, sizeof p) == 0);
+    float xd[3] = {1, -1, 2};
+    NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){1, 3}, xd, 1, &x));
+    NB_REQUIRE_OK(nb_tape_linear(t, x, w, b, &y));
+    float yv[2];
+    NB_EXPECT_ERR(nb_tape_read(t, y, yv, 3), NB_ERR_SHAPE, "count 3 does not match the 2 floats");
+    NB_EXPECT_ERR(nb_tape_read(t, 999, yv, 2), NB_ERR_INVALID_ARG, "not a live value");
+    NB_EXPECT_OK(nb_tape_read(t, y, yv, 2));
+    NB_EXPECT(yv[0] == 1 - 2 + 6 + 7 && yv[1] == 4 - 5 + 12 + 8);
+    float gx[3] = {9, 9, 9};
+    NB_EXPECT_OK(nb_tape_read_grad(t, x, gx, 3)); /* before backward: zeros */
+    NB_EXPECT(gx[0] == 0 && gx[1] == 0 && gx[2] == 0);
+    nb_tvar tg;
+    float tgd[2] = {0, 0};
+    NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){1, 2}, tgd, 0, &tg));
+    NB_REQUIRE_OK(nb_tape_mse(t, y, tg, &loss));
+    NB_REQUIRE_OK(nb_tape_backward(t, loss));
+    NB_EXPECT_OK(nb_tape_read_grad(t, x, gx, 3));
+    /* dL/dy = y (mean over 2 of squares), dL/dx = W^T y */
+    NB_EXPECT_NEAR(gx[0], 1 * yv[0] + 4 * yv[1], 1e-4);
+    NB_EXPECT_NEAR(gx[2], 3 * yv[0] + 6 * yv[1], 1e-4);
+    float g[8], *gp;
+    NB_EXPECT_OK(nb_tape_read_grads(t, g, 8));
+    NB_EXPECT_OK(nb_tape_grads(t, &gp, NULL));
+    NB_EXPECT(memcmp(g, gp, sizeof g) == 0);
+    NB_EXPECT_ERR(nb_tape_read_grads(t, g, 0), NB_ERR_SHAPE, "count 0");
+    float tv[2];
+    NB_EXPECT_OK(nb_tape_read_grad(t, tg, tv, 2)); /* no gradient wanted: zeros */
+    NB_EXPECT(tv[0] == 0 && tv[1] == 0);
+    nb_tape_stats st;
+    NB_EXPECT_OK(nb_tape_get_stats(t, &st));
+    NB_EXPECT(st.device_allocs == 0);
+    nb_tape_free(t);
+    /* a CPU device handle given explicitly: a CPU tape holding a reference */
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    NB_REQUIRE_OK(nb_tape_create_on(cpu, &t));
+    NB_EXPECT(nb_tape_device(t) == cpu);
+    nb_tape_free(t);
+    NB_EXPECT(nb_device_get_kind(cpu) == NB_DEVICE_CPU); /* still open: our reference */
+    nb_device_close(cpu);
+    NB_EXPECT_ERR(nb_tape_create_on(NULL, NULL), NB_ERR_INVALID_ARG, "out is NULL");
+    NB_EXPECT(nb_tape_device(NULL) == NULL);
+}
+
+/* The tape's CUDA kernel sources compile with NVRTC (no driver or GPU needed). */
+static void test_cuda_sources_compile(void) {
+    for (int which = 0; which < 2; which++) {
+        void *img = NULL;
+        size_t size = 0;
+        nb_status s = nb_nvrtc_compile(nb_tape_cuda_source(which), "tape.cu", "sm_90", NULL, &img,
+                                       &size, NULL);
+        if (s == NB_ERR_UNSUPPORTED) NB_SKIP("NVRTC unavailable");
+        NB_EXPECT_OK(s);
+        if (!s) nb_free(img, size);
+    }
+}
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 static void test_errors(void) {
@@ -800,5 +954,6 @@ int main(int argc, char **argv) {
                  test_grad_elementwise, test_grad_attention, test_grad_small_model,
                  test_grad_unet_block, test_grad_attention_block, test_layout_ops,
                  test_steady_state_no_alloc, test_train_adam, test_arena_growth,
-                 test_accumulate, test_errors);
+                 test_accumulate, test_errors, test_group_norm_silu, test_read_write_api,
+                 test_cuda_sources_compile);
 }

@@ -36,7 +36,8 @@
  * Memory. Every activation, saved tensor and activation gradient is carved from an arena owned
  * by the tape and reset by nb_tape_reset. The arena is grow-only: when a step outgrows it, the
  * next reset replaces its blocks by one block of the high-water size, so from the second step
- * of a fixed-shape loop on, a step makes no host allocation (nb_tape_stats counts them).
+ * of a fixed-shape loop on, a step makes no host (or device) allocation (nb_tape_stats counts
+ * them).
  *
  * Gradients. nb_tape_input(..., requires_grad) marks inputs whose gradient is wanted; parameters
  * always get gradients; an op's output needs a gradient when any input does. nb_tape_backward
@@ -49,7 +50,25 @@
  * On such a tape the pointers returned by nb_tape_params / nb_tape_grads / nb_tape_data /
  * nb_tape_grad are DEVICE addresses; nb_tape_read / nb_tape_read_grad / nb_tape_write_params
  * copy to and from host memory on any device. Each op kind has a row in a per-op table
- * (src/nn/tape_internal.h) with a CPU and a CUDA forward and backward.
+ * (src/nn/tape_internal.h) with a CPU and a CUDA forward and backward; an op whose CUDA row is
+ * missing fails with NB_ERR_UNSUPPORTED naming the op.
+ *
+ *   nb_device *gpu; nb_device_open("cuda", &gpu);
+ *   nb_tape *t; nb_tape_create_on(gpu, &t);                  // holds a reference to gpu
+ *   ... nb_tape_param(...) ...; nb_tape_write_params(t, host_init, n_params);
+ *   per step: nb_tape_reset, nb_tape_zero_grad, nb_tape_input (a host -> device copy, which
+ *   waits for the device), ops, nb_tape_backward (all asynchronous), then e.g.
+ *   nb_tape_read(t, loss, &l, 1) (waits) and an optimizer on the device pointer of nb_tape_grads.
+ *
+ * On CUDA, parameters and the arena are device buffers (nb_tape_stats.device_allocs counts them):
+ * from the second step of a fixed-shape loop on, a step allocates neither host nor device memory.
+ * nb_tape_input copies host data to the device, which waits for the device's stream (as does
+ * nb_tape_timestep_embedding for more than 512 timesteps; fewer travel in a kernel's parameter
+ * block); no other step function synchronises.
+ * CUDA rows of: silu, add, add_channel, concat, upsample2x, avgpool2x, mse, reshape, transpose,
+ * slice_channels (tape_cuda_basic.c), group_norm, group_norm_silu (tape_cuda_norm.c); linear,
+ * conv2d: tape_cuda_conv.c; attention: tape_cuda_attn.c. The CUDA mse is a deterministic
+ * two-pass reduction; group norm's dgamma / dbeta are reduced over the batch in fixed order.
  *
  * Precision (nb_tape_set_precision) chooses the math of GEMMs, convolutions and attention on
  * CUDA: FP32 (exact fp32), TF32 (tensor cores, fp32 storage), BF16 (bf16 operands, fp32
@@ -73,6 +92,7 @@ typedef int32_t nb_tvar; /* handle of a value in a tape; NB_TVAR_NONE for "absen
 
 typedef struct nb_tape_stats {
     int64_t host_allocs;     /* host allocations made by this tape since creation */
+    int64_t device_allocs;   /* device buffers taken by a CUDA tape (arena, parameters) */
     int64_t arena_capacity;  /* bytes of arena held */
     int64_t arena_used;      /* bytes carved since the last reset */
     int64_t arena_high_water;/* most bytes carved in one step */
@@ -92,8 +112,10 @@ nb_status nb_tape_create(nb_tape **out);
  * tape holds a reference to dev until nb_tape_free. */
 nb_status nb_tape_create_on(struct nb_device *dev, nb_tape **out);
 void nb_tape_free(nb_tape *t);
-/* The tape's device (a CPU device handle for host tapes; never NULL). */
+/* The tape's device (a CPU device handle for host tapes, opened on the first call and closed
+ * by nb_tape_free; not thread-safe on that first call). NULL only for a NULL tape. */
 struct nb_device *nb_tape_device(const nb_tape *t);
+/* NB_ERR_INVALID_ARG for a value outside the enum (the precision stays unchanged). */
 nb_status nb_tape_set_precision(nb_tape *t, nb_tape_precision p);
 nb_tape_precision nb_tape_get_precision(const nb_tape *t);
 
@@ -130,7 +152,8 @@ nb_status nb_tape_data(nb_tape *t, nb_tvar v, float **data, int64_t *count);
 nb_status nb_tape_grad(nb_tape *t, nb_tvar v, float **grad, int64_t *count);
 nb_status nb_tape_get_stats(const nb_tape *t, nb_tape_stats *out);
 /* Copies a value / its gradient (zeros when backward did not reach it) into host memory
- * (count floats, must equal the value's element count); waits for the device. */
+ * (count floats, must equal the value's element count, else NB_ERR_SHAPE); waits for the
+ * device. */
 nb_status nb_tape_read(nb_tape *t, nb_tvar v, float *host, int64_t count);
 nb_status nb_tape_read_grad(nb_tape *t, nb_tvar v, float *host, int64_t count);
 /* Host <-> the whole parameter / gradient buffers ([count] floats = nb_tape_params' count). */
@@ -149,6 +172,10 @@ nb_status nb_tape_conv2d(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, int stride
 /* x [N,C,H,W] (or [N,C]), C % groups == 0; gamma, beta [C]; biased variance -> same shape */
 nb_status nb_tape_group_norm(nb_tape *t, nb_tvar x, int groups, nb_tvar gamma, nb_tvar beta,
                              float eps, nb_tvar *out);
+/* silu(group_norm(x)) in one op (the UNet's norm + activation pair; saves a pass over memory
+ * and the intermediate); same arguments and shapes as nb_tape_group_norm. */
+nb_status nb_tape_group_norm_silu(nb_tape *t, nb_tvar x, int groups, nb_tvar gamma, nb_tvar beta,
+                                  float eps, nb_tvar *out);
 /* x * sigmoid(x), any shape */
 nb_status nb_tape_silu(nb_tape *t, nb_tvar x, nb_tvar *out);
 /* a + b, same shape */
@@ -172,8 +199,11 @@ nb_status nb_tape_timestep_embedding(nb_tape *t, int64_t n, const float *timeste
 nb_status nb_tape_attention(nb_tape *t, nb_tvar q, nb_tvar k, nb_tvar v, nb_tvar *out);
 
 
-/* --- layout ops (copies; for attention blocks: [N,C,H,W] -> [N,heads,d,HW] -> [N,heads,HW,d]) */
-/* Same elements, new shape (product must match) */
+/* --- layout ops (copies; reshape is a view on CUDA), for attention blocks:
+ * [N,C,H,W] -> [N,heads,d,HW] -> [N,heads,HW,d] */
+/* Same elements, new shape (product must match). On CUDA tapes a view: the output shares the
+ * input's memory and gradient buffer (no copy either way; nb_tape_grad of the output then shows
+ * the input's whole gradient); the CPU copies. */
 nb_status nb_tape_reshape(nb_tape *t, nb_tvar x, int ndim, const int64_t *shape, nb_tvar *out);
 /* Swaps the last two dims: [..., A, B] -> [..., B, A] (x has >= 2 dims) */
 nb_status nb_tape_transpose(nb_tape *t, nb_tvar x, nb_tvar *out);

@@ -10,14 +10,9 @@
 
 #define NB_TAPE_ALIGN 64
 
-struct nb_tape_block {
-    struct nb_tape_block *next;
-    size_t size; /* usable bytes after the header */
-    size_t used;
-};
 #define NB_TAPE_HDR ((sizeof(struct nb_tape_block) + NB_TAPE_ALIGN - 1) / NB_TAPE_ALIGN * NB_TAPE_ALIGN)
 
-/* The per-op implementation table (CPU column only for now). */
+/* The per-op implementation table: the CPU column (reference). */
 static const nb_top_impl *const nb_top_impls[NB_TOP_COUNT] = {
     [NB_TOP_LINEAR] = &nb_top_linear_impl,
     [NB_TOP_CONV2D] = &nb_top_conv2d_impl,
@@ -33,6 +28,7 @@ static const nb_top_impl *const nb_top_impls[NB_TOP_COUNT] = {
     [NB_TOP_RESHAPE] = &nb_top_reshape_impl,
     [NB_TOP_TRANSPOSE] = &nb_top_transpose_impl,
     [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_impl,
+    [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_impl,
 };
 
 /* The CUDA column (rows defined where each op's CUDA code lives). */
@@ -51,6 +47,7 @@ static const nb_top_cuda_impl *const nb_top_cuda_impls[NB_TOP_COUNT] = {
     [NB_TOP_RESHAPE] = &nb_top_reshape_cuda,
     [NB_TOP_TRANSPOSE] = &nb_top_transpose_cuda,
     [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_cuda,
+    [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_cuda,
 };
 
 int nb_tape_on_cuda(const nb_tape *t) {
@@ -102,28 +99,119 @@ nb_status nb_tape_create(nb_tape **out) {
     return NB_OK;
 }
 
+nb_status nb_tape_create_on(nb_device *dev, nb_tape **out) {
+    if (!out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_create_on: out is NULL");
+    *out = NULL;
+    nb_tape *t;
+    nb_status s = nb_tape_create(&t);
+    if (s || !dev) {
+        if (!s) *out = t;
+        return s;
+    }
+    /* Hold a reference: devices are shared, reopening by name raises the count. */
+    nb_device *held;
+    s = nb_device_open(nb_device_name(dev), &held);
+    if (s) {
+        nb_tape_free(t);
+        return s;
+    }
+    t->dev = held;
+    *out = t;
+    return NB_OK;
+}
+
+struct nb_device *nb_tape_device(const nb_tape *t) {
+    if (!t) return NULL;
+    if (!t->dev) {
+        /* Host tape: a CPU device handle, opened on first request and closed by nb_tape_free. */
+        nb_device *cpu = NULL;
+        if (nb_device_open("cpu", &cpu) != NB_OK) return NULL;
+        ((nb_tape *)t)->dev = cpu;
+    }
+    return t->dev;
+}
+
+nb_status nb_tape_set_precision(nb_tape *t, nb_tape_precision p) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_set_precision: tape is NULL");
+    if ((int)p < NB_TAPE_FP32 || (int)p > NB_TAPE_BF16)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "nb_tape_set_precision: precision %d is not NB_TAPE_FP32 (0), NB_TAPE_TF32 "
+                        "(1) or NB_TAPE_BF16 (2)", (int)p);
+    t->precision = (int)p;
+    return NB_OK;
+}
+
+nb_tape_precision nb_tape_get_precision(const nb_tape *t) {
+    return t ? (nb_tape_precision)t->precision : NB_TAPE_FP32;
+}
+
 static void nb_tape_free_blocks(nb_tape *t) {
     struct nb_tape_block *b = t->blocks;
     while (b) {
         struct nb_tape_block *n = b->next;
-        nb_free(b, NB_TAPE_HDR + b->size);
+        if (b->buf) {
+            nb_buffer_release(b->buf); /* back to the device's cache, ordered on its stream */
+            nb_free(b, sizeof *b);
+        } else {
+            nb_free(b, NB_TAPE_HDR + b->size);
+        }
         b = n;
     }
     t->blocks = NULL;
     t->arena_cap = 0;
 }
 
+/* Parameter / gradient storage: host memory, or a device buffer on CUDA tapes. */
+static void nb_tape_free_pbuf(nb_tape *t, float *p, nb_buffer *buf) {
+    if (buf)
+        nb_buffer_release(buf);
+    else if (p)
+        nb_free(p, (size_t)t->params_cap * sizeof(float));
+}
+
 void nb_tape_free(nb_tape *t) {
     if (!t) return;
     nb_tape_free_blocks(t);
-    if (t->params) nb_free(t->params, (size_t)t->params_cap * sizeof(float));
-    if (t->grads) nb_free(t->grads, (size_t)t->params_cap * sizeof(float));
+    nb_tape_free_pbuf(t, t->params, t->params_buf);
+    nb_tape_free_pbuf(t, t->grads, t->grads_buf);
     if (t->vals) nb_free(t->vals, (size_t)t->vals_cap * sizeof(nb_tval));
     if (t->ops) nb_free(t->ops, (size_t)t->ops_cap * sizeof(nb_top));
+    if (t->scratch) nb_free(t->scratch, (size_t)t->scratch_cap * sizeof(float));
+    if (t->dev) nb_device_close(t->dev);
     nb_free(t, sizeof *t);
 }
 
 /* ---- arena ---------------------------------------------------------------------------------- */
+
+/* A new arena block of sz usable bytes (host or device memory after the tape's device). */
+static struct nb_tape_block *nb_tape_new_block(nb_tape *t, size_t sz) {
+    struct nb_tape_block *b;
+    if (nb_tape_on_cuda(t)) {
+        b = nb_tape_halloc(t, sizeof *b);
+        if (!b) {
+            nb_error(NB_ERR_OUT_OF_MEMORY, "tape: out of host memory");
+            return NULL;
+        }
+        t->device_allocs++;
+        if (nb_buffer_alloc(t->dev, sz, &b->buf) != NB_OK) {
+            nb_free(b, sizeof *b);
+            return NULL; /* the device's error stands */
+        }
+        b->base = nb_buffer_ptr(b->buf);
+    } else {
+        b = nb_tape_halloc(t, NB_TAPE_HDR + sz);
+        if (!b) {
+            nb_error(NB_ERR_OUT_OF_MEMORY, "tape: arena out of host memory (%zu bytes)", sz);
+            return NULL;
+        }
+        b->buf = NULL;
+        b->base = (char *)b + NB_TAPE_HDR;
+    }
+    b->next = NULL;
+    b->size = sz;
+    b->used = 0;
+    return b;
+}
 
 float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero) {
     size_t bytes = (size_t)(count > 0 ? count : 1) * sizeof(float);
@@ -133,23 +221,24 @@ float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero) {
         size_t sz = (size_t)t->arena_cap;
         if (sz < bytes) sz = bytes;
         if (sz < (size_t)1 << 20) sz = (size_t)1 << 20;
-        struct nb_tape_block *nbk = nb_tape_halloc(t, NB_TAPE_HDR + sz);
-        if (!nbk) {
-            nb_error(NB_ERR_OUT_OF_MEMORY, "tape: arena out of host memory (%zu bytes)", sz);
-            return NULL;
-        }
+        struct nb_tape_block *nbk = nb_tape_new_block(t, sz);
+        if (!nbk) return NULL;
         nbk->next = t->blocks;
-        nbk->size = sz;
-        nbk->used = 0;
         t->blocks = nbk;
         t->arena_cap += (int64_t)sz;
         b = nbk;
     }
-    float *p = (float *)((char *)b + NB_TAPE_HDR + b->used);
+    float *p = (float *)(b->base + b->used);
     b->used += bytes;
     t->arena_used += (int64_t)bytes;
     if (t->arena_used > t->arena_high) t->arena_high = t->arena_used;
-    if (zero) memset(p, 0, bytes);
+    if (zero) {
+        if (b->buf) {
+            if (nb_memset(t->dev, p, 0, bytes) != NB_OK) return NULL;
+        } else {
+            memset(p, 0, bytes);
+        }
+    }
     return p;
 }
 
@@ -162,16 +251,59 @@ nb_status nb_tape_reset(nb_tape *t) {
         /* Outgrown: replace the blocks by one of the high-water size (grow-only). */
         int64_t cap = t->arena_high > t->arena_cap ? t->arena_high : t->arena_cap;
         nb_tape_free_blocks(t);
-        struct nb_tape_block *b = nb_tape_halloc(t, NB_TAPE_HDR + (size_t)cap);
-        if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "tape: arena out of host memory");
-        b->next = NULL;
-        b->size = (size_t)cap;
-        b->used = 0;
+        /* CUDA: the outgrown blocks went to the device's cache, where nothing of their sizes
+         * will ask for them again; hand them back to the driver before taking the large block
+         * (a one-off cost of growth steps; steady state never gets here) */
+        if (nb_tape_on_cuda(t)) nb_device_empty_cache(t->dev);
+        struct nb_tape_block *b = nb_tape_new_block(t, (size_t)cap);
+        if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "tape: arena out of memory (%lld bytes)",
+                                (long long)cap);
         t->blocks = b;
         t->arena_cap = cap;
     } else if (t->blocks) {
         t->blocks->used = 0;
     }
+    return NB_OK;
+}
+
+/* Host scratch of at least count floats (grow-only; for uploads built on the host). */
+float *nb_tape_scratch(nb_tape *t, int64_t count) {
+    if (count > t->scratch_cap) {
+        int64_t cap = t->scratch_cap ? t->scratch_cap : 256;
+        while (cap < count) cap *= 2;
+        float *p = nb_tape_halloc(t, (size_t)cap * sizeof(float));
+        if (!p) {
+            nb_error(NB_ERR_OUT_OF_MEMORY, "tape: out of host memory (%lld floats)", (long long)cap);
+            return NULL;
+        }
+        if (t->scratch) nb_free(t->scratch, (size_t)t->scratch_cap * sizeof(float));
+        t->scratch = p;
+        t->scratch_cap = cap;
+    }
+    return t->scratch;
+}
+
+/* Copies count floats from host memory into tape memory (host or device). */
+nb_status nb_tape_upload(nb_tape *t, float *dst, const float *src, int64_t count) {
+    if (count <= 0) return NB_OK;
+    if (nb_tape_on_cuda(t)) return nb_memcpy_h2d(t->dev, dst, src, (size_t)count * sizeof(float));
+    memcpy(dst, src, (size_t)count * sizeof(float));
+    return NB_OK;
+}
+
+/* Copies count floats from tape memory (host or device) to host memory; waits for the device. */
+static nb_status nb_tape_download(nb_tape *t, float *dst, const float *src, int64_t count) {
+    if (count <= 0) return NB_OK;
+    if (nb_tape_on_cuda(t)) return nb_memcpy_d2h(t->dev, dst, src, (size_t)count * sizeof(float));
+    memcpy(dst, src, (size_t)count * sizeof(float));
+    return NB_OK;
+}
+
+/* Zeroes count floats of tape memory. */
+nb_status nb_tape_zero(nb_tape *t, float *dst, int64_t count) {
+    if (count <= 0) return NB_OK;
+    if (nb_tape_on_cuda(t)) return nb_memset(t->dev, dst, 0, (size_t)count * sizeof(float));
+    memset(dst, 0, (size_t)count * sizeof(float));
     return NB_OK;
 }
 
@@ -243,11 +375,63 @@ nb_status nb_tape_input(nb_tape *t, int ndim, const int64_t *shape, const float 
     if (s) return s;
     s = nb_tape_new_value(t, ndim, shape, requires_grad != 0, out);
     if (s) return s;
-    memcpy(t->vals[*out].data, data, (size_t)count * sizeof(float));
-    return NB_OK;
+    return nb_tape_upload(t, t->vals[*out].data, data, count);
 }
 
 /* ---- parameters ----------------------------------------------------------------------------- */
+
+/* Grows the parameter and gradient buffers to hold at least need floats (zero-filled tail;
+ * existing values copied; parameter values re-pointed). */
+static nb_status nb_tape_grow_params(nb_tape *t, int64_t need) {
+    int64_t cap = t->params_cap ? t->params_cap : 1024;
+    while (cap < need) cap *= 2;
+    size_t bytes = (size_t)cap * sizeof(float), old = (size_t)t->n_params * sizeof(float);
+    float *p = NULL, *g = NULL;
+    nb_buffer *pb = NULL, *gb = NULL;
+    nb_status s = NB_OK;
+    if (nb_tape_on_cuda(t)) {
+        t->device_allocs += 2;
+        if ((s = nb_buffer_alloc(t->dev, bytes, &pb)) || (s = nb_buffer_alloc(t->dev, bytes, &gb))) {
+            if (pb) nb_buffer_release(pb);
+            return s;
+        }
+        p = nb_buffer_ptr(pb);
+        g = nb_buffer_ptr(gb);
+        if ((s = nb_memset(t->dev, p, 0, bytes)) || (s = nb_memset(t->dev, g, 0, bytes)) ||
+            (t->params && ((s = nb_memcpy_d2d(t->dev, p, t->params, old)) ||
+                           (s = nb_memcpy_d2d(t->dev, g, t->grads, old))))) {
+            nb_buffer_release(pb);
+            nb_buffer_release(gb);
+            return s;
+        }
+    } else {
+        p = nb_tape_halloc(t, bytes);
+        g = nb_tape_halloc(t, bytes);
+        if (!p || !g) {
+            if (p) nb_free(p, bytes);
+            if (g) nb_free(g, bytes);
+            return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_tape_param: out of host memory");
+        }
+        memset(p, 0, bytes);
+        memset(g, 0, bytes);
+        if (t->params) {
+            memcpy(p, t->params, old);
+            memcpy(g, t->grads, old);
+        }
+    }
+    nb_tape_free_pbuf(t, t->params, t->params_buf);
+    nb_tape_free_pbuf(t, t->grads, t->grads_buf);
+    t->params = p;
+    t->grads = g;
+    t->params_buf = pb;
+    t->grads_buf = gb;
+    t->params_cap = cap;
+    for (int32_t i = 0; i < t->n_param_vals; i++) {
+        t->vals[i].data = t->params + t->vals[i].offset;
+        t->vals[i].grad = t->grads + t->vals[i].offset;
+    }
+    return NB_OK;
+}
 
 nb_status nb_tape_param(nb_tape *t, const char *name, int ndim, const int64_t *shape, nb_tvar *out) {
     if (!t || !name || !out)
@@ -269,32 +453,7 @@ nb_status nb_tape_param(nb_tape *t, const char *name, int ndim, const int64_t *s
     s = nb_tape_grow(t, (void **)&t->vals, &t->vals_cap, t->n_vals + 1, sizeof(nb_tval));
     if (s) return s;
     int64_t need = t->n_params + count;
-    if (need > t->params_cap) {
-        int64_t cap = t->params_cap ? t->params_cap : 1024;
-        while (cap < need) cap *= 2;
-        float *p = nb_tape_halloc(t, (size_t)cap * sizeof(float));
-        float *g = nb_tape_halloc(t, (size_t)cap * sizeof(float));
-        if (!p || !g) {
-            if (p) nb_free(p, (size_t)cap * sizeof(float));
-            if (g) nb_free(g, (size_t)cap * sizeof(float));
-            return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_tape_param: out of host memory");
-        }
-        memset(p, 0, (size_t)cap * sizeof(float));
-        memset(g, 0, (size_t)cap * sizeof(float));
-        if (t->params) {
-            memcpy(p, t->params, (size_t)t->n_params * sizeof(float));
-            memcpy(g, t->grads, (size_t)t->n_params * sizeof(float));
-            nb_free(t->params, (size_t)t->params_cap * sizeof(float));
-            nb_free(t->grads, (size_t)t->params_cap * sizeof(float));
-        }
-        t->params = p;
-        t->grads = g;
-        t->params_cap = cap;
-        for (int32_t i = 0; i < t->n_param_vals; i++) {
-            t->vals[i].data = t->params + t->vals[i].offset;
-            t->vals[i].grad = t->grads + t->vals[i].offset;
-        }
-    }
+    if (need > t->params_cap && (s = nb_tape_grow_params(t, need))) return s;
     nb_tval *v = &t->vals[t->n_vals];
     memset(v, 0, sizeof *v);
     v->ndim = ndim;
@@ -357,20 +516,21 @@ nb_status nb_tape_param_init_uniform(nb_tape *t, nb_tvar p, float bound, uint64_
     nb_status s = nb_tape_check_param(t, p, "nb_tape_param_init_uniform");
     if (s) return s;
     nb_tval *v = &t->vals[p];
+    float *h = nb_tape_on_cuda(t) ? nb_tape_scratch(t, v->count) : v->data;
+    if (!h) return NB_ERR_OUT_OF_MEMORY;
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
     for (int64_t i = 0; i < v->count; i++) {
         x ^= x >> 12, x ^= x << 25, x ^= x >> 27; /* xorshift64* */
         uint64_t r = x * 0x2545F4914F6CDD1Dull;
         float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0,1) */
-        v->data[i] = (2.0f * u - 1.0f) * bound;
+        h[i] = (2.0f * u - 1.0f) * bound;
     }
-    return NB_OK;
+    return h == v->data ? NB_OK : nb_tape_upload(t, v->data, h, v->count);
 }
 
 nb_status nb_tape_zero_grad(nb_tape *t) {
     if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_zero_grad: tape is NULL");
-    if (t->grads) memset(t->grads, 0, (size_t)t->n_params * sizeof(float));
-    return NB_OK;
+    return t->grads ? nb_tape_zero(t, t->grads, t->n_params) : NB_OK;
 }
 
 /* ---- op log and backward -------------------------------------------------------------------- */
@@ -400,9 +560,35 @@ nb_status nb_tape_grad_buf(nb_tape *t, nb_tvar v, float **g) {
     if (v < 0) return NB_OK;
     nb_tval *tv = &t->vals[v];
     if (!tv->needs_grad) return NB_OK;
+    if (tv->alias1) { /* shares the aliased value's gradient */
+        nb_status s = nb_tape_grad_buf(t, tv->alias1 - 1, g);
+        tv->grad = *g;
+        return s;
+    }
     if (!tv->grad) {
         tv->grad = nb_tape_alloc_f32(t, tv->count, 1);
         if (!tv->grad) return NB_ERR_OUT_OF_MEMORY;
+    }
+    *g = tv->grad;
+    return NB_OK;
+}
+
+nb_status nb_tape_grad_buf_w(nb_tape *t, nb_tvar v, float **g, int *overwrite) {
+    *g = NULL;
+    *overwrite = 0;
+    if (v < 0) return NB_OK;
+    nb_tval *tv = &t->vals[v];
+    if (!tv->needs_grad) return NB_OK;
+    if (tv->alias1) {
+        nb_status s = nb_tape_grad_buf_w(t, tv->alias1 - 1, g, overwrite);
+        tv->grad = *g;
+        return s;
+    }
+    if (!tv->grad) {
+        /* first contribution: the caller writes every element, so no zero fill */
+        tv->grad = nb_tape_alloc_f32(t, tv->count, 0);
+        if (!tv->grad) return NB_ERR_OUT_OF_MEMORY;
+        *overwrite = 1;
     }
     *g = tv->grad;
     return NB_OK;
@@ -426,7 +612,11 @@ nb_status nb_tape_backward(nb_tape *t, nb_tvar loss) {
     float *g;
     nb_status s = nb_tape_grad_buf(t, loss, &g);
     if (s) return s;
-    g[0] += 1.0f;
+    if (nb_tape_on_cuda(t)) {
+        if ((s = nb_tape_cuda_add_scalar(t, g, 1.0f))) return s; /* no host round trip */
+    } else {
+        g[0] += 1.0f;
+    }
     for (int32_t i = t->n_ops - 1; i >= 0; i--) {
         const nb_top *op = &t->ops[i];
         const nb_tval *o = &t->vals[op->out];
@@ -470,12 +660,66 @@ nb_status nb_tape_grad(nb_tape *t, nb_tvar v, float **grad, int64_t *count) {
 nb_status nb_tape_get_stats(const nb_tape *t, nb_tape_stats *out) {
     if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_get_stats: tape or out is NULL");
     out->host_allocs = t->host_allocs;
+    out->device_allocs = t->device_allocs;
     out->arena_capacity = t->arena_cap;
     out->arena_used = t->arena_used;
     out->arena_high_water = t->arena_high;
     out->n_values = t->n_vals;
     out->n_ops = t->n_ops;
     return NB_OK;
+}
+
+/* ---- host read / write (any device) --------------------------------------------------------- */
+
+static nb_status nb_tape_check_count(const char *fn, const char *what, int64_t want, int64_t count,
+                                     const void *host) {
+    if (!host) return nb_error(NB_ERR_INVALID_ARG, "%s: host pointer is NULL", fn);
+    if (count != want)
+        return nb_error(NB_ERR_SHAPE, "%s: count %lld does not match the %lld floats of %s", fn,
+                        (long long)count, (long long)want, what);
+    return NB_OK;
+}
+
+nb_status nb_tape_read(nb_tape *t, nb_tvar v, float *host, int64_t count) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_read: tape is NULL");
+    nb_tval *tv = nb_tape_val(t, v, "nb_tape_read: value");
+    if (!tv) return NB_ERR_INVALID_ARG;
+    nb_status s = nb_tape_check_count("nb_tape_read", "the value", tv->count, count, host);
+    return s ? s : nb_tape_download(t, host, tv->data, count);
+}
+
+nb_status nb_tape_read_grad(nb_tape *t, nb_tvar v, float *host, int64_t count) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_read_grad: tape is NULL");
+    nb_tval *tv = nb_tape_val(t, v, "nb_tape_read_grad: value");
+    if (!tv) return NB_ERR_INVALID_ARG;
+    nb_status s = nb_tape_check_count("nb_tape_read_grad", "the value", tv->count, count, host);
+    if (s) return s;
+    if (!tv->needs_grad || !tv->grad) {
+        memset(host, 0, (size_t)count * sizeof(float));
+        return NB_OK;
+    }
+    return nb_tape_download(t, host, tv->grad, count);
+}
+
+nb_status nb_tape_write_params(nb_tape *t, const float *host, int64_t count) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_write_params: tape is NULL");
+    nb_status s = nb_tape_check_count("nb_tape_write_params", "the parameters", t->n_params, count,
+                                      host);
+    return s ? s : nb_tape_upload(t, t->params, host, count);
+}
+
+nb_status nb_tape_read_params(nb_tape *t, float *host, int64_t count) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_read_params: tape is NULL");
+    nb_status s = nb_tape_check_count("nb_tape_read_params", "the parameters", t->n_params, count,
+                                      host);
+    return s ? s : nb_tape_download(t, host, t->params, count);
+}
+
+nb_status nb_tape_read_grads(nb_tape *t, float *host, int64_t count) {
+    if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_read_grads: tape is NULL");
+    nb_status s = nb_tape_check_count("nb_tape_read_grads", "the gradients", t->n_params, count,
+                                      host);
+    return s ? s : nb_tape_download(t, host, t->grads, count);
 }
 
 void nb_tape_parallel(int64_t n, int64_t grain, void (*fn)(void *, int64_t, int64_t), void *ctx) {

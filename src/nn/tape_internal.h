@@ -17,6 +17,8 @@ typedef struct nb_tval {
     int needs_grad;
     int is_param;
     int64_t offset; /* params: offset in floats */
+    int32_t alias1; /* 0, or 1 + the value whose data and gradient this one shares (a CUDA
+                     * reshape: same elements, same order; see nb_tape_grad_buf) */
     char name[64];  /* params */
 } nb_tval;
 
@@ -35,6 +37,7 @@ enum nb_top_kind {
     NB_TOP_RESHAPE,
     NB_TOP_TRANSPOSE,
     NB_TOP_SLICE_CHANNELS,
+    NB_TOP_GROUP_NORM_SILU,
     NB_TOP_COUNT
 };
 
@@ -65,12 +68,40 @@ typedef struct nb_top_cuda_impl {
     nb_status (*backward)(nb_tape *t, const nb_top *op);
 } nb_top_cuda_impl;
 
+/* CUDA kernels a tape has loaded (per tape, so a launch needs no source hashing). */
+enum nb_tape_kern {
+    /* tape_cuda_basic.c */
+    NB_TK_ADD_SCALAR = 0,
+    NB_TK_SILU_FWD, NB_TK_SILU_BWD, NB_TK_ADD_FWD, NB_TK_ACC,
+    NB_TK_ADDC_FWD, NB_TK_ADDC_BWD, NB_TK_CONCAT_FWD, NB_TK_CONCAT_BWD,
+    NB_TK_UP_FWD, NB_TK_UP_BWD, NB_TK_POOL_FWD, NB_TK_POOL_BWD,
+    NB_TK_MSE_PART, NB_TK_MSE_FIN, NB_TK_MSE_BWD,
+    NB_TK_TR, NB_TK_SLICE_FWD, NB_TK_SLICE_BWD, NB_TK_TEMB,
+    /* tape_cuda_norm.c */
+    NB_TK_GN_FWD2, NB_TK_GN_FWD4, NB_TK_GN_FWD8, NB_TK_GN_BWD2, NB_TK_GN_BWD4, NB_TK_GN_BWD8,
+    NB_TK_GN_DGB,
+    NB_TK_COUNT = 48 /* room for more */
+};
+
 struct nb_device;
+struct nb_buffer;
+struct nb_jit_kernel;
+
+/* An arena block. Host tapes: the header and the memory are one host allocation (base just
+ * after the header). CUDA tapes: the header is a host allocation, the memory a device buffer. */
+struct nb_tape_block {
+    struct nb_tape_block *next;
+    size_t size; /* usable bytes at base */
+    size_t used;
+    char *base;
+    struct nb_buffer *buf; /* CUDA tapes: the device memory */
+};
 struct nb_tape {
     struct nb_device *dev;  /* NULL or a CPU device: host memory; else a CUDA device */
     int precision;          /* nb_tape_precision: math mode of GEMMs, convolutions, attention */
     /* parameters */
     float *params, *grads;
+    struct nb_buffer *params_buf, *grads_buf; /* CUDA tapes: the device memory behind them */
     int64_t n_params, params_cap; /* floats */
     int frozen;                   /* set by the first input/op: no more nb_tape_param */
     int32_t n_param_vals;         /* values [0, n_param_vals) are parameters */
@@ -82,18 +113,40 @@ struct nb_tape {
     /* activation arena */
     struct nb_tape_block *blocks; /* newest first */
     int64_t arena_cap, arena_used, arena_high;
-    int64_t host_allocs;
+    int64_t host_allocs, device_allocs;
+    /* host scratch (grow-only) for values built on the host and uploaded */
+    float *scratch;
+    int64_t scratch_cap;
+    struct nb_jit_kernel *kern[NB_TK_COUNT];
 };
 
-/* Allocation from the arena (64-byte aligned); NULL + nb_error on out of memory. */
+/* Allocation from the arena (64-byte aligned; host or device memory after the tape's device;
+ * zero: filled with 0, queued on the stream on CUDA); NULL + nb_error on out of memory. */
 float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero);
+/* Host scratch of at least count floats, valid until the next call (NULL + nb_error). */
+float *nb_tape_scratch(nb_tape *t, int64_t count);
+/* Host -> tape memory (memcpy, or an h2d copy on CUDA); zeroing of tape memory (async on CUDA). */
+nb_status nb_tape_upload(nb_tape *t, float *dst, const float *src, int64_t count);
+nb_status nb_tape_zero(nb_tape *t, float *dst, int64_t count);
+/* CUDA tapes: *p += v on the device (one tiny kernel; the backward seed). */
+nb_status nb_tape_cuda_add_scalar(nb_tape *t, float *p, float v);
+/* CUDA tapes: y [n, dim] = the sinusoidal embedding of n <= NB_TAPE_TEMB_MAX host timesteps,
+ * which travel in the kernel's parameter block (asynchronous: no host -> device copy). */
+#define NB_TAPE_TEMB_MAX 512
+nb_status nb_tape_cuda_timestep_embedding(nb_tape *t, float *y, int64_t n, const float *timesteps,
+                                          int dim, float max_period);
 /* New activation value of the given shape (data in the arena, uninitialised). */
 nb_status nb_tape_new_value(nb_tape *t, int ndim, const int64_t *shape, int needs_grad,
                             nb_tvar *out);
 /* Checks a handle and returns its value (NULL + nb_error naming `what` if invalid). */
 nb_tval *nb_tape_val(nb_tape *t, nb_tvar v, const char *what);
-/* Gradient buffer of v for accumulation: *g = NULL when v needs no gradient. */
+/* Gradient buffer of v for accumulation: *g = NULL when v needs no gradient. For a value that
+ * aliases another (alias1), the buffer is the aliased value's (allocated there if needed). */
 nb_status nb_tape_grad_buf(nb_tape *t, nb_tvar v, float **g);
+/* The same for a backward that writes EVERY element of v's gradient: when this is the first
+ * contribution the buffer is left unfilled and *overwrite = 1 (store, don't add); else
+ * *overwrite = 0 (accumulate). Saves a zero fill and a read per gradient on memory-bound ops. */
+nb_status nb_tape_grad_buf_w(nb_tape *t, nb_tvar v, float **g, int *overwrite);
 /* Creates op->out of the given shape; it needs a gradient when any of op->in does. */
 nb_status nb_tape_op_out(nb_tape *t, nb_top *op, int ndim, const int64_t *shape);
 /* Records an op (copy of *op) and runs its forward through the implementation table. */
@@ -108,13 +161,16 @@ const char *nb_tape_shape_str(const nb_tval *v, char *buf, size_t cap);
 extern const nb_top_impl nb_top_linear_impl, nb_top_silu_impl, nb_top_add_impl,
     nb_top_add_channel_impl, nb_top_concat_impl, nb_top_upsample_impl, nb_top_avgpool_impl,
     nb_top_mse_impl, nb_top_conv2d_impl, nb_top_group_norm_impl, nb_top_attention_impl,
-    nb_top_reshape_impl, nb_top_transpose_impl, nb_top_slice_impl;
+    nb_top_reshape_impl, nb_top_transpose_impl, nb_top_slice_impl, nb_top_group_norm_silu_impl;
 
 /* CUDA rows (tape_cuda_basic.c, tape_cuda_conv.c, tape_cuda_attn.c). */
 extern const nb_top_cuda_impl nb_top_linear_cuda, nb_top_silu_cuda, nb_top_add_cuda,
     nb_top_add_channel_cuda, nb_top_concat_cuda, nb_top_upsample_cuda, nb_top_avgpool_cuda,
     nb_top_mse_cuda, nb_top_conv2d_cuda, nb_top_group_norm_cuda, nb_top_attention_cuda,
-    nb_top_reshape_cuda, nb_top_transpose_cuda, nb_top_slice_cuda;
+    nb_top_reshape_cuda, nb_top_transpose_cuda, nb_top_slice_cuda, nb_top_group_norm_silu_cuda;
+/* CUDA C source of the tape's kernels: 0 = tape_cuda_basic.c, 1 = tape_cuda_norm.c (tests). */
+const char *nb_tape_cuda_source(int which);
+const char *nb_tape_cuda_norm_source(void);
 /* 1 when the tape runs on a CUDA device. */
 int nb_tape_on_cuda(const nb_tape *t);
 

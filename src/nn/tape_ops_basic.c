@@ -435,7 +435,11 @@ nb_status nb_tape_timestep_embedding(nb_tape *t, int64_t n, const float *timeste
         return nb_error(NB_ERR_INVALID_ARG, "nb_tape_timestep_embedding: max_period must be > 1");
     int64_t shape[2] = {n, dim};
     if ((s = nb_tape_new_value(t, 2, shape, 0, out))) return s;
-    float *y = VAL(t, *out)->data;
+    if (nb_tape_on_cuda(t) && n <= NB_TAPE_TEMB_MAX) /* a kernel; no copy, no wait */
+        return nb_tape_cuda_timestep_embedding(t, VAL(t, *out)->data, n, timesteps, dim, max_period);
+    /* built on the host (no gradient); uploaded on CUDA tapes */
+    float *y = nb_tape_on_cuda(t) ? nb_tape_scratch(t, n * dim) : VAL(t, *out)->data;
+    if (!y) return NB_ERR_OUT_OF_MEMORY;
     int half = dim / 2;
     for (int64_t i = 0; i < n; i++)
         for (int k = 0; k < half; k++) {
@@ -444,5 +448,6 @@ nb_status nb_tape_timestep_embedding(nb_tape *t, int64_t n, const float *timeste
             y[i * dim + k] = (float)cos(a);
             y[i * dim + half + k] = (float)sin(a);
         }
-    return NB_OK;
+    float *dst = VAL(t, *out)->data;
+    return y == dst ? NB_OK : nb_tape_upload(t, dst, y, n * dim);
 }

@@ -1,6 +1,7 @@
 /* Tape ops, CPU reference: conv2d (NCHW, kernel 1 or 3, stride 1 or 2, zero padding, bias) and
  * group norm (affine optional). Threaded over independent output slices. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "nn/tape_internal.h"
@@ -177,16 +178,25 @@ nb_status nb_tape_conv2d(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, int stride
     return NB_OK;
 }
 
-/* ---- group norm ----------------------------------------------------------------------------- */
+/* ---- group norm (and group norm + SiLU) ------------------------------------------------------ */
 /* x [N,C,S...]: per (n, group) of C/G channels × S positions: mean, biased variance; saved[0] =
- * mean [N*G], saved[1] = rstd [N*G]. */
+ * mean [N*G], saved[1] = rstd [N*G]. z = (x - mean) * rstd * gamma + beta; y = z, or silu(z) for
+ * the fused op (whose backward recomputes z from x and the saved statistics). */
 
 typedef struct {
     const float *x, *gamma, *beta, *dy, *mean, *rstd;
     float *y, *dx, *smean, *srstd;
     int64_t N, C, G, S;
     float eps;
+    int silu;
 } gn_ctx;
+
+/* dL/dz at one element: dy, times silu'(z) for the fused op. */
+static inline float gn_dz(const gn_ctx *c, float dy, float xh, float ga, float be) {
+    if (!c->silu) return dy;
+    float z = xh * ga + be, sg = 1.0f / (1.0f + expf(-z));
+    return dy * sg * (1.0f + z * (1.0f - sg));
+}
 
 static void gn_fwd_range(void *c_, int64_t i0, int64_t i1) {
     const gn_ctx *c = c_;
@@ -207,7 +217,8 @@ static void gn_fwd_range(void *c_, int64_t i0, int64_t i1) {
             float ga = c->gamma ? c->gamma[ch] : 1.0f, be = c->beta ? c->beta[ch] : 0.0f;
             for (int64_t p = 0; p < c->S; p++) {
                 int64_t i = cc * c->S + p;
-                y[i] = (x[i] - (float)mean) * rstd * ga + be;
+                float z = (x[i] - (float)mean) * rstd * ga + be;
+                y[i] = c->silu ? z / (1.0f + expf(-z)) : z;
             }
         }
     }
@@ -226,9 +237,11 @@ static void gn_bwd_dx(void *c_, int64_t i0, int64_t i1) {
         double sd = 0.0, sdx = 0.0; /* sum dxhat, sum dxhat * xhat */
         for (int64_t cc = 0; cc < Cg; cc++) {
             float ga = c->gamma ? c->gamma[g * Cg + cc] : 1.0f;
+            float be = c->beta ? c->beta[g * Cg + cc] : 0.0f;
             for (int64_t p = 0; p < c->S; p++) {
                 int64_t i = cc * c->S + p;
-                double dxh = (double)dy[i] * ga, xh = ((double)x[i] - mean) * rstd;
+                float xhf = (x[i] - mean) * rstd;
+                double dxh = (double)gn_dz(c, dy[i], xhf, ga, be) * ga, xh = ((double)x[i] - mean) * rstd;
                 sd += dxh;
                 sdx += dxh * xh;
             }
@@ -236,9 +249,11 @@ static void gn_bwd_dx(void *c_, int64_t i0, int64_t i1) {
         double md = sd / (double)M, mdx = sdx / (double)M;
         for (int64_t cc = 0; cc < Cg; cc++) {
             float ga = c->gamma ? c->gamma[g * Cg + cc] : 1.0f;
+            float be = c->beta ? c->beta[g * Cg + cc] : 0.0f;
             for (int64_t p = 0; p < c->S; p++) {
                 int64_t i = cc * c->S + p;
-                double dxh = (double)dy[i] * ga, xh = ((double)x[i] - mean) * rstd;
+                float xhf = (x[i] - mean) * rstd;
+                double dxh = (double)gn_dz(c, dy[i], xhf, ga, be) * ga, xh = ((double)x[i] - mean) * rstd;
                 dx[i] += (float)(rstd * (dxh - md - xh * mdx));
             }
         }
@@ -258,6 +273,7 @@ static void gn_fill(nb_tape *t, const nb_top *op, gn_ctx *c) {
     c->eps = op->fp[0];
     c->mean = c->smean = op->saved[0];
     c->rstd = c->srstd = op->saved[1];
+    c->silu = op->kind == NB_TOP_GROUP_NORM_SILU;
 }
 
 static nb_status gn_fwd(nb_tape *t, nb_top *op) {
@@ -286,11 +302,13 @@ static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
         for (int64_t n = 0; n < c.N; n++)
             for (int64_t ch = 0; ch < c.C; ch++) {
                 int64_t ng = n * c.G + ch / Cg;
+                float ga = c.gamma ? c.gamma[ch] : 1.0f, be = c.beta ? c.beta[ch] : 0.0f;
                 const float *x = c.x + (n * c.C + ch) * c.S, *dy = c.dy + (n * c.C + ch) * c.S;
                 float sg = 0.0f, sb = 0.0f;
                 for (int64_t p = 0; p < c.S; p++) {
-                    sg += dy[p] * (x[p] - c.mean[ng]) * c.rstd[ng];
-                    sb += dy[p];
+                    float xh = (x[p] - c.mean[ng]) * c.rstd[ng], dz = gn_dz(&c, dy[p], xh, ga, be);
+                    sg += dz * xh;
+                    sb += dz;
                 }
                 if (dgamma) dgamma[ch] += sg;
                 if (dbeta) dbeta[ch] += sb;
@@ -300,30 +318,32 @@ static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
 }
 
 const nb_top_impl nb_top_group_norm_impl = {"group_norm", gn_fwd, gn_bwd};
+const nb_top_impl nb_top_group_norm_silu_impl = {"group_norm_silu", gn_fwd, gn_bwd};
 
-nb_status nb_tape_group_norm(nb_tape *t, nb_tvar x, int groups, nb_tvar gamma, nb_tvar beta,
-                             float eps, nb_tvar *out) {
-    if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_group_norm: tape or out is NULL");
-    GET(xv, x, "nb_tape_group_norm: x");
+static nb_status gn_op(nb_tape *t, int kind, const char *fn, nb_tvar x, int groups, nb_tvar gamma,
+                       nb_tvar beta, float eps, nb_tvar *out) {
+    if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "%s: tape or out is NULL", fn);
     char b1[96];
+    snprintf(b1, sizeof b1, "%s: x", fn);
+    nb_tval *xv = nb_tape_val(t, x, b1);
+    if (!xv) return NB_ERR_INVALID_ARG;
     if (xv->ndim < 2)
-        return nb_error(NB_ERR_SHAPE, "nb_tape_group_norm: x %s must be [N,C,...]",
+        return nb_error(NB_ERR_SHAPE, "%s: x %s must be [N,C,...]", fn,
                         nb_tape_shape_str(xv, b1, sizeof b1));
     if (groups < 1 || xv->shape[1] % groups)
-        return nb_error(NB_ERR_SHAPE, "nb_tape_group_norm: %lld channels are not divisible by %d groups",
+        return nb_error(NB_ERR_SHAPE, "%s: %lld channels are not divisible by %d groups", fn,
                         (long long)xv->shape[1], groups);
-    if (!(eps > 0.0f)) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_group_norm: eps must be > 0");
+    if (!(eps > 0.0f)) return nb_error(NB_ERR_INVALID_ARG, "%s: eps must be > 0", fn);
     nb_tvar aff[2] = {gamma, beta};
     for (int k = 0; k < 2; k++) {
         if (aff[k] < 0) continue;
-        GET(av, aff[k], k ? "nb_tape_group_norm: beta" : "nb_tape_group_norm: gamma");
+        nb_tval *av = nb_tape_val(t, aff[k], k ? "group norm: beta" : "group norm: gamma");
+        if (!av) return NB_ERR_INVALID_ARG;
         if (av->ndim != 1 || av->shape[0] != xv->shape[1])
-            return nb_error(NB_ERR_SHAPE, "nb_tape_group_norm: %s %s must be [C] = [%lld]",
-                            k ? "beta" : "gamma", nb_tape_shape_str(av, b1, sizeof b1),
-                            (long long)xv->shape[1]);
+            return nb_error(NB_ERR_SHAPE, "%s: %s %s must be [C] = [%lld]", fn, k ? "beta" : "gamma",
+                            nb_tape_shape_str(av, b1, sizeof b1), (long long)xv->shape[1]);
     }
-    nb_top op = {.kind = NB_TOP_GROUP_NORM, .nin = 3, .in = {x, gamma, beta}, .ip = {groups},
-                 .fp = {eps}};
+    nb_top op = {.kind = kind, .nin = 3, .in = {x, gamma, beta}, .ip = {groups}, .fp = {eps}};
     int64_t shape[NB_TAPE_MAX_DIMS];
     memcpy(shape, xv->shape, sizeof shape);
     nb_status s;
@@ -331,4 +351,15 @@ nb_status nb_tape_group_norm(nb_tape *t, nb_tvar x, int groups, nb_tvar gamma, n
     if ((s = nb_tape_record(t, &op))) return s;
     *out = op.out;
     return NB_OK;
+}
+
+nb_status nb_tape_group_norm(nb_tape *t, nb_tvar x, int groups, nb_tvar gamma, nb_tvar beta,
+                             float eps, nb_tvar *out) {
+    return gn_op(t, NB_TOP_GROUP_NORM, "nb_tape_group_norm", x, groups, gamma, beta, eps, out);
+}
+
+nb_status nb_tape_group_norm_silu(nb_tape *t, nb_tvar x, int groups, nb_tvar gamma, nb_tvar beta,
+                                  float eps, nb_tvar *out) {
+    return gn_op(t, NB_TOP_GROUP_NORM_SILU, "nb_tape_group_norm_silu", x, groups, gamma, beta, eps,
+                 out);
 }

@@ -1,0 +1,359 @@
+/* CUDA rows of the tape's group norm and fused group norm + SiLU (CPU reference: the group-norm
+ * part of tape_ops_conv.c).
+ *
+ * One block per (n, group): the group's M = C/G × S floats are contiguous, so the block reads
+ * them as float4 chunks (when S % 4 == 0) into registers (2, 4 or 8 chunks per thread, a kernel
+ * variant each; groups beyond 16384 floats are processed in tiles that are re-read), computes the mean and then the variance from
+ * the registers (two-pass, exact), saves mean / rstd [N*G] in the arena like the CPU path, and
+ * writes y (silu applied in the same pass for the fused op). Backward: a block per (n, group)
+ * recomputes x̂ (and z = x̂ γ + β, silu'(z) for the fused op) from x and the saved statistics,
+ * reduces Σ dx̂ and Σ dx̂ x̂, accumulates dx, and writes per-(n, channel) partials of Σ dz x̂ and
+ * Σ dz; a second small kernel sums them over n in fixed order into dγ, dβ (deterministic, no
+ * float atomics on global memory). */
+#include <stdint.h>
+#include <string.h>
+
+#include "nabla/device.h"
+#include "nn/encoding_internal.h"
+#include "nn/tape_internal.h"
+
+#define VAL(t, v) (&(t)->vals[(v)])
+#define GN_MAX_CG 1024 /* channels per group of the backward's shared partials */
+
+typedef struct gn_args {
+    const float *x, *gamma, *beta, *dy;
+    float *y, *dx, *mean, *rstd, *pg, *pb, *dgamma, *dbeta;
+    int32_t N, C, G, S, Cg, M, v4, silu, tiles, wuni;
+    int32_t ow; /* bit 0: store dx (fresh gradient) rather than add; bit 1: dgamma; bit 2: dbeta */
+    float eps;
+} gn_args;
+
+static const char gn_src[] =
+    "/* one block per (n, group): blockIdx.x = n * G + g; the group's M = Cg * S floats are contiguous */\n"
+    "struct G { const float *x, *gamma, *beta, *dy; float *y, *dx, *mean, *rstd, *pg, *pb, *dgamma, *dbeta;\n"
+    "           int N, C, G, S, Cg, M, v4, silu, tiles, wuni, ow; float eps; };\n"
+    "/* ow: bit 0 = store dx (a fresh gradient) instead of adding, bit 1 = dgamma, bit 2 = dbeta */\n"
+    "__device__ __forceinline__ void ld_chunk(const float *base, unsigned e, unsigned M, int v4, float v[4]) {\n"
+    "    if (v4) {\n"
+    "        float4 q = *(const float4 *)(base + e);\n"
+    "        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;\n"
+    "    } else {\n"
+    "        #pragma unroll\n"
+    "        for (int k = 0; k < 4; k++) v[k] = e + k < M ? base[e + k] : 0.0f;\n"
+    "    }\n"
+    "}\n"
+    "/* sums of a and b over the block, returned to every thread */\n"
+    "__device__ __forceinline__ float2 block_sum2(float a, float b) {\n"
+    "    __shared__ float2 sh[32];\n"
+    "    __shared__ float2 tot;\n"
+    "    for (int o = 16; o > 0; o >>= 1) {\n"
+    "        a += __shfl_xor_sync(0xffffffffu, a, o);\n"
+    "        b += __shfl_xor_sync(0xffffffffu, b, o);\n"
+    "    }\n"
+    "    unsigned w = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+    "    if ((threadIdx.x & 31u) == 0) sh[w] = make_float2(a, b);\n"
+    "    __syncthreads();\n"
+    "    if (w == 0) {\n"
+    "        float2 v = threadIdx.x < nw ? sh[threadIdx.x] : make_float2(0.0f, 0.0f);\n"
+    "        for (int o = 16; o > 0; o >>= 1) {\n"
+    "            v.x += __shfl_xor_sync(0xffffffffu, v.x, o);\n"
+    "            v.y += __shfl_xor_sync(0xffffffffu, v.y, o);\n"
+    "        }\n"
+    "        if (threadIdx.x == 0) tot = v;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    float2 r = tot;\n"
+    "    __syncthreads(); /* sh and tot may be reused by the next call */\n"
+    "    return r;\n"
+    "}\n"
+    "/* channel of element e + k of group g (clamped: tail elements past M read a valid gamma) */\n"
+    "__device__ __forceinline__ unsigned chan(const G &p, unsigned c0, unsigned e, int k) {\n"
+    "    unsigned j = (e + (unsigned)k) / (unsigned)p.S;\n"
+    "    return c0 + (j < (unsigned)p.Cg ? j : (unsigned)p.Cg - 1u);\n"
+    "}\n"
+    "__device__ __forceinline__ float sig(float z) { return 1.0f / (1.0f + __expf(-z)); }\n"
+    "/* chunk r of tile t for this thread (R chunks of 4 floats per thread per tile): first element */\n"
+    "#define CHUNK_E(t, r) ((((unsigned)(t) * R + (r)) * blockDim.x + threadIdx.x) * 4u)\n"
+    "\n"
+    "template <int R> __device__ __forceinline__ void gn_fwd_t(const G &p) {\n"
+    "    unsigned bid = blockIdx.x, n = bid / (unsigned)p.G, g = bid - n * (unsigned)p.G;\n"
+    "    size_t base = ((size_t)n * p.C + (size_t)g * p.Cg) * p.S;\n"
+    "    const float *x = p.x + base;\n"
+    "    float *y = p.y + base;\n"
+    "    unsigned M = (unsigned)p.M, S = (unsigned)p.S;\n"
+    "    float v[R][4];\n"
+    "    float s = 0.0f;\n"
+    "    for (int t = 0; t < p.tiles; t++) {\n"
+    "        #pragma unroll\n"
+    "        for (int r = 0; r < R; r++) {\n"
+    "            unsigned e = CHUNK_E(t, r);\n"
+    "            if (e < M) ld_chunk(x, e, M, p.v4, v[r]);\n"
+    "            else v[r][0] = v[r][1] = v[r][2] = v[r][3] = 0.0f;\n"
+    "            s += (v[r][0] + v[r][1]) + (v[r][2] + v[r][3]);\n"
+    "        }\n"
+    "    }\n"
+    "    float mean = block_sum2(s, 0.0f).x / (float)M;\n"
+    "    float q = 0.0f;\n"
+    "    for (int t = 0; t < p.tiles; t++) {\n"
+    "        #pragma unroll\n"
+    "        for (int r = 0; r < R; r++) {\n"
+    "            unsigned e = CHUNK_E(t, r);\n"
+    "            if (e >= M) continue;\n"
+    "            if (p.tiles > 1) ld_chunk(x, e, M, p.v4, v[r]);\n"
+    "            #pragma unroll\n"
+    "            for (int k = 0; k < 4; k++) if (e + k < M) { float d = v[r][k] - mean; q += d * d; }\n"
+    "        }\n"
+    "    }\n"
+    "    float rstd = rsqrtf(block_sum2(q, 0.0f).x / (float)M + p.eps);\n"
+    "    if (threadIdx.x == 0) { p.mean[bid] = mean; p.rstd[bid] = rstd; }\n"
+    "    unsigned c0 = g * (unsigned)p.Cg;\n"
+    "    for (int t = 0; t < p.tiles; t++) {\n"
+    "        #pragma unroll\n"
+    "        for (int r = 0; r < R; r++) {\n"
+    "            unsigned e = CHUNK_E(t, r);\n"
+    "            if (e >= M) continue;\n"
+    "            if (p.tiles > 1) ld_chunk(x, e, M, p.v4, v[r]);\n"
+    "            unsigned cb = c0 + e / S; /* the chunk's channel when v4 (S % 4 == 0) */\n"
+    "            float o[4];\n"
+    "            #pragma unroll\n"
+    "            for (int k = 0; k < 4; k++) {\n"
+    "                unsigned c = p.v4 ? cb : chan(p, c0, e, k);\n"
+    "                float ga = p.gamma ? __ldg(p.gamma + c) : 1.0f, be = p.beta ? __ldg(p.beta + c) : 0.0f;\n"
+    "                float z = (v[r][k] - mean) * rstd * ga + be;\n"
+    "                o[k] = p.silu ? z * sig(z) : z;\n"
+    "            }\n"
+    "            if (p.v4) *(float4 *)(y + e) = make_float4(o[0], o[1], o[2], o[3]);\n"
+    "            else {\n"
+    "                #pragma unroll\n"
+    "                for (int k = 0; k < 4; k++) if (e + k < M) y[e + k] = o[k];\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* backward: dx += rstd (dxh - mean(dxh) - xh mean(dxh xh)), dxh = dz gamma, dz = dy (times\n"
+    " * silu'(z) when fused); per-channel partials of sum dz xh, sum dz into pg, pb [N, C] */\n"
+    "template <int R> __device__ __forceinline__ void gn_bwd_t(const G &p) {\n"
+    "    __shared__ float sg[1024], sb[1024];\n"
+    "    unsigned bid = blockIdx.x, n = bid / (unsigned)p.G, g = bid - n * (unsigned)p.G;\n"
+    "    size_t base = ((size_t)n * p.C + (size_t)g * p.Cg) * p.S;\n"
+    "    const float *x = p.x + base, *dy = p.dy + base;\n"
+    "    unsigned M = (unsigned)p.M, S = (unsigned)p.S, Cg = (unsigned)p.Cg, c0 = g * Cg;\n"
+    "    unsigned lane = threadIdx.x & 31u;\n"
+    "    int part = p.pg != 0;\n"
+    "    if (part) for (unsigned c = threadIdx.x; c < Cg; c += blockDim.x) { sg[c] = 0.0f; sb[c] = 0.0f; }\n"
+    "    __syncthreads();\n"
+    "    float mean = p.mean[bid], rstd = p.rstd[bid];\n"
+    "    float xv[R][4], gv[R][4];\n"
+    "    float sd = 0.0f, sdx = 0.0f;\n"
+    "    for (int t = 0; t < p.tiles; t++) {\n"
+    "        #pragma unroll\n"
+    "        for (int r = 0; r < R; r++) {\n"
+    "            unsigned e = CHUNK_E(t, r);\n"
+    "            if (e >= M) continue; /* wuni: M % 128 == 0, so whole warps skip together */\n"
+    "            unsigned cb = c0 + e / S;\n"
+    "            ld_chunk(x, e, M, p.v4, xv[r]);\n"
+    "            ld_chunk(dy, e, M, p.v4, gv[r]);\n"
+    "            float pgs = 0.0f, pbs = 0.0f;\n"
+    "            #pragma unroll\n"
+    "            for (int k = 0; k < 4; k++) {\n"
+    "                unsigned c = p.v4 ? cb : chan(p, c0, e, k);\n"
+    "                float ga = p.gamma ? __ldg(p.gamma + c) : 1.0f;\n"
+    "                float xh = (xv[r][k] - mean) * rstd, dz = gv[r][k];\n"
+    "                if (p.silu) {\n"
+    "                    float be = p.beta ? __ldg(p.beta + c) : 0.0f, z = xh * ga + be, sz = sig(z);\n"
+    "                    dz *= sz * (1.0f + z * (1.0f - sz));\n"
+    "                }\n"
+    "                if (e + k >= M) dz = 0.0f;\n"
+    "                float dxh = dz * ga;\n"
+    "                sd += dxh;\n"
+    "                sdx += dxh * xh;\n"
+    "                gv[r][k] = dz; /* keep dz for the dx pass */\n"
+    "                if (part) {\n"
+    "                    if (p.v4) { pgs += dz * xh; pbs += dz; }\n"
+    "                    else if (e + k < M) { atomicAdd(&sg[c - c0], dz * xh); atomicAdd(&sb[c - c0], dz); }\n"
+    "                }\n"
+    "            }\n"
+    "            if (part && p.v4) {\n"
+    "                unsigned c = cb - c0;\n"
+    "                if (p.wuni) { /* the warp's 128 elements lie in one channel */\n"
+    "                    for (int o = 16; o > 0; o >>= 1) {\n"
+    "                        pgs += __shfl_xor_sync(0xffffffffu, pgs, o);\n"
+    "                        pbs += __shfl_xor_sync(0xffffffffu, pbs, o);\n"
+    "                    }\n"
+    "                    if (lane == 0) { atomicAdd(&sg[c], pgs); atomicAdd(&sb[c], pbs); }\n"
+    "                } else {\n"
+    "                    atomicAdd(&sg[c], pgs); atomicAdd(&sb[c], pbs);\n"
+    "                }\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "    float2 tot = block_sum2(sd, sdx);\n"
+    "    float md = tot.x / (float)M, mdx = tot.y / (float)M;\n"
+    "    if (p.dx) {\n"
+    "        float *dx = p.dx + base;\n"
+    "        for (int t = 0; t < p.tiles; t++) {\n"
+    "            #pragma unroll\n"
+    "            for (int r = 0; r < R; r++) {\n"
+    "                unsigned e = CHUNK_E(t, r);\n"
+    "                if (e >= M) continue;\n"
+    "                unsigned cb = c0 + e / S;\n"
+    "                if (p.tiles > 1) {\n"
+    "                    ld_chunk(x, e, M, p.v4, xv[r]);\n"
+    "                    ld_chunk(dy, e, M, p.v4, gv[r]);\n"
+    "                    #pragma unroll\n"
+    "                    for (int k = 0; k < 4; k++) if (p.silu) {\n"
+    "                        unsigned c = p.v4 ? cb : chan(p, c0, e, k);\n"
+    "                        float ga = p.gamma ? __ldg(p.gamma + c) : 1.0f, be = p.beta ? __ldg(p.beta + c) : 0.0f;\n"
+    "                        float z = (xv[r][k] - mean) * rstd * ga + be, sz = sig(z);\n"
+    "                        gv[r][k] *= sz * (1.0f + z * (1.0f - sz));\n"
+    "                    }\n"
+    "                }\n"
+    "                float o[4];\n"
+    "                #pragma unroll\n"
+    "                for (int k = 0; k < 4; k++) {\n"
+    "                    unsigned c = p.v4 ? cb : chan(p, c0, e, k);\n"
+    "                    float ga = p.gamma ? __ldg(p.gamma + c) : 1.0f;\n"
+    "                    float xh = (xv[r][k] - mean) * rstd;\n"
+    "                    o[k] = rstd * (gv[r][k] * ga - md - xh * mdx);\n"
+    "                }\n"
+    "                if (p.v4) {\n"
+    "                    float4 d = make_float4(o[0], o[1], o[2], o[3]);\n"
+    "                    if (!(p.ow & 1)) {\n"
+    "                        float4 q = *(float4 *)(dx + e);\n"
+    "                        d.x += q.x; d.y += q.y; d.z += q.z; d.w += q.w;\n"
+    "                    }\n"
+    "                    *(float4 *)(dx + e) = d;\n"
+    "                } else {\n"
+    "                    #pragma unroll\n"
+    "                    for (int k = 0; k < 4; k++)\n"
+    "                        if (e + k < M) dx[e + k] = (p.ow & 1) ? o[k] : dx[e + k] + o[k];\n"
+    "                }\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "    if (part) {\n"
+    "        __syncthreads();\n"
+    "        for (unsigned c = threadIdx.x; c < Cg; c += blockDim.x) {\n"
+    "            p.pg[(size_t)n * p.C + c0 + c] = sg[c];\n"
+    "            p.pb[(size_t)n * p.C + c0 + c] = sb[c];\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* R = 2, 4, 8: registers for 8, 16, 32 floats of x (and as many of dy) per thread */\n"
+    "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd2(const G p) { gn_fwd_t<2>(p); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd4(const G p) { gn_fwd_t<4>(p); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd8(const G p) { gn_fwd_t<8>(p); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd2(const G p) { gn_bwd_t<2>(p); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd4(const G p) { gn_bwd_t<4>(p); }\n"
+    "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd8(const G p) { gn_bwd_t<8>(p); }\n"
+    "\n"
+    "/* dgamma[c] += sum_n pg[n, c]; dbeta[c] += sum_n pb[n, c] (fixed order) */\n"
+    "extern \"C\" __global__ void gn_dgb(const G p) {\n"
+    "    for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < (unsigned)p.C; c += gridDim.x * blockDim.x) {\n"
+    "        float a = 0.0f, b = 0.0f;\n"
+    "        for (int n = 0; n < p.N; n++) { a += p.pg[(size_t)n * p.C + c]; b += p.pb[(size_t)n * p.C + c]; }\n"
+    "        if (p.dgamma) p.dgamma[c] = (p.ow & 2) ? a : p.dgamma[c] + a;\n"
+    "        if (p.dbeta) p.dbeta[c] = (p.ow & 4) ? b : p.dbeta[c] + b;\n"
+    "    }\n"
+    "}\n";
+
+/* kernel ids NB_TK_GN_FWD2 .. NB_TK_GN_DGB, in order */
+static const char *const gn_entry[7] = {"gn_fwd2", "gn_fwd4", "gn_fwd8", "gn_bwd2",
+                                        "gn_bwd4", "gn_bwd8", "gn_dgb"};
+
+static nb_status gn_launch(nb_tape *t, int id, const gn_args *a, unsigned grid, unsigned block) {
+    if (!t->kern[id]) {
+        nb_status s = nb_nn_cuda_kernel(t->dev, gn_src, gn_entry[id - NB_TK_GN_FWD2], &t->kern[id]);
+        if (s) return s;
+    }
+    const unsigned g[3] = {grid, 1, 1}, b[3] = {block, 1, 1};
+    return nb_jit_launch_cuda_grid(t->kern[id], a, sizeof *a, g, b, nb_device_stream(t->dev));
+}
+
+static int al16(const void *p) { return p == NULL || ((uintptr_t)p & 15u) == 0; }
+
+/* Shapes, block size, register depth (variant 0, 1, 2 = R 2, 4, 8 chunks of 4 floats per thread)
+ * and tiling of op; NB_ERR_UNSUPPORTED for sizes the kernels do not take. Shallow register tiles
+ * keep more warps resident (the backward holds x and dy: 40 / 58 / 99 registers). */
+static nb_status gn_setup(nb_tape *t, const nb_top *op, gn_args *a, unsigned *block, int *variant) {
+    const nb_tval *x = VAL(t, op->in[0]), *y = VAL(t, op->out);
+    memset(a, 0, sizeof *a);
+    int64_t N = x->shape[0], C = x->shape[1], G = op->ip[0], S = x->count / (N * C);
+    int64_t Cg = C / G, M = Cg * S;
+    if (x->count >= ((int64_t)1 << 31) || N * G > INT32_MAX)
+        return nb_error(NB_ERR_UNSUPPORTED, "tape (CUDA): group norm on %lld elements (>= 2^31)",
+                        (long long)x->count);
+    a->x = x->data;
+    a->gamma = op->in[1] >= 0 ? VAL(t, op->in[1])->data : NULL;
+    a->beta = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
+    a->y = y->data;
+    a->dy = y->grad;
+    a->mean = op->saved[0];
+    a->rstd = op->saved[1];
+    a->N = (int32_t)N, a->C = (int32_t)C, a->G = (int32_t)G, a->S = (int32_t)S;
+    a->Cg = (int32_t)Cg, a->M = (int32_t)M;
+    a->eps = op->fp[0];
+    a->silu = op->kind == NB_TOP_GROUP_NORM_SILU;
+    a->v4 = S % 4 == 0 && al16(a->x) && al16(a->y) && al16(a->dy);
+    a->wuni = a->v4 && S % 128 == 0;
+    int64_t nch = (M + 3) / 4, R = nch <= 2 * 512 ? 2 : nch <= 4 * 512 ? 4 : 8;
+    int64_t b = ((nch + R - 1) / R + 31) / 32 * 32;
+    if (b < 64) b = 64;
+    if (b > 512) b = 512;
+    a->tiles = (int32_t)((nch + R * b - 1) / (R * b));
+    *block = (unsigned)b;
+    *variant = R == 2 ? 0 : R == 4 ? 1 : 2;
+    return NB_OK;
+}
+
+static nb_status gn_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]);
+    int64_t NG = x->shape[0] * op->ip[0];
+    op->saved[0] = nb_tape_alloc_f32(t, NG, 0);
+    op->saved[1] = nb_tape_alloc_f32(t, NG, 0);
+    if (!op->saved[0] || !op->saved[1]) return NB_ERR_OUT_OF_MEMORY;
+    gn_args a;
+    unsigned block = 0;
+    int v = 0;
+    nb_status s = gn_setup(t, op, &a, &block, &v);
+    return s ? s : gn_launch(t, NB_TK_GN_FWD2 + v, &a, (unsigned)NG, block);
+}
+
+static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
+    gn_args a;
+    unsigned block = 0;
+    int v = 0;
+    nb_status s = gn_setup(t, op, &a, &block, &v);
+    if (s) return s;
+    int wx, wg, wb;
+    if ((s = nb_tape_grad_buf_w(t, op->in[0], &a.dx, &wx)) ||
+        (s = nb_tape_grad_buf_w(t, op->in[1], &a.dgamma, &wg)) ||
+        (s = nb_tape_grad_buf_w(t, op->in[2], &a.dbeta, &wb)))
+        return s;
+    a.ow = wx | wg << 1 | wb << 2;
+    a.v4 = a.v4 && al16(a.dx);
+    a.wuni = a.wuni && a.v4;
+    int affine = a.dgamma || a.dbeta;
+    if (!a.dx && !affine) return NB_OK;
+    if (affine) {
+        if (a.Cg > GN_MAX_CG)
+            return nb_error(NB_ERR_UNSUPPORTED,
+                            "tape (CUDA): group norm backward with %d channels per group (the "
+                            "kernel takes at most %d)", (int)a.Cg, GN_MAX_CG);
+        int64_t NC = (int64_t)a.N * a.C;
+        a.pg = nb_tape_alloc_f32(t, NC, 0);
+        a.pb = nb_tape_alloc_f32(t, NC, 0);
+        if (!a.pg || !a.pb) return NB_ERR_OUT_OF_MEMORY;
+    }
+    if ((s = gn_launch(t, NB_TK_GN_BWD2 + v, &a, (unsigned)(a.N * a.G), block))) return s;
+    if (!affine) return NB_OK;
+    unsigned blocks = (unsigned)((a.C + 255) / 256);
+    return gn_launch(t, NB_TK_GN_DGB, &a, blocks, 256);
+}
+
+const nb_top_cuda_impl nb_top_group_norm_cuda = {gn_fwd, gn_bwd};
+const nb_top_cuda_impl nb_top_group_norm_silu_cuda = {gn_fwd, gn_bwd};
+
+const char *nb_tape_cuda_norm_source(void) { return gn_src; }
