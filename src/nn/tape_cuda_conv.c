@@ -1,4 +1,57 @@
-/* CUDA rows of the tape's GEMM ops: linear and conv2d (in progress). */
+/* CUDA rows of the tape's GEMM ops: linear and conv2d (CPU reference: tape_ops_basic.c,
+ * tape_ops_conv.c). The math lives in conv_cuda.c (cuBLAS, im2col) and conv_cuda_igemm.c
+ * (implicit-GEMM tensor-core kernels); these rows unpack the op's values. */
+#include "core/util.h"
+#include "nn/conv_cuda.h"
 #include "nn/tape_internal.h"
 
-const nb_top_cuda_impl nb_top_linear_cuda, nb_top_conv2d_cuda;
+#define VAL(t, v) (&(t)->vals[(v)])
+
+/* x [N,F], w [O,F], b [O] -> y [N,O] */
+static nb_status linear_cuda_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
+    const float *b = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
+    return nb_cuda_linear_forward(t->dev, t->precision, x->shape[0], x->shape[1], w->shape[0],
+                                  x->data, w->data, b, y->data);
+}
+
+static nb_status linear_cuda_bwd(nb_tape *t, const nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
+    float *dx, *dw, *db;
+    nb_status s;
+    if ((s = nb_tape_grad_buf(t, op->in[0], &dx)) || (s = nb_tape_grad_buf(t, op->in[1], &dw)) ||
+        (s = nb_tape_grad_buf(t, op->in[2], &db)))
+        return s;
+    return nb_cuda_linear_backward(t->dev, t->precision, x->shape[0], x->shape[1], w->shape[0],
+                                   x->data, w->data, y->grad, dx, dw, db);
+}
+
+static nb_status conv_cuda_dims(nb_tape *t, const nb_top *op, nb_conv_dims *d) {
+    const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]);
+    return nb_conv_dims_make(d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
+                             w->shape[2], op->ip[0], op->ip[1]);
+}
+
+/* x [N,C,H,W], w [O,C,K,K], b [O] -> y [N,O,OH,OW] */
+static nb_status conv_cuda_fwd(nb_tape *t, nb_top *op) {
+    nb_conv_dims d;
+    NB_TRY(conv_cuda_dims(t, op, &d));
+    const float *b = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
+    return nb_cuda_conv2d_forward(t->dev, t->precision, &d, VAL(t, op->in[0])->data,
+                                  VAL(t, op->in[1])->data, b, VAL(t, op->out)->data);
+}
+
+static nb_status conv_cuda_bwd(nb_tape *t, const nb_top *op) {
+    nb_conv_dims d;
+    NB_TRY(conv_cuda_dims(t, op, &d));
+    float *dx, *dw, *db;
+    nb_status s;
+    if ((s = nb_tape_grad_buf(t, op->in[0], &dx)) || (s = nb_tape_grad_buf(t, op->in[1], &dw)) ||
+        (s = nb_tape_grad_buf(t, op->in[2], &db)))
+        return s;
+    return nb_cuda_conv2d_backward(t->dev, t->precision, &d, VAL(t, op->in[0])->data,
+                                   VAL(t, op->in[1])->data, VAL(t, op->out)->grad, dx, dw, db);
+}
+
+const nb_top_cuda_impl nb_top_linear_cuda = {linear_cuda_fwd, linear_cuda_bwd};
+const nb_top_cuda_impl nb_top_conv2d_cuda = {conv_cuda_fwd, conv_cuda_bwd};

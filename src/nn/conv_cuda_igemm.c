@@ -1,0 +1,437 @@
+/* Implicit-GEMM tensor-core convolution (conv_cuda_igemm.h): one NVRTC kernel source
+ * (conv_cuda_igemm_src.h) specialised per mode / precision / tile / kernel size / stride.
+ *   forward        MODE 1 (halo) on (x, w as [C/CB][O][KK][CB], C padded with zeros to CB =
+ *                  8, bf16 16) where it applies: 3x3, stride 1, OW % 8 == 0, W % 4 == 0, whole
+ *                  output rows per 64/128-pixel block; else MODE 0 on (x, w as [O][KK][C]),
+ *                  C % 32 == 0. Bias in the epilogue.
+ *   data gradient  the same on (dy, w flipped and transposed), pad K-1-pad, dx +=; stride 1,
+ *                  pad <= K-1 (MODE 0: O % 32 == 0)
+ *   weight grad.   MODE 3 (halo: dy rows and an x halo reused by every tap) straight into
+ *                  dw where it applies and wins: 3x3, C >= 2 O, stride 1, OW in 8..128
+ *                  dividing 128, W % 4 == 0, C % 32 == 0; else MODE 2 into dwr [O][KK][C]
+ *                  (zeroed), then
+ *                  dw [O][C][KK] += dwr; OH*OW % 32 == 0. Both split over k with atomics.
+ * Grids with fewer blocks than SMs split the reduction over blockIdx.z (atomic adds; the
+ * forward first fills y with the bias). FP32 runs the same tiles with FFMA (exact fp32
+ * products and sums). Split sums arrive in no fixed order: results vary in the last bits from
+ * run to run. */
+#include "nn/conv_cuda_igemm.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "nabla/alloc.h"
+#include "nabla/nn_tape.h"
+#include "nn/conv_cuda_igemm_src.h"
+#include "nn/encoding_internal.h"
+
+typedef struct {
+    const float *a, *b, *bias;
+    float *out;
+    int N, C, H, W, O, OH, OW, pad;
+    int accum, kt_per_split;
+} nb_ig_params;
+
+typedef struct {
+    const float *w;
+    float *wr;
+    int O, C, flip;
+} nb_ig_wr_params;
+
+typedef struct {
+    const float *dwr;
+    float *dw;
+    int O, C;
+} nb_ig_dw_params;
+
+typedef struct {
+    float *y;
+    const float *b;
+    long long total;
+    int P, O;
+} nb_ig_fill_params;
+
+typedef struct {
+    int mode, prec, bm, bn, wm, wn, stages, ks, stride, cb;
+} nb_ig_cfg;
+
+/* Loaded kernels, by configuration and device (the JIT's own table would hash the source on
+ * every call). */
+#define NB_IG_CACHE 64
+typedef struct {
+    nb_ig_cfg cfg;
+    nb_device *dev;
+    nb_jit_kernel *main, *wr, *dw, *fill, *wr2;
+} nb_ig_entry;
+static nb_ig_entry nb_ig_cache[NB_IG_CACHE];
+static int nb_ig_count;
+static pthread_mutex_t nb_ig_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **out) {
+    pthread_mutex_lock(&nb_ig_lock);
+    for (int i = 0; i < nb_ig_count; i++)
+        if (nb_ig_cache[i].dev == dev && !memcmp(&nb_ig_cache[i].cfg, c, sizeof *c)) {
+            *out = &nb_ig_cache[i];
+            pthread_mutex_unlock(&nb_ig_lock);
+            return NB_OK;
+        }
+    pthread_mutex_unlock(&nb_ig_lock);
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "#define MODE %d\n#define PREC %d\n#define BM %d\n#define BN %d\n#define WM %d\n"
+                     "#define WN %d\n#define STAGES %d\n#define KS %d\n#define STRIDE %d\n#define CB %d\n",
+                     c->mode, c->prec, c->bm, c->bn, c->wm, c->wn, c->stages, c->ks, c->stride,
+                     c->cb ? c->cb : 8);
+    size_t len = (size_t)n + sizeof nb_conv_igemm_src;
+    char *src = nb_alloc(len, 16);
+    if (!src) return nb_error(NB_ERR_OUT_OF_MEMORY, "conv2d (CUDA): out of host memory");
+    memcpy(src, head, (size_t)n);
+    memcpy(src + n, nb_conv_igemm_src, sizeof nb_conv_igemm_src);
+    nb_ig_entry e = {*c, dev, NULL, NULL, NULL, NULL, NULL};
+    nb_status s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm", &e.main);
+    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_wr", &e.wr);
+    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_dw", &e.dw);
+    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_fill", &e.fill);
+    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_wr2", &e.wr2);
+    nb_free(src, len);
+    if (s) return s;
+    pthread_mutex_lock(&nb_ig_lock);
+    int slot = nb_ig_count < NB_IG_CACHE ? nb_ig_count++ : NB_IG_CACHE - 1; /* full: replace last */
+    nb_ig_cache[slot] = e;
+    *out = &nb_ig_cache[slot];
+    pthread_mutex_unlock(&nb_ig_lock);
+    return NB_OK;
+}
+
+/* Source with a given prefix, for compile tests (conv_cuda.h). */
+const char *nb_conv_igemm_source(void) { return nb_conv_igemm_src; }
+
+static int64_t nb_ig_smem(const nb_ig_cfg *c) {
+    int64_t a = c->mode == 0 ? 32 * (c->bm + (c->prec == NB_TAPE_BF16 ? 4 : 8)) : c->bm * 36;
+    return (int64_t)c->stages * (a + c->bn * 36) * (int64_t)sizeof(float);
+}
+
+/* Tile override per mode (index mode / 2), for benchmarks: {bm, bn, wm, wn, stages}, bm 0 = none. */
+static int nb_ig_tile_override[2][5];
+
+int nb_conv_igemm_set_tile(int mode, const int *tile) {
+    if (mode != 0 && mode != 2) return 0;
+    if (!tile) {
+        memset(nb_ig_tile_override[mode / 2], 0, sizeof nb_ig_tile_override[0]);
+        return 1;
+    }
+    int bm = tile[0], bn = tile[1], wm = tile[2], wn = tile[3], st = tile[4];
+    int ok = wm * wn == 8 && st >= 2 && st <= 6 && bn % 32 == 0 && bm % (16 * wm) == 0 &&
+             bn % (8 * wn) == 0 && (mode == 2 ? bm % 32 == 0 : (bm == 64 || bm == 128 || bm == 256));
+    if (!ok) return 0;
+    nb_ig_cfg c = {mode, NB_TAPE_FP32, bm, bn, wm, wn, st, 3, 1, 8};
+    if (nb_ig_smem(&c) > 227 * 1024) return 0;
+    memcpy(nb_ig_tile_override[mode / 2], tile, sizeof nb_ig_tile_override[0]);
+    return 1;
+}
+
+static int nb_ig_sms(nb_device *dev) {
+    int n = dev ? nb_device_get_info(dev)->multiprocessors : 0;
+    return n > 0 ? n : 132;
+}
+
+/* Tile configuration (measured on an H100 at batch 32, see tools/device/conv.sh):
+ *   MODE 0 (M = N*OH*OW rows, `cols` = output channels): 128x64 (warps 4x2) for <= 64
+ *     columns, else 128x128 (2x4); 64x64 (2x4, 4 stages) when that leaves fewer than two
+ *     blocks per SM (8x8 and 16x16 images), split over k below that;
+ *   MODE 2 (`cols` = O rows, KK*C columns): 64x128 for O <= 64 (64x256 from 1024 columns),
+ *     else 128x128. */
+static nb_ig_cfg nb_ig_pick_dev(nb_device *dev, int mode, int prec, const nb_conv_dims *d,
+                                int64_t cols) {
+    nb_ig_cfg c = {mode, prec, 128, 128, 2, 4, 3, (int)d->K, (int)d->stride, 8};
+    if (mode == 0) {
+        if (cols <= 64) c.bn = 64, c.wm = 4, c.wn = 2;
+        int64_t M = d->N * d->OH * d->OW;
+        int64_t blocks = ((M + c.bm - 1) / c.bm) * ((cols + c.bn - 1) / c.bn);
+        if (dev && blocks < 2 * nb_ig_sms(dev)) c.bm = 64, c.bn = 64, c.wm = 2, c.wn = 4, c.stages = 4;
+    } else {
+        if (cols <= 64) c.bm = 64, c.bn = d->K * d->K * d->C >= 1024 ? 256 : 128;
+    }
+    const int *o = nb_ig_tile_override[mode / 2];
+    if (o[0]) c.bm = o[0], c.bn = o[1], c.wm = o[2], c.wn = o[3], c.stages = o[4];
+    return c;
+}
+
+/* MODE 1 (halo) shared memory: STAGES x (CB channel planes of the halo + BN weight rows). */
+static int64_t nb_ig_halo_smem(const nb_ig_cfg *c, const nb_conv_dims *g) {
+    int64_t R = c->bm / g->OW, HR = R + c->ks - 1, RS = g->W + 8, mod = c->prec == NB_TAPE_BF16 ? 4 : 8;
+    int64_t CS = HR * RS + (mod - (HR * RS) % 32 + 32) % 32;
+    int64_t BRS = (int64_t)c->ks * c->ks * c->cb + (c->prec == NB_TAPE_BF16 ? 8 : 4);
+    return (int64_t)c->stages * (c->cb * CS + c->bn * BRS) * (int64_t)sizeof(float);
+}
+
+/* The halo kernel's tile for the forward-style conv g (stride 1, whole output rows per block,
+ * 16-byte rows), or 0 when it does not apply. */
+static int nb_ig_halo_pick(int prec, const nb_conv_dims *g, nb_ig_cfg *out) {
+    int cb = prec == NB_TAPE_BF16 ? 16 : 8;
+    int64_t P = g->OH * g->OW;
+    /* 3x3 only: a 1x1 step would be a single CB-deep k8/k16 slice per barrier (measured 1.5-2x
+     * slower than MODE 0 on the reference UNet's 1x1 convolutions) */
+    if (g->K != 3 || g->stride != 1 || g->OW % 8 || g->W % 4 || g->pad > 4) return 0;
+    int bm = 128 % g->OW == 0 && P % 128 == 0 ? 128 : 64 % g->OW == 0 && P % 64 == 0 ? 64 : 0;
+    if (!bm) return 0;
+    nb_ig_cfg c = {1, prec, bm, 64, bm == 128 ? 4 : 2, bm == 128 ? 2 : 4, 3, (int)g->K, 1, cb};
+    if (nb_ig_halo_smem(&c, g) > 227 * 1024) c.stages = 2;
+    if (nb_ig_halo_smem(&c, g) > 227 * 1024) return 0;
+    if (nb_ig_tile_override[0][0]) return 0; /* a forced MODE 0 tile (benchmarks) */
+    *out = c;
+    return 1;
+}
+
+/* MODE 3 (halo weight gradient) shared memory: STAGES x (dy rows [64][KP+4] + x halo). */
+static int64_t nb_ig_wg_smem(const nb_ig_cfg *c, const nb_conv_dims *d) {
+    int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW, KP = RT * d->OW;
+    int64_t HR = RT + c->ks - 1, RS = d->W + 8, CS = HR * RS + (4 - (HR * RS) % 32 + 32) % 32;
+    return (int64_t)c->stages * (c->bm * (KP + 4) + 32 * CS) * (int64_t)sizeof(float);
+}
+
+/* The halo weight-gradient kernel's configuration, or 0 when it does not apply: stride 1,
+ * output rows of 8..128 pixels (dividing 128) grouped into steps of <= 128 pixels, 16-byte
+ * rows, C % 32 == 0. */
+static int nb_ig_wg_pick(int prec, const nb_conv_dims *d, nb_ig_cfg *out) {
+    /* measured on the H100 (batch 32): ahead of MODE 2 when C >= 2 O (128->64 at 64x64: 0.56 vs
+     * 0.61 ms backward), behind it for C == O (64->64 at 64x64: 0.39 vs 0.34 ms) and for 1x1 */
+    if (d->K != 3 || d->C < 2 * d->O || d->stride != 1 || d->OW % 8 || d->OW > 128 ||
+        128 % d->OW || d->W % 4 || d->pad > 4 || d->C % 32)
+        return 0;
+    int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW;
+    if (d->OH % RT || (RT * d->OW) % 16) return 0;
+    nb_ig_cfg c = {3, prec, 64, 64, 2, 4, 3, (int)d->K, 1, 32};
+    if (nb_ig_wg_smem(&c, d) > 227 * 1024) c.stages = 2;
+    if (nb_ig_wg_smem(&c, d) > 227 * 1024) return 0;
+    if (nb_ig_tile_override[1][0]) return 0; /* a forced MODE 2 tile (benchmarks) */
+    *out = c;
+    return 1;
+}
+
+/* The data gradient as a forward-style conv: dy (O channels, OHxOW) with the flipped weights,
+ * pad K-1-pad, into dx (C channels, HxW). */
+static nb_conv_dims nb_ig_dgrad_dims(const nb_conv_dims *d) {
+    nb_conv_dims g = {d->N, d->O, d->OH, d->OW, d->C, d->K, 1, d->K - 1 - d->pad, d->H, d->W};
+    return g;
+}
+
+int nb_conv_igemm_supports(const nb_conv_dims *d, int precision, int which) {
+    if (!d || precision < NB_TAPE_FP32 || precision > NB_TAPE_BF16) return 0;
+    nb_ig_cfg c;
+    switch (which) {
+    case 0: return nb_ig_halo_pick(precision, d, &c) || d->C % 32 == 0;
+    case 1: {
+        if (d->stride != 1 || d->pad > d->K - 1) return 0;
+        nb_conv_dims g = nb_ig_dgrad_dims(d);
+        return nb_ig_halo_pick(precision, &g, &c) || d->O % 32 == 0;
+    }
+    case 2: return nb_ig_wg_pick(precision, d, &c) || (d->OH * d->OW) % 32 == 0;
+    default: return 0;
+    }
+}
+
+static nb_status nb_ig_launch(nb_jit_kernel *k, int64_t smem, const nb_ig_params *p, unsigned gx,
+                              unsigned gy, unsigned gz) {
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {256, 1, 1};
+    void *args[1] = {(void *)p};
+    return nb_cuda_launch(nb_jit_kernel_cuda_fn(k), grid, block, (unsigned)smem, NULL, args);
+}
+
+static nb_status nb_ig_grid_stride(nb_jit_kernel *k, const void *p, size_t size, int64_t n) {
+    return nb_jit_launch_cuda(k, p, size, n, NULL);
+}
+
+/* Scratch for the rearranged weights of a conv with cout x cin channels; for the halo kernel
+ * (halo != NULL) cin is padded to a multiple of its CB with zeros. */
+static nb_status nb_ig_weights(nb_device *dev, const nb_ig_cfg *halo, int64_t cout, int64_t cin,
+                               int64_t K, float **wr) {
+    int64_t cp = halo ? (cin + halo->cb - 1) / halo->cb * halo->cb : cin, n = cout * cp * K * K;
+    NB_TRY(nb_conv_scratch(dev, 1, (size_t)n * sizeof(float), wr));
+    if (halo && cp != cin) NB_TRY(nb_memset(dev, *wr, 0, (size_t)n * sizeof(float)));
+    return NB_OK;
+}
+
+/* MODE 0 on image a [N][Cin][H][W] with weights wr [Cout][KK][Cin] -> out [N][Cout][OH][OW]
+ * (accum: +=). Fewer blocks than SMs: the k range is split over blockIdx.z, partial sums added
+ * atomically (the forward first fills out with the bias). */
+static nb_status nb_ig_mode0(nb_device *dev, const nb_conv_dims *g, nb_ig_entry *e,
+                             const float *a, const float *wr, const float *bias, float *out,
+                             int accum) {
+    nb_ig_params p = {a, wr, bias, out, (int)g->N, (int)g->C, (int)g->H, (int)g->W, (int)g->O,
+                      (int)g->OH, (int)g->OW, (int)g->pad, accum, 0};
+    int64_t M = g->N * g->OH * g->OW, P = g->OH * g->OW;
+    unsigned gx = (unsigned)((M + e->cfg.bm - 1) / e->cfg.bm);
+    unsigned gy = (unsigned)((g->O + e->cfg.bn - 1) / e->cfg.bn);
+    /* k steps: 32-wide k tiles (MODE 0) or CB-channel chunks of all taps (MODE 1) */
+    int halo = e->cfg.mode == 1;
+    int64_t nkt = halo ? (g->C + e->cfg.cb - 1) / e->cfg.cb : g->K * g->K * g->C / 32;
+    int64_t blocks = (int64_t)gx * gy, sms = nb_ig_sms(dev);
+    int64_t splits = blocks < sms ? (2 * sms + blocks - 1) / blocks : 1;
+    if (splits > nkt / (halo ? 2 : 4)) splits = nkt / (halo ? 2 : 4); /* >= 4 k tiles each */
+    unsigned gz = 1;
+    if (splits > 1) {
+        int64_t kps = (nkt + splits - 1) / splits;
+        gz = (unsigned)((nkt + kps - 1) / kps);
+        p.kt_per_split = (int)kps;
+        if (!accum) {
+            nb_ig_fill_params f = {out, bias, (long long)(g->N * g->O * P), (int)P, (int)g->O};
+            NB_TRY(nb_ig_grid_stride(e->fill, &f, sizeof f, g->N * g->O * P));
+        }
+        p.accum = 2;
+        p.bias = NULL;
+    }
+    return nb_ig_launch(e->main, halo ? nb_ig_halo_smem(&e->cfg, g) : nb_ig_smem(&e->cfg), &p, gx, gy, gz);
+}
+
+nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dims *d,
+                                const float *x, const float *w, const float *b, float *y) {
+    if (!nb_conv_igemm_supports(d, precision, 0))
+        return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM forward needs "
+                        "C %% 32 == 0 (C = %lld)", (long long)d->C);
+    nb_ig_cfg c;
+    int halo = nb_ig_halo_pick(precision, d, &c);
+    if (!halo) c = nb_ig_pick_dev(dev, 0, precision, d, d->O);
+    nb_ig_entry *e;
+    NB_TRY(nb_ig_load(dev, &c, &e));
+    int64_t nw = d->O * d->C * d->K * d->K;
+    float *wr;
+    NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, d->O, d->C, d->K, &wr));
+    nb_ig_wr_params wp = {w, wr, (int)d->O, (int)d->C, 0};
+    NB_TRY(nb_ig_grid_stride(halo ? e->wr2 : e->wr, &wp, sizeof wp, nw));
+    return nb_ig_mode0(dev, d, e, x, wr, b, y, 0);
+}
+
+nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims *d,
+                              const float *w, const float *dy, float *dx) {
+    if (!nb_conv_igemm_supports(d, precision, 1))
+        return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM data gradient needs "
+                        "stride 1, O %% 32 == 0 and pad <= K-1");
+    /* dx = forward conv of dy (O channels, OHxOW) with the flipped weights, pad K-1-pad */
+    nb_conv_dims g = nb_ig_dgrad_dims(d);
+    nb_ig_cfg c;
+    int halo = nb_ig_halo_pick(precision, &g, &c);
+    if (!halo) c = nb_ig_pick_dev(dev, 0, precision, &g, g.O);
+    nb_ig_entry *e;
+    NB_TRY(nb_ig_load(dev, &c, &e));
+    int64_t nw = d->O * d->C * d->K * d->K;
+    float *wr;
+    NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, g.O, g.C, d->K, &wr));
+    nb_ig_wr_params wp = {w, wr, (int)d->O, (int)d->C, 1};
+    NB_TRY(nb_ig_grid_stride(halo ? e->wr2 : e->wr, &wp, sizeof wp, nw));
+    return nb_ig_mode0(dev, &g, e, dy, wr, NULL, dx, 1);
+}
+
+nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
+                              const float *x, const float *dy, float *dw) {
+    if (!nb_conv_igemm_supports(d, precision, 2))
+        return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM weight gradient needs "
+                        "OH*OW %% 32 == 0");
+    nb_ig_cfg c;
+    nb_ig_entry *e;
+    if (nb_ig_wg_pick(precision, d, &c)) {
+        /* MODE 3: straight into dw, split over steps of whole output rows */
+        NB_TRY(nb_ig_load(dev, &c, &e));
+        int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW, nsteps = d->N * (d->OH / RT);
+        unsigned gx = (unsigned)((d->O + 63) / 64), gy = (unsigned)(d->C / 32);
+        int64_t want = 2 * (int64_t)nb_ig_sms(dev), blocks = (int64_t)gx * gy;
+        int64_t splits = (want + blocks - 1) / blocks;
+        if (splits > nsteps) splits = nsteps;
+        if (splits < 1) splits = 1;
+        int64_t kps = (nsteps + splits - 1) / splits;
+        splits = (nsteps + kps - 1) / kps;
+        if (splits > 65535) return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): too many k splits");
+        nb_ig_params p = {dy, x, NULL, dw, (int)d->N, (int)d->C, (int)d->H, (int)d->W, (int)d->O,
+                          (int)d->OH, (int)d->OW, (int)d->pad, 0, (int)kps};
+        return nb_ig_launch(e->main, nb_ig_wg_smem(&c, d), &p, gx, gy, (unsigned)splits);
+    }
+    c = nb_ig_pick_dev(dev, 2, precision, d, d->O);
+    NB_TRY(nb_ig_load(dev, &c, &e));
+    int64_t KK = d->K * d->K, nw = d->O * d->C * KK, Nn = KK * d->C;
+    float *dwr;
+    NB_TRY(nb_conv_scratch(dev, 2, (size_t)nw * sizeof(float), &dwr));
+    NB_TRY(nb_memset(dev, dwr, 0, (size_t)nw * sizeof(float)));
+    int64_t tiles = ((d->O + c.bm - 1) / c.bm) * ((Nn + c.bn - 1) / c.bn);
+    int64_t nkt = d->N * d->OH * d->OW / 32;
+    int64_t want = 2 * (int64_t)nb_device_get_info(dev)->multiprocessors;
+    int64_t splits = (want + tiles - 1) / tiles;
+    if (splits < 1) splits = 1;
+    if (splits > nkt) splits = nkt;
+    int64_t kps = (nkt + splits - 1) / splits;
+    splits = (nkt + kps - 1) / kps;
+    if (splits > 65535) return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): too many k splits");
+    nb_ig_params p = {dy, x, NULL, dwr, (int)d->N, (int)d->C, (int)d->H, (int)d->W, (int)d->O,
+                      (int)d->OH, (int)d->OW, (int)d->pad, 0, (int)kps};
+    NB_TRY(nb_ig_launch(e->main, nb_ig_smem(&c), &p, (unsigned)((d->O + c.bm - 1) / c.bm),
+                        (unsigned)((Nn + c.bn - 1) / c.bn), (unsigned)splits));
+    nb_ig_dw_params q = {dwr, dw, (int)d->O, (int)d->C};
+    return nb_ig_grid_stride(e->dw, &q, sizeof q, nw);
+}
+
+/* ---- prewarm: compile every specialisation of a precision in parallel ------------------------ */
+
+#define NB_IG_WARM_MAX 64
+typedef struct {
+    nb_device *dev;
+    nb_ig_cfg cfg[NB_IG_WARM_MAX];
+    nb_status st[NB_IG_WARM_MAX];
+} nb_ig_warm;
+
+static void nb_ig_warm_range(void *ctx, int64_t b, int64_t e) {
+    nb_ig_warm *w = ctx;
+    for (int64_t i = b; i < e; i++) {
+        nb_ig_entry *en;
+        w->st[i] = nb_ig_load(w->dev, &w->cfg[i], &en);
+    }
+}
+
+nb_status nb_conv_igemm_prewarm(nb_device *dev, int precision) {
+    /* every tile nb_ig_pick_dev can choose (without an override) */
+    static const int tiles[2][3][5] = {{{128, 64, 4, 2, 3}, {128, 128, 2, 4, 3}, {64, 64, 2, 4, 4}},
+                                       {{64, 128, 2, 4, 3}, {64, 256, 2, 4, 3}, {128, 128, 2, 4, 3}}};
+    nb_ig_warm w;
+    memset(&w, 0, sizeof w);
+    w.dev = dev;
+    int n = 0;
+    for (int mode = 0; mode <= 2; mode += 2)
+        for (int i = 0; i < 3; i++)
+            for (int ks = 1; ks <= 3; ks += 2)
+                for (int stride = 1; stride <= 2; stride++) {
+                    const int *t = tiles[mode / 2][i];
+                    nb_ig_cfg c = {mode, precision, t[0], t[1], t[2], t[3], t[4], ks, stride, 8};
+                    w.cfg[n++] = c;
+                }
+    { /* the halo weight gradient (nb_ig_wg_pick: 3x3 only) */
+        nb_ig_cfg c = {3, precision, 64, 64, 2, 4, 3, 3, 1, 32};
+        w.cfg[n++] = c;
+    }
+    for (int bm = 64; bm <= 128; bm *= 2) { /* the halo kernel's tiles (nb_ig_halo_pick: 3x3) */
+        nb_ig_cfg c = {1, precision, bm, 64, bm == 128 ? 4 : 2, bm == 128 ? 2 : 4, 3, 3, 1,
+                       precision == NB_TAPE_BF16 ? 16 : 8};
+        w.cfg[n++] = c;
+    }
+    nb_nn_parallel(n, 1, nb_ig_warm_range, &w);
+    for (int i = 0; i < n; i++)
+        if (w.st[i]) return nb_error(w.st[i], "conv2d (CUDA): compiling the implicit-GEMM kernels failed");
+    return NB_OK;
+}
+
+nb_status nb_conv_igemm_prewarm_tiles(nb_device *dev, int mode, int ks, int stride, int n,
+                                      const int (*tiles)[5]) {
+    nb_ig_warm w;
+    memset(&w, 0, sizeof w);
+    w.dev = dev;
+    int m = 0;
+    for (int i = 0; i < n && m + 2 <= NB_IG_WARM_MAX; i++)
+        for (int prec = NB_TAPE_TF32; prec <= NB_TAPE_BF16; prec++) {
+            const int *t = tiles[i];
+            nb_ig_cfg c = {mode, prec, t[0], t[1], t[2], t[3], t[4], ks, stride, 8};
+            w.cfg[m++] = c;
+        }
+    nb_nn_parallel(m, 1, nb_ig_warm_range, &w);
+    for (int i = 0; i < m; i++)
+        if (w.st[i]) return nb_error(w.st[i], "conv2d (CUDA): compiling the implicit-GEMM kernels failed");
+    return NB_OK;
+}

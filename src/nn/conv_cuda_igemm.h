@@ -1,0 +1,33 @@
+/* Implicit-GEMM tensor-core convolution kernels (internal; conv_cuda.c chooses them per part).
+ * Arguments are checked by the caller (conv_cuda.c); pointers are device addresses. */
+#ifndef NB_NN_CONV_CUDA_IGEMM_H
+#define NB_NN_CONV_CUDA_IGEMM_H
+
+#include "nn/conv_cuda.h"
+
+/* 1 when the kernels handle part `which` (0 forward, 1 data gradient, 2 weight gradient) of
+ * this shape at this precision. */
+int nb_conv_igemm_supports(const nb_conv_dims *d, int precision, int which);
+/* y := conv(x, w) (+ b) */
+nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dims *d,
+                                const float *x, const float *w, const float *b, float *y);
+/* dx += conv^T(dy, w) */
+nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims *d,
+                              const float *w, const float *dy, float *dx);
+/* dw += sum over n, p of dy x-patches */
+nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
+                              const float *x, const float *dy, float *dw);
+/* Compiles (or loads from the cache) every specialisation used at this precision, in parallel
+ * on the thread pool: first-use latency of a model in one call. */
+nb_status nb_conv_igemm_prewarm(nb_device *dev, int precision);
+/* Benchmarks: forces the tile {BM, BN, WM, WN, STAGES} of mode 0 (forward, data gradient) or
+ * 2 (weight gradient); tile NULL restores the automatic choice. Returns 0 for an invalid tile.
+ * Process-wide, not thread-safe. */
+int nb_conv_igemm_set_tile(int mode, const int *tile);
+/* Compiles the given tiles of a mode at TF32 and BF16, in parallel. */
+nb_status nb_conv_igemm_prewarm_tiles(nb_device *dev, int mode, int ks, int stride, int n,
+                                      const int (*tiles)[5]);
+/* The kernel source (without its #define prefix), for compile tests. */
+const char *nb_conv_igemm_source(void);
+
+#endif

@@ -1,0 +1,170 @@
+// Host emulation of the implicit-GEMM convolution kernels (src/nn/conv_cuda_igemm_src.h), for
+// checking their index arithmetic without a GPU: each block runs as 256 std::threads, barriers
+// stand in for __syncthreads and for the warp-wide exchange of mma.sync fragments, cp.async is
+// a synchronous copy (so it cannot find pipeline races). Compares against a double reference.
+// Build and run through tools/device/conv_emu.sh (see there for the arguments).
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+#define NB_IG_HOST_EMU
+struct d3 { int x, y, z; };
+thread_local d3 threadIdx, blockIdx;
+d3 gridDim, blockDim;
+std::barrier<> *blk_bar;
+std::barrier<> *warp_bar[8];
+float *emu_smem;
+std::mutex atom_mu;
+#define __global__
+#define __device__
+#define __forceinline__
+#define __launch_bounds__(x)
+#define __shared__
+#define __align__(x)
+#define __syncthreads() blk_bar->arrive_and_wait()
+struct float2 { float x, y; };
+static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static float asf(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+using std::min;
+static void atomicAdd(float *p, float v) { std::lock_guard<std::mutex> l(atom_mu); *p += v; }
+static void cp4(float *d, const float *s, bool v) { *d = v ? *s : 0.f; }
+static void cp16(float *d, const float *s, bool v) { for (int i = 0; i < 4; i++) d[i] = v ? s[i] : 0.f; }
+static void cp_commit() {}
+template <int n> static void cp_wait() {}
+static unsigned bf(float f) { unsigned u = __float_as_uint(f); u += 0x7fff + ((u >> 16) & 1); return u >> 16; }
+static unsigned pack_bf16(float lo, float hi) { return (bf(hi) << 16) | bf(lo); }
+struct WX { unsigned a[32][4], b[32][2]; };
+static WX wx[8];
+static void mma_tf32(float *c, const unsigned *a, const unsigned *b) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    memcpy(wx[w].a[lane], a, 16); memcpy(wx[w].b[lane], b, 8);
+    warp_bar[w]->arrive_and_wait();
+    int g = lane >> 2, t = lane & 3;
+    auto A = [&](int r, int k) { return asf(wx[w].a[(r % 8) * 4 + k % 4][(r >= 8) + 2 * (k >= 4)] & 0xffffe000u); };
+    auto B = [&](int k, int n) { return asf(wx[w].b[n * 4 + k % 4][k >= 4] & 0xffffe000u); };
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e >= 2), n = 2 * t + (e & 1);
+        float s = 0; for (int k = 0; k < 8; k++) s += A(r, k) * B(k, n);
+        c[e] += s;
+    }
+    warp_bar[w]->arrive_and_wait();
+}
+static float h2f(unsigned h) { return asf(h << 16); }
+static void mma_bf16(float *c, const unsigned *a, const unsigned *b) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    memcpy(wx[w].a[lane], a, 16); memcpy(wx[w].b[lane], b, 8);
+    warp_bar[w]->arrive_and_wait();
+    int g = lane >> 2, t = lane & 3;
+    auto A = [&](int r, int k) { unsigned v = wx[w].a[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)]; return h2f(k % 2 ? v >> 16 : v & 0xffff); };
+    auto B = [&](int k, int n) { unsigned v = wx[w].b[n * 4 + (k % 8) / 2][k >= 8]; return h2f(k % 2 ? v >> 16 : v & 0xffff); };
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e >= 2), n = 2 * t + (e & 1);
+        float s = 0; for (int k = 0; k < 16; k++) s += A(r, k) * B(k, n);
+        c[e] += s;
+    }
+    warp_bar[w]->arrive_and_wait();
+}
+#include KERNEL_INC
+
+template <class P> static void launch(void (*fn)(P), P p, int gx, int gy, int gz, size_t smem) {
+    gridDim = {gx, gy, gz}; blockDim = {256, 1, 1};
+    std::vector<float> sm(smem / 4 + 16, NAN);
+    emu_smem = sm.data();
+    for (int z = 0; z < gz; z++) for (int y = 0; y < gy; y++) for (int x = 0; x < gx; x++) {
+        std::barrier<> bb(256); blk_bar = &bb;
+        std::vector<std::barrier<> *> wb; for (int w = 0; w < 8; w++) warp_bar[w] = new std::barrier<>(32);
+        std::vector<std::thread> th;
+        for (int t = 0; t < 256; t++) th.emplace_back([=] { threadIdx = {t, 0, 0}; blockIdx = {x, y, z}; fn(p); });
+        for (auto &t : th) t.join();
+        for (int w = 0; w < 8; w++) delete warp_bar[w];
+    }
+}
+
+static unsigned long long rs = 88172645463325252ull;
+static float fr() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((double)(rs >> 11) / 9007199254740992.0 * 2 - 1); }
+int main(int argc, char **argv) {
+    const char *which = argv[1];
+    int N = atoi(argv[2]), C = atoi(argv[3]), H = atoi(argv[4]), W = atoi(argv[5]), O = atoi(argv[6]), pad = atoi(argv[7]);
+    int K = KS, S = STRIDE, KK2 = K * K;
+    int OH = (H + 2 * pad - K) / S + 1, OW = (W + 2 * pad - K) / S + 1, P = OH * OW;
+    std::vector<float> x(N * C * H * W), w(O * C * KK2), b(O), dy(N * O * P);
+    for (auto &v : x) v = fr(); for (auto &v : w) v = fr(); for (auto &v : b) v = fr(); for (auto &v : dy) v = fr();
+    std::vector<double> y(N * O * P), dx(N * C * H * W), dw(O * C * KK2);
+    for (int n = 0; n < N; n++) for (int o = 0; o < O; o++) for (int oh = 0; oh < OH; oh++) for (int ow = 0; ow < OW; ow++) {
+        double acc = b[o], g = dy[((n * O + o) * OH + oh) * OW + ow];
+        for (int c = 0; c < C; c++) for (int ki = 0; ki < K; ki++) for (int kj = 0; kj < K; kj++) {
+            int ih = oh * S - pad + ki, iw = ow * S - pad + kj;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            int xi = ((n * C + c) * H + ih) * W + iw, wi = ((o * C + c) * K + ki) * K + kj;
+            acc += (double)w[wi] * x[xi]; dx[xi] += (double)w[wi] * g; dw[wi] += (double)x[xi] * g;
+        }
+        y[((n * O + o) * OH + oh) * OW + ow] = acc;
+    }
+    size_t smem = STAGES * (A_ELEMS + B_ELEMS) * 4;
+    std::vector<float> out; std::vector<double> *ref;
+    std::vector<float> wr((size_t)(O + 16) * (C + 16) * KK2, 0.f); /* zero CB padding */
+    if (!strcmp(which, "fwd")) {
+        launch(nb_conv_igemm_wr, WrP{w.data(), wr.data(), O, C, 0}, 1, 1, 1, 0);
+        out.assign(N * O * P, NAN);
+        int M = N * P, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = KK2 * C / 32, kps = (nkt + sp - 1) / sp;
+        if (sp > 1) {
+            launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)N * O * P, P, O}, 1, 1, 1, 0);
+            launch(nb_conv_igemm, IgP{x.data(), wr.data(), nullptr, out.data(), N, C, H, W, O, OH, OW, pad, 2, kps},
+                   (M + BM - 1) / BM, (O + BN - 1) / BN, (nkt + kps - 1) / kps, smem);
+        } else
+        launch(nb_conv_igemm, IgP{x.data(), wr.data(), b.data(), out.data(), N, C, H, W, O, OH, OW, pad, 0, 0},
+               (M + BM - 1) / BM, (O + BN - 1) / BN, 1, smem);
+        ref = &y;
+    } else if (!strcmp(which, "hfwd") || !strcmp(which, "hdgrad")) {
+        bool dg = !strcmp(which, "hdgrad");
+        // forward-equivalent dims
+        int iC = dg ? O : C, iH = dg ? OH : H, iW = dg ? OW : W, oC = dg ? C : O, oH = dg ? H : OH, oW = dg ? W : OW, pd = dg ? K - 1 - pad : pad;
+        launch(nb_conv_igemm_wr2, Wr2P{w.data(), wr.data(), O, C, dg ? 1 : 0}, 1, 1, 1, 0);
+        int R = BM / oW, HR = R + KS - 1, RS = iW + 8, CS = HR * RS + ((PREC == 2 ? 4 : 8) - (HR * RS) % 32 + 32) % 32;
+        int brs = KK2 * CB + (PREC == 2 ? 8 : 4);
+        size_t sm = STAGES * (CB * CS + BN * brs) * 4;
+        int M = N * oH * oW, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = (iC + CB - 1) / CB, kps = (nkt + sp - 1) / sp;
+        if (dg) out.assign(N * C * H * W, 0.f); else out.assign(N * O * P, NAN);
+        if (!dg && sp > 1) launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)N * O * P, P, O}, 1, 1, 1, 0);
+        int accum = sp > 1 ? 2 : dg ? 1 : 0;
+        launch(nb_conv_igemm, IgP{dg ? dy.data() : x.data(), wr.data(), dg || sp > 1 ? nullptr : b.data(), out.data(), N, iC, iH, iW, oC, oH, oW, pd, accum, sp > 1 ? kps : 0},
+               M / BM, (oC + BN - 1) / BN, sp > 1 ? (nkt + kps - 1) / kps : 1, sm);
+        ref = dg ? &dx : &y;
+    } else if (!strcmp(which, "hwgrad")) {
+        int RT = std::min(OH, 128 / OW), KP = RT * OW, LDA = KP + 4, HR = RT + KS - 1, RS = W + 8;
+        int CS = HR * RS + (4 - (HR * RS) % 32 + 32) % 32;
+        size_t sm = STAGES * (BM * LDA + 32 * CS) * 4;
+        int nsteps = N * (OH / RT), sp = argc > 8 ? atoi(argv[8]) : 1, kps = (nsteps + sp - 1) / sp;
+        out.assign(O * C * KK2, 0.f);
+        launch(nb_conv_igemm, IgP{dy.data(), x.data(), nullptr, out.data(), N, C, H, W, O, OH, OW, pad, 0, kps},
+               (O + BM - 1) / BM, C / 32, (nsteps + kps - 1) / kps, sm);
+        ref = &dw;
+    } else if (!strcmp(which, "dgrad")) {
+        launch(nb_conv_igemm_wr, WrP{w.data(), wr.data(), O, C, 1}, 1, 1, 1, 0);
+        out.assign(N * C * H * W, 0.f);
+        int M = N * H * W, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = KK2 * O / 32, kps = (nkt + sp - 1) / sp;
+        launch(nb_conv_igemm, IgP{dy.data(), wr.data(), nullptr, out.data(), N, O, OH, OW, C, H, W, K - 1 - pad, sp > 1 ? 2 : 1, sp > 1 ? kps : 0},
+               (M + BM - 1) / BM, (C + BN - 1) / BN, sp > 1 ? (nkt + kps - 1) / kps : 1, smem);
+        ref = &dx;
+    } else {
+        std::vector<float> dwr(O * C * KK2, 0.f);
+        int Nn = KK2 * C, nkt = N * P / 32, splits = atoi(argv[8]);
+        int kps = (nkt + splits - 1) / splits; splits = (nkt + kps - 1) / kps;
+        launch(nb_conv_igemm, IgP{dy.data(), x.data(), nullptr, dwr.data(), N, C, H, W, O, OH, OW, pad, 0, kps},
+               (O + BM - 1) / BM, (Nn + BN - 1) / BN, splits, smem);
+        out.assign(O * C * KK2, 0.f);
+        launch(nb_conv_igemm_dw, DwP{dwr.data(), out.data(), O, C}, 1, 1, 1, 0);
+        ref = &dw;
+    }
+    double m = 1e-3, e = 0; size_t worst = 0;
+    for (size_t i = 0; i < out.size(); i++) { m = std::max(m, fabs((*ref)[i])); double d = fabs(out[i] - (*ref)[i]); if (!(d <= e)) { e = d; worst = i; } }
+    printf("%s MODE %d PREC %d BM %d BN %d KS %d S %d N%d C%d H%d W%d O%d pad %d: rel err %.3g (worst %zu: %g vs %g)\n", which, MODE, PREC, BM, BN, KS, STRIDE,
+           N, C, H, W, O, pad, e / m, worst, out[worst], (*ref)[worst]);
+    return e / m < (PREC == 1 ? 1e-2 : 3e-2) ? 0 : 1;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs one implicit-GEMM conv kernel configuration on the CPU (tools/device/conv_emu.cpp) against
+# a double reference; needs g++ with C++20 (std::barrier), no GPU.
+#   tools/device/conv_emu.sh MODE PREC BM BN WM WN KS STRIDE  WHICH N C H W O PAD [SPLITS]
+# WHICH: fwd | dgrad | wgrad (MODE 0/2), hfwd | hdgrad (MODE 1), hwgrad (MODE 3). Examples:
+#   tools/device/conv_emu.sh 1 1 128 64 4 2 3 1  hfwd 1 16 4 32 40 1
+#   tools/device/conv_emu.sh 3 2 64 64 2 4 3 1  hwgrad 1 32 16 16 70 1 2
+# Exit 0 when the relative error is within the precision's tolerance.
+set -eu
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+dir="${TMPDIR:-/tmp}/nabla-conv-emu"
+mkdir -p "$dir"
+tag="$1_$2_$3_$4_$5_$6_$7_$8"
+cb=8; [ "$2" = 2 ] && cb=16
+if [ ! -x "$dir/gen" ]; then
+  cat > "$dir/gen.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include "nn/conv_cuda_igemm_src.h"
+int main(void) { /* the kernel source, with the dynamic shared array made a host pointer */
+    const char *s = nb_conv_igemm_src, *key = "extern __shared__ __align__(16) float smem[];", *p;
+    while ((p = strstr(s, key))) {
+        fwrite(s, 1, (size_t)(p - s), stdout);
+        fputs("float *smem = emu_smem;", stdout);
+        s = p + strlen(key);
+    }
+    fputs(s, stdout);
+    return 0;
+}
+C
+  gcc -I"$root/src" "$dir/gen.c" -o "$dir/gen"
+fi
+if [ ! -x "$dir/emu_$tag" ]; then
+  { printf "#define MODE %s\n#define PREC %s\n#define BM %s\n#define BN %s\n#define WM %s\n#define WN %s\n#define STAGES 3\n#define KS %s\n#define STRIDE %s\n#define CB %s\n" \
+      "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$cb"; "$dir/gen"; } > "$dir/kernel_$tag.inc"
+  g++ -std=c++20 -O1 -w -pthread -DKERNEL_INC="\"$dir/kernel_$tag.inc\"" "$root/tools/device/conv_emu.cpp" -o "$dir/emu_$tag"
+fi
+shift 8
+"$dir/emu_$tag" "$@"
