@@ -13,7 +13,7 @@ static const nb_cli_command nb_commands[] = {
     {"call", "call a .nb function over JSON / .npy arrays, print JSON", nb_cmd_call},
     {"cache", "show, list or clear the compiled-kernel cache", nb_cmd_cache},
     {"fit-image", "fit a neural field (hash grid + MLP) to an image", nb_cmd_fit_image},
-    {"unet", "train / sample / benchmark a diffusion UNet (DDPM, CPU)", nb_cmd_unet},
+    {"unet", "train / sample / benchmark a diffusion UNet (DDPM, CPU or CUDA)", nb_cmd_unet},
 };
 
 void nb_cli_usage(FILE *to) {

@@ -1,12 +1,16 @@
 /* UNet (nn_unet.h) on the tape, CPU: the reference config's parameter count and names, config
  * validation, forward shapes, gradients against finite differences on a tiny UNet, checkpoint
- * round trip and mismatches, DDPM training lowering the loss, both samplers. */
+ * round trip and mismatches, DDPM training lowering the loss, both samplers, statistics and
+ * profiles. CUDA (skipped without a GPU): forward / backward of a tiny UNet against the CPU at
+ * each precision, DDPM training steps and samplers against the CPU, a CUDA checkpoint loading on
+ * the CPU. */
 #include <unistd.h>
 
 #include "nb_test.h"
 #include "nabla/nn_unet.h"
 #include "nabla/alloc.h"
 #include "nabla/safetensors.h"
+#include "nn/ddpm_internal.h"
 
 static nb_unet_config tiny(void) {
     nb_unet_config c = nb_unet_config_reference();
@@ -51,8 +55,8 @@ static void test_reference_param_count(void) {
     int nd;
     int64_t s[4];
     NB_EXPECT_OK(nb_tape_param_find(t, "input_blocks.7.1.qkv.weight", &v)); /* level 2: 192 ch, 16x16 */
-    NB_EXPECT_OK(nb_tape_shape(t, v, &nd, s));
-    NB_EXPECT(nd == 3 && s[0] == 576 && s[1] == 192 && s[2] == 1);
+    NB_EXPECT_OK(nb_tape_shape(t, v, &nd, s)); /* on the tape: a 1x1 conv2d weight */
+    NB_EXPECT(nd == 4 && s[0] == 576 && s[1] == 192 && s[2] == 1 && s[3] == 1);
     NB_EXPECT_OK(nb_tape_param_find(t, "output_blocks.0.0.in_layers.2.weight", &v)); /* 256+256 -> 256 */
     NB_EXPECT_OK(nb_tape_shape(t, v, &nd, s));
     NB_EXPECT(nd == 4 && s[0] == 256 && s[1] == 512);
@@ -61,6 +65,11 @@ static void test_reference_param_count(void) {
     int npn;
     NB_EXPECT_OK(nb_unet_params(u, &pn, &npn));
     NB_EXPECT(npn > 200 && !strcmp(pn[0].name, "time_embed.0.weight"));
+    int found = 0;
+    for (int i = 0; i < npn; i++) /* checkpoints keep the state_dict's conv1d shape */
+        if (!strcmp(pn[i].name, "input_blocks.7.1.qkv.weight"))
+            found = pn[i].ndim == 3 && pn[i].shape[0] == 576 && pn[i].shape[1] == 192 && pn[i].shape[2] == 1;
+    NB_EXPECT(found);
     nb_unet_free(u);
     nb_tape_free(t);
     /* conv resample adds the op / conv weights */
@@ -144,6 +153,16 @@ static double loss_of(nb_tape *t, nb_unet *u, const float *x, const float *tgt, 
         nb_tape_mse(t, y, tv, &l) || (with_bwd && nb_tape_backward(t, l)) || nb_tape_data(t, l, &ld, NULL))
         return NAN;
     return ld[0];
+}
+
+/* The same on any device: reads the loss back. */
+static double loss_of_dev(nb_tape *t, nb_unet *u, const float *x, const float *tgt, const float *ts, float *loss) {
+    nb_tvar xv, tv, y, l;
+    if (nb_tape_reset(t) || nb_tape_zero_grad(t) || nb_tape_input(t, 4, (int64_t[]){2, 1, 8, 8}, x, 0, &xv) ||
+        nb_tape_input(t, 4, (int64_t[]){2, 1, 8, 8}, tgt, 0, &tv) || nb_unet_forward(u, xv, ts, &y) ||
+        nb_tape_mse(t, y, tv, &l) || nb_tape_backward(t, l) || nb_tape_read(t, l, loss, 1))
+        return NAN;
+    return *loss;
 }
 
 static void test_gradients(void) {
@@ -353,8 +372,320 @@ static void test_ddpm_steady_state_no_alloc(void) {
     nb_tape_free(t);
 }
 
+
+/* Window statistics, the forward / phase profile and read_ema on the CPU. */
+static void test_ddpm_stats_profile(void) {
+    nb_tape *t;
+    nb_unet *u = make(&t, tiny(), 8);
+    NB_REQUIRE_OK(u ? NB_OK : NB_ERR_INTERNAL);
+    nb_ddpm_config dc = nb_ddpm_config_default();
+    dc.lr = 1e-3f;
+    nb_ddpm *d;
+    NB_REQUIRE_OK(nb_ddpm_create(u, &dc, &d));
+    float x0[3 * 64];
+    for (int i = 0; i < 3 * 64; i++) x0[i] = (float)sin(i * 0.21);
+    double sum = 0;
+    NB_REQUIRE_OK(nb_ddpm_set_profile(d, 1));
+    for (int s = 0; s < 4; s++) {
+        float l;
+        NB_REQUIRE_OK(nb_ddpm_train_step(d, x0, 3, &l, NULL));
+        sum += l;
+    }
+    nb_ddpm_stats st;
+    NB_EXPECT_OK(nb_ddpm_read_stats(d, &st));
+    NB_EXPECT(st.steps == 4);
+    NB_EXPECT_NEAR(st.mean_loss, sum / 4, 1e-5);
+    NB_EXPECT(st.last_grad_norm > 0 && st.max_grad_norm >= st.last_grad_norm);
+    NB_EXPECT_OK(nb_ddpm_read_stats(d, &st)); /* the window starts afresh */
+    NB_EXPECT(st.steps == 0 && st.mean_loss == 0);
+    nb_ddpm_profile pr;
+    NB_EXPECT_OK(nb_ddpm_get_profile(d, &pr));
+    NB_EXPECT(pr.steps == 4 && pr.forward_ms > 0 && pr.backward_ms > 0);
+    nb_unet_prof_entry e[NB_UNET_PROF_KINDS];
+    int n = 0, conv_calls = 0;
+    NB_EXPECT_OK(nb_unet_get_profile(u, e, &n));
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e[i].op, "conv3x3")) conv_calls = (int)e[i].calls;
+    NB_EXPECT(n > 5 && conv_calls > 0 && conv_calls % 4 == 0);
+    NB_EXPECT_OK(nb_ddpm_set_profile(d, 0));
+    float *h = malloc(sizeof(float) * 100000);
+    int64_t np;
+    float *p;
+    NB_EXPECT_OK(nb_tape_params(t, &p, &np));
+    NB_EXPECT_ERR(nb_ddpm_read_ema(d, h, np + 1), NB_ERR_SHAPE, "does not match");
+    NB_EXPECT_OK(nb_ddpm_read_ema(d, h, np));
+    free(h);
+    nb_ddpm_free(d);
+    nb_unet_free(u);
+    nb_tape_free(t);
+}
+
+/* ---- CUDA against the CPU reference ---------------------------------------------------------- */
+
+static nb_device *open_gpu(void) {
+    nb_device *g = NULL;
+    return nb_device_open("cuda", &g) == NB_OK ? g : NULL;
+}
+
+/* A tiny model on dev (NULL: the CPU) with every parameter randomised the same way. */
+static nb_unet *make_on(nb_device *dev, nb_tape **t, nb_tape_precision prec) {
+    nb_unet *u = NULL;
+    nb_unet_config c = tiny();
+    if (nb_tape_create_on(dev, t) || nb_tape_set_precision(*t, dev ? prec : NB_TAPE_FP32) ||
+        nb_unet_create(&c, *t, &u) || nb_unet_init(u, 11))
+        return NULL;
+    float *p;
+    int64_t np;
+    if (nb_tape_params(*t, &p, &np)) return NULL;
+    float *h = malloc(sizeof(float) * (size_t)np);
+    if (!h || nb_tape_read_params(*t, h, np)) return NULL;
+    uint64_t st = 7;
+    for (int64_t i = 0; i < np; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] += (float)((double)(st >> 11) / 9007199254740992.0 - 0.5) * 0.3f;
+    }
+    nb_status s = nb_tape_write_params(*t, h, np);
+    free(h);
+    return s ? NULL : u;
+}
+
+static double max_rel(const float *a, const float *b, int64_t n, double *scale) {
+    double m = 0, sc = 0;
+    for (int64_t i = 0; i < n; i++) sc = fmax(sc, fabs(b[i]));
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
+    if (scale) *scale = sc;
+    return sc > 0 ? m / sc : m;
+}
+
+/* Output, loss and every parameter gradient of a forward + backward, CUDA vs CPU. */
+static void test_cuda_forward_backward(void) {
+    nb_device *gpu = open_gpu();
+    if (!gpu) NB_SKIP("no CUDA device");
+    float x[128], tgt[128], ts[2] = {10, 700};
+    for (int i = 0; i < 128; i++) x[i] = (float)sin(i * 0.7), tgt[i] = (float)cos(i * 0.3);
+    nb_tape *tc, *tg;
+    nb_unet *uc = make_on(NULL, &tc, NB_TAPE_FP32);
+    NB_REQUIRE_OK(uc ? NB_OK : NB_ERR_INTERNAL);
+    float out_c[128], out_g[128], loss_g = 0;
+    double loss_c = loss_of(tc, uc, x, tgt, ts, 1);
+    NB_REQUIRE_OK(isnan(loss_c) ? NB_ERR_INTERNAL : NB_OK);
+    float *gc;
+    int64_t np;
+    NB_REQUIRE_OK(nb_tape_grads(tc, &gc, &np));
+    { /* the output alone (a forward; the gradients stay) */
+        nb_tvar xv, yc;
+        NB_REQUIRE_OK(nb_tape_reset(tc));
+        NB_REQUIRE_OK(nb_tape_input(tc, 4, (int64_t[]){2, 1, 8, 8}, x, 0, &xv));
+        NB_REQUIRE_OK(nb_unet_forward(uc, xv, ts, &yc));
+        NB_REQUIRE_OK(nb_tape_read(tc, yc, out_c, 128));
+    }
+    const char *pn[3] = {"fp32", "tf32", "bf16"};
+    const double tol_out[3] = {2e-5, 1e-2, 5e-2}, tol_g[3] = {1e-4, 2e-2, 1e-1};
+    float *gg = malloc(sizeof(float) * (size_t)np);
+    for (int prec = 0; prec < 3; prec++) {
+        nb_unet *ug = make_on(gpu, &tg, (nb_tape_precision)prec);
+        NB_REQUIRE_OK(ug ? NB_OK : NB_ERR_INTERNAL);
+        double lg = loss_of_dev(tg, ug, x, tgt, ts, &loss_g);
+        NB_REQUIRE_OK(isnan(lg) ? NB_ERR_INTERNAL : NB_OK);
+        NB_REQUIRE_OK(nb_tape_read_grads(tg, gg, np));
+        double gs, gerr = max_rel(gg, gc, np, &gs);
+        nb_tvar xv, yg;
+        NB_REQUIRE_OK(nb_tape_reset(tg));
+        NB_REQUIRE_OK(nb_tape_input(tg, 4, (int64_t[]){2, 1, 8, 8}, x, 0, &xv));
+        NB_REQUIRE_OK(nb_unet_forward(ug, xv, ts, &yg));
+        NB_REQUIRE_OK(nb_tape_read(tg, yg, out_g, 128));
+        double os, oerr = max_rel(out_g, out_c, 128, &os);
+        printf("  cuda %s: loss %.7f vs cpu %.7f; output max err %.3g (of max |y| %.3g); grads max err %.3g "
+               "(of max |g| %.3g)\n", pn[prec], loss_g, loss_c, oerr * os, os, gerr * gs, gs);
+        NB_EXPECT(oerr <= tol_out[prec]);
+        NB_EXPECT(gerr <= tol_g[prec]);
+        NB_EXPECT_NEAR(loss_g, loss_c, tol_out[prec] * fabs(loss_c) + 1e-6);
+        nb_unet_free(ug);
+        nb_tape_free(tg);
+    }
+    free(gg);
+    nb_unet_free(uc);
+    nb_tape_free(tc);
+    nb_device_close(gpu);
+}
+
+/* Training steps (same data, same t and noise by construction) and both samplers: CUDA vs CPU;
+ * a CUDA checkpoint loads on the CPU with the same values. */
+static void test_cuda_ddpm(void) {
+    nb_device *gpu = open_gpu();
+    if (!gpu) NB_SKIP("no CUDA device");
+    nb_tape *tc, *tg;
+    nb_unet *uc = make_on(NULL, &tc, NB_TAPE_FP32), *ug = make_on(gpu, &tg, NB_TAPE_FP32);
+    NB_REQUIRE_OK(uc && ug ? NB_OK : NB_ERR_INTERNAL);
+    nb_ddpm_config dc = nb_ddpm_config_default();
+    dc.lr = 1e-3f;
+    dc.ema_decay = 0.9f;
+    dc.grad_clip = 0.5f; /* below the norm: clipping is exercised */
+    dc.seed = 5;
+    nb_ddpm *dcpu, *dgpu;
+    NB_REQUIRE_OK(nb_ddpm_create(uc, &dc, &dcpu));
+    NB_REQUIRE_OK(nb_ddpm_create(ug, &dc, &dgpu));
+    float x0[4 * 64];
+    for (int i = 0; i < 4 * 64; i++) x0[i] = ((i / 8 + i % 8) % 2) ? 0.8f : -0.8f;
+    for (int s = 0; s < 3; s++) {
+        float lc, lg, nc, ng;
+        NB_REQUIRE_OK(nb_ddpm_train_step(dcpu, x0, 4, &lc, &nc));
+        NB_REQUIRE_OK(nb_ddpm_train_step(dgpu, x0, 4, &lg, &ng));
+        printf("  ddpm step %d: loss cuda %.6f cpu %.6f, grad norm cuda %.5f cpu %.5f\n", s, lg, lc, ng, nc);
+        /* step 0 from equal parameters; later steps after Adam updates that may differ where a
+         * gradient element is ~0 (Adam's first step moves by lr * sign(g)) */
+        NB_EXPECT_NEAR(lg, lc, (s ? 5e-3 : 1e-3) * fabs(lc) + 1e-6);
+        NB_EXPECT_NEAR(ng, nc, (s ? 1e-2 : 2e-3) * fabs(nc) + 1e-6);
+    }
+    for (int s = 0; s < 5; s++) NB_REQUIRE_OK(nb_ddpm_train_step(dgpu, x0, 4, NULL, NULL)); /* no waits */
+    for (int s = 0; s < 5; s++) NB_REQUIRE_OK(nb_ddpm_train_step(dcpu, x0, 4, NULL, NULL));
+    nb_ddpm_stats sc, sg;
+    NB_EXPECT_OK(nb_ddpm_read_stats(dcpu, &sc));
+    NB_EXPECT_OK(nb_ddpm_read_stats(dgpu, &sg));
+    NB_EXPECT(sc.steps == 8 && sg.steps == 8);
+    NB_EXPECT_NEAR(sg.mean_loss, sc.mean_loss, 5e-3 * sc.mean_loss);
+    int64_t np;
+    float *p;
+    NB_REQUIRE_OK(nb_tape_params(tc, &p, &np));
+    float *ec = malloc(sizeof(float) * (size_t)np), *eg = malloc(sizeof(float) * (size_t)np);
+    NB_REQUIRE_OK(nb_ddpm_read_ema(dcpu, ec, np));
+    NB_REQUIRE_OK(nb_ddpm_read_ema(dgpu, eg, np));
+    double sc_, perr = max_rel(eg, ec, np, &sc_), mean = 0;
+    for (int64_t i = 0; i < np; i++) mean += fabs(eg[i] - ec[i]) / (double)np;
+    printf("  ddpm after 8 steps: EMA parameters max err %.3g, mean %.3g (of max %.3g)\n", perr * sc_, mean, sc_);
+    NB_EXPECT(perr * sc_ < 2e-2 && mean < 1e-4); /* max: a few sign flips of Adam's lr-sized steps */
+    /* samplers: the CPU's EMA parameters on both, same seed, same noise */
+    NB_REQUIRE_OK(nb_ddpm_use_ema(dcpu));
+    NB_REQUIRE_OK(nb_tape_write_params(tg, ec, np));
+    float a[20 * 64], b[20 * 64];
+    for (int smp = 0; smp < 2; smp++) {
+        NB_REQUIRE_OK(nb_ddpm_sample(dcpu, (nb_sampler)smp, 6, 20, 3, a));
+        NB_REQUIRE_OK(nb_ddpm_sample(dgpu, (nb_sampler)smp, 6, 20, 3, b));
+        double ss, serr = max_rel(b, a, 20 * 64, &ss);
+        printf("  %s 6 steps, 20 images: cuda vs cpu max err %.3g\n", smp ? "ddim" : "ddpm", serr * ss);
+        NB_EXPECT(serr * ss < 1e-2);
+    }
+    /* a checkpoint written from the GPU loads on the CPU */
+    char path[] = "/tmp/nabla_unet_cuda_XXXXXX";
+    int fd = mkstemp(path);
+    NB_REQUIRE_OK(fd >= 0 ? NB_OK : NB_ERR_IO);
+    close(fd);
+    NB_EXPECT_OK(nb_ddpm_save(dgpu, path));
+    nb_tape *t3;
+    nb_unet_config c = tiny();
+    nb_unet *u3 = NULL;
+    NB_REQUIRE_OK(nb_tape_create(&t3));
+    NB_REQUIRE_OK(nb_unet_create(&c, t3, &u3));
+    NB_EXPECT_OK(nb_unet_load(u3, path));
+    float *p3;
+    NB_REQUIRE_OK(nb_tape_params(t3, &p3, &np));
+    NB_EXPECT(memcmp(p3, eg, sizeof(float) * (size_t)np) == 0);
+    /* and back onto the GPU */
+    NB_EXPECT_OK(nb_unet_load(ug, path));
+    NB_REQUIRE_OK(nb_tape_read_params(tg, ec, np));
+    NB_EXPECT(memcmp(ec, eg, sizeof(float) * (size_t)np) == 0);
+    unlink(path);
+    free(ec), free(eg);
+    nb_unet_free(u3);
+    nb_tape_free(t3);
+    nb_ddpm_free(dcpu), nb_ddpm_free(dgpu);
+    nb_unet_free(uc), nb_unet_free(ug);
+    nb_tape_free(tc), nb_tape_free(tg);
+    nb_device_close(gpu);
+}
+
+/* The DDPM kernels (ddpm_internal.h) on the CPU, and on CUDA against the CPU: q_sample over more
+ * than one argument chunk (NB_DDPM_QMAX images), the noise's moments, the norm / clip statistics,
+ * the EMA and a DDIM update with the exact noise (which must give back x0). */
+static void run_kernels(nb_ddpm_dev *k, float *buf, int64_t n_img, int64_t img, const float *x0,
+                        const float *qa, const float *qb, float *host_out /* [4, n_img * img] + 8 */) {
+    int64_t m = n_img * img;
+    float *x0d = buf, *eps = buf + m, *xt = buf + 2 * m, *st = buf + 3 * m;
+    nb_ddpm_put(k, x0d, x0, m);
+    float z[NB_DDPM_STATS] = {0}, loss = 0.5f;
+    nb_ddpm_put(k, st, z, NB_DDPM_STATS);
+    nb_ddpm_put(k, st + NB_DDPM_STATS, &loss, 1);
+    NB_EXPECT_OK(nb_ddpm_qsample(k, x0d, eps, xt, img, (int)n_img, 12345u, qa, qb));
+    NB_EXPECT_OK(nb_ddpm_sumsq(k, eps, m, st + 1));
+    NB_EXPECT_OK(nb_ddpm_clip(k, xt, m, st, 1, 1.0f, st + NB_DDPM_STATS)); /* xt scaled to norm 1 */
+    NB_EXPECT_OK(nb_ddpm_ema_update(k, x0d, eps, m, 0.75f));                /* x0d := .75 x0 + .25 eps */
+    nb_ddpm_get(k, host_out, eps, m);
+    nb_ddpm_get(k, host_out + m, xt, m);
+    nb_ddpm_get(k, host_out + 2 * m, x0d, m);
+    nb_ddpm_get(k, host_out + 4 * m, st, NB_DDPM_STATS);
+    /* DDIM update of x = sa x0 + s1a e with the exact e: x0 comes back (clipped to [-1, 1]) */
+    nb_ddpm_update_args a;
+    memset(&a, 0, sizeof a);
+    a.mode = 0, a.sa = 0.6f, a.s1a = 0.8f, a.sap = 1.0f, a.s1ap = 0.0f;
+    float *xh = malloc(sizeof(float) * (size_t)m);
+    for (int64_t i = 0; i < m; i++) xh[i] = 0.6f * x0[i] + 0.8f * host_out[i];
+    nb_ddpm_put(k, xt, xh, m);
+    NB_EXPECT_OK(nb_ddpm_update(k, xt, eps, m, &a));
+    nb_ddpm_get(k, host_out + 3 * m, xt, m);
+    free(xh);
+}
+
+static void test_ddpm_kernels(void) {
+    const int64_t n_img = NB_DDPM_QMAX + 44, img = 5, m = n_img * img;
+    float *x0 = malloc(sizeof(float) * (size_t)m), qa[NB_DDPM_QMAX + 44], qb[NB_DDPM_QMAX + 44];
+    for (int64_t i = 0; i < m; i++) x0[i] = (float)sin(0.37 * (double)i);
+    for (int i = 0; i < n_img; i++) qa[i] = (float)cos(i * 0.01), qb[i] = (float)sin(i * 0.01 + 0.1);
+    float *cpu_out = malloc(sizeof(float) * (size_t)(4 * m + NB_DDPM_STATS));
+    float *buf = malloc(sizeof(float) * (size_t)(3 * m + NB_DDPM_STATS + 1));
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_ddpm_dev k;
+    NB_REQUIRE_OK(nb_ddpm_dev_init(&k, cpu));
+    run_kernels(&k, buf, n_img, img, x0, qa, qb, cpu_out);
+    const float *eps = cpu_out, *xt = cpu_out + m, *ema = cpu_out + 2 * m, *x0b = cpu_out + 3 * m,
+                *st = cpu_out + 4 * m;
+    double mean = 0, var = 0, sq = 0, worst = 0, worst_ema = 0, worst_x0 = 0;
+    for (int64_t i = 0; i < m; i++) mean += eps[i] / (double)m, sq += (double)eps[i] * eps[i];
+    for (int64_t i = 0; i < m; i++) var += (eps[i] - mean) * (eps[i] - mean) / (double)m;
+    double norm = sqrt(sq), scale = 1.0 / (norm + 1e-6);
+    for (int64_t i = 0; i < m; i++) {
+        int64_t s = i / img;
+        double want = (qa[s] * x0[i] + qb[s] * eps[i]) * (norm > 1 ? scale : 1);
+        worst = fmax(worst, fabs(xt[i] - want));
+        worst_ema = fmax(worst_ema, fabs(ema[i] - (0.75 * x0[i] + 0.25 * eps[i])));
+        worst_x0 = fmax(worst_x0, fabs(x0b[i] - fmin(fmax(x0[i], -1.0), 1.0)));
+    }
+    /* the second argument chunk draws fresh numbers (counter base), not a repeat of the first */
+    int repeats = 0;
+    for (int64_t i = NB_DDPM_QMAX * img; i < m; i++) repeats += eps[i] == eps[i - NB_DDPM_QMAX * img];
+    printf("  ddpm kernels (cpu): noise mean %.3f var %.3f over %lld; x_t err %.2g, ema err %.2g, ddim x0 err %.2g\n",
+           mean, var, (long long)m, worst, worst_ema, worst_x0);
+    NB_EXPECT(fabs(mean) < 0.1 && fabs(var - 1) < 0.15 && repeats == 0);
+    NB_EXPECT(worst < 1e-6 && worst_ema < 1e-6 && worst_x0 < 1e-5);
+    NB_EXPECT_NEAR(st[NB_DDPM_LAST_NORM], norm, 1e-4 * norm);
+    NB_EXPECT(st[NB_DDPM_COUNT] == 1 && st[NB_DDPM_LOSS_SUM] == 0.5f && st[NB_DDPM_BAD] == 0 && st[0] == 0);
+    nb_ddpm_dev_release(&k);
+    nb_device *gpu = open_gpu();
+    if (gpu) {
+        nb_ddpm_dev kg;
+        nb_buffer *b;
+        float *gpu_out = malloc(sizeof(float) * (size_t)(4 * m + NB_DDPM_STATS));
+        NB_REQUIRE_OK(nb_ddpm_dev_init(&kg, gpu));
+        NB_REQUIRE_OK(nb_buffer_alloc(gpu, sizeof(float) * (size_t)(3 * m + NB_DDPM_STATS + 1), &b));
+        run_kernels(&kg, nb_buffer_ptr(b), n_img, img, x0, qa, qb, gpu_out);
+        double de = 0, dx = 0;
+        for (int64_t i = 0; i < m; i++) de = fmax(de, fabs(gpu_out[i] - eps[i]));
+        for (int64_t i = 0; i < 4 * m; i++) dx = fmax(dx, fabs(gpu_out[i] - cpu_out[i]));
+        printf("  ddpm kernels: cuda vs cpu noise max err %.2g, all outputs %.2g, norm %.6f vs %.6f\n", de, dx,
+               gpu_out[4 * m + NB_DDPM_LAST_NORM], st[NB_DDPM_LAST_NORM]);
+        NB_EXPECT(de < 1e-5 && dx < 1e-4);
+        NB_EXPECT_NEAR(gpu_out[4 * m + NB_DDPM_LAST_NORM], st[NB_DDPM_LAST_NORM], 1e-4 * norm);
+        nb_buffer_release(b);
+        free(gpu_out);
+        nb_device_close(gpu);
+    }
+    nb_device_close(cpu);
+    free(x0), free(cpu_out), free(buf);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_reference_param_count, test_bad_configs, test_forward_shapes,
                  test_gradients, test_checkpoint_roundtrip, test_ddpm_train_and_sample,
-                 test_ddpm_steady_state_no_alloc);
+                 test_ddpm_steady_state_no_alloc, test_ddpm_stats_profile, test_cuda_forward_backward,
+                 test_cuda_ddpm, test_ddpm_kernels);
 }

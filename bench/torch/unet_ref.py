@@ -7,8 +7,10 @@ resblock_updown=False, legacy QKV attention order, learn_sigma=False, no dropout
   python3 unet_ref.py count                      # parameters of the reference config (20,494,211)
   python3 unet_ref.py check UNET_FORWARD_BIN DIR  # PyTorch-written checkpoints -> nabla forward == torch forward
   python3 unet_ref.py load CKPT                   # a nabla-written checkpoint loads into the torch model (strict)
-  python3 unet_ref.py bench [--batch 32] [--precision fp32|tf32|bf16] [--steps 20]
+  python3 unet_ref.py bench [--batch 32] [--precision fp32|tf32|bf16] [--steps 20] [--compile MODE]
                                                   # DDPM training step of the reference config on CUDA
+                                                  # (eager, or the model under torch.compile with MODE
+                                                  # default / reduce-overhead (CUDA graphs) / ...)
 No third-party package besides torch: safetensors files are read / written by hand (the layout is
 simple); when the `safetensors` package is installed, `load` also reads the file with it.
 """
@@ -268,7 +270,7 @@ def cmd_load(path):
 
 
 def cmd_bench(argv):
-    batch, precision, steps = 32, "fp32", 20
+    batch, precision, steps, compile_mode = 32, "fp32", 20, None
     for i in range(0, len(argv), 2):
         if argv[i] == "--batch":
             batch = int(argv[i + 1])
@@ -276,9 +278,12 @@ def cmd_bench(argv):
             precision = argv[i + 1]
         elif argv[i] == "--steps":
             steps = int(argv[i + 1])
+        elif argv[i] == "--compile":  # default | reduce-overhead (CUDA graphs) | max-autotune-no-cudagraphs
+            compile_mode = argv[i + 1]
     dev = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     m = UNet(REFERENCE).to(dev)
+    fwd = m if compile_mode is None else torch.compile(m, mode=compile_mode)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.0)
     betas = torch.linspace(1e-4, 0.02, 1000, dtype=torch.float64)
     ab = torch.cumprod(1 - betas, 0).float().to(dev)
@@ -290,23 +295,28 @@ def cmd_bench(argv):
         a = ab[t][:, None, None, None]
         xt = a.sqrt() * x0 + (1 - a).sqrt() * eps
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = F.mse_loss(m(xt, t.float()).float(), eps)
+            loss = F.mse_loss(fwd(xt, t.float()).float(), eps)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         return loss
 
+    tw = time.perf_counter()
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    warm = time.perf_counter() - tw
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
     for _ in range(steps):
         step()
+    e1.record()
     torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) / steps * 1e3
+    ms = e0.elapsed_time(e1) / steps
+    mode = "eager" if compile_mode is None else f"torch.compile(mode={compile_mode})"
     print(f"torch {torch.__version__} reference UNet 64x64x3 (20,494,211 params), batch {batch}, {precision}, "
-          f"eager: {ms:.2f} ms/step")
+          f"{mode}: {ms:.2f} ms/step (CUDA events, {steps} steps; 3 warm-up steps took {warm:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 /* DDPM on the tape's UNet: linear beta schedule, epsilon-prediction MSE training with AdamW,
  * gradient-norm clipping and a parameter EMA; DDPM (ancestral) and DDIM (eta = 0) samplers over
- * evenly spaced timesteps. CPU (host buffers), see include/nabla/nn_unet.h. */
+ * evenly spaced timesteps. Runs on the tape's device: the small elementwise steps (noise, x_t,
+ * grad norm, clip, EMA, sampler updates) are kernels in ddpm_kernels.c with a CPU reference each
+ * (see include/nabla/nn_unet.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,9 @@
 #include "nabla/nn_optim.h"
 #include "nabla/nn_unet.h"
 #include "nabla/tensor.h"
+#include "nn/ddpm_internal.h"
+#include "nn/encoding_internal.h"
+#include "nn/tape_internal.h"
 
 #define TRY(expr)                                                                              \
     do {                                                                                       \
@@ -15,19 +20,31 @@
         if (try_s_ != NB_OK) return try_s_;                                                    \
     } while (0)
 
+enum { PH_START, PH_INPUT, PH_FORWARD, PH_BACKWARD, PH_OPT, PH_COUNT };
+
 struct nb_ddpm {
     nb_ddpm_config cfg;
     nb_unet *u;
     nb_unet_config ucfg;
     nb_tape *t;
+    nb_ddpm_dev k;          /* device + kernels */
     double *betas, *acp;
-    float *params, *grads, *ema;
+    float *params, *grads;  /* the tape's buffers (device addresses on CUDA) */
     int64_t np;
+    nb_buffer *ema_buf, *stats_buf, *x_buf;
+    float *ema, *stats, *x; /* on the device; stats: NB_DDPM_STATS floats */
+    int64_t x_cap;          /* floats of x_buf */
+    int slot;               /* stats slot the next grad norm accumulates into */
+    int grads_dirty;        /* a step failed between backward and AdamW: zero them first */
+    uint64_t step;          /* train steps made (the noise generator's stream) */
     nb_tensor *tp, *tg;
     nb_adam *opt;
     uint64_t rng;
-    float *xt, *eps, *tsteps; /* host scratch, for cap images */
+    float *tsteps, *qa, *qb; /* host scratch for cap images */
     int cap;
+    int profile;
+    nb_event *ev[PH_COUNT];
+    nb_ddpm_profile prof;
 };
 
 nb_ddpm_config nb_ddpm_config_default(void) {
@@ -50,22 +67,26 @@ static uint64_t next_u64(uint64_t *s) { /* splitmix64 */
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static double uniform01(uint64_t *s) { return ((next_u64(s) >> 11) + 0.5) / 9007199254740992.0; }
-static void gaussian(uint64_t *s, float *out, int64_t n) {
-    for (int64_t i = 0; i < n; i += 2) {
-        double r = sqrt(-2.0 * log(uniform01(s))), a = 6.283185307179586 * uniform01(s);
-        out[i] = (float)(r * cos(a));
-        if (i + 1 < n) out[i + 1] = (float)(r * sin(a));
-    }
-}
 
 void nb_ddpm_free(nb_ddpm *d) {
     if (!d) return;
     nb_adam_destroy(d->opt);
     nb_tensor_free(d->tp);
     nb_tensor_free(d->tg);
-    free(d->betas), free(d->acp), free(d->ema), free(d->xt), free(d->eps), free(d->tsteps);
+    if (d->ema_buf) nb_buffer_release(d->ema_buf);
+    if (d->stats_buf) nb_buffer_release(d->stats_buf);
+    if (d->x_buf) nb_buffer_release(d->x_buf);
+    for (int i = 0; i < PH_COUNT; i++)
+        if (d->ev[i]) nb_event_destroy(d->ev[i]);
+    nb_ddpm_dev_release(&d->k);
+    free(d->betas), free(d->acp), free(d->tsteps), free(d->qa), free(d->qb);
     free(d);
+}
+
+static nb_status dev_alloc(nb_ddpm *d, int64_t count, nb_buffer **buf, float **p) {
+    TRY(nb_buffer_alloc(d->k.dev, sizeof(float) * (size_t)(count > 0 ? count : 1), buf));
+    *p = nb_buffer_ptr(*buf);
+    return NB_OK;
 }
 
 nb_status nb_ddpm_create(nb_unet *u, const nb_ddpm_config *cfg, nb_ddpm **out) {
@@ -84,7 +105,9 @@ nb_status nb_ddpm_create(nb_unet *u, const nb_ddpm_config *cfg, nb_ddpm **out) {
     d->u = u;
     d->t = nb_unet_tape(u);
     d->rng = cfg->seed * 0x2545F4914F6CDD1Dull + 7;
+    d->grads_dirty = 1; /* the first step zeroes whatever an earlier backward left */
     nb_status s = nb_unet_get_config(u, &d->ucfg);
+    if (!s) s = nb_ddpm_dev_init(&d->k, nb_tape_device(d->t));
     int T = cfg->timesteps;
     d->betas = malloc(sizeof(double) * (size_t)T);
     d->acp = malloc(sizeof(double) * (size_t)T);
@@ -99,21 +122,23 @@ nb_status nb_ddpm_create(nb_unet *u, const nb_ddpm_config *cfg, nb_ddpm **out) {
     }
     if (!s) s = nb_tape_params(d->t, &d->params, &d->np);
     if (!s) s = nb_tape_grads(d->t, &d->grads, &d->np);
-    nb_device *cpu = NULL;
-    if (!s) s = nb_device_open("cpu", &cpu);
-    if (!s) s = nb_tensor_wrap(cpu, NB_F32, 1, &d->np, NULL, d->params, &d->tp);
-    if (!s) s = nb_tensor_wrap(cpu, NB_F32, 1, &d->np, NULL, d->grads, &d->tg);
+    if (!s) s = nb_tensor_wrap(d->k.dev, NB_F32, 1, &d->np, NULL, d->params, &d->tp);
+    if (!s) s = nb_tensor_wrap(d->k.dev, NB_F32, 1, &d->np, NULL, d->grads, &d->tg);
     if (!s) {
         nb_adam_config ac = nb_adam_config_default();
         ac.lr = cfg->lr;
         ac.weight_decay = cfg->weight_decay;
         ac.decoupled = 1;
-        s = nb_adam_create(cpu, d->np, &ac, &d->opt);
+        s = nb_adam_create(d->k.dev, d->np, &ac, &d->opt);
+    }
+    if (!s) s = dev_alloc(d, NB_DDPM_STATS, &d->stats_buf, &d->stats);
+    if (!s) {
+        float z[NB_DDPM_STATS] = {0};
+        s = nb_ddpm_put(&d->k, d->stats, z, NB_DDPM_STATS);
     }
     if (!s && cfg->ema_decay > 0) {
-        d->ema = malloc(sizeof(float) * (size_t)d->np);
-        if (!d->ema) s = nb_error(NB_ERR_OUT_OF_MEMORY, "DDPM: out of memory for the EMA copy");
-        else memcpy(d->ema, d->params, sizeof(float) * (size_t)d->np);
+        s = dev_alloc(d, d->np, &d->ema_buf, &d->ema);
+        if (!s) s = nb_ddpm_copy(&d->k, d->ema, d->params, d->np);
     }
     if (s) {
         nb_ddpm_free(d);
@@ -131,18 +156,38 @@ nb_status nb_ddpm_alphas_cumprod(const nb_ddpm *d, const double **out) {
 
 static nb_status reserve(nb_ddpm *d, int n) {
     if (n <= d->cap) return NB_OK;
-    size_t img = (size_t)d->ucfg.in_channels * d->ucfg.image_size * d->ucfg.image_size;
-    size_t oimg = (size_t)d->ucfg.out_channels * d->ucfg.image_size * d->ucfg.image_size;
-    free(d->xt), free(d->eps), free(d->tsteps);
-    d->xt = malloc(sizeof(float) * img * (size_t)n);
-    d->eps = malloc(sizeof(float) * (img > oimg ? img : oimg) * (size_t)n);
+    free(d->tsteps), free(d->qa), free(d->qb);
     d->tsteps = malloc(sizeof(float) * (size_t)n);
+    d->qa = malloc(sizeof(float) * (size_t)n);
+    d->qb = malloc(sizeof(float) * (size_t)n);
     d->cap = n;
-    if (!d->xt || !d->eps || !d->tsteps) {
+    if (!d->tsteps || !d->qa || !d->qb) {
         d->cap = 0;
         return nb_error(NB_ERR_OUT_OF_MEMORY, "DDPM: out of memory for a batch of %d", n);
     }
     return NB_OK;
+}
+
+static nb_status phase(nb_ddpm *d, int ph) {
+    if (!d->profile) return NB_OK;
+    return nb_event_record(d->ev[ph], nb_device_stream(d->k.dev));
+}
+
+static nb_status end_profile(nb_ddpm *d) {
+    if (!d->profile) return NB_OK;
+    TRY(nb_event_synchronize(d->ev[PH_OPT]));
+    float ms[PH_COUNT];
+    for (int i = 1; i < PH_COUNT; i++) TRY(nb_event_elapsed_ms(d->ev[i - 1], d->ev[i], &ms[i]));
+    d->prof.input_ms += ms[PH_INPUT];
+    d->prof.forward_ms += ms[PH_FORWARD];
+    d->prof.backward_ms += ms[PH_BACKWARD];
+    d->prof.optimizer_ms += ms[PH_OPT];
+    d->prof.steps++;
+    return NB_OK;
+}
+
+static nb_status diverged(void) {
+    return nb_error(NB_ERR_INVALID_ARG, "DDPM: gradient norm is not finite (diverged; lower --lr)");
 }
 
 nb_status nb_ddpm_train_step(nb_ddpm *d, const float *x0, int n, float *loss, float *grad_norm) {
@@ -153,45 +198,92 @@ nb_status nb_ddpm_train_step(nb_ddpm *d, const float *x0, int n, float *loss, fl
     TRY(reserve(d, n));
     int S = d->ucfg.image_size, C = d->ucfg.in_channels;
     int64_t img = (int64_t)C * S * S;
-    gaussian(&d->rng, d->eps, img * n);
+    if ((int64_t)n * img >= ((int64_t)1 << 30))
+        return nb_error(NB_ERR_INVALID_ARG, "DDPM: a batch of %d images of %lld values is too large", n,
+                        (long long)img);
     for (int i = 0; i < n; i++) {
         int t = (int)(next_u64(&d->rng) % (uint64_t)d->cfg.timesteps);
         d->tsteps[i] = (float)t;
-        float a = (float)sqrt(d->acp[t]), b = (float)sqrt(1.0 - d->acp[t]);
-        for (int64_t j = 0; j < img; j++) d->xt[i * img + j] = a * x0[i * img + j] + b * d->eps[i * img + j];
+        d->qa[i] = (float)sqrt(d->acp[t]);
+        d->qb[i] = (float)sqrt(1.0 - d->acp[t]);
     }
+    TRY(phase(d, PH_START));
     int64_t shape[4] = {n, C, S, S};
-    nb_tvar x, target, pred, l;
+    nb_tvar x0v, x, target, pred, l;
     TRY(nb_tape_reset(d->t));
-    TRY(nb_tape_zero_grad(d->t));
-    TRY(nb_tape_input(d->t, 4, shape, d->xt, 0, &x));
-    TRY(nb_tape_input(d->t, 4, shape, d->eps, 0, &target));
+    if (d->grads_dirty) TRY(nb_tape_zero_grad(d->t));
+    TRY(nb_tape_input(d->t, 4, shape, x0, 0, &x0v));
+    TRY(nb_tape_new_value(d->t, 4, shape, 0, &x));
+    TRY(nb_tape_new_value(d->t, 4, shape, 0, &target));
+    float *x0p, *xp, *ep, *lp;
+    TRY(nb_tape_data(d->t, x0v, &x0p, NULL));
+    TRY(nb_tape_data(d->t, x, &xp, NULL));
+    TRY(nb_tape_data(d->t, target, &ep, NULL));
+    uint32_t key = nb_nn_rng_key(d->cfg.seed, (uint32_t)d->step);
+    d->step++;
+    TRY(nb_ddpm_qsample(&d->k, x0p, ep, xp, img, n, key, d->qa, d->qb));
+    TRY(phase(d, PH_INPUT));
     TRY(nb_unet_forward(d->u, x, d->tsteps, &pred));
     TRY(nb_tape_mse(d->t, pred, target, &l));
+    TRY(nb_tape_data(d->t, l, &lp, NULL));
+    TRY(phase(d, PH_FORWARD));
+    d->grads_dirty = 1;
     TRY(nb_tape_backward(d->t, l));
-    double sq = 0;
-    for (int64_t i = 0; i < d->np; i++) sq += (double)d->grads[i] * d->grads[i];
-    double norm = sqrt(sq);
-    if (grad_norm) *grad_norm = (float)norm;
-    if (!isfinite(norm))
-        return nb_error(NB_ERR_INVALID_ARG, "DDPM: gradient norm is not finite (diverged; lower --lr)");
-    if (d->cfg.grad_clip > 0 && norm > d->cfg.grad_clip) {
-        float k = (float)(d->cfg.grad_clip / (norm + 1e-6));
-        for (int64_t i = 0; i < d->np; i++) d->grads[i] *= k;
+    TRY(phase(d, PH_BACKWARD));
+    TRY(nb_ddpm_sumsq(&d->k, d->grads, d->np, d->stats + d->slot));
+    if (!d->k.cuda && !isfinite(d->stats[d->slot])) { /* the CPU can check before the update */
+        d->stats[d->slot] = 0;
+        return diverged();
     }
+    TRY(nb_ddpm_clip(&d->k, d->grads, d->np, d->stats, d->slot, d->cfg.grad_clip, lp));
+    d->slot ^= 1;
     TRY(nb_adam_step(d->opt, d->tp, d->tg, 1));
+    d->grads_dirty = 0;
     if (d->ema) {
         /* warm-up (TF's ExponentialMovingAverage with num_updates): the EMA forgets the initial
          * weights quickly, so a short run's EMA is not shrunk towards the zero-initialised layers */
         double ns = (double)nb_adam_steps(d->opt), w = (1.0 + ns) / (10.0 + ns);
-        float a = (float)(d->cfg.ema_decay < w ? d->cfg.ema_decay : w), b = 1.0f - a;
-        for (int64_t i = 0; i < d->np; i++) d->ema[i] = a * d->ema[i] + b * d->params[i];
+        float a = (float)(d->cfg.ema_decay < w ? d->cfg.ema_decay : w);
+        TRY(nb_ddpm_ema_update(&d->k, d->ema, d->params, d->np, a));
     }
-    if (loss) {
-        float *lv;
-        TRY(nb_tape_data(d->t, l, &lv, NULL));
-        *loss = lv[0];
+    TRY(phase(d, PH_OPT));
+    TRY(end_profile(d));
+    if (grad_norm || loss) {
+        float st[NB_DDPM_STATS];
+        TRY(nb_ddpm_get(&d->k, st, d->stats, NB_DDPM_STATS));
+        if (grad_norm) *grad_norm = st[NB_DDPM_LAST_NORM];
+        if (st[NB_DDPM_BAD]) return diverged();
     }
+    if (loss) TRY(nb_tape_read(d->t, l, loss, 1));
+    return NB_OK;
+}
+
+nb_status nb_ddpm_read_stats(nb_ddpm *d, nb_ddpm_stats *out) {
+    if (!d || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_read_stats: NULL argument");
+    float st[NB_DDPM_STATS];
+    TRY(nb_ddpm_get(&d->k, st, d->stats, NB_DDPM_STATS));
+    out->steps = (int64_t)st[NB_DDPM_COUNT];
+    out->mean_loss = st[NB_DDPM_COUNT] > 0 ? st[NB_DDPM_LOSS_SUM] / st[NB_DDPM_COUNT] : 0.0;
+    out->last_grad_norm = st[NB_DDPM_LAST_NORM];
+    out->max_grad_norm = st[NB_DDPM_MAX_NORM];
+    int bad = st[NB_DDPM_BAD] != 0;
+    st[NB_DDPM_COUNT] = st[NB_DDPM_LOSS_SUM] = st[NB_DDPM_MAX_NORM] = st[NB_DDPM_BAD] = 0;
+    TRY(nb_ddpm_put(&d->k, d->stats, st, NB_DDPM_STATS));
+    return bad ? diverged() : NB_OK;
+}
+
+nb_status nb_ddpm_set_profile(nb_ddpm *d, int on) {
+    if (!d) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_set_profile: NULL argument");
+    for (int i = 0; on && i < PH_COUNT; i++)
+        if (!d->ev[i]) TRY(nb_event_create(d->k.dev, &d->ev[i]));
+    d->profile = on != 0;
+    memset(&d->prof, 0, sizeof d->prof);
+    return nb_unet_set_profile(d->u, on);
+}
+
+nb_status nb_ddpm_get_profile(const nb_ddpm *d, nb_ddpm_profile *out) {
+    if (!d || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_get_profile: NULL argument");
+    *out = d->prof;
     return NB_OK;
 }
 
@@ -201,46 +293,68 @@ nb_status nb_ddpm_ema_params(nb_ddpm *d, float **out) {
     return NB_OK;
 }
 
-nb_status nb_ddpm_use_ema(nb_ddpm *d) {
-    if (!d) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_use_ema: NULL argument");
-    if (d->ema) memcpy(d->params, d->ema, sizeof(float) * (size_t)d->np);
-    return NB_OK;
+nb_status nb_ddpm_read_ema(nb_ddpm *d, float *host, int64_t count) {
+    if (!d || !host) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_read_ema: NULL argument");
+    if (count != d->np)
+        return nb_error(NB_ERR_SHAPE, "nb_ddpm_read_ema: count %lld does not match the %lld parameters",
+                        (long long)count, (long long)d->np);
+    if (!d->ema) return nb_tape_read_params(d->t, host, count);
+    return nb_ddpm_get(&d->k, host, d->ema, count);
 }
 
-#define SAMPLE_CHUNK 16
+nb_status nb_ddpm_use_ema(nb_ddpm *d) {
+    if (!d) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_use_ema: NULL argument");
+    return d->ema ? nb_ddpm_copy(&d->k, d->params, d->ema, d->np) : NB_OK;
+}
 
-static nb_status sample_chunk(nb_ddpm *d, nb_sampler sampler, const int *ts, int steps, int n,
-                              uint64_t *rng, float *x) {
+nb_status nb_ddpm_save(nb_ddpm *d, const char *path) {
+    if (!d || !path) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_save: NULL argument");
+    float *h = malloc(sizeof(float) * (size_t)d->np);
+    if (!h) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_ddpm_save: out of host memory");
+    nb_status s = nb_ddpm_read_ema(d, h, d->np);
+    if (!s) s = nb_unet_save(d->u, h, path);
+    free(h);
+    return s;
+}
+
+/* The sampler's noise generator: keyed by (seed, step), counters = image * img + element, so the
+ * numbers do not depend on the chunk size. */
+static uint32_t sample_key(uint64_t seed, int step) {
+    return nb_nn_rng_key(seed ^ 0xD1B54A32D192ED03ull, (uint32_t)step);
+}
+
+static nb_status sample_chunk(nb_ddpm *d, nb_sampler sampler, const int *ts, int steps, int i0, int n,
+                              uint64_t seed, float *out) {
     int S = d->ucfg.image_size, C = d->ucfg.in_channels;
-    int64_t img = (int64_t)C * S * S, shape[4] = {n, C, S, S};
-    gaussian(rng, x, img * n);
+    int64_t img = (int64_t)C * S * S, shape[4] = {n, C, S, S}, cnt = img * n;
+    uint32_t base = (uint32_t)((int64_t)i0 * img);
+    TRY(nb_ddpm_randn(&d->k, d->x, cnt, sample_key(seed, 0), base));
     for (int i = steps - 1; i >= 0; i--) {
         int t = ts[i];
         double ab = d->acp[t], abp = i > 0 ? d->acp[ts[i - 1]] : 1.0;
         for (int j = 0; j < n; j++) d->tsteps[j] = (float)t;
         nb_tvar xv, ev;
-        float *e;
+        float *xp, *e;
         TRY(nb_tape_reset(d->t));
-        TRY(nb_tape_input(d->t, 4, shape, x, 0, &xv));
+        TRY(nb_tape_new_value(d->t, 4, shape, 0, &xv));
+        TRY(nb_tape_data(d->t, xv, &xp, NULL));
+        TRY(nb_ddpm_copy(&d->k, xp, d->x, cnt));
         TRY(nb_unet_forward(d->u, xv, d->tsteps, &ev));
         TRY(nb_tape_data(d->t, ev, &e, NULL));
-        double sa = sqrt(ab), s1a = sqrt(1 - ab), sap = sqrt(abp), s1ap = sqrt(1 - abp);
-        double beta = 1 - ab / abp, c0 = sap * beta / (1 - ab), c1 = sqrt(1 - beta) * (1 - abp) / (1 - ab);
-        double sigma = sqrt(beta * (1 - abp) / (1 - ab));
-        if (sampler == NB_SAMPLER_DDPM && i > 0) gaussian(rng, d->eps, img * n);
-        for (int64_t k = 0; k < img * n; k++) {
-            double x0 = (x[k] - s1a * e[k]) / sa;
-            x0 = x0 < -1 ? -1 : x0 > 1 ? 1 : x0;
-            if (sampler == NB_SAMPLER_DDIM) {
-                double eps = (x[k] - sa * x0) / s1a;
-                x[k] = (float)(sap * x0 + s1ap * eps);
-            } else {
-                double m = c0 * x0 + c1 * x[k];
-                x[k] = (float)(i > 0 ? m + sigma * d->eps[k] : m);
-            }
-        }
+        double beta = 1 - ab / abp;
+        nb_ddpm_update_args a;
+        memset(&a, 0, sizeof a);
+        a.mode = sampler == NB_SAMPLER_DDIM ? 0 : i > 0 ? 1 : 2;
+        a.sa = (float)sqrt(ab), a.s1a = (float)sqrt(1 - ab);
+        a.sap = (float)sqrt(abp), a.s1ap = (float)sqrt(1 - abp);
+        a.c0 = (float)(sqrt(abp) * beta / (1 - ab));
+        a.c1 = (float)(sqrt(1 - beta) * (1 - abp) / (1 - ab));
+        a.sigma = (float)sqrt(beta * (1 - abp) / (1 - ab));
+        a.key = sample_key(seed, steps - i);
+        a.base = base;
+        TRY(nb_ddpm_update(&d->k, d->x, e, cnt, &a));
     }
-    return NB_OK;
+    return nb_ddpm_get(&d->k, out, d->x, cnt);
 }
 
 nb_status nb_ddpm_sample(nb_ddpm *d, nb_sampler sampler, int steps, int n, uint64_t seed, float *out) {
@@ -252,18 +366,28 @@ nb_status nb_ddpm_sample(nb_ddpm *d, nb_sampler sampler, int steps, int n, uint6
         return nb_error(NB_ERR_INVALID_ARG, "sampling steps %d not in 1..%d", steps, T);
     if (d->ucfg.in_channels != d->ucfg.out_channels)
         return nb_error(NB_ERR_INVALID_ARG, "DDPM: sampling needs out_channels == in_channels");
-    TRY(reserve(d, n < SAMPLE_CHUNK ? n : SAMPLE_CHUNK));
+    int64_t img = (int64_t)d->ucfg.in_channels * d->ucfg.image_size * d->ucfg.image_size;
+    if ((int64_t)n * img >= ((int64_t)1 << 30))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_sample: %d images of %lld values are too many", n,
+                        (long long)img);
+    int chunk = d->k.cuda ? 64 : 16;
+    if (chunk > n) chunk = n;
+    TRY(reserve(d, chunk));
+    if (d->x_cap < chunk * img) {
+        if (d->x_buf) nb_buffer_release(d->x_buf);
+        d->x_buf = NULL, d->x_cap = 0;
+        TRY(dev_alloc(d, chunk * img, &d->x_buf, &d->x));
+        d->x_cap = chunk * img;
+    }
     int *ts = malloc(sizeof(int) * (size_t)steps);
     if (!ts) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_ddpm_sample: out of memory");
     /* evenly spaced in [0, T-1], rounded (guided-diffusion's space_timesteps for one section) */
     for (int i = 0; i < steps; i++)
         ts[i] = steps == 1 ? T - 1 : (int)floor((double)i * (T - 1) / (steps - 1) + 0.5);
-    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 11;
-    int64_t img = (int64_t)d->ucfg.in_channels * d->ucfg.image_size * d->ucfg.image_size;
     nb_status s = NB_OK;
-    for (int i = 0; i < n && !s; i += SAMPLE_CHUNK) {
-        int m = n - i < SAMPLE_CHUNK ? n - i : SAMPLE_CHUNK;
-        s = sample_chunk(d, sampler, ts, steps, m, &rng, out + i * img);
+    for (int i = 0; i < n && !s; i += chunk) {
+        int m = n - i < chunk ? n - i : chunk;
+        s = sample_chunk(d, sampler, ts, steps, i, m, seed, out + i * img);
     }
     free(ts);
     return s;

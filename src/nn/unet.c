@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nabla/device.h"
 #include "nabla/nn_unet.h"
 
 #define TRY(expr)                                                                              \
@@ -31,6 +32,23 @@ typedef struct ublock {
     nb_tvar rs_w, rs_b; /* resample conv (conv_resample) or the first conv */
 } ublock;
 
+/* Forward profile (nb_unet_set_profile): an event after every op; the time between an op's
+ * start event and its end event goes to its kind. */
+enum { PK_CONV3, PK_CONV1, PK_CONV_DOWN, PK_LINEAR, PK_GN, PK_GN_SILU, PK_SILU, PK_ADD, PK_ADD_CH,
+       PK_CONCAT, PK_RESAMPLE, PK_ATTN, PK_LAYOUT, PK_TEMB, PK_COUNT };
+static const char *const pk_names[PK_COUNT] = {
+    "conv3x3", "conv1x1", "conv3x3 s2", "linear", "group_norm", "gn_silu", "silu", "add",
+    "add_channel", "concat", "up/downsample", "attention", "layout (reshape/transpose/slice)",
+    "timestep_embedding"};
+typedef struct uprof {
+    int on;
+    nb_event **ev;     /* ev[0]: start of the forward; ev[i]: end of op i */
+    int *kind;         /* kind of op i (1-based like ev) */
+    int n, cap;        /* events recorded in this forward, capacity */
+    int64_t calls[PK_COUNT];
+    double ms[PK_COUNT];
+} uprof;
+
 #define MAXB 64
 struct nb_unet {
     nb_unet_config cfg;
@@ -41,6 +59,7 @@ struct nb_unet {
     double flops;
     int n_names, names_cap;
     nb_unet_param_name *names; /* registration order */
+    uprof prof;
 };
 
 nb_unet_config nb_unet_config_reference(void) {
@@ -179,7 +198,10 @@ static nb_status param(reg *r, nb_tvar *out, int ndim, const int64_t *shape, con
         if (!nn) return nb_error(NB_ERR_OUT_OF_MEMORY, "UNet: out of memory");
         u->names = nn, u->names_cap = cap;
     }
-    nb_status s = nb_tape_param(r->t, name, ndim, shape, out);
+    /* conv1d weights [O, C, 1] live on the tape as conv2d weights [O, C, 1, 1] (no reshape per
+     * forward); the names list keeps the state_dict's 3-D shape for checkpoints */
+    int64_t tshape[4] = {shape[0], ndim > 1 ? shape[1] : 1, ndim > 2 ? shape[2] : 1, 1};
+    nb_status s = nb_tape_param(r->t, name, ndim == 3 ? 4 : ndim, ndim == 3 ? tshape : shape, out);
     if (s) return s;
     nb_unet_param_name *e = &u->names[u->n_names++];
     e->id = *out;
@@ -330,8 +352,19 @@ nb_status nb_unet_create(const nb_unet_config *cfg, nb_tape *t, nb_unet **out) {
     return NB_OK;
 }
 
+static void prof_release(nb_unet *u) {
+    for (int i = 0; i < u->prof.cap; i++)
+        if (u->prof.ev[i]) nb_event_destroy(u->prof.ev[i]);
+    free(u->prof.ev);
+    free(u->prof.kind);
+    u->prof.ev = NULL, u->prof.kind = NULL, u->prof.cap = u->prof.n = 0;
+}
+
 void nb_unet_free(nb_unet *u) {
-    if (u) free(u->names);
+    if (u) {
+        prof_release(u);
+        free(u->names);
+    }
     free(u);
 }
 
@@ -352,35 +385,71 @@ nb_tape *nb_unet_tape(const nb_unet *u) { return u ? u->t : NULL; }
 
 /* ---- init ---------------------------------------------------------------------------------- */
 
-static nb_status init_pair(nb_unet *u, nb_tvar w, nb_tvar b, int64_t fan_in, int zero, uint64_t *seed) {
-    if (w == NB_TVAR_NONE) return NB_OK;
+/* Two passes over the layers: pass 0 writes the GroupNorm ones into a host image h of the whole
+ * parameter buffer (zeros elsewhere), which nb_tape_write_params stores (one upload on CUDA);
+ * pass 1 draws the uniform layers with nb_tape_param_init_uniform (the tape's deterministic
+ * generator, on the host; uploaded on CUDA). */
+typedef struct initc {
+    nb_unet *u;
+    float *h;      /* pass 0 */
+    int pass;
+    uint64_t seed; /* pass 1 */
+} initc;
+
+static nb_status init_pair(initc *c, nb_tvar w, nb_tvar b, int64_t fan_in, int zero) {
+    if (w == NB_TVAR_NONE || c->pass == 0) return NB_OK;
     float bound = zero ? 0.0f : (float)(1.0 / sqrt((double)fan_in));
-    TRY(nb_tape_param_init_uniform(u->t, w, bound, (*seed)++));
-    return nb_tape_param_init_uniform(u->t, b, bound, (*seed)++);
+    TRY(nb_tape_param_init_uniform(c->u->t, w, bound, c->seed++));
+    return nb_tape_param_init_uniform(c->u->t, b, bound, c->seed++);
 }
 
-static nb_status init_gn(nb_unet *u, nb_tvar w) {
-    float *p;
-    int64_t off, n, np;
-    TRY(nb_tape_params(u->t, &p, &np));
-    TRY(nb_tape_param_info(u->t, w, &off, &n));
-    for (int64_t i = 0; i < n; i++) p[off + i] = 1.0f; /* bias stays 0 */
+static nb_status init_gn(initc *c, nb_tvar w) {
+    if (c->pass != 0) return NB_OK;
+    int64_t off, n;
+    TRY(nb_tape_param_info(c->u->t, w, &off, &n));
+    for (int64_t i = 0; i < n; i++) c->h[off + i] = 1.0f; /* bias stays 0 */
     return NB_OK;
 }
 
-static nb_status init_res(nb_unet *u, const ures *b, uint64_t *s) {
-    TRY(init_gn(u, b->gn1_w));
-    TRY(init_pair(u, b->c1_w, b->c1_b, (int64_t)b->cin * 9, 0, s));
-    TRY(init_pair(u, b->emb_w, b->emb_b, 4 * u->cfg.model_channels, 0, s));
-    TRY(init_gn(u, b->gn2_w));
-    TRY(init_pair(u, b->c2_w, b->c2_b, 1, 1, s));
-    return init_pair(u, b->skip_w, b->skip_b, b->cin, 0, s);
+static nb_status init_res(initc *c, const ures *b) {
+    int mc = c->u->cfg.model_channels;
+    TRY(init_gn(c, b->gn1_w));
+    TRY(init_pair(c, b->c1_w, b->c1_b, (int64_t)b->cin * 9, 0));
+    TRY(init_pair(c, b->emb_w, b->emb_b, 4 * mc, 0));
+    TRY(init_gn(c, b->gn2_w));
+    TRY(init_pair(c, b->c2_w, b->c2_b, 1, 1));
+    return init_pair(c, b->skip_w, b->skip_b, b->cin, 0);
 }
 
-static nb_status init_attn(nb_unet *u, const uattn *a, uint64_t *s) {
-    TRY(init_gn(u, a->gn_w));
-    TRY(init_pair(u, a->qkv_w, a->qkv_b, a->c, 0, s));
-    return init_pair(u, a->proj_w, a->proj_b, 1, 1, s);
+static nb_status init_attn(initc *c, const uattn *a) {
+    TRY(init_gn(c, a->gn_w));
+    TRY(init_pair(c, a->qkv_w, a->qkv_b, a->c, 0));
+    return init_pair(c, a->proj_w, a->proj_b, 1, 1);
+}
+
+static nb_status init_all(initc *c) {
+    nb_unet *u = c->u;
+    int mc = u->cfg.model_channels;
+    TRY(init_pair(c, u->te0_w, u->te0_b, mc, 0));
+    TRY(init_pair(c, u->te2_w, u->te2_b, 4 * mc, 0));
+    for (int k = 0; k < u->n_in; k++) {
+        ublock *b = &u->in[k];
+        int cin = k == 0 ? u->cfg.in_channels : b->kind == 2 ? u->in[k - 1].res.cout : 0;
+        if (b->kind == 1 || b->kind == 2) TRY(init_pair(c, b->rs_w, b->rs_b, (int64_t)cin * 9, 0));
+        if (b->kind == 0) TRY(init_res(c, &b->res));
+        if (b->kind == 0 && b->has_attn) TRY(init_attn(c, &b->attn));
+    }
+    TRY(init_res(c, &u->mid.res));
+    TRY(init_attn(c, &u->mid.attn));
+    TRY(init_res(c, &u->mid.res2));
+    for (int k = 0; k < u->n_out; k++) {
+        ublock *b = &u->out[k];
+        TRY(init_res(c, &b->res));
+        if (b->has_attn) TRY(init_attn(c, &b->attn));
+        TRY(init_pair(c, b->rs_w, b->rs_b, (int64_t)b->res.cout * 9, 0));
+    }
+    TRY(init_gn(c, u->out_gn_w));
+    return init_pair(c, u->out_w, u->out_b, 1, 1);
 }
 
 nb_status nb_unet_init(nb_unet *u, uint64_t seed) {
@@ -388,32 +457,89 @@ nb_status nb_unet_init(nb_unet *u, uint64_t seed) {
     float *p;
     int64_t np;
     TRY(nb_tape_params(u->t, &p, &np));
-    memset(p, 0, (size_t)np * sizeof(float));
-    uint64_t s = seed * 1000003u + 1;
-    int mc = u->cfg.model_channels;
-    TRY(init_pair(u, u->te0_w, u->te0_b, mc, 0, &s));
-    TRY(init_pair(u, u->te2_w, u->te2_b, 4 * mc, 0, &s));
-    for (int k = 0; k < u->n_in; k++) {
-        ublock *b = &u->in[k];
-        int cin = k == 0 ? u->cfg.in_channels : b->kind == 2 ? u->in[k - 1].res.cout : 0;
-        if (b->kind == 1 || b->kind == 2) TRY(init_pair(u, b->rs_w, b->rs_b, (int64_t)cin * 9, 0, &s));
-        if (b->kind == 0) TRY(init_res(u, &b->res, &s));
-        if (b->kind == 0 && b->has_attn) TRY(init_attn(u, &b->attn, &s));
+    initc c = {u, calloc((size_t)np, sizeof(float)), 0, seed * 1000003u + 1};
+    if (!c.h) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_unet_init: out of host memory");
+    nb_status s = init_all(&c);
+    if (!s) s = nb_tape_write_params(u->t, c.h, np);
+    free(c.h);
+    c.pass = 1;
+    return s ? s : init_all(&c);
+}
+
+/* ---- forward profile ------------------------------------------------------------------------ */
+
+/* Records event i = 0 (kind < 0: the forward's start) or the next op's end event. */
+static nb_status prof_record(nb_unet *u, int kind) {
+    uprof *p = &u->prof;
+    int i = kind < 0 ? 0 : p->n + 1;
+    if (i >= p->cap) {
+        int cap = p->cap ? 2 * p->cap : 512;
+        nb_event **ev = realloc(p->ev, sizeof *ev * (size_t)cap);
+        if (ev) p->ev = ev;
+        int *k = ev ? realloc(p->kind, sizeof *k * (size_t)cap) : NULL;
+        if (!ev || !k) return nb_error(NB_ERR_OUT_OF_MEMORY, "UNet profile: out of memory");
+        p->kind = k;
+        for (int j = p->cap; j < cap; j++) {
+            p->ev[j] = NULL;
+            nb_status s = nb_event_create(nb_tape_device(u->t), &p->ev[j]);
+            p->cap = j + 1;
+            if (s) return s;
+        }
     }
-    TRY(init_res(u, &u->mid.res, &s));
-    TRY(init_attn(u, &u->mid.attn, &s));
-    TRY(init_res(u, &u->mid.res2, &s));
-    for (int k = 0; k < u->n_out; k++) {
-        ublock *b = &u->out[k];
-        TRY(init_res(u, &b->res, &s));
-        if (b->has_attn) TRY(init_attn(u, &b->attn, &s));
-        TRY(init_pair(u, b->rs_w, b->rs_b, (int64_t)b->res.cout * 9, 0, &s));
+    TRY(nb_event_record(p->ev[i], nb_device_stream(nb_tape_device(u->t))));
+    p->kind[i] = kind;
+    p->n = i;
+    return NB_OK;
+}
+
+static nb_status prof_op(nb_unet *u, int kind) { return u->prof.on ? prof_record(u, kind) : NB_OK; }
+
+/* Waits for the last event and adds each op's time to its kind. */
+static nb_status prof_collect(nb_unet *u) {
+    uprof *p = &u->prof;
+    if (!p->on || p->n == 0) return NB_OK;
+    TRY(nb_event_synchronize(p->ev[p->n]));
+    for (int i = 1; i <= p->n; i++) {
+        float ms;
+        TRY(nb_event_elapsed_ms(p->ev[i - 1], p->ev[i], &ms));
+        p->ms[p->kind[i]] += ms;
+        p->calls[p->kind[i]]++;
     }
-    TRY(init_gn(u, u->out_gn_w));
-    return init_pair(u, u->out_w, u->out_b, 1, 1, &s);
+    p->n = 0;
+    return NB_OK;
+}
+
+nb_status nb_unet_set_profile(nb_unet *u, int on) {
+    if (!u) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_set_profile: NULL model");
+    u->prof.on = on != 0;
+    u->prof.n = 0;
+    memset(u->prof.calls, 0, sizeof u->prof.calls);
+    memset(u->prof.ms, 0, sizeof u->prof.ms);
+    if (!on) prof_release(u);
+    return NB_OK;
+}
+
+nb_status nb_unet_get_profile(nb_unet *u, nb_unet_prof_entry out[NB_UNET_PROF_KINDS], int *n) {
+    if (!u || !out || !n) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_get_profile: NULL argument");
+    *n = 0;
+    for (int k = 0; k < PK_COUNT; k++)
+        if (u->prof.calls[k]) {
+            out[*n].op = pk_names[k];
+            out[*n].calls = u->prof.calls[k];
+            out[*n].ms = u->prof.ms[k];
+            (*n)++;
+        }
+    return NB_OK;
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
+
+/* Runs an op and, when profiling, records its end event under its kind. */
+#define OPK(kind, call)                                                                        \
+    do {                                                                                       \
+        TRY(call);                                                                             \
+        TRY(prof_op(u, kind));                                                                 \
+    } while (0)
 
 static void count_conv(nb_unet *u, nb_tvar y, int64_t cin, int k) {
     int nd;
@@ -428,32 +554,34 @@ static nb_status conv(nb_unet *u, nb_tvar x, nb_tvar w, nb_tvar b, int stride, i
     TRY(nb_tape_shape(u->t, w, &nd, ws));
     if (nd == 3) { /* conv1d weight [O, C, 1] -> [O, C, 1, 1] */
         ws[3] = 1;
-        TRY(nb_tape_reshape(u->t, w, 4, ws, &w));
+        OPK(PK_LAYOUT, nb_tape_reshape(u->t, w, 4, ws, &w));
     }
-    TRY(nb_tape_conv2d(u->t, x, w, b, stride, pad, y));
+    OPK(stride == 2 ? PK_CONV_DOWN : ws[2] == 3 ? PK_CONV3 : PK_CONV1,
+        nb_tape_conv2d(u->t, x, w, b, stride, pad, y));
     count_conv(u, *y, xs[1], (int)ws[2]);
     return NB_OK;
 }
 
 static nb_status gn_silu(nb_unet *u, nb_tvar x, nb_tvar g, nb_tvar b, nb_tvar *y) {
-    TRY(nb_tape_group_norm(u->t, x, u->cfg.num_groups, g, b, 1e-5f, y));
-    return nb_tape_silu(u->t, *y, y);
+    OPK(PK_GN_SILU, nb_tape_group_norm_silu(u->t, x, u->cfg.num_groups, g, b, 1e-5f, y));
+    return NB_OK;
 }
 
 static nb_status res_fwd(nb_unet *u, const ures *b, nb_tvar x, nb_tvar emb_act, nb_tvar *y) {
     nb_tvar h, e, skip = x;
     TRY(gn_silu(u, x, b->gn1_w, b->gn1_b, &h));
     TRY(conv(u, h, b->c1_w, b->c1_b, 1, 1, &h));
-    TRY(nb_tape_linear(u->t, emb_act, b->emb_w, b->emb_b, &e));
+    OPK(PK_LINEAR, nb_tape_linear(u->t, emb_act, b->emb_w, b->emb_b, &e));
     int nd;
     int64_t es[4];
     TRY(nb_tape_shape(u->t, e, &nd, es));
     u->flops += 2.0 * es[0] * es[1] * 4 * u->cfg.model_channels;
-    TRY(nb_tape_add_channel(u->t, h, e, &h));
+    OPK(PK_ADD_CH, nb_tape_add_channel(u->t, h, e, &h));
     TRY(gn_silu(u, h, b->gn2_w, b->gn2_b, &h));
     TRY(conv(u, h, b->c2_w, b->c2_b, 1, 1, &h));
     if (b->skip_w != NB_TVAR_NONE) TRY(conv(u, x, b->skip_w, b->skip_b, 1, 0, &skip));
-    return nb_tape_add(u->t, skip, h, y);
+    OPK(PK_ADD, nb_tape_add(u->t, skip, h, y));
+    return NB_OK;
 }
 
 static nb_status attn_fwd(nb_unet *u, const uattn *a, nb_tvar x, nb_tvar *y) {
@@ -463,51 +591,43 @@ static nb_status attn_fwd(nb_unet *u, const uattn *a, nb_tvar x, nb_tvar *y) {
     TRY(nb_tape_shape(t, x, &nd, s));
     int64_t n = s[0], c = s[1], hw = s[2] * s[3], heads = a->heads, d = c / heads;
     nb_tvar h, qkv, r, q[3], o;
-    TRY(nb_tape_group_norm(t, x, u->cfg.num_groups, a->gn_w, a->gn_b, 1e-5f, &h));
+    OPK(PK_GN, nb_tape_group_norm(t, x, u->cfg.num_groups, a->gn_w, a->gn_b, 1e-5f, &h));
     TRY(conv(u, h, a->qkv_w, a->qkv_b, 1, 0, &qkv));
     /* legacy order: channel = head * 3d + {q,k,v} * d + i */
-    TRY(nb_tape_reshape(t, qkv, 3, (int64_t[]){n * heads, 3 * d, hw}, &r));
+    OPK(PK_LAYOUT, nb_tape_reshape(t, qkv, 3, (int64_t[]){n * heads, 3 * d, hw}, &r));
     for (int j = 0; j < 3; j++) {
-        TRY(nb_tape_slice_channels(t, r, j * d, d, &q[j]));
-        TRY(nb_tape_reshape(t, q[j], 4, (int64_t[]){n, heads, d, hw}, &q[j]));
-        TRY(nb_tape_transpose(t, q[j], &q[j])); /* [n, heads, hw, d] */
+        OPK(PK_LAYOUT, nb_tape_slice_channels(t, r, j * d, d, &q[j]));
+        OPK(PK_LAYOUT, nb_tape_reshape(t, q[j], 4, (int64_t[]){n, heads, d, hw}, &q[j]));
+        OPK(PK_LAYOUT, nb_tape_transpose(t, q[j], &q[j])); /* [n, heads, hw, d] */
     }
-    TRY(nb_tape_attention(t, q[0], q[1], q[2], &o));
+    OPK(PK_ATTN, nb_tape_attention(t, q[0], q[1], q[2], &o));
     u->flops += 4.0 * n * heads * hw * hw * d;
-    TRY(nb_tape_transpose(t, o, &o)); /* [n, heads, d, hw] */
-    TRY(nb_tape_reshape(t, o, 4, s, &o));
+    OPK(PK_LAYOUT, nb_tape_transpose(t, o, &o)); /* [n, heads, d, hw] */
+    OPK(PK_LAYOUT, nb_tape_reshape(t, o, 4, s, &o));
     TRY(conv(u, o, a->proj_w, a->proj_b, 1, 0, &o));
-    return nb_tape_add(t, x, o, y);
+    OPK(PK_ADD, nb_tape_add(t, x, o, y));
+    return NB_OK;
 }
 
-nb_status nb_unet_forward(nb_unet *u, nb_tvar x, const float *timesteps, nb_tvar *out) {
-    if (!u || !timesteps || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_forward: NULL argument");
+static nb_status forward(nb_unet *u, nb_tvar x, const float *timesteps, const int64_t *s, nb_tvar *out) {
     const nb_unet_config *c = &u->cfg;
     nb_tape *t = u->t;
-    int nd;
-    int64_t s[4];
-    TRY(nb_tape_shape(t, x, &nd, s));
-    if (nd != 4 || s[1] != c->in_channels || s[2] != c->image_size || s[3] != c->image_size)
-        return nb_error(NB_ERR_SHAPE, "UNet forward: input must be [N,%d,%d,%d], got %d dims [%lld,%lld,...]",
-                        c->in_channels, c->image_size, c->image_size, nd, (long long)s[0],
-                        (long long)(nd > 1 ? s[1] : 0));
-    u->flops = 0;
     int mc = c->model_channels;
     nb_tvar emb, h, hs[4 * MAXB];
     int nh = 0;
-    TRY(nb_tape_timestep_embedding(t, s[0], timesteps, mc, 10000.0f, &emb));
-    TRY(nb_tape_linear(t, emb, u->te0_w, u->te0_b, &emb));
-    TRY(nb_tape_silu(t, emb, &emb));
-    TRY(nb_tape_linear(t, emb, u->te2_w, u->te2_b, &emb));
+    OPK(PK_TEMB, nb_tape_timestep_embedding(t, s[0], timesteps, mc, 10000.0f, &emb));
+    OPK(PK_LINEAR, nb_tape_linear(t, emb, u->te0_w, u->te0_b, &emb));
+    OPK(PK_SILU, nb_tape_silu(t, emb, &emb));
+    OPK(PK_LINEAR, nb_tape_linear(t, emb, u->te2_w, u->te2_b, &emb));
     u->flops += 2.0 * s[0] * (mc * 4 * mc + 16.0 * mc * mc);
-    TRY(nb_tape_silu(t, emb, &emb)); /* every emb_layers starts with SiLU: shared */
+    OPK(PK_SILU, nb_tape_silu(t, emb, &emb)); /* every emb_layers starts with SiLU: shared */
     h = x;
     for (int k = 0; k < u->n_in; k++) {
         const ublock *b = &u->in[k];
         if (b->kind == 1) TRY(conv(u, h, b->rs_w, b->rs_b, 1, 1, &h));
         else if (b->kind == 2) {
             if (b->rs_w != NB_TVAR_NONE) TRY(conv(u, h, b->rs_w, b->rs_b, 2, 1, &h));
-            else TRY(nb_tape_avgpool2x(t, h, &h));
+            else OPK(PK_RESAMPLE, nb_tape_avgpool2x(t, h, &h));
         } else {
             TRY(res_fwd(u, &b->res, h, emb, &h));
             if (b->has_attn) TRY(attn_fwd(u, &b->attn, h, &h));
@@ -519,16 +639,33 @@ nb_status nb_unet_forward(nb_unet *u, nb_tvar x, const float *timesteps, nb_tvar
     TRY(res_fwd(u, &u->mid.res2, h, emb, &h));
     for (int k = 0; k < u->n_out; k++) {
         const ublock *b = &u->out[k];
-        TRY(nb_tape_concat(t, h, hs[--nh], &h));
+        OPK(PK_CONCAT, nb_tape_concat(t, h, hs[--nh], &h));
         TRY(res_fwd(u, &b->res, h, emb, &h));
         if (b->has_attn) TRY(attn_fwd(u, &b->attn, h, &h));
         if (b->up) {
-            TRY(nb_tape_upsample2x(t, h, &h));
+            OPK(PK_RESAMPLE, nb_tape_upsample2x(t, h, &h));
             if (b->rs_w != NB_TVAR_NONE) TRY(conv(u, h, b->rs_w, b->rs_b, 1, 1, &h));
         }
     }
     TRY(gn_silu(u, h, u->out_gn_w, u->out_gn_b, &h));
     return conv(u, h, u->out_w, u->out_b, 1, 1, out);
+}
+
+nb_status nb_unet_forward(nb_unet *u, nb_tvar x, const float *timesteps, nb_tvar *out) {
+    if (!u || !timesteps || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_forward: NULL argument");
+    const nb_unet_config *c = &u->cfg;
+    int nd;
+    int64_t s[4];
+    TRY(nb_tape_shape(u->t, x, &nd, s));
+    if (nd != 4 || s[1] != c->in_channels || s[2] != c->image_size || s[3] != c->image_size)
+        return nb_error(NB_ERR_SHAPE, "UNet forward: input must be [N,%d,%d,%d], got %d dims [%lld,%lld,...]",
+                        c->in_channels, c->image_size, c->image_size, nd, (long long)s[0],
+                        (long long)(nd > 1 ? s[1] : 0));
+    u->flops = 0;
+    if (u->prof.on) TRY(prof_record(u, -1));
+    nb_status st = forward(u, x, timesteps, s, out);
+    nb_status pc = prof_collect(u);
+    return st ? st : pc;
 }
 
 nb_status nb_unet_last_forward_flops(const nb_unet *u, double *out) {

@@ -1,5 +1,6 @@
 /* UNet checkpoints: safetensors with the parameters under guided-diffusion's names (F32) and the
- * config in __metadata__ (see include/nabla/nn_unet.h). */
+ * config in __metadata__ (see include/nabla/nn_unet.h). The tensors go through host memory, so a
+ * checkpoint written from a CUDA model loads on the CPU and vice versa. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +96,13 @@ nb_status nb_unet_load(nb_unet *u, const char *path) {
     if (!s && !same_config(&fc, &mc)) s = NB_ERR_INVALID_ARG;
     const nb_unet_param_name *names;
     int n = 0, nf = 0;
-    float *p;
-    int64_t np;
+    float *p = NULL, *dev_p;
+    int64_t np = 0;
     if (!s) s = nb_unet_params(u, &names, &n);
-    if (!s) s = nb_tape_params(nb_unet_tape(u), &p, &np);
+    if (!s) s = nb_tape_params(nb_unet_tape(u), &dev_p, &np);
+    /* a host image of the whole buffer (every parameter is overwritten below), then one write */
+    if (!s && !(p = malloc(sizeof(float) * (size_t)(np ? np : 1))))
+        s = nb_error(NB_ERR_OUT_OF_MEMORY, "nb_unet_load: out of host memory");
     if (!s) s = nb_safetensors_count(f, &nf);
     for (int i = 0; i < n && !s; i++) {
         const nb_st_tensor *t;
@@ -122,6 +126,8 @@ nb_status nb_unet_load(nb_unet *u, const char *path) {
     }
     if (!s && nf != n)
         s = nb_error(NB_ERR_SHAPE, "'%s' holds %d tensors; the model has %d parameters", path, nf, n);
+    if (!s) s = nb_tape_write_params(nb_unet_tape(u), p, np);
+    free(p);
     nb_safetensors_free(f);
     return s;
 }

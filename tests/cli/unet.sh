@@ -27,22 +27,48 @@ check mult-bad 2 "$NABLA" unet train --mult 1,x && contains mult-bad "bad value 
 check lr-neg 2 "$NABLA" unet train --lr -1 && contains lr-neg "bad value for --lr"
 check sampler-bad 2 "$NABLA" unet sample --sampler euler && contains sampler-bad "unknown sampler 'euler'"
 check precision-bad 2 "$NABLA" unet train --precision fp8 && contains precision-bad "unknown precision 'fp8'"
-check precision-bf16 1 "$NABLA" unet train $TINY --precision bf16 && contains precision-bf16 "not implemented"
-check cuda 1 "$NABLA" unet train $TINY --device cuda && contains cuda "CUDA path is not implemented yet"
+check precision-bf16 1 "$NABLA" unet train $TINY --device cpu --precision bf16 &&
+    contains precision-bf16 "--precision bf16 needs a CUDA device"
+check bad-device 2 "$NABLA" unet train $TINY --device tpu && contains bad-device "unknown device 'tpu' (auto, cpu or cuda[:N])"
+check bad-device-n 2 "$NABLA" unet bench $TINY --device cuda:x && contains bad-device-n "unknown device 'cuda:x'"
+# --device cuda: trains on a GPU when there is one, else fails naming the cause
+out=$("$NABLA" unet train $TINY --device cuda --batch 2 --steps 2 --ckpt "$tmp/c.safetensors" 2>&1); rc=$?
+if [ "$rc" -eq 0 ]; then contains cuda "device cuda:0"; else
+    [ "$rc" -eq 1 ] && passed=$((passed+1)) || { echo "FAIL cuda: exit $rc"; fail=$((fail+1)); }
+    contains cuda "nabla unet: device:"; fi
+check log-every 2 "$NABLA" unet train --log-every 0 && contains log-every "bad value for --log-every: '0'"
+check no-fm-dir 1 "$NABLA" unet train --data "fashion-mnist:$tmp/nofm" --steps 1 &&
+    contains no-fm-dir "install Debian's dataset-fashion-mnist package" && contains no-fm-dir "$tmp/nofm"
 check groups 2 "$NABLA" unet train --data synthetic --channels 48 && contains groups "not divisible by 32 GroupNorm groups"
 check attn-res 2 "$NABLA" unet train --data synthetic --attn 12 && contains attn-res "attention resolution 12 is not in the pyramid (64,32,16,8)"
 check no-fm 1 env NABLA_FASHION_MNIST_DIR="$tmp/nofm" "$NABLA" unet train --data fashion-mnist --steps 1 &&
     contains no-fm "install Debian's dataset-fashion-mnist package"
+# fashion-mnist:DIR with a hand-made IDX file of 2 blank 28x28 images (uncompressed)
+mkdir -p "$tmp/fm"
+{ printf '\000\000\010\003\000\000\000\002\000\000\000\034\000\000\000\034'; head -c 1568 /dev/zero; } > "$tmp/fm/train-images-idx3-ubyte"
+check fm-dir 0 "$NABLA" unet train --device cpu --data "fashion-mnist:$tmp/fm" --image-size 16 --channels 16 --mult 1,2 \
+    --res-blocks 1 --attn none --groups 8 --batch 2 --steps 1 --no-progress --ckpt "$tmp/fm.safetensors" &&
+    contains fm-dir "16x16x1" && contains fm-dir "(2 images)"
 check no-dir 1 "$NABLA" unet train --data "$tmp/nope" --steps 1 && contains no-dir "unknown data set"
 
 # train -> checkpoint -> sample -> PNG
-if check train 0 "$NABLA" unet train $TINY --batch 4 --steps 4 --lr 1e-3 --ema 0.9 --ckpt "$tmp/m.safetensors"; then
+if check train 0 "$NABLA" unet train $TINY --device cpu --batch 4 --steps 4 --lr 1e-3 --ema 0.9 --ckpt "$tmp/m.safetensors" \
+        --loss-csv "$tmp/l.csv" --loss-png "$tmp/l.png" --log-every 2 --profile; then
     contains train "165859 parameters"
     contains train "mean ms/step"
     contains train "saved $tmp/m.safetensors"
+    contains train "backward"
+    [ "$(head -1 "$tmp/l.csv")" = "step,loss,ms" ] && [ "$(wc -l < "$tmp/l.csv")" -eq 3 ] && passed=$((passed+1)) ||
+        { echo "FAIL loss csv"; cat "$tmp/l.csv"; fail=$((fail+1)); }
+    [ -s "$tmp/l.png" ] && passed=$((passed+1)) || { echo "FAIL loss png"; fail=$((fail+1)); }
+    check max-seconds 0 "$NABLA" unet train $TINY --device cpu --batch 2 --steps 1000 --max-seconds 0.001 --log-every 2 \
+        --ckpt "$tmp/ms.safetensors" && contains max-seconds "stopped after 2 steps"
     check sample 0 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --n 5 --steps 4 --out "$tmp/g.png" && contains sample "sampled 5 images"
     [ -s "$tmp/g.png" ] && passed=$((passed+1)) || { echo "FAIL sample wrote no PNG"; fail=$((fail+1)); }
-    check sample-ddpm 0 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --n 2 --sampler ddpm --steps 3 --out "$tmp/d.png"
+    check precision-sample 1 "$NABLA" unet sample --device cpu --precision tf32 --ckpt "$tmp/m.safetensors" &&
+        contains precision-sample "--precision tf32 needs a CUDA device"
+    check sample-ddpm 0 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --n 2 --sampler ddpm --steps 3 --scale 3 --out "$tmp/d.png"
+    check scale-bad 2 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --scale 0 && contains scale-bad "bad value for --scale"
     check sample-steps 1 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --steps 2000 --out "$tmp/x.png" &&
         contains sample-steps "steps 2000 not in 1..1000"
     head -c 300 "$tmp/m.safetensors" > "$tmp/cut.safetensors"
@@ -53,6 +79,7 @@ fi
 check no-ckpt 1 "$NABLA" unet sample --ckpt "$tmp/missing.safetensors" && contains no-ckpt "cannot open"
 printf 'not a checkpoint at all' > "$tmp/junk.safetensors"
 check junk-ckpt 1 "$NABLA" unet sample --ckpt "$tmp/junk.safetensors" && contains junk-ckpt "junk.safetensors"
-check bench 0 "$NABLA" unet bench $TINY --batch 2 --steps 2 && contains bench "TFLOP/s"
+check bench 0 "$NABLA" unet bench $TINY --device cpu --batch 2 --steps 2 --warmup 1 && contains bench "TFLOP/s" &&
+    contains bench "ms/step" && contains bench "FLOPs per step"
 echo "$passed passed, $fail failed"
 [ "$fail" -eq 0 ]

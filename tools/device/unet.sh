@@ -53,10 +53,10 @@ mkdir -p "$T"
 
 {
   echo "== nabla CPU, tiny config (16x16x3, 165,859 params), batch 8"
-  timeout 60 "$N" unet bench --image-size 16 --channels 16 --mult 1,2 --res-blocks 1 --attn 8 --head-channels 16 \
+  timeout 60 "$N" unet bench --device cpu --image-size 16 --channels 16 --mult 1,2 --res-blocks 1 --attn 8 --head-channels 16 \
       --groups 8 --batch 8 --steps 6 --no-progress
   echo "== nabla CPU, reference config, batch 1, 1 step"
-  timeout 100 "$N" unet bench --batch 1 --steps 1 --no-progress; echo "exit: $?"
+  timeout 100 "$N" unet bench --device cpu --batch 1 --warmup 0 --steps 1 --no-progress; echo "exit: $?"
 } > "$O/cpu_bench.log" 2>&1
 
 {
