@@ -169,3 +169,12 @@ def _autograd_hook(fn, args, kwargs):
 
 
 _nabla._set_autograd_hook(_autograd_hook)
+
+
+def __getattr__(name):
+    # nabla.nn (neural-network layers) is imported on first use: `import nabla` stays small
+    if name == "nn":
+        import importlib
+
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError(f"module 'nabla' has no attribute {name!r}")

@@ -168,8 +168,8 @@ static int bind(call_state *s, int index, const char *name, PyObject *o) {
     return 0;
 }
 
-/* nb tensor -> the Python kind the caller gets (steals t). */
-static PyObject *wrap_result(call_state *s, int kind, nb_tensor *t) {
+/* nb tensor -> the Python kind the caller gets (steals t). Shared with nn_*.c (nbpy.h). */
+PyObject *nbp_wrap_result(nbp_callctx *cx, int kind, nb_tensor *t) {
     if (kind == SRC_TORCH) {
         if (!nbp_T.loaded) {
             PyObject *m = PyImport_ImportModule("torch");
@@ -180,9 +180,9 @@ static PyObject *wrap_result(call_state *s, int kind, nb_tensor *t) {
             Py_DECREF(m);
             nbp_is_torch(Py_None); /* loads the torch cache */
         }
-        nb_device *target = s->cx.torch_nbdev ? s->cx.torch_nbdev : NULL;
-        if (!target && s->cx.like) target = NULL; /* a torch cpu tensor: results on the cpu */
-        if (s->cx.like && !s->cx.torch_cuda) {
+        nb_device *target = cx->torch_nbdev ? cx->torch_nbdev : NULL;
+        if (!target && cx->like) target = NULL; /* a torch cpu tensor: results on the cpu */
+        if (cx->like && !cx->torch_cuda) {
             PyObject *cpu = nbp_device_get("cpu");
             if (!cpu) {
                 nb_tensor_free(t);
@@ -206,8 +206,8 @@ static PyObject *wrap_result(call_state *s, int kind, nb_tensor *t) {
             return PyErr_Format(nbp_UnsupportedError, "this torch has no DLPack import");
         }
         int cuda = nb_device_get_kind(nb_tensor_device(t)) == NB_DEVICE_CUDA;
-        void *consumer = s->cx.torch_stream;
-        if (cuda && !s->cx.torch_cuda) {
+        void *consumer = cx->torch_stream;
+        if (cuda && !cx->torch_cuda) {
             /* no torch CUDA input ordered the streams: torch's current stream waits for ours */
             nb_device *d = nb_tensor_device(t);
             nb_status st = NB_OK;
@@ -474,7 +474,7 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
     if (fn->mode == NBP_BWD && galloc) {
         out = PyTuple_New(ng);
         for (int i = 0; out && i < ng; i++) {
-            PyObject *g = wrap_result(s, kind, G[i]);
+            PyObject *g = nbp_wrap_result(&s->cx, kind, G[i]);
             G[i] = NULL;
             if (!g) {
                 Py_CLEAR(out);
@@ -496,14 +496,14 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
         nb_leaf_info li;
         int is_struct = count > 1 || (nb_func_result_leaf(fn->f, ov, 0, &li) == NB_OK && strcmp(li.path, "_result") != 0);
         if (!is_struct) {
-            out = wrap_result(s, kind, R[0]);
+            out = nbp_wrap_result(&s->cx, kind, R[0]);
             R[0] = NULL;
         } else {
             out = PyDict_New();
             for (int i = 0; out && i < count; i++) {
                 nb_func_result_leaf(fn->f, ov, i, &li);
                 const char *key = strncmp(li.path, "_result.", 8) ? li.path : li.path + 8;
-                PyObject *v = wrap_result(s, kind, R[i]);
+                PyObject *v = nbp_wrap_result(&s->cx, kind, R[i]);
                 R[i] = NULL;
                 if (!v || PyDict_SetItemString(out, key, v) < 0) {
                     Py_XDECREF(v);
@@ -516,7 +516,7 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
         if (!out) goto done;
     }
     if (fn->mode == NBP_FWD) {
-        PyObject *d = tan ? wrap_result(s, kind, tan) : (Py_INCREF(Py_None), Py_None);
+        PyObject *d = tan ? nbp_wrap_result(&s->cx, kind, tan) : (Py_INCREF(Py_None), Py_None);
         tan = NULL;
         if (!d) {
             Py_CLEAR(out);

@@ -2,7 +2,8 @@
  *
  * Files: ext.c (module init, errors, devices, modules), tensor.c (nabla.Tensor, buffer protocol,
  * DLPack), convert.c (Python objects -> call arguments: scalars, lists, buffers, torch tensors),
- * func.c (nabla functions: calls, .map, .bwds, .fwds, results).
+ * func.c (nabla functions: calls, .map, .bwds, .fwds, results), nn_*.c (nabla.nn: fused MLP,
+ * encodings, Adam, losses, images, tape, UNet / DDPM; see nn_common.h).
  *
  * Nothing here imports numpy or torch: an object is a torch tensor only if "torch" is already in
  * sys.modules and it is an instance of torch.Tensor; numpy arrays come in through the buffer
@@ -156,6 +157,13 @@ int nbp_arg_writeback(nbp_arg *a);
 /* Makes torch's current stream wait for nabla's after a call that used torch CUDA tensors. */
 int nbp_torch_after(nbp_callctx *cx);
 int nbp_torch_current_stream(int cuda_index, void **out);
+
+/* nb tensor -> the Python kind the caller gets: SRC_TORCH / SRC_NUMPY / SRC_TENSOR / SRC_PY
+ * (steals t; func.c). */
+PyObject *nbp_wrap_result(nbp_callctx *cx, int kind, nb_tensor *t);
+
+/* nabla.nn types and functions (nn_*.c). */
+int nbp_nn_init(PyObject *mod);
 
 /* ---- functions (func.c) ----------------------------------------------------------------- */
 

@@ -49,19 +49,34 @@ def _importorskip(name):
         raise _Skip(f"no {name}")
 
 
+def _parametrize(names, values):
+    names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+
+    def deco(f):
+        cases = getattr(f, "_mini_cases", [{}])
+        new = []
+        for v in values:
+            v = v if len(names) > 1 else (v,)
+            new.extend({**c, **dict(zip(names, v))} for c in cases)
+        f._mini_cases = new
+        return f
+    return deco
+
+
 pytest = types.ModuleType("pytest")
 pytest.raises = _Raises
 pytest.skip = lambda reason="": (_ for _ in ()).throw(_Skip(reason))
-pytest.mark = types.SimpleNamespace(skipif=_skipif)
+pytest.mark = types.SimpleNamespace(skipif=_skipif, parametrize=_parametrize)
 pytest.importorskip = _importorskip
 sys.modules["pytest"] = pytest
 
 
-def main(d):
+def main(d, only=None):
+    """Runs the test_*.py files of d (or only those named in `only`)."""
     sys.path.insert(0, d)
     p = f = s = 0
     for fn in sorted(os.listdir(d)):
-        if not (fn.startswith("test_") and fn.endswith(".py")):
+        if not (fn.startswith("test_") and fn.endswith(".py")) or (only and fn not in only):
             continue
         spec = importlib.util.spec_from_file_location(fn[:-3], os.path.join(d, fn))
         mod = importlib.util.module_from_spec(spec)
@@ -74,20 +89,26 @@ def main(d):
         for name in sorted(vars(mod)):
             if not name.startswith("test_") or not callable(getattr(mod, name)):
                 continue
-            try:
-                getattr(mod, name)()
-                print(f"PASSED {fn}::{name}")
-                p += 1
-            except _Skip as e:
-                print(f"SKIPPED {fn}::{name}: {e}")
-                s += 1
-            except Exception:
-                print(f"FAILED {fn}::{name}")
-                traceback.print_exc()
-                f += 1
+            fun = getattr(mod, name)
+            for case in getattr(fun, "_mini_cases", [{}]):
+                label = name + (f"[{'-'.join(map(str, case.values()))}]" if case else "")
+                try:
+                    fun(**case)
+                    print(f"PASSED {fn}::{label}")
+                    p += 1
+                except _Skip as e:
+                    print(f"SKIPPED {fn}::{label}: {e}")
+                    s += 1
+                except Exception:
+                    print(f"FAILED {fn}::{label}")
+                    traceback.print_exc()
+                    f += 1
     print(f"{p} passed, {f} failed, {s} skipped")
     return 1 if f else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))))
+    args = sys.argv[1:]
+    if args and args[0].endswith(".py"):  # files: python3 minipytest.py dir/test_a.py dir/test_b.py
+        sys.exit(main(os.path.dirname(os.path.abspath(args[0])), {os.path.basename(a) for a in args}))
+    sys.exit(main(args[0] if args else os.path.dirname(os.path.abspath(__file__))))
