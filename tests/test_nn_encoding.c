@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "nabla/nn_encoding.h"
+#include "nabla/nn_mlp.h"
 #include "nb_test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -468,8 +469,214 @@ static void test_cuda_agrees(void) {
     ordered = 0;
 }
 
+/* $NB_ENC_PAIR = 1 (the default): the paired 16-byte gradient reductions (2-D grids of 2
+ * features), in the shared-memory kernel and in the plain one, on spread and on clustered points;
+ * other shapes ignore the switch (checked too); then = 0. */
+static void test_cuda_paired_atomics(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    setenv("NB_ENC_PAIR", "1", 1);
+    nb_encoding_config c = nb_hash_grid_config(2, 16, 2, 15, 16, 1.5f);
+    cuda_vs_cpu(&c, 5000, "hash2d, paired atomics");
+    clustered = 1;
+    cuda_vs_cpu(&c, 5001, "hash2d, paired atomics, clustered points");
+    clustered = 0;
+    nb_encoding_config d = nb_dense_grid_config(2, 2, 31, 17, 0); /* odd side: pairs at odd x too */
+    cuda_vs_cpu(&d, 3000, "dense2d F=2, paired atomics");
+    setenv("NB_ENC_SMEM", "0", 1);
+    cuda_vs_cpu(&c, 5002, "hash2d, paired atomics, no shared memory");
+    cuda_vs_cpu(&d, 3001, "dense2d F=2, paired atomics, no shared memory");
+    unsetenv("NB_ENC_SMEM");
+    nb_encoding_config c3 = nb_hash_grid_config(3, 8, 4, 12, 4, 2.0f);
+    cuda_vs_cpu(&c3, 3000, "hash3d F=4 (pairing off for this shape)");
+    setenv("NB_ENC_PAIR", "0", 1); /* and off: the unpaired kernels (the default is on) */
+    cuda_vs_cpu(&c, 5004, "hash2d, unpaired atomics");
+    setenv("NB_ENC_SMEM", "0", 1);
+    cuda_vs_cpu(&c, 5005, "hash2d, unpaired atomics, no shared memory");
+    unsetenv("NB_ENC_SMEM");
+    unsetenv("NB_ENC_PAIR");
+}
+
+/* nb_encoding_backward_mlp: hash grid -> MLP (the fit-image model) on dev; returns the grid
+ * gradients and the MLP gradients (malloc'd) after forward + the combined backward. */
+static int train_mode;  /* enc_mlp_run: 0 forward + nb_encoding_backward_mlp(dys); 1 nb_encoding_mlp_train
+                          (dys is the target, L2 loss), 2 the same with f16 features */
+static float train_loss; /* enc_mlp_run, modes 1-2: the loss */
+
+static void enc_mlp_run(nb_device *dev, int B, const float *xs, const float *dys, const float *gp,
+                        const float *mp, float **genc, float **gmlp) {
+    nb_encoding_config c = nb_hash_grid_config(2, 16, 2, 15, 16, 1.5f);
+    nb_encoding *e;
+    NB_REQUIRE_OK(nb_encoding_create(dev, &c, &e));
+    nb_mlp_config mc = nb_mlp_config_default(32, 3, 64, 2);
+    mc.act = NB_ACT_RELU;
+    mc.out_act = NB_ACT_NONE;
+    mc.bias = 0;
+    nb_mlp *m;
+    NB_REQUIRE_OK(nb_mlp_create(dev, &mc, &m));
+    int64_t np = nb_encoding_n_params(e);
+    NB_REQUIRE_OK(nb_tensor_from_host_into(nb_mlp_params(m), mp, (size_t)nb_mlp_n_params(m) * 4));
+    nb_tensor *p = tens(dev, 1, np, 0, gp), *g = tens(dev, 1, np, 0, NULL);
+    nb_tensor *x = tens(dev, 2, B, 2, xs), *f = tens(dev, 2, B, 32, NULL), *y = tens(dev, 2, B, 3, NULL);
+    nb_tensor *dy = tens(dev, 2, B, 3, dys), *ls = tens(dev, 0, 0, 0, NULL), *fh = NULL;
+    if (train_mode == 2) {
+        int64_t sh[2] = {B, 32};
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F16, 2, sh, &fh));
+    }
+    NB_REQUIRE_OK(nb_encoding_forward(e, p, x, fh ? fh : f));
+    if (train_mode == 0) {
+        NB_REQUIRE_OK(nb_mlp_forward(m, f, y, 1));
+        NB_EXPECT_OK(nb_encoding_backward_mlp(e, m, p, x, dy, g));
+    } else {
+        NB_EXPECT_OK(nb_encoding_mlp_train(e, m, p, x, fh ? fh : f, dy, 0, ls, g));
+        NB_EXPECT_OK(nb_tensor_to_host(ls, &train_loss, 4));
+    }
+    *genc = host(g);
+    *gmlp = host(nb_mlp_grads(m));
+    nb_tensor *ts[] = {p, g, x, f, y, dy, ls, fh};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) nb_tensor_free(ts[i]);
+    nb_mlp_free(m);
+    nb_encoding_destroy(e);
+}
+
+/* Largest |a - b| over the largest |b|. */
+static double rel_max(const float *a, const float *b, int64_t n) {
+    double d = 0, m = 1e-30;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i])), m = fmax(m, fabs((double)b[i]));
+    return d / m;
+}
+
+/* The fused CUDA backward (one kernel: MLP backward + grid scatter) against the two calls on
+ * CUDA (same arithmetic: only the atomic order differs) and against the CPU reference (the MLP in
+ * f16 there too: 1e-2 of the largest gradient). Batches: small, and 2^15 + 3 (several block tiles
+ * per persistent block, the shared-memory flush of the coarse levels). Also unpaired atomics, one
+ * block per SM, and nb_encoding_mlp_train (forward + loss fused too) with f32 and f16 features. */
+static void test_cuda_backward_mlp(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *cpu, *gpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    NB_REQUIRE_OK(nb_device_open("cuda", &gpu));
+    const int np = 709192, nm = 32 * 64 + 64 * 64 + 64 * 3;
+    float *gp = malloc((size_t)np * 4), *mp = malloc((size_t)nm * 4);
+    for (int i = 0; i < np; i++) gp[i] = (frand() * 2 - 1) * 0.5f;
+    for (int i = 0; i < nm; i++) mp[i] = (frand() * 2 - 1) * 0.25f;
+    const int batches[2] = {1000, (1 << 15) + 3};
+    for (int bi = 0; bi < 2; bi++) {
+        int B = batches[bi];
+        float *xs = malloc((size_t)B * 8), *dys = malloc((size_t)B * 12);
+        for (int i = 0; i < 2 * B; i++) xs[i] = frand();
+        for (int i = 0; i < 3 * B; i++) dys[i] = (frand() * 2 - 1) / (float)B;
+        float *ge_c, *gm_c, *ge_u, *gm_u, *ge_f, *gm_f, *ge_p, *gm_p;
+        enc_mlp_run(cpu, B, xs, dys, gp, mp, &ge_c, &gm_c);
+        setenv("NB_ENC_MLP_FUSED", "0", 1);
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_u, &gm_u);
+        unsetenv("NB_ENC_MLP_FUSED");
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_f, &gm_f);
+        setenv("NB_ENC_PAIR", "0", 1); /* the unpaired scatter (paired is the default), 1 block/SM */
+        setenv("NB_ENC_MLP_BPS", "1", 1);
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_p, &gm_p);
+        unsetenv("NB_ENC_MLP_BPS");
+        unsetenv("NB_ENC_PAIR");
+        double e_fu = rel_max(ge_f, ge_u, np), m_fu = rel_max(gm_f, gm_u, nm);
+        double e_pu = rel_max(ge_p, ge_u, np), e_fc = rel_max(ge_f, ge_c, np), m_fc = rel_max(gm_f, gm_c, nm);
+        printf("  B %d: fused vs two calls: grid %.2e mlp %.2e; unpaired %.2e; fused vs CPU: grid %.2e mlp %.2e\n", B,
+               e_fu, m_fu, e_pu, e_fc, m_fc);
+        NB_EXPECT(e_fu < 1e-5);
+        NB_EXPECT(m_fu < 1e-5); /* weight-gradient partial sums per block: other block counts */
+        NB_EXPECT(e_pu < 1e-5);
+        NB_EXPECT(e_fc < 1e-2);
+        NB_EXPECT(m_fc < 1e-2);
+        free(ge_c), free(gm_c), free(ge_u), free(gm_u), free(ge_f), free(gm_f), free(ge_p), free(gm_p);
+        /* nb_encoding_mlp_train: dys as the target (mean squared error against the mlp output) */
+        for (int i = 0; i < 3 * B; i++) dys[i] = frand();
+        float lc, lu, lf, lh;
+        train_mode = 1;
+        enc_mlp_run(cpu, B, xs, dys, gp, mp, &ge_c, &gm_c);
+        lc = train_loss;
+        setenv("NB_ENC_MLP_FUSED", "0", 1);
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_u, &gm_u);
+        lu = train_loss;
+        unsetenv("NB_ENC_MLP_FUSED");
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_f, &gm_f);
+        lf = train_loss;
+        train_mode = 2;
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_p, &gm_p);
+        lh = train_loss;
+        train_mode = 0;
+        e_fu = rel_max(ge_f, ge_u, np), m_fu = rel_max(gm_f, gm_u, nm), e_fc = rel_max(ge_f, ge_c, np);
+        m_fc = rel_max(gm_f, gm_c, nm);
+        double e_hf = rel_max(ge_p, ge_f, np), m_hf = rel_max(gm_p, gm_f, nm);
+        printf("  B %d train: loss cpu %.6f gpu %.6f fused %.6f fused f16 %.6f; fused vs separate: grid %.2e mlp %.2e; "
+               "f16 vs f32 in: grid %.2e mlp %.2e; fused vs CPU: grid %.2e mlp %.2e\n",
+               B, lc, lu, lf, lh, e_fu, m_fu, e_hf, m_hf, e_fc, m_fc);
+        NB_EXPECT(fabs(lf - lu) <= 1e-5 * fabs(lu) + 1e-7);
+        NB_EXPECT(fabs(lf - lc) <= 1e-2 * fabs(lc));
+        NB_EXPECT(lh == lf || fabs(lh - lf) <= 1e-5 * fabs(lf));
+        NB_EXPECT(e_fu < 1e-5);
+        NB_EXPECT(m_fu < 1e-5);
+        NB_EXPECT(e_hf < 1e-5);
+        NB_EXPECT(m_hf == 0);
+        NB_EXPECT(e_fc < 1e-2);
+        NB_EXPECT(m_fc < 1e-2);
+        free(ge_c), free(gm_c), free(ge_u), free(gm_u), free(ge_f), free(gm_f), free(ge_p), free(gm_p);
+        free(xs), free(dys);
+    }
+    { /* warp aggregation in the fused scatter ($NB_ENC_MLP_AGG=1), clustered points (many merges) */
+        int B = 5003;
+        float *xs = malloc((size_t)B * 8), *dys = malloc((size_t)B * 12);
+        for (int i = 0; i < 2 * B; i++) xs[i] = 0.4f + 0.02f * frand();
+        for (int i = 0; i < 3 * B; i++) dys[i] = (frand() * 2 - 1) / (float)B;
+        float *ge_u, *gm_u, *ge_a, *gm_a;
+        setenv("NB_ENC_MLP_FUSED", "0", 1);
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_u, &gm_u);
+        unsetenv("NB_ENC_MLP_FUSED");
+        setenv("NB_ENC_MLP_AGG", "1", 1);
+        enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_a, &gm_a);
+        unsetenv("NB_ENC_MLP_AGG");
+        double e = rel_max(ge_a, ge_u, np), m = rel_max(gm_a, gm_u, nm);
+        printf("  B %d clustered, warp-aggregated fused scatter vs two calls: grid %.2e mlp %.2e\n", B, e, m);
+        NB_EXPECT(e < 1e-5);
+        NB_EXPECT(m < 1e-5);
+        free(ge_u), free(gm_u), free(ge_a), free(gm_a), free(xs), free(dys);
+    }
+    free(gp), free(mp);
+    nb_device_close(gpu), nb_device_close(cpu);
+}
+
+/* Argument errors of nb_encoding_backward_mlp (CPU). */
+static void test_backward_mlp_errors(void) {
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_encoding_config c = nb_hash_grid_config(2, 4, 2, 10, 4, 1.5f);
+    nb_encoding *e;
+    NB_REQUIRE_OK(nb_encoding_create(cpu, &c, &e));
+    nb_mlp *m, *m9;
+    nb_mlp_config mc = nb_mlp_config_default(8, 3, 16, 1);
+    NB_REQUIRE_OK(nb_mlp_create(cpu, &mc, &m));
+    mc.n_in = 9;
+    NB_REQUIRE_OK(nb_mlp_create(cpu, &mc, &m9));
+    int64_t np = nb_encoding_n_params(e);
+    nb_tensor *p = tens(cpu, 1, np, 0, NULL), *g = tens(cpu, 1, np, 0, NULL), *x = tens(cpu, 2, 5, 2, NULL);
+    nb_tensor *f = tens(cpu, 2, 5, 8, NULL), *y = tens(cpu, 2, 5, 3, NULL), *dy = tens(cpu, 2, 5, 3, NULL);
+    nb_tensor *dy4 = tens(cpu, 2, 4, 3, NULL), *x4 = tens(cpu, 2, 4, 2, NULL);
+    NB_EXPECT_ERR(nb_encoding_backward_mlp(e, NULL, p, x, dy, g), NB_ERR_INVALID_ARG, "mlp is NULL");
+    NB_EXPECT_ERR(nb_encoding_backward_mlp(e, m9, p, x, dy, g), NB_ERR_SHAPE, "takes 9 inputs");
+    NB_EXPECT_ERR(nb_encoding_backward_mlp(e, m, p, x, dy, g), NB_ERR_INVALID_ARG, "no saved activations");
+    NB_REQUIRE_OK(nb_encoding_forward(e, p, x, f));
+    NB_REQUIRE_OK(nb_mlp_forward(m, f, y, 1));
+    NB_EXPECT_ERR(nb_encoding_backward_mlp(e, m, p, x4, dy4, g), NB_ERR_SHAPE, "batch 5");
+    NB_EXPECT_ERR(nb_encoding_backward_mlp(e, m, p, x, dy4, g), NB_ERR_SHAPE, "dy");
+    NB_EXPECT_ERR(nb_encoding_backward_mlp(e, m, p, x, dy, NULL), NB_ERR_INVALID_ARG, "grads");
+    NB_EXPECT_OK(nb_encoding_backward_mlp(e, m, p, x, dy, g));
+    nb_tensor *ts[] = {p, g, x, f, y, dy, dy4, x4};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) nb_tensor_free(ts[i]);
+    nb_mlp_free(m), nb_mlp_free(m9);
+    nb_encoding_destroy(e);
+    nb_device_close(cpu);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_layout_hash, test_bad_config, test_dense_linear, test_fd_dense2d,
                  test_fd_dense3d, test_fd_hash2d, test_fd_hash3d, test_fd_frequency, test_frequency_values,
-                 test_f16_output, test_bad_args, test_cuda_agrees);
+                 test_f16_output, test_bad_args, test_cuda_agrees, test_cuda_paired_atomics,
+                 test_backward_mlp_errors, test_cuda_backward_mlp);
 }

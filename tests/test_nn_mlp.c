@@ -517,6 +517,29 @@ static void test_cuda_vs_cpu_trans_shfl(void) {
     unsetenv("NABLA_MLP_TRANS");
 }
 
+/* The fit-image shape at a batch where every persistent block of the recomputing backward takes
+ * several block tiles (2^15 + 3 rows: ~2 per block on 132 SMs, more on smaller GPUs), so the
+ * weight-gradient sums carried across tiles are checked: scratch read-modify-write (default),
+ * sums in registers ($NABLA_MLP_RCREG=1), two blocks per SM ($NABLA_MLP_RC_BPS=2), and the
+ * one-thread-per-element reduction ($NABLA_MLP_REDW=0). All in shard 0 of NB_MLP_TEST_SHARD. */
+static void test_cuda_vs_cpu_fit_shape_large(void) {
+    nb_device *gpu, *cpu;
+    OPEN_CUDA_OR_SKIP(gpu);
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    static const char *const vars[4][2] = {{"NABLA_MLP_RCREG", "0"}, {"NABLA_MLP_RCREG", "1"},
+                                           {"NABLA_MLP_RC_BPS", "2"}, {"NABLA_MLP_REDW", "0"}};
+    cmp_case k = {32, 3, 64, 2, (1 << 15) + 3, NB_ACT_RELU, NB_ACT_NONE, 0, NB_F16, 1};
+    for (int i = 0; i < 4; i++) {
+        if (!in_shard(0)) break; /* all four in shard 0 */
+        setenv(vars[i][0], vars[i][1], 1);
+        printf("  %s=%s\n", vars[i][0], vars[i][1]);
+        NB_EXPECT(compare_case(gpu, cpu, &k) == 0);
+        unsetenv(vars[i][0]);
+    }
+    nb_device_close(cpu);
+    nb_device_close(gpu);
+}
+
 static void steady_state(const char *mode) {
     nb_device *gpu;
     OPEN_CUDA_OR_SKIP(gpu);
@@ -565,6 +588,6 @@ int main(int argc, char **argv) {
                  test_cuda_vs_cpu_fused, test_cuda_vs_cpu_fused_16warps, test_cuda_vs_cpu_fused_4warps,
                  test_cuda_vs_cpu_recompute,
                  test_cuda_vs_cpu_trans_shfl,
-                 test_cuda_vs_cpu_mt2,
+                 test_cuda_vs_cpu_mt2, test_cuda_vs_cpu_fit_shape_large,
                  test_cuda_steady_state_no_alloc);
 }

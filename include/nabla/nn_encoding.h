@@ -117,6 +117,28 @@ nb_status nb_encoding_forward(nb_encoding *enc, const nb_tensor *params, const n
 nb_status nb_encoding_backward(nb_encoding *enc, const nb_tensor *params, const nb_tensor *x,
                                const nb_tensor *dfeat, nb_tensor *grads, nb_tensor *dx);
 
+/* The backward of encoding -> mlp in one call: nb_mlp_backward(mlp, dy, dfeat) then
+ * nb_encoding_backward(enc, params, x, dfeat, grads, NULL). mlp's n_in must be the encoding's
+ * output size and its last training forward must have had the encoded x as input. On CUDA, for
+ * 2-D grids of 2 features and an mlp in the recomputing backward (nn_mlp.h), it is one kernel
+ * (plus the mlp's weight-gradient reduction) that never stores dfeat; elsewhere the two calls
+ * (with a temporary dfeat). dy f32[B, n_out]; grads f32[n_params] +=; the mlp's grads written. */
+typedef struct nb_mlp nb_mlp;
+nb_status nb_encoding_backward_mlp(nb_encoding *enc, nb_mlp *mlp, const nb_tensor *params,
+                                   const nb_tensor *x, const nb_tensor *dy, nb_tensor *grads);
+
+/* The rest of a training step after feat = nb_encoding_forward(enc, params, x): the mlp's
+ * training forward on feat (f16 or f32 [B, n_in]), the loss (`loss` is an nb_loss_kind,
+ * nn_optim.h) against target f32[B, n_out] with its mean added into loss_sum (one f32, or NULL),
+ * and the backward of both into the mlp's grads (written) and grads (+=): nb_mlp_forward +
+ * nb_loss + nb_encoding_backward_mlp. On CUDA, where nb_encoding_backward_mlp fuses and the mlp
+ * has at most 16 outputs and 64 inputs, one kernel (+ the weight-gradient reduction) that stores
+ * neither y nor dL/dy nor dL/dfeat; elsewhere the three calls (with temporaries). The mlp keeps
+ * no saved state for a later nb_mlp_backward. */
+nb_status nb_encoding_mlp_train(nb_encoding *enc, nb_mlp *mlp, const nb_tensor *params, const nb_tensor *x,
+                                const nb_tensor *feat, const nb_tensor *target, int loss,
+                                nb_tensor *loss_sum, nb_tensor *grads);
+
 #ifdef __cplusplus
 }
 #endif

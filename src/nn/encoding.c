@@ -3,12 +3,16 @@
  * placement, hashing, storage order, accumulate vs overwrite) are documented in nn_encoding.h. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/threadpool.h"
 #include "core/util.h"
 #include "nabla/alloc.h"
+#include "nabla/nn_mlp.h"
+#include "nabla/nn_optim.h"
 #include "nn/encoding_internal.h"
+#include "nn/mlp_internal.h"
 
 /* ---- shared helpers ---------------------------------------------------------------------- */
 
@@ -475,4 +479,95 @@ nb_status nb_encoding_backward(nb_encoding *enc, const nb_tensor *params, const 
     if (gp) nb_nn_parallel((int64_t)enc->n_levels * enc->cfg.n_features, 1, nb_grid_bwd_params_range, &c);
     if (dxp) nb_nn_parallel(B, 256, nb_grid_bwd_dx_range, &c);
     return NB_OK;
+}
+
+nb_status nb_encoding_backward_mlp(nb_encoding *enc, nb_mlp *mlp, const nb_tensor *params,
+                                   const nb_tensor *x, const nb_tensor *dy, nb_tensor *grads) {
+    const char *fn = "nb_encoding_backward_mlp";
+    int64_t B = 0;
+    NB_TRY(nb_enc_check_common(fn, enc, params, x, &B));
+    if (!mlp) return nb_error(NB_ERR_INVALID_ARG, "%s: mlp is NULL", fn);
+    if (mlp->dev != enc->dev)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: the mlp is on %s but the encoding on %s", fn,
+                        nb_device_name(mlp->dev), nb_device_name(enc->dev));
+    if (mlp->cfg.n_in != enc->n_out)
+        return nb_error(NB_ERR_SHAPE, "%s: the mlp takes %d inputs but the encoding gives %d", fn,
+                        mlp->cfg.n_in, enc->n_out);
+    if (mlp->saved_batch < 0)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: no saved activations: call nb_mlp_forward(..., training = 1) first", fn);
+    if (mlp->saved_batch != B)
+        return nb_error(NB_ERR_SHAPE, "%s: x has %lld rows but the mlp's last training forward had batch %lld", fn,
+                        (long long)B, (long long)mlp->saved_batch);
+    NB_TRY(nb_nn_check_f32(fn, "dy", dy, enc->dev, 2, B, mlp->cfg.n_out));
+    if (enc->n_params == 0 || !grads)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: needs an encoding with parameters and their grads", fn);
+    NB_TRY(nb_nn_check_f32(fn, "grads", grads, enc->dev, 1, enc->n_params, -1));
+    if (B == 0) return nb_mlp_backward(mlp, dy, NULL);
+    const char *env = getenv("NB_ENC_MLP_FUSED"); /* 0: always the two calls (for A/B runs) */
+    if (nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA && !(env && !strcmp(env, "0"))) {
+        const char *src = NULL;
+        int smem = 0;
+        nb_status s = nb_enc_cuda_mlp_source(enc, &src, &smem);
+        if (s == NB_OK)
+            s = nb_mlp_cuda_backward_enc(mlp, dy, src, smem, nb_tensor_data(x), nb_tensor_data(grads));
+        if (s != NB_ERR_UNSUPPORTED) return s;
+    }
+    nb_tensor *dfeat = NULL;
+    int64_t shape[2] = {B, enc->n_out};
+    NB_TRY(nb_tensor_empty(enc->dev, NB_F32, 2, shape, &dfeat));
+    nb_status s = nb_mlp_backward(mlp, dy, dfeat);
+    if (s == NB_OK) s = nb_encoding_backward(enc, params, x, dfeat, grads, NULL);
+    nb_tensor_free(dfeat);
+    return s;
+}
+
+nb_status nb_encoding_mlp_train(nb_encoding *enc, nb_mlp *mlp, const nb_tensor *params, const nb_tensor *x,
+                                const nb_tensor *feat, const nb_tensor *target, int loss,
+                                nb_tensor *loss_sum, nb_tensor *grads) {
+    const char *fn = "nb_encoding_mlp_train";
+    int64_t B = 0;
+    NB_TRY(nb_enc_check_common(fn, enc, params, x, &B));
+    if (!mlp) return nb_error(NB_ERR_INVALID_ARG, "%s: mlp is NULL", fn);
+    if (mlp->dev != enc->dev)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: the mlp is on %s but the encoding on %s", fn,
+                        nb_device_name(mlp->dev), nb_device_name(enc->dev));
+    if (mlp->cfg.n_in != enc->n_out)
+        return nb_error(NB_ERR_SHAPE, "%s: the mlp takes %d inputs but the encoding gives %d", fn,
+                        mlp->cfg.n_in, enc->n_out);
+    if (loss < 0 || loss > NB_LOSS_RELATIVE_L2) return nb_error(NB_ERR_INVALID_ARG, "%s: unknown loss kind %d", fn, loss);
+    char buf[128];
+    if (!feat || nb_tensor_ndim(feat) != 2 || nb_tensor_shape(feat)[0] != B || nb_tensor_shape(feat)[1] != enc->n_out ||
+        (nb_tensor_dtype(feat) != NB_F16 && nb_tensor_dtype(feat) != NB_F32) || nb_tensor_device(feat) != enc->dev ||
+        !nb_tensor_is_contiguous(feat))
+        return nb_error(NB_ERR_SHAPE, "%s: feat must be a contiguous f16 or f32 [%lld,%d] on %s, got %s", fn,
+                        (long long)B, enc->n_out, nb_device_name(enc->dev),
+                        feat ? nb_tensor_describe(feat, buf, sizeof buf) : "NULL");
+    NB_TRY(nb_nn_check_f32(fn, "target", target, enc->dev, 2, B, mlp->cfg.n_out));
+    if (loss_sum && (nb_tensor_numel(loss_sum) != 1 || nb_tensor_dtype(loss_sum) != NB_F32 ||
+                     nb_tensor_device(loss_sum) != enc->dev))
+        return nb_error(NB_ERR_SHAPE, "%s: loss_sum must be one f32 on %s", fn, nb_device_name(enc->dev));
+    if (enc->n_params == 0 || !grads)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: needs an encoding with parameters and their grads", fn);
+    NB_TRY(nb_nn_check_f32(fn, "grads", grads, enc->dev, 1, enc->n_params, -1));
+    const char *env = getenv("NB_ENC_MLP_FUSED"); /* 0: always the separate calls (for A/B runs) */
+    if (B > 0 && nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA && !(env && !strcmp(env, "0"))) {
+        const char *src = NULL;
+        int smem = 0;
+        nb_status s = nb_enc_cuda_mlp_source(enc, &src, &smem);
+        if (s == NB_OK)
+            s = nb_mlp_cuda_train_enc(mlp, feat, target, loss, loss_sum ? nb_tensor_data(loss_sum) : NULL, src,
+                                      smem, nb_tensor_data(x), nb_tensor_data(grads));
+        if (s == NB_OK) mlp->saved_batch = -1; /* nothing saved for nb_mlp_backward */
+        if (s != NB_ERR_UNSUPPORTED) return s;
+    }
+    nb_tensor *y = NULL, *dy = NULL;
+    int64_t shape[2] = {B, mlp->cfg.n_out};
+    nb_status s = nb_tensor_empty(enc->dev, NB_F32, 2, shape, &y);
+    if (s == NB_OK) s = nb_tensor_empty(enc->dev, NB_F32, 2, shape, &dy);
+    if (s == NB_OK) s = nb_mlp_forward(mlp, feat, y, 1);
+    if (s == NB_OK) s = nb_loss((nb_loss_kind)loss, y, target, loss_sum, dy);
+    if (s == NB_OK) s = nb_encoding_backward_mlp(enc, mlp, params, x, dy, grads);
+    nb_tensor_free(y);
+    nb_tensor_free(dy);
+    return s;
 }

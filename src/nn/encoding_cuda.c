@@ -8,7 +8,9 @@
  * different levels). Parameter gradients are float atomics into the level's table (float2 /
  * float4 vector atomics on sm_90 when F is even / a multiple of 4). dL/dx: one thread per point.
  * Frequency: one thread per (point, dimension, frequency) forward, per (point, dimension) back.
- * Forward kernels come in two flavours: f32 features (nb_*_fwd) and f16 (nb_*_fwd_h). */
+ * Forward kernels come in two flavours: f32 features (nb_*_fwd) and f16 (nb_*_fwd_h).
+ * nb_enc_cuda_mlp_source (end of file): the grid scatter as device code for the fused MLP kernels
+ * (mlp_bwd_rc_enc, mlp_train_rc_enc_*: nb_encoding_backward_mlp / nb_encoding_mlp_train). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +87,37 @@ static const char nb_enc_cuda_body[] =
     "    for (int f = 0; f < NB_F; f++) atomicAdd(p + f, v[f]);\n"
     "#endif\n"
     "}\n"
+    /* The gradient of one point at all corners of its cell (2-D, NB_PAIR = 1): the two corners
+     * of a row differ in x only; when their entries are adjacent and the pair is 16-byte
+     * aligned (hashed cells with even x, dense cells at even indices: about half), one 16-byte
+     * vector reduction adds both (red.v4), else two 8-byte ones. Levels below `smem_levels` go
+     * to the shared-memory sums s_g instead. */
+    "#if NB_D == 2 && NB_F == 2\n"
+    "__device__ __forceinline__ void add_cell2(float *grads, float *s_g, bool to_smem, const Lv &lv,\n"
+    "                                          const unsigned cell[3], const float fr[3], const float dy[2]) {\n"
+    "    #pragma unroll\n"
+    "    for (int cy = 0; cy < 2; cy++) {\n"
+    "        const float wy = cy ? fr[1] : 1.0f - fr[1], w0 = (1.0f - fr[0]) * wy, w1 = fr[0] * wy;\n"
+    "        const unsigned g0[3] = {cell[0], cell[1] + cy, 0}, g1[3] = {cell[0] + 1, cell[1] + cy, 0};\n"
+    "        const unsigned a0 = lv.offset + grid_index(lv, g0) * 2u, a1 = lv.offset + grid_index(lv, g1) * 2u;\n"
+    "        const float v0[2] = {w0 * dy[0], w0 * dy[1]}, v1[2] = {w1 * dy[0], w1 * dy[1]};\n"
+    "        if (to_smem) {\n"
+    "            atomicAdd(s_g + a0, v0[0]); atomicAdd(s_g + a0 + 1, v0[1]);\n"
+    "            atomicAdd(s_g + a1, v1[0]); atomicAdd(s_g + a1 + 1, v1[1]);\n"
+    "            continue;\n"
+    "        }\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "        if (a1 == a0 + 2u && (a0 & 3u) == 0u) {\n"
+    "            asm volatile(\"red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\" :: \"l\"(grads + a0), \"f\"(v0[0]),\n"
+    "                         \"f\"(v0[1]), \"f\"(v1[0]), \"f\"(v1[1]) : \"memory\");\n"
+    "            continue;\n"
+    "        }\n"
+    "#endif\n"
+    "        add_feat(grads + a0, v0);\n"
+    "        add_feat(grads + a1, v1);\n"
+    "    }\n"
+    "}\n"
+    "#endif\n"
     "#define LOAD_LEVELS __shared__ Lv s_lv[NB_L > 0 ? NB_L : 1];\\\n"
     "    for (int t = threadIdx.x; t < NB_L; t += blockDim.x) s_lv[t] = a.lv[t];\\\n"
     "    __syncthreads();\n"
@@ -146,6 +179,9 @@ static const char nb_enc_cuda_body[] =
     "        unsigned cell[3] = {0, 0, 0}; float fr[3] = {0, 0, 0};\n"
     "        #pragma unroll\n"
     "        for (int d = 0; d < NB_D; d++) grid_cell(__ldg(a.x + b * NB_D + d), lv.side[d], cell[d], fr[d]);\n"
+    "#if NB_PAIR && NB_D == 2 && NB_F == 2\n"
+    "        add_cell2(a.grads, (float *)0, false, lv, cell, fr, dy);\n"
+    "#else\n"
     "        #pragma unroll\n"
     "        for (int c = 0; c < (1 << NB_D); c++) {\n"
     "            unsigned g[3] = {0, 0, 0}; float w = 1.0f;\n"
@@ -157,6 +193,7 @@ static const char nb_enc_cuda_body[] =
     "            for (int f = 0; f < NB_F; f++) v[f] = w * dy[f];\n"
     "            add_feat(a.grads + lv.offset + grid_index(lv, g) * NB_F, v);\n"
     "        }\n"
+    "#endif\n"
     "    }\n"
     "}\n"
     /* backward to the parameters with the coarse levels (levels 0 .. NB_SMEM_LEVELS-1, the first
@@ -177,6 +214,9 @@ static const char nb_enc_cuda_body[] =
     "        unsigned cell[3] = {0, 0, 0}; float fr[3] = {0, 0, 0};\n"
     "        #pragma unroll\n"
     "        for (int d = 0; d < NB_D; d++) grid_cell(__ldg(a.x + b * NB_D + d), lv.side[d], cell[d], fr[d]);\n"
+    "#if NB_PAIR && NB_D == 2 && NB_F == 2\n"
+    "        add_cell2(a.grads, s_g, l < NB_SMEM_LEVELS, lv, cell, fr, dy);\n"
+    "#else\n"
     "        #pragma unroll\n"
     "        for (int c = 0; c < (1 << NB_D); c++) {\n"
     "            unsigned g[3] = {0, 0, 0}; float w = 1.0f;\n"
@@ -194,6 +234,7 @@ static const char nb_enc_cuda_body[] =
     "                add_feat(a.grads + at, v);\n"
     "            }\n"
     "        }\n"
+    "#endif\n"
     "    }\n"
     "    __syncthreads();\n"
     "    for (int j = 2 * threadIdx.x; j < NB_SMEM_FLOATS; j += 2 * blockDim.x) {\n"
@@ -375,6 +416,14 @@ static int nb_enc_agg_lpw(void) {
     return 4;
 }
 
+/* Paired 16-byte gradient reductions in the plain and shared-memory backward kernels and the
+ * fused MLP scatter (2-D grids of 2 features): on unless $NB_ENC_PAIR = 0 (measured on the H100:
+ * the uniform-sample backward 0.171 -> 0.145 ms, docs/PERF.md). */
+static int nb_enc_pair(void) {
+    const char *p = getenv("NB_ENC_PAIR");
+    return !(p && !strcmp(p, "0"));
+}
+
 static nb_status nb_enc_cuda_prepare(nb_encoding *e) {
     if (e->k_fwd) return NB_OK;
     if (!e->cuda_src) {
@@ -386,10 +435,10 @@ static nb_status nb_enc_cuda_prepare(nb_encoding *e) {
         nb_enc_smem_levels(e, &sl, &sf);
         snprintf(src, cap,
                  "// nabla encoding (%s)\n#define NB_D %d\n#define NB_F %d\n#define NB_L %d\n#define NB_NFREQ %d\n"
-                 "#define NB_SMEM_LEVELS %d\n#define NB_SMEM_FLOATS %d\n#define NB_AGG_LPW %d\n%s",
+                 "#define NB_SMEM_LEVELS %d\n#define NB_SMEM_FLOATS %d\n#define NB_AGG_LPW %d\n#define NB_PAIR %d\n%s",
                  freq ? "frequency" : "grid", e->cfg.n_dims, freq ? 1 : e->cfg.n_features,
                  freq ? 1 : e->n_levels, freq ? e->cfg.n_frequencies : 1, sl, sf > 0 ? sf : 1,
-                 nb_enc_agg_lpw(), nb_enc_cuda_body);
+                 nb_enc_agg_lpw(), nb_enc_pair(), nb_enc_cuda_body);
         e->cuda_src = src;
     }
     if (e->cfg.kind == NB_ENCODING_FREQUENCY) {
@@ -417,6 +466,8 @@ void nb_enc_cuda_release(nb_encoding *e) {
     /* Kernels belong to the JIT's table (freed by nb_jit_forget_all); only the source is ours. */
     if (e->cuda_src) nb_free(e->cuda_src, sizeof nb_enc_cuda_body + NB_ENC_SRC_EXTRA);
     e->cuda_src = NULL;
+    if (e->mlp_src) nb_free(e->mlp_src, e->mlp_src_cap);
+    e->mlp_src = NULL;
     e->k_fwd = e->k_fwd_h = e->k_bwd = e->k_bwd_smem = e->k_bwd_agg = e->k_bwd_dx = NULL;
 }
 
@@ -476,5 +527,141 @@ nb_status nb_enc_cuda_backward(nb_encoding *e, const float *params, const float 
         a.n = B;
         NB_TRY(nb_jit_launch_cuda(e->k_bwd_dx, &a, sizeof a, a.n, NULL));
     }
+    return NB_OK;
+}
+
+/* ---- the grid backward fused into the MLP backward (nb_encoding_backward_mlp) --------------
+ * CUDA device code appended to the fused MLP's source (mlp_bwd_rc_enc): the MLP's input
+ * gradient of row r, features (2l, 2l+1) = level l, goes straight into the level's parameter
+ * gradients (the same atomics as nb_grid_bwd_smem, coarse levels summed in the kernel's shared
+ * memory and flushed once per block), so dL/dfeatures is never stored. 2-D grids of 2 features. */
+static const char nb_enc_mlp_body[] =
+    "__device__ __forceinline__ void enc_cell(float x, int side, unsigned &cell, float &frac) {\n"
+    "    float xc = x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);\n"
+    "    float pos = __fmul_rn(xc, (float)(side - 1));\n"
+    "    float fl = floorf(pos);\n"
+    "    if (fl > (float)(side - 2)) fl = (float)(side - 2);\n"
+    "    cell = (unsigned)fl;\n"
+    "    frac = pos - fl;\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned enc_index(int l, unsigned gx, unsigned gy) {\n"
+    "    const unsigned m = enc_mask[l];\n"
+    "    return m ? ((gx ^ (gy * 2654435761u)) & m) : gx + (unsigned)enc_sx[l] * gy;\n"
+    "}\n"
+    "__device__ __forceinline__ void enc_red2(float *p, float a, float b) {\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"red.global.add.v2.f32 [%0], {%1, %2};\" :: \"l\"(p), \"f\"(a), \"f\"(b) : \"memory\");\n"
+    "#else\n"
+    "    atomicAdd(p, a); atomicAdd(p + 1, b);\n"
+    "#endif\n"
+    "}\n"
+    /* One entry's update (v0, v1) at float a (shared memory when smem). ENC_AGG (spatially
+     * ordered batches): first merged over the lanes that differ in bits 2..4, which the fused MLP
+     * backward gives the same level and neighbouring rows; the merged sum goes out once. Every
+     * lane of the warp must call it (shuffles). */
+    "__device__ __forceinline__ void enc_put(float *grads, float *s_g, bool smem, unsigned a, float v0, float v1,\n"
+    "                                        bool alive) {\n"
+    "#if ENC_AGG\n"
+    "    const unsigned lane = threadIdx.x & 31u;\n"
+    "    #pragma unroll\n"
+    "    for (unsigned o = 4; o <= 16; o <<= 1) {\n"
+    "        const unsigned pa = __shfl_xor_sync(0xffffffffu, a, o);\n"
+    "        const bool pal = __shfl_xor_sync(0xffffffffu, alive ? 1 : 0, o) != 0;\n"
+    "        const float p0 = __shfl_xor_sync(0xffffffffu, v0, o), p1 = __shfl_xor_sync(0xffffffffu, v1, o);\n"
+    "        const bool merge = alive && pal && pa == a;\n"
+    "        if (merge && !(lane & o)) { v0 += p0; v1 += p1; }\n"
+    "        if (merge && (lane & o)) alive = false;\n"
+    "    }\n"
+    "#endif\n"
+    "    if (!alive) return;\n"
+    "    if (smem) { atomicAdd(s_g + a, v0); atomicAdd(s_g + a + 1, v1); }\n"
+    "    else enc_red2(grads + a, v0, v1);\n"
+    "}\n"
+    /* dL/d(features 2l, 2l+1) of row `row` = (d0, d1): added to the 4 corners of its cell. Every
+     * lane calls it; inactive ones (active = false) add nothing. */
+    "__device__ __forceinline__ void enc_scatter(const float *x, float *grads, float *s_g, long long row, int l,\n"
+    "                                            float d0, float d1, bool active) {\n"
+    "#if !ENC_AGG\n"
+    "    if (!active) return;\n"
+    "#endif\n"
+    "    const float2 p = active ? __ldg((const float2 *)(x + 2 * row)) : make_float2(0.0f, 0.0f);\n"
+    "    unsigned cx, cy; float fx, fy;\n"
+    "    enc_cell(p.x, enc_sx[l], cx, fx);\n"
+    "    enc_cell(p.y, enc_sy[l], cy, fy);\n"
+    "    const unsigned off = enc_off[l];\n"
+    "    const bool smem = l < ENC_SMEM_LEVELS;\n"
+    "    #pragma unroll\n"
+    "    for (int k = 0; k < 2; k++) {\n"
+    "        const float wy = k ? fy : 1.0f - fy, w0 = (1.0f - fx) * wy, w1 = fx * wy;\n"
+    "        const unsigned a0 = off + enc_index(l, cx, cy + k) * 2u, a1 = off + enc_index(l, cx + 1, cy + k) * 2u;\n"
+    "#if __CUDA_ARCH__ >= 900 && !ENC_AGG\n"
+    "        if (ENC_PAIR && !smem && a1 == a0 + 2u && (a0 & 3u) == 0u) {\n"
+    "            asm volatile(\"red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\" :: \"l\"(grads + a0), \"f\"(w0 * d0),\n"
+    "                         \"f\"(w0 * d1), \"f\"(w1 * d0), \"f\"(w1 * d1) : \"memory\");\n"
+    "            continue;\n"
+    "        }\n"
+    "#endif\n"
+    "        enc_put(grads, s_g, smem, a0, w0 * d0, w0 * d1, active);\n"
+    "        enc_put(grads, s_g, smem, a1, w1 * d0, w1 * d1, active);\n"
+    "    }\n"
+    "}\n"
+    "__device__ __forceinline__ void enc_smem_zero(float *s_g) {\n"
+    "    for (int j = threadIdx.x; j < ENC_SMEM_FLOATS; j += blockDim.x) s_g[j] = 0.0f;\n"
+    "}\n"
+    "__device__ __forceinline__ void enc_smem_flush(float *grads, const float *s_g) {\n"
+    "    for (int j = 2 * threadIdx.x; j + 1 < ENC_SMEM_FLOATS; j += 2 * blockDim.x) {\n"
+    "        const float p = s_g[j], q = s_g[j + 1];\n"
+    "        if (p != 0.0f || q != 0.0f) enc_red2(grads + j, p, q);\n"
+    "    }\n"
+    "}\n";
+
+#define NB_ENC_MLP_TABLES 4096
+
+/* Warp aggregation in the fused scatter: for spatially ordered batches, unless
+ * $NB_ENC_MLP_AGG = 0 (or forced on with 1). */
+static int nb_enc_mlp_agg(const nb_encoding *e) {
+    const char *v = getenv("NB_ENC_MLP_AGG");
+    if (v && !strcmp(v, "0")) return 0;
+    if (v && !strcmp(v, "1")) return 1;
+    return e->spatially_ordered;
+}
+
+nb_status nb_enc_cuda_mlp_source(nb_encoding *e, const char **src, int *smem_floats) {
+    *src = NULL;
+    *smem_floats = 0;
+    if (e->cfg.kind == NB_ENCODING_FREQUENCY || e->cfg.n_dims != 2 || e->cfg.n_features != 2)
+        return nb_error(NB_ERR_UNSUPPORTED, "nb_encoding_backward_mlp: the fused CUDA path takes 2-D grids of 2 features");
+    int sl, sf;
+    nb_enc_smem_levels(e, &sl, &sf);
+    sf &= ~1; /* the flush works on pairs; both features of an entry are adjacent, so sf is even */
+    if (!e->mlp_src) {
+        size_t cap = sizeof nb_enc_mlp_body + NB_ENC_MLP_TABLES;
+        char *s = nb_alloc(cap, 16);
+        if (!s) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_encoding_backward_mlp: out of host memory");
+        int n = snprintf(s, cap, "// nabla grid scatter (fused MLP backward)\n#define ENC_L %d\n#define ENC_SMEM_LEVELS %d\n"
+                                 "#define ENC_SMEM_FLOATS %d\n#define ENC_PAIR %d\n#define ENC_AGG %d\n",
+                         e->n_levels, sl, sf, nb_enc_pair(), nb_enc_mlp_agg(e));
+        const char *names[4] = {"enc_sx", "enc_sy", "enc_off", "enc_mask"};
+        for (int t = 0; t < 4 && n > 0 && (size_t)n < cap; t++) {
+            n += snprintf(s + n, cap - (size_t)n, "__constant__ %s %s[%d] = {", t < 2 ? "int" : "unsigned", names[t],
+                          e->n_levels);
+            for (int l = 0; l < e->n_levels && (size_t)n < cap; l++) {
+                const nb_enc_level *lv = &e->level[l];
+                unsigned v = t == 0 ? (unsigned)lv->side[0] : t == 1 ? (unsigned)lv->side[1]
+                           : t == 2 ? (unsigned)lv->offset : (lv->hashed ? (unsigned)(lv->entries - 1) : 0u);
+                n += snprintf(s + n, cap - (size_t)n, "%s%u", l ? ", " : "", v);
+            }
+            if ((size_t)n < cap) n += snprintf(s + n, cap - (size_t)n, "};\n");
+        }
+        if (n < 0 || (size_t)n + sizeof nb_enc_mlp_body > cap) {
+            nb_free(s, cap);
+            return nb_error(NB_ERR_INTERNAL, "nb_encoding_backward_mlp: level tables do not fit the source buffer");
+        }
+        memcpy(s + n, nb_enc_mlp_body, sizeof nb_enc_mlp_body);
+        e->mlp_src = s;
+        e->mlp_src_cap = cap;
+    }
+    *src = e->mlp_src;
+    *smem_floats = sf;
     return NB_OK;
 }

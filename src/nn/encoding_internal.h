@@ -68,6 +68,8 @@ struct nb_encoding {
     int spatially_ordered; /* nb_encoding_set_spatially_ordered */
     /* CUDA kernels, loaded on first use */
     char *cuda_src;
+    char *mlp_src;    /* nb_enc_cuda_mlp_source, built on first use ([mlp_src_cap] bytes) */
+    size_t mlp_src_cap;
     nb_jit_kernel *k_fwd, *k_fwd_h, *k_bwd, *k_bwd_smem, *k_bwd_agg, *k_bwd_dx;
 };
 
@@ -78,5 +80,9 @@ nb_status nb_enc_cuda_forward(nb_encoding *enc, const float *params, const float
 nb_status nb_enc_cuda_backward(nb_encoding *enc, const float *params, const float *x,
                                const float *dfeat, float *grads, float *dx, int64_t B);
 void nb_enc_cuda_release(nb_encoding *enc);
+/* CUDA device code of the grid backward fused into the MLP's (enc_scatter, enc_smem_zero,
+ * enc_smem_flush and their level tables; owned by enc), and the shared-memory floats it needs.
+ * NB_ERR_UNSUPPORTED unless enc is a 2-D grid of 2 features. */
+nb_status nb_enc_cuda_mlp_source(nb_encoding *enc, const char **src, int *smem_floats);
 
 #endif

@@ -36,11 +36,25 @@ typedef struct mlp_params {
     int n_wtiles, t16, t16_valid, dw_tiles;
     float scale, inv_scale;
     float *scratch;
+    const float *enc_x;
+    float *enc_grads;
+    const float *target;
+    float *loss;
+    float inv_n;
+    int loss_kind;
 } mlp_params;
 
 struct nb_mlp_cuda {
     nb_jit_kernel *convert, *fwd[2][2] /* [train][x is f16] */, *bwd[2] /* [dx] */, *dw;
     nb_jit_kernel *bwd_fused[2] /* [dx] */, *dw_reduce;
+    int reduce_w;             /* dw_reduce is mlp_dw_reduce_w (8 warps per 32 elements) */
+    int rc_bps, rcreg;        /* recompute: blocks per SM; weight-gradient sums in registers */
+    char prefix[1024];        /* the #define prefix of this configuration's source */
+    nb_jit_kernel *bwd_enc;   /* mlp_bwd_rc_enc for the grid source hashed in enc_hash */
+    nb_jit_kernel *train_enc[2]; /* mlp_train_rc_enc_{f32,f16}, same source */
+    uint64_t enc_hash;
+    int enc_bps;              /* blocks per SM of the enc kernels (launch bounds in their source) */
+    size_t scratch_cap;       /* bytes of scratch */
     int fused;                /* backward: 1 = mlp_bwd_fused + mlp_dw_reduce, 0 = mlp_bwd + mlp_dw */
     int rc;                   /* fused and recomputing (mlp_bwd_rc; training forward saves x only) */
     unsigned smem_fused, grid_fused;
@@ -71,6 +85,12 @@ static const char *const k_names[K_COUNT] = {"convert", "fwd", "fwd_train", "bwd
 
 static int round16(int n) { return (n + 15) / 16 * 16; }
 
+/* Weight-gradient slices of one layer (O_PAD x I_PAD) in the fused backward (FusedTile). */
+static int dw_items(int o_pad, int i_pad) {
+    int n8 = i_pad / 8, ni = n8 % 4 == 0 ? 4 : 2;
+    return (o_pad / 16) * (n8 / ni);
+}
+
 static int pick_chunk(int n8, int cap) {
     int best = 2;
     for (int d = 2; d <= cap && d <= n8; d += 2)
@@ -82,9 +102,10 @@ void nb_mlp_cuda_free(nb_mlp *m) {
     if (!m->cuda) return;
     if (m->cuda->prof_e0) {
         nb_mlp_cuda *c = m->cuda;
-        fprintf(stderr, "nabla: mlp profile (width %d, %d layers, %s backward, %d warps, mt %d):",
+        fprintf(stderr, "nabla: mlp profile (width %d, %d layers, %s backward, %d warps, mt %d, rc %d/SM%s%s):",
                 m->cfg.width, m->n_layers, c->rc ? "recompute" : c->fused ? "fused" : "split",
-                c->fused ? c->fw : c->warps, c->mt);
+                c->fused ? c->fw : c->warps, c->mt, c->rc_bps, c->rcreg ? ", dW in registers" : "",
+                c->reduce_w ? ", warp reduce" : "");
         for (int k = 0; k < K_COUNT; k++)
             if (c->prof_n[k])
                 fprintf(stderr, " %s %.4f ms", k_names[k], c->prof_ms[k] / (double)c->prof_n[k]);
@@ -175,16 +196,25 @@ static nb_status cuda_init(nb_mlp *m) {
     if (c->rc) smem_fu = smem_rc;
     c->smem_fused = (unsigned)smem_fu;
     c->acc_block = (int64_t)W * c->in_pad + (int64_t)(L - 2) * W * W + (int64_t)c->out_pad * W + c->btot;
-    { /* blocks per SM: 1, or 2 of 4 warps (independent barriers overlap) when they fit */
-        int64_t per_sm = c->fw == 4 ? (int64_t)(info->shared_mem_per_sm / (smem_fu + 1024)) : 1;
-        if (per_sm > 2) per_sm = 2;
-        if (per_sm < 1) per_sm = 1;
-        c->grid_fused = (unsigned)(c->sms * per_sm);
-    }
     { /* row split of the hidden layers' weight-gradient slices over the block's warps */
         int ni = (W / 8) % 4 == 0 ? 4 : 2, items = (W / 16) * ((W / 8) / ni);
         c->kspl = c->fw / items > 1 ? c->fw / items : 1;
     }
+    /* Recompute mode: $NABLA_MLP_RC_BPS = 1|2 blocks per SM (launch bounds follow); with
+     * $NABLA_MLP_RCREG = 1 each warp keeps its weight-gradient slices in registers for the whole
+     * kernel (needs every layer's slices to fit one per warp, and at most 4 layers). */
+    c->rc_bps = nb_env_long("NABLA_MLP_RC_BPS", 1) == 2 ? 2 : 1;
+    c->rcreg = c->rc && nb_env_long("NABLA_MLP_RCREG", 0) == 1 && L <= 4 &&
+               dw_items(W, c->in_pad) * c->kspl <= c->fw && dw_items(W, W) * c->kspl <= c->fw &&
+               dw_items(c->out_pad, W) * c->kspl <= c->fw;
+    { /* blocks per SM: 1, or 2 of 4 warps (independent barriers overlap) when they fit */
+        int64_t per_sm = c->fw == 4 ? (int64_t)(info->shared_mem_per_sm / (smem_fu + 1024)) : 1;
+        if (per_sm > 2) per_sm = 2;
+        if (c->rc) per_sm = c->rc_bps;
+        if (per_sm < 1) per_sm = 1;
+        c->grid_fused = (unsigned)(c->sms * per_sm);
+    }
+    c->reduce_w = nb_env_long("NABLA_MLP_REDW", 1) != 0;
     /* per-block f32 accumulators of all weights: fine for small models, not for 1000 layers */
     int64_t scratch_bytes = (int64_t)c->grid_fused * c->kspl * c->acc_block * 4;
     c->fused = want_fused && smem_fu <= optin && scratch_bytes <= ((int64_t)256 << 20);
@@ -193,27 +223,27 @@ static nb_status cuda_init(nb_mlp *m) {
     /* $NABLA_MLP_TRANS=shfl: fragment transposes with shuffles instead of movmatrix */
     const char *tr = getenv("NABLA_MLP_TRANS");
     int trans_shfl = tr && !strcmp(tr, "shfl");
-    char prefix[1024];
-    snprintf(prefix, sizeof prefix,
+    char *prefix = c->prefix;
+    snprintf(prefix, sizeof c->prefix,
              "#define W %d\n#define IN_PAD %d\n#define OUT_PAD %d\n#define N_IN %d\n"
              "#define N_OUT %d\n#define NL %d\n#define ACT %d\n#define OUT_ACT %d\n"
              "#define HAS_BIAS %d\n#define IS_BF16 %d\n#define MT %d\n#define WARPS %d\n"
              "#define MINB %d\n#define NCHO %d\n#define NCHI %d\n#define WSMEM_F %d\n"
              "#define WSMEM_B %d\n#define DWW %d\n#define FW %d\n#define FMINB 1\n"
              "#define FWSMEM %d\n#define FR16 %d\n#define FKD %d\n#define FKH %d\n#define KSPL %d\n"
-             "#define TRANS_SHFL %d\n#define FPF %d\n",
+             "#define TRANS_SHFL %d\n#define FPF %d\n#define RCMINB %d\n#define RCREG %d\n",
              W, c->in_pad, c->out_pad, cfg->n_in, cfg->n_out, L, (int)cfg->act,
              (int)cfg->out_act, cfg->bias ? 1 : 0, cfg->compute == NB_BF16, c->mt, c->warps,
              c->minb, c->ncho, c->nchi, c->wsmem_f, c->wsmem_b, c->dww, c->fw, c->fwsmem, fr16,
-             kw > ko ? kw : ko, kw > ki ? kw : ki, c->kspl, trans_shfl, c->fw <= 8);
-    size_t n = strlen(prefix) + sizeof nb_mlp_src_head + sizeof nb_mlp_src_asm +
+             kw > ko ? kw : ko, kw > ki ? kw : ki, c->kspl, trans_shfl, c->fw <= 8, c->rc_bps, c->rcreg);
+    size_t n = strlen(prefix) + sizeof nb_mlp_src_enc_stub + sizeof nb_mlp_src_head + sizeof nb_mlp_src_asm +
                sizeof nb_mlp_src_body + sizeof nb_mlp_src_fused + sizeof nb_mlp_src_rc + 8;
     char *src = nb_alloc(n, 16);
     if (!src) {
         nb_free(c, sizeof *c);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_mlp: out of host memory");
     }
-    snprintf(src, n, "%s%s\n%s\n%s\n%s\n%s\n", prefix, nb_mlp_src_head, nb_mlp_src_asm,
+    snprintf(src, n, "%s%s%s\n%s\n%s\n%s\n%s\n", prefix, nb_mlp_src_enc_stub, nb_mlp_src_head, nb_mlp_src_asm,
              nb_mlp_src_body, nb_mlp_src_fused, c->rc ? nb_mlp_src_rc : "");
     char name[64];
     snprintf(name, sizeof name, "mlp_w%d_l%d", W, L);
@@ -233,10 +263,10 @@ static nb_status cuda_init(nb_mlp *m) {
         if (s == NB_OK) s = nb_jit_load(m->dev, src, e1, &opts, &c->bwd_fused[1]);
         if (s == NB_OK && c->rc) s = nb_jit_load(m->dev, src, "mlp_fwd_train_nz_f32", &opts, &c->fwd[1][0]);
         if (s == NB_OK && c->rc) s = nb_jit_load(m->dev, src, "mlp_fwd_train_nz_f16", &opts, &c->fwd[1][1]);
-        if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_dw_reduce", &opts, &c->dw_reduce);
         if (s == NB_OK)
-            s = nb_buffer_alloc(m->dev, (size_t)c->grid_fused * (size_t)c->kspl * (size_t)c->acc_block * 4,
-                                &c->scratch);
+            s = nb_jit_load(m->dev, src, c->reduce_w ? "mlp_dw_reduce_w" : "mlp_dw_reduce", &opts, &c->dw_reduce);
+        c->scratch_cap = (size_t)c->grid_fused * (size_t)c->kspl * (size_t)c->acc_block * 4;
+        if (s == NB_OK) s = nb_buffer_alloc(m->dev, c->scratch_cap, &c->scratch);
     }
     nb_free(src, n);
     if (s == NB_OK)
@@ -386,6 +416,7 @@ nb_status nb_mlp_cuda_backward(nb_mlp *m, const nb_tensor *dy, nb_tensor *dx) {
                         c->smem_fused, &p));
         int64_t blocks = (c->acc_block + 255) / 256;
         if (blocks > (int64_t)c->sms * 4) blocks = (int64_t)c->sms * 4;
+        if (c->reduce_w) blocks = (c->acc_block + 31) / 32; /* mlp_dw_reduce_w: 32 elements per block */
         return launch_k(c, K_DW_REDUCE, c->dw_reduce, (unsigned)blocks, 1, 256, 0, &p);
     }
     unsigned grid = persistent_grid(c, p.n_wtiles, c->smem_b, info->shared_mem_per_sm);
@@ -397,4 +428,129 @@ nb_status nb_mlp_cuda_backward(nb_mlp *m, const nb_tensor *dy, nb_tensor *dx) {
     p.dw_tiles = (int)per;
     unsigned gx = (unsigned)((p.t16_valid + per - 1) / per);
     return launch_k(c, K_DW, c->dw, gx, (unsigned)m->n_layers, (unsigned)c->dww * 32, 0, &p);
+}
+
+/* The recomputing backward with a 2-D, 2-feature grid encoding's backward fused in
+ * (nb_encoding_backward_mlp): enc_src is the grid's device code (nb_enc_cuda_mlp_source), x the
+ * grid positions [B, 2] and grads the grid's parameter gradients (accumulated). The MLP's input
+ * gradient is never stored. NB_ERR_UNSUPPORTED (nothing launched) where the mlp does not run the
+ * recomputing backward or the coarse-level sums do not fit in shared memory. */
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Loads mlp_bwd_rc_enc and mlp_train_rc_enc_* for enc_src (one compile per grid source); the
+ * shared memory they take in *smem. NB_ERR_UNSUPPORTED where this mlp has no such path. */
+static nb_status load_enc(nb_mlp *m, const char *enc_src, int enc_smem_floats, size_t *smem) {
+    nb_mlp_cuda *c = m->cuda;
+    if (!c || !c->saved)
+        return nb_error(NB_ERR_INTERNAL, "nb_encoding_backward_mlp: no saved CUDA state in the mlp");
+    const nb_device_info *info = nb_device_get_info(m->dev);
+    *smem = (size_t)c->smem_fused + (size_t)enc_smem_floats * 4;
+    if (!c->fused || !c->rc || m->cfg.n_in % 2 != 0 || *smem > info->shared_mem_per_block_optin)
+        return nb_error(NB_ERR_UNSUPPORTED, "nb_encoding_backward_mlp: this mlp has no fused grid backward");
+    uint64_t h = fnv1a(enc_src);
+    if (c->bwd_enc && h == c->enc_hash) return NB_OK;
+    /* Blocks per SM: 2 where two fit in shared memory (measured faster on the H100 than 1:
+     * docs/PERF.md), unless $NB_ENC_MLP_BPS = 1; the scratch grows to match. */
+    int bps = nb_env_long("NB_ENC_MLP_BPS", 2) == 1 ? 1 : 2;
+    if (bps == 2 && 2 * (*smem + 1024) > info->shared_mem_per_sm) bps = 1;
+    size_t need = (size_t)c->sms * (size_t)bps * (size_t)c->kspl * (size_t)c->acc_block * 4;
+    if (need > c->scratch_cap) {
+        nb_buffer *nbuf = NULL;
+        NB_TRY(nb_buffer_alloc(m->dev, need, &nbuf));
+        NB_TRY(nb_device_synchronize(m->dev)); /* no kernel in flight still uses the old one */
+        nb_buffer_release(c->scratch);
+        c->scratch = nbuf;
+        c->scratch_cap = need;
+    }
+    c->enc_bps = bps;
+    size_t n = strlen(c->prefix) + strlen(enc_src) + sizeof nb_mlp_src_head + sizeof nb_mlp_src_asm +
+               sizeof nb_mlp_src_body + sizeof nb_mlp_src_fused + sizeof nb_mlp_src_rc + sizeof nb_mlp_src_rc_enc + 64;
+    char *src = nb_alloc(n, 16);
+    if (!src) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_mlp: out of host memory");
+    snprintf(src, n, "%s#undef RCMINB\n#define RCMINB %d\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n", c->prefix, bps, enc_src,
+             nb_mlp_src_head, nb_mlp_src_asm, nb_mlp_src_body, nb_mlp_src_fused, nb_mlp_src_rc, nb_mlp_src_rc_enc);
+    char name[64];
+    snprintf(name, sizeof name, "mlp_w%d_l%d_enc", m->cfg.width, m->n_layers);
+    nb_jit_options opts = {.name = name};
+    c->bwd_enc = NULL;
+    nb_status s = nb_jit_load(m->dev, src, "mlp_train_rc_enc_f32", &opts, &c->train_enc[0]);
+    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_train_rc_enc_f16", &opts, &c->train_enc[1]);
+    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_bwd_rc_enc", &opts, &c->bwd_enc);
+    nb_free(src, n);
+    if (s != NB_OK) c->bwd_enc = NULL;
+    NB_TRY(s);
+    c->enc_hash = h;
+    return NB_OK;
+}
+
+/* The fused kernel k over batch B (p filled but for the workspaces), then the weight-gradient
+ * reduction. */
+static nb_status launch_enc(nb_mlp *m, nb_jit_kernel *k, size_t smem, mlp_params *p) {
+    nb_mlp_cuda *c = m->cuda;
+    size_t off[4], total;
+    saved_layout(m, p->t16, off, &total);
+    char *sb = nb_buffer_ptr(c->saved);
+    p->s_in = sb + off[0];
+    p->s_z = sb + off[1];
+    p->s_zo = sb + off[2];
+    p->s_delta = sb + off[3];
+    unsigned nbt = (unsigned)((p->n_wtiles + c->fw - 1) / c->fw), cap = (unsigned)(c->sms * c->enc_bps);
+    unsigned grid = nbt < cap ? nbt : cap;
+    p->scratch = nb_buffer_ptr(c->scratch);
+    p->dw_tiles = (int)grid * c->kspl;
+    NB_TRY(launch_k(c, K_BWD_FUSED, k, grid, 1, (unsigned)c->fw * 32, (unsigned)smem, p));
+    int64_t blocks = (c->acc_block + 255) / 256;
+    if (blocks > (int64_t)c->sms * 4) blocks = (int64_t)c->sms * 4;
+    if (c->reduce_w) blocks = (c->acc_block + 31) / 32;
+    return launch_k(c, K_DW_REDUCE, c->dw_reduce, (unsigned)blocks, 1, 256, 0, p);
+}
+
+nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *enc_src, int enc_smem_floats,
+                                   const float *x, float *grads) {
+    size_t smem;
+    NB_TRY(load_enc(m, enc_src, enc_smem_floats, &smem));
+    mlp_params p;
+    fill_common(m, &p, m->saved_batch);
+    p.dy = nb_tensor_data(dy);
+    p.enc_x = x;
+    p.enc_grads = grads;
+    return launch_enc(m, m->cuda->bwd_enc, smem, &p);
+}
+
+nb_status nb_mlp_cuda_train_enc(nb_mlp *m, const nb_tensor *in, const nb_tensor *target, int loss_kind,
+                                float *loss_sum, const char *enc_src, int enc_smem_floats, const float *x,
+                                float *grads) {
+    NB_TRY(cuda_init(m));
+    nb_mlp_cuda *c = m->cuda;
+    int64_t B = nb_tensor_shape(in)[0];
+    if (c->out_pad != 16 || c->in_pad > 64 || (B + 15) / 16 > (int64_t)1 << 30)
+        return nb_error(NB_ERR_UNSUPPORTED, "nb_encoding_mlp_train: no fused path for this mlp");
+    mlp_params p;
+    fill_common(m, &p, B);
+    { /* the workspace for B rows (the kernel reads none of it, but launch_enc lays it out) */
+        size_t off[4], total;
+        saved_layout(m, p.t16, off, &total);
+        if (total > c->saved_cap) {
+            nb_buffer_release(c->saved);
+            c->saved = NULL;
+            c->saved_cap = 0;
+            NB_TRY(nb_buffer_alloc(m->dev, total, &c->saved));
+            c->saved_cap = total;
+        }
+    }
+    size_t smem;
+    NB_TRY(load_enc(m, enc_src, enc_smem_floats, &smem));
+    NB_TRY(convert_weights(m, &p));
+    p.x = nb_tensor_data(in);
+    p.enc_x = x;
+    p.enc_grads = grads;
+    p.target = nb_tensor_data(target);
+    p.loss = loss_sum;
+    p.inv_n = (float)(1.0 / (double)(B * m->cfg.n_out)); /* as nb_loss */
+    p.loss_kind = loss_kind;
+    return launch_enc(m, c->train_enc[nb_tensor_dtype(in) == NB_F16], smem, &p);
 }

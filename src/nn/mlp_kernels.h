@@ -33,6 +33,8 @@ struct MlpParams {
     int n_wtiles; int t16; int t16_valid; int dw_tiles;
     float scale; float inv_scale;
     float *scratch;
+    const float *enc_x; float *enc_grads; /* mlp_bwd_rc_enc: grid positions [B, 2], grid gradients */
+    const float *target; float *loss; float inv_n; int loss_kind; /* mlp_train_rc_enc_*: the loss */
 };
 
 constexpr int KW = W / 16, NW = W / 8, KI = IN_PAD / 16, KO = OUT_PAD / 16;
@@ -53,6 +55,14 @@ __device__ __forceinline__ long long p_off(int l) { return l == 0 ? 0 : P0 + (lo
 __device__ __forceinline__ int l_rows(int l) { return l == NL - 1 ? N_OUT : W; }
 __device__ __forceinline__ int l_cols(int l) { return l == 0 ? N_IN : W; }
 );
+
+/* Stand-ins for the grid-encoding device code of mlp_bwd_rc_enc (nb_enc_cuda_mlp_source), placed
+ * before nb_mlp_src_head in every source that does not fuse the grid backward. */
+static const char nb_mlp_src_enc_stub[] =
+    "#define ENC_SMEM_FLOATS 0\n"
+    "__device__ __forceinline__ void enc_scatter(const float *, float *, float *, long long, int, float, float, bool) {}\n"
+    "__device__ __forceinline__ void enc_smem_zero(float *) {}\n"
+    "__device__ __forceinline__ void enc_smem_flush(float *, const float *) {}\n";
 
 /* The PTX-level helpers (conversions, mma.sync, movmatrix). */
 static const char nb_mlp_src_asm[] = NB_MLP_STR(

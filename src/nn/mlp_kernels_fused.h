@@ -61,6 +61,39 @@ __device__ __forceinline__ void fused_dw_phase(float *acc_base, const uint4 *sD,
     }
 }
 
+/* RCREG variants of fused_dw_phase (mlp_bwd_rc with every slice owned by one warp, which holds
+ * its f32 sums in registers for the whole kernel; written to the scratch region once at the end
+ * by fused_dw_store instead of a read-modify-write of the scratch per block tile). */
+template <int O_PAD, int I_PAD> struct DwSlice {
+    static constexpr int NI = FusedTile<I_PAD>::NI, NIG = FusedTile<I_PAD>::NIG;
+    static constexpr int ITEMS = (O_PAD / 16) * NIG;
+};
+template <int O_PAD, int I_PAD>
+__device__ __forceinline__ void fused_dw_reg(float (&acc)[4][4], const uint4 *sD, const uint4 *sH, int warp, int lane) {
+    constexpr int NI = DwSlice<O_PAD, I_PAD>::NI, NIG = DwSlice<O_PAD, I_PAD>::NIG, ITEMS = DwSlice<O_PAD, I_PAD>::ITEMS;
+    constexpr int KD = O_PAD / 16, KH = I_PAD / 16;
+    if (warp >= ITEMS * KSPL) return;
+    const int it = warp % ITEMS, ksub = warp / ITEMS;
+    const int og = it / NIG, ig = it % NIG;
+    _Pragma("unroll 2") for (int ks = ksub; ks < FR16; ks += KSPL) {
+        uint4 av = sD[(ks * KD + og) * 32 + lane];
+        const u32 a[4] = {av.x, av.y, av.z, av.w};
+        _Pragma("unroll") for (int j = 0; j < NI / 2; j++) {
+            uint4 hv = sH[(ks * KH + ig * (NI / 2) + j) * 32 + lane];
+            mma(acc[2 * j], a, hv.x, hv.y);
+            mma(acc[2 * j + 1], a, hv.z, hv.w);
+        }
+    }
+}
+template <int O_PAD, int I_PAD>
+__device__ __forceinline__ void fused_dw_store(const float (&acc)[4][4], float *acc_base, int warp, int lane) {
+    constexpr int NI = DwSlice<O_PAD, I_PAD>::NI, ITEMS = DwSlice<O_PAD, I_PAD>::ITEMS;
+    if (warp >= ITEMS * KSPL) return;
+    const int it = warp % ITEMS, ksub = warp / ITEMS;
+    float4 *ap = (float4 *)(acc_base + (long long)ksub * ACC_BLOCK) + (long long)it * NI * 32 + lane;
+    _Pragma("unroll") for (int n = 0; n < NI; n++) ap[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+}
+
 /* Adds the column sums of one 16x16 gradient fragment (rows: batch) to the bias accumulator. */
 __device__ __forceinline__ void bias_sums(float *sb, int col0, int g, int t, const u32 *d) {
     float x0, x1, y0, y1, z0, z1, w0, w1;
@@ -255,6 +288,49 @@ __device__ __forceinline__ void reduce_map(long long e, int &o, int &i) {
     const int og = it / NIG, ig = it % NIG, g = lane >> 2, t = lane & 3;
     o = og * 16 + g + (comp >= 2 ? 8 : 0);
     i = (ig * NI + n) * 8 + 2 * t + (comp & 1);
+}
+
+/* The same sums with the blocks split over the 8 warps of a block (32 consecutive elements per
+ * block, coalesced), then combined in shared memory: many more loads in flight per element than
+ * one thread walking all p.dw_tiles copies. Launched with ceil(ACC_BLOCK / 32) blocks of 256. */
+__device__ __forceinline__ void dw_reduce_store(const MlpParams &p, long long e, float s) {
+    if (e < ACC_TOT) {
+        int l, o, i;
+        long long loc;
+        if (e < acc_off(1)) { l = 0; loc = e; reduce_map<W, IN_PAD>(loc, o, i); }
+        else if (e >= acc_off(NL - 1)) { l = NL - 1; loc = e - acc_off(NL - 1); reduce_map<OUT_PAD, W>(loc, o, i); }
+        else { l = 1 + (int)((e - acc_off(1)) / ((long long)W * W)); loc = e - acc_off(l); reduce_map<W, W>(loc, o, i); }
+        if (o < l_rows(l) && i < l_cols(l)) p.grads[p_off(l) + (long long)o * l_cols(l) + i] = s;
+    } else if (HAS_BIAS) {
+        int j = (int)(e - ACC_TOT);
+        int l = j / W;
+        if (l > NL - 1) l = NL - 1;
+        int o = j - l * W;
+        if (o < l_rows(l)) p.grads[p_off(l) + (long long)l_rows(l) * l_cols(l) + o] = s;
+    }
+}
+extern "C" __global__ void __launch_bounds__(256) mlp_dw_reduce_w(MlpParams p) {
+    __shared__ float part[8][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long e = (long long)blockIdx.x * 32 + lane;
+    float s = 0.f;
+    if (e < ACC_BLOCK) {
+        float s1 = 0.f;
+        int b = warp;
+        for (; b + 8 < p.dw_tiles; b += 16) {
+            s += p.scratch[(long long)b * ACC_BLOCK + e];
+            s1 += p.scratch[(long long)(b + 8) * ACC_BLOCK + e];
+        }
+        if (b < p.dw_tiles) s += p.scratch[(long long)b * ACC_BLOCK + e];
+        s += s1;
+    }
+    part[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && e < ACC_BLOCK) {
+        float t = 0.f;
+        _Pragma("unroll") for (int w = 0; w < 8; w++) t += part[w][lane];
+        dw_reduce_store(p, e, t * p.inv_scale);
+    }
 }
 
 extern "C" __global__ void mlp_dw_reduce(MlpParams p) {
