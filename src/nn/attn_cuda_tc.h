@@ -1,0 +1,316 @@
+/* CUDA source of the tensor-core variants of the fused attention (tape_cuda_attn.c), used for
+ * the TF32 and BF16 tape precisions at padded head dims 16, 32 and 64 (DP = 128 runs the fp32
+ * SIMT kernels of attn_cuda_kernels.h: its accumulators would not fit in registers). Prefix:
+ * "#define DP <16|32|64>\n#define IS_BF16 <0|1>\n", then NB_ATTN_SRC_HEAD.
+ *
+ * mma.sync with fp32 accumulation: BF16 m16n8k16 (operands rounded to bf16), TF32 m16n8k8
+ * (operands rounded to tf32). Tiles stay fp32 in shared memory and are converted when fragments
+ * are loaded. Fragment helpers (g = lane / 4, t = lane % 4):
+ *   ldA_rows  A[r][k] = M[r0 + r][c0 + k]         (16 x KS, from shared memory)
+ *   ldB_rows  B[k][n] = M[n0 + n][c0 + k]         (KS x 8, "K^T": rows of M are B's columns)
+ *   ldB_cols  B[k][n] = M[k0 + k][n0 + n]         (KS x 8)
+ *   ldA_acc   A = a 16 x KS slice of a row of C accumulator tiles (P or dS straight from the
+ *             registers of the previous product: the FlashAttention-2 register reuse).
+ * TF32 uses a permuted k order inside each 8-step (mma k index t <-> element 2t, t + 4 <->
+ * 2t + 1), so that every thread's pair of elements is adjacent, exactly like BF16's pairs: the
+ * C layout (row g, columns 2t, 2t+1) is then directly an A fragment, and the shared loads are
+ * float2. The sum over k is the same set of products in any order.
+ *
+ *   nb_attn_fwd_tc  128 threads, one block per (64 queries, bh), each warp 16 query rows with
+ *                   its Q fragments in registers; per 64-key tile: S = Q K^T (8 n-tiles), online
+ *                   softmax on the accumulators (quad shuffles), O += P V with P reused from
+ *                   the registers. Shared: Q, K (stride DP + 8), V (stride DP + 4).
+ *   nb_attn_bwd_tc  128 threads, one block per (64 keys, bh), each warp 16 keys; per 64-query
+ *                   tile: S^T = K Q^T, dP^T = V dO^T, P^T and dS^T in registers; dV += P^T dO,
+ *                   dK += dS^T Q; dS^T -> shared (query-major), then each warp 16 query rows of
+ *                   dQ += dS K, added to global memory with atomics (float2 atomics on sm_90+
+ *                   when d is even). delta from nb_attn_delta.
+ * Needs sm_80+ (mma.sync bf16 / tf32); tape_cuda_attn.c falls back to the SIMT kernels of
+ * attn_cuda_kernels.h on older GPUs.
+ */
+#ifndef NB_NN_ATTN_CUDA_TC_H
+#define NB_NN_ATTN_CUDA_TC_H
+
+#include "nn/attn_cuda_kernels.h"
+
+/* PTX helpers: conversions and mma (the CPU emulator used in development replaces this part). */
+#define NB_ATTN_SRC_TC_ASM                                                                    \
+    NB_ATTN_STR(                                                                              \
+    __device__ __forceinline__ u32 cvt2(float lo, float hi) {                                 \
+        u32 r;                                                                                \
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));                    \
+        return r;                                                                             \
+    }                                                                                         \
+    __device__ __forceinline__ u32 cvt1(float x) {                                            \
+        u32 r;                                                                                \
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));                                   \
+        return r;                                                                             \
+    }                                                                                         \
+    __device__ __forceinline__ void mma(float *c, const u32 *a, const u32 *b) {               \
+        if (IS_BF16)                                                                          \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "               \
+                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"              \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                     \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); \
+        else                                                                                  \
+            asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "                \
+                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"              \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                     \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); \
+    }                                                                                         \
+    )
+
+/* Fragment loads (shared fp32 -> bf16 pairs or tf32). */
+#define NB_ATTN_SRC_TC_FRAG                                                                   \
+    NB_ATTN_STR(                                                                              \
+    constexpr int KS = IS_BF16 ? 16 : 8;                                                      \
+    constexpr int SQ = DP + 8, SV = DP + 4, SSS = 64 + 8;                                     \
+    __device__ __forceinline__ void ldA_rows(u32 *a, const float *M, int S, int r0, int c0, int g, int t) { \
+        const float2 x0 = *(const float2 *)(M + (r0 + g) * S + c0 + 2 * t);                  \
+        const float2 x1 = *(const float2 *)(M + (r0 + g + 8) * S + c0 + 2 * t);               \
+        if (IS_BF16) {                                                                        \
+            const float2 x2 = *(const float2 *)(M + (r0 + g) * S + c0 + 8 + 2 * t);           \
+            const float2 x3 = *(const float2 *)(M + (r0 + g + 8) * S + c0 + 8 + 2 * t);       \
+            a[0] = cvt2(x0.x, x0.y); a[1] = cvt2(x1.x, x1.y);                                 \
+            a[2] = cvt2(x2.x, x2.y); a[3] = cvt2(x3.x, x3.y);                                 \
+        } else {                                                                              \
+            a[0] = cvt1(x0.x); a[1] = cvt1(x1.x); a[2] = cvt1(x0.y); a[3] = cvt1(x1.y);       \
+        }                                                                                     \
+    }                                                                                         \
+    __device__ __forceinline__ void ldB_rows(u32 *b, const float *M, int S, int n0, int c0, int g, int t) { \
+        const float2 x0 = *(const float2 *)(M + (n0 + g) * S + c0 + 2 * t);                  \
+        if (IS_BF16) {                                                                        \
+            const float2 x1 = *(const float2 *)(M + (n0 + g) * S + c0 + 8 + 2 * t);           \
+            b[0] = cvt2(x0.x, x0.y); b[1] = cvt2(x1.x, x1.y);                                 \
+        } else {                                                                              \
+            b[0] = cvt1(x0.x); b[1] = cvt1(x0.y);                                             \
+        }                                                                                     \
+    }                                                                                         \
+    __device__ __forceinline__ void ldB_cols(u32 *b, const float *M, int S, int k0, int n0, int g, int t) { \
+        const float *p = M + (k0 + 2 * t) * S + n0 + g;                                       \
+        if (IS_BF16) {                                                                        \
+            b[0] = cvt2(p[0], p[S]); b[1] = cvt2(p[8 * S], p[9 * S]);                         \
+        } else {                                                                              \
+            b[0] = cvt1(p[0]); b[1] = cvt1(p[S]);                                             \
+        }                                                                                     \
+    }                                                                                         \
+    /* p[col] += x, p[col + 1] += y (columns < d only): one float2 atomic when pairs. */      \
+    __device__ __forceinline__ void add2(float *p, int col, int d, float x, float y, bool pairs) { \
+        if (pairs && col + 1 < d) {                                                           \
+            atomic_add2(p + col, x, y);                                                       \
+            return;                                                                           \
+        }                                                                                     \
+        if (col < d) atomicAdd(p + col, x);                                                   \
+        if (col + 1 < d) atomicAdd(p + col + 1, y);                                           \
+    }                                                                                         \
+    /* k-step kk of a row of C tiles c[nt][4] (8 columns each) as an A fragment. */           \
+    __device__ __forceinline__ void ldA_acc(u32 *a, float (*c)[4], int kk) {                  \
+        if (IS_BF16) {                                                                        \
+            a[0] = cvt2(c[2 * kk][0], c[2 * kk][1]); a[1] = cvt2(c[2 * kk][2], c[2 * kk][3]); \
+            a[2] = cvt2(c[2 * kk + 1][0], c[2 * kk + 1][1]);                                  \
+            a[3] = cvt2(c[2 * kk + 1][2], c[2 * kk + 1][3]);                                  \
+        } else {                                                                              \
+            a[0] = cvt1(c[kk][0]); a[1] = cvt1(c[kk][2]); a[2] = cvt1(c[kk][1]); a[3] = cvt1(c[kk][3]); \
+        }                                                                                     \
+    }                                                                                         \
+    )
+
+/* Forward. Dynamic shared memory: (64 SQ * 2 + 64 SV) floats. */
+#define NB_ATTN_SRC_TC_FWD                                                                    \
+    NB_ATTN_STR(                                                                              \
+    extern "C" __global__ void __launch_bounds__(128) nb_attn_fwd_tc(const FwdArgs a) {       \
+        extern __shared__ float sm[];                                                         \
+        float *sQ = sm, *sK = sQ + 64 * SQ, *sV = sK + 64 * SQ;                               \
+        const int tile = blockIdx.x % a.ntiles;                                               \
+        const long long bh = blockIdx.x / a.ntiles;                                           \
+        const int q0 = tile * 64, lane = threadIdx.x & 31, w = threadIdx.x >> 5;              \
+        const int g = lane >> 2, t = lane & 3;                                                \
+        ld_tile<128>(sQ, SQ, a.q + bh * a.Tq * a.d, q0, a.Tq, a.d);                                \
+        __syncthreads();                                                                      \
+        u32 qa[DP / KS][4];                                                                   \
+        _Pragma("unroll") for (int ks = 0; ks < DP / KS; ks++) ldA_rows(qa[ks], sQ, SQ, 16 * w, ks * KS, g, t); \
+        float m[2] = {-pinf(), -pinf()}, l[2] = {0.0f, 0.0f}, o[DP / 8][4];                   \
+        _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                                    \
+            _Pragma("unroll") for (int i = 0; i < 4; i++) o[n][i] = 0.0f;                     \
+        for (int k0 = 0; k0 < a.Tk; k0 += 64) {                                               \
+            __syncthreads();                                                                  \
+            ld_tile<128>(sK, SQ, a.k + bh * a.Tk * a.d, k0, a.Tk, a.d);                            \
+            ld_tile<128>(sV, SV, a.v + bh * a.Tk * a.d, k0, a.Tk, a.d);                            \
+            __syncthreads();                                                                  \
+            float s[8][4];                                                                    \
+            _Pragma("unroll") for (int n = 0; n < 8; n++) {                                   \
+                _Pragma("unroll") for (int i = 0; i < 4; i++) s[n][i] = 0.0f;                 \
+                _Pragma("unroll") for (int ks = 0; ks < DP / KS; ks++) {                      \
+                    u32 b[2];                                                                 \
+                    ldB_rows(b, sK, SQ, 8 * n, ks * KS, g, t);                                \
+                    mma(s[n], qa[ks], b);                                                     \
+                }                                                                             \
+            }                                                                                 \
+            float mx[2] = {-pinf(), -pinf()};                                                 \
+            _Pragma("unroll") for (int n = 0; n < 8; n++)                                     \
+                _Pragma("unroll") for (int i = 0; i < 4; i++) {                               \
+                    const int key = k0 + 8 * n + 2 * t + (i & 1);                             \
+                    s[n][i] = key < a.Tk ? s[n][i] * a.sl2 : -pinf();                         \
+                    mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);                                  \
+                }                                                                             \
+            float al[2];                                                                      \
+            _Pragma("unroll") for (int h = 0; h < 2; h++) {                                   \
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 1));                        \
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 2));                        \
+                const float mn = fmaxf(m[h], mx[h]); /* finite: the tile has a valid key */   \
+                al[h] = exp2f(m[h] - mn);                                                     \
+                m[h] = mn;                                                                    \
+                l[h] *= al[h];                                                                \
+            }                                                                                 \
+            _Pragma("unroll") for (int n = 0; n < 8; n++)                                     \
+                _Pragma("unroll") for (int i = 0; i < 4; i++) {                               \
+                    s[n][i] = exp2f(s[n][i] - m[i >> 1]);                                     \
+                    l[i >> 1] += s[n][i]; /* this thread's share; quad sum at the end */      \
+                }                                                                             \
+            _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                                \
+                _Pragma("unroll") for (int i = 0; i < 4; i++) o[n][i] *= al[i >> 1];          \
+            _Pragma("unroll") for (int kk = 0; kk < 64 / KS; kk++) {                          \
+                u32 pa[4];                                                                    \
+                ldA_acc(pa, s, kk);                                                           \
+                _Pragma("unroll") for (int n = 0; n < DP / 8; n++) {                          \
+                    u32 b[2];                                                                 \
+                    ldB_cols(b, sV, SV, kk * KS, 8 * n, g, t);                                \
+                    mma(o[n], pa, b);                                                         \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        float *out = a.o + bh * a.Tq * a.d;                                                   \
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {                                       \
+            l[h] += __shfl_xor_sync(FULL, l[h], 1);                                           \
+            l[h] += __shfl_xor_sync(FULL, l[h], 2);                                           \
+            const int row = q0 + 16 * w + g + 8 * h;                                          \
+            if (row >= a.Tq) continue;                                                        \
+            const float inv = 1.0f / l[h];                                                    \
+            _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                                \
+                _Pragma("unroll") for (int j = 0; j < 2; j++) {                               \
+                    const int col = 8 * n + 2 * t + j;                                        \
+                    if (col < a.d) out[(long long)row * a.d + col] = o[n][2 * h + j] * inv;   \
+                }                                                                             \
+            if (t == 0) a.lse[bh * a.Tq + row] = m[h] + log2f(l[h]);                          \
+        }                                                                                     \
+    }                                                                                         \
+    )
+
+/* Backward. Dynamic shared memory: (64 (SV + 3 SQ + SSS) + 128) floats. */
+#define NB_ATTN_SRC_TC_BWD                                                                    \
+    NB_ATTN_STR(                                                                              \
+    template <bool PAIRS>                                                                     \
+    __device__ __forceinline__ void bwd_tc(const BwdArgs &a, float *sm) {                     \
+        float *sK = sm, *sV = sK + 64 * SV, *sQ = sV + 64 * SQ, *sO = sQ + 64 * SQ;           \
+        float *sS = sO + 64 * SQ, *sL = sS + 64 * SSS, *sD = sL + 64;                         \
+        const int tile = blockIdx.x % a.ntiles;                                               \
+        const long long bh = blockIdx.x / a.ntiles;                                           \
+        const int k0 = tile * 64, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;           \
+        const int g = lane >> 2, t = lane & 3;                                                \
+        const float *q = a.q + bh * a.Tq * a.d, *dout = a.dout + bh * a.Tq * a.d;             \
+        const float *lse = a.lse + bh * a.Tq, *delta = a.delta + bh * a.Tq;                   \
+        ld_tile<128>(sK, SV, a.k + bh * a.Tk * a.d, k0, a.Tk, a.d);                                \
+        ld_tile<128>(sV, SQ, a.v + bh * a.Tk * a.d, k0, a.Tk, a.d);                                \
+        const bool kv_grad = a.dk || a.dv;                                                    \
+        float dk[DP / 8][4], dv[DP / 8][4];                                                   \
+        _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                                    \
+            _Pragma("unroll") for (int i = 0; i < 4; i++) dk[n][i] = dv[n][i] = 0.0f;         \
+        for (int q0 = 0; q0 < a.Tq; q0 += 64) {                                               \
+            __syncthreads();                                                                  \
+            ld_tile<128>(sQ, SQ, q, q0, a.Tq, a.d);                                                \
+            ld_tile<128>(sO, SQ, dout, q0, a.Tq, a.d);                                             \
+            if (tid < 64) {                                                                   \
+                const bool ok = q0 + tid < a.Tq;                                              \
+                sL[tid] = ok ? lse[q0 + tid] : pinf(); /* P = 0 on padding rows */            \
+                sD[tid] = ok ? delta[q0 + tid] : 0.0f;                                        \
+            }                                                                                 \
+            __syncthreads();                                                                  \
+            float st[8][4], dp[8][4];                                                         \
+            _Pragma("unroll") for (int n = 0; n < 8; n++)                                     \
+                _Pragma("unroll") for (int i = 0; i < 4; i++) st[n][i] = dp[n][i] = 0.0f;     \
+            _Pragma("unroll") for (int ks = 0; ks < DP / KS; ks++) {                          \
+                u32 ka[4], va[4];                                                             \
+                ldA_rows(ka, sK, SV, 16 * w, ks * KS, g, t);                                  \
+                ldA_rows(va, sV, SQ, 16 * w, ks * KS, g, t);                                  \
+                _Pragma("unroll") for (int n = 0; n < 8; n++) {                               \
+                    u32 b[2];                                                                 \
+                    ldB_rows(b, sQ, SQ, 8 * n, ks * KS, g, t);                                \
+                    mma(st[n], ka, b);                                                        \
+                    ldB_rows(b, sO, SQ, 8 * n, ks * KS, g, t);                                \
+                    mma(dp[n], va, b);                                                        \
+                }                                                                             \
+            }                                                                                 \
+            _Pragma("unroll") for (int n = 0; n < 8; n++)                                     \
+                _Pragma("unroll") for (int i = 0; i < 4; i++) {                               \
+                    const int qi = 8 * n + 2 * t + (i & 1), kr = 16 * w + g + 8 * (i >> 1);   \
+                    const float p = k0 + kr < a.Tk ? exp2f(st[n][i] * a.sl2 - sL[qi]) : 0.0f; \
+                    const float ds = p * (dp[n][i] - sD[qi]) * a.scale;                       \
+                    st[n][i] = p;                                                             \
+                    dp[n][i] = ds;                                                            \
+                    sS[qi * SSS + kr] = ds;                                                   \
+                }                                                                             \
+            if (kv_grad) {                                                                    \
+                _Pragma("unroll") for (int kk = 0; kk < 64 / KS; kk++) {                      \
+                    u32 pa[4], sa[4];                                                         \
+                    ldA_acc(pa, st, kk);                                                      \
+                    ldA_acc(sa, dp, kk);                                                      \
+                    _Pragma("unroll") for (int n = 0; n < DP / 8; n++) {                      \
+                        u32 b[2];                                                             \
+                        ldB_cols(b, sO, SQ, kk * KS, 8 * n, g, t);                            \
+                        mma(dv[n], pa, b);                                                    \
+                        ldB_cols(b, sQ, SQ, kk * KS, 8 * n, g, t);                            \
+                        mma(dk[n], sa, b);                                                    \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+            if (a.dq) {                                                                       \
+                __syncthreads();                                                              \
+                float acc[DP / 8][4];                                                         \
+                _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                            \
+                    _Pragma("unroll") for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;           \
+                _Pragma("unroll") for (int kk = 0; kk < 64 / KS; kk++) {                      \
+                    u32 sa[4];                                                                \
+                    ldA_rows(sa, sS, SSS, 16 * w, kk * KS, g, t);                             \
+                    _Pragma("unroll") for (int n = 0; n < DP / 8; n++) {                      \
+                        u32 b[2];                                                             \
+                        ldB_cols(b, sK, SV, kk * KS, 8 * n, g, t);                            \
+                        mma(acc[n], sa, b);                                                   \
+                    }                                                                         \
+                }                                                                             \
+                float *dq = a.dq + bh * a.Tq * a.d;                                           \
+                _Pragma("unroll") for (int h = 0; h < 2; h++) {                               \
+                    const int row = q0 + 16 * w + g + 8 * h;                                  \
+                    if (row >= a.Tq) continue;                                                \
+                    _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                        \
+                        add2(dq + (long long)row * a.d, 8 * n + 2 * t, a.d, acc[n][2 * h], acc[n][2 * h + 1], PAIRS); \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {                                       \
+            const int row = k0 + 16 * w + g + 8 * h;                                          \
+            if (row >= a.Tk) continue;                                                        \
+            const long long ri = bh * a.Tk * a.d + (long long)row * a.d;                      \
+            _Pragma("unroll") for (int n = 0; n < DP / 8; n++) {                              \
+                if (a.dk) add2(a.dk + ri, 8 * n + 2 * t, a.d, dk[n][2 * h], dk[n][2 * h + 1], PAIRS); \
+                if (a.dv) add2(a.dv + ri, 8 * n + 2 * t, a.d, dv[n][2 * h], dv[n][2 * h + 1], PAIRS); \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    /* float2 atomics (sm_90) when d is even and the gradients 8-byte aligned; the choice is   \
+     * made once per launch (a run-time branch around the atomics doubles register use). */   \
+    extern "C" __global__ void __launch_bounds__(128, IS_BF16 && DP == 32 ? 3 : 0) nb_attn_bwd_tc(const BwdArgs a) { \
+        extern __shared__ float smb[];                                                        \
+        if (PAIR_ATOMICS && (a.d & 1) == 0 &&                                                 \
+            (((unsigned long long)a.dq | (unsigned long long)a.dk | (unsigned long long)a.dv) & 7) == 0) \
+            bwd_tc<true>(a, smb);                                                             \
+        else                                                                                  \
+            bwd_tc<false>(a, smb);                                                            \
+    }                                                                                         \
+    )
+
+/* One module per (padded head dim, tensor-core type). */
+#define NB_ATTN_SRC_TC(dp, bf16)                                                              \
+    "#define DP " #dp "\n#define IS_BF16 " #bf16 "\n" NB_ATTN_SRC_HEAD NB_ATTN_SRC_TC_ASM       \
+        NB_ATTN_SRC_ATOMIC NB_ATTN_SRC_TC_FRAG NB_ATTN_SRC_TC_FWD NB_ATTN_SRC_TC_BWD
+
+#endif

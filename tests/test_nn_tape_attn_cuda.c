@@ -1,0 +1,476 @@
+/* Fused attention on CUDA (src/nn/tape_cuda_attn.c): the kernels on raw device buffers against a
+ * double-precision reference, and the CUDA tape against the CPU tape (forward and the three
+ * gradients) for odd sequence lengths, head dims 16..128, every precision, inputs without
+ * gradients, accumulation into shared gradient buffers, and the head-dim limit.
+ * Skips without a GPU. NB_ATTN_BENCH=1 also times forward + backward at the reference UNet's
+ * attention shapes (batch 32: [32,6,256,32] and [32,8,64,32]). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nabla/device.h"
+#include "nabla/nn_tape.h"
+#include "nb_test.h"
+#include "nn/attn_cuda.h"
+
+static nb_device *open_gpu(void) {
+    nb_device *d = NULL;
+    if (nb_device_open("cuda", &d) != NB_OK) return NULL;
+    return d;
+}
+
+static void fill(float *x, int64_t n, uint32_t seed, float scale) {
+    uint32_t s = seed * 2654435761u + 12345u;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = ((float)(s >> 8) / 16777216.0f * 2.0f - 1.0f) * scale;
+    }
+}
+
+/* max |a - b| / max(max |b|, floor) */
+static double rel_err(const float *a, const double *b, int64_t n, double floor) {
+    double e = 0.0, m = floor;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e)) e = d; /* NaN propagates */
+    }
+    return e / m;
+}
+
+static double rel_errf(const float *a, const float *b, int64_t n, double floor) {
+    double *bd = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) bd[i] = b[i];
+    double e = rel_err(a, bd, n, floor);
+    free(bd);
+    return e;
+}
+
+/* Reference in double: o = softmax(q k^T / sqrt d) v; with dout, dq/dk/dv (+=). */
+static void ref_attention(const float *q, const float *k, const float *v, const float *dout,
+                          int64_t BH, int64_t Tq, int64_t Tk, int64_t d, double *o, double *lse2,
+                          double *dq, double *dk, double *dv) {
+    double sc = 1.0 / sqrt((double)d);
+    double *P = malloc((size_t)(Tq * Tk) * sizeof(double));
+    for (int64_t b = 0; b < BH; b++) {
+        const float *qb = q + b * Tq * d, *kb = k + b * Tk * d, *vb = v + b * Tk * d;
+        for (int64_t i = 0; i < Tq; i++) {
+            double mx = -1e300, sum = 0.0;
+            for (int64_t j = 0; j < Tk; j++) {
+                double a = 0.0;
+                for (int64_t e = 0; e < d; e++) a += (double)qb[i * d + e] * kb[j * d + e];
+                P[i * Tk + j] = a * sc;
+                if (a * sc > mx) mx = a * sc;
+            }
+            for (int64_t j = 0; j < Tk; j++) sum += (P[i * Tk + j] = exp(P[i * Tk + j] - mx));
+            for (int64_t j = 0; j < Tk; j++) P[i * Tk + j] /= sum;
+            if (lse2) lse2[b * Tq + i] = (mx + log(sum)) / log(2.0);
+            for (int64_t e = 0; e < d; e++) {
+                double a = 0.0;
+                for (int64_t j = 0; j < Tk; j++) a += P[i * Tk + j] * vb[j * d + e];
+                o[(b * Tq + i) * d + e] = a;
+            }
+        }
+        if (!dout) continue;
+        const float *gb = dout + b * Tq * d;
+        for (int64_t i = 0; i < Tq; i++) {
+            double D = 0.0;
+            for (int64_t e = 0; e < d; e++) D += o[(b * Tq + i) * d + e] * gb[i * d + e];
+            for (int64_t j = 0; j < Tk; j++) {
+                double dp = 0.0;
+                for (int64_t e = 0; e < d; e++) dp += (double)gb[i * d + e] * vb[j * d + e];
+                double p = P[i * Tk + j], ds = p * (dp - D) * sc;
+                for (int64_t e = 0; e < d; e++) {
+                    if (dv) dv[(b * Tk + j) * d + e] += p * gb[i * d + e];
+                    if (dq) dq[(b * Tq + i) * d + e] += ds * kb[j * d + e];
+                    if (dk) dk[(b * Tk + j) * d + e] += ds * qb[i * d + e];
+                }
+            }
+        }
+    }
+    free(P);
+}
+
+/* ---- kernels on raw device buffers ------------------------------------------------------ */
+
+typedef struct {
+    nb_buffer *b;
+    float *p;
+} dbuf;
+
+static nb_status dalloc(nb_device *dev, int64_t n, const float *host, dbuf *out) {
+    nb_status s = nb_buffer_alloc(dev, (size_t)n * sizeof(float), &out->b);
+    if (s) return s;
+    out->p = nb_buffer_ptr(out->b);
+    return host ? nb_memcpy_h2d(dev, out->p, host, (size_t)n * sizeof(float)) : NB_OK;
+}
+
+/* One raw case: forward + backward with gradients pre-filled (accumulation checked); want_*:
+ * which gradients are requested. */
+static void raw_case(nb_device *dev, int prec, int64_t BH, int64_t Tq, int64_t Tk, int64_t d,
+                     int want_q, int want_k, int want_v) {
+    int64_t nq = BH * Tq * d, nk = BH * Tk * d;
+    float *h = malloc((size_t)(4 * nq + 5 * nk + 2 * BH * Tq) * sizeof(float));
+    float *q = h, *dout = q + nq, *o = dout + nq, *gq = o + nq, *k = gq + nq, *v = k + nk,
+          *gk = v + nk, *gv = gk + nk, *g0 = gv + nk, *lse = g0 + nk;
+    fill(q, nq, 1, 1.5f);
+    fill(k, nk, 2, 1.5f);
+    fill(v, nk, 3, 1.0f);
+    fill(dout, nq, 4, 1.0f);
+    fill(g0, nk, 5, 0.5f); /* initial gradient contents: accumulation */
+    double *r = calloc((size_t)(2 * nq + 2 * nk + BH * Tq), sizeof(double));
+    double *ro = r, *rdq = ro + nq, *rdk = rdq + nq, *rdv = rdk + nk, *rl = rdv + nk;
+    for (int64_t i = 0; i < nq; i++) rdq[i] = g0[i % nk];
+    for (int64_t i = 0; i < nk; i++) rdk[i] = rdv[i] = g0[i];
+    ref_attention(q, k, v, dout, BH, Tq, Tk, d, ro, rl, rdq, rdk, rdv);
+    for (int64_t i = 0; i < nq; i++) gq[i] = g0[i % nk];
+    dbuf Q, K, V, O, G, L, DL, DQ, DK, DV;
+    NB_REQUIRE_OK(dalloc(dev, nq, q, &Q));
+    NB_REQUIRE_OK(dalloc(dev, nk, k, &K));
+    NB_REQUIRE_OK(dalloc(dev, nk, v, &V));
+    NB_REQUIRE_OK(dalloc(dev, nq, NULL, &O));
+    NB_REQUIRE_OK(dalloc(dev, nq, dout, &G));
+    NB_REQUIRE_OK(dalloc(dev, BH * Tq, NULL, &L));
+    NB_REQUIRE_OK(dalloc(dev, BH * Tq, NULL, &DL));
+    NB_REQUIRE_OK(dalloc(dev, nq, gq, &DQ));
+    NB_REQUIRE_OK(dalloc(dev, nk, g0, &DK));
+    NB_REQUIRE_OK(dalloc(dev, nk, g0, &DV));
+    NB_EXPECT_OK(nb_attn_cuda_forward(dev, prec, Q.p, K.p, V.p, O.p, L.p, BH, Tq, Tk, d));
+    NB_EXPECT_OK(nb_attn_cuda_backward(dev, prec, Q.p, K.p, V.p, O.p, G.p, L.p, DL.p, want_q ? DQ.p : NULL, want_k ? DK.p : NULL,
+                                       want_v ? DV.p : NULL, BH, Tq, Tk, d));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, o, O.p, (size_t)nq * 4));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, lse, L.p, (size_t)(BH * Tq) * 4));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, gq, DQ.p, (size_t)nq * 4));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, gk, DK.p, (size_t)nk * 4));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, gv, DV.p, (size_t)nk * 4));
+    if (!want_q)
+        for (int64_t i = 0; i < nq; i++) rdq[i] = g0[i % nk];
+    if (!want_k)
+        for (int64_t i = 0; i < nk; i++) rdk[i] = g0[i];
+    if (!want_v)
+        for (int64_t i = 0; i < nk; i++) rdv[i] = g0[i];
+    double eo = rel_err(o, ro, nq, 1e-3), el = rel_err(lse, rl, BH * Tq, 1.0),
+           eq = rel_err(gq, rdq, nq, 1e-3), ek = rel_err(gk, rdk, nk, 1e-3),
+           ev = rel_err(gv, rdv, nk, 1e-3);
+    static const char *const pname[] = {"fp32", "tf32", "bf16"};
+    static const double tol_o[] = {2e-5, 5e-3, 3e-2}, tol_g[] = {5e-5, 1e-2, 6e-2};
+    printf("  raw %s BH=%lld Tq=%lld Tk=%lld d=%lld grads %d%d%d: rel err o %.1e lse %.1e dq %.1e "
+           "dk %.1e dv %.1e\n", pname[prec], (long long)BH, (long long)Tq, (long long)Tk,
+           (long long)d, want_q, want_k, want_v, eo, el, eq, ek, ev);
+    NB_EXPECT(eo < tol_o[prec] && el < tol_o[prec]);
+    NB_EXPECT(eq < tol_g[prec] && ek < tol_g[prec] && ev < tol_g[prec]);
+    dbuf all[] = {Q, K, V, O, G, L, DL, DQ, DK, DV};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nb_buffer_release(all[i].b);
+    free(r);
+    free(h);
+}
+
+static void test_attn_raw_kernels(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    for (int p = 0; p < 3; p++) { /* fp32: SIMT; tf32 / bf16: tensor cores (SIMT at d > 64) */
+        raw_case(dev, p, 2, 37, 37, 16, 1, 1, 1);
+        raw_case(dev, p, 3, 64, 64, 32, 1, 1, 1);
+        raw_case(dev, p, 1, 256, 256, 32, 1, 1, 1);
+        raw_case(dev, p, 2, 100, 70, 20, 1, 1, 1);  /* Tq != Tk, d padded to 32 */
+        raw_case(dev, p, 1, 5, 3, 7, 1, 1, 1);      /* tiny */
+        raw_case(dev, p, 1, 150, 129, 64, 1, 1, 1);
+        raw_case(dev, p, 1, 70, 140, 128, 1, 1, 1);
+        raw_case(dev, p, 1, 65, 33, 50, 0, 1, 1);   /* no dq */
+        raw_case(dev, p, 1, 65, 33, 32, 1, 0, 0);   /* dq only */
+        raw_case(dev, p, 1, 40, 90, 32, 0, 0, 1);   /* dv only */
+        raw_case(dev, p, 5, 129, 65, 49, 1, 1, 1);  /* odd d: scalar atomics */
+    }
+    nb_device_close(dev);
+}
+
+/* Self-attention with q = k = v = one buffer and dq = dk = dv = one gradient buffer: the three
+ * contributions accumulate into the same memory. */
+static void test_attn_raw_aliased_grads(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    const int64_t BH = 2, T = 77, d = 32, n = BH * T * d;
+    float *x = malloc((size_t)n * 4), *g = malloc((size_t)n * 4), *out = malloc((size_t)n * 4);
+    fill(x, n, 7, 1.0f);
+    fill(g, n, 8, 1.0f);
+    double *ro = calloc((size_t)n, sizeof(double)), *rg = calloc((size_t)n, sizeof(double));
+    ref_attention(x, x, x, g, BH, T, T, d, ro, NULL, rg, rg, rg);
+    dbuf X, O, G, L, DL, DX;
+    NB_REQUIRE_OK(dalloc(dev, n, x, &X));
+    NB_REQUIRE_OK(dalloc(dev, n, NULL, &O));
+    NB_REQUIRE_OK(dalloc(dev, n, g, &G));
+    NB_REQUIRE_OK(dalloc(dev, BH * T, NULL, &L));
+    NB_REQUIRE_OK(dalloc(dev, BH * T, NULL, &DL));
+    NB_REQUIRE_OK(dalloc(dev, n, NULL, &DX));
+    static const double tol[] = {5e-5, 1e-2, 6e-2};
+    for (int p = 0; p < 3; p++) {
+        NB_EXPECT_OK(nb_memset(dev, DX.p, 0, (size_t)n * 4));
+        NB_EXPECT_OK(nb_attn_cuda_forward(dev, p, X.p, X.p, X.p, O.p, L.p, BH, T, T, d));
+        NB_EXPECT_OK(nb_attn_cuda_backward(dev, p, X.p, X.p, X.p, O.p, G.p, L.p, DL.p, DX.p, DX.p,
+                                           DX.p, BH, T, T, d));
+        NB_EXPECT_OK(nb_memcpy_d2h(dev, out, DX.p, (size_t)n * 4));
+        double e = rel_err(out, rg, n, 1e-3);
+        printf("  aliased dq = dk = dv, precision %d: rel err %.1e\n", p, e);
+        NB_EXPECT(e < tol[p]);
+    }
+    dbuf all[] = {X, O, G, L, DL, DX};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nb_buffer_release(all[i].b);
+    free(x), free(g), free(out), free(ro), free(rg);
+    nb_device_close(dev);
+}
+
+/* ---- the tape: CUDA against the CPU reference ------------------------------------------ */
+
+typedef struct {
+    int64_t N, H, Tq, Tk, d;
+    int grad_q, grad_k, grad_v; /* requires_grad of the inputs */
+    int self;                   /* attention(x, x, x) on one input (grads accumulate) */
+} tape_case;
+
+/* Runs attention + mse(out, target) and backward on a tape on dev (NULL: CPU); reads the output
+ * and the inputs' gradients (zeros when not wanted) into host arrays. */
+static nb_status run_tape(nb_device *dev, int prec, const tape_case *c, const float *q,
+                          const float *k, const float *v, const float *tgt, float *o, float *gq,
+                          float *gk, float *gv) {
+    nb_tape *t = NULL;
+    nb_status s = dev ? nb_tape_create_on(dev, &t) : nb_tape_create(&t);
+    if (s) return s;
+    int64_t sq[4] = {c->N, c->H, c->Tq, c->d}, sk[4] = {c->N, c->H, c->Tk, c->d};
+    int64_t nq = c->N * c->H * c->Tq * c->d, nk = c->N * c->H * c->Tk * c->d;
+    nb_tvar tq, tk, tv, to, tt, loss;
+    if ((s = nb_tape_set_precision(t, (nb_tape_precision)prec))) goto done;
+    if ((s = nb_tape_input(t, 4, sq, q, c->grad_q, &tq))) goto done;
+    if (c->self) {
+        tk = tv = tq;
+    } else {
+        if ((s = nb_tape_input(t, 4, sk, k, c->grad_k, &tk))) goto done;
+        if ((s = nb_tape_input(t, 4, sk, v, c->grad_v, &tv))) goto done;
+    }
+    if ((s = nb_tape_input(t, 4, sq, tgt, 0, &tt))) goto done;
+    if ((s = nb_tape_attention(t, tq, tk, tv, &to))) goto done;
+    if ((s = nb_tape_mse(t, to, tt, &loss))) goto done;
+    if ((s = nb_tape_backward(t, loss))) goto done;
+    if ((s = nb_tape_read(t, to, o, nq))) goto done;
+    if ((s = nb_tape_read_grad(t, tq, gq, nq))) goto done;
+    if (!c->self) {
+        if ((s = nb_tape_read_grad(t, tk, gk, nk))) goto done;
+        if ((s = nb_tape_read_grad(t, tv, gv, nk))) goto done;
+    }
+done:
+    nb_tape_free(t);
+    return s;
+}
+
+static void tape_case_run(nb_device *dev, const tape_case *c) {
+    int64_t nq = c->N * c->H * c->Tq * c->d, nk = c->N * c->H * c->Tk * c->d;
+    float *h = malloc((size_t)(8 * nq + 6 * nk) * sizeof(float));
+    float *q = h, *tgt = q + nq, *o0 = tgt + nq, *o1 = o0 + nq, *gq0 = o1 + nq, *gq1 = gq0 + nq,
+          *k = gq1 + nq, *v = k + nk, *gk0 = v + nk, *gk1 = gk0 + nk, *gv0 = gk1 + nk,
+          *gv1 = gv0 + nk;
+    fill(q, nq, 11, 1.5f);
+    fill(k, nk, 12, 1.5f);
+    fill(v, nk, 13, 1.0f);
+    fill(tgt, nq, 14, 1.0f);
+    memset(gk0, 0, (size_t)nk * 4), memset(gv0, 0, (size_t)nk * 4);
+    memset(gk1, 0, (size_t)nk * 4), memset(gv1, 0, (size_t)nk * 4);
+    NB_REQUIRE_OK(run_tape(NULL, NB_TAPE_FP32, c, q, k, v, tgt, o0, gq0, gk0, gv0));
+    static const char *const pname[] = {"fp32", "tf32", "bf16"};
+    /* Tolerances relative to the largest reference magnitude (the tensor-core variants, when
+     * they exist, round operands to 10 / 7 mantissa bits). */
+    static const double tol_o[] = {2e-5, 5e-3, 3e-2}, tol_g[] = {5e-5, 1e-2, 6e-2};
+    for (int p = 0; p < 3; p++) {
+        NB_EXPECT_OK(run_tape(dev, p, c, q, k, v, tgt, o1, gq1, gk1, gv1));
+        double eo = rel_errf(o1, o0, nq, 1e-3), eq = rel_errf(gq1, gq0, nq, 1e-6),
+               ek = rel_errf(gk1, gk0, nk, 1e-6), ev = rel_errf(gv1, gv0, nk, 1e-6);
+        printf("  tape %s [%lld,%lld,%lld|%lld,%lld] grads %d%d%d%s: rel err o %.1e dq %.1e dk %.1e "
+               "dv %.1e\n", pname[p], (long long)c->N, (long long)c->H, (long long)c->Tq,
+               (long long)c->Tk, (long long)c->d, c->grad_q, c->grad_k, c->grad_v,
+               c->self ? " self" : "", eo, eq, ek, ev);
+        NB_EXPECT(eo < tol_o[p]);
+        NB_EXPECT(eq < tol_g[p] && ek < tol_g[p] && ev < tol_g[p]);
+    }
+    /* Gradients not requested read as zeros on both tapes. */
+    double zq = 0.0;
+    if (!c->grad_q)
+        for (int64_t i = 0; i < nq; i++) zq += fabs(gq1[i]) + fabs(gq0[i]);
+    NB_EXPECT(zq == 0.0);
+    free(h);
+}
+
+static void test_attn_tape_vs_cpu(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    const tape_case cases[] = {
+        {1, 2, 37, 37, 16, 1, 1, 1, 0},
+        {2, 1, 64, 64, 32, 1, 1, 1, 0},
+        {1, 2, 256, 256, 32, 1, 1, 1, 0},
+        {1, 1, 50, 100, 64, 1, 1, 1, 0}, /* Tq != Tk */
+        {1, 1, 33, 33, 128, 1, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) tape_case_run(dev, &cases[i]);
+    nb_device_close(dev);
+}
+
+static void test_attn_tape_partial_grads(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    const tape_case cases[] = {
+        {1, 2, 45, 45, 32, 0, 1, 1, 0}, /* q needs no gradient */
+        {1, 1, 45, 70, 32, 1, 0, 0, 0}, /* only q */
+        {1, 1, 45, 70, 16, 0, 0, 1, 0}, /* only v */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) tape_case_run(dev, &cases[i]);
+    nb_device_close(dev);
+}
+
+/* attention(x, x, x): the three gradients accumulate into x's one buffer. */
+static void test_attn_tape_self_accumulates(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    const tape_case c = {2, 2, 41, 41, 32, 1, 1, 1, 1};
+    tape_case_run(dev, &c);
+    nb_device_close(dev);
+}
+
+/* The CUDA forward keeps only the row log-sum-exp ([BH,Tq]) beside the output: the arena holds
+ * inputs + output + lse, far less than the [BH,Tq,Tk] probabilities the CPU path saves. */
+static void test_attn_tape_memory(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    const int64_t N = 1, H = 2, T = 1024, d = 32, n = N * H * T * d;
+    float *x = malloc((size_t)n * sizeof(float));
+    fill(x, n, 3, 1.0f);
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create_on(dev, &t));
+    int64_t sh[4] = {N, H, T, d};
+    nb_tvar q, k, v, o;
+    NB_EXPECT_OK(nb_tape_input(t, 4, sh, x, 1, &q));
+    NB_EXPECT_OK(nb_tape_input(t, 4, sh, x, 1, &k));
+    NB_EXPECT_OK(nb_tape_input(t, 4, sh, x, 1, &v));
+    nb_tape_stats s0, s1;
+    NB_EXPECT_OK(nb_tape_get_stats(t, &s0));
+    NB_EXPECT_OK(nb_tape_attention(t, q, k, v, &o));
+    NB_EXPECT_OK(nb_tape_get_stats(t, &s1));
+    int64_t used = s1.arena_used - s0.arena_used, bound = n * 4 + N * H * T * 4 + 256;
+    printf("  attention [1,2,1024,32] on the arena: %lld bytes (output + lse: %lld; P would be %lld)\n",
+           (long long)used, (long long)bound, (long long)(N * H * T * T * 4));
+    NB_EXPECT(used <= bound);
+    float *ho = malloc((size_t)n * sizeof(float));
+    NB_EXPECT_OK(nb_tape_read(t, o, ho, n));
+    NB_EXPECT(isfinite(ho[0]) && isfinite(ho[n - 1]));
+    free(ho);
+    free(x);
+    nb_tape_free(t);
+    nb_device_close(dev);
+}
+
+static void test_attn_tape_bad_head_dim(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create_on(dev, &t));
+    int64_t sh[4] = {1, 1, 4, 200};
+    float *x = calloc(800, sizeof(float));
+    nb_tvar a, o;
+    NB_EXPECT_OK(nb_tape_input(t, 4, sh, x, 1, &a));
+    NB_EXPECT_ERR(nb_tape_attention(t, a, a, a, &o), NB_ERR_UNSUPPORTED, "limit of 128");
+    NB_EXPECT_ERR(nb_attn_cuda_forward(dev, 0, NULL, NULL, NULL, NULL, NULL, 1, 4, 4, 129),
+                  NB_ERR_UNSUPPORTED, "head dim d = 129");
+    free(x);
+    nb_tape_free(t);
+    nb_device_close(dev);
+}
+
+/* ---- timing (NB_ATTN_BENCH=1) ------------------------------------------------------------ */
+
+static void bench_shape(nb_device *dev, int prec, int64_t N, int64_t H, int64_t T, int64_t d) {
+    int64_t BH = N * H, n = BH * T * d;
+    float *h = malloc((size_t)n * 4);
+    dbuf Q, K, V, O, G, L, DL, DQ, DK, DV;
+    dbuf *all[] = {&Q, &K, &V, &O, &G, &DQ, &DK, &DV};
+    for (int i = 0; i < 8; i++) {
+        fill(h, n, 20 + (uint32_t)i, 1.0f);
+        NB_REQUIRE_OK(dalloc(dev, n, h, all[i]));
+    }
+    NB_REQUIRE_OK(dalloc(dev, BH * T, NULL, &L));
+    NB_REQUIRE_OK(dalloc(dev, BH * T, NULL, &DL));
+    nb_event *e0, *e1, *e2;
+    NB_REQUIRE_OK(nb_event_create(dev, &e0));
+    NB_REQUIRE_OK(nb_event_create(dev, &e1));
+    NB_REQUIRE_OK(nb_event_create(dev, &e2));
+    nb_stream *s = nb_device_stream(dev);
+    const int iters = 50;
+    float best_f = 1e30f, best_b = 1e30f;
+    for (int rep = 0; rep < 4; rep++) {
+        float tf = 0, tb = 0;
+        for (int it = 0; it < iters; it++) {
+            NB_EXPECT_OK(nb_event_record(e0, s));
+            NB_EXPECT_OK(nb_attn_cuda_forward(dev, prec, Q.p, K.p, V.p, O.p, L.p, BH, T, T, d));
+            NB_EXPECT_OK(nb_event_record(e1, s));
+            NB_EXPECT_OK(nb_attn_cuda_backward(dev, prec, Q.p, K.p, V.p, O.p, G.p, L.p, DL.p, DQ.p,
+                                               DK.p, DV.p, BH, T, T, d));
+            NB_EXPECT_OK(nb_event_record(e2, s));
+            NB_EXPECT_OK(nb_event_synchronize(e2));
+            float a = 0, b = 0;
+            NB_EXPECT_OK(nb_event_elapsed_ms(e0, e1, &a));
+            NB_EXPECT_OK(nb_event_elapsed_ms(e1, e2, &b));
+            tf += a, tb += b;
+        }
+        if (rep > 0 && tf / iters < best_f) best_f = tf / iters; /* rep 0: warm-up, compile */
+        if (rep > 0 && tb / iters < best_b) best_b = tb / iters;
+    }
+    /* Backward split: dq only (atomics into dq) and dk, dv only. */
+    float best_q = 1e30f, best_kv = 1e30f;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int which = 0; which < 2; which++) {
+            NB_EXPECT_OK(nb_event_record(e0, s));
+            for (int it = 0; it < iters; it++)
+                NB_EXPECT_OK(nb_attn_cuda_backward(dev, prec, Q.p, K.p, V.p, O.p, G.p, L.p, DL.p,
+                                                   which ? NULL : DQ.p, which ? DK.p : NULL,
+                                                   which ? DV.p : NULL, BH, T, T, d));
+            NB_EXPECT_OK(nb_event_record(e1, s));
+            NB_EXPECT_OK(nb_event_synchronize(e1));
+            float ms = 0;
+            NB_EXPECT_OK(nb_event_elapsed_ms(e0, e1, &ms));
+            float *best = which ? &best_kv : &best_q;
+            if (ms / iters < *best) *best = ms / iters;
+        }
+    }
+    double flops_f = 4.0 * (double)BH * T * T * d, flops_b = 2.5 * flops_f;
+    static const char *const pname[] = {"fp32", "tf32", "bf16"};
+    printf("BENCH attn %s q[%lld,%lld,%lld,%lld]: fwd %.1f us (%.1f TFLOP/s)  bwd %.1f us "
+           "(%.1f TFLOP/s)  fwd+bwd %.1f us\n", pname[prec], (long long)N, (long long)H,
+           (long long)T, (long long)d, best_f * 1e3, flops_f / (best_f * 1e-3) * 1e-12,
+           best_b * 1e3, flops_b / (best_b * 1e-3) * 1e-12, (best_f + best_b) * 1e3);
+    printf("BENCH attn %s q[%lld,%lld,%lld,%lld]: bwd with dq only %.1f us, dk+dv only %.1f us\n",
+           pname[prec], (long long)N, (long long)H, (long long)T, (long long)d, best_q * 1e3,
+           best_kv * 1e3);
+    nb_event_destroy(e0), nb_event_destroy(e1), nb_event_destroy(e2);
+    for (int i = 0; i < 8; i++) nb_buffer_release(all[i]->b);
+    nb_buffer_release(L.b), nb_buffer_release(DL.b);
+    free(h);
+}
+
+static void test_attn_bench(void) {
+    nb_device *dev = open_gpu();
+    if (!dev) NB_SKIP("no CUDA device");
+    const char *b = getenv("NB_ATTN_BENCH");
+    if (!b || strcmp(b, "1") != 0) {
+        printf("  (timing runs with NB_ATTN_BENCH=1)\n");
+        nb_device_close(dev);
+        return;
+    }
+    for (int p = 0; p < 3; p++) {
+        bench_shape(dev, p, 32, 6, 256, 32); /* 16x16 maps, 192 channels */
+        bench_shape(dev, p, 32, 8, 64, 32);  /* 8x8 maps, 256 channels */
+        bench_shape(dev, p, 8, 8, 1024, 64); /* a larger one, for context */
+    }
+    nb_device_close(dev);
+}
+
+int main(int argc, char **argv) {
+    NB_TEST_MAIN(argc, argv, test_attn_raw_kernels, test_attn_raw_aliased_grads,
+                 test_attn_tape_vs_cpu, test_attn_tape_partial_grads,
+                 test_attn_tape_self_accumulates, test_attn_tape_memory,
+                 test_attn_tape_bad_head_dim, test_attn_bench);
+}
