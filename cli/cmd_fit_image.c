@@ -37,7 +37,10 @@ static void fit_usage(FILE *to) {
             "options:\n"
             "  --model hash|grid     hash: tiny-cuda-nn's image model (16 levels x 2 features, 2^15\n"
             "                        entries, base 16, scale 1.5 -> MLP 64 wide, 2 hidden, ReLU, no bias)\n"
-            "                        grid: a dense 33x33 grid of 14 features -> the same MLP (default: hash)\n"
+            "                        grid: the reference example's model in the kernel language\n"
+            "                        (examples/image_model.nb): a 33x33 grid of 14 features -> inline MLP\n"
+            "                        of three 16x16 layers; every pixel per step unless --batch is smaller\n"
+            "                        (default: hash)\n"
             "  --steps N             training steps (default: 1000 on CUDA, 150 on the CPU)\n"
             "  --batch N             samples per step (default: 262144 on CUDA, 4096 on the CPU)\n"
             "  --lr X                Adam learning rate (default: 0.01)\n"
@@ -99,6 +102,8 @@ typedef struct fit_state {
     nb_tensor *coords, *pred;  /* whole image: f32 [H*W, 2], [H*W, 3] */
     nb_tensor *efeat;          /* eval chunk features f16 [chunk, 32] */
     int64_t chunk;
+    int fused_bwd;             /* hash model ($NB_FIT_FUSED_BWD): 1 nb_encoding_backward_mlp,
+                                  2 nb_encoding_mlp_train (MLP forward + loss + both backwards) */
 } fit_state;
 
 static void fit_free(fit_state *s) {
@@ -132,6 +137,12 @@ static nb_status fit_setup(fit_state *s, const fit_opts *o) {
                                                      : nb_dense_grid_config(2, 14, 33, 33, 0);
     FIT_TRY(nb_encoding_create(s->dev, &ec, &s->enc));
     FIT_TRY(nb_encoding_set_spatially_ordered(s->enc, o->stratified)); /* Morton-ordered batches */
+    { /* hash model on CUDA: MLP forward + loss + both backwards in one kernel (nb_encoding_mlp_train)
+       * unless NB_FIT_FUSED_BWD = 0 (separate calls) or 1 (only the backwards fused) */
+        const char *fb = getenv("NB_FIT_FUSED_BWD");
+        int cuda = nb_device_get_kind(s->dev) == NB_DEVICE_CUDA;
+        s->fused_bwd = strcmp(o->model, "grid") == 0 || !cuda ? 0 : !fb ? 2 : !strcmp(fb, "0") ? 0 : !strcmp(fb, "1") ? 1 : 2;
+    }
     int F = nb_encoding_n_output_dims(s->enc);
     int64_t n_enc = nb_encoding_n_params(s->enc);
     nb_mlp_config mc = nb_mlp_config_default(F, 3, 64, 2);
@@ -170,10 +181,19 @@ static nb_status fit_sample(fit_state *s, const fit_opts *o, uint32_t step) {
 static nb_status fit_step(fit_state *s, const fit_opts *o, uint32_t step) {
     FIT_TRY(fit_sample(s, o, step));
     FIT_TRY(nb_encoding_forward(s->enc, s->enc_params, s->x, s->feat));
-    FIT_TRY(nb_mlp_forward(s->mlp, s->feat, s->y, 1));
-    FIT_TRY(nb_loss((nb_loss_kind)o->loss, s->y, s->target, s->loss, s->dy));
-    FIT_TRY(nb_mlp_backward(s->mlp, s->dy, s->dfeat));
-    FIT_TRY(nb_encoding_backward(s->enc, s->enc_params, s->x, s->dfeat, s->enc_grads, NULL));
+    if (s->fused_bwd == 2) {
+        FIT_TRY(nb_encoding_mlp_train(s->enc, s->mlp, s->enc_params, s->x, s->feat, s->target, o->loss, s->loss,
+                                      s->enc_grads));
+    } else {
+        FIT_TRY(nb_mlp_forward(s->mlp, s->feat, s->y, 1));
+        FIT_TRY(nb_loss((nb_loss_kind)o->loss, s->y, s->target, s->loss, s->dy));
+        if (s->fused_bwd) {
+            FIT_TRY(nb_encoding_backward_mlp(s->enc, s->mlp, s->enc_params, s->x, s->dy, s->enc_grads));
+        } else {
+            FIT_TRY(nb_mlp_backward(s->mlp, s->dy, s->dfeat));
+            FIT_TRY(nb_encoding_backward(s->enc, s->enc_params, s->x, s->dfeat, s->enc_grads, NULL));
+        }
+    }
     nb_tensor *ps[2] = {s->enc_params, nb_mlp_params(s->mlp)};
     nb_tensor *gs[2] = {s->enc_grads, nb_mlp_grads(s->mlp)};
     return nb_adam_step_multi(s->opt, 2, ps, gs, 1);
@@ -197,13 +217,19 @@ static nb_status fit_profile(fit_state *s, const fit_opts *o, int n, uint32_t fi
         if (st == NB_OK) st = nb_event_record(ev[1], q);
         if (st == NB_OK) st = nb_encoding_forward(s->enc, s->enc_params, s->x, s->feat);
         if (st == NB_OK) st = nb_event_record(ev[2], q);
-        if (st == NB_OK) st = nb_mlp_forward(s->mlp, s->feat, s->y, 1);
+        if (st == NB_OK) /* fused 2: forward, loss and both backwards in the "mlp fwd" phase */
+            st = s->fused_bwd == 2 ? nb_encoding_mlp_train(s->enc, s->mlp, s->enc_params, s->x, s->feat, s->target,
+                                                           o->loss, s->loss, s->enc_grads)
+                                   : nb_mlp_forward(s->mlp, s->feat, s->y, 1);
         if (st == NB_OK) st = nb_event_record(ev[3], q);
-        if (st == NB_OK) st = nb_loss((nb_loss_kind)o->loss, s->y, s->target, s->loss, s->dy);
+        if (st == NB_OK && s->fused_bwd != 2) st = nb_loss((nb_loss_kind)o->loss, s->y, s->target, s->loss, s->dy);
         if (st == NB_OK) st = nb_event_record(ev[4], q);
-        if (st == NB_OK) st = nb_mlp_backward(s->mlp, s->dy, s->dfeat);
+        if (st == NB_OK && s->fused_bwd != 2) /* fused 1: both backwards in the "mlp bwd" phase */
+            st = s->fused_bwd ? nb_encoding_backward_mlp(s->enc, s->mlp, s->enc_params, s->x, s->dy, s->enc_grads)
+                              : nb_mlp_backward(s->mlp, s->dy, s->dfeat);
         if (st == NB_OK) st = nb_event_record(ev[5], q);
-        if (st == NB_OK) st = nb_encoding_backward(s->enc, s->enc_params, s->x, s->dfeat, s->enc_grads, NULL);
+        if (st == NB_OK && !s->fused_bwd)
+            st = nb_encoding_backward(s->enc, s->enc_params, s->x, s->dfeat, s->enc_grads, NULL);
         if (st == NB_OK) st = nb_event_record(ev[6], q);
         if (st == NB_OK) st = nb_adam_step_multi(s->opt, 2, ps, gs, 1);
         if (st == NB_OK) st = nb_event_record(ev[7], q);
@@ -221,6 +247,9 @@ static nb_status fit_profile(fit_state *s, const fit_opts *o, int n, uint32_t fi
         for (int i = 0; i < 7; i++)
             printf("  %-11s %8.4f ms  %5.1f%%\n", names[i], ms[i] / n, total > 0 ? 100 * ms[i] / total : 0.0);
         printf("  %-11s %8.4f ms\n", "total", total / n);
+        if (s->fused_bwd) /* the hash model's fused kernel (NB_FIT_FUSED_BWD) */
+            printf("  (fused: %s)\n", s->fused_bwd == 2 ? "\"mlp fwd\" is the MLP forward, loss and both backwards"
+                                                        : "\"mlp bwd\" is both backwards");
     }
     for (int i = 0; i < 8; i++)
         if (ev[i]) nb_event_destroy(ev[i]);
@@ -347,6 +376,13 @@ int nb_cmd_fit_image(int argc, char **argv) {
         return ds == NB_ERR_INVALID_ARG ? 2 : 1;
     }
     int cuda = nb_device_get_kind(s.dev) == NB_DEVICE_CUDA;
+    if (!strcmp(o.model, "grid")) { /* the kernel-language model, every pixel per step: fit_grid.c */
+        nb_fit_grid_opts g = {o.image, no_out ? NULL : o.out, o.steps < 0 ? (cuda ? 1000 : 150) : o.steps,
+                              o.batch, o.size < 0 ? (cuda ? 512 : 256) : o.size, o.eval_every, o.seed, o.lr, profile};
+        int rc = nb_fit_grid(s.dev, &g);
+        nb_device_close(s.dev);
+        return rc;
+    }
     if (o.steps < 0) o.steps = cuda ? 1000 : 150;
     if (o.batch < 0) o.batch = cuda ? (1 << 18) : 4096;
     if (o.size < 0) o.size = cuda ? 512 : 256;

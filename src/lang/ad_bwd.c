@@ -610,6 +610,8 @@ static void rev_call(bwd *B, nb_ir_inst *in)
     int n = cf->nparams;
     int has_adj = B->adji[in->id] != NULL, any_diff = 0;
     for (int i = 0; i < n; i++) {
+        const nb_type *pt = cf->params[i]->type;
+        if (pt->kind == NB_TY_TENSOR && pt->diff_tensor) any_diff = 1; /* its reads add into the gradient array */
         if (!nb_ad_param_is_diff(cf->params[i])) continue;
         any_diff = 1;
         if (in->refs[i] && cf->params[i]->dir != NB_DIR_IN && B->adjv[in->refs[i]->id]) has_adj = 1;

@@ -20,6 +20,7 @@
 #include "core/util.h"
 #include "lang/ad.h"
 #include "lang/emit_c.h"
+#include "lang/intrinsics.h"
 #include "lang/ir.h"
 #include "lang/lower_scope.h"
 #include "lang/program.h"
@@ -452,6 +453,49 @@ static void gen_acc_flush(nb_emitter *e, nb_strbuf *o, const leaves *L, const nb
     }
 }
 
+/* ---- warp-cooperative kernels ------------------------------------------------------------
+ * A function that reaches a warp-cooperative intrinsic (intrinsics.h NB_IFLAG_WARP: lib/nn.nb's
+ * tensor-core products) needs all 32 lanes of a warp converged when it calls it. Its CUDA call
+ * kernel therefore iterates whole warps: lanes past the end run the last element again
+ * ("tail lanes": nb_live = 0) with their incoming gradients (_dout, out-parameter gradients)
+ * zeroed, and store nothing. */
+typedef struct warp_scan {
+    const nb_ir_func *seen[256];
+    int nseen, found;
+} warp_scan;
+
+static void warp_scan_func(warp_scan *w, const nb_ir_func *f);
+
+static void warp_scan_inst(nb_ir_inst *in, void *ud)
+{
+    warp_scan *w = ud;
+    if (w->found) return;
+    if (in->op == NB_IR_INTRIN) {
+        const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);
+        if (ii && (ii->flags & NB_IFLAG_WARP)) w->found = 1;
+    } else if (in->op == NB_IR_CALL && in->callee) warp_scan_func(w, in->callee);
+}
+
+static void warp_scan_func(warp_scan *w, const nb_ir_func *f)
+{
+    for (int i = 0; i < w->nseen; i++)
+        if (w->seen[i] == f) return;
+    if (w->nseen == (int)(sizeof w->seen / sizeof w->seen[0])) {
+        w->found = 1; /* (a huge call graph: assume the worst, the warp loop is always correct) */
+        return;
+    }
+    w->seen[w->nseen++] = f;
+    nb_ir_walk(f->body, warp_scan_inst, w);
+}
+
+static int reaches_warp_intrinsic(const nb_ir_func *f)
+{
+    warp_scan w;
+    memset(&w, 0, sizeof w);
+    warp_scan_func(&w, f);
+    return w.found;
+}
+
 nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf *source, nb_call_layout *layout)
 {
     NB_CHECK_ARG(p);
@@ -503,6 +547,13 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_emitter *e = &E;
     nb_status st = NB_OK;
     int cuda = sig->target == NB_TARGET_CUDA;
+    int warp = cuda && reaches_warp_intrinsic(f); /* whole warps iterate (see warp_scan) */
+    e->warp_kernel = warp;
+    /* a bwds/bwdr wrapper's incoming gradients: its parameters after f's in/inout ones */
+    int bwd_wrapper = ad_kind == NB_AD_BWDS || ad_kind == NB_AD_BWDR || (!ad_kind && sig->mode == NB_CALL_BWD);
+    int nprim_in = 0;
+    if (warp && bwd_wrapper && f->primal)
+        for (int i = 0; i < f->primal->nparams; i++) nprim_in += f->primal->params[i]->dir != NB_DIR_OUT;
     int nd_ = sig->ndim;
     leaves L;
     memset(&L, 0, sizeof L);
@@ -665,6 +716,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                ename);
     else APPEND(&b, "static inline void nb_body_%s(const nb_params_%s *nb_P, const long long *nb_idx", ename, ename);
     if (nacc) APPEND(&b, ", nb_acc_%s *nb_acc", ename);
+    if (warp) nb_strbuf_append(&b, ", int nb_live");
     nb_strbuf_append(&b, ") {\n");
     (void)I;
     if (nd_ == 0) nb_strbuf_append(&b, "    (void)nb_idx;\n");
@@ -733,6 +785,15 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             gen_access(e, &b, 0, l->type, lv, addr, inner, 0, ls->storage, 1);
         }
     }
+    if (warp && bwd_wrapper && f->primal) /* tail lanes carry no gradient */
+        for (int pi = nprim_in; pi < f->nparams; pi++) {
+            if (f->params[pi]->dir == NB_DIR_OUT) continue;
+            nb_strbuf z;
+            nb_strbuf_init(&z);
+            nb_emit_zero(e, f->params[pi]->type, &z);
+            APPEND(&b, "    if (!nb_live) nb_v%d = %s; /* %s of a tail lane */\n", pi, nb_strbuf_cstr(&z), f->params[pi]->name);
+            nb_strbuf_free(&z);
+        }
     /* the call */
     nb_strbuf call;
     nb_strbuf_init(&call);
@@ -768,6 +829,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     else APPEND(&b, "    %s;\n", nb_strbuf_cstr(&call));
     nb_strbuf_free(&call);
     /* write back */
+    if (warp) nb_strbuf_append(&b, "    if (!nb_live) return; /* a tail lane of a warp-cooperative kernel */\n");
     for (int i = 0; i < total; i++) {
         const leaf *l = LEAF_AT(i);
         const nb_leaf_sig *ls = &sig->leaves[i];
@@ -847,11 +909,21 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         for (int d = 0; d < nd_; d++) APPEND(&b, " * params.shape[%d]", d);
         nb_strbuf_append(&b, ";\n");
         if (nacc) APPEND(&b, "    nb_acc_%s nb_acc = {};\n", ename);
+        int nn_block = warp && nb_emit_nn_block_accum(e); /* per-block weight-gradient sums (emit_nn.c) */
+        if (nn_block) { /* one wave of long-lived blocks: each flushes its sums once */
+            nb_strbuf_append(&b, "    nb_nn_block_begin();\n");
+            layout->blocks_per_sm = 2;
+        }
         for (int pass = 0; pass < 2; pass++) {
             const char *T = pass == 0 ? "unsigned" : "long long";
             if (pass == 0) nb_strbuf_append(&b, "    if (nb_n < 0x7fffffffLL) {\n");
             else nb_strbuf_append(&b, "    } else {\n");
             APPEND(&b, "        const %s nb_stride = (%s)blockDim.x * gridDim.x;\n", T, T);
+            if (warp) { /* whole warps (blockDim.x is a multiple of 32): tail lanes redo the last index */
+                APPEND(&b, "        for (%s nb_w = (%s)blockIdx.x * blockDim.x + (threadIdx.x & ~31u); nb_w < (%s)nb_n; nb_w += nb_stride) {\n", T, T, T);
+                APPEND(&b, "            %s nb_i = nb_w + (threadIdx.x & 31u);\n", T);
+                APPEND(&b, "            const int nb_live = nb_i < (%s)nb_n;\n            if (!nb_live) nb_i = (%s)nb_n - 1;\n", T, T);
+            } else
             APPEND(&b, "        for (%s nb_i = (%s)blockIdx.x * blockDim.x + threadIdx.x; nb_i < (%s)nb_n; nb_i += nb_stride) {\n", T, T, T);
             APPEND(&b, "            %s nb_idx[%d];\n", T, nd_ > 0 ? nd_ : 1);
             if (nd_ == 0) nb_strbuf_append(&b, "            nb_idx[0] = 0;\n");
@@ -862,10 +934,11 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                     APPEND(&b, "            nb_idx[%d] = nb_rem %% (%s)params.shape[%d]; nb_rem /= (%s)params.shape[%d];\n", d, T, d, T, d);
                 nb_strbuf_append(&b, "            nb_idx[0] = nb_rem;\n");
             }
-            APPEND(&b, "            nb_body_%s(&params, nb_idx%s);\n", ename, nacc ? ", &nb_acc" : "");
+            APPEND(&b, "            nb_body_%s(&params, nb_idx%s%s);\n", ename, nacc ? ", &nb_acc" : "", warp ? ", nb_live" : "");
             nb_strbuf_append(&b, "        }\n");
         }
         nb_strbuf_append(&b, "    }\n");
+        if (nn_block) nb_strbuf_append(&b, "    nb_nn_block_end(); /* every thread gets here */\n");
         if (nacc) {
             gen_block_sum_helper(e);
             gen_acc_flush(e, &b, &L, sig, acc_local, nd_, "params.");

@@ -563,6 +563,25 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
         }
         return call->type = args[0]->type;
     case NB_ISIG_THREAD_ID: return call->type = nb_type_vector(c->tt, NB_SC_UINT, 3);
+    case NB_ISIG_NN_MATVEC:
+    case NB_ISIG_NN_OUTER: { /* (w, offset, vectors...): lib/nn.nb's building blocks */
+        const nb_type *wt = args[0]->type;
+        int outer = in->sig == NB_ISIG_NN_OUTER;
+        if (wt->kind != NB_TY_TENSOR || wt->rank != 1 || wt->elem != c->tt->t_float || (outer && !wt->diff_tensor)) {
+            ck_err(c, args[0]->loc, "the first argument of '%s' must be a %s<float,1> of weights, got '%s'", name,
+                   outer ? "DiffTensor" : "Tensor or DiffTensor", wt->name ? wt->name : "?");
+            return call->type = c->tt->t_error;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "argument 2 of '%s'", name);
+        ck_coerce(c, &args[1], c->tt->t_int, what);
+        const nb_type *v16 = nb_type_array(c->tt, c->tt->t_float, 16);
+        for (int i = 2; i < n; i++) {
+            snprintf(what, sizeof what, "argument %d of '%s'", i + 1, name);
+            ck_coerce(c, &args[i], v16, what);
+        }
+        return call->type = outer ? c->tt->t_void : v16;
+    }
     case NB_ISIG_FWD_DIFF:
     case NB_ISIG_BWD_DIFF:
         ck_err(c, call->loc, "'%s(f)' must be called with f's arguments: %s(f)(…)", name, name);

@@ -1119,6 +1119,9 @@ void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *
         if (n < 1) break;
         h = matrix_helper(e, id, rt, at, n);
         break;
+    case NB_ISIG_NN_MATVEC: case NB_ISIG_NN_OUTER: /* emit_nn.c */
+        nb_emit_nn_intrinsic(e, id, at, args, n, o);
+        return;
     case NB_ISIG_THREAD_ID: {
         const char *f = id == NB_INTR_DISPATCH_ID ? "dispatch_id" : id == NB_INTR_THREAD_IDX ? "thread_idx"
                         : id == NB_INTR_BLOCK_IDX ? "block_idx" : "block_dim";
@@ -1228,6 +1231,9 @@ const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, 
     } else {
         if (el->kind != NB_TY_SCALAR || (s != NB_SC_FLOAT && s != NB_SC_DOUBLE && s != NB_SC_INT && s != NB_SC_UINT)) {
             nb_emit_fail(e, "atomicAdd on tensors of '%s' is not supported", el->name ? el->name : "?");
+        } else if (e->target == NB_TARGET_CUDA && grad && e->warp_kernel && s == NB_SC_FLOAT) {
+            /* (a gradient add of the reverse sweep: its value is never used) */
+            APPEND(&b, "    %s((float *)p, v);\n    return 0.0f;\n", nb_emit_nn_warp_red_helper(e));
         } else if (e->target == NB_TARGET_CUDA) {
             APPEND(&b, "    return atomicAdd((%s *)p, v);\n", nb_emit_scalar_ctype(s));
         } else if (s == NB_SC_FLOAT || s == NB_SC_DOUBLE) {

@@ -45,6 +45,7 @@ typedef struct nb_emitter {
     int *loop_labels;         /* stack: label id or -1 (plain continue) */
     int nloops;
     int indent;
+    int warp_kernel;          /* CUDA call kernel iterating whole warps (callgen.c, emit_nn.c) */
 } nb_emitter;
 
 void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target);
@@ -84,6 +85,14 @@ const char *nb_emit_get_helper(nb_emitter *e, const nb_type *t);
 /* Renders intrinsic `id` with result type rt over rendered args (types in at[]). */
 void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, const char *const *args,
                        int n, nb_strbuf *out);
+/* The inline-MLP intrinsics (intrinsics.h NN_*; emit_nn.c): C loops, warp-cooperative CUDA. */
+void nb_emit_nn_intrinsic(nb_emitter *e, int id, const nb_type *const *at, const char *const *args, int n,
+                          nb_strbuf *out);
+/* 1 when the emitted code accumulates weight gradients per block (CUDA nn_outer16_acc): the call
+ * kernel must then call nb_nn_block_begin() / nb_nn_block_end() in every thread (emit_nn.c). */
+int nb_emit_nn_block_accum(const nb_emitter *e);
+/* Name of the warp-aggregated float atomic add used for DiffTensor gradients in warp kernels. */
+const char *nb_emit_nn_warp_red_helper(nb_emitter *e);
 /* Tensor element access helpers: returns the helper name ("nb_tload_tensor_float_2"). */
 /* grad: the DiffTensor's gradient buffer (t.grad, t.grad_strides; NULL: loads give 0, stores and
  * atomic adds do nothing) instead of its data. */

@@ -40,6 +40,11 @@
  *     ref = NB_REF_INTRINSIC, index = NB_INTR_FWD_DIFF/BWD_DIFF, decl = f. See check.h.
  *   - THREAD_ID: dispatch_id(), cudaThreadIdx(), cudaBlockIdx(), cudaBlockDim(): () -> uint3,
  *     [Kernel] functions only.
+ *   - NN_MATVEC: nn_matvec16(w, off, x) / nn_matvec16_t(w, off, x): w a Tensor or DiffTensor of
+ *     rank 1 over float, off converted to int, x converted to float[16]; result float[16]
+ *     (y[i] = sum_j w[off + 16 i + j] x[j]; _t: y[j] = sum_i w[off + 16 i + j] x[i]);
+ *   - NN_OUTER: nn_outer16_acc(w, off, dy, x): w a DiffTensor<float,1>; adds dy[i] x[j] into w's
+ *     gradient array at off + 16 i + j (nothing without one); returns void.
  */
 #ifndef NB_LANG_INTRINSICS_H
 #define NB_LANG_INTRINSICS_H
@@ -70,6 +75,8 @@ typedef enum nb_isig {
     NB_ISIG_FWD_DIFF,      /* fwd_diff(f) -> callable */
     NB_ISIG_BWD_DIFF,      /* bwd_diff(f) -> callable */
     NB_ISIG_THREAD_ID,     /* uint3 f() */
+    NB_ISIG_NN_MATVEC,     /* float[16] f(Tensor<float,1> w, int offset, float[16] x) */
+    NB_ISIG_NN_OUTER,      /* void f(DiffTensor<float,1> w, int offset, float[16] dy, float[16] x) */
 } nb_isig;
 
 typedef enum nb_idiff {
@@ -81,6 +88,9 @@ typedef enum nb_idiff {
 
 enum {
     NB_IFLAG_KERNEL = 1 << 0, /* only inside [Kernel] functions */
+    NB_IFLAG_WARP = 1 << 1,   /* warp-cooperative on CUDA (lib/nn.nb, docs/NN.md "Inline MLP"): all 32
+                                 lanes of a warp must call it together (the call kernel keeps whole
+                                 warps iterating); never moved, merged or dropped by the optimizer */
 };
 
 /* X(ID, name, min_args, max_args, SIG, DIFF, FLAGS) */
@@ -158,7 +168,12 @@ enum {
     X(DISPATCH_ID, "dispatch_id", 0, 0, THREAD_ID,     NONE,    NB_IFLAG_KERNEL) \
     X(THREAD_IDX,  "cudaThreadIdx", 0, 0, THREAD_ID,   NONE,    NB_IFLAG_KERNEL) \
     X(BLOCK_IDX,   "cudaBlockIdx", 0, 0, THREAD_ID,    NONE,    NB_IFLAG_KERNEL) \
-    X(BLOCK_DIM,   "cudaBlockDim", 0, 0, THREAD_ID,    NONE,    NB_IFLAG_KERNEL)
+    X(BLOCK_DIM,   "cudaBlockDim", 0, 0, THREAD_ID,    NONE,    NB_IFLAG_KERNEL) \
+    /* inline-MLP building blocks (lib/nn.nb): 16x16 row-major matrices at w[offset ..        \
+     * offset + 256); CUDA: warp-cooperative mma.sync (f16 operands, f32 accumulation) */      \
+    X(NN_MATVEC16,   "nn_matvec16",   3, 3, NN_MATVEC, NONE, NB_IFLAG_WARP) /* W x */       \
+    X(NN_MATVEC16_T, "nn_matvec16_t", 3, 3, NN_MATVEC, NONE, NB_IFLAG_WARP) /* W^T x */     \
+    X(NN_OUTER16_ACC,"nn_outer16_acc",4, 4, NN_OUTER,  NONE, NB_IFLAG_WARP) /* dW += dy x^T */
 
 typedef enum nb_intrinsic {
 #define NB_X_(id, name, mn, mx, sig, diff, flags) NB_INTR_##id,

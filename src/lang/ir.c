@@ -462,6 +462,10 @@ int nb_ir_is_pure(const nb_ir_inst *in)
     case NB_IR_IF: case NB_IR_LOOP: case NB_IR_SWITCH: case NB_IR_BREAK: case NB_IR_CONTINUE:
     case NB_IR_RETURN:
         return 0;
+    case NB_IR_INTRIN: { /* warp-cooperative intrinsics stay where they are (intrinsics.h) */
+        const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);
+        return !(ii && (ii->flags & NB_IFLAG_WARP));
+    }
     default:
         return 1;
     }

@@ -12,6 +12,7 @@
 #include "lang/fold_value.h"
 #include "lang/parser.h"
 #include "lang/program.h"
+#include "lang/stdlib.h"
 #include "nabla/alloc.h"
 
 struct nb_program_gen {
@@ -139,6 +140,11 @@ static void resolve_imports(loader *L, int mi, const char *own_dir) {
             snprintf(cand, sizeof cand, "%s/%s", p->search_paths[k], rel);
             found = file_exists(L, cand);
         }
+        const char *std_text = NULL; /* a standard module (lib/NAME.nb, compiled in: stdlib.h) */
+        if (!found && (std_text = nb_stdlib_find(d->u.import.path)) != NULL) {
+            snprintf(cand, sizeof cand, "<nabla>/%s.nb", d->u.import.path);
+            found = 1;
+        }
         if (!found) {
             nb_strbuf sb;
             nb_strbuf_init(&sb);
@@ -147,13 +153,19 @@ static void resolve_imports(loader *L, int mi, const char *own_dir) {
                 if (sb.len) nb_strbuf_append(&sb, ", ");
                 nb_strbuf_append(&sb, p->search_paths[k]);
             }
-            nb_diag_error(&p->src, d->loc, "cannot find module '%s' (looked for '%s' in: %s)", d->u.import.path,
-                          rel, sb.len ? nb_strbuf_cstr(&sb) : "no directories; add a search path");
+            nb_strbuf std;
+            nb_strbuf_init(&std);
+            for (const nb_stdlib_module *sm = nb_stdlib_modules; sm->name; sm++)
+                nb_strbuf_printf(&std, "%s%s", std.len ? ", " : "", sm->name);
+            nb_diag_error(&p->src, d->loc, "cannot find module '%s' (looked for '%s' in: %s; standard modules: %s)",
+                          d->u.import.path, rel, sb.len ? nb_strbuf_cstr(&sb) : "no directories; add a search path",
+                          std.len ? nb_strbuf_cstr(&std) : "none");
+            nb_strbuf_free(&std);
             nb_strbuf_free(&sb);
             continue;
         }
         int ti = -1;
-        if (load_module(L, cand, NULL, d->loc, &ti) == 0 && ti >= 0) {
+        if (load_module(L, cand, std_text, d->loc, &ti) == 0 && ti >= 0) {
             if (L->mods[ti].state == 1) {
                 /* cycle: report the chain */
                 nb_strbuf sb;
