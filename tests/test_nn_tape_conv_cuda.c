@@ -1,11 +1,14 @@
 /* CUDA linear and conv2d of the tape (src/nn/conv_cuda.c, conv_cuda_igemm.c, tape_cuda_conv.c):
  * the raw kernels against an independent double reference over every kernel size / stride /
  * pad / bias combination on odd sizes, per precision, both algorithms (im2col + cuBLAS and
- * the implicit-GEMM kernels; the tape tests use the automatic choice), accumulation into existing gradients; the CPU tape against the
- * CUDA tape; bad input (runs without a GPU). Skips without a GPU.
+ * the implicit-GEMM kernels; the tape tests use the automatic choice), accumulation into existing
+ * gradients and, for the data gradient, store mode (dx_store: starts as NaNs, must be written
+ * everywhere); the CPU tape against the CUDA tape, including a value consumed twice (first
+ * contribution stored, second accumulated); bad input (runs without a GPU). Skips without a GPU.
  *
  * Benchmark mode: NB_CONV_BENCH=1 ./test_nn_tape_conv_cuda bench  times forward and backward
- * of the reference UNet's convolutions at batch 32 per precision and algorithm (PyTorch
+ * of the reference UNet's convolutions at batch 32 per precision and algorithm (cublas, igemm,
+ * auto = the automatic choice; the backward stores dx, as the tape's first contribution) (PyTorch
  * reference: bench/torch/bench_conv.py); NB_CONV_BENCH=sweep adds implicit-GEMM tile sweeps. */
 #include <stdint.h>
 #include <sys/wait.h>
@@ -72,7 +75,8 @@ static double rel_err(const float *a, const double *ref, int64_t n) {
     for (int64_t i = 0; i < n; i++) m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= e)) e = d; /* NaN propagates */
+        if (d != d) return d; /* NaN: an element never written (store mode) or a bad value */
+        if (d > e) e = d;
     }
     return e / m;
 }
@@ -133,18 +137,26 @@ typedef struct {
     int64_t N, C, H, W, O;
 } conv_size;
 
-/* One case on the GPU at one precision; every gradient starts from random values (accumulation). */
+/* Host array of n NaNs: a store-mode gradient must overwrite every one of them. */
+static float *hnan(int64_t n) {
+    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) a[i] = NAN;
+    return a;
+}
+
+/* One case on the GPU at one precision; dw / db start from random values (accumulation), dx
+ * too unless store (dx_store = 1: dx starts as NaNs and must be written everywhere). */
 static void conv_case(nb_device *gpu, const conv_size *sz, int K, int stride, int pad, int bias,
-                      int prec) {
+                      int prec, int store) {
     nb_conv_dims d;
     NB_REQUIRE_OK(nb_conv_dims_make(&d, sz->N, sz->C, sz->H, sz->W, sz->O, K, stride, pad));
     int64_t nx = d.N * d.C * d.H * d.W, nw = d.O * d.C * K * K, ny = d.N * d.O * d.OH * d.OW;
     float *x = hrand(nx), *w = hrand(nw), *b = bias ? hrand(d.O) : NULL, *dy = hrand(ny);
-    float *dx0 = hrand(nx), *dw0 = hrand(nw), *db0 = hrand(d.O);
+    float *dx0 = store ? hnan(nx) : hrand(nx), *dw0 = hrand(nw), *db0 = hrand(d.O);
     double *y = calloc((size_t)ny, sizeof(double)), *dx = calloc((size_t)nx, sizeof(double));
     double *dw = calloc((size_t)nw, sizeof(double)), *db = calloc((size_t)d.O, sizeof(double));
     conv_ref(&d, x, w, b, dy, y, dx, dw, db);
-    for (int64_t i = 0; i < nx; i++) dx[i] += dx0[i];
+    for (int64_t i = 0; i < nx && !store; i++) dx[i] += dx0[i];
     for (int64_t i = 0; i < nw; i++) dw[i] += dw0[i];
     for (int64_t i = 0; i < d.O; i++) db[i] += db0[i];
     dbuf gx, gw, gb = {0}, gdy, gy, gdx, gdw, gdb;
@@ -156,23 +168,24 @@ static void conv_case(nb_device *gpu, const conv_size *sz, int K, int stride, in
     float *hdw = malloc((size_t)nw * sizeof(float)), *hdb = malloc((size_t)d.O * sizeof(float));
     if (ok) {
         NB_EXPECT_OK(nb_cuda_conv2d_forward(gpu, prec, &d, gx.p, gw.p, bias ? gb.p : NULL, gy.p));
-        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, gdx.p, gdw.p, gdb.p));
+        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, gdx.p, gdw.p, gdb.p,
+                                             store));
         dget(gpu, &gy, hy, ny);
         dget(gpu, &gdx, hdx, nx);
         dget(gpu, &gdw, hdw, nw);
         dget(gpu, &gdb, hdb, d.O);
         double tol = prec_tol[prec];
-#define DESC "%s algo %d N%lld C%lld H%lld W%lld O%lld K%d s%d p%d bias %d", prec_name[prec], \
-             nb_cuda_conv_get_algo(), (long long)d.N, (long long)d.C, (long long)d.H,          \
-             (long long)d.W, (long long)d.O, K, stride, pad, bias
+#define DESC "%s algo %d N%lld C%lld H%lld W%lld O%lld K%d s%d p%d bias %d store %d",          \
+             prec_name[prec], nb_cuda_conv_get_algo(), (long long)d.N, (long long)d.C,          \
+             (long long)d.H, (long long)d.W, (long long)d.O, K, stride, pad, bias, store
         CHECK_ERR("y", rel_err(hy, y, ny), tol, DESC);
         CHECK_ERR("dx", rel_err(hdx, dx, nx), tol, DESC);
         CHECK_ERR("dw", rel_err(hdw, dw, nw), tol, DESC);
         CHECK_ERR("db", rel_err(hdb, db, d.O), 1e-4, DESC);
 #undef DESC
         /* dx / dw / db NULL: nothing written, no error */
-        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, NULL, gdw.p, NULL));
-        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, gdx.p, NULL, NULL));
+        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, NULL, gdw.p, NULL, 0));
+        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, gdx.p, NULL, NULL, store));
         NB_EXPECT_OK(nb_device_synchronize(gpu));
     }
     dbuf *all[] = {&gx, &gw, &gb, &gdy, &gy, &gdx, &gdw, &gdb};
@@ -195,7 +208,8 @@ static void conv_sweep(int algo) {
         for (int K = 1; K <= 3; K += 2)
             for (int stride = 1; stride <= 2; stride++)
                 for (int pad = 0; pad <= 2; pad++)
-                    for (int bias = 0; bias <= 1; bias++) conv_case(gpu, &odd, K, stride, pad, bias, prec);
+                    for (int bias = 0; bias <= 1; bias++)
+                        conv_case(gpu, &odd, K, stride, pad, bias, prec, bias ^ (pad & 1));
     /* tile edges of the tensor-core kernels: channel counts around multiples of 8/16/32/64 */
     const conv_size mid[] = {{2, 37, 19, 13, 45}, {2, 64, 16, 16, 64}, {1, 3, 20, 20, 64},
                              {2, 64, 12, 12, 3}, {1, 96, 8, 8, 130}, {3, 17, 7, 33, 9},
@@ -203,13 +217,15 @@ static void conv_sweep(int algo) {
                              {1, 12, 8, 8, 5},   {2, 64, 16, 16, 24}, {1, 64, 8, 8, 3}};
     for (int prec = 0; prec < 3; prec++)
         for (size_t i = 0; i < sizeof mid / sizeof mid[0]; i++) {
-            conv_case(gpu, &mid[i], 3, 1, 1, 1, prec);
-            conv_case(gpu, &mid[i], 1, 1, 0, 1, prec);
-            conv_case(gpu, &mid[i], 3, 2, 1, 0, prec);
+            int st = (int)(i + (size_t)prec) & 1;
+            conv_case(gpu, &mid[i], 3, 1, 1, 1, prec, st);
+            conv_case(gpu, &mid[i], 1, 1, 0, 1, prec, !st);
+            conv_case(gpu, &mid[i], 3, 2, 1, 0, prec, st);
         }
     /* large enough for the implicit GEMM's big tiles without a k split */
     const conv_size big = {9, 32, 64, 64, 32};
-    for (int prec = 1; prec < 3; prec++) conv_case(gpu, &big, 3, 1, 1, 1, prec);
+    for (int prec = 1; prec < 3; prec++)
+        for (int st = 0; st <= 1; st++) conv_case(gpu, &big, 3, 1, 1, 1, prec, st);
     nb_cuda_conv_set_algo(0);
     nb_device_close(gpu);
 }
@@ -227,8 +243,8 @@ static void test_conv_unaligned(void) {
     const conv_size sz = {2, 64, 16, 16, 64};
     dput_offset = 1;
     for (int prec = 0; prec < 3; prec++) {
-        conv_case(gpu, &sz, 3, 1, 1, 1, prec);
-        conv_case(gpu, &sz, 1, 1, 0, 0, prec);
+        conv_case(gpu, &sz, 3, 1, 1, 1, prec, prec & 1);
+        conv_case(gpu, &sz, 1, 1, 0, 0, prec, !(prec & 1));
     }
     dput_offset = 0;
     nb_device_close(gpu);
@@ -237,9 +253,10 @@ static void test_conv_igemm(void) { conv_sweep(2); }
 
 /* ---- raw linear against the reference ------------------------------------------------------- */
 
-static void linear_case(nb_device *gpu, int64_t N, int64_t F, int64_t O, int bias, int prec) {
+static void linear_case(nb_device *gpu, int64_t N, int64_t F, int64_t O, int bias, int prec,
+                        int store) {
     float *x = hrand(N * F), *w = hrand(O * F), *b = bias ? hrand(O) : NULL, *dy = hrand(N * O);
-    float *dx0 = hrand(N * F), *dw0 = hrand(O * F), *db0 = hrand(O);
+    float *dx0 = store ? hnan(N * F) : hrand(N * F), *dw0 = hrand(O * F), *db0 = hrand(O);
     double *y = calloc((size_t)(N * O), sizeof(double)), *dx = calloc((size_t)(N * F), sizeof(double));
     double *dw = calloc((size_t)(O * F), sizeof(double)), *db = calloc((size_t)O, sizeof(double));
     for (int64_t n = 0; n < N; n++)
@@ -253,7 +270,7 @@ static void linear_case(nb_device *gpu, int64_t N, int64_t F, int64_t O, int bia
             y[n * O + o] = acc;
             db[o] += g;
         }
-    for (int64_t i = 0; i < N * F; i++) dx[i] += dx0[i];
+    for (int64_t i = 0; i < N * F && !store; i++) dx[i] += dx0[i];
     for (int64_t i = 0; i < O * F; i++) dw[i] += dw0[i];
     for (int64_t i = 0; i < O; i++) db[i] += db0[i];
     dbuf gx, gw, gb = {0}, gdy, gy, gdx, gdw, gdb;
@@ -265,14 +282,15 @@ static void linear_case(nb_device *gpu, int64_t N, int64_t F, int64_t O, int bia
     float *hdw = malloc((size_t)(O * F) * sizeof(float)), *hdb = malloc((size_t)O * sizeof(float));
     if (ok) {
         NB_EXPECT_OK(nb_cuda_linear_forward(gpu, prec, N, F, O, gx.p, gw.p, bias ? gb.p : NULL, gy.p));
-        NB_EXPECT_OK(nb_cuda_linear_backward(gpu, prec, N, F, O, gx.p, gw.p, gdy.p, gdx.p, gdw.p, gdb.p));
+        NB_EXPECT_OK(nb_cuda_linear_backward(gpu, prec, N, F, O, gx.p, gw.p, gdy.p, gdx.p, gdw.p,
+                                             gdb.p, store));
         dget(gpu, &gy, hy, N * O);
         dget(gpu, &gdx, hdx, N * F);
         dget(gpu, &gdw, hdw, O * F);
         dget(gpu, &gdb, hdb, O);
         double tol = prec_tol[prec];
-#define DESC "%s N%lld F%lld O%lld bias %d", prec_name[prec], (long long)N, (long long)F, \
-             (long long)O, bias
+#define DESC "%s N%lld F%lld O%lld bias %d store %d", prec_name[prec], (long long)N,      \
+             (long long)F, (long long)O, bias, store
         CHECK_ERR("y", rel_err(hy, y, N * O), tol, DESC);
         CHECK_ERR("dx", rel_err(hdx, dx, N * F), tol, DESC);
         CHECK_ERR("dw", rel_err(hdw, dw, O * F), tol, DESC);
@@ -294,10 +312,12 @@ static void test_linear_raw(void) {
     }
     for (int prec = 0; prec < 3; prec++)
         for (int bias = 0; bias <= 1; bias++) {
-            linear_case(gpu, 3, 5, 7, bias, prec);
-            linear_case(gpu, 37, 70, 19, bias, prec);
-            linear_case(gpu, 1, 1, 1, bias, prec);
-            linear_case(gpu, 32, 256, 512, bias, prec);
+            for (int st = 0; st <= 1; st++) {
+                linear_case(gpu, 3, 5, 7, bias, prec, st);
+                linear_case(gpu, 37, 70, 19, bias, prec, st);
+                linear_case(gpu, 1, 1, 1, bias, prec, st);
+                linear_case(gpu, 32, 256, 512, bias, prec, st);
+            }
         }
     nb_device_close(gpu);
 }
@@ -451,6 +471,99 @@ static void test_tape_scalar(void) {
     if (!complete) NB_SKIP("the CUDA tape's device plumbing is not there yet (see above)");
 }
 
+/* A value consumed twice and an intermediate value: x feeds two convs (or linears), whose
+ * outputs are added and go through a third; the first backward contribution to x and to the
+ * sum is stored (nb_tape_grad_buf_w), the second one to x accumulates. conv: x [2,8,8,12],
+ * w1 [6,8,3,3] + b1, w2 [6,8,1,1], w3 [4,6,3,3]; linear: x [5,12], w1/w2 [9,12], w3 [3,9]. */
+static nb_status tape_shared_run(nb_tape *t, int conv, const float *params, int64_t np,
+                                 const float *x, const float *tgt, float *hx, int64_t nx,
+                                 float *hg) {
+    nb_tvar w1, b1, w2, w3, vx, h1, h2, sum, y, tv, l;
+    if (conv) {
+        NB_TRY_T(nb_tape_param(t, "w1", 4, (int64_t[]){6, 8, 3, 3}, &w1));
+        NB_TRY_T(nb_tape_param(t, "b1", 1, (int64_t[]){6}, &b1));
+        NB_TRY_T(nb_tape_param(t, "w2", 4, (int64_t[]){6, 8, 1, 1}, &w2));
+        NB_TRY_T(nb_tape_param(t, "w3", 4, (int64_t[]){4, 6, 3, 3}, &w3));
+    } else {
+        NB_TRY_T(nb_tape_param(t, "w1", 2, (int64_t[]){9, 12}, &w1));
+        NB_TRY_T(nb_tape_param(t, "b1", 1, (int64_t[]){9}, &b1));
+        NB_TRY_T(nb_tape_param(t, "w2", 2, (int64_t[]){9, 12}, &w2));
+        NB_TRY_T(nb_tape_param(t, "w3", 2, (int64_t[]){3, 9}, &w3));
+    }
+    NB_TRY_T(nb_tape_write_params(t, params, np));
+    if (conv) {
+        NB_TRY_T(nb_tape_input(t, 4, (int64_t[]){2, 8, 8, 12}, x, 1, &vx));
+        NB_TRY_T(nb_tape_conv2d(t, vx, w1, b1, 1, 1, &h1));
+        NB_TRY_T(nb_tape_conv2d(t, vx, w2, NB_TVAR_NONE, 1, 0, &h2));
+        NB_TRY_T(nb_tape_add(t, h1, h2, &sum));
+        NB_TRY_T(nb_tape_conv2d(t, sum, w3, NB_TVAR_NONE, 1, 1, &y));
+        NB_TRY_T(nb_tape_input(t, 4, (int64_t[]){2, 4, 8, 12}, tgt, 0, &tv));
+    } else {
+        NB_TRY_T(nb_tape_input(t, 2, (int64_t[]){5, 12}, x, 1, &vx));
+        NB_TRY_T(nb_tape_linear(t, vx, w1, b1, &h1));
+        NB_TRY_T(nb_tape_linear(t, vx, w2, NB_TVAR_NONE, &h2));
+        NB_TRY_T(nb_tape_add(t, h1, h2, &sum));
+        NB_TRY_T(nb_tape_linear(t, sum, w3, NB_TVAR_NONE, &y));
+        NB_TRY_T(nb_tape_input(t, 2, (int64_t[]){5, 3}, tgt, 0, &tv));
+    }
+    NB_TRY_T(nb_tape_mse(t, y, tv, &l));
+    NB_TRY_T(nb_tape_backward(t, l));
+    NB_TRY_T(nb_tape_read_grad(t, vx, hx, nx));
+    return nb_tape_read_grads(t, hg, np);
+}
+
+static void test_tape_shared_input(void) {
+    nb_device *gpu = open_gpu();
+    if (!gpu) NB_SKIP("no CUDA device");
+    if (!nb_cublas_available()) {
+        nb_device_close(gpu);
+        NB_SKIP(nb_cublas_unavailable_reason());
+    }
+    int complete = 1;
+    for (int conv = 0; conv <= 1 && complete; conv++) {
+        int64_t np = conv ? 6 * 8 * 9 + 6 + 6 * 8 + 4 * 6 * 9 : 9 * 12 + 9 + 9 * 12 + 3 * 9;
+        int64_t nx = conv ? 2 * 8 * 8 * 12 : 5 * 12, ny = conv ? 2 * 4 * 8 * 12 : 5 * 3;
+        float *params = hrand(np), *x = hrand(nx), *tgt = hrand(ny);
+        for (int prec = 0; prec < 3 && complete; prec++) {
+            float *gx[2], *gp[2];
+            for (int k = 0; k < 2; k++) {
+                gx[k] = calloc((size_t)nx, sizeof(float));
+                gp[k] = calloc((size_t)np, sizeof(float));
+            }
+            int done = 1;
+            for (int k = 0; k < 2 && done; k++) {
+                nb_tape *t = NULL;
+                nb_status s = k ? nb_tape_create_on(gpu, &t) : nb_tape_create(&t);
+                if (s == NB_OK) s = nb_tape_set_precision(t, (nb_tape_precision)prec);
+                if (s == NB_OK) s = tape_shared_run(t, conv, params, np, x, tgt, gx[k], nx, gp[k]);
+                if (s != NB_OK && k == 1 && s == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "CUDA") &&
+                    !strstr(nb_last_error(), "conv2d") && !strstr(nb_last_error(), "linear")) {
+                    fprintf(stderr, "  %s: CUDA tape not complete yet: %s\n", nb_test_name_,
+                            nb_last_error());
+                    done = complete = 0;
+                } else if (s != NB_OK) {
+                    fprintf(stderr, "  %s: %s tape failed: %s: %s\n", nb_test_name_,
+                            k ? "CUDA" : "CPU", nb_status_name(s), nb_last_error());
+                    nb_test_failures_++;
+                    done = 0;
+                }
+                nb_tape_free(t);
+            }
+            if (done) {
+                double tol = prec_tol[prec];
+                CHECK_ERR("shared dx", rel_err_f(gx[1], gx[0], nx), tol, "%s %s", prec_name[prec],
+                          conv ? "conv2d" : "linear");
+                CHECK_ERR("shared param grads", rel_err_f(gp[1], gp[0], np), tol, "%s %s",
+                          prec_name[prec], conv ? "conv2d" : "linear");
+            }
+            for (int k = 0; k < 2; k++) free(gx[k]), free(gp[k]);
+        }
+        free(params), free(x), free(tgt);
+    }
+    nb_device_close(gpu);
+    if (!complete) NB_SKIP("the CUDA tape lacks an op outside conv2d/linear (see above)");
+}
+
 /* ---- bad input (no GPU needed) -------------------------------------------------------------- */
 
 static void test_bad_input(void) {
@@ -468,11 +581,11 @@ static void test_bad_input(void) {
     NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
     NB_EXPECT_ERR(nb_cuda_conv2d_forward(cpu, NB_TAPE_FP32, &d, dummy, dummy, NULL, dummy),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
-    NB_EXPECT_ERR(nb_cuda_conv2d_backward(cpu, NB_TAPE_FP32, &d, dummy, dummy, dummy, dummy, NULL, NULL),
+    NB_EXPECT_ERR(nb_cuda_conv2d_backward(cpu, NB_TAPE_FP32, &d, dummy, dummy, dummy, dummy, NULL, NULL, 0),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
     NB_EXPECT_ERR(nb_cuda_linear_forward(cpu, NB_TAPE_TF32, 1, 1, 1, dummy, dummy, NULL, dummy),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
-    NB_EXPECT_ERR(nb_cuda_linear_backward(NULL, NB_TAPE_TF32, 1, 1, 1, dummy, dummy, dummy, dummy, NULL, NULL),
+    NB_EXPECT_ERR(nb_cuda_linear_backward(NULL, NB_TAPE_TF32, 1, 1, 1, dummy, dummy, dummy, dummy, NULL, NULL, 1),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
     nb_device_close(cpu);
     nb_device *gpu = open_gpu();
@@ -593,7 +706,8 @@ static void bench_one(nb_device *gpu, const bench_shape *b, int prec, int algo, 
         if (it == warm) nb_event_record(e[0], st);
         s = nb_cuda_conv2d_forward(gpu, prec, &d, buf[0], buf[1], buf[2], buf[3]);
         if (it >= warm) nb_event_record(e[1], st);
-        if (s == NB_OK) s = nb_cuda_conv2d_backward(gpu, prec, &d, buf[0], buf[1], buf[4], buf[5], buf[6], buf[7]);
+        /* dx stored, as on the tape (a first contribution) */
+        if (s == NB_OK) s = nb_cuda_conv2d_backward(gpu, prec, &d, buf[0], buf[1], buf[4], buf[5], buf[6], buf[7], 1);
         if (it >= warm) {
             nb_event_record(e[2], st);
             nb_event_synchronize(e[2]);
@@ -610,7 +724,7 @@ static void bench_one(nb_device *gpu, const bench_shape *b, int prec, int algo, 
     printf("%s N%lld C%-3lld O%-3lld S%-2lld K%lld %s %-6s fwd %7.3f ms %6.1f TF/s  bwd %7.3f ms "
            "%6.1f TF/s  total %7.3f ms\n",
            tag, (long long)N, (long long)b->C, (long long)b->O, (long long)b->S, (long long)b->K,
-           prec_name[prec], algo == 1 ? "cublas" : "igemm", fwd, fl / fwd * 1e-9, bwd,
+           prec_name[prec], algo == 1 ? "cublas" : algo == 2 ? "igemm" : "auto", fwd, fl / fwd * 1e-9, bwd,
            2 * fl / bwd * 1e-9, fwd + bwd);
     fflush(stdout);
     for (int i = 0; i < 3; i++) nb_event_destroy(e[i]);
@@ -642,7 +756,8 @@ static void test_bench_conv(void) {
     for (int prec = 0; prec <= 2; prec++) NB_EXPECT_OK(nb_cuda_conv_prewarm(gpu, prec));
     for (size_t i = 0; ok && i < sizeof bench_shapes / sizeof bench_shapes[0]; i++)
         for (int prec = 0; prec < 3; prec++)
-            for (int algo = 1; algo <= 2; algo++) bench_one(gpu, &bench_shapes[i], prec, algo, p, "conv", 20);
+            for (int algo = 1; algo <= 3; algo++) /* 3: the automatic choice (algo 0) */
+                bench_one(gpu, &bench_shapes[i], prec, algo % 3, p, "conv", 20);
     /* NB_CONV_BENCH=sweep: tile sweeps of the implicit GEMM on the main shapes: mode 0 (forward
      * and data gradient), mode 2 (weight gradient) */
     int sweeping = ok && strcmp(env, "sweep") == 0;
@@ -673,5 +788,6 @@ static void test_bench_conv(void) {
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_cublas_missing, test_bad_input, test_kernels_compile, test_linear_raw, test_conv_cublas,
                  test_conv_igemm, test_conv_unaligned, test_tape_scalar, test_tape_cpu_vs_cuda,
+                 test_tape_shared_input,
                  test_bench_conv);
 }

@@ -6,14 +6,18 @@
  *   nb_conv_dims d;
  *   nb_conv_dims_make(&d, N, C, H, W, O, K, stride, pad);          // computes OH, OW
  *   nb_cuda_conv2d_forward(dev, NB_TAPE_TF32, &d, x, w, b, y);     // y := conv(x, w) + b
- *   nb_cuda_conv2d_backward(dev, NB_TAPE_TF32, &d, x, w, dy, dx, dw, db);  // += into each
+ *   nb_cuda_conv2d_backward(dev, NB_TAPE_TF32, &d, x, w, dy, dx, dw, db, 0);  // += into each
  *
  * Layouts: x [N,C,H,W], w [O,C,K,K], b [O], y/dy [N,O,OH,OW]; linear x [N,F], w [O,F], b [O],
- * y [N,O]. Backward ACCUMULATES into dx / dw / db (each may be NULL: not wanted); b may be
- * NULL. Algorithms, chosen per part (forward, data gradient, weight gradient): the implicit-GEMM
+ * y [N,O]. Backward ACCUMULATES into dw / db, and into dx unless dx_store = 1: then every
+ * element of dx is WRITTEN (its old contents are never read; the tape's first contribution,
+ * nb_tape_grad_buf_w). dx / dw / db may each be NULL (not wanted); b may be NULL. Algorithms, chosen per part (forward, data gradient, weight gradient): the implicit-GEMM
  * kernels of conv_cuda_igemm.c (tensor cores for TF32 / BF16, FFMA for FP32) wherever they
  * apply and the tensors they read are 16-byte aligned (the tape's arena always is), else
- * im2col + cuBLAS (1x1 stride-1 convolutions as plain batched GEMMs). Linear is cuBLAS. Sums
+ * im2col + cuBLAS; 1x1 stride-1 pad-0 convolutions run their forward and data gradient as one
+ * strided-batched cuBLAS GEMM on NCHW in the automatic choice (faster than the kernels on the
+ * UNet's 1x1 shapes, .export/device-results/conv/bench.log), their weight gradient on the
+ * kernels. Linear is cuBLAS. Sums
  * split across blocks are added atomically: the last bits vary from run to run. */
 #ifndef NB_NN_CONV_CUDA_H
 #define NB_NN_CONV_CUDA_H
@@ -35,20 +39,21 @@ nb_status nb_cuda_conv2d_forward(nb_device *dev, int precision, const nb_conv_di
                                  const float *x, const float *w, const float *b, float *y);
 nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_dims *d,
                                   const float *x, const float *w, const float *dy, float *dx,
-                                  float *dw, float *db);
+                                  float *dw, float *db, int dx_store);
 
 nb_status nb_cuda_linear_forward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,
                                  const float *x, const float *w, const float *b, float *y);
 nb_status nb_cuda_linear_backward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,
                                   const float *x, const float *w, const float *dy, float *dx,
-                                  float *dw, float *db);
+                                  float *dw, float *db, int dx_store);
 
 /* Compiles (or loads) every kernel a precision can use, in parallel: call once before a model's
  * first step to avoid compiling on first use (optional). */
 nb_status nb_cuda_conv_prewarm(nb_device *dev, int precision);
 
 /* Algorithm choice, for tests and benchmarks: 0 = automatic (default), 1 = always im2col +
- * cuBLAS, 2 = implicit GEMM wherever it supports the shape (else cuBLAS). Process-wide. */
+ * cuBLAS, 2 = implicit GEMM wherever it supports the shape (else cuBLAS; 1x1 convolutions too).
+ * Process-wide. */
 void nb_cuda_conv_set_algo(int algo);
 int nb_cuda_conv_get_algo(void);
 

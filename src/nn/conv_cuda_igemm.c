@@ -4,13 +4,15 @@
  *                  8, bf16 16) where it applies: 3x3, stride 1, OW % 8 == 0, W % 4 == 0, whole
  *                  output rows per 64/128-pixel block; else MODE 0 on (x, w as [O][KK][C]),
  *                  C % 32 == 0. Bias in the epilogue.
- *   data gradient  the same on (dy, w flipped and transposed), pad K-1-pad, dx +=; stride 1,
+ *   data gradient  the same on (dy, w flipped and transposed), pad K-1-pad, dx += (or dx =
+ *                  for a first contribution); stride 1,
  *                  pad <= K-1 (MODE 0: O % 32 == 0)
  *   weight grad.   MODE 3 (halo: dy rows and an x halo reused by every tap) straight into
  *                  dw where it applies and wins: 3x3, C >= 2 O, stride 1, OW in 8..128
  *                  dividing 128, W % 4 == 0, C % 32 == 0; else MODE 2 into dwr [O][KK][C]
  *                  (zeroed), then
- *                  dw [O][C][KK] += dwr; OH*OW % 32 == 0. Both split over k with atomics.
+ *                  dw [O][C][KK] += dwr (1x1: MODE 2 adds straight into dw); OH*OW % 32 == 0.
+ *                  Both split over k with atomics.
  * Grids with fewer blocks than SMs split the reduction over blockIdx.z (atomic adds; the
  * forward first fills y with the bias). FP32 runs the same tiles with FFMA (exact fp32
  * products and sums). Split sums arrive in no fixed order: results vary in the last bits from
@@ -305,7 +307,7 @@ nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dim
 }
 
 nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims *d,
-                              const float *w, const float *dy, float *dx) {
+                              const float *w, const float *dy, float *dx, int store) {
     if (!nb_conv_igemm_supports(d, precision, 1))
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM data gradient needs "
                         "stride 1, O %% 32 == 0 and pad <= K-1");
@@ -321,7 +323,8 @@ nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims 
     NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, g.O, g.C, d->K, &wr));
     nb_ig_wr_params wp = {w, wr, (int)d->O, (int)d->C, 1};
     NB_TRY(nb_ig_grid_stride(halo ? e->wr2 : e->wr, &wp, sizeof wp, nw));
-    return nb_ig_mode0(dev, &g, e, dy, wr, NULL, dx, 1);
+    /* store: accum 0 without a bias writes every element (split k: zero fill, then atomics) */
+    return nb_ig_mode0(dev, &g, e, dy, wr, NULL, dx, !store);
 }
 
 nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
@@ -350,9 +353,13 @@ nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims 
     c = nb_ig_pick_dev(dev, 2, precision, d, d->O);
     NB_TRY(nb_ig_load(dev, &c, &e));
     int64_t KK = d->K * d->K, nw = d->O * d->C * KK, Nn = KK * d->C;
-    float *dwr;
-    NB_TRY(nb_conv_scratch(dev, 2, (size_t)nw * sizeof(float), &dwr));
-    NB_TRY(nb_memset(dev, dwr, 0, (size_t)nw * sizeof(float)));
+    /* 1x1: dwr [O][1][C] is dw [O][C][1] itself; MODE 2 only adds (atomically), so it goes
+     * straight into dw (no zeroed scratch, no rearranging add) */
+    float *dwr = dw;
+    if (KK > 1) {
+        NB_TRY(nb_conv_scratch(dev, 2, (size_t)nw * sizeof(float), &dwr));
+        NB_TRY(nb_memset(dev, dwr, 0, (size_t)nw * sizeof(float)));
+    }
     int64_t tiles = ((d->O + c.bm - 1) / c.bm) * ((Nn + c.bn - 1) / c.bn);
     int64_t nkt = d->N * d->OH * d->OW / 32;
     int64_t want = 2 * (int64_t)nb_device_get_info(dev)->multiprocessors;
@@ -366,6 +373,7 @@ nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims 
                       (int)d->OH, (int)d->OW, (int)d->pad, 0, (int)kps};
     NB_TRY(nb_ig_launch(e->main, nb_ig_smem(&c), &p, (unsigned)((d->O + c.bm - 1) / c.bm),
                         (unsigned)((Nn + c.bn - 1) / c.bn), (unsigned)splits));
+    if (KK == 1) return NB_OK;
     nb_ig_dw_params q = {dwr, dw, (int)d->O, (int)d->C};
     return nb_ig_grid_stride(e->dw, &q, sizeof q, nw);
 }

@@ -11,9 +11,9 @@ int nb_conv_igemm_supports(const nb_conv_dims *d, int precision, int which);
 /* y := conv(x, w) (+ b) */
 nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dims *d,
                                 const float *x, const float *w, const float *b, float *y);
-/* dx += conv^T(dy, w) */
+/* dx += conv^T(dy, w); store = 1: dx = conv^T(dy, w) (every element written, none read) */
 nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims *d,
-                              const float *w, const float *dy, float *dx);
+                              const float *w, const float *dy, float *dx, int store);
 /* dw += sum over n, p of dy x-patches */
 nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
                               const float *x, const float *dy, float *dw);

@@ -1,6 +1,8 @@
 /* CUDA rows of the tape's GEMM ops: linear and conv2d (CPU reference: tape_ops_basic.c,
  * tape_ops_conv.c). The math lives in conv_cuda.c (cuBLAS, im2col) and conv_cuda_igemm.c
- * (implicit-GEMM tensor-core kernels); these rows unpack the op's values. */
+ * (implicit-GEMM tensor-core kernels); these rows unpack the op's values. The input's gradient
+ * comes from nb_tape_grad_buf_w: on its first contribution the data-gradient GEMM / kernel
+ * stores (no zero fill, no read); weight and bias gradients always accumulate. */
 #include "core/util.h"
 #include "nn/conv_cuda.h"
 #include "nn/tape_internal.h"
@@ -18,12 +20,15 @@ static nb_status linear_cuda_fwd(nb_tape *t, nb_top *op) {
 static nb_status linear_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
     float *dx, *dw, *db;
+    int store;
     nb_status s;
-    if ((s = nb_tape_grad_buf(t, op->in[0], &dx)) || (s = nb_tape_grad_buf(t, op->in[1], &dw)) ||
-        (s = nb_tape_grad_buf(t, op->in[2], &db)))
+    /* w and b first: should x share a buffer with them (linear(x, x)), it is then no first
+     * contribution and x's gradient accumulates */
+    if ((s = nb_tape_grad_buf(t, op->in[1], &dw)) || (s = nb_tape_grad_buf(t, op->in[2], &db)) ||
+        (s = nb_tape_grad_buf_w(t, op->in[0], &dx, &store)))
         return s;
     return nb_cuda_linear_backward(t->dev, t->precision, x->shape[0], x->shape[1], w->shape[0],
-                                   x->data, w->data, y->grad, dx, dw, db);
+                                   x->data, w->data, y->grad, dx, dw, db, store);
 }
 
 static nb_status conv_cuda_dims(nb_tape *t, const nb_top *op, nb_conv_dims *d) {
@@ -45,12 +50,16 @@ static nb_status conv_cuda_bwd(nb_tape *t, const nb_top *op) {
     nb_conv_dims d;
     NB_TRY(conv_cuda_dims(t, op, &d));
     float *dx, *dw, *db;
+    int store;
     nb_status s;
-    if ((s = nb_tape_grad_buf(t, op->in[0], &dx)) || (s = nb_tape_grad_buf(t, op->in[1], &dw)) ||
-        (s = nb_tape_grad_buf(t, op->in[2], &db)))
+    /* w and b first: should x share a buffer with them (linear(x, x)), it is then no first
+     * contribution and x's gradient accumulates */
+    if ((s = nb_tape_grad_buf(t, op->in[1], &dw)) || (s = nb_tape_grad_buf(t, op->in[2], &db)) ||
+        (s = nb_tape_grad_buf_w(t, op->in[0], &dx, &store)))
         return s;
     return nb_cuda_conv2d_backward(t->dev, t->precision, &d, VAL(t, op->in[0])->data,
-                                   VAL(t, op->in[1])->data, VAL(t, op->out)->grad, dx, dw, db);
+                                   VAL(t, op->in[1])->data, VAL(t, op->out)->grad, dx, dw, db,
+                                   store);
 }
 
 const nb_top_cuda_impl nb_top_linear_cuda = {linear_cuda_fwd, linear_cuda_bwd};

@@ -2,7 +2,8 @@
 # Runs one implicit-GEMM conv kernel configuration on the CPU (tools/device/conv_emu.cpp) against
 # a double reference; needs g++ with C++20 (std::barrier), no GPU.
 #   tools/device/conv_emu.sh MODE PREC BM BN WM WN KS STRIDE  WHICH N C H W O PAD [SPLITS]
-# WHICH: fwd | dgrad | wgrad (MODE 0/2), hfwd | hdgrad (MODE 1), hwgrad (MODE 3). Examples:
+# WHICH: fwd | dgrad | dgrads | wgrad (MODE 0/2), hfwd | hdgrad | hdgrads (MODE 1), hwgrad
+# (MODE 3); dgrads / hdgrads: the data gradient in store mode (dx starts as NaNs). Examples:
 #   tools/device/conv_emu.sh 1 1 128 64 4 2 3 1  hfwd 1 16 4 32 40 1
 #   tools/device/conv_emu.sh 3 2 64 64 2 4 3 1  hwgrad 1 32 16 16 70 1 2
 # Exit 0 when the relative error is within the precision's tolerance.
