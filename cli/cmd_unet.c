@@ -55,7 +55,8 @@ static void unet_usage(FILE *to) {
             "  --loss-csv FILE       write step,loss,ms rows (mean loss and ms/step of each K-step window)\n"
             "  --loss-png FILE       plot the loss curve (log-scale y) into a PNG\n"
             "  --profile             time the phases (input, forward, backward, optimizer) and the forward's\n"
-            "                        op kinds with device events (each step then waits for the GPU)\n"
+            "                        op kinds with device events (each step then waits for the GPU);\n"
+            "                        bench also prints every op kind's forward and backward time\n"
             "  --seed S              random seed (default: 0)\n"
             "  --no-progress         no progress bar\n"
             "\n"
@@ -350,10 +351,15 @@ static int cmd_bench(opts *o, model *m, nb_device *dev, const float *x) {
     }
     if (o->profile) {
         int np = o->steps < 5 ? o->steps : 5;
-        if (nb_ddpm_set_profile(m->d, 1)) return fail("profile");
+        nb_tape *t = nb_unet_tape(m->u);
+        if (nb_ddpm_set_profile(m->d, 1) || nb_tape_set_profiling(t, 1)) return fail("profile");
         for (int i = 0; i < np; i++)
             if (nb_ddpm_train_step(m->d, x, o->batch, NULL, NULL)) return fail("profiled step");
         print_profile(m);
+        static char rep[16384];
+        if (nb_tape_profile_report(t, rep, sizeof rep) || nb_tape_set_profiling(t, 0))
+            return fail("profile report");
+        printf("per op kind, forward and backward (tape profiler, %d steps):\n%s", np, rep);
     }
     return 0;
 }

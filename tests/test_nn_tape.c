@@ -948,12 +948,106 @@ static void test_errors(void) {
     nb_tape_free(t);
 }
 
+/* ---- per-op profiler ------------------------------------------------------------------------ */
+
+/* x [2,3,8,8] -> conv3x3 -> silu -> conv1x1 -> conv3x3 s2 -> mse against silu(target): the
+ * target's silu needs no gradient, so its backward never runs. */
+static nb_status prof_step(nb_tape *t, nb_tvar w3, nb_tvar w1, nb_tvar ws, const float *x,
+                           const float *tg) {
+    nb_tvar xv, tv, a, b, c, d, e, loss;
+    nb_status s;
+    if ((s = nb_tape_reset(t)) || (s = nb_tape_zero_grad(t)) ||
+        (s = nb_tape_input(t, 4, (int64_t[]){2, 3, 8, 8}, x, 0, &xv)) ||
+        (s = nb_tape_input(t, 4, (int64_t[]){2, 4, 4, 4}, tg, 0, &tv)) ||
+        (s = nb_tape_conv2d(t, xv, w3, NB_TVAR_NONE, 1, 1, &a)) || (s = nb_tape_silu(t, a, &b)) ||
+        (s = nb_tape_conv2d(t, b, w1, NB_TVAR_NONE, 1, 0, &c)) ||
+        (s = nb_tape_conv2d(t, c, ws, NB_TVAR_NONE, 2, 1, &d)) || (s = nb_tape_silu(t, tv, &e)) ||
+        (s = nb_tape_mse(t, d, e, &loss)))
+        return s;
+    return nb_tape_backward(t, loss);
+}
+
+static const nb_tape_profile_row *prof_find(const nb_tape_profile_row *r, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(r[i].name, name)) return &r[i];
+    return NULL;
+}
+
+static void test_profiler(void) {
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    nb_tvar w3, w1, ws;
+    NB_REQUIRE_OK(nb_tape_param(t, "w3", 4, (int64_t[]){4, 3, 3, 3}, &w3));
+    NB_REQUIRE_OK(nb_tape_param(t, "w1", 4, (int64_t[]){4, 4, 1, 1}, &w1));
+    NB_REQUIRE_OK(nb_tape_param(t, "ws", 4, (int64_t[]){4, 4, 3, 3}, &ws));
+    NB_REQUIRE_OK(nb_tape_param_init_uniform(t, w3, 0.5f, 1));
+    NB_REQUIRE_OK(nb_tape_param_init_uniform(t, w1, 0.5f, 2));
+    NB_REQUIRE_OK(nb_tape_param_init_uniform(t, ws, 0.5f, 3));
+    float x[2 * 3 * 8 * 8], tg[2 * 4 * 4 * 4];
+    fill(x, 2 * 3 * 8 * 8);
+    fill(tg, 2 * 4 * 4 * 4);
+    nb_tape_profile_row rows[16];
+    int n = -1;
+    int64_t passes = -1;
+    /* off: nothing is collected */
+    NB_REQUIRE_OK(prof_step(t, w3, w1, ws, x, tg));
+    NB_EXPECT_OK(nb_tape_profile_rows(t, rows, 16, &n, &passes));
+    NB_EXPECT(n == 0 && passes == 0);
+    NB_REQUIRE_OK(nb_tape_set_profiling(t, 1));
+    for (int i = 0; i < 3; i++) NB_REQUIRE_OK(prof_step(t, w3, w1, ws, x, tg));
+    NB_EXPECT_OK(nb_tape_profile_rows(t, rows, 16, &n, &passes));
+    NB_EXPECT(n == 5 && passes == 3);
+    const char *names[5] = {"conv2d 3x3", "conv2d 1x1", "conv2d 3x3 s2", "silu", "mse"};
+    int64_t fwd[5] = {3, 3, 3, 6, 3}, bwd[5] = {3, 3, 3, 3, 3};
+    for (int i = 0; i < 5; i++) {
+        const nb_tape_profile_row *r = prof_find(rows, n, names[i]);
+        NB_EXPECT(r != NULL);
+        if (!r) continue;
+        NB_EXPECT(r->calls[0] == fwd[i] && r->calls[1] == bwd[i]);
+        NB_EXPECT(r->ms[0] >= 0 && r->ms[1] >= 0 && r->host_ms[0] == r->ms[0]);
+    }
+    for (int i = 1; i < n; i++) /* sorted by total time */
+        NB_EXPECT(rows[i - 1].ms[0] + rows[i - 1].ms[1] >= rows[i].ms[0] + rows[i].ms[1]);
+    char rep[4096];
+    NB_EXPECT_OK(nb_tape_profile_report(t, rep, sizeof rep));
+    for (int i = 0; i < 5; i++) NB_EXPECT(strstr(rep, names[i]) != NULL);
+    NB_EXPECT(strstr(rep, "total") && strstr(rep, "3 backward passes"));
+    NB_EXPECT_ERR(nb_tape_profile_report(t, rep, 40), NB_ERR_INVALID_ARG, "too small");
+    NB_EXPECT(strlen(rep) == 39);
+    /* off keeps the totals; reset forgets them */
+    NB_EXPECT_OK(nb_tape_set_profiling(t, 0));
+    NB_REQUIRE_OK(prof_step(t, w3, w1, ws, x, tg));
+    NB_EXPECT_OK(nb_tape_profile_rows(t, rows, 16, &n, &passes));
+    NB_EXPECT(n == 5 && passes == 3);
+    NB_EXPECT_OK(nb_tape_profile_reset(t));
+    NB_EXPECT_OK(nb_tape_profile_rows(t, NULL, 0, &n, &passes));
+    NB_EXPECT(n == 0 && passes == 0);
+    /* level 2: per shape (the two silus differ) */
+    NB_EXPECT_OK(nb_tape_set_profiling(t, 2));
+    NB_REQUIRE_OK(prof_step(t, w3, w1, ws, x, tg));
+    NB_EXPECT_OK(nb_tape_profile_rows(t, rows, 16, &n, &passes));
+    NB_EXPECT(n == 6 && passes == 1);
+    const nb_tape_profile_row *r = prof_find(rows, n, "conv2d 3x3 s2 [2,4,8,8]->[2,4,4,4]");
+    NB_EXPECT(r && r->calls[0] == 1 && r->calls[1] == 1);
+    r = prof_find(rows, n, "silu [2,4,4,4]->[2,4,4,4]");
+    NB_EXPECT(r && r->calls[0] == 1 && r->calls[1] == 0);
+    /* bad arguments */
+    NB_EXPECT_ERR(nb_tape_set_profiling(t, 3), NB_ERR_INVALID_ARG, "level 3");
+    NB_EXPECT_ERR(nb_tape_set_profiling(NULL, 1), NB_ERR_INVALID_ARG, "tape is NULL");
+    NB_EXPECT_ERR(nb_tape_profile_report(t, NULL, 10), NB_ERR_INVALID_ARG, "buf is NULL");
+    NB_EXPECT_ERR(nb_tape_profile_report(t, rep, 0), NB_ERR_INVALID_ARG, "cap 0");
+    NB_EXPECT_ERR(nb_tape_profile_rows(t, NULL, 4, &n, NULL), NB_ERR_INVALID_ARG, "rows is NULL");
+    NB_EXPECT_ERR(nb_tape_profile_rows(t, rows, 4, NULL, NULL), NB_ERR_INVALID_ARG, "n is NULL");
+    NB_EXPECT_ERR(nb_tape_profile_reset(NULL), NB_ERR_INVALID_ARG, "tape is NULL");
+    nb_tape_free(t);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_forward_conv_linear, test_forward_norm_attention,
                  test_forward_small_ops, test_grad_linear, test_grad_conv2d, test_grad_group_norm,
                  test_grad_elementwise, test_grad_attention, test_grad_small_model,
                  test_grad_unet_block, test_grad_attention_block, test_layout_ops,
-                 test_steady_state_no_alloc, test_train_adam, test_arena_growth,
+                 test_steady_state_no_alloc, test_profiler, test_train_adam, test_arena_growth,
                  test_accumulate, test_errors, test_group_norm_silu, test_read_write_api,
                  test_cuda_sources_compile);
 }

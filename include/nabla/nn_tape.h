@@ -161,6 +161,41 @@ nb_status nb_tape_write_params(nb_tape *t, const float *host, int64_t count);
 nb_status nb_tape_read_params(nb_tape *t, float *host, int64_t count);
 nb_status nb_tape_read_grads(nb_tape *t, float *host, int64_t count);
 
+/* --- per-op profiler ------------------------------------------------------------------------
+ *   nb_tape_set_profiling(t, 1);              // 1: per op kind, 2: per kind and shape, 0: off
+ *   for (...) { nb_tape_reset(t); ...ops...; nb_tape_backward(t, loss); }
+ *   char rep[16384]; nb_tape_profile_report(t, rep, sizeof rep); fputs(rep, stdout);
+ *   nb_tape_profile_reset(t);                 // forget the totals (e.g. after warm-up steps)
+ * While on, every op's forward (when recorded) and backward (in nb_tape_backward) is timed: on a
+ * CUDA tape by a pair of events recorded on nb_device_stream around it (device time; events are
+ * created once and reused, so steady state allocates nothing), on the CPU by a monotonic clock.
+ * The host time spent issuing each op is kept too (on CUDA: launch / enqueue cost). Rows are op
+ * kinds, with conv2d split into "conv2d 1x1", "conv2d 3x3", "conv2d 3x3 s2" (level 2 adds the
+ * input and output shapes). CUDA event times are read lazily: nb_tape_reset (the next step),
+ * nb_tape_profile_report / _rows and turning profiling off wait for the events still pending,
+ * so profiling adds one device wait per step. Off (the default) it costs one branch per op.
+ * Times are sums; the report divides them by the number of backward passes ("per step"). */
+typedef struct nb_tape_profile_row {
+    char name[128];    /* "conv2d 3x3", or with level 2 "conv2d 3x3 [32,128,64,64]->[32,128,64,64]" */
+    int64_t calls[2];  /* [0] forward, [1] backward */
+    double ms[2];      /* summed op time: device time (CUDA events) or wall time (CPU) */
+    double host_ms[2]; /* summed host time spent issuing the ops (= ms on the CPU) */
+} nb_tape_profile_row;
+/* level 0 (off), 1 (per op kind) or 2 (per op kind and shape); changing between 1 and 2
+ * clears the totals; 0 keeps them for the report. NB_ERR_INVALID_ARG for another level. */
+nb_status nb_tape_set_profiling(nb_tape *t, int level);
+/* Forgets the totals and the pass count (pending events are dropped after a wait). */
+nb_status nb_tape_profile_reset(nb_tape *t);
+/* The rows, sorted by total (forward + backward) time, largest first: *n = the number of rows
+ * (rows may be NULL with cap 0 to ask), min(cap, *n) written; *passes (may be NULL) = backward
+ * passes profiled. Waits for pending CUDA events. */
+nb_status nb_tape_profile_rows(nb_tape *t, nb_tape_profile_row *rows, int cap, int *n,
+                               int64_t *passes);
+/* A text table of the rows (per step, with each row's share of the total) into buf (NUL-
+ * terminated). NB_ERR_INVALID_ARG for a NULL buf or cap 0, or when cap is too small (the table
+ * is then cut short; the message gives the size needed). */
+nb_status nb_tape_profile_report(nb_tape *t, char *buf, size_t cap);
+
 /* --- ops (each runs now and is recorded; *out is a new value) ---------------------------------
  * A bias / gamma / beta argument may be NB_TVAR_NONE. */
 /* x [N,F], w [O,F] (nn.Linear layout), b [O] -> [N,O] */

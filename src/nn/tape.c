@@ -55,7 +55,7 @@ int nb_tape_on_cuda(const nb_tape *t) {
 }
 
 /* Forward / backward of one recorded op on the tape's device. */
-static nb_status nb_top_run(nb_tape *t, nb_top *op, int backward) {
+nb_status nb_tape_run_op(nb_tape *t, nb_top *op, int backward) {
     const nb_top_impl *impl = nb_top_impls[op->kind];
     if (!nb_tape_on_cuda(t)) return backward ? impl->cpu_backward(t, op) : impl->cpu_forward(t, op);
     const nb_top_cuda_impl *c = nb_top_cuda_impls[op->kind];
@@ -67,6 +67,17 @@ static nb_status nb_top_run(nb_tape *t, nb_top *op, int backward) {
 
 static const nb_top_impl *nb_top_table(int kind) {
     return kind >= 0 && kind < NB_TOP_COUNT ? nb_top_impls[kind] : NULL;
+}
+
+const char *nb_tape_op_name(int kind) {
+    const nb_top_impl *impl = nb_top_table(kind);
+    return impl ? impl->name : NULL;
+}
+
+/* Runs an op, through the profiler when it is on (one branch when off). */
+static inline nb_status nb_top_run(nb_tape *t, nb_top *op, int backward) {
+    if (t->prof_level) return nb_tape_prof_run(t, op, backward);
+    return nb_tape_run_op(t, op, backward);
 }
 
 static void *nb_tape_halloc(nb_tape *t, size_t size) {
@@ -171,6 +182,7 @@ static void nb_tape_free_pbuf(nb_tape *t, float *p, nb_buffer *buf) {
 
 void nb_tape_free(nb_tape *t) {
     if (!t) return;
+    nb_tape_prof_free(t); /* its events belong to t->dev */
     nb_tape_free_blocks(t);
     nb_tape_free_pbuf(t, t->params, t->params_buf);
     nb_tape_free_pbuf(t, t->grads, t->grads_buf);
@@ -244,6 +256,10 @@ float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero) {
 
 nb_status nb_tape_reset(nb_tape *t) {
     if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_reset: tape is NULL");
+    if (t->prof) { /* the last step's op times (waits for its events) */
+        nb_status ps = nb_tape_prof_collect(t);
+        if (ps) return ps;
+    }
     t->n_vals = t->n_param_vals;
     t->n_ops = 0;
     t->arena_used = 0;
@@ -617,6 +633,7 @@ nb_status nb_tape_backward(nb_tape *t, nb_tvar loss) {
     } else {
         g[0] += 1.0f;
     }
+    if (t->prof_level) nb_tape_prof_pass(t);
     for (int32_t i = t->n_ops - 1; i >= 0; i--) {
         const nb_top *op = &t->ops[i];
         const nb_tval *o = &t->vals[op->out];

@@ -118,6 +118,9 @@ struct nb_tape {
     float *scratch;
     int64_t scratch_cap;
     struct nb_jit_kernel *kern[NB_TK_COUNT];
+    /* per-op profiler (tape_profile.c): prof_level 0 = off (the only cost: one branch per op) */
+    int prof_level;
+    struct nb_tape_prof *prof;
 };
 
 /* Allocation from the arena (64-byte aligned; host or device memory after the tape's device;
@@ -173,5 +176,18 @@ const char *nb_tape_cuda_source(int which);
 const char *nb_tape_cuda_norm_source(void);
 /* 1 when the tape runs on a CUDA device. */
 int nb_tape_on_cuda(const nb_tape *t);
+
+/* Forward (backward = 0) or backward of one recorded op on the tape's device (tape.c). */
+nb_status nb_tape_run_op(nb_tape *t, nb_top *op, int backward);
+/* The op kind's name ("conv2d", ...), or NULL for an unknown kind. */
+const char *nb_tape_op_name(int kind);
+/* Profiler (tape_profile.c): nb_tape_run_op timed (CUDA events / a monotonic clock) and
+ * aggregated per op kind; called by tape.c when t->prof_level is set. */
+nb_status nb_tape_prof_run(nb_tape *t, nb_top *op, int backward);
+/* Adds the times of events still pending (waits for them; no-op without profiling data). */
+nb_status nb_tape_prof_collect(nb_tape *t);
+/* Counts one backward pass (the report's per-step unit). */
+void nb_tape_prof_pass(nb_tape *t);
+void nb_tape_prof_free(nb_tape *t);
 
 #endif
