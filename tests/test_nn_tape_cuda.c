@@ -243,6 +243,9 @@ static void test_group_norm(void) {
         {"gn+silu 4 chunks", OP_GNS, 1, {4}, {S4(1, 64, 64, 64)}, 32, 0, 1, 2.0f},
         {"gn 4 chunks, scalar", OP_GN, 1, {4}, {S4(2, 5, 35, 35)}, 1, 0, 1, 2.0f},
         {"gn+silu tiles", OP_GNS, 1, {4}, {S4(1, 6, 96, 96)}, 1, 0, 1, 2.0f},
+        /* forward R 8 in one tile, backward R 4 in two tiles (the second partial) */
+        {"gn bwd tiles", OP_GN, 1, {4}, {S4(2, 8, 48, 48)}, 2, 0, 1, 2.0f},
+        {"gn+silu bwd tiles", OP_GNS, 1, {4}, {S4(2, 20, 32, 32)}, 2, 0, 1, 2.0f},
         {"chain odd", OP_CHAIN, 1, {4}, {S4(3, 6, 5, 7)}, 3, 0, 1, 2.0f},
         {"chain aligned", OP_CHAIN, 1, {4}, {S4(2, 64, 16, 16)}, 32, 0, 1, 2.0f},
     };
@@ -439,6 +442,64 @@ static void test_steady_state(void) {
     nb_tape_free(t);
 }
 
+/* ---- per-op profiler on CUDA: event times per op kind --------------------------------------- */
+
+static void test_profiler(void) {
+    NEED_CUDA();
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create_on(g_dev, &t));
+    nb_tvar gm, bt;
+    NB_REQUIRE_OK(nb_tape_param(t, "gamma", 1, (int64_t[]){16}, &gm));
+    NB_REQUIRE_OK(nb_tape_param(t, "beta", 1, (int64_t[]){16}, &bt));
+    NB_REQUIRE_OK(nb_tape_param_init_uniform(t, gm, 1.0f, 1));
+    int64_t sh[4] = {4, 16, 32, 32}, n = 4 * 16 * 32 * 32;
+    float *x = rand_buf(n, 1.0f), *tg = rand_buf(n / 4, 1.0f);
+    NB_REQUIRE_OK(nb_tape_set_profiling(t, 1));
+    nb_tape_stats st2 = {0}, st;
+    for (int step = 0; step < 4; step++) {
+        if (step == 1) NB_REQUIRE_OK(nb_tape_profile_reset(t)); /* drop the warm-up step */
+        nb_tvar xv, a, b, c, tv, loss;
+        NB_REQUIRE_OK(nb_tape_reset(t));
+        NB_REQUIRE_OK(nb_tape_zero_grad(t));
+        NB_REQUIRE_OK(nb_tape_input(t, 4, sh, x, 1, &xv));
+        NB_REQUIRE_OK(nb_tape_group_norm_silu(t, xv, 4, gm, bt, 1e-5f, &a));
+        NB_REQUIRE_OK(nb_tape_avgpool2x(t, a, &b));
+        NB_REQUIRE_OK(nb_tape_input(t, 4, (int64_t[]){4, 16, 16, 16}, tg, 0, &tv));
+        NB_REQUIRE_OK(nb_tape_silu(t, tv, &c)); /* no gradient: forward only */
+        NB_REQUIRE_OK(nb_tape_mse(t, b, c, &loss));
+        NB_REQUIRE_OK(nb_tape_backward(t, loss));
+        NB_REQUIRE_OK(nb_tape_get_stats(t, &st));
+        if (step == 1) st2 = st;
+        if (step > 1) NB_EXPECT(st.host_allocs == st2.host_allocs &&
+                                st.device_allocs == st2.device_allocs);
+    }
+    nb_tape_profile_row rows[8];
+    int nr = 0;
+    int64_t passes = 0;
+    NB_EXPECT_OK(nb_tape_profile_rows(t, rows, 8, &nr, &passes));
+    NB_EXPECT(nr == 4 && passes == 3);
+    const char *names[4] = {"group_norm_silu", "avgpool2x", "silu", "mse"};
+    int64_t bwd[4] = {3, 3, 0, 3};
+    for (int k = 0; k < 4; k++) {
+        const nb_tape_profile_row *r = NULL;
+        for (int i = 0; i < nr; i++)
+            if (!strcmp(rows[i].name, names[k])) r = &rows[i];
+        NB_EXPECT(r != NULL);
+        if (!r) continue;
+        NB_EXPECT(r->calls[0] == 3 && r->calls[1] == bwd[k]);
+        NB_EXPECT(r->ms[0] > 0 && r->host_ms[0] > 0);
+        NB_EXPECT(bwd[k] ? r->ms[1] > 0 : r->ms[1] == 0);
+    }
+    char rep[4096];
+    NB_EXPECT_OK(nb_tape_profile_report(t, rep, sizeof rep));
+    NB_EXPECT(strstr(rep, "CUDA event") && strstr(rep, "group_norm_silu"));
+    fprintf(stderr, "%s", rep);
+    NB_EXPECT_OK(nb_tape_set_profiling(t, 0));
+    free(x);
+    free(tg);
+    nb_tape_free(t);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 /* Ops whose CUDA rows live in other files may still be missing: then the error names the op. */
@@ -490,5 +551,5 @@ static void test_close(void) {
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_elementwise_layout, test_group_norm, test_reshape_views,
                  test_timestep_embedding,
-                 test_api, test_steady_state, test_missing_rows, test_errors, test_close);
+                 test_api, test_steady_state, test_profiler, test_missing_rows, test_errors, test_close);
 }
