@@ -187,6 +187,14 @@ static void conv_case(nb_device *gpu, const conv_size *sz, int K, int stride, in
         NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, NULL, gdw.p, NULL, 0));
         NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, gdx.p, NULL, NULL, store));
         NB_EXPECT_OK(nb_device_synchronize(gpu));
+        /* the second weight gradient (dx NULL) added the same sum again: dw0 + 2 g; it ran
+         * right after the first, on the weight-gradient scratch the first one re-zeroed */
+        for (int64_t i = 0; i < nw; i++) dw[i] += dw[i] - dw0[i];
+        dget(gpu, &gdw, hdw, nw);
+        CHECK_ERR("dw twice", rel_err(hdw, dw, nw), prec_tol[prec],
+                  "%s algo %d N%lld C%lld H%lld W%lld O%lld K%d s%d p%d", prec_name[prec],
+                  nb_cuda_conv_get_algo(), (long long)d.N, (long long)d.C, (long long)d.H,
+                  (long long)d.W, (long long)d.O, K, stride, pad);
     }
     dbuf *all[] = {&gx, &gw, &gb, &gdy, &gy, &gdx, &gdw, &gdb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dfree(all[i]);

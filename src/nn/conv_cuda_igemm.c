@@ -11,7 +11,8 @@
  *                  dw where it applies and wins: 3x3, C >= 2 O, stride 1, OW in 8..128
  *                  dividing 128, W % 4 == 0, C % 32 == 0; else MODE 2 into dwr [O][KK][C]
  *                  (zeroed), then
- *                  dw [O][C][KK] += dwr (1x1: MODE 2 adds straight into dw); OH*OW % 32 == 0.
+ *                  dw [O][C][KK] += dwr (which also re-zeroes dwr: no memset per call;
+ *                  1x1: MODE 2 adds straight into dw); OH*OW % 32 == 0.
  *                  Both split over k with atomics.
  * Grids with fewer blocks than SMs split the reduction over blockIdx.z (atomic adds; the
  * forward first fills y with the bias). FP32 runs the same tiles with FFMA (exact fp32
@@ -43,7 +44,7 @@ typedef struct {
 } nb_ig_wr_params;
 
 typedef struct {
-    const float *dwr;
+    float *dwr;
     float *dw;
     int O, C;
 } nb_ig_dw_params;
@@ -242,6 +243,18 @@ static nb_status nb_ig_launch(nb_jit_kernel *k, int64_t smem, const nb_ig_params
     return nb_cuda_launch(nb_jit_kernel_cuda_fn(k), grid, block, (unsigned)smem, NULL, args);
 }
 
+/* The weight-gradient partials (scratch slot 2) stay zeroed between calls: nb_conv_igemm_dw
+ * zeroes every element it consumes, so a call memsets only a buffer it has not seen (new,
+ * regrown, another device) or one a failed call may have left dirty (clean = 0). Per device
+ * index, like the scratch itself; ordered by the device's main stream. */
+#define NB_IG_DWR_DEVS 16
+typedef struct {
+    nb_device *dev;
+    float *ptr;
+    size_t clean; /* bytes from ptr known to be zero once the queued work has run */
+} nb_ig_dwr_zero;
+static nb_ig_dwr_zero nb_ig_dwr_state[NB_IG_DWR_DEVS];
+
 static nb_status nb_ig_grid_stride(nb_jit_kernel *k, const void *p, size_t size, int64_t n) {
     return nb_jit_launch_cuda(k, p, size, n, NULL);
 }
@@ -327,6 +340,12 @@ nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims 
     return nb_ig_mode0(dev, &g, e, dy, wr, NULL, dx, !store);
 }
 
+/* Weight-gradient k splits: blocks x splits <= 2 x SMs (rounded down, not up). The weight
+ * gradient's tiles run 1 block per SM (MODE 2 128x128: 167-210 registers; MODE 3 and MODE 2
+ * 64x256: shared memory or 255 registers) or 2 (MODE 2 64x128: 128 registers, ptxas sm_90),
+ * so rounding up left 1-56 blocks over 2 x SMs on every UNet shape at batch 32 (e.g. 64->64 at
+ * 64x64: 265 blocks; 256->256 at 8x8: 288; 512->256 at 8x8: 320): one more, mostly empty
+ * wave. Rounded down: 260, 252, 256 blocks, each with a few more k steps. */
 nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
                               const float *x, const float *dy, float *dw) {
     if (!nb_conv_igemm_supports(d, precision, 2))
@@ -340,7 +359,7 @@ nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims 
         int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW, nsteps = d->N * (d->OH / RT);
         unsigned gx = (unsigned)((d->O + 63) / 64), gy = (unsigned)(d->C / 32);
         int64_t want = 2 * (int64_t)nb_ig_sms(dev), blocks = (int64_t)gx * gy;
-        int64_t splits = (want + blocks - 1) / blocks;
+        int64_t splits = want / blocks; /* rounded down: see above */
         if (splits > nsteps) splits = nsteps;
         if (splits < 1) splits = 1;
         int64_t kps = (nsteps + splits - 1) / splits;
@@ -356,14 +375,24 @@ nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims 
     /* 1x1: dwr [O][1][C] is dw [O][C][1] itself; MODE 2 only adds (atomically), so it goes
      * straight into dw (no zeroed scratch, no rearranging add) */
     float *dwr = dw;
+    nb_ig_dwr_zero *z = NULL;
+    size_t z_clean = 0;
     if (KK > 1) {
-        NB_TRY(nb_conv_scratch(dev, 2, (size_t)nw * sizeof(float), &dwr));
-        NB_TRY(nb_memset(dev, dwr, 0, (size_t)nw * sizeof(float)));
+        size_t bytes = (size_t)nw * sizeof(float);
+        NB_TRY(nb_conv_scratch(dev, 2, bytes, &dwr));
+        /* index < NB_IG_DWR_DEVS: nb_conv_scratch checked it */
+        z = &nb_ig_dwr_state[nb_device_get_info(dev)->index];
+        if (z->dev != dev || z->ptr != dwr || z->clean < bytes) {
+            NB_TRY(nb_memset(dev, dwr, 0, bytes));
+            z->dev = dev, z->ptr = dwr, z->clean = bytes;
+        }
+        z_clean = z->clean;
+        z->clean = 0; /* dirty until the rearranging add below has been queued */
     }
     int64_t tiles = ((d->O + c.bm - 1) / c.bm) * ((Nn + c.bn - 1) / c.bn);
     int64_t nkt = d->N * d->OH * d->OW / 32;
-    int64_t want = 2 * (int64_t)nb_device_get_info(dev)->multiprocessors;
-    int64_t splits = (want + tiles - 1) / tiles;
+    int64_t want = 2 * (int64_t)nb_ig_sms(dev);
+    int64_t splits = want / tiles; /* rounded down, as MODE 3 above */
     if (splits < 1) splits = 1;
     if (splits > nkt) splits = nkt;
     int64_t kps = (nkt + splits - 1) / splits;
@@ -375,7 +404,9 @@ nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims 
                         (unsigned)((Nn + c.bn - 1) / c.bn), (unsigned)splits));
     if (KK == 1) return NB_OK;
     nb_ig_dw_params q = {dwr, dw, (int)d->O, (int)d->C};
-    return nb_ig_grid_stride(e->dw, &q, sizeof q, nw);
+    NB_TRY(nb_ig_grid_stride(e->dw, &q, sizeof q, nw));
+    z->clean = z_clean; /* the add zeroes what MODE 2 summed into: the scratch is clean again */
+    return NB_OK;
 }
 
 /* ---- prewarm: compile every specialisation of a precision in parallel ------------------------ */

@@ -653,15 +653,18 @@ static const char nb_conv_igemm_src[] =
     "        else p.wr[(((long long)(c / CB) * p.O + o) * KK + kk) * CB + c % CB] = p.w[i];\n"
     "    }\n"
     "}\n"
-    /* dw [O][C][KK] += dwr [O][KK][C] */
-    "struct DwP { const float *dwr; float *dw; int O, C; };\n"
+    /* dw [O][C][KK] += dwr [O][KK][C], and dwr := 0 (each element read by one thread only):
+     * the host keeps the scratch zeroed between calls instead of a memset per call */
+    "struct DwP { float *dwr; float *dw; int O, C; };\n"
     "extern \"C\" __global__ void nb_conv_igemm_dw(DwP p) {\n"
     "    long long total = (long long)p.O * p.C * KK;\n"
     "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;\n"
     "         i += (long long)gridDim.x * blockDim.x) {\n"
     "        int kk = (int)(i % KK); long long r = i / KK;\n"
     "        int c = (int)(r % p.C), o = (int)(r / p.C);\n"
-    "        p.dw[i] += p.dwr[((long long)o * KK + kk) * p.C + c];\n"
+    "        long long j = ((long long)o * KK + kk) * p.C + c;\n"
+    "        p.dw[i] += p.dwr[j];\n"
+    "        p.dwr[j] = 0.0f;\n"
     "    }\n"
     "}\n";
 

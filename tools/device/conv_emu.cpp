@@ -164,7 +164,12 @@ int main(int argc, char **argv) {
         float *dst = KK2 == 1 ? out.data() : dwr.data();
         launch(nb_conv_igemm, IgP{dy.data(), x.data(), nullptr, dst, N, C, H, W, O, OH, OW, pad, 0, kps},
                (O + BM - 1) / BM, (Nn + BN - 1) / BN, splits, smem);
-        if (KK2 > 1) launch(nb_conv_igemm_dw, DwP{dwr.data(), out.data(), O, C}, 1, 1, 1, 0);
+        if (KK2 > 1) {
+            launch(nb_conv_igemm_dw, DwP{dwr.data(), out.data(), O, C}, 1, 1, 1, 0);
+            /* the add re-zeroes the partials (the host skips the memset on the next call) */
+            for (size_t i = 0; i < dwr.size(); i++)
+                if (dwr[i] != 0.f) { printf("dwr[%zu] = %g not re-zeroed\n", i, dwr[i]); return 1; }
+        }
         ref = &dw;
     }
     double m = 1e-3, e = 0; size_t worst = 0;
