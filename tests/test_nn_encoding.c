@@ -583,8 +583,12 @@ static void test_cuda_backward_mlp(void) {
         NB_EXPECT(e_fu < 1e-5);
         NB_EXPECT(m_fu < 1e-5); /* weight-gradient partial sums per block: other block counts */
         NB_EXPECT(e_pu < 1e-5);
-        NB_EXPECT(e_fc < 1e-2);
-        NB_EXPECT(m_fc < 1e-2);
+        /* Against the CPU: f16 activations that land within rounding of zero can flip a ReLU
+         * on one side only, which moves single gradient entries by up to a few percent of the
+         * largest (seen: 1.6e-2 at B = 32771 on the H100, with the two CUDA paths agreeing to
+         * 6e-7); a wrong kernel is off by O(1). */
+        NB_EXPECT(e_fc < 5e-2);
+        NB_EXPECT(m_fc < 5e-2);
         free(ge_c), free(gm_c), free(ge_u), free(gm_u), free(ge_f), free(gm_f), free(ge_p), free(gm_p);
         /* nb_encoding_mlp_train: dys as the target (mean squared error against the mlp output) */
         for (int i = 0; i < 3 * B; i++) dys[i] = frand();
@@ -615,8 +619,12 @@ static void test_cuda_backward_mlp(void) {
         NB_EXPECT(m_fu < 1e-5);
         NB_EXPECT(e_hf < 1e-5);
         NB_EXPECT(m_hf == 0);
-        NB_EXPECT(e_fc < 1e-2);
-        NB_EXPECT(m_fc < 1e-2);
+        /* Against the CPU: f16 activations that land within rounding of zero can flip a ReLU
+         * on one side only, which moves single gradient entries by up to a few percent of the
+         * largest (seen: 1.6e-2 at B = 32771 on the H100, with the two CUDA paths agreeing to
+         * 6e-7); a wrong kernel is off by O(1). */
+        NB_EXPECT(e_fc < 5e-2);
+        NB_EXPECT(m_fc < 5e-2);
         free(ge_c), free(gm_c), free(ge_u), free(gm_u), free(ge_f), free(gm_f), free(ge_p), free(gm_p);
         free(xs), free(dys);
     }
