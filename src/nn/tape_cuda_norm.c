@@ -241,13 +241,13 @@ static const char gn_src[] =
     "    }\n"
     "}\n"
     "\n"
-    "/* R = 2, 4, 8: registers for 8, 16, 32 floats of x (and as many of dy) per thread */\n"
+    "/* R = 2, 4, 8: registers for 8, 16, 32 floats of x per thread (the backward, which also holds\n"
+    " * dy, stops at 4: see gn_setup) */\n"
     "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd2(const G p) { gn_fwd_t<2>(p); }\n"
     "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd4(const G p) { gn_fwd_t<4>(p); }\n"
     "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd8(const G p) { gn_fwd_t<8>(p); }\n"
     "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd2(const G p) { gn_bwd_t<2>(p); }\n"
     "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd4(const G p) { gn_bwd_t<4>(p); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd8(const G p) { gn_bwd_t<8>(p); }\n"
     "\n"
     "/* dgamma[c] += sum_n pg[n, c]; dbeta[c] += sum_n pb[n, c]: a warp per channel, lane l sums\n"
     " * n = l, l + 32, ..., then a fixed shuffle tree (deterministic; no serial loop over N) */\n"
@@ -267,8 +267,8 @@ static const char gn_src[] =
     "}\n";
 
 /* kernel ids NB_TK_GN_FWD2 .. NB_TK_GN_DGB, in order */
-static const char *const gn_entry[7] = {"gn_fwd2", "gn_fwd4", "gn_fwd8", "gn_bwd2",
-                                        "gn_bwd4", "gn_bwd8", "gn_dgb"};
+static const char *const gn_entry[6] = {"gn_fwd2", "gn_fwd4", "gn_fwd8", "gn_bwd2", "gn_bwd4",
+                                        "gn_dgb"};
 
 static nb_status gn_launch(nb_tape *t, int id, const gn_args *a, unsigned grid, unsigned block) {
     if (!t->kern[id]) {

@@ -78,7 +78,7 @@ enum nb_tape_kern {
     NB_TK_MSE_PART, NB_TK_MSE_FIN, NB_TK_MSE_BWD,
     NB_TK_TR, NB_TK_SLICE_FWD, NB_TK_SLICE_BWD, NB_TK_TEMB,
     /* tape_cuda_norm.c */
-    NB_TK_GN_FWD2, NB_TK_GN_FWD4, NB_TK_GN_FWD8, NB_TK_GN_BWD2, NB_TK_GN_BWD4, NB_TK_GN_BWD8,
+    NB_TK_GN_FWD2, NB_TK_GN_FWD4, NB_TK_GN_FWD8, NB_TK_GN_BWD2, NB_TK_GN_BWD4,
     NB_TK_GN_DGB,
     NB_TK_COUNT = 48 /* room for more */
 };

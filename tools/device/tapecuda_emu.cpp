@@ -62,7 +62,7 @@ static const kent g_kernels[] = {
     K(tk_up_fwd, A), K(tk_up_bwd, A), K(tk_pool_fwd, A), K(tk_pool_bwd, A), K(tk_mse_part, A),
     K(tk_mse_fin, A), K(tk_mse_bwd, A), K(tk_transpose, A), K(tk_slice_fwd, A),
     K(tk_slice_bwd, A), K(tk_temb, TE), K(gn_fwd2, G), K(gn_fwd4, G), K(gn_fwd8, G),
-    K(gn_bwd2, G), K(gn_bwd4, G), K(gn_bwd8, G), K(gn_dgb, G),
+    K(gn_bwd2, G), K(gn_bwd4, G), K(gn_dgb, G),
 };
 
 struct launch { kfn fn; const void *args; };
