@@ -1,6 +1,7 @@
 /* Tape autograd: parameter store, activation arena, op log, backward (nn_tape.h). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/threadpool.h"
@@ -29,6 +30,7 @@ static const nb_top_impl *const nb_top_impls[NB_TOP_COUNT] = {
     [NB_TOP_TRANSPOSE] = &nb_top_transpose_impl,
     [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_impl,
     [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_impl,
+    [NB_TOP_CAST] = &nb_top_cast_impl,
 };
 
 /* The CUDA column (rows defined where each op's CUDA code lives). */
@@ -48,6 +50,7 @@ static const nb_top_cuda_impl *const nb_top_cuda_impls[NB_TOP_COUNT] = {
     [NB_TOP_TRANSPOSE] = &nb_top_transpose_cuda,
     [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_cuda,
     [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_cuda,
+    [NB_TOP_CAST] = &nb_top_cast_cuda,
 };
 
 int nb_tape_on_cuda(const nb_tape *t) {
@@ -226,7 +229,11 @@ static struct nb_tape_block *nb_tape_new_block(nb_tape *t, size_t sz) {
 }
 
 float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero) {
-    size_t bytes = (size_t)(count > 0 ? count : 1) * sizeof(float);
+    return nb_tape_alloc_dt(t, count, NB_F32, zero);
+}
+
+void *nb_tape_alloc_dt(nb_tape *t, int64_t count, nb_dtype dt, int zero) {
+    size_t bytes = (size_t)(count > 0 ? count : 1) * nb_tape_dt_size(dt);
     bytes = (bytes + NB_TAPE_ALIGN - 1) / NB_TAPE_ALIGN * NB_TAPE_ALIGN;
     struct nb_tape_block *b = t->blocks;
     if (!b || b->size - b->used < bytes) {
@@ -240,7 +247,7 @@ float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero) {
         t->arena_cap += (int64_t)sz;
         b = nbk;
     }
-    float *p = (float *)(b->base + b->used);
+    void *p = b->base + b->used;
     b->used += bytes;
     t->arena_used += (int64_t)bytes;
     if (t->arena_used > t->arena_high) t->arena_high = t->arena_used;
@@ -315,6 +322,20 @@ static nb_status nb_tape_download(nb_tape *t, float *dst, const float *src, int6
     return NB_OK;
 }
 
+/* count elements of dtype dt in tape memory -> host floats (bf16 widened); waits. */
+static nb_status nb_tape_download_dt(nb_tape *t, float *dst, const void *src, nb_dtype dt,
+                                     int64_t count) {
+    if (dt == NB_F32) return nb_tape_download(t, dst, src, count);
+    if (count <= 0) return NB_OK;
+    /* the bf16 halves land in the upper half of dst, then widen front to back */
+    uint16_t *h = (uint16_t *)(dst + count) - count;
+    nb_status s = nb_tape_on_cuda(t) ? nb_memcpy_d2h(t->dev, h, src, (size_t)count * 2)
+                                     : (memcpy(h, src, (size_t)count * 2), NB_OK);
+    if (s) return s;
+    for (int64_t i = 0; i < count; i++) dst[i] = nb_bf16_to_f32(h[i]);
+    return NB_OK;
+}
+
 /* Zeroes count floats of tape memory. */
 nb_status nb_tape_zero(nb_tape *t, float *dst, int64_t count) {
     if (count <= 0) return NB_OK;
@@ -361,6 +382,11 @@ static nb_status nb_tape_check_shape(const char *fn, int ndim, const int64_t *sh
 
 nb_status nb_tape_new_value(nb_tape *t, int ndim, const int64_t *shape, int needs_grad,
                             nb_tvar *out) {
+    return nb_tape_new_value_dt(t, ndim, shape, NB_F32, needs_grad, out);
+}
+
+nb_status nb_tape_new_value_dt(nb_tape *t, int ndim, const int64_t *shape, nb_dtype dt,
+                               int needs_grad, nb_tvar *out) {
     int64_t count, shp[NB_TAPE_MAX_DIMS];
     nb_status s = nb_tape_check_shape("tape", ndim, shape, &count);
     if (s) return s;
@@ -368,10 +394,11 @@ nb_status nb_tape_new_value(nb_tape *t, int ndim, const int64_t *shape, int need
     shape = shp;
     s = nb_tape_grow(t, (void **)&t->vals, &t->vals_cap, t->n_vals + 1, sizeof(nb_tval));
     if (s) return s;
-    float *d = nb_tape_alloc_f32(t, count, 0);
+    float *d = nb_tape_alloc_dt(t, count, dt, 0);
     if (!d) return NB_ERR_OUT_OF_MEMORY;
     nb_tval *v = &t->vals[t->n_vals];
     memset(v, 0, sizeof *v);
+    v->dtype = dt;
     v->ndim = ndim;
     for (int i = 0; i < ndim; i++) v->shape[i] = shape[i];
     v->count = count;
@@ -551,11 +578,53 @@ nb_status nb_tape_zero_grad(nb_tape *t) {
 
 /* ---- op log and backward -------------------------------------------------------------------- */
 
+int nb_tape_bf16_storage(const nb_tape *t) {
+    static int env = -1; /* NABLA_TAPE_BF16_STORAGE=0: keep f32 activations (A/B runs) */
+    if (env < 0) {
+        const char *e = getenv("NABLA_TAPE_BF16_STORAGE");
+        env = !(e && e[0] == '0');
+    }
+    return env && t->precision == NB_TAPE_BF16 && nb_tape_on_cuda(t);
+}
+
+/* The row flags of an op kind on this tape (0 on CPU tapes). */
+static unsigned nb_top_flags(const nb_tape *t, int kind) {
+    if (!nb_tape_on_cuda(t) || kind < 0 || kind >= NB_TOP_COUNT || !nb_top_cuda_impls[kind]) return 0;
+    return nb_top_cuda_impls[kind]->flags;
+}
+
 nb_status nb_tape_op_out(nb_tape *t, nb_top *op, int ndim, const int64_t *shape) {
     int ng = 0;
     for (int i = 0; i < op->nin; i++)
         if (op->in[i] >= 0 && t->vals[op->in[i]].needs_grad) ng = 1;
-    return nb_tape_new_value(t, ndim, shape, ng, &op->out);
+    unsigned fl = nb_top_flags(t, op->kind);
+    nb_dtype dt = NB_F32;
+    if (fl & NB_TOPF_OUT_LIKE_IN) {
+        if (op->nin > 0 && op->in[0] >= 0) dt = t->vals[op->in[0]].dtype;
+    } else if ((fl & NB_TOPF_OUT_BF16) && nb_tape_bf16_storage(t)) {
+        dt = NB_BF16;
+    }
+    return nb_tape_new_value_dt(t, ndim, shape, dt, ng, &op->out);
+}
+
+nb_status nb_tape_cast(nb_tape *t, nb_tvar x, nb_dtype dt, nb_tvar *out) {
+    nb_tval *v = nb_tape_val(t, x, "tape cast: input");
+    if (!v) return NB_ERR_INVALID_ARG;
+    if (dt != NB_F32 && dt != NB_BF16)
+        return nb_error(NB_ERR_INVALID_ARG, "tape cast: dtype %s (f32 or bf16)", nb_dtype_name(dt));
+    if (v->dtype == dt) {
+        *out = x;
+        return NB_OK;
+    }
+    nb_top op = {.kind = NB_TOP_CAST, .nin = 1, .in = {x, NB_TVAR_NONE, NB_TVAR_NONE}};
+    op.ip[0] = (int)dt;
+    int64_t shape[NB_TAPE_MAX_DIMS];
+    memcpy(shape, v->shape, sizeof shape);
+    nb_status s = nb_tape_new_value_dt(t, v->ndim, shape, dt, v->needs_grad, &op.out);
+    if (s) return s;
+    if ((s = nb_tape_record(t, &op))) return s;
+    *out = op.out;
+    return NB_OK;
 }
 
 nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
@@ -563,8 +632,18 @@ nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
     if (!impl) return nb_error(NB_ERR_INTERNAL, "tape: unknown op kind %d", op->kind);
     nb_status s = nb_tape_grow(t, (void **)&t->ops, &t->ops_cap, t->n_ops + 1, sizeof(nb_top));
     if (s) return s;
+    nb_top cp = *op;
+    if (op->kind != NB_TOP_CAST && !(nb_top_flags(t, op->kind) & NB_TOPF_IN_BF16)) {
+        /* the row reads f32 only: record casts of its bf16 inputs first */
+        for (int i = 0; i < cp.nin; i++) {
+            if (cp.in[i] < 0 || cp.in[i] >= t->n_vals || t->vals[cp.in[i]].dtype == NB_F32) continue;
+            if ((s = nb_tape_cast(t, cp.in[i], NB_F32, &cp.in[i]))) return s;
+        }
+        if ((s = nb_tape_grow(t, (void **)&t->ops, &t->ops_cap, t->n_ops + 1, sizeof(nb_top))))
+            return s;
+    }
     nb_top *rec = &t->ops[t->n_ops];
-    *rec = *op;
+    *rec = cp;
     s = nb_top_run(t, rec, 0);
     if (s) return s;
     t->n_ops++;
@@ -582,7 +661,7 @@ nb_status nb_tape_grad_buf(nb_tape *t, nb_tvar v, float **g) {
         return s;
     }
     if (!tv->grad) {
-        tv->grad = nb_tape_alloc_f32(t, tv->count, 1);
+        tv->grad = nb_tape_alloc_dt(t, tv->count, tv->dtype, 1);
         if (!tv->grad) return NB_ERR_OUT_OF_MEMORY;
     }
     *g = tv->grad;
@@ -602,7 +681,7 @@ nb_status nb_tape_grad_buf_w(nb_tape *t, nb_tvar v, float **g, int *overwrite) {
     }
     if (!tv->grad) {
         /* first contribution: the caller writes every element, so no zero fill */
-        tv->grad = nb_tape_alloc_f32(t, tv->count, 0);
+        tv->grad = nb_tape_alloc_dt(t, tv->count, tv->dtype, 0);
         if (!tv->grad) return NB_ERR_OUT_OF_MEMORY;
         *overwrite = 1;
     }
@@ -702,7 +781,7 @@ nb_status nb_tape_read(nb_tape *t, nb_tvar v, float *host, int64_t count) {
     nb_tval *tv = nb_tape_val(t, v, "nb_tape_read: value");
     if (!tv) return NB_ERR_INVALID_ARG;
     nb_status s = nb_tape_check_count("nb_tape_read", "the value", tv->count, count, host);
-    return s ? s : nb_tape_download(t, host, tv->data, count);
+    return s ? s : nb_tape_download_dt(t, host, tv->data, tv->dtype, count);
 }
 
 nb_status nb_tape_read_grad(nb_tape *t, nb_tvar v, float *host, int64_t count) {
@@ -715,7 +794,7 @@ nb_status nb_tape_read_grad(nb_tape *t, nb_tvar v, float *host, int64_t count) {
         memset(host, 0, (size_t)count * sizeof(float));
         return NB_OK;
     }
-    return nb_tape_download(t, host, tv->grad, count);
+    return nb_tape_download_dt(t, host, tv->grad, tv->dtype, count);
 }
 
 nb_status nb_tape_write_params(nb_tape *t, const float *host, int64_t count) {

@@ -163,4 +163,4 @@ static nb_status attn_cuda_bwd(nb_tape *t, const nb_top *op) {
                                  o->grad, op->saved[0], delta, dq, dk, dv, BH, Tq, Tk, d);
 }
 
-const nb_top_cuda_impl nb_top_attention_cuda = {attn_cuda_fwd, attn_cuda_bwd};
+const nb_top_cuda_impl nb_top_attention_cuda = {attn_cuda_fwd, attn_cuda_bwd, 0};

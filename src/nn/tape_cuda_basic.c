@@ -348,7 +348,7 @@ static nb_status silu_bwd(nb_tape *t, const nb_top *op) {
     return tk_ew(t, NB_TK_SILU_BWD, &a);
 }
 
-const nb_top_cuda_impl nb_top_silu_cuda = {silu_fwd, silu_bwd};
+const nb_top_cuda_impl nb_top_silu_cuda = {silu_fwd, silu_bwd, 0};
 
 /* ---- add (backward: dy into both inputs' gradients), reshape (a view) ----------------------- */
 
@@ -373,7 +373,7 @@ static nb_status add_bwd(nb_tape *t, const nb_top *op) {
     return tk_ew(t, NB_TK_ACC, &a);
 }
 
-const nb_top_cuda_impl nb_top_add_cuda = {add_fwd, add_bwd};
+const nb_top_cuda_impl nb_top_add_cuda = {add_fwd, add_bwd, 0};
 
 /* Reshape on CUDA is a view: the output shares the input's data (values are never written after
  * their op) and, through alias1, its gradient buffer, so neither direction runs a kernel. (The
@@ -390,7 +390,7 @@ static nb_status reshape_bwd(nb_tape *t, const nb_top *op) {
     return NB_OK;
 }
 
-const nb_top_cuda_impl nb_top_reshape_cuda = {reshape_fwd, reshape_bwd};
+const nb_top_cuda_impl nb_top_reshape_cuda = {reshape_fwd, reshape_bwd, 0};
 
 /* ---- per-channel add: x [N,C,H,W] + c [N,C] ------------------------------------------------- */
 
@@ -421,7 +421,7 @@ static nb_status addc_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_ADDC_BWD, &a, NC * 32); /* a warp per row */
 }
 
-const nb_top_cuda_impl nb_top_add_channel_cuda = {addc_fwd, addc_bwd};
+const nb_top_cuda_impl nb_top_add_channel_cuda = {addc_fwd, addc_bwd, 0};
 
 /* ---- channel concat ------------------------------------------------------------------------- */
 
@@ -459,7 +459,7 @@ static nb_status concat_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_CONCAT_BWD, &a, ew_items(&a));
 }
 
-const nb_top_cuda_impl nb_top_concat_cuda = {concat_fwd, concat_bwd};
+const nb_top_cuda_impl nb_top_concat_cuda = {concat_fwd, concat_bwd, 0};
 
 /* ---- nearest upsample ×2, average pool 2×2 (float2 accesses: W of the larger side is even) -- */
 
@@ -483,7 +483,7 @@ static nb_status up_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_UP_BWD, &a, a.n);
 }
 
-const nb_top_cuda_impl nb_top_upsample_cuda = {up_fwd, up_bwd};
+const nb_top_cuda_impl nb_top_upsample_cuda = {up_fwd, up_bwd, 0};
 
 static nb_status pool_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
@@ -505,7 +505,7 @@ static nb_status pool_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_POOL_BWD, &a, a.n);
 }
 
-const nb_top_cuda_impl nb_top_avgpool_cuda = {pool_fwd, pool_bwd};
+const nb_top_cuda_impl nb_top_avgpool_cuda = {pool_fwd, pool_bwd, 0};
 
 /* ---- MSE: deterministic two-pass reduction (block partials in double, then one block) ------- */
 
@@ -540,7 +540,7 @@ static nb_status mse_bwd(nb_tape *t, const nb_top *op) {
     return tk_ew(t, NB_TK_MSE_BWD, &a);
 }
 
-const nb_top_cuda_impl nb_top_mse_cuda = {mse_fwd, mse_bwd};
+const nb_top_cuda_impl nb_top_mse_cuda = {mse_fwd, mse_bwd, 0};
 
 /* ---- transpose of the last two dims (32×32 shared-memory tiles) ----------------------------- */
 
@@ -573,7 +573,7 @@ static nb_status transpose_bwd(nb_tape *t, const nb_top *op) {
     return tr_run(t, VAL(t, op->out)->grad, dx, x->count / (R * C), C, R, ow);
 }
 
-const nb_top_cuda_impl nb_top_transpose_cuda = {transpose_fwd, transpose_bwd};
+const nb_top_cuda_impl nb_top_transpose_cuda = {transpose_fwd, transpose_bwd, 0};
 
 /* ---- channel slice -------------------------------------------------------------------------- */
 
@@ -611,6 +611,6 @@ static nb_status slice_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_SLICE_BWD, &a, ew_items(&a));
 }
 
-const nb_top_cuda_impl nb_top_slice_cuda = {slice_fwd, slice_bwd};
+const nb_top_cuda_impl nb_top_slice_cuda = {slice_fwd, slice_bwd, 0};
 
 const char *nb_tape_cuda_source(int which) { return which == 0 ? tk_src : nb_tape_cuda_norm_source(); }

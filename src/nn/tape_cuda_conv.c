@@ -62,5 +62,5 @@ static nb_status conv_cuda_bwd(nb_tape *t, const nb_top *op) {
                                    store);
 }
 
-const nb_top_cuda_impl nb_top_linear_cuda = {linear_cuda_fwd, linear_cuda_bwd};
-const nb_top_cuda_impl nb_top_conv2d_cuda = {conv_cuda_fwd, conv_cuda_bwd};
+const nb_top_cuda_impl nb_top_linear_cuda = {linear_cuda_fwd, linear_cuda_bwd, 0};
+const nb_top_cuda_impl nb_top_conv2d_cuda = {conv_cuda_fwd, conv_cuda_bwd, 0};

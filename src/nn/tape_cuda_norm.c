@@ -364,7 +364,7 @@ static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
     return gn_launch(t, NB_TK_GN_DGB, &a, blocks, 256);
 }
 
-const nb_top_cuda_impl nb_top_group_norm_cuda = {gn_fwd, gn_bwd};
-const nb_top_cuda_impl nb_top_group_norm_silu_cuda = {gn_fwd, gn_bwd};
+const nb_top_cuda_impl nb_top_group_norm_cuda = {gn_fwd, gn_bwd, 0};
+const nb_top_cuda_impl nb_top_group_norm_silu_cuda = {gn_fwd, gn_bwd, 0};
 
 const char *nb_tape_cuda_norm_source(void) { return gn_src; }

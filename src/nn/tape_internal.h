@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 
 typedef struct nb_tval {
@@ -19,6 +20,10 @@ typedef struct nb_tval {
     int64_t offset; /* params: offset in floats */
     int32_t alias1; /* 0, or 1 + the value whose data and gradient this one shares (a CUDA
                      * reshape: same elements, same order; see nb_tape_grad_buf) */
+    nb_dtype dtype; /* storage of data AND grad: NB_F32, or NB_BF16 for activations of a CUDA
+                     * tape in bf16 storage (nb_tape_bf16_storage). data / grad keep the type
+                     * float * but then address 2-byte bf16 elements (count * 2 bytes). Parameters
+                     * and their gradients are always NB_F32. */
     char name[64];  /* params */
 } nb_tval;
 
@@ -38,6 +43,8 @@ enum nb_top_kind {
     NB_TOP_TRANSPOSE,
     NB_TOP_SLICE_CHANNELS,
     NB_TOP_GROUP_NORM_SILU,
+    NB_TOP_CAST,          /* dtype conversion (inserted by nb_tape_record; ip[0] = nb_dtype) */
+    NB_TOP_QKV_ATTENTION, /* fused legacy-layout QKV attention (tape_ops_attn.c) */
     NB_TOP_COUNT
 };
 
@@ -66,7 +73,22 @@ typedef struct nb_top_impl {
 typedef struct nb_top_cuda_impl {
     nb_status (*forward)(nb_tape *t, nb_top *op);
     nb_status (*backward)(nb_tape *t, const nb_top *op);
+    unsigned flags; /* NB_TOPF_*: which storage dtypes the row handles */
 } nb_top_cuda_impl;
+
+/* BF16 storage (CUDA tapes in NB_TAPE_BF16 precision; see nb_tape_bf16_storage):
+ *   NB_TOPF_IN_BF16   the row's forward reads, and its backward writes the gradients of, BF16
+ *                     activation inputs, in any mix with F32 ones (it checks each input value's
+ *                     dtype). Without the flag nb_tape_record casts BF16 inputs to F32 first (a
+ *                     recorded NB_TOP_CAST op: correct, but a copy each way).
+ *   NB_TOPF_OUT_BF16  on a bf16-storage tape the op's output (and so its gradient) is BF16; the
+ *                     row writes it, and reads its gradient, as BF16 (it checks the out value's
+ *                     dtype: FP32 / TF32 tapes and CPU tapes are all F32).
+ *   NB_TOPF_OUT_LIKE_IN  the output takes in[0]'s dtype (views such as reshape).
+ * Parameters are F32 whatever the flags. */
+#define NB_TOPF_IN_BF16 1u
+#define NB_TOPF_OUT_BF16 2u
+#define NB_TOPF_OUT_LIKE_IN 4u
 
 /* CUDA kernels a tape has loaded (per tape, so a launch needs no source hashing). */
 enum nb_tape_kern {
@@ -80,6 +102,8 @@ enum nb_tape_kern {
     /* tape_cuda_norm.c */
     NB_TK_GN_FWD2, NB_TK_GN_FWD4, NB_TK_GN_FWD8, NB_TK_GN_BWD2, NB_TK_GN_BWD4,
     NB_TK_GN_DGB,
+    /* tape_cast.c (fixed numbers: the rows above may grow) */
+    NB_TK_CAST_FWD = 44, NB_TK_CAST_BWD = 45,
     NB_TK_COUNT = 48 /* room for more */
 };
 
@@ -126,6 +150,13 @@ struct nb_tape {
 /* Allocation from the arena (64-byte aligned; host or device memory after the tape's device;
  * zero: filled with 0, queued on the stream on CUDA); NULL + nb_error on out of memory. */
 float *nb_tape_alloc_f32(nb_tape *t, int64_t count, int zero);
+/* The same for count elements of dtype dt (NB_F32 or NB_BF16). */
+void *nb_tape_alloc_dt(nb_tape *t, int64_t count, nb_dtype dt, int zero);
+/* Bytes per element of a tape storage dtype (4 for NB_F32, 2 for NB_BF16). */
+static inline size_t nb_tape_dt_size(nb_dtype dt) { return dt == NB_BF16 ? 2 : 4; }
+/* 1 when ops whose CUDA row has NB_TOPF_OUT_BF16 store their outputs as BF16: a CUDA tape in
+ * NB_TAPE_BF16 precision (unless NABLA_TAPE_BF16_STORAGE=0, for A/B measurements). */
+int nb_tape_bf16_storage(const nb_tape *t);
 /* Host scratch of at least count floats, valid until the next call (NULL + nb_error). */
 float *nb_tape_scratch(nb_tape *t, int64_t count);
 /* Host -> tape memory (memcpy, or an h2d copy on CUDA); zeroing of tape memory (async on CUDA). */
@@ -141,6 +172,12 @@ nb_status nb_tape_cuda_timestep_embedding(nb_tape *t, float *y, int64_t n, const
 /* New activation value of the given shape (data in the arena, uninitialised). */
 nb_status nb_tape_new_value(nb_tape *t, int ndim, const int64_t *shape, int needs_grad,
                             nb_tvar *out);
+/* The same with a storage dtype (NB_F32 or NB_BF16). */
+nb_status nb_tape_new_value_dt(nb_tape *t, int ndim, const int64_t *shape, nb_dtype dt,
+                               int needs_grad, nb_tvar *out);
+/* x converted to dtype dt (a recorded NB_TOP_CAST op; gradients flow back converted), or x
+ * itself when it already has that dtype. */
+nb_status nb_tape_cast(nb_tape *t, nb_tvar x, nb_dtype dt, nb_tvar *out);
 /* Checks a handle and returns its value (NULL + nb_error naming `what` if invalid). */
 nb_tval *nb_tape_val(nb_tape *t, nb_tvar v, const char *what);
 /* Gradient buffer of v for accumulation: *g = NULL when v needs no gradient. For a value that
@@ -150,7 +187,9 @@ nb_status nb_tape_grad_buf(nb_tape *t, nb_tvar v, float **g);
  * contribution the buffer is left unfilled and *overwrite = 1 (store, don't add); else
  * *overwrite = 0 (accumulate). Saves a zero fill and a read per gradient on memory-bound ops. */
 nb_status nb_tape_grad_buf_w(nb_tape *t, nb_tvar v, float **g, int *overwrite);
-/* Creates op->out of the given shape; it needs a gradient when any of op->in does. */
+/* Creates op->out of the given shape; it needs a gradient when any of op->in does. Its dtype
+ * follows the op kind's CUDA row flags (NB_TOPF_OUT_BF16 / OUT_LIKE_IN) on a bf16-storage
+ * tape; else NB_F32. op->kind must be set. */
 nb_status nb_tape_op_out(nb_tape *t, nb_top *op, int ndim, const int64_t *shape);
 /* Records an op (copy of *op) and runs its forward through the implementation table. */
 nb_status nb_tape_record(nb_tape *t, const nb_top *op);
@@ -164,13 +203,15 @@ const char *nb_tape_shape_str(const nb_tval *v, char *buf, size_t cap);
 extern const nb_top_impl nb_top_linear_impl, nb_top_silu_impl, nb_top_add_impl,
     nb_top_add_channel_impl, nb_top_concat_impl, nb_top_upsample_impl, nb_top_avgpool_impl,
     nb_top_mse_impl, nb_top_conv2d_impl, nb_top_group_norm_impl, nb_top_attention_impl,
-    nb_top_reshape_impl, nb_top_transpose_impl, nb_top_slice_impl, nb_top_group_norm_silu_impl;
+    nb_top_reshape_impl, nb_top_transpose_impl, nb_top_slice_impl, nb_top_group_norm_silu_impl,
+    nb_top_cast_impl, nb_top_qkv_attention_impl;
 
 /* CUDA rows (tape_cuda_basic.c, tape_cuda_conv.c, tape_cuda_attn.c). */
 extern const nb_top_cuda_impl nb_top_linear_cuda, nb_top_silu_cuda, nb_top_add_cuda,
     nb_top_add_channel_cuda, nb_top_concat_cuda, nb_top_upsample_cuda, nb_top_avgpool_cuda,
     nb_top_mse_cuda, nb_top_conv2d_cuda, nb_top_group_norm_cuda, nb_top_attention_cuda,
-    nb_top_reshape_cuda, nb_top_transpose_cuda, nb_top_slice_cuda, nb_top_group_norm_silu_cuda;
+    nb_top_reshape_cuda, nb_top_transpose_cuda, nb_top_slice_cuda, nb_top_group_norm_silu_cuda,
+    nb_top_cast_cuda, nb_top_qkv_attention_cuda;
 /* CUDA C source of the tape's kernels: 0 = tape_cuda_basic.c, 1 = tape_cuda_norm.c (tests). */
 const char *nb_tape_cuda_source(int which);
 const char *nb_tape_cuda_norm_source(void);

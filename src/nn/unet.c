@@ -8,6 +8,7 @@
 
 #include "nabla/device.h"
 #include "nabla/nn_unet.h"
+#include "nn/tape_internal.h"
 
 #define TRY(expr)                                                                              \
     do {                                                                                       \
@@ -664,6 +665,8 @@ nb_status nb_unet_forward(nb_unet *u, nb_tvar x, const float *timesteps, nb_tvar
     u->flops = 0;
     if (u->prof.on) TRY(prof_record(u, -1));
     nb_status st = forward(u, x, timesteps, s, out);
+    /* the prediction in f32 whatever the storage (bf16 tapes): DDPM's kernels read it */
+    if (!st) st = nb_tape_cast(u->t, *out, NB_F32, out);
     nb_status pc = prof_collect(u);
     return st ? st : pc;
 }
