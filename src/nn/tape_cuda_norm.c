@@ -9,11 +9,16 @@
  * recomputes x̂ (and z = x̂ γ + β, silu'(z) for the fused op) from x and the saved statistics,
  * reduces Σ dx̂ and Σ dx̂ x̂, accumulates dx, and writes per-(n, channel) partials of Σ dz x̂ and
  * Σ dz; a second small kernel sums them over n in fixed order into dγ, dβ (deterministic, no
- * float atomics on global memory). */
+ * float atomics on global memory).
+ * BF16 storage (tape_internal.h, NB_TOPF_*): x / dx and y / dy may each be bf16 (gn_args.dt);
+ * then the *_bf kernel variants run (the same code reading / writing 4 bf16 per 8-byte access;
+ * the f32 kernels are unchanged). Statistics, sums, γ / β and their gradients stay f32. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nabla/device.h"
+#include "nn/bf16_cuda.h"
 #include "nn/encoding_internal.h"
 #include "nn/tape_internal.h"
 
@@ -26,20 +31,34 @@ typedef struct gn_args {
     int32_t N, C, G, S, Cg, M, v4, silu, tiles, wuni;
     int32_t ow; /* bit 0: store dx (fresh gradient) rather than add; bit 1: dgamma; bit 2: dbeta */
     float eps;
+    int32_t dt; /* storage: bit 0 x and dx are bf16, bit 1 y and dy (else f32) */
 } gn_args;
 
-static const char gn_src[] =
-    "/* one block per (n, group): blockIdx.x = n * G + g; the group's M = Cg * S floats are contiguous */\n"
+static const char gn_src[] = NB_CUDA_BF16_HELPERS
+    "/* one block per (n, group): blockIdx.x = n * G + g; the group's M = Cg * S elements are contiguous */\n"
     "struct G { const float *x, *gamma, *beta, *dy; float *y, *dx, *mean, *rstd, *pg, *pb, *dgamma, *dbeta;\n"
-    "           int N, C, G, S, Cg, M, v4, silu, tiles, wuni, ow; float eps; };\n"
-    "/* ow: bit 0 = store dx (a fresh gradient) instead of adding, bit 1 = dgamma, bit 2 = dbeta */\n"
-    "__device__ __forceinline__ void ld_chunk(const float *base, unsigned e, unsigned M, int v4, float v[4]) {\n"
+    "           int N, C, G, S, Cg, M, v4, silu, tiles, wuni, ow; float eps; int dt; };\n"
+    "/* ow: bit 0 = store dx (a fresh gradient) instead of adding, bit 1 = dgamma, bit 2 = dbeta;\n"
+    " * dt: bit 0 = x and dx are bf16, bit 1 = y and dy (gamma, beta, statistics, partials: f32).\n"
+    " * The kernels are templates on BF: 0 = all f32 (the dtype tests fold to 0: the f32 code),\n"
+    " * 1 = x / dx and y / dy in the dtypes dt names; separate entry points (gn_*_bf) so that the\n"
+    " * f32 kernels keep their registers. */\n"
+    "#define FX (BF && (p.dt & 1))\n"
+    "#define FY (BF && (p.dt & 2))\n"
+    "/* element i of p in dtype bf, as an untyped pointer */\n"
+    "__device__ __forceinline__ const void *at(const float *p, size_t i, int bf) {\n"
+    "    return bf ? (const void *)((const unsigned short *)p + i) : (const void *)(p + i);\n"
+    "}\n"
+    "__device__ __forceinline__ void *atw(float *p, size_t i, int bf) {\n"
+    "    return bf ? (void *)((unsigned short *)p + i) : (void *)(p + i);\n"
+    "}\n"
+    "__device__ __forceinline__ void ld_chunk(const void *base, unsigned e, unsigned M, int v4, int bf, float v[4]) {\n"
     "    if (v4) {\n"
-    "        float4 q = *(const float4 *)(base + e);\n"
+    "        float4 q = nb_ld4(base, e, bf);\n"
     "        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;\n"
     "    } else {\n"
     "        #pragma unroll\n"
-    "        for (int k = 0; k < 4; k++) v[k] = e + k < M ? base[e + k] : 0.0f;\n"
+    "        for (int k = 0; k < 4; k++) v[k] = e + k < M ? nb_ld(base, e + k, bf) : 0.0f;\n"
     "    }\n"
     "}\n"
     "/* sums of a and b over the block, returned to every thread */\n"
@@ -75,11 +94,11 @@ static const char gn_src[] =
     "/* chunk r of tile t for this thread (R chunks of 4 floats per thread per tile): first element */\n"
     "#define CHUNK_E(t, r) ((((unsigned)(t) * R + (r)) * blockDim.x + threadIdx.x) * 4u)\n"
     "\n"
-    "template <int R> __device__ __forceinline__ void gn_fwd_t(const G &p) {\n"
+    "template <int R, int BF, int V4 = 0> __device__ __forceinline__ void gn_fwd_t(const G &p) {\n"
     "    unsigned bid = blockIdx.x, n = bid / (unsigned)p.G, g = bid - n * (unsigned)p.G;\n"
     "    size_t base = ((size_t)n * p.C + (size_t)g * p.Cg) * p.S;\n"
-    "    const float *x = p.x + base;\n"
-    "    float *y = p.y + base;\n"
+    "    const void *x = at(p.x, base, FX);\n"
+    "    void *y = atw(p.y, base, FY);\n"
     "    unsigned M = (unsigned)p.M, S = (unsigned)p.S;\n"
     "    float v[R][4];\n"
     "    float s = 0.0f;\n"
@@ -87,7 +106,7 @@ static const char gn_src[] =
     "        #pragma unroll\n"
     "        for (int r = 0; r < R; r++) {\n"
     "            unsigned e = CHUNK_E(t, r);\n"
-    "            if (e < M) ld_chunk(x, e, M, p.v4, v[r]);\n"
+    "            if (e < M) ld_chunk(x, e, M, p.v4, FX, v[r]);\n"
     "            else v[r][0] = v[r][1] = v[r][2] = v[r][3] = 0.0f;\n"
     "            s += (v[r][0] + v[r][1]) + (v[r][2] + v[r][3]);\n"
     "        }\n"
@@ -99,7 +118,7 @@ static const char gn_src[] =
     "        for (int r = 0; r < R; r++) {\n"
     "            unsigned e = CHUNK_E(t, r);\n"
     "            if (e >= M) continue;\n"
-    "            if (p.tiles > 1) ld_chunk(x, e, M, p.v4, v[r]);\n"
+    "            if (p.tiles > 1) ld_chunk(x, e, M, p.v4, FX, v[r]);\n"
     "            #pragma unroll\n"
     "            for (int k = 0; k < 4; k++) if (e + k < M) { float d = v[r][k] - mean; q += d * d; }\n"
     "        }\n"
@@ -112,8 +131,16 @@ static const char gn_src[] =
     "        for (int r = 0; r < R; r++) {\n"
     "            unsigned e = CHUNK_E(t, r);\n"
     "            if (e >= M) continue;\n"
-    "            if (p.tiles > 1) ld_chunk(x, e, M, p.v4, v[r]);\n"
+    "            if (p.tiles > 1) ld_chunk(x, e, M, p.v4, FX, v[r]);\n"
     "            unsigned cb = c0 + e / S; /* the chunk's channel when v4 (S % 4 == 0) */\n"
+    "            if (BF && V4) { /* bf16 variant: the chunk's scale and shift once */\n"
+    "                float sc = rstd * (p.gamma ? __ldg(p.gamma + cb) : 1.0f), be = p.beta ? __ldg(p.beta + cb) : 0.0f;\n"
+    "                float4 z = make_float4((v[r][0] - mean) * sc + be, (v[r][1] - mean) * sc + be,\n"
+    "                                       (v[r][2] - mean) * sc + be, (v[r][3] - mean) * sc + be);\n"
+    "                if (p.silu) { z.x *= sig(z.x); z.y *= sig(z.y); z.z *= sig(z.z); z.w *= sig(z.w); }\n"
+    "                nb_st4(y, e, FY, z);\n"
+    "                continue;\n"
+    "            }\n"
     "            float o[4];\n"
     "            #pragma unroll\n"
     "            for (int k = 0; k < 4; k++) {\n"
@@ -122,10 +149,10 @@ static const char gn_src[] =
     "                float z = (v[r][k] - mean) * rstd * ga + be;\n"
     "                o[k] = p.silu ? z * sig(z) : z;\n"
     "            }\n"
-    "            if (p.v4) *(float4 *)(y + e) = make_float4(o[0], o[1], o[2], o[3]);\n"
+    "            if (p.v4) nb_st4(y, e, FY, make_float4(o[0], o[1], o[2], o[3]));\n"
     "            else {\n"
     "                #pragma unroll\n"
-    "                for (int k = 0; k < 4; k++) if (e + k < M) y[e + k] = o[k];\n"
+    "                for (int k = 0; k < 4; k++) if (e + k < M) nb_st(y, e + k, FY, o[k]);\n"
     "            }\n"
     "        }\n"
     "    }\n"
@@ -133,11 +160,10 @@ static const char gn_src[] =
     "\n"
     "/* backward: dx += rstd (dxh - mean(dxh) - xh mean(dxh xh)), dxh = dz gamma, dz = dy (times\n"
     " * silu'(z) when fused); per-channel partials of sum dz xh, sum dz into pg, pb [N, C] */\n"
-    "template <int R> __device__ __forceinline__ void gn_bwd_t(const G &p) {\n"
-    "    __shared__ float sg[1024], sb[1024];\n"
+    "template <int R, int BF, int V4 = 0> __device__ __forceinline__ void gn_bwd_t(const G &p, float (&sg)[1024], float (&sb)[1024]) {\n"
     "    unsigned bid = blockIdx.x, n = bid / (unsigned)p.G, g = bid - n * (unsigned)p.G;\n"
     "    size_t base = ((size_t)n * p.C + (size_t)g * p.Cg) * p.S;\n"
-    "    const float *x = p.x + base, *dy = p.dy + base;\n"
+    "    const void *x = at(p.x, base, FX), *dy = at(p.dy, base, FY);\n"
     "    unsigned M = (unsigned)p.M, S = (unsigned)p.S, Cg = (unsigned)p.Cg, c0 = g * Cg;\n"
     "    unsigned lane = threadIdx.x & 31u;\n"
     "    int part = p.pg != 0;\n"
@@ -152,9 +178,23 @@ static const char gn_src[] =
     "            unsigned e = CHUNK_E(t, r);\n"
     "            if (e >= M) continue; /* wuni: M % 128 == 0, so whole warps skip together */\n"
     "            unsigned cb = c0 + e / S;\n"
-    "            ld_chunk(x, e, M, p.v4, xv[r]);\n"
-    "            ld_chunk(dy, e, M, p.v4, gv[r]);\n"
+    "            ld_chunk(x, e, M, p.v4, FX, xv[r]);\n"
+    "            ld_chunk(dy, e, M, p.v4, FY, gv[r]);\n"
     "            float pgs = 0.0f, pbs = 0.0f;\n"
+    "            if (BF && V4) { /* bf16 variant: gamma, beta once per chunk (M % 4 == 0: no tail) */\n"
+    "                float ga = p.gamma ? __ldg(p.gamma + cb) : 1.0f, be = p.beta ? __ldg(p.beta + cb) : 0.0f;\n"
+    "                #pragma unroll\n"
+    "                for (int k = 0; k < 4; k++) {\n"
+    "                    float xh = (xv[r][k] - mean) * rstd, dz = gv[r][k];\n"
+    "                    if (p.silu) { float z = xh * ga + be, sz = sig(z); dz *= sz * (1.0f + z * (1.0f - sz)); }\n"
+    "                    float dxh = dz * ga;\n"
+    "                    sd += dxh;\n"
+    "                    sdx += dxh * xh;\n"
+    "                    gv[r][k] = dz;\n"
+    "                    pgs += dz * xh;\n"
+    "                    pbs += dz;\n"
+    "                }\n"
+    "            } else\n"
     "            #pragma unroll\n"
     "            for (int k = 0; k < 4; k++) {\n"
     "                unsigned c = p.v4 ? cb : chan(p, c0, e, k);\n"
@@ -191,16 +231,29 @@ static const char gn_src[] =
     "    float2 tot = block_sum2(sd, sdx);\n"
     "    float md = tot.x / (float)M, mdx = tot.y / (float)M;\n"
     "    if (p.dx) {\n"
-    "        float *dx = p.dx + base;\n"
+    "        void *dx = atw(p.dx, base, FX);\n"
     "        for (int t = 0; t < p.tiles; t++) {\n"
     "            #pragma unroll\n"
     "            for (int r = 0; r < R; r++) {\n"
     "                unsigned e = CHUNK_E(t, r);\n"
     "                if (e >= M) continue;\n"
     "                unsigned cb = c0 + e / S;\n"
+    "                if (BF && V4 && p.tiles == 1) { /* bf16 variant: gamma once per chunk */\n"
+    "                    float ga = p.gamma ? __ldg(p.gamma + cb) : 1.0f, rm = rstd * mdx;\n"
+    "                    float4 d = make_float4(rstd * (gv[r][0] * ga - md) - (xv[r][0] - mean) * rstd * rm,\n"
+    "                                           rstd * (gv[r][1] * ga - md) - (xv[r][1] - mean) * rstd * rm,\n"
+    "                                           rstd * (gv[r][2] * ga - md) - (xv[r][2] - mean) * rstd * rm,\n"
+    "                                           rstd * (gv[r][3] * ga - md) - (xv[r][3] - mean) * rstd * rm);\n"
+    "                    if (!(p.ow & 1)) {\n"
+    "                        float4 q = nb_ld4(dx, e, FX);\n"
+    "                        d.x += q.x; d.y += q.y; d.z += q.z; d.w += q.w;\n"
+    "                    }\n"
+    "                    nb_st4(dx, e, FX, d);\n"
+    "                    continue;\n"
+    "                }\n"
     "                if (p.tiles > 1) {\n"
-    "                    ld_chunk(x, e, M, p.v4, xv[r]);\n"
-    "                    ld_chunk(dy, e, M, p.v4, gv[r]);\n"
+    "                    ld_chunk(x, e, M, p.v4, FX, xv[r]);\n"
+    "                    ld_chunk(dy, e, M, p.v4, FY, gv[r]);\n"
     "                    #pragma unroll\n"
     "                    for (int k = 0; k < 4; k++) if (p.silu) {\n"
     "                        unsigned c = p.v4 ? cb : chan(p, c0, e, k);\n"
@@ -220,14 +273,14 @@ static const char gn_src[] =
     "                if (p.v4) {\n"
     "                    float4 d = make_float4(o[0], o[1], o[2], o[3]);\n"
     "                    if (!(p.ow & 1)) {\n"
-    "                        float4 q = *(float4 *)(dx + e);\n"
+    "                        float4 q = nb_ld4(dx, e, FX);\n"
     "                        d.x += q.x; d.y += q.y; d.z += q.z; d.w += q.w;\n"
     "                    }\n"
-    "                    *(float4 *)(dx + e) = d;\n"
+    "                    nb_st4(dx, e, FX, d);\n"
     "                } else {\n"
     "                    #pragma unroll\n"
     "                    for (int k = 0; k < 4; k++)\n"
-    "                        if (e + k < M) dx[e + k] = (p.ow & 1) ? o[k] : dx[e + k] + o[k];\n"
+    "                        if (e + k < M) nb_st(dx, e + k, FX, (p.ow & 1) ? o[k] : nb_ld(dx, e + k, FX) + o[k]);\n"
     "                }\n"
     "            }\n"
     "        }\n"
@@ -243,11 +296,23 @@ static const char gn_src[] =
     "\n"
     "/* R = 2, 4, 8: registers for 8, 16, 32 floats of x per thread (the backward, which also holds\n"
     " * dy, stops at 4: see gn_setup) */\n"
-    "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd2(const G p) { gn_fwd_t<2>(p); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd4(const G p) { gn_fwd_t<4>(p); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(512) gn_fwd8(const G p) { gn_fwd_t<8>(p); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd2(const G p) { gn_bwd_t<2>(p); }\n"
-    "extern \"C\" __global__ void __launch_bounds__(512) gn_bwd4(const G p) { gn_bwd_t<4>(p); }\n"
+    "/* LB: the bf16 variant's launch bounds (bwd2: 40 registers, 3 blocks of 512 per SM as the f32\n"
+    " * kernel; elsewhere a minimum of blocks makes ptxas spill or take more registers) */\n"
+    "#define GN_FWD(R, LB) \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(512) gn_fwd##R(const G p) { gn_fwd_t<R, 0>(p); } \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__ LB gn_fwd##R##_bf(const G p) { \\\n"
+    "        if (p.v4) gn_fwd_t<R, 1, 1>(p); else gn_fwd_t<R, 1, 0>(p); }\n"
+    "#define GN_BWD(R, LB) \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(512) gn_bwd##R(const G p) { \\\n"
+    "        __shared__ float sg[1024], sb[1024]; gn_bwd_t<R, 0>(p, sg, sb); } \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__ LB gn_bwd##R##_bf(const G p) { \\\n"
+    "        __shared__ float sg[1024], sb[1024]; \\\n"
+    "        if (p.v4) gn_bwd_t<R, 1, 1>(p, sg, sb); else gn_bwd_t<R, 1, 0>(p, sg, sb); }\n"
+    "GN_FWD(2, (512))\n"
+    "GN_FWD(4, (512))\n"
+    "GN_FWD(8, (512))\n"
+    "GN_BWD(2, (512, 3))\n"
+    "GN_BWD(4, (512))\n"
     "\n"
     "/* dgamma[c] += sum_n pg[n, c]; dbeta[c] += sum_n pb[n, c]: a warp per channel, lane l sums\n"
     " * n = l, l + 32, ..., then a fixed shuffle tree (deterministic; no serial loop over N) */\n"
@@ -266,13 +331,23 @@ static const char gn_src[] =
     "    }\n"
     "}\n";
 
-/* kernel ids NB_TK_GN_FWD2 .. NB_TK_GN_DGB, in order */
-static const char *const gn_entry[6] = {"gn_fwd2", "gn_fwd4", "gn_fwd8", "gn_bwd2", "gn_bwd4",
-                                        "gn_dgb"};
+/* kernel ids NB_TK_GN_FWD2 .. NB_TK_GN_DGB, in order; then the bf16 variants of the first five */
+static const char *const gn_entry[11] = {"gn_fwd2",    "gn_fwd4",    "gn_fwd8",    "gn_bwd2",
+                                         "gn_bwd4",    "gn_dgb",     "gn_fwd2_bf", "gn_fwd4_bf",
+                                         "gn_fwd8_bf", "gn_bwd2_bf", "gn_bwd4_bf"};
 
+_Static_assert(NB_TK_GN_FWD2_BF - NB_TK_GN_FWD2 == 6 && NB_TK_GN_BWD4_BF - NB_TK_GN_FWD2_BF == 4,
+               "bf16 group-norm kernel ids follow the f32 ones' order");
+
+/* Launches kernel id (NB_TK_GN_FWD2 .. NB_TK_GN_DGB), its bf16 variant when a->dt != 0. */
 static nb_status gn_launch(nb_tape *t, int id, const gn_args *a, unsigned grid, unsigned block) {
+    int e = id - NB_TK_GN_FWD2;
+    if (a->dt && id != NB_TK_GN_DGB) {
+        id = NB_TK_GN_FWD2_BF + e;
+        e += 6;
+    }
     if (!t->kern[id]) {
-        nb_status s = nb_nn_cuda_kernel(t->dev, gn_src, gn_entry[id - NB_TK_GN_FWD2], &t->kern[id]);
+        nb_status s = nb_nn_cuda_kernel(t->dev, gn_src, gn_entry[e], &t->kern[id]);
         if (s) return s;
     }
     const unsigned g[3] = {grid, 1, 1}, b[3] = {block, 1, 1};
@@ -280,6 +355,19 @@ static nb_status gn_launch(nb_tape *t, int id, const gn_args *a, unsigned grid, 
 }
 
 static int al16(const void *p) { return p == NULL || ((uintptr_t)p & 15u) == 0; }
+
+/* The bf16 variants' minimum register depth R (chunks of 4 per thread): NABLA_GN_BF16_R = 4 or
+ * 8 asks for deeper ones (fewer threads per group, more groups per SM) than the f32 choice (2);
+ * read once. For A/B measurements (tools/device/tapecuda_bench.c). */
+static int gn_bf16_rmin(void) {
+    static int r = -1;
+    if (r < 0) {
+        const char *e = getenv("NABLA_GN_BF16_R");
+        int v = e ? atoi(e) : 2;
+        r = v == 4 || v == 8 ? v : 2;
+    }
+    return r;
+}
 
 /* Shapes, block size, register depth (variant 0, 1, 2 = R 2, 4, 8 chunks of 4 floats per thread,
  * at most rmax) and tiling of op; NB_ERR_UNSUPPORTED for sizes the kernels do not take. Shallow
@@ -307,9 +395,14 @@ static nb_status gn_setup(nb_tape *t, const nb_top *op, int rmax, gn_args *a, un
     a->Cg = (int32_t)Cg, a->M = (int32_t)M;
     a->eps = op->fp[0];
     a->silu = op->kind == NB_TOP_GROUP_NORM_SILU;
+    a->dt = (x->dtype == NB_BF16 ? 1 : 0) | (y->dtype == NB_BF16 ? 2 : 0);
     a->v4 = S % 4 == 0 && al16(a->x) && al16(a->y) && al16(a->dy);
     a->wuni = a->v4 && S % 128 == 0;
     int64_t nch = (M + 3) / 4, R = nch <= 2 * 512 ? 2 : nch <= 4 * 512 || rmax < 8 ? 4 : 8;
+    if (a->dt) {
+        int64_t rm = gn_bf16_rmin() < rmax ? gn_bf16_rmin() : rmax;
+        if (R < rm) R = rm;
+    }
     int64_t b = ((nch + R - 1) / R + 31) / 32 * 32;
     if (b < 64) b = 64;
     if (b > 512) b = 512;
@@ -364,7 +457,8 @@ static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
     return gn_launch(t, NB_TK_GN_DGB, &a, blocks, 256);
 }
 
-const nb_top_cuda_impl nb_top_group_norm_cuda = {gn_fwd, gn_bwd, 0};
-const nb_top_cuda_impl nb_top_group_norm_silu_cuda = {gn_fwd, gn_bwd, 0};
+const nb_top_cuda_impl nb_top_group_norm_cuda = {gn_fwd, gn_bwd, NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
+const nb_top_cuda_impl nb_top_group_norm_silu_cuda = {gn_fwd, gn_bwd,
+                                                      NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
 
 const char *nb_tape_cuda_norm_source(void) { return gn_src; }

@@ -102,8 +102,10 @@ enum nb_tape_kern {
     /* tape_cuda_norm.c */
     NB_TK_GN_FWD2, NB_TK_GN_FWD4, NB_TK_GN_FWD8, NB_TK_GN_BWD2, NB_TK_GN_BWD4,
     NB_TK_GN_DGB,
-    /* tape_cast.c (fixed numbers: the rows above may grow) */
-    NB_TK_CAST_FWD = 44, NB_TK_CAST_BWD = 45,
+    /* bf16 variants of NB_TK_GN_FWD2 .. NB_TK_GN_BWD4, in the same order (tape_cuda_norm.c) */
+    NB_TK_GN_FWD2_BF, NB_TK_GN_FWD4_BF, NB_TK_GN_FWD8_BF, NB_TK_GN_BWD2_BF, NB_TK_GN_BWD4_BF,
+    /* tape_cast.c */
+    NB_TK_CAST_FWD, NB_TK_CAST_BWD,
     NB_TK_COUNT = 48 /* room for more */
 };
 
@@ -178,6 +180,12 @@ nb_status nb_tape_new_value_dt(nb_tape *t, int ndim, const int64_t *shape, nb_dt
 /* x converted to dtype dt (a recorded NB_TOP_CAST op; gradients flow back converted), or x
  * itself when it already has that dtype. */
 nb_status nb_tape_cast(nb_tape *t, nb_tvar x, nb_dtype dt, nb_tvar *out);
+/* A parameter value over memory that other parameters own: count(shape) floats from first's
+ * offset (e.g. the consecutive weights of several layers seen as one matrix, for one GEMM
+ * instead of many). It shares their values and gradients, adds no floats to the buffers, and is
+ * registered like a parameter (before any input or op; a unique name). */
+nb_status nb_tape_param_view(nb_tape *t, const char *name, nb_tvar first, int ndim,
+                            const int64_t *shape, nb_tvar *out);
 /* Checks a handle and returns its value (NULL + nb_error naming `what` if invalid). */
 nb_tval *nb_tape_val(nb_tape *t, nb_tvar v, const char *what);
 /* Gradient buffer of v for accumulation: *g = NULL when v needs no gradient. For a value that

@@ -5,7 +5,10 @@
 // one pthread per CUDA thread of a block, blocks one after another (__shared__ = static,
 // __syncthreads = a barrier, __shfl_xor_sync = an exchange through a per-warp slot array and
 // barrier). Plain launches get at most 3 blocks, so grid-stride loops take several rounds.
-// Not emulated: misaligned vector accesses (fine on x86), register / shared-memory limits, timing.
+// bf16 storage: the NB_CUDA_BF16_HELPERS of src/nn/bf16_cuda.h are host functions here (same
+// rounding); 4-element bf16 accesses check their 8-byte alignment. The cast op's kernel
+// (src/nn/tape_cast.c) is emulated too.
+// Not emulated: misaligned f32 vector accesses (fine on x86), register / shared-memory limits, timing.
 // The rows of linear / conv2d / attention are absent here (NB_ERR_UNSUPPORTED).
 #include <cmath>
 #include <cstdint>
@@ -23,10 +26,12 @@ static uint3_ blockDim, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__ static
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
+struct uint2 { unsigned x, y; };
+static inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
 #define __expf(x) expf(x)
@@ -50,8 +55,35 @@ template <class T> static inline T shfl_xor(T v, int o) {
 static inline float __shfl_xor_sync(unsigned, float v, int o) { return shfl_xor<float>(v, o); }
 static inline double __shfl_xor_sync(unsigned, double v, int o) { return shfl_xor<double>(v, o); }
 
+// The bf16 helpers of src/nn/bf16_cuda.h (NB_CUDA_BF16_HELPERS), on the host: the same
+// semantics (bf16 = top 16 bits of the f32, f32 -> bf16 rounds to nearest even, NaN kept).
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float nb_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+static inline unsigned short nb_f2bf(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); /* NaN */
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline unsigned nb_f2bf2(float lo, float hi) { return (unsigned)nb_f2bf(lo) | (unsigned)nb_f2bf(hi) << 16; }
+static inline float nb_ld(const void *p, long long i, int bf) {
+    return bf ? nb_bf2f(((const unsigned short *)p)[i]) : ((const float *)p)[i];
+}
+static inline void nb_st(void *p, long long i, int bf, float v) {
+    if (bf) ((unsigned short *)p)[i] = nb_f2bf(v); else ((float *)p)[i] = v;
+}
+static inline float4 nb_ld4(const void *p, long long i, int bf) {
+    if (bf && ((uintptr_t)((const unsigned short *)p + i) & 7u)) { fprintf(stderr, "emu: misaligned bf16 x4 load\n"); abort(); }
+    return make_float4(nb_ld(p, i, bf), nb_ld(p, i + 1, bf), nb_ld(p, i + 2, bf), nb_ld(p, i + 3, bf));
+}
+static inline void nb_st4(void *p, long long i, int bf, float4 v) {
+    if (bf && ((uintptr_t)((unsigned short *)p + i) & 7u)) { fprintf(stderr, "emu: misaligned bf16 x4 store\n"); abort(); }
+    nb_st(p, i, bf, v.x); nb_st(p, i + 1, bf, v.y); nb_st(p, i + 2, bf, v.z); nb_st(p, i + 3, bf, v.w);
+}
+
 #include "basic.cu" /* extracted from src/nn/tape_cuda_basic.c by tapecuda_emu.sh */
 #include "norm.cu"  /* from src/nn/tape_cuda_norm.c */
+#include "cast.cu"  /* from src/nn/tape_cast.c */
 
 typedef void (*kfn)(const void *);
 struct kent { const char *name; kfn fn; };
@@ -62,7 +94,8 @@ static const kent g_kernels[] = {
     K(tk_up_fwd, A), K(tk_up_bwd, A), K(tk_pool_fwd, A), K(tk_pool_bwd, A), K(tk_mse_part, A),
     K(tk_mse_fin, A), K(tk_mse_bwd, A), K(tk_transpose, A), K(tk_slice_fwd, A),
     K(tk_slice_bwd, A), K(tk_temb, TE), K(gn_fwd2, G), K(gn_fwd4, G), K(gn_fwd8, G),
-    K(gn_bwd2, G), K(gn_bwd4, G), K(gn_dgb, G),
+    K(gn_bwd2, G), K(gn_bwd4, G), K(gn_dgb, G), K(gn_fwd2_bf, G), K(gn_fwd4_bf, G),
+    K(gn_fwd8_bf, G), K(gn_bwd2_bf, G), K(gn_bwd4_bf, G), K(tk_cast, CastP),
 };
 
 struct launch { kfn fn; const void *args; };
@@ -161,7 +194,8 @@ nb_status nb_jit_launch_cuda_grid(nb_jit_kernel *k, const void *params, size_t, 
     run(k->k->fn, params, g, b);
     return NB_OK;
 }
-const nb_top_cuda_impl nb_top_linear_cuda = {0, 0}, nb_top_conv2d_cuda = {0, 0}, nb_top_attention_cuda = {0, 0};
+const nb_top_cuda_impl nb_top_linear_cuda = {0, 0, 0}, nb_top_conv2d_cuda = {0, 0, 0},
+                       nb_top_attention_cuda = {0, 0, 0}, nb_top_qkv_attention_cuda = {0, 0, 0};
 }
 extern "C" {
 struct nb_event { int x; };
