@@ -8,8 +8,13 @@
  *
  * Benchmark mode: NB_CONV_BENCH=1 ./test_nn_tape_conv_cuda bench  times forward and backward
  * of the reference UNet's convolutions at batch 32 per precision and algorithm (cublas, igemm,
- * auto = the automatic choice; the backward stores dx, as the tape's first contribution) (PyTorch
- * reference: bench/torch/bench_conv.py); NB_CONV_BENCH=sweep adds implicit-GEMM tile sweeps. */
+ * auto = the automatic choice; the backward stores dx, as the tape's first contribution; "wgrad":
+ * the weight gradient alone, part of bwd) (PyTorch
+ * reference: bench/torch/bench_conv.py); rows "bf16s" store the activations (x, y, dy, dx) in
+ * bf16 (the BF16 tape's storage) where "bf16" keeps them f32; NB_CONV_BENCH=sweep adds
+ * implicit-GEMM tile sweeps. NB_CONV_BENCH=quick: tf32 auto, bf16s on each algorithm, and
+ * "conv-m2" / "conv-part" rows (bf16s with the 3x3 weight gradient on MODE 2 instead of the halo
+ * MODE 3 / with split partial sums stored and summed instead of atomics). */
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -167,8 +172,8 @@ static void conv_case(nb_device *gpu, const conv_size *sz, int K, int stride, in
     float *hy = malloc((size_t)ny * sizeof(float)), *hdx = malloc((size_t)nx * sizeof(float));
     float *hdw = malloc((size_t)nw * sizeof(float)), *hdb = malloc((size_t)d.O * sizeof(float));
     if (ok) {
-        NB_EXPECT_OK(nb_cuda_conv2d_forward(gpu, prec, &d, gx.p, gw.p, bias ? gb.p : NULL, gy.p));
-        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, gdx.p, gdw.p, gdb.p,
+        NB_EXPECT_OK(nb_cuda_conv2d_forward(gpu, prec, &d, NB_F32, NB_F32, gx.p, gw.p, bias ? gb.p : NULL, gy.p));
+        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, NB_F32, NB_F32, gx.p, gw.p, gdy.p, gdx.p, gdw.p, gdb.p,
                                              store));
         dget(gpu, &gy, hy, ny);
         dget(gpu, &gdx, hdx, nx);
@@ -184,8 +189,8 @@ static void conv_case(nb_device *gpu, const conv_size *sz, int K, int stride, in
         CHECK_ERR("db", rel_err(hdb, db, d.O), 1e-4, DESC);
 #undef DESC
         /* dx / dw / db NULL: nothing written, no error */
-        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, NULL, gdw.p, NULL, 0));
-        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, gx.p, gw.p, gdy.p, gdx.p, NULL, NULL, store));
+        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, NB_F32, NB_F32, gx.p, gw.p, gdy.p, NULL, gdw.p, NULL, 0));
+        NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, prec, &d, NB_F32, NB_F32, gx.p, gw.p, gdy.p, gdx.p, NULL, NULL, store));
         NB_EXPECT_OK(nb_device_synchronize(gpu));
         /* the second weight gradient (dx NULL) added the same sum again: dw0 + 2 g; it ran
          * right after the first, on the weight-gradient scratch the first one re-zeroed */
@@ -289,8 +294,8 @@ static void linear_case(nb_device *gpu, int64_t N, int64_t F, int64_t O, int bia
     float *hy = malloc((size_t)(N * O) * sizeof(float)), *hdx = malloc((size_t)(N * F) * sizeof(float));
     float *hdw = malloc((size_t)(O * F) * sizeof(float)), *hdb = malloc((size_t)O * sizeof(float));
     if (ok) {
-        NB_EXPECT_OK(nb_cuda_linear_forward(gpu, prec, N, F, O, gx.p, gw.p, bias ? gb.p : NULL, gy.p));
-        NB_EXPECT_OK(nb_cuda_linear_backward(gpu, prec, N, F, O, gx.p, gw.p, gdy.p, gdx.p, gdw.p,
+        NB_EXPECT_OK(nb_cuda_linear_forward(gpu, prec, N, F, O, NB_F32, NB_F32, gx.p, gw.p, bias ? gb.p : NULL, gy.p));
+        NB_EXPECT_OK(nb_cuda_linear_backward(gpu, prec, N, F, O, NB_F32, NB_F32, gx.p, gw.p, gdy.p, gdx.p, gdw.p,
                                              gdb.p, store));
         dget(gpu, &gy, hy, N * O);
         dget(gpu, &gdx, hdx, N * F);
@@ -587,20 +592,20 @@ static void test_bad_input(void) {
     float dummy[4];
     nb_device *cpu;
     NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
-    NB_EXPECT_ERR(nb_cuda_conv2d_forward(cpu, NB_TAPE_FP32, &d, dummy, dummy, NULL, dummy),
+    NB_EXPECT_ERR(nb_cuda_conv2d_forward(cpu, NB_TAPE_FP32, &d, NB_F32, NB_F32, dummy, dummy, NULL, dummy),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
-    NB_EXPECT_ERR(nb_cuda_conv2d_backward(cpu, NB_TAPE_FP32, &d, dummy, dummy, dummy, dummy, NULL, NULL, 0),
+    NB_EXPECT_ERR(nb_cuda_conv2d_backward(cpu, NB_TAPE_FP32, &d, NB_F32, NB_F32, dummy, dummy, dummy, dummy, NULL, NULL, 0),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
-    NB_EXPECT_ERR(nb_cuda_linear_forward(cpu, NB_TAPE_TF32, 1, 1, 1, dummy, dummy, NULL, dummy),
+    NB_EXPECT_ERR(nb_cuda_linear_forward(cpu, NB_TAPE_TF32, 1, 1, 1, NB_F32, NB_F32, dummy, dummy, NULL, dummy),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
-    NB_EXPECT_ERR(nb_cuda_linear_backward(NULL, NB_TAPE_TF32, 1, 1, 1, dummy, dummy, dummy, dummy, NULL, NULL, 1),
+    NB_EXPECT_ERR(nb_cuda_linear_backward(NULL, NB_TAPE_TF32, 1, 1, 1, NB_F32, NB_F32, dummy, dummy, dummy, dummy, NULL, NULL, 1),
                   NB_ERR_INVALID_ARG, "not a CUDA device");
     nb_device_close(cpu);
     nb_device *gpu = open_gpu();
     if (gpu) {
-        NB_EXPECT_ERR(nb_cuda_conv2d_forward(gpu, 7, &d, dummy, dummy, NULL, dummy), NB_ERR_INVALID_ARG,
+        NB_EXPECT_ERR(nb_cuda_conv2d_forward(gpu, 7, &d, NB_F32, NB_F32, dummy, dummy, NULL, dummy), NB_ERR_INVALID_ARG,
                       "precision 7");
-        NB_EXPECT_ERR(nb_cuda_conv2d_forward(gpu, NB_TAPE_FP32, &d, NULL, dummy, NULL, dummy),
+        NB_EXPECT_ERR(nb_cuda_conv2d_forward(gpu, NB_TAPE_FP32, &d, NB_F32, NB_F32, NULL, dummy, NULL, dummy),
                       NB_ERR_INVALID_ARG, "NULL");
         nb_device_close(gpu);
     }
@@ -652,6 +657,30 @@ static void test_kernels_compile(void) {
                         }
                         if (img) nb_free(img, size);
                     }
+    /* the bf16-activation kernels (BF16): MODE 1 (bf16 or f32 output), MODE 3, MODE 2, MODE 0 */
+    for (int small = 0; small <= 4; small++)
+        for (int obf = 0; obf <= (small < 2 || small == 4); obf++) {
+            int n = small >= 2
+                        ? snprintf(buf, 512,
+                                   "#define MODE %d\n#define PREC 2\n#define BM %d\n#define BN %d\n#define WM %d\n"
+                                   "#define WN %d\n#define STAGES 3\n#define KS 3\n#define STRIDE %d\n#define CB 32\n"
+                                   "#define ABF 1\n#define OBF %d\n", small == 2 ? 3 : small == 3 ? 2 : 0,
+                                   small == 4 ? 128 : 64, small == 2 ? 64 : 128, small == 4 ? 4 : 2,
+                                   small == 4 ? 2 : 4, small == 4 ? 2 : 1, obf)
+                        : snprintf(buf, 512,
+                                   "#define MODE 1\n#define PREC 2\n#define BM %d\n#define BN 64\n#define WM %d\n"
+                                   "#define WN %d\n#define STAGES 3\n#define KS 3\n#define STRIDE 1\n#define CB 16\n"
+                                   "#define ABF 1\n#define OBF %d\n",
+                                   small ? 64 : 128, small ? 2 : 4, small ? 4 : 2, obf);
+            memcpy(buf + n, src, len + 1);
+            img = NULL;
+            nb_status s = nb_nvrtc_compile(buf, "conv_igemm", "sm_90", NULL, &img, &size, NULL);
+            if (s != NB_OK) {
+                fprintf(stderr, "  bf16 halo small %d obf %d: %s\n", small, obf, nb_last_error());
+                nb_test_failures_++;
+            }
+            if (img) nb_free(img, size);
+        }
     free(buf);
 }
 
@@ -669,7 +698,7 @@ static void test_cublas_missing(void) {
             nb_conv_dims d;
             float *p = (float *)(uintptr_t)256;
             ok = nb_conv_dims_make(&d, 1, 1, 3, 3, 1, 1, 1, 0) == NB_OK &&
-                 nb_cuda_conv2d_forward(gpu, NB_TAPE_FP32, &d, p, p, NULL, p) == NB_ERR_UNSUPPORTED &&
+                 nb_cuda_conv2d_forward(gpu, NB_TAPE_FP32, &d, NB_F32, NB_F32, p, p, NULL, p) == NB_ERR_UNSUPPORTED &&
                  strstr(nb_last_error(), "libcublas") != NULL;
             if (!ok) fprintf(stderr, "  child: %s\n", nb_last_error());
         }
@@ -695,8 +724,9 @@ static const bench_shape bench_shapes[] = {
     {128, 64, 64, 1},  {256, 128, 32, 1}, {192, 576, 16, 1},
 };
 
+/* sdt: the activations' storage (NB_BF16: x, y, dy, dx in bf16, "bf16s" in the log) */
 static void bench_one(nb_device *gpu, const bench_shape *b, int prec, int algo, float *buf[8],
-                      const char *tag, int iters) {
+                      const char *tag, int iters, nb_dtype sdt) {
     nb_conv_dims d;
     int64_t N = 32;
     if (nb_conv_dims_make(&d, N, b->C, b->S, b->S, b->O, b->K, 1, b->K / 2) != NB_OK) return;
@@ -712,10 +742,10 @@ static void bench_one(nb_device *gpu, const bench_shape *b, int prec, int algo, 
     nb_status s = NB_OK;
     for (int it = 0; it < warm + iters && s == NB_OK; it++) {
         if (it == warm) nb_event_record(e[0], st);
-        s = nb_cuda_conv2d_forward(gpu, prec, &d, buf[0], buf[1], buf[2], buf[3]);
+        s = nb_cuda_conv2d_forward(gpu, prec, &d, sdt, sdt, buf[0], buf[1], buf[2], buf[3]);
         if (it >= warm) nb_event_record(e[1], st);
         /* dx stored, as on the tape (a first contribution) */
-        if (s == NB_OK) s = nb_cuda_conv2d_backward(gpu, prec, &d, buf[0], buf[1], buf[4], buf[5], buf[6], buf[7], 1);
+        if (s == NB_OK) s = nb_cuda_conv2d_backward(gpu, prec, &d, sdt, sdt, buf[0], buf[1], buf[4], buf[5], buf[6], buf[7], 1);
         if (it >= warm) {
             nb_event_record(e[2], st);
             nb_event_synchronize(e[2]);
@@ -728,12 +758,24 @@ static void bench_one(nb_device *gpu, const bench_shape *b, int prec, int algo, 
     }
     NB_EXPECT_OK(s);
     fwd /= iters, bwd /= iters;
+    /* the weight gradient alone (dx, db not wanted): its share of bwd */
+    float wg = 0;
+    if (s == NB_OK) {
+        nb_event_record(e[0], st);
+        for (int it = 0; it < iters && s == NB_OK; it++)
+            s = nb_cuda_conv2d_backward(gpu, prec, &d, sdt, sdt, buf[0], buf[1], buf[4], NULL, buf[6], NULL, 1);
+        nb_event_record(e[1], st);
+        nb_event_synchronize(e[1]);
+        nb_event_elapsed_ms(e[0], e[1], &wg);
+        wg /= iters;
+        NB_EXPECT_OK(s);
+    }
     double fl = 2.0 * (double)N * d.O * d.OH * d.OW * d.C * d.K * d.K;
     printf("%s N%lld C%-3lld O%-3lld S%-2lld K%lld %s %-6s fwd %7.3f ms %6.1f TF/s  bwd %7.3f ms "
-           "%6.1f TF/s  total %7.3f ms\n",
+           "%6.1f TF/s  total %7.3f ms  (wgrad %6.3f ms)\n",
            tag, (long long)N, (long long)b->C, (long long)b->O, (long long)b->S, (long long)b->K,
-           prec_name[prec], algo == 1 ? "cublas" : algo == 2 ? "igemm" : "auto", fwd, fl / fwd * 1e-9, bwd,
-           2 * fl / bwd * 1e-9, fwd + bwd);
+           sdt == NB_BF16 ? "bf16s" : prec_name[prec], algo == 1 ? "cublas" : algo == 2 ? "igemm" : "auto", fwd, fl / fwd * 1e-9, bwd,
+           2 * fl / bwd * 1e-9, fwd + bwd, wg);
     fflush(stdout);
     for (int i = 0; i < 3; i++) nb_event_destroy(e[i]);
     nb_cuda_conv_set_algo(0);
@@ -761,11 +803,24 @@ static void test_bench_conv(void) {
         p[i] = bufs[i].p;
     }
     NB_EXPECT(ok);
-    for (int prec = 0; prec <= 2; prec++) NB_EXPECT_OK(nb_cuda_conv_prewarm(gpu, prec));
-    for (size_t i = 0; ok && i < sizeof bench_shapes / sizeof bench_shapes[0]; i++)
-        for (int prec = 0; prec < 3; prec++)
-            for (int algo = 1; algo <= 3; algo++) /* 3: the automatic choice (algo 0) */
-                bench_one(gpu, &bench_shapes[i], prec, algo % 3, p, "conv", 20);
+    int quick = strcmp(env, "quick") == 0;
+    for (int prec = quick; prec <= 2; prec++) NB_EXPECT_OK(nb_cuda_conv_prewarm(gpu, prec));
+    /* per shape: fp32, tf32, bf16 (f32 storage), bf16s (bf16 storage of x, y, dy, dx) */
+    for (size_t i = 0; ok && i < sizeof bench_shapes / sizeof bench_shapes[0]; i++) {
+        for (int prec = quick; prec < 4; prec++)
+            for (int algo = quick && prec < 3 ? 3 : 1; algo <= 3; algo++) /* 3: automatic (0) */
+                if (!quick || prec != 2) bench_one(gpu, &bench_shapes[i], prec < 3 ? prec : 2, algo % 3, p, "conv", 20,
+                          prec < 3 ? NB_F32 : NB_BF16);
+        /* bf16 storage, the weight gradient on MODE 2 instead of the halo MODE 3 ("conv-m2"),
+         * or with its k splits' partials stored and summed ("conv-part") instead of atomics */
+        if (bench_shapes[i].K == 3) {
+            nb_conv_igemm_set_bf16_wgrad(2);
+            bench_one(gpu, &bench_shapes[i], 2, 0, p, "conv-m2", 20, NB_BF16);
+            nb_conv_igemm_set_bf16_wgrad(4);
+            bench_one(gpu, &bench_shapes[i], 2, 0, p, "conv-part", 20, NB_BF16);
+            nb_conv_igemm_set_bf16_wgrad(0);
+        }
+    }
     /* NB_CONV_BENCH=sweep: tile sweeps of the implicit GEMM on the main shapes: mode 0 (forward
      * and data gradient), mode 2 (weight gradient) */
     int sweeping = ok && strcmp(env, "sweep") == 0;
@@ -786,7 +841,7 @@ static void test_bench_conv(void) {
                     snprintf(tag, sizeof tag, "tile m%d %dx%d w%dx%d s%d", mode, tile[0], tile[1], tile[2],
                              tile[3], tile[4]);
                     if (!nb_conv_igemm_set_tile(mode, tile)) continue;
-                    bench_one(gpu, &sweep[i], prec, 2, p, tag, 8);
+                    bench_one(gpu, &sweep[i], prec, 2, p, tag, 8, NB_F32);
                     nb_conv_igemm_set_tile(mode, NULL);
                 }
     for (int i = 0; i < 8; i++) dfree(&bufs[i]);

@@ -8,16 +8,20 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "nabla/nn_tape.h"
 #include "nn/conv_cuda_igemm.h"
+#include "nn/conv_cuda_wgrad.h"
 #include "nn/cublas.h"
+#include "nn/bf16_cuda.h"
 #include "nn/encoding_internal.h"
 
 /* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
 
-static const char nb_conv_aux_src[] =
-    "struct Im2colP { const float *x; float *col; long long total;\n"
-    "                 int C, H, W, K, S, pad, OH, OW; };\n"
-    "/* col[nl][c*K*K + ki*K + kj][oh*OW + ow] = x[nl][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside) */\n"
+static const char nb_conv_aux_src[] = NB_CUDA_BF16_HELPERS
+    "struct Im2colP { const void *x; void *col; long long total;\n"
+    "                 int C, H, W, K, S, pad, OH, OW, xbf, cbf; };\n"
+    "/* col[nl][c*K*K + ki*K + kj][oh*OW + ow] = x[nl][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside);\n"
+    " * x and col in f32 or bf16 (xbf, cbf) */\n"
     "extern \"C\" __global__ void nb_conv_im2col(Im2colP p) {\n"
     "    long long P = (long long)p.OH * p.OW; int KK = p.K * p.K;\n"
     "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;\n"
@@ -29,12 +33,12 @@ static const char nb_conv_aux_src[] =
     "        int ih = oh * p.S - p.pad + kk / p.K, iw = ow * p.S - p.pad + kk % p.K;\n"
     "        float v = 0.0f;\n"
     "        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)\n"
-    "            v = p.x[((nl * p.C + c) * p.H + ih) * p.W + iw];\n"
-    "        p.col[i] = v;\n"
+    "            v = nb_ld(p.x, ((nl * p.C + c) * p.H + ih) * p.W + iw, p.xbf);\n"
+    "        nb_st(p.col, i, p.cbf, v);\n"
     "    }\n"
     "}\n"
-    "struct Col2imP { const float *col; float *dx; long long total;\n"
-    "                 int C, H, W, K, S, pad, OH, OW, store; };\n"
+    "struct Col2imP { const float *col; void *dx; long long total;\n"
+    "                 int C, H, W, K, S, pad, OH, OW, store, xbf; };\n"
     "/* dx[nl][c][h][w] += (store: =) sum of the col entries that im2col read from (h, w) */\n"
     "extern \"C\" __global__ void nb_conv_col2im(Col2imP p) {\n"
     "    long long P = (long long)p.OH * p.OW; int KK = p.K * p.K;\n"
@@ -56,17 +60,17 @@ static const char nb_conv_aux_src[] =
     "                acc += col[(long long)(ki * p.K + kj) * P + oh * p.OW + ow];\n"
     "            }\n"
     "        }\n"
-    "        if (p.store) p.dx[i] = acc; else p.dx[i] += acc;\n"
+    "        nb_st(p.dx, i, p.xbf, p.store ? acc : nb_ld(p.dx, i, p.xbf) + acc);\n"
     "    }\n"
     "}\n"
-    "struct BiasP { float *y; const float *b; long long total; long long P; int O; };\n"
+    "struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };\n"
     "/* y[n][o][p] += b[o] */\n"
     "extern \"C\" __global__ void nb_conv_bias(BiasP p) {\n"
     "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;\n"
     "         i += (long long)gridDim.x * blockDim.x)\n"
-    "        p.y[i] += p.b[(int)((i / p.P) % p.O)];\n"
+    "        nb_st(p.y, i, p.ybf, nb_ld(p.y, i, p.ybf) + p.b[(int)((i / p.P) % p.O)]);\n"
     "}\n"
-    "struct BiasGradP { const float *dy; float *db; int N, P, O; };\n"
+    "struct BiasGradP { const void *dy; float *db; int N, P, O, ybf; };\n"
     "/* db[o] += sum over n, p of dy[n][o][p]: blocks (o, y) of 256 threads, each y a strided share\n"
     " * of the N*P terms, added with one atomic per block */\n"
     "extern \"C\" __global__ void nb_conv_bias_grad(BiasGradP p) {\n"
@@ -74,7 +78,7 @@ static const char nb_conv_aux_src[] =
     "    float acc = 0.0f;\n"
     "    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < tot; i += gridDim.y * blockDim.x) {\n"
     "        int n = i / p.P, pp = i - n * p.P;\n"
-    "        acc += p.dy[((long long)n * p.O + o) * p.P + pp];\n"
+    "        acc += nb_ld(p.dy, ((long long)n * p.O + o) * p.P + pp, p.ybf);\n"
     "    }\n"
     "    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);\n"
     "    __shared__ float part[32];\n"
@@ -85,54 +89,94 @@ static const char nb_conv_aux_src[] =
     "        for (int k = 0; k < (int)(blockDim.x >> 5); k++) s += part[k];\n"
     "        atomicAdd(p.db + o, s);\n"
     "    }\n"
+    "}\n"
+    "struct SumNP { const float *s; float *dw; long long L; int N; };\n"
+    "/* dw[i] += sum over n < N of s[n * L + i] */\n"
+    "extern \"C\" __global__ void nb_conv_sum_n(SumNP p) {\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.L;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        float acc = 0.0f;\n"
+    "        for (int n = 0; n < p.N; n++) acc += p.s[n * p.L + i];\n"
+    "        p.dw[i] += acc;\n"
+    "    }\n"
+    "}\n"
+    "struct CvtP { const void *src; void *dst; long long n; int sbf, dbf, acc, vec; };\n"
+    "/* dst[i] := src[i] (acc: +=), each in f32 or bf16; vec: 4 elements per thread (aligned\n"
+    " * buffers), the n % 4 tail by the first threads */\n"
+    "extern \"C\" __global__ void nb_conv_cvt(CvtP p) {\n"
+    "    long long n4 = p.vec ? p.n >> 2 : 0, tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    for (long long q = tid; q < n4; q += (long long)gridDim.x * blockDim.x) {\n"
+    "        float4 v = nb_ld4(p.src, 4 * q, p.sbf);\n"
+    "        if (p.acc) {\n"
+    "            float4 d = nb_ld4(p.dst, 4 * q, p.dbf);\n"
+    "            v.x += d.x, v.y += d.y, v.z += d.z, v.w += d.w;\n"
+    "        }\n"
+    "        nb_st4(p.dst, 4 * q, p.dbf, v);\n"
+    "    }\n"
+    "    for (long long i = 4 * n4 + tid; i < p.n; i += (long long)gridDim.x * blockDim.x) {\n"
+    "        float v = nb_ld(p.src, i, p.sbf);\n"
+    "        nb_st(p.dst, i, p.dbf, p.acc ? nb_ld(p.dst, i, p.dbf) + v : v);\n"
+    "    }\n"
     "}\n";
 
 const char *nb_conv_aux_source(void) { return nb_conv_aux_src; }
 
 typedef struct {
-    const float *x;
-    float *col;
+    const void *x;
+    void *col;
     long long total;
-    int C, H, W, K, S, pad, OH, OW;
+    int C, H, W, K, S, pad, OH, OW, xbf, cbf;
 } nb_im2col_p;
 typedef struct {
     const float *col;
-    float *dx;
+    void *dx;
     long long total;
-    int C, H, W, K, S, pad, OH, OW, store;
+    int C, H, W, K, S, pad, OH, OW, store, xbf;
 } nb_col2im_p;
 typedef struct {
-    float *y;
+    void *y;
     const float *b;
     long long total;
     long long P;
-    int O;
+    int O, ybf;
 } nb_bias_p;
 typedef struct {
-    const float *dy;
+    const void *dy;
     float *db;
-    int N, P, O;
+    int N, P, O, ybf;
 } nb_bias_grad_p;
+typedef struct {
+    const float *s;
+    float *dw;
+    long long L;
+    int N;
+} nb_sum_n_p;
+typedef struct {
+    const void *src;
+    void *dst;
+    long long n;
+    int sbf, dbf, acc, vec;
+} nb_cvt_p;
 
 static nb_status nb_conv_kernel(nb_device *dev, const char *entry, nb_jit_kernel **k) {
     return nb_nn_cuda_kernel(dev, nb_conv_aux_src, entry, k);
 }
 
-/* y [N,O,P] += b[o] */
-static nb_status nb_conv_add_bias(nb_device *dev, float *y, const float *b, int64_t N, int64_t O,
-                                  int64_t P) {
+/* y [N,O,P] (ydt) += b[o] */
+static nb_status nb_conv_add_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b,
+                                  int64_t N, int64_t O, int64_t P) {
     nb_jit_kernel *k;
     NB_TRY(nb_conv_kernel(dev, "nb_conv_bias", &k));
-    nb_bias_p a = {y, b, (long long)(N * O * P), (long long)P, (int)O};
+    nb_bias_p a = {y, b, (long long)(N * O * P), (long long)P, (int)O, ydt == NB_BF16};
     return nb_jit_launch_cuda(k, &a, sizeof a, N * O * P, NULL);
 }
 
-/* db[o] += sum dy[n,o,p] */
-static nb_status nb_conv_bias_grad(nb_device *dev, const float *dy, float *db, int64_t N,
-                                   int64_t O, int64_t P) {
+/* db[o] += sum dy[n,o,p] (dy in ydt) */
+static nb_status nb_conv_bias_grad(nb_device *dev, const void *dy, nb_dtype ydt, float *db,
+                                   int64_t N, int64_t O, int64_t P) {
     nb_jit_kernel *k;
     NB_TRY(nb_conv_kernel(dev, "nb_conv_bias_grad", &k));
-    nb_bias_grad_p a = {dy, db, (int)N, (int)P, (int)O};
+    nb_bias_grad_p a = {dy, db, (int)N, (int)P, (int)O, ydt == NB_BF16};
     /* about two blocks per SM in all, each summing >= 4096 terms */
     int64_t want = 2 * (int64_t)nb_device_get_info(dev)->multiprocessors;
     int64_t y = (want + O - 1) / O, most = (N * P + 4095) / 4096;
@@ -141,6 +185,32 @@ static nb_status nb_conv_bias_grad(nb_device *dev, const float *dy, float *db, i
     if (y > 65535) y = 65535;
     const unsigned grid[3] = {(unsigned)O, (unsigned)y, 1}, block[3] = {256, 1, 1};
     return nb_jit_launch_cuda_grid(k, &a, sizeof a, grid, block, NULL);
+}
+
+nb_status nb_conv_convert(nb_device *dev, const void *src, nb_dtype sdt, void *dst, nb_dtype ddt,
+                          int64_t n, int acc) {
+    if (n <= 0) return NB_OK;
+    nb_jit_kernel *k;
+    NB_TRY(nb_conv_kernel(dev, "nb_conv_cvt", &k));
+    /* the 4-element path needs 16-byte (f32) / 8-byte (bf16) aligned buffers (the tape's arena
+     * always is) */
+    int vec = (uintptr_t)src % (sdt == NB_BF16 ? 8 : 16) == 0 &&
+              (uintptr_t)dst % (ddt == NB_BF16 ? 8 : 16) == 0;
+    nb_cvt_p a = {src, dst, (long long)n, sdt == NB_BF16, ddt == NB_BF16, acc, vec};
+    return nb_jit_launch_cuda(k, &a, sizeof a, vec ? n / 4 + 3 : n, NULL);
+}
+
+nb_status nb_conv_as(nb_device *dev, const void *src, nb_dtype sdt, nb_dtype want, int64_t n,
+                     int slot, const void **out) {
+    if (sdt == want) {
+        *out = src;
+        return NB_OK;
+    }
+    float *buf;
+    NB_TRY(nb_conv_scratch(dev, slot, (size_t)n * nb_dtype_size(want), &buf));
+    NB_TRY(nb_conv_convert(dev, src, sdt, buf, want, n, 0));
+    *out = buf;
+    return NB_OK;
 }
 
 /* ---- scratch: grow-only buffers per device and slot, reused in stream order ---------------- */
@@ -178,23 +248,26 @@ static int64_t nb_conv_chunk(const nb_conv_dims *d) {
     return n;
 }
 
-static nb_status nb_conv_im2col(nb_device *dev, const nb_conv_dims *d, const float *x, float *col,
-                                int64_t nc) {
+/* col (cdt) of nc samples from x (xdt) */
+static nb_status nb_conv_im2col(nb_device *dev, const nb_conv_dims *d, const void *x, nb_dtype xdt,
+                                void *col, nb_dtype cdt, int64_t nc) {
     nb_jit_kernel *k;
     NB_TRY(nb_conv_kernel(dev, "nb_conv_im2col", &k));
     int64_t total = nc * d->C * d->K * d->K * d->OH * d->OW;
     nb_im2col_p a = {x, col, (long long)total, (int)d->C, (int)d->H, (int)d->W, (int)d->K,
-                     (int)d->stride, (int)d->pad, (int)d->OH, (int)d->OW};
+                     (int)d->stride, (int)d->pad, (int)d->OH, (int)d->OW, xdt == NB_BF16,
+                     cdt == NB_BF16};
     return nb_jit_launch_cuda(k, &a, sizeof a, total, NULL);
 }
 
-static nb_status nb_conv_col2im(nb_device *dev, const nb_conv_dims *d, const float *col, float *dx,
-                                int64_t nc, int store) {
+/* dx (xdt) of nc samples += (store: =) the scatter of the f32 columns col */
+static nb_status nb_conv_col2im(nb_device *dev, const nb_conv_dims *d, const float *col, void *dx,
+                                nb_dtype xdt, int64_t nc, int store) {
     nb_jit_kernel *k;
     NB_TRY(nb_conv_kernel(dev, "nb_conv_col2im", &k));
     int64_t total = nc * d->C * d->H * d->W;
     nb_col2im_p a = {col, dx, (long long)total, (int)d->C, (int)d->H, (int)d->W, (int)d->K,
-                     (int)d->stride, (int)d->pad, (int)d->OH, (int)d->OW, store};
+                     (int)d->stride, (int)d->pad, (int)d->OH, (int)d->OW, store, xdt == NB_BF16};
     return nb_jit_launch_cuda(k, &a, sizeof a, total, NULL);
 }
 
@@ -270,63 +343,139 @@ static int nb_conv_use_igemm(const nb_conv_dims *d, int precision, int which, co
     return nb_conv_igemm_supports(d, precision, which);
 }
 
+/* Storage dtypes: NB_F32 / NB_BF16, bf16 only at BF16 precision. */
+static nb_status nb_conv_check_dt(int precision, nb_dtype xdt, nb_dtype ydt, const char *fn) {
+    if ((xdt != NB_F32 && xdt != NB_BF16) || (ydt != NB_F32 && ydt != NB_BF16))
+        return nb_error(NB_ERR_INVALID_ARG, "%s: storage dtypes %s / %s (f32 or bf16 supported)",
+                        fn, nb_dtype_name(xdt), nb_dtype_name(ydt));
+    if ((xdt == NB_BF16 || ydt == NB_BF16) && precision != NB_TAPE_BF16)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: bf16 storage needs BF16 precision (got %d)", fn,
+                        precision);
+    return NB_OK;
+}
+
+/* Element offset of sample n0 (elements per sample per) in a buffer of dtype dt. */
+static const void *nb_at(const void *p, nb_dtype dt, int64_t i) {
+    return dt == NB_BF16 ? (const void *)((const uint16_t *)p + i) : (const void *)((const float *)p + i);
+}
+static void *nb_at_w(void *p, nb_dtype dt, int64_t i) {
+    return dt == NB_BF16 ? (void *)((uint16_t *)p + i) : (void *)((float *)p + i);
+}
+
 /* ---- conv2d --------------------------------------------------------------------------------- */
 
+/* The cuBLAS paths take their operands (A, B) in one dtype: bf16 when any activation is bf16
+ * (the f32 ones, weights included, converted into scratch), else f32 as before. */
 nb_status nb_cuda_conv2d_forward(nb_device *dev, int precision, const nb_conv_dims *d,
-                                 const float *x, const float *w, const float *b, float *y) {
+                                 nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                 const float *b, void *y) {
     NB_TRY(nb_conv_check_dev(dev, "conv2d forward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "conv2d forward (CUDA)"));
+    NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "conv2d forward (CUDA)"));
     if (!d || !x || !w || !y)
         return nb_error(NB_ERR_INVALID_ARG, "conv2d forward (CUDA): dims, x, w or y is NULL");
-    if (nb_conv_use_igemm(d, precision, 0, x, x)) return nb_conv_igemm_forward(dev, precision, d, x, w, b, y);
+    if (nb_conv_use_igemm(d, precision, 0, x, x))
+        return nb_conv_igemm_forward(dev, precision, d, xdt, ydt, x, w, b, y);
     int64_t P = d->OH * d->OW, CKK = d->C * d->K * d->K;
+    nb_dtype op = xdt == NB_BF16 || ydt == NB_BF16 ? NB_BF16 : NB_F32;
+    const void *wo = w;
+    NB_TRY(nb_conv_as(dev, w, NB_F32, op, d->O * CKK, 6, &wo));
     if (nb_conv_is_pointwise(d)) {
+        const void *xo;
+        NB_TRY(nb_conv_as(dev, x, xdt, op, d->N * d->C * P, 3, &xo));
         /* y[n] [O,P] = w [O,C] x[n] [C,P] */
-        NB_TRY(nb_cublas_gemm_rm(dev, precision, 0, 0, d->O, P, d->C, 1.0f, w, d->C, x, P, 0.0f,
-                                 y, P, d->N, 0, d->C * P, d->O * P));
+        NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 0, d->O, P, d->C, 1.0f, wo, d->C,
+                                    xo, P, 0.0f, y, P, d->N, 0, d->C * P, d->O * P));
     } else {
         int64_t nc = nb_conv_chunk(d);
         float *col;
         NB_TRY(nb_conv_scratch(dev, 0, (size_t)(nc * CKK * P) * sizeof(float), &col));
         for (int64_t n0 = 0; n0 < d->N; n0 += nc) {
             int64_t m = d->N - n0 < nc ? d->N - n0 : nc;
-            NB_TRY(nb_conv_im2col(dev, d, x + n0 * d->C * d->H * d->W, col, m));
+            NB_TRY(nb_conv_im2col(dev, d, nb_at(x, xdt, n0 * d->C * d->H * d->W), xdt, col, op, m));
             /* y[n] [O,P] = w [O,CKK] col[n] [CKK,P] */
-            NB_TRY(nb_cublas_gemm_rm(dev, precision, 0, 0, d->O, P, CKK, 1.0f, w, CKK, col, P,
-                                     0.0f, y + n0 * d->O * P, P, m, 0, CKK * P, d->O * P));
+            NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 0, d->O, P, CKK, 1.0f, wo, CKK,
+                                        col, P, 0.0f, nb_at_w(y, ydt, n0 * d->O * P), P, m, 0,
+                                        CKK * P, d->O * P));
         }
     }
-    if (b) NB_TRY(nb_conv_add_bias(dev, y, b, d->N, d->O, P));
+    if (b) NB_TRY(nb_conv_add_bias(dev, y, ydt, b, d->N, d->O, P));
     return NB_OK;
 }
 
+/* 1x1 stride-1 pad-0 weight gradient with bf16 activations on cuBLAS (automatic choice and
+ * algo 1: ahead of the kernels' MODE 2 on the UNet's 1x1 shapes, H100 batch 32, backward
+ * 0.095 vs 0.119 ms for 128->64 at 64x64, 0.051 vs 0.082 for 256->128 at 32x32):
+ * dwn[n] [O,C] = dy[n] [O,P] x[n]^T [P,C] as one strided-batched bf16 GEMM into f32 scratch
+ * (slot 5), then dw += the sum over n. */
+static nb_status nb_conv_pointwise_wgrad_bf16(nb_device *dev, int precision, const nb_conv_dims *d,
+                                              nb_dtype xdt, nb_dtype ydt, const void *x,
+                                              const void *dy, float *dw) {
+    int64_t P = d->OH * d->OW, L = d->O * d->C;
+    const void *xo, *dyo;
+    NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * P, 3, &xo));
+    NB_TRY(nb_conv_as(dev, dy, ydt, NB_BF16, d->N * d->O * P, 4, &dyo));
+    float *part;
+    NB_TRY(nb_conv_scratch(dev, 5, (size_t)(d->N * L) * sizeof(float), &part));
+    NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, NB_BF16, NB_F32, 0, 1, d->O, d->C, P, 1.0f, dyo, P,
+                                xo, P, 0.0f, part, d->C, d->N, d->O * P, d->C * P, L));
+    return nb_conv_sum_splits(dev, part, dw, L, d->N);
+}
+
+nb_status nb_conv_sum_splits(nb_device *dev, const float *part, float *dw, int64_t L, int64_t Z) {
+    nb_jit_kernel *k;
+    NB_TRY(nb_conv_kernel(dev, "nb_conv_sum_n", &k));
+    nb_sum_n_p a = {part, dw, (long long)L, (int)Z};
+    return nb_jit_launch_cuda(k, &a, sizeof a, L, NULL);
+}
+
 nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_dims *d,
-                                  const float *x, const float *w, const float *dy, float *dx,
-                                  float *dw, float *db, int dx_store) {
+                                  nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                  const void *dy, void *dx, float *dw, float *db, int dx_store) {
     NB_TRY(nb_conv_check_dev(dev, "conv2d backward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "conv2d backward (CUDA)"));
+    NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "conv2d backward (CUDA)"));
     if (!d || !x || !w || !dy)
         return nb_error(NB_ERR_INVALID_ARG, "conv2d backward (CUDA): dims, x, w or dy is NULL");
     int64_t P = d->OH * d->OW, CKK = d->C * d->K * d->K;
-    if (db) NB_TRY(nb_conv_bias_grad(dev, dy, db, d->N, d->O, P));
+    if (db) NB_TRY(nb_conv_bias_grad(dev, dy, ydt, db, d->N, d->O, P));
     if (dx && nb_conv_use_igemm(d, precision, 1, dy, dy)) {
-        NB_TRY(nb_conv_igemm_dgrad(dev, precision, d, w, dy, dx, dx_store));
+        NB_TRY(nb_conv_igemm_dgrad(dev, precision, d, xdt, ydt, w, dy, dx, dx_store));
         dx = NULL;
     }
+    if (dw && nb_conv_is_pointwise(d) && nb_conv_algo != 2 &&
+        (xdt == NB_BF16 || ydt == NB_BF16)) {
+        NB_TRY(nb_conv_pointwise_wgrad_bf16(dev, precision, d, xdt, ydt, x, dy, dw));
+        dw = NULL;
+    }
+    /* small images (8x8; 16x16 with bf16): im2col + one cuBLAS GEMM beats the implicit-GEMM
+     * weight gradient (conv_cuda_wgrad.h; .export/device-results/wgrad/bench.log) */
+    if (dw && nb_conv_algo == 0 && nb_conv_wgrad_gemm_preferred(d, xdt, ydt)) {
+        NB_TRY(nb_conv_wgrad_gemm(dev, precision, d, x, xdt, dy, ydt, dw));
+        dw = NULL;
+    }
     if (dw && nb_conv_use_igemm(d, precision, 2, dy, x)) {
-        NB_TRY(nb_conv_igemm_wgrad(dev, precision, d, x, dy, dw));
+        NB_TRY(nb_conv_igemm_wgrad(dev, precision, d, xdt, ydt, x, dy, dw));
         dw = NULL;
     }
     if (!dx && !dw) return NB_OK;
+    nb_dtype op = xdt == NB_BF16 || ydt == NB_BF16 ? NB_BF16 : NB_F32;
+    const void *wo = w, *dyo;
+    if (dx) NB_TRY(nb_conv_as(dev, w, NB_F32, op, d->O * CKK, 6, &wo));
+    NB_TRY(nb_conv_as(dev, dy, ydt, op, d->N * d->O * P, 4, &dyo));
     if (nb_conv_is_pointwise(d)) {
         /* dx[n] [C,P] += (dx_store: =) w^T [C,O] dy[n] [O,P] */
         if (dx)
-            NB_TRY(nb_cublas_gemm_rm(dev, precision, 1, 0, d->C, P, d->O, 1.0f, w, d->C, dy, P,
-                                     dx_store ? 0.0f : 1.0f, dx, P, d->N, 0, d->O * P, d->C * P));
+            NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, xdt, 1, 0, d->C, P, d->O, 1.0f, wo,
+                                        d->C, dyo, P, dx_store ? 0.0f : 1.0f, dx, P, d->N, 0,
+                                        d->O * P, d->C * P));
         /* dw [O,C] += dy[n] [O,P] x[n]^T [P,C], summed over n */
+        const void *xo = x;
+        if (dw) NB_TRY(nb_conv_as(dev, x, xdt, op, d->N * d->C * P, 3, &xo));
         for (int64_t n = 0; dw && n < d->N; n++)
-            NB_TRY(nb_cublas_gemm_rm(dev, precision, 0, 1, d->O, d->C, P, 1.0f, dy + n * d->O * P,
-                                     P, x + n * d->C * P, P, 1.0f, dw, d->C, 1, 0, 0, 0));
+            NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, NB_F32, 0, 1, d->O, d->C, P, 1.0f,
+                                        nb_at(dyo, op, n * d->O * P), P,
+                                        nb_at(xo, op, n * d->C * P), P, 1.0f, dw, d->C, 1, 0, 0, 0));
         return NB_OK;
     }
     int64_t nc = nb_conv_chunk(d);
@@ -335,18 +484,21 @@ nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_d
     for (int64_t n0 = 0; n0 < d->N; n0 += nc) {
         int64_t m = d->N - n0 < nc ? d->N - n0 : nc;
         if (dw) {
-            NB_TRY(nb_conv_im2col(dev, d, x + n0 * d->C * d->H * d->W, col, m));
+            NB_TRY(nb_conv_im2col(dev, d, nb_at(x, xdt, n0 * d->C * d->H * d->W), xdt, col, op, m));
             /* dw [O,CKK] += dy[n] [O,P] col[n]^T [P,CKK] */
             for (int64_t i = 0; i < m; i++)
-                NB_TRY(nb_cublas_gemm_rm(dev, precision, 0, 1, d->O, CKK, P, 1.0f,
-                                         dy + (n0 + i) * d->O * P, P, col + i * CKK * P, P, 1.0f,
-                                         dw, CKK, 1, 0, 0, 0));
+                NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, NB_F32, 0, 1, d->O, CKK, P, 1.0f,
+                                            nb_at(dyo, op, (n0 + i) * d->O * P), P,
+                                            nb_at(col, op, i * CKK * P), P, 1.0f, dw, CKK, 1, 0,
+                                            0, 0));
         }
         if (dx) {
-            /* dcol[n] [CKK,P] = w^T [CKK,O] dy[n] [O,P], then scattered back (summed) */
-            NB_TRY(nb_cublas_gemm_rm(dev, precision, 1, 0, CKK, P, d->O, 1.0f, w, CKK,
-                                     dy + n0 * d->O * P, P, 0.0f, col, P, m, 0, d->O * P, CKK * P));
-            NB_TRY(nb_conv_col2im(dev, d, col, dx + n0 * d->C * d->H * d->W, m, dx_store));
+            /* dcol[n] [CKK,P] (f32) = w^T [CKK,O] dy[n] [O,P], then scattered back (summed) */
+            NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, NB_F32, 1, 0, CKK, P, d->O, 1.0f, wo,
+                                        CKK, nb_at(dyo, op, n0 * d->O * P), P, 0.0f, col, P, m, 0,
+                                        d->O * P, CKK * P));
+            NB_TRY(nb_conv_col2im(dev, d, col, nb_at_w(dx, xdt, n0 * d->C * d->H * d->W), xdt, m,
+                                  dx_store));
         }
     }
     return NB_OK;
@@ -355,29 +507,48 @@ nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_d
 /* ---- linear --------------------------------------------------------------------------------- */
 
 nb_status nb_cuda_linear_forward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,
-                                 const float *x, const float *w, const float *b, float *y) {
+                                 nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                 const float *b, void *y) {
     NB_TRY(nb_conv_check_dev(dev, "linear forward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "linear forward (CUDA)"));
+    NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "linear forward (CUDA)"));
     if (!x || !w || !y) return nb_error(NB_ERR_INVALID_ARG, "linear forward (CUDA): x, w or y is NULL");
+    nb_dtype op = xdt == NB_BF16 || ydt == NB_BF16 ? NB_BF16 : NB_F32;
+    const void *xo, *wo;
+    NB_TRY(nb_conv_as(dev, x, xdt, op, N * F, 3, &xo));
+    NB_TRY(nb_conv_as(dev, w, NB_F32, op, O * F, 6, &wo));
     /* y [N,O] = x [N,F] w^T [F,O] */
-    NB_TRY(nb_cublas_gemm_rm(dev, precision, 0, 1, N, O, F, 1.0f, x, F, w, F, 0.0f, y, O, 1, 0, 0, 0));
-    if (b) NB_TRY(nb_conv_add_bias(dev, y, b, N, O, 1));
+    NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 1, N, O, F, 1.0f, xo, F, wo, F, 0.0f,
+                                y, O, 1, 0, 0, 0));
+    if (b) NB_TRY(nb_conv_add_bias(dev, y, ydt, b, N, O, 1));
     return NB_OK;
 }
 
 nb_status nb_cuda_linear_backward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,
-                                  const float *x, const float *w, const float *dy, float *dx,
-                                  float *dw, float *db, int dx_store) {
+                                  nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                  const void *dy, void *dx, float *dw, float *db, int dx_store) {
     NB_TRY(nb_conv_check_dev(dev, "linear backward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "linear backward (CUDA)"));
+    NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "linear backward (CUDA)"));
     if (!x || !w || !dy)
         return nb_error(NB_ERR_INVALID_ARG, "linear backward (CUDA): x, w or dy is NULL");
+    nb_dtype op = xdt == NB_BF16 || ydt == NB_BF16 ? NB_BF16 : NB_F32;
+    const void *dyo;
+    NB_TRY(nb_conv_as(dev, dy, ydt, op, N * O, 4, &dyo));
     /* dx [N,F] += (dx_store: =) dy [N,O] w [O,F] */
-    if (dx)
-        NB_TRY(nb_cublas_gemm_rm(dev, precision, 0, 0, N, F, O, 1.0f, dy, O, w, F,
-                                 dx_store ? 0.0f : 1.0f, dx, F, 1, 0, 0, 0));
+    if (dx) {
+        const void *wo;
+        NB_TRY(nb_conv_as(dev, w, NB_F32, op, O * F, 6, &wo));
+        NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, xdt, 0, 0, N, F, O, 1.0f, dyo, O, wo, F,
+                                    dx_store ? 0.0f : 1.0f, dx, F, 1, 0, 0, 0));
+    }
     /* dw [O,F] += dy^T [O,N] x [N,F] */
-    if (dw) NB_TRY(nb_cublas_gemm_rm(dev, precision, 1, 0, O, F, N, 1.0f, dy, O, x, F, 1.0f, dw, F, 1, 0, 0, 0));
-    if (db) NB_TRY(nb_conv_bias_grad(dev, dy, db, N, O, 1));
+    if (dw) {
+        const void *xo;
+        NB_TRY(nb_conv_as(dev, x, xdt, op, N * F, 3, &xo));
+        NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, NB_F32, 1, 0, O, F, N, 1.0f, dyo, O, xo, F,
+                                    1.0f, dw, F, 1, 0, 0, 0));
+    }
+    if (db) NB_TRY(nb_conv_bias_grad(dev, dy, ydt, db, N, O, 1));
     return NB_OK;
 }

@@ -14,6 +14,11 @@
  *                  dw [O][C][KK] += dwr (which also re-zeroes dwr: no memset per call;
  *                  1x1: MODE 2 adds straight into dw); OH*OW % 32 == 0.
  *                  Both split over k with atomics.
+ * bf16-stored activations (BF16 precision): MODE 1 (forward, data gradient), MODE 2 and MODE 3
+ *                  (weight gradient; MODE 3 then taken for C < 2 O too) have bf16 variants (ABF;
+ *                  MODE 1 writes a bf16 output, OBF); MODE 0 (the forward / data gradient where
+ *                  the halo kernel does not apply: stride 2, 1x1 under algo 2, OW % 8 != 0)
+ *                  converts bf16 tensors to f32 scratch and back (correct, slower).
  * Grids with fewer blocks than SMs split the reduction over blockIdx.z (atomic adds; the
  * forward first fills y with the bias). FP32 runs the same tiles with FFMA (exact fp32
  * products and sums). Split sums arrive in no fixed order: results vary in the last bits from
@@ -21,6 +26,7 @@
 #include "nn/conv_cuda_igemm.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -58,11 +64,12 @@ typedef struct {
 
 typedef struct {
     int mode, prec, bm, bn, wm, wn, stages, ks, stride, cb;
+    int abf, obf; /* MODE 1 at BF16: bf16 input activations / bf16 output (else f32) */
 } nb_ig_cfg;
 
 /* Loaded kernels, by configuration and device (the JIT's own table would hash the source on
  * every call). */
-#define NB_IG_CACHE 64
+#define NB_IG_CACHE 256 /* a full table reloads through the JIT on every call: keep it roomy */
 typedef struct {
     nb_ig_cfg cfg;
     nb_device *dev;
@@ -84,9 +91,10 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
     char head[512];
     int n = snprintf(head, sizeof head,
                      "#define MODE %d\n#define PREC %d\n#define BM %d\n#define BN %d\n#define WM %d\n"
-                     "#define WN %d\n#define STAGES %d\n#define KS %d\n#define STRIDE %d\n#define CB %d\n",
+                     "#define WN %d\n#define STAGES %d\n#define KS %d\n#define STRIDE %d\n#define CB %d\n"
+                     "#define ABF %d\n#define OBF %d\n",
                      c->mode, c->prec, c->bm, c->bn, c->wm, c->wn, c->stages, c->ks, c->stride,
-                     c->cb ? c->cb : 8);
+                     c->cb ? c->cb : 8, c->abf, c->obf);
     size_t len = (size_t)n + sizeof nb_conv_igemm_src;
     char *src = nb_alloc(len, 16);
     if (!src) return nb_error(NB_ERR_OUT_OF_MEMORY, "conv2d (CUDA): out of host memory");
@@ -112,6 +120,9 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
 const char *nb_conv_igemm_source(void) { return nb_conv_igemm_src; }
 
 static int64_t nb_ig_smem(const nb_ig_cfg *c) {
+    if (c->abf && c->mode == 0) /* bf16: A as channel pairs [16][BM + 8] words, B [BN][40] */
+        return (int64_t)c->stages * (16 * (c->bm + 8) * 4 + c->bn * (32 + 8) * 2);
+    if (c->abf) return (int64_t)c->stages * (c->bm + c->bn) * (32 + 8) * 2; /* MODE 2, bf16 */
     int64_t a = c->mode == 0 ? 32 * (c->bm + (c->prec == NB_TAPE_BF16 ? 4 : 8)) : c->bm * 36;
     return (int64_t)c->stages * (a + c->bn * 36) * (int64_t)sizeof(float);
 }
@@ -129,7 +140,7 @@ int nb_conv_igemm_set_tile(int mode, const int *tile) {
     int ok = wm * wn == 8 && st >= 2 && st <= 6 && bn % 32 == 0 && bm % (16 * wm) == 0 &&
              bn % (8 * wn) == 0 && (mode == 2 ? bm % 32 == 0 : (bm == 64 || bm == 128 || bm == 256));
     if (!ok) return 0;
-    nb_ig_cfg c = {mode, NB_TAPE_FP32, bm, bn, wm, wn, st, 3, 1, 8};
+    nb_ig_cfg c = {mode, NB_TAPE_FP32, bm, bn, wm, wn, st, 3, 1, 8, 0, 0};
     if (nb_ig_smem(&c) > 227 * 1024) return 0;
     memcpy(nb_ig_tile_override[mode / 2], tile, sizeof nb_ig_tile_override[0]);
     return 1;
@@ -148,7 +159,7 @@ static int nb_ig_sms(nb_device *dev) {
  *     else 128x128. */
 static nb_ig_cfg nb_ig_pick_dev(nb_device *dev, int mode, int prec, const nb_conv_dims *d,
                                 int64_t cols) {
-    nb_ig_cfg c = {mode, prec, 128, 128, 2, 4, 3, (int)d->K, (int)d->stride, 8};
+    nb_ig_cfg c = {mode, prec, 128, 128, 2, 4, 3, (int)d->K, (int)d->stride, 8, 0, 0};
     if (mode == 0) {
         if (cols <= 64) c.bn = 64, c.wm = 4, c.wn = 2;
         int64_t M = d->N * d->OH * d->OW;
@@ -165,14 +176,19 @@ static nb_ig_cfg nb_ig_pick_dev(nb_device *dev, int mode, int prec, const nb_con
 /* MODE 1 (halo) shared memory: STAGES x (CB channel planes of the halo + BN weight rows). */
 static int64_t nb_ig_halo_smem(const nb_ig_cfg *c, const nb_conv_dims *g) {
     int64_t R = c->bm / g->OW, HR = R + c->ks - 1, RS = g->W + 8, mod = c->prec == NB_TAPE_BF16 ? 4 : 8;
+    if (c->abf) { /* CB / 2 planes of 32-bit channel pairs, CS % 32 == 8; weights KK * CB / 2 words */
+        int64_t CS = HR * RS + (8 - (HR * RS) % 32 + 32) % 32;
+        return (int64_t)c->stages * (c->cb / 2 * CS + c->bn * c->ks * c->ks * c->cb / 2) * 4;
+    }
     int64_t CS = HR * RS + (mod - (HR * RS) % 32 + 32) % 32;
     int64_t BRS = (int64_t)c->ks * c->ks * c->cb + (c->prec == NB_TAPE_BF16 ? 8 : 4);
     return (int64_t)c->stages * (c->cb * CS + c->bn * BRS) * (int64_t)sizeof(float);
 }
 
 /* The halo kernel's tile for the forward-style conv g (stride 1, whole output rows per block,
- * 16-byte rows), or 0 when it does not apply. */
-static int nb_ig_halo_pick(int prec, const nb_conv_dims *g, nb_ig_cfg *out) {
+ * 16-byte rows), or 0 when it does not apply. abf: the bf16-activation variant (BF16 only; also
+ * needs W % 8 == 0 and at most 2 halo units of 8 pixels per thread). */
+static int nb_ig_halo_pick_dt(int prec, const nb_conv_dims *g, nb_ig_cfg *out, int abf) {
     int cb = prec == NB_TAPE_BF16 ? 16 : 8;
     int64_t P = g->OH * g->OW;
     /* 3x3 only: a 1x1 step would be a single CB-deep k8/k16 slice per barrier (measured 1.5-2x
@@ -180,7 +196,11 @@ static int nb_ig_halo_pick(int prec, const nb_conv_dims *g, nb_ig_cfg *out) {
     if (g->K != 3 || g->stride != 1 || g->OW % 8 || g->W % 4 || g->pad > 4) return 0;
     int bm = 128 % g->OW == 0 && P % 128 == 0 ? 128 : 64 % g->OW == 0 && P % 64 == 0 ? 64 : 0;
     if (!bm) return 0;
-    nb_ig_cfg c = {1, prec, bm, 64, bm == 128 ? 4 : 2, bm == 128 ? 2 : 4, 3, (int)g->K, 1, cb};
+    nb_ig_cfg c = {1, prec, bm, 64, bm == 128 ? 4 : 2, bm == 128 ? 2 : 4, 3, (int)g->K, 1, cb, 0, 0};
+    if (abf) {
+        if (prec != NB_TAPE_BF16 || g->W % 8 || (cb / 2) * (bm / g->OW + 2) * (g->W / 8) > 512) return 0;
+        c.abf = 1;
+    }
     if (nb_ig_halo_smem(&c, g) > 227 * 1024) c.stages = 2;
     if (nb_ig_halo_smem(&c, g) > 227 * 1024) return 0;
     if (nb_ig_tile_override[0][0]) return 0; /* a forced MODE 0 tile (benchmarks) */
@@ -188,30 +208,48 @@ static int nb_ig_halo_pick(int prec, const nb_conv_dims *g, nb_ig_cfg *out) {
     return 1;
 }
 
+static int nb_ig_halo_pick(int prec, const nb_conv_dims *g, nb_ig_cfg *out) {
+    return nb_ig_halo_pick_dt(prec, g, out, 0);
+}
+
 /* MODE 3 (halo weight gradient) shared memory: STAGES x (dy rows [64][KP+4] + x halo). */
 static int64_t nb_ig_wg_smem(const nb_ig_cfg *c, const nb_conv_dims *d) {
     int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW, KP = RT * d->OW;
+    if (c->abf) { /* bf16: rows KP + 8, halo rows W + 16, CS % 64 == 8 (elements of 2 bytes) */
+        int64_t HR = RT + c->ks - 1, RS = d->W + 16, CS = HR * RS + (8 - (HR * RS) % 64 + 64) % 64;
+        return (int64_t)c->stages * (c->bm * (KP + 8) + 32 * CS) * 2;
+    }
     int64_t HR = RT + c->ks - 1, RS = d->W + 8, CS = HR * RS + (4 - (HR * RS) % 32 + 32) % 32;
     return (int64_t)c->stages * (c->bm * (KP + 4) + 32 * CS) * (int64_t)sizeof(float);
 }
 
 /* The halo weight-gradient kernel's configuration, or 0 when it does not apply: stride 1,
  * output rows of 8..128 pixels (dividing 128) grouped into steps of <= 128 pixels, 16-byte
- * rows, C % 32 == 0. */
-static int nb_ig_wg_pick(int prec, const nb_conv_dims *d, nb_ig_cfg *out) {
+ * rows, C % 32 == 0. abf: the bf16-activation variant (BF16; W % 8 == 0; also OW >= 16). */
+static int nb_ig_wg_pick_dt(int prec, const nb_conv_dims *d, nb_ig_cfg *out, int abf) {
     /* measured on the H100 (batch 32): ahead of MODE 2 when C >= 2 O (128->64 at 64x64: 0.56 vs
      * 0.61 ms backward), behind it for C == O (64->64 at 64x64: 0.39 vs 0.34 ms) and for 1x1 */
-    if (d->K != 3 || d->C < 2 * d->O || d->stride != 1 || d->OW % 8 || d->OW > 128 ||
-        128 % d->OW || d->W % 4 || d->pad > 4 || d->C % 32)
+    /* bf16 (H100, batch 32, .export/device-results/bf16conv): MODE 3 ahead where C >= 2 O and
+     * OW >= 16 (128->64 at 64x64: 0.343 vs 0.428 ms backward; 64->3: 0.102 vs 0.178), MODE 2
+     * for C == O (128->128 at 32x32: 0.161 vs 0.190; 256->256 at 8x8: 0.091 vs 0.137) and 8x8
+     * (512->256: 0.132 vs 0.166) */
+    if (d->K != 3 || d->C < 2 * d->O || (abf && d->OW < 16) || d->stride != 1 || d->OW % 8 || d->OW > 128 ||
+        128 % d->OW || d->W % (abf ? 8 : 4) || d->pad > 4 || d->C % 32 ||
+        (abf && prec != NB_TAPE_BF16))
         return 0;
     int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW;
     if (d->OH % RT || (RT * d->OW) % 16) return 0;
-    nb_ig_cfg c = {3, prec, 64, 64, 2, 4, 3, (int)d->K, 1, 32};
-    if (nb_ig_wg_smem(&c, d) > 227 * 1024) c.stages = 2;
+    nb_ig_cfg c = {3, prec, 64, 64, 2, 4, 3, (int)d->K, 1, 32, abf, 0};
+    /* bf16: 2 stages where 3 would leave room for only one block per SM (128 registers allow 2) */
+    if (nb_ig_wg_smem(&c, d) > (abf ? 113 : 227) * 1024) c.stages = 2;
     if (nb_ig_wg_smem(&c, d) > 227 * 1024) return 0;
     if (nb_ig_tile_override[1][0]) return 0; /* a forced MODE 2 tile (benchmarks) */
     *out = c;
     return 1;
+}
+
+static int nb_ig_wg_pick(int prec, const nb_conv_dims *d, nb_ig_cfg *out) {
+    return nb_ig_wg_pick_dt(prec, d, out, 0);
 }
 
 /* The data gradient as a forward-style conv: dy (O channels, OHxOW) with the flipped weights,
@@ -301,8 +339,8 @@ static nb_status nb_ig_mode0(nb_device *dev, const nb_conv_dims *g, nb_ig_entry 
     return nb_ig_launch(e->main, halo ? nb_ig_halo_smem(&e->cfg, g) : nb_ig_smem(&e->cfg), &p, gx, gy, gz);
 }
 
-nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dims *d,
-                                const float *x, const float *w, const float *b, float *y) {
+static nb_status nb_ig_forward_f32(nb_device *dev, int precision, const nb_conv_dims *d,
+                                   const float *x, const float *w, const float *b, float *y) {
     if (!nb_conv_igemm_supports(d, precision, 0))
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM forward needs "
                         "C %% 32 == 0 (C = %lld)", (long long)d->C);
@@ -319,8 +357,8 @@ nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dim
     return nb_ig_mode0(dev, d, e, x, wr, b, y, 0);
 }
 
-nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims *d,
-                              const float *w, const float *dy, float *dx, int store) {
+static nb_status nb_ig_dgrad_f32(nb_device *dev, int precision, const nb_conv_dims *d,
+                                 const float *w, const float *dy, float *dx, int store) {
     if (!nb_conv_igemm_supports(d, precision, 1))
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM data gradient needs "
                         "stride 1, O %% 32 == 0 and pad <= K-1");
@@ -340,36 +378,62 @@ nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims 
     return nb_ig_mode0(dev, &g, e, dy, wr, NULL, dx, !store);
 }
 
+/* Benchmarks / tests (bits): 2 = MODE 2 even where MODE 3 applies, 4 = each k split's partial
+ * sums stored (scratch slot 5) and summed by a second kernel instead of added atomically
+ * (measured slower on the H100 at batch 32: e.g. 256->256 at 8x8 weight gradient 0.050 vs
+ * 0.036 ms, 128->128 at 32x32 0.100 vs 0.086; .export/device-results/bf16conv). */
+static int nb_ig_bf16_wgrad_mode;
+void nb_conv_igemm_set_bf16_wgrad(int mode) { nb_ig_bf16_wgrad_mode = mode; }
+
+/* MODE 3: straight into dw, split over steps of whole output rows (x, dy f32, or bf16 for
+ * c->abf; with nb_ig_bf16_wgrad_mode & 4 each split's partials stored, then summed). */
+static nb_status nb_ig_mode3(nb_device *dev, const nb_conv_dims *d, const nb_ig_cfg *c,
+                             const void *x, const void *dy, float *dw) {
+    nb_ig_entry *e;
+    NB_TRY(nb_ig_load(dev, c, &e));
+    int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW, nsteps = d->N * (d->OH / RT);
+    unsigned gx = (unsigned)((d->O + 63) / 64), gy = (unsigned)(d->C / 32);
+    int64_t want = 2 * (int64_t)nb_ig_sms(dev), blocks = (int64_t)gx * gy;
+    int64_t splits = want / blocks; /* rounded down: see nb_ig_wgrad_run */
+    if (splits > nsteps) splits = nsteps;
+    if (splits < 1) splits = 1;
+    int64_t kps = (nsteps + splits - 1) / splits;
+    splits = (nsteps + kps - 1) / kps;
+    if (splits > 65535) return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): too many k splits");
+    nb_ig_params p = {dy, x, NULL, dw, (int)d->N, (int)d->C, (int)d->H, (int)d->W, (int)d->O,
+                      (int)d->OH, (int)d->OW, (int)d->pad, 0, (int)kps};
+    if (!c->abf || splits == 1 || !(nb_ig_bf16_wgrad_mode & 4))
+        return nb_ig_launch(e->main, nb_ig_wg_smem(c, d), &p, gx, gy, (unsigned)splits);
+    /* bf16 with mode bit 4: each split's partial sums stored, then summed into dw */
+    int64_t L = d->O * d->C * d->K * d->K;
+    float *part;
+    NB_TRY(nb_conv_scratch(dev, 5, (size_t)(splits * L) * sizeof(float), &part));
+    p.out = part, p.accum = 1;
+    NB_TRY(nb_ig_launch(e->main, nb_ig_wg_smem(c, d), &p, gx, gy, (unsigned)splits));
+    return nb_conv_sum_splits(dev, part, dw, L, splits);
+}
+
 /* Weight-gradient k splits: blocks x splits <= 2 x SMs (rounded down, not up). The weight
  * gradient's tiles run 1 block per SM (MODE 2 128x128: 167-210 registers; MODE 3 and MODE 2
  * 64x256: shared memory or 255 registers) or 2 (MODE 2 64x128: 128 registers, ptxas sm_90),
  * so rounding up left 1-56 blocks over 2 x SMs on every UNet shape at batch 32 (e.g. 64->64 at
  * 64x64: 265 blocks; 256->256 at 8x8: 288; 512->256 at 8x8: 320): one more, mostly empty
  * wave. Rounded down: 260, 252, 256 blocks, each with a few more k steps. */
-nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
-                              const float *x, const float *dy, float *dw) {
+
+/* x, dy f32, or bf16 with abf (BF16 precision) */
+static nb_status nb_ig_wgrad_run(nb_device *dev, int precision, const nb_conv_dims *d,
+                                 const void *x, const void *dy, float *dw, int abf) {
     if (!nb_conv_igemm_supports(d, precision, 2))
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM weight gradient needs "
                         "OH*OW %% 32 == 0");
     nb_ig_cfg c;
     nb_ig_entry *e;
-    if (nb_ig_wg_pick(precision, d, &c)) {
-        /* MODE 3: straight into dw, split over steps of whole output rows */
-        NB_TRY(nb_ig_load(dev, &c, &e));
-        int64_t RT = d->OH < 128 / d->OW ? d->OH : 128 / d->OW, nsteps = d->N * (d->OH / RT);
-        unsigned gx = (unsigned)((d->O + 63) / 64), gy = (unsigned)(d->C / 32);
-        int64_t want = 2 * (int64_t)nb_ig_sms(dev), blocks = (int64_t)gx * gy;
-        int64_t splits = want / blocks; /* rounded down: see above */
-        if (splits > nsteps) splits = nsteps;
-        if (splits < 1) splits = 1;
-        int64_t kps = (nsteps + splits - 1) / splits;
-        splits = (nsteps + kps - 1) / kps;
-        if (splits > 65535) return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): too many k splits");
-        nb_ig_params p = {dy, x, NULL, dw, (int)d->N, (int)d->C, (int)d->H, (int)d->W, (int)d->O,
-                          (int)d->OH, (int)d->OW, (int)d->pad, 0, (int)kps};
-        return nb_ig_launch(e->main, nb_ig_wg_smem(&c, d), &p, gx, gy, (unsigned)splits);
-    }
+    if (abf ? (!(nb_ig_bf16_wgrad_mode & 2) || (d->OH * d->OW) % 32) &&
+                  nb_ig_wg_pick_dt(precision, d, &c, 1)
+            : nb_ig_wg_pick(precision, d, &c))
+        return nb_ig_mode3(dev, d, &c, x, dy, dw);
     c = nb_ig_pick_dev(dev, 2, precision, d, d->O);
+    c.abf = abf;
     NB_TRY(nb_ig_load(dev, &c, &e));
     int64_t KK = d->K * d->K, nw = d->O * d->C * KK, Nn = KK * d->C;
     /* 1x1: dwr [O][1][C] is dw [O][C][1] itself; MODE 2 only adds (atomically), so it goes
@@ -400,13 +464,158 @@ nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims 
     if (splits > 65535) return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): too many k splits");
     nb_ig_params p = {dy, x, NULL, dwr, (int)d->N, (int)d->C, (int)d->H, (int)d->W, (int)d->O,
                       (int)d->OH, (int)d->OW, (int)d->pad, 0, (int)kps};
+    float *part = NULL;
+    if (abf && splits > 1 && (nb_ig_bf16_wgrad_mode & 4)) {
+        /* bf16 with mode bit 4: each split's partials stored, then summed into dwr (or dw) */
+        NB_TRY(nb_conv_scratch(dev, 5, (size_t)(splits * nw) * sizeof(float), &part));
+        p.out = part, p.accum = 1;
+    }
     NB_TRY(nb_ig_launch(e->main, nb_ig_smem(&c), &p, (unsigned)((d->O + c.bm - 1) / c.bm),
                         (unsigned)((Nn + c.bn - 1) / c.bn), (unsigned)splits));
+    if (part) NB_TRY(nb_conv_sum_splits(dev, part, dwr, nw, splits));
     if (KK == 1) return NB_OK;
     nb_ig_dw_params q = {dwr, dw, (int)d->O, (int)d->C};
     NB_TRY(nb_ig_grid_stride(e->dw, &q, sizeof q, nw));
     z->clean = z_clean; /* the add zeroes what MODE 2 summed into: the scratch is clean again */
     return NB_OK;
+}
+
+/* ---- storage dtypes ---------------------------------------------------------------------------- */
+
+/* BF16 precision with bf16 tensors: the bf16-activation kernels (MODE 1 where it applies, else
+ * MODE 0, for the forward and data gradient; MODE 3 where it applies, else MODE 2, for the
+ * weight gradient); an f32 tensor among them is converted to bf16 first (slot 3 x, 4 dy).
+ * The f32 copies (slot 3 x, 4 dy, 5 the f32 output) serve what is left: a shape only the f32
+ * halo kernels take (C % 32 != 0 with W % 8 != 0 or a misaligned output; a halo weight
+ * gradient with W % 8 != 0 and OH * OW % 32 != 0). */
+static int nb_ig_bf16_storage(int precision, nb_dtype xdt, nb_dtype ydt) {
+    return precision == NB_TAPE_BF16 && (xdt == NB_BF16 || ydt == NB_BF16);
+}
+
+/* k splits of a MODE 0 / MODE 1 grid (as nb_ig_mode0): blockIdx.z count, k steps per split in
+ * *kps (0: no split). */
+static unsigned nb_ig_split(nb_device *dev, const nb_conv_dims *g, const nb_ig_cfg *c, int64_t *kps,
+                            unsigned *gx, unsigned *gy) {
+    int64_t M = g->N * g->OH * g->OW;
+    *gx = (unsigned)((M + c->bm - 1) / c->bm);
+    *gy = (unsigned)((g->O + c->bn - 1) / c->bn);
+    int halo = c->mode == 1;
+    int64_t nkt = halo ? (g->C + c->cb - 1) / c->cb : g->K * g->K * g->C / 32;
+    int64_t blocks = (int64_t)*gx * *gy, sms = nb_ig_sms(dev);
+    int64_t splits = blocks < sms ? (2 * sms + blocks - 1) / blocks : 1;
+    if (splits > nkt / (halo ? 2 : 4)) splits = nkt / (halo ? 2 : 4);
+    *kps = 0;
+    if (splits <= 1) return 1;
+    *kps = (nkt + splits - 1) / splits;
+    return (unsigned)((nkt + *kps - 1) / *kps);
+}
+
+/* MODE 1 (halo) or MODE 0 (c.mode) on bf16 activations a (the forward-style conv g; weights w
+ * [wO][wC][KK], flip for the data gradient) into out (odt; accum 0: = (+ bias), 1: +=). Split
+ * over k: f32 partial sums added atomically into out (f32) or an f32 scratch (slot 5) then
+ * converted into a bf16 out. */
+static nb_status nb_ig_run_bf16(nb_device *dev, const nb_conv_dims *g, nb_ig_cfg c, const void *a,
+                                const float *w, int flip, int64_t wO, int64_t wC,
+                                const float *bias, void *out, nb_dtype odt, int accum) {
+    int64_t kps;
+    int halo = c.mode == 1;
+    c.abf = 1;
+    unsigned gx, gy, gz = nb_ig_split(dev, g, &c, &kps, &gx, &gy);
+    c.obf = odt == NB_BF16 && gz == 1;
+    nb_ig_entry *e;
+    NB_TRY(nb_ig_load(dev, &c, &e));
+    float *wr;
+    NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, g->O, g->C, g->K, &wr));
+    nb_ig_wr_params wp = {w, wr, (int)wO, (int)wC, flip};
+    NB_TRY(nb_ig_grid_stride(halo ? e->wr2 : e->wr, &wp, sizeof wp, wO * wC * g->K * g->K));
+    nb_ig_params p = {a, wr, bias, out, (int)g->N, (int)g->C, (int)g->H, (int)g->W, (int)g->O,
+                      (int)g->OH, (int)g->OW, (int)g->pad, accum, 0};
+    int64_t smem = halo ? nb_ig_halo_smem(&c, g) : nb_ig_smem(&c);
+    if (gz == 1) return nb_ig_launch(e->main, smem, &p, gx, gy, 1);
+    int64_t P = g->OH * g->OW, ny = g->N * g->O * P;
+    float *tgt = out;
+    if (odt == NB_BF16) NB_TRY(nb_conv_scratch(dev, 5, (size_t)ny * sizeof(float), &tgt));
+    if (odt == NB_BF16 || !accum) {
+        nb_ig_fill_params f = {tgt, bias, (long long)ny, (int)P, (int)g->O};
+        NB_TRY(nb_ig_grid_stride(e->fill, &f, sizeof f, ny));
+    }
+    p.out = tgt, p.accum = 2, p.bias = NULL, p.kt_per_split = (int)kps;
+    NB_TRY(nb_ig_launch(e->main, smem, &p, gx, gy, gz));
+    return odt == NB_BF16 ? nb_conv_convert(dev, tgt, NB_F32, out, NB_BF16, ny, accum) : NB_OK;
+}
+
+nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dims *d,
+                                nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                const float *b, void *y) {
+    if (xdt == NB_F32 && ydt == NB_F32) return nb_ig_forward_f32(dev, precision, d, x, w, b, y);
+    nb_ig_cfg hc;
+    /* (its bf16 output is written with 16-byte stores) */
+    if (nb_ig_bf16_storage(precision, xdt, ydt) && (uintptr_t)y % 16 == 0 &&
+        nb_ig_halo_pick_dt(precision, d, &hc, 1)) {
+        const void *xb;
+        NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * d->H * d->W, 3, &xb));
+        return nb_ig_run_bf16(dev, d, hc, xb, w, 0, d->O, d->C, b, y, ydt, 0);
+    }
+    if (nb_ig_bf16_storage(precision, xdt, ydt) && d->C % 32 == 0) { /* MODE 0 */
+        const void *xb;
+        NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * d->H * d->W, 3, &xb));
+        return nb_ig_run_bf16(dev, d, nb_ig_pick_dev(dev, 0, precision, d, d->O), xb, w, 0, d->O,
+                              d->C, b, y, ydt, 0);
+    }
+    int64_t ny = d->N * d->O * d->OH * d->OW;
+    const void *xf;
+    float *yf = y;
+    NB_TRY(nb_conv_as(dev, x, xdt, NB_F32, d->N * d->C * d->H * d->W, 3, &xf));
+    if (ydt != NB_F32) NB_TRY(nb_conv_scratch(dev, 5, (size_t)ny * sizeof(float), &yf));
+    NB_TRY(nb_ig_forward_f32(dev, precision, d, xf, w, b, yf));
+    return ydt != NB_F32 ? nb_conv_convert(dev, yf, NB_F32, y, ydt, ny, 0) : NB_OK;
+}
+
+nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims *d,
+                              nb_dtype xdt, nb_dtype ydt, const float *w, const void *dy,
+                              void *dx, int store) {
+    if (xdt == NB_F32 && ydt == NB_F32) return nb_ig_dgrad_f32(dev, precision, d, w, dy, dx, store);
+    int64_t nx = d->N * d->C * d->H * d->W;
+    nb_conv_dims g = nb_ig_dgrad_dims(d);
+    nb_ig_cfg hc;
+    if (nb_ig_bf16_storage(precision, xdt, ydt) && (uintptr_t)dx % 16 == 0 &&
+        nb_ig_halo_pick_dt(precision, &g, &hc, 1)) {
+        const void *dyb;
+        NB_TRY(nb_conv_as(dev, dy, ydt, NB_BF16, d->N * d->O * d->OH * d->OW, 4, &dyb));
+        return nb_ig_run_bf16(dev, &g, hc, dyb, w, 1, d->O, d->C, NULL, dx, xdt, !store);
+    }
+    if (nb_ig_bf16_storage(precision, xdt, ydt) && d->O % 32 == 0) { /* MODE 0 */
+        const void *dyb;
+        NB_TRY(nb_conv_as(dev, dy, ydt, NB_BF16, d->N * d->O * d->OH * d->OW, 4, &dyb));
+        return nb_ig_run_bf16(dev, &g, nb_ig_pick_dev(dev, 0, precision, &g, g.O), dyb, w, 1,
+                              d->O, d->C, NULL, dx, xdt, !store);
+    }
+    const void *dyf;
+    NB_TRY(nb_conv_as(dev, dy, ydt, NB_F32, d->N * d->O * d->OH * d->OW, 4, &dyf));
+    if (xdt == NB_F32) return nb_ig_dgrad_f32(dev, precision, d, w, dyf, dx, store);
+    float *dxf;
+    NB_TRY(nb_conv_scratch(dev, 5, (size_t)nx * sizeof(float), &dxf));
+    NB_TRY(nb_ig_dgrad_f32(dev, precision, d, w, dyf, dxf, 1));
+    return nb_conv_convert(dev, dxf, NB_F32, dx, xdt, nx, !store);
+}
+
+nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
+                              nb_dtype xdt, nb_dtype ydt, const void *x, const void *dy,
+                              float *dw) {
+    if (xdt == NB_F32 && ydt == NB_F32) return nb_ig_wgrad_run(dev, precision, d, x, dy, dw, 0);
+    nb_ig_cfg c;
+    if (nb_ig_bf16_storage(precision, xdt, ydt) &&
+        (nb_ig_wg_pick_dt(precision, d, &c, 1) || (d->OH * d->OW) % 32 == 0)) {
+        /* MODE 3 / MODE 2 on bf16 (an f32 tensor converted) */
+        const void *xb, *dyb;
+        NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * d->H * d->W, 3, &xb));
+        NB_TRY(nb_conv_as(dev, dy, ydt, NB_BF16, d->N * d->O * d->OH * d->OW, 4, &dyb));
+        return nb_ig_wgrad_run(dev, precision, d, xb, dyb, dw, 1);
+    }
+    const void *xf, *dyf; /* the f32 halo MODE 3 on converted copies (W % 8 != 0) */
+    NB_TRY(nb_conv_as(dev, x, xdt, NB_F32, d->N * d->C * d->H * d->W, 3, &xf));
+    NB_TRY(nb_conv_as(dev, dy, ydt, NB_F32, d->N * d->O * d->OH * d->OW, 4, &dyf));
+    return nb_ig_wgrad_run(dev, precision, d, xf, dyf, dw, 0);
 }
 
 /* ---- prewarm: compile every specialisation of a precision in parallel ------------------------ */
@@ -439,18 +648,36 @@ nb_status nb_conv_igemm_prewarm(nb_device *dev, int precision) {
             for (int ks = 1; ks <= 3; ks += 2)
                 for (int stride = 1; stride <= 2; stride++) {
                     const int *t = tiles[mode / 2][i];
-                    nb_ig_cfg c = {mode, precision, t[0], t[1], t[2], t[3], t[4], ks, stride, 8};
+                    nb_ig_cfg c = {mode, precision, t[0], t[1], t[2], t[3], t[4], ks, stride, 8, 0, 0};
                     w.cfg[n++] = c;
                 }
-    { /* the halo weight gradient (nb_ig_wg_pick: 3x3 only) */
-        nb_ig_cfg c = {3, precision, 64, 64, 2, 4, 3, 3, 1, 32};
-        w.cfg[n++] = c;
-    }
+    for (int i = 0; i < 3 && precision == NB_TAPE_BF16; i++) /* MODE 2 on bf16 activations */
+        for (int ks = 1; ks <= 3; ks += 2) {
+            const int *t = tiles[1][i];
+            nb_ig_cfg c = {2, precision, t[0], t[1], t[2], t[3], t[4], ks, 1, 8, 1, 0};
+            w.cfg[n++] = c;
+        }
+    for (int i = 0; i < 3 && precision == NB_TAPE_BF16; i++) /* MODE 0 on bf16, 3x3 stride 2 */
+        for (int obf = 0; obf <= 1; obf++) {
+            const int *t = tiles[0][i];
+            nb_ig_cfg c = {0, precision, t[0], t[1], t[2], t[3], t[4], 3, 2, 8, 1, obf};
+            w.cfg[n++] = c;
+        }
+    for (int abf = 0; abf <= (precision == NB_TAPE_BF16); abf++) /* the halo weight gradient (3x3) */
+        for (int st = 3; st >= 2 + !abf; st--) {
+            nb_ig_cfg c = {3, precision, 64, 64, 2, 4, st, 3, 1, 32, abf, 0};
+            w.cfg[n++] = c;
+        }
     for (int bm = 64; bm <= 128; bm *= 2) { /* the halo kernel's tiles (nb_ig_halo_pick: 3x3) */
         nb_ig_cfg c = {1, precision, bm, 64, bm == 128 ? 4 : 2, bm == 128 ? 2 : 4, 3, 3, 1,
-                       precision == NB_TAPE_BF16 ? 16 : 8};
+                       precision == NB_TAPE_BF16 ? 16 : 8, 0, 0};
         w.cfg[n++] = c;
     }
+    for (int bm = 64; bm <= 128 && precision == NB_TAPE_BF16; bm *= 2)
+        for (int obf = 0; obf <= 1; obf++) { /* the bf16-activation halo kernel */
+            nb_ig_cfg c = {1, precision, bm, 64, bm == 128 ? 4 : 2, bm == 128 ? 2 : 4, 3, 3, 1, 16, 1, obf};
+            w.cfg[n++] = c;
+        }
     nb_nn_parallel(n, 1, nb_ig_warm_range, &w);
     for (int i = 0; i < n; i++)
         if (w.st[i]) return nb_error(w.st[i], "conv2d (CUDA): compiling the implicit-GEMM kernels failed");
@@ -466,7 +693,7 @@ nb_status nb_conv_igemm_prewarm_tiles(nb_device *dev, int mode, int ks, int stri
     for (int i = 0; i < n && m + 2 <= NB_IG_WARM_MAX; i++)
         for (int prec = NB_TAPE_TF32; prec <= NB_TAPE_BF16; prec++) {
             const int *t = tiles[i];
-            nb_ig_cfg c = {mode, prec, t[0], t[1], t[2], t[3], t[4], ks, stride, 8};
+            nb_ig_cfg c = {mode, prec, t[0], t[1], t[2], t[3], t[4], ks, stride, 8, 0, 0};
             w.cfg[m++] = c;
         }
     nb_nn_parallel(m, 1, nb_ig_warm_range, &w);

@@ -13,6 +13,10 @@
  *           rounded to bf16)
  *   BM, BN  block tile (rows m, columns n); WM x WN warps (= 8); BK = 32; STAGES cp.async stages
  *   KS      kernel size (1 or 3), STRIDE (1 or 2); CB channels per MODE 1 step (8, bf16 16)
+ *   ABF     1: bf16-stored activations (PREC 2; every mode): MODE 0 / 1 read a bf16 image and
+ *           bf16 weights (nb_conv_igemm_wr / wr2 convert them), MODE 2 / 3 bf16 dy and x; 0: f32
+ *   OBF     1: MODE 0 / 1 write a bf16 output (bias added, or the old value read, in f32 first;
+ *           no atomic split: the host splits into f32 scratch instead)
  *
  * MODE 0/2 reduction order k = (kk, c): kernel tap outer, channel inner (weights pre-arranged as
  * wr[o][kk][c]), so a 32-wide k tile has a single tap when C % 32 == 0 (MODE 0 requires it):
@@ -25,13 +29,22 @@
  * contiguous); MODE 1/3 halo planes [c][row][W+8] (4 zero columns each side). Padding keeps
  * the fragment loads (mostly) free of bank conflicts. Loads are cp.async (4-byte with zero fill
  * for gathers and padding, 16-byte for contiguous rows). Defining NB_IG_HOST_EMU drops the PTX
- * helpers (cp4, cp16, cp_commit, cp_wait, pack_bf16, mma_tf32, mma_bf16) so that a host
- * emulation can supply its own: tools/device/conv_emu.sh runs any configuration on the CPU. */
+ * helpers (cp4, cp16, cp_commit, cp_wait, pack_bf16, ig_bf2f, ig_f2bf, ig_red2, mma_tf32,
+ * mma_bf16) so that a host emulation can supply its own: tools/device/conv_emu.sh runs any
+ * configuration on the CPU. */
 #ifndef NB_NN_CONV_CUDA_IGEMM_SRC_H
 #define NB_NN_CONV_CUDA_IGEMM_SRC_H
 
+#include "nn/conv_cuda_igemm_bf16_src.h"
+
 static const char nb_conv_igemm_src[] =
     "#define BK 32\n"
+    "#ifndef ABF\n"
+    "#define ABF 0\n"
+    "#endif\n"
+    "#ifndef OBF\n"
+    "#define OBF 0\n"
+    "#endif\n"
     "#ifndef CB\n"
     "#define CB 8\n"
     "#endif\n"
@@ -66,7 +79,8 @@ static const char nb_conv_igemm_src[] =
     "    const float *bias; /* MODE 0, may be NULL */\n"
     "    float *out;        /* MODE 0: [N][O][OH][OW]; MODE 2: dwr [O][KK][C] */\n"
     "    int N, C, H, W, O, OH, OW, pad;\n"
-    "    int accum;         /* MODE 0: out += instead of out = (2: atomically, split k) */\n"
+    "    int accum;         /* MODE 0: out += instead of out = (2: atomically, split k); MODE 2 / 3\n"
+    "                        * with ABF: 1 = each split's partial sums stored at out + z * size */\n"
     "    int kt_per_split;  /* k tiles per blockIdx.z (MODE 0: 0 = all) */\n"
     "};\n"
     "#ifndef NB_IG_HOST_EMU\n"
@@ -90,6 +104,14 @@ static const char nb_conv_igemm_src[] =
     "    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\\n\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
     "    return r;\n"
     "}\n"
+    "__device__ __forceinline__ float ig_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }\n"
+    "__device__ __forceinline__ unsigned short ig_f2bf(float f) {\n"
+    "    unsigned short r; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(r) : \"f\"(f)); return r;\n"
+    "}\n"
+    "/* *p += a, p[1] += b as one 8-byte atomic (sm_90 red.v2.f32; p 8-byte aligned) */\n"
+    "__device__ __forceinline__ void ig_red2(float *p, float a, float b) {\n"
+    "    asm volatile(\"red.global.add.v2.f32 [%0], {%1, %2};\" :: \"l\"(p), \"f\"(a), \"f\"(b) : \"memory\");\n"
+    "}\n"
     "__device__ __forceinline__ void mma_tf32(float *c, const unsigned *a, const unsigned *b) {\n"
     "    asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \"\n"
     "                 \"{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\\n\"\n"
@@ -103,7 +125,9 @@ static const char nb_conv_igemm_src[] =
     "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
     "}\n"
     "#endif\n"
-    "#if MODE == 3\n"
+    "#if MODE == 3 && ABF\n"
+    NB_IG_SRC_MODE3_BF16
+    "#elif MODE == 3\n"
     "/* weight gradient with halo reuse (stride 1): block = BM output channels x 32 input channels\n"
     " * x all KK taps; a k step = RT whole output rows of one image (KP = RT * OW pixels): dy rows\n"
     " * [BM][KP] and the x halo [32][RT+KS-1][W+8] are loaded once and reused by every tap.\n"
@@ -258,7 +282,11 @@ static const char nb_conv_igemm_src[] =
     "        }\n"
     "}\n"
     "#else /* MODE 0, 1, 2 */\n"
-    "#if MODE != 1\n"
+    "#if MODE == 2 && ABF\n"
+    NB_IG_SRC_MODE2_BF16
+    "#elif MODE == 0 && ABF\n"
+    NB_IG_SRC_MODE0_BF16
+    "#elif MODE != 1\n"
     "extern \"C\" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {\n"
     "    extern __shared__ __align__(16) float smem[];\n"
     "    float *As = smem, *Bs = smem + STAGES * A_ELEMS;\n"
@@ -439,6 +467,8 @@ static const char nb_conv_igemm_src[] =
     "#endif\n"
     "    }\n"
     "    cp_wait<0>();\n"
+    "#elif ABF /* MODE 1, bf16 activations (PREC 2, CB 16) */\n"
+    NB_IG_SRC_MODE1_BF16
     "#else /* MODE 1 */\n"
     "#define CSMOD (PREC == 2 ? 4 : 8)\n"
     "#define BRS (KK * CB + (PREC == 2 ? 8 : 4))\n"
@@ -596,7 +626,8 @@ static const char nb_conv_igemm_src[] =
     "            if (m >= M) continue;\n"
     "#if MODE != 2\n"
     "            int nb = m / P, pp = m - nb * P;\n"
-    "            float *orow = p.out + (long long)nb * p.O * P + pp;\n"
+    "            const long long ooff = (long long)nb * p.O * P + pp;\n"
+    "            float *orow = p.out + ooff;\n"
     "#else\n"
     "            float *orow = p.out + (long long)m * Nn;\n"
     "#endif\n"
@@ -607,7 +638,12 @@ static const char nb_conv_igemm_src[] =
     "                    int n = n0 + wn0 + j * 8 + 2 * t + e;\n"
     "                    if (n >= Nn) continue;\n"
     "                    float v = acc[i][j][2 * h + e];\n"
-    "#if MODE != 2\n"
+    "#if MODE != 2 && OBF\n"
+    "                    unsigned short *o = (unsigned short *)p.out + ooff + (long long)n * P;\n"
+    "                    if (p.accum) v += ig_bf2f(*o);\n"
+    "                    else if (p.bias) v += p.bias[n];\n"
+    "                    *o = ig_f2bf(v);\n"
+    "#elif MODE != 2\n"
     "                    float *o = orow + (long long)n * P;\n"
     "                    if (p.accum == 2) atomicAdd(o, v);\n"
     "                    else if (p.accum) *o += v;\n"
@@ -628,8 +664,14 @@ static const char nb_conv_igemm_src[] =
     "         i += (long long)gridDim.x * blockDim.x) {\n"
     "        int kk = (int)(i % KK); long long r = i / KK;\n"
     "        int c = (int)(r % p.C), o = (int)(r / p.C);\n"
+    "#if MODE == 0 && ABF\n"
+    "        unsigned short *wr = (unsigned short *)p.wr, v = ig_f2bf(p.w[i]);\n"
+    "        if (p.flip) wr[((long long)c * KK + (KK - 1 - kk)) * p.O + o] = v;\n"
+    "        else wr[((long long)o * KK + kk) * p.C + c] = v;\n"
+    "#else\n"
     "        if (p.flip) p.wr[((long long)c * KK + (KK - 1 - kk)) * p.O + o] = p.w[i];\n"
     "        else p.wr[((long long)o * KK + kk) * p.C + c] = p.w[i];\n"
+    "#endif\n"
     "    }\n"
     "}\n"
     /* y [N][O][P] := b[o] (or 0): the start of a split-k forward */
@@ -649,8 +691,16 @@ static const char nb_conv_igemm_src[] =
     "         i += (long long)gridDim.x * blockDim.x) {\n"
     "        int kk = (int)(i % KK); long long r = i / KK;\n"
     "        int c = (int)(r % p.C), o = (int)(r / p.C);\n"
+    "#if MODE == 1 && ABF\n"
+    "        /* bf16, k pairs permuted within the CB = 16 group (the bf16 MODE 1 kernel's order) */\n"
+    "        unsigned short *wr = (unsigned short *)p.wr, v = ig_f2bf(p.w[i]);\n"
+    "        int k = p.flip ? o % CB : c % CB, kp = 4 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1);\n"
+    "        if (p.flip) wr[(((long long)(o / CB) * p.C + c) * KK + (KK - 1 - kk)) * CB + kp] = v;\n"
+    "        else wr[(((long long)(c / CB) * p.O + o) * KK + kk) * CB + kp] = v;\n"
+    "#else\n"
     "        if (p.flip) p.wr[(((long long)(o / CB) * p.C + c) * KK + (KK - 1 - kk)) * CB + o % CB] = p.w[i];\n"
     "        else p.wr[(((long long)(c / CB) * p.O + o) * KK + kk) * CB + c % CB] = p.w[i];\n"
+    "#endif\n"
     "    }\n"
     "}\n"
     /* dw [O][C][KK] += dwr [O][KK][C], and dwr := 0 (each element read by one thread only):

@@ -18,6 +18,7 @@ typedef struct cublasContext *cublasHandle_t;
 #define CUBLAS_OP_N 0
 #define CUBLAS_OP_T 1
 #define CUDA_R_32F 0
+#define CUDA_R_16BF 14
 #define CUBLAS_COMPUTE_32F 68
 #define CUBLAS_COMPUTE_32F_FAST_16BF 75
 #define CUBLAS_COMPUTE_32F_FAST_TF32 77
@@ -150,15 +151,29 @@ nb_status nb_cublas_gemm_rm(nb_device *dev, int precision, int ta, int tb, int64
                             int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                             int64_t ldb, float beta, float *C, int64_t ldc, int64_t batch,
                             int64_t sa, int64_t sb, int64_t sc) {
+    return nb_cublas_gemm_rm_dt(dev, precision, NB_F32, NB_F32, ta, tb, M, N, K, alpha, A, lda, B,
+                                ldb, beta, C, ldc, batch, sa, sb, sc);
+}
+
+nb_status nb_cublas_gemm_rm_dt(nb_device *dev, int precision, nb_dtype ab, nb_dtype c, int ta,
+                               int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                               int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                               int64_t ldc, int64_t batch, int64_t sa, int64_t sb, int64_t sc) {
     const int64_t lim = 0x7fffffff;
+    if ((ab != NB_F32 && ab != NB_BF16) || (c != NB_F32 && c != NB_BF16) ||
+        (ab == NB_F32 && c != NB_F32))
+        return nb_error(NB_ERR_INVALID_ARG, "cuBLAS GEMM: operands %s with output %s unsupported "
+                        "(f32 operands need an f32 output)", nb_dtype_name(ab), nb_dtype_name(c));
     if (M < 1 || N < 1 || K < 1 || batch < 1 || M > lim || N > lim || K > lim || batch > lim ||
         lda > lim || ldb > lim || ldc > lim)
         return nb_error(NB_ERR_INVALID_ARG,
                         "cuBLAS GEMM: sizes M=%lld N=%lld K=%lld batch=%lld out of range",
                         (long long)M, (long long)N, (long long)K, (long long)batch);
-    int compute = precision == NB_TAPE_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+    int compute = ab == NB_BF16                 ? CUBLAS_COMPUTE_32F
+                  : precision == NB_TAPE_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
                   : precision == NB_TAPE_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                               : CUBLAS_COMPUTE_32F;
+    int abt = ab == NB_BF16 ? CUDA_R_16BF : CUDA_R_32F, ct = c == NB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     pthread_mutex_lock(&nb_cublas_lock);
     nb_cublas_slot *sl = NULL;
     nb_status st = nb_cublas_bind(dev, &sl);
@@ -166,8 +181,8 @@ nb_status nb_cublas_gemm_rm(nb_device *dev, int precision, int ta, int tb, int64
         /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
         cublasStatus_t r = nb_cb.GemmStridedBatchedEx(
             sl->h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
-            (int)K, &alpha, B, CUDA_R_32F, (int)ldb, (long long)sb, A, CUDA_R_32F, (int)lda,
-            (long long)sa, &beta, C, CUDA_R_32F, (int)ldc, (long long)sc, (int)batch, compute,
+            (int)K, &alpha, B, abt, (int)ldb, (long long)sb, A, abt, (int)lda,
+            (long long)sa, &beta, C, ct, (int)ldc, (long long)sc, (int)batch, compute,
             CUBLAS_GEMM_DEFAULT);
         if (r != CUBLAS_STATUS_SUCCESS)
             st = nb_error(NB_ERR_DEVICE,

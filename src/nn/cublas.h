@@ -11,13 +11,17 @@
  * libcublas.so.12, then the same names under /usr/local/cuda/lib64. Absent: NB_ERR_UNSUPPORTED naming what was tried.
  * precision is an nb_tape_precision: FP32 = exact fp32 (CUBLAS_COMPUTE_32F, no tensor cores),
  * TF32 = CUBLAS_COMPUTE_32F_FAST_TF32, BF16 = CUBLAS_COMPUTE_32F_FAST_16BF (bf16 operands, fp32
- * accumulation); storage is fp32 throughout. */
+ * accumulation); storage is fp32 in nb_cublas_gemm_rm. nb_cublas_gemm_rm_dt takes A and B in
+ * dtype ab (NB_F32 or NB_BF16) and C in dtype c: bf16 A / B run CUBLAS_COMPUTE_32F (fp32
+ * accumulation) with C bf16 (rounded once, beta applied in fp32) or f32; f32 A / B need an f32
+ * C. */
 #ifndef NB_NN_CUBLAS_H
 #define NB_NN_CUBLAS_H
 
 #include <stdint.h>
 
 #include "nabla/device.h"
+#include "nabla/dtype.h"
 #include "nabla/status.h"
 
 /* 1 when cuBLAS can be loaded (loads it); never an error. */
@@ -31,5 +35,9 @@ nb_status nb_cublas_gemm_rm(nb_device *dev, int precision, int ta, int tb, int64
                             int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                             int64_t ldb, float beta, float *C, int64_t ldc, int64_t batch,
                             int64_t sa, int64_t sb, int64_t sc);
+nb_status nb_cublas_gemm_rm_dt(nb_device *dev, int precision, nb_dtype ab, nb_dtype c, int ta,
+                               int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                               int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                               int64_t ldc, int64_t batch, int64_t sa, int64_t sb, int64_t sc);
 
 #endif

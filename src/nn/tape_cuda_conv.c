@@ -2,7 +2,10 @@
  * tape_ops_conv.c). The math lives in conv_cuda.c (cuBLAS, im2col) and conv_cuda_igemm.c
  * (implicit-GEMM tensor-core kernels); these rows unpack the op's values. The input's gradient
  * comes from nb_tape_grad_buf_w: on its first contribution the data-gradient GEMM / kernel
- * stores (no zero fill, no read); weight and bias gradients always accumulate. */
+ * stores (no zero fill, no read); weight and bias gradients always accumulate. Activations (x,
+ * y and their gradients) are passed in their storage dtype (nb_tval.dtype: bf16 on a bf16-storage
+ * tape, where these rows read bf16 inputs and write bf16 outputs: NB_TOPF_IN_BF16 |
+ * NB_TOPF_OUT_BF16); weights and biases are f32 always. */
 #include "core/util.h"
 #include "nn/conv_cuda.h"
 #include "nn/tape_internal.h"
@@ -14,7 +17,7 @@ static nb_status linear_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
     const float *b = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
     return nb_cuda_linear_forward(t->dev, t->precision, x->shape[0], x->shape[1], w->shape[0],
-                                  x->data, w->data, b, y->data);
+                                  x->dtype, y->dtype, x->data, w->data, b, y->data);
 }
 
 static nb_status linear_cuda_bwd(nb_tape *t, const nb_top *op) {
@@ -28,7 +31,8 @@ static nb_status linear_cuda_bwd(nb_tape *t, const nb_top *op) {
         (s = nb_tape_grad_buf_w(t, op->in[0], &dx, &store)))
         return s;
     return nb_cuda_linear_backward(t->dev, t->precision, x->shape[0], x->shape[1], w->shape[0],
-                                   x->data, w->data, y->grad, dx, dw, db, store);
+                                   x->dtype, y->dtype, x->data, w->data, y->grad, dx, dw, db,
+                                   store);
 }
 
 static nb_status conv_cuda_dims(nb_tape *t, const nb_top *op, nb_conv_dims *d) {
@@ -42,8 +46,9 @@ static nb_status conv_cuda_fwd(nb_tape *t, nb_top *op) {
     nb_conv_dims d;
     NB_TRY(conv_cuda_dims(t, op, &d));
     const float *b = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
-    return nb_cuda_conv2d_forward(t->dev, t->precision, &d, VAL(t, op->in[0])->data,
-                                  VAL(t, op->in[1])->data, b, VAL(t, op->out)->data);
+    const nb_tval *x = VAL(t, op->in[0]), *y = VAL(t, op->out);
+    return nb_cuda_conv2d_forward(t->dev, t->precision, &d, x->dtype, y->dtype, x->data,
+                                  VAL(t, op->in[1])->data, b, y->data);
 }
 
 static nb_status conv_cuda_bwd(nb_tape *t, const nb_top *op) {
@@ -57,10 +62,12 @@ static nb_status conv_cuda_bwd(nb_tape *t, const nb_top *op) {
     if ((s = nb_tape_grad_buf(t, op->in[1], &dw)) || (s = nb_tape_grad_buf(t, op->in[2], &db)) ||
         (s = nb_tape_grad_buf_w(t, op->in[0], &dx, &store)))
         return s;
-    return nb_cuda_conv2d_backward(t->dev, t->precision, &d, VAL(t, op->in[0])->data,
-                                   VAL(t, op->in[1])->data, VAL(t, op->out)->grad, dx, dw, db,
-                                   store);
+    const nb_tval *x = VAL(t, op->in[0]), *y = VAL(t, op->out);
+    return nb_cuda_conv2d_backward(t->dev, t->precision, &d, x->dtype, y->dtype, x->data,
+                                   VAL(t, op->in[1])->data, y->grad, dx, dw, db, store);
 }
 
-const nb_top_cuda_impl nb_top_linear_cuda = {linear_cuda_fwd, linear_cuda_bwd, 0};
-const nb_top_cuda_impl nb_top_conv2d_cuda = {conv_cuda_fwd, conv_cuda_bwd, 0};
+const nb_top_cuda_impl nb_top_linear_cuda = {linear_cuda_fwd, linear_cuda_bwd,
+                                             NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
+const nb_top_cuda_impl nb_top_conv2d_cuda = {conv_cuda_fwd, conv_cuda_bwd,
+                                             NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};

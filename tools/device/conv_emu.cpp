@@ -24,21 +24,34 @@ std::mutex atom_mu;
 #define __global__
 #define __device__
 #define __forceinline__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__
 #define __align__(x)
 #define __syncthreads() blk_bar->arrive_and_wait()
 struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+static uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    unsigned long long v = ((unsigned long long)y << 32) | x; unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+}
 static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static float asf(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static float __uint_as_float(unsigned u) { return asf(u); }
 using std::min;
 static void atomicAdd(float *p, float v) { std::lock_guard<std::mutex> l(atom_mu); *p += v; }
+static void ig_red2(float *p, float a, float b) { atomicAdd(p, a); atomicAdd(p + 1, b); }
 static void cp4(float *d, const float *s, bool v) { *d = v ? *s : 0.f; }
 static void cp16(float *d, const float *s, bool v) { for (int i = 0; i < 4; i++) d[i] = v ? s[i] : 0.f; }
 static void cp_commit() {}
 template <int n> static void cp_wait() {}
 static unsigned bf(float f) { unsigned u = __float_as_uint(f); u += 0x7fff + ((u >> 16) & 1); return u >> 16; }
 static unsigned pack_bf16(float lo, float hi) { return (bf(hi) << 16) | bf(lo); }
+static float ig_bf2f(unsigned short h) { return asf((unsigned)h << 16); }
+static unsigned short ig_f2bf(float f) { return (unsigned short)bf(f); }
 struct WX { unsigned a[32][4], b[32][2]; };
 static WX wx[8];
 static void mma_tf32(float *c, const unsigned *a, const unsigned *b) {
@@ -95,6 +108,11 @@ int main(int argc, char **argv) {
     int OH = (H + 2 * pad - K) / S + 1, OW = (W + 2 * pad - K) / S + 1, P = OH * OW;
     std::vector<float> x(N * C * H * W), w(O * C * KK2), b(O), dy(N * O * P);
     for (auto &v : x) v = fr(); for (auto &v : w) v = fr(); for (auto &v : b) v = fr(); for (auto &v : dy) v = fr();
+#if ABF
+    /* bf16 activations: the kernels see the rounded values, so does the reference */
+    for (auto &v : x) v = ig_bf2f(ig_f2bf(v));
+    for (auto &v : dy) v = ig_bf2f(ig_f2bf(v));
+#endif
     std::vector<double> y(N * O * P), dx(N * C * H * W), dw(O * C * KK2);
     for (int n = 0; n < N; n++) for (int o = 0; o < O; o++) for (int oh = 0; oh < OH; oh++) for (int ow = 0; ow < OW; ow++) {
         double acc = b[o], g = dy[((n * O + o) * OH + oh) * OW + ow];
@@ -136,6 +154,104 @@ int main(int argc, char **argv) {
         launch(nb_conv_igemm, IgP{dg ? dy.data() : x.data(), wr.data(), dg || sp > 1 ? nullptr : b.data(), out.data(), N, iC, iH, iW, oC, oH, oW, pd, accum, sp > 1 ? kps : 0},
                M / BM, (oC + BN - 1) / BN, sp > 1 ? (nkt + kps - 1) / kps : 1, sm);
         ref = dg ? &dx : &y;
+#if ABF && MODE == 1
+    } else if (!strncmp(which, "bh", 2)) {
+        /* bhfwd | bhdgrad | bhdgrads: the bf16-activation halo kernel (OBF: bf16 output) */
+        bool dg = !strncmp(which, "bhdgrad", 7), store = !strcmp(which, "bhdgrads");
+        int iC = dg ? O : C, iH = dg ? OH : H, iW = dg ? OW : W, oC = dg ? C : O, oH = dg ? H : OH, oW = dg ? W : OW, pd = dg ? K - 1 - pad : pad;
+        std::vector<float> &src = dg ? dy : x;
+        std::vector<unsigned short> in16(src.size() + 8);
+        for (size_t i = 0; i < src.size(); i++) in16[i] = ig_f2bf(src[i]);
+        launch(nb_conv_igemm_wr2, Wr2P{w.data(), wr.data(), O, C, dg ? 1 : 0}, 1, 1, 1, 0);
+        int R = BM / oW, HR = R + KS - 1, RS = iW + 8, CS = HR * RS + (8 - (HR * RS) % 32 + 32) % 32;
+        size_t sm = STAGES * (CB / 2 * CS + BN * KK2 * CB / 2) * 4;
+        int M = N * oH * oW, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = (iC + CB - 1) / CB, kps = (nkt + sp - 1) / sp;
+        size_t no = (size_t)N * oC * oH * oW;
+        std::vector<unsigned short> o16(no, store ? 0x7fc0 : 0);
+        static std::vector<double> dxa;
+        if (dg && !store && OBF) { /* accumulate onto random old values */
+            dxa = dx;
+            for (size_t i = 0; i < no; i++) { o16[i] = ig_f2bf(fr()); dxa[i] += ig_bf2f(o16[i]); }
+        }
+        if (dg) out.assign(no, store && sp == 1 ? NAN : 0.f); else out.assign(no, NAN);
+        if (sp > 1 && OBF) { printf("split k needs OBF 0 (EMU_OBF=0)\n"); return 1; }
+        if (!dg && sp > 1) launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)no, oH * oW, oC}, 1, 1, 1, 0);
+        int accum = sp > 1 ? 2 : dg && !store ? 1 : 0;
+        float *op = OBF ? (float *)o16.data() : out.data();
+        launch(nb_conv_igemm, IgP{(const float *)in16.data(), wr.data(), dg || sp > 1 ? nullptr : b.data(), op, N, iC, iH, iW, oC, oH, oW, pd, accum, sp > 1 ? kps : 0},
+               M / BM, (oC + BN - 1) / BN, sp > 1 ? (nkt + kps - 1) / kps : 1, sm);
+        if (OBF) for (size_t i = 0; i < no; i++) out[i] = ig_bf2f(o16[i]);
+        ref = dg ? (!store && OBF ? &dxa : &dx) : &y;
+#endif
+#if ABF && MODE == 0
+    } else if (!strcmp(which, "bfwd") || !strncmp(which, "bdgrad", 6)) {
+        /* MODE 0 on a bf16 image (forward, or the data gradient as a forward of dy) */
+        bool dg = which[1] == 'd', store = !strcmp(which, "bdgrads");
+        int iC = dg ? O : C, iH = dg ? OH : H, iW = dg ? OW : W, oC = dg ? C : O, oH = dg ? H : OH, oW = dg ? W : OW, pd = dg ? K - 1 - pad : pad;
+        std::vector<float> &src = dg ? dy : x;
+        std::vector<unsigned short> in16(src.size() + 8);
+        for (size_t i = 0; i < src.size(); i++) in16[i] = ig_f2bf(src[i]);
+        launch(nb_conv_igemm_wr, WrP{w.data(), wr.data(), O, C, dg ? 1 : 0}, 1, 1, 1, 0);
+        size_t sm = STAGES * (16 * (BM + 8) * 4 + BN * 40 * 2);
+        int M = N * oH * oW, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = KK2 * iC / 32, kps = (nkt + sp - 1) / sp;
+        size_t no = (size_t)N * oC * oH * oW;
+        std::vector<unsigned short> o16(no, store ? 0x7fc0 : 0);
+        static std::vector<double> dxa;
+        if (dg && !store && OBF) {
+            dxa = dx;
+            for (size_t i = 0; i < no; i++) { o16[i] = ig_f2bf(fr()); dxa[i] += ig_bf2f(o16[i]); }
+        }
+        if (dg) out.assign(no, store && sp == 1 ? NAN : 0.f); else out.assign(no, NAN);
+        if (sp > 1 && OBF) { printf("split k needs OBF 0 (EMU_OBF=0)\n"); return 1; }
+        if (!dg && sp > 1) launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)no, oH * oW, oC}, 1, 1, 1, 0);
+        int accum = sp > 1 ? 2 : dg && !store ? 1 : 0;
+        float *op = OBF ? (float *)o16.data() : out.data();
+        launch(nb_conv_igemm, IgP{(const float *)in16.data(), wr.data(), dg || sp > 1 ? nullptr : b.data(), op, N, iC, iH, iW, oC, oH, oW, pd, accum, sp > 1 ? kps : 0},
+               (M + BM - 1) / BM, (oC + BN - 1) / BN, sp > 1 ? (nkt + kps - 1) / kps : 1, sm);
+        if (OBF) for (size_t i = 0; i < no; i++) out[i] = ig_bf2f(o16[i]);
+        ref = dg ? (!store && OBF ? &dxa : &dx) : &y;
+#endif
+#if ABF && MODE == 2
+    } else if (!strcmp(which, "bhwgrad")) {
+        /* MODE 2 on bf16 dy and x (split over k: argv[8] splits) */
+        std::vector<unsigned short> x16(x.size() + 8), dy16(dy.size() + 8);
+        for (size_t i = 0; i < x.size(); i++) x16[i] = ig_f2bf(x[i]);
+        for (size_t i = 0; i < dy.size(); i++) dy16[i] = ig_f2bf(dy[i]);
+        std::vector<float> dwr(O * C * KK2, 0.f);
+        int Nn = KK2 * C, nkt = N * P / 32, splits = argc > 8 ? atoi(argv[8]) : 1;
+        int kps = (nkt + splits - 1) / splits; splits = (nkt + kps - 1) / kps;
+        out.assign(O * C * KK2, 0.f);
+        float *dst = KK2 == 1 ? out.data() : dwr.data();
+        size_t sm = STAGES * (BM + BN) * (32 + 8) * 2;
+        /* EMU_PART=1: each split's partial sums stored, then summed (the host's bf16 path) */
+        bool part = getenv("EMU_PART") && atoi(getenv("EMU_PART"));
+        size_t L = (size_t)O * C * KK2;
+        std::vector<float> pb(part ? L * splits : 1, NAN);
+        launch(nb_conv_igemm, IgP{(const float *)dy16.data(), (const float *)x16.data(), nullptr, part ? pb.data() : dst, N, C, H, W, O, OH, OW, pad, part ? 1 : 0, kps},
+               (O + BM - 1) / BM, (Nn + BN - 1) / BN, splits, sm);
+        if (part) for (size_t i = 0; i < L; i++) for (int z = 0; z < splits; z++) dst[i] += pb[z * L + i];
+        if (KK2 > 1) launch(nb_conv_igemm_dw, DwP{dwr.data(), out.data(), O, C}, 1, 1, 1, 0);
+        ref = &dw;
+#endif
+#if ABF && MODE == 3
+    } else if (!strcmp(which, "bhwgrad")) {
+        int RT = std::min(OH, 128 / OW), KP = RT * OW, LDA = KP + 8, HR = RT + KS - 1, RS = W + 16;
+        int CS = HR * RS + (8 - (HR * RS) % 64 + 64) % 64;
+        size_t sm = STAGES * (BM * LDA + 32 * CS) * 2;
+        int nsteps = N * (OH / RT), sp = argc > 8 ? atoi(argv[8]) : 1, kps = (nsteps + sp - 1) / sp;
+        std::vector<unsigned short> x16(x.size() + 8), dy16(dy.size() + 8);
+        for (size_t i = 0; i < x.size(); i++) x16[i] = ig_f2bf(x[i]);
+        for (size_t i = 0; i < dy.size(); i++) dy16[i] = ig_f2bf(dy[i]);
+        out.assign(O * C * KK2, 0.f);
+        bool part = getenv("EMU_PART") && atoi(getenv("EMU_PART"));
+        int nz = (nsteps + kps - 1) / kps;
+        size_t L = (size_t)O * C * KK2;
+        std::vector<float> pb(part ? L * nz : 1, NAN);
+        launch(nb_conv_igemm, IgP{(const float *)dy16.data(), (const float *)x16.data(), nullptr, part ? pb.data() : out.data(), N, C, H, W, O, OH, OW, pad, part ? 1 : 0, kps},
+               (O + BM - 1) / BM, C / 32, nz, sm);
+        if (part) for (size_t i = 0; i < L; i++) for (int z = 0; z < nz; z++) out[i] += pb[z * L + i];
+        ref = &dw;
+#endif
     } else if (!strcmp(which, "hwgrad")) {
         int RT = std::min(OH, 128 / OW), KP = RT * OW, LDA = KP + 4, HR = RT + KS - 1, RS = W + 8;
         int CS = HR * RS + (4 - (HR * RS) % 32 + 32) % 32;

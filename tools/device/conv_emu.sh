@@ -3,7 +3,10 @@
 # a double reference; needs g++ with C++20 (std::barrier), no GPU.
 #   tools/device/conv_emu.sh MODE PREC BM BN WM WN KS STRIDE  WHICH N C H W O PAD [SPLITS]
 # WHICH: fwd | dgrad | dgrads | wgrad (MODE 0/2), hfwd | hdgrad | hdgrads (MODE 1), hwgrad
-# (MODE 3); dgrads / hdgrads: the data gradient in store mode (dx starts as NaNs). Examples:
+# (MODE 3); dgrads / hdgrads: the data gradient in store mode (dx starts as NaNs); bhfwd |
+# bhdgrad | bhdgrads: MODE 1 on bf16 activations (PREC 2; ABF = 1; bf16 output unless
+# EMU_OBF=0, which a k split needs); bfwd | bdgrad | bdgrads: MODE 0 on bf16 (the same);
+# bhwgrad: MODE 2 or 3 on bf16 dy and x. Examples:
 #   tools/device/conv_emu.sh 1 1 128 64 4 2 3 1  hfwd 1 16 4 32 40 1
 #   tools/device/conv_emu.sh 3 2 64 64 2 4 3 1  hwgrad 1 32 16 16 70 1 2
 # Exit 0 when the relative error is within the precision's tolerance.
@@ -11,9 +14,14 @@ set -eu
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 dir="${TMPDIR:-/tmp}/nabla-conv-emu"
 mkdir -p "$dir"
-tag="$1_$2_$3_$4_$5_$6_$7_$8"
+abf=0; obf=0
+case "${9:-}" in b*) abf=1; obf="${EMU_OBF:-1}";; esac
+tag="$1_$2_$3_$4_$5_$6_$7_$8_$abf$obf"
 cb=8; [ "$2" = 2 ] && cb=16
-if [ ! -x "$dir/gen" ]; then
+# rebuilt when the kernel source or the emulator changed
+src_h="$root/src/nn/conv_cuda_igemm_src.h"; src_b="$root/src/nn/conv_cuda_igemm_bf16_src.h"
+if [ ! -x "$dir/gen" ] || [ "$src_h" -nt "$dir/gen" ] || [ "$src_b" -nt "$dir/gen" ] || [ "$root/tools/device/conv_emu.cpp" -nt "$dir/gen" ]; then
+  rm -f "$dir"/emu_* "$dir"/kernel_*
   cat > "$dir/gen.c" <<'C'
 #include <stdio.h>
 #include <string.h>
@@ -32,8 +40,8 @@ C
   gcc -I"$root/src" "$dir/gen.c" -o "$dir/gen"
 fi
 if [ ! -x "$dir/emu_$tag" ]; then
-  { printf "#define MODE %s\n#define PREC %s\n#define BM %s\n#define BN %s\n#define WM %s\n#define WN %s\n#define STAGES 3\n#define KS %s\n#define STRIDE %s\n#define CB %s\n" \
-      "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$cb"; "$dir/gen"; } > "$dir/kernel_$tag.inc"
+  { printf "#define MODE %s\n#define PREC %s\n#define BM %s\n#define BN %s\n#define WM %s\n#define WN %s\n#define STAGES 3\n#define KS %s\n#define STRIDE %s\n#define CB %s\n#define ABF %s\n#define OBF %s\n" \
+      "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$cb" "$abf" "$obf"; "$dir/gen"; } > "$dir/kernel_$tag.inc"
   g++ -std=c++20 -O1 -w -pthread -DKERNEL_INC="\"$dir/kernel_$tag.inc\"" "$root/tools/device/conv_emu.cpp" -o "$dir/emu_$tag"
 fi
 shift 8
