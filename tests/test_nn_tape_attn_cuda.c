@@ -3,15 +3,26 @@
  * gradients) for odd sequence lengths, head dims 16..128, every precision, inputs without
  * gradients, accumulation into shared gradient buffers, and the head-dim limit.
  * Skips without a GPU. NB_ATTN_BENCH=1 also times forward + backward at the reference UNet's
- * attention shapes (batch 32: [32,6,256,32] and [32,8,64,32]). */
+ * attention shapes (batch 32: [32,6,256,32] and [32,8,64,32]), and the UNet's attention block
+ * core on the tape: the fused nb_tape_qkv_attention against the old layout-copy composition
+ * (qkv [32,576,16,16] heads 6 and [32,768,8,8] heads 8) in FP32 / TF32 / BF16, and the kernels
+ * alone on qkv-layout vs row-major views (f32 / bf16 storage). NB_ATTN_BENCH=qkv: only those. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nabla/device.h"
+#include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
 #include "nn/attn_cuda.h"
+#include "nn/tape_internal.h" /* nb_tape_cast (the bench's bf16 qkv) */
+
+#define NB_TRY_T(e)                                                                             \
+    do {                                                                                        \
+        nb_status s_ = (e);                                                                     \
+        if (s_) return s_;                                                                      \
+    } while (0)
 
 static nb_device *open_gpu(void) {
     nb_device *d = NULL;
@@ -451,19 +462,184 @@ static void bench_shape(nb_device *dev, int prec, int64_t N, int64_t H, int64_t 
     free(h);
 }
 
+/* The UNet's attention block core on a CUDA tape, qkv [N, 3*heads*d, H, W] -> [N, heads*d, H, W]:
+ * fused (nb_tape_qkv_attention) or the old composition (reshape / slice_channels / transpose /
+ * nb_tape_attention / transpose / reshape). Times the forward ops and the backward (which also
+ * runs mse's backward, the same for both). On a BF16 tape with bf16 storage qkv is cast to bf16
+ * first, outside the timed region, like the qkv conv's bf16 output. */
+static nb_status qkv_block(nb_tape *t, int fused, nb_tvar x, int64_t N, int64_t heads, int64_t d,
+                           int64_t H, int64_t W, nb_tvar *out) {
+    if (fused) return nb_tape_qkv_attention(t, x, (int)heads, out);
+    int64_t L = H * W;
+    nb_tvar r, q[3], o;
+    NB_TRY_T(nb_tape_reshape(t, x, 3, (int64_t[]){N * heads, 3 * d, L}, &r));
+    for (int j = 0; j < 3; j++) {
+        NB_TRY_T(nb_tape_slice_channels(t, r, j * d, d, &q[j]));
+        NB_TRY_T(nb_tape_reshape(t, q[j], 4, (int64_t[]){N, heads, d, L}, &q[j]));
+        NB_TRY_T(nb_tape_transpose(t, q[j], &q[j]));
+    }
+    NB_TRY_T(nb_tape_attention(t, q[0], q[1], q[2], &o));
+    NB_TRY_T(nb_tape_transpose(t, o, &o));
+    return nb_tape_reshape(t, o, 4, (int64_t[]){N, heads * d, H, W}, out);
+}
+
+static void bench_qkv_tape(nb_device *dev, int prec, int64_t N, int64_t heads, int64_t d,
+                           int64_t H, int64_t W) {
+    int64_t C = 3 * heads * d, nx = N * C * H * W, no = nx / 3;
+    float *x = malloc((size_t)nx * 4), *tg = malloc((size_t)no * 4);
+    fill(x, nx, 31, 1.0f);
+    fill(tg, no, 32, 1.0f);
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create_on(dev, &t));
+    NB_EXPECT_OK(nb_tape_set_precision(t, (nb_tape_precision)prec));
+    nb_event *e0, *e1, *e2;
+    NB_REQUIRE_OK(nb_event_create(dev, &e0));
+    NB_REQUIRE_OK(nb_event_create(dev, &e1));
+    NB_REQUIRE_OK(nb_event_create(dev, &e2));
+    nb_stream *s = nb_device_stream(dev);
+    static const char *const pname[] = {"fp32", "tf32", "bf16"};
+    double res[2][2];
+    for (int fused = 0; fused < 2; fused++) {
+        const int iters = 20;
+        float best_f = 1e30f, best_b = 1e30f;
+        for (int rep = 0; rep < 4; rep++) {
+            float tf = 0, tb = 0;
+            for (int it = 0; it < iters; it++) {
+                nb_tvar tx, tt, o, loss;
+                NB_EXPECT_OK(nb_tape_reset(t));
+                NB_EXPECT_OK(nb_tape_input(t, 4, (int64_t[]){N, C, H, W}, x, 1, &tx));
+                NB_EXPECT_OK(nb_tape_input(t, 4, (int64_t[]){N, heads * d, H, W}, tg, 0, &tt));
+                nb_tvar xa = tx;
+                if (prec == NB_TAPE_BF16) NB_EXPECT_OK(nb_tape_cast(t, tx, NB_BF16, &xa));
+                NB_EXPECT_OK(nb_event_record(e0, s));
+                NB_EXPECT_OK(qkv_block(t, fused, xa, N, heads, d, H, W, &o));
+                NB_EXPECT_OK(nb_event_record(e1, s));
+                NB_EXPECT_OK(nb_tape_mse(t, o, tt, &loss));
+                NB_EXPECT_OK(nb_tape_backward(t, loss));
+                NB_EXPECT_OK(nb_event_record(e2, s));
+                NB_EXPECT_OK(nb_event_synchronize(e2));
+                float a = 0, b = 0;
+                NB_EXPECT_OK(nb_event_elapsed_ms(e0, e1, &a));
+                NB_EXPECT_OK(nb_event_elapsed_ms(e1, e2, &b));
+                tf += a, tb += b;
+            }
+            if (rep > 0 && tf / iters < best_f) best_f = tf / iters;
+            if (rep > 0 && tb / iters < best_b) best_b = tb / iters;
+        }
+        res[fused][0] = best_f * 1e3, res[fused][1] = best_b * 1e3;
+        printf("BENCH qkv-block %s %s qkv[%lld,%lld,%lld,%lld] heads %lld: fwd %.1f us  bwd(+mse) "
+               "%.1f us  total %.1f us\n", pname[prec], fused ? "fused      " : "composition",
+               (long long)N, (long long)C, (long long)H, (long long)W, (long long)heads,
+               res[fused][0], res[fused][1], res[fused][0] + res[fused][1]);
+    }
+    printf("BENCH qkv-block %s [%lld,%lld,%lld,%lld]: fused saves %.1f us per step (fwd %.1f, bwd %.1f)\n",
+           pname[prec], (long long)N, (long long)C, (long long)H, (long long)W,
+           res[0][0] + res[0][1] - res[1][0] - res[1][1], res[0][0] - res[1][0], res[0][1] - res[1][1]);
+    nb_event_destroy(e0), nb_event_destroy(e1), nb_event_destroy(e2);
+    nb_tape_free(t);
+    free(x), free(tg);
+}
+
+/* The kernels alone on strided views at one shape: q, k, v, o, dout in the legacy qkv layout
+ * (feature-major: what nb_tape_qkv_attention runs) or row-major [BH,T,d] (nb_tape_attention's
+ * layout), f32 or bf16 storage; the backward in STORE mode (the fused op's first contribution). */
+static void bench_views(nb_device *dev, int prec, int64_t N, int64_t heads, int64_t L, int64_t d,
+                        int fm, int bf) {
+    int64_t BH = N * heads, n = BH * 3 * d * L, no = BH * d * L, es = bf ? 2 : 4;
+    float *h = malloc((size_t)n * 4);
+    uint16_t *hb = malloc((size_t)n * 2);
+    dbuf X, O, G, DX, L_, DL, SC;
+    fill(h, n, 41, 1.0f);
+    for (int64_t i = 0; i < n; i++) hb[i] = nb_f32_to_bf16(h[i]);
+    NB_REQUIRE_OK(dalloc(dev, n, NULL, &X));
+    NB_REQUIRE_OK(nb_memcpy_h2d(dev, X.p, bf ? (const void *)hb : (const void *)h, (size_t)(n * es)));
+    NB_REQUIRE_OK(dalloc(dev, no, NULL, &O));
+    NB_REQUIRE_OK(dalloc(dev, no, NULL, &G));
+    NB_REQUIRE_OK(nb_memcpy_h2d(dev, G.p, bf ? (const void *)hb : (const void *)h, (size_t)(no * es)));
+    NB_REQUIRE_OK(dalloc(dev, n, NULL, &DX));
+    NB_REQUIRE_OK(dalloc(dev, BH * L, NULL, &L_));
+    NB_REQUIRE_OK(dalloc(dev, BH * L, NULL, &DL));
+    NB_REQUIRE_OK(dalloc(dev, no, NULL, &SC));
+    nb_attn_view q, k, v, o, g, dq, dk, dv;
+    for (int j = 0; j < 3; j++) {
+        /* feature-major: the qkv layout; row-major: three [BH,L,d] blocks in the same buffer */
+        nb_attn_view w = fm ? (nb_attn_view){(char *)X.p + j * d * L * es, 3 * d * L, 1, L, bf}
+                            : (nb_attn_view){(char *)X.p + j * no * es, L * d, d, 1, bf};
+        nb_attn_view wg = w;
+        wg.p = (char *)DX.p + ((char *)w.p - (char *)X.p);
+        if (j == 0) q = w, dq = wg;
+        else if (j == 1) k = w, dk = wg;
+        else v = w, dv = wg;
+    }
+    o = fm ? (nb_attn_view){O.p, d * L, 1, L, bf} : (nb_attn_view){O.p, L * d, d, 1, bf};
+    g = o;
+    g.p = G.p;
+    const int mode = fm ? NB_ATTN_GRAD_STORE : NB_ATTN_GRAD_ATOMIC;
+    nb_event *e0, *e1, *e2;
+    NB_REQUIRE_OK(nb_event_create(dev, &e0));
+    NB_REQUIRE_OK(nb_event_create(dev, &e1));
+    NB_REQUIRE_OK(nb_event_create(dev, &e2));
+    nb_stream *s = nb_device_stream(dev);
+    float best_f = 1e30f, best_b = 1e30f;
+    nb_status st = NB_OK;
+    for (int rep = 0; rep < 4 && !st; rep++) {
+        const int iters = 30;
+        float tf = 0, tb = 0;
+        for (int it = 0; it < iters && !st; it++) {
+            NB_EXPECT_OK(nb_event_record(e0, s));
+            st = nb_attn_cuda_forward_v(dev, prec, &q, &k, &v, &o, L_.p, BH, L, L, d);
+            NB_EXPECT_OK(nb_event_record(e1, s));
+            if (!st)
+                st = nb_attn_cuda_backward_v(dev, prec, &q, &k, &v, &o, &g, L_.p, DL.p, &dq, &dk, &dv,
+                                             mode, SC.p, BH, L, L, d);
+            NB_EXPECT_OK(nb_event_record(e2, s));
+            NB_EXPECT_OK(nb_event_synchronize(e2));
+            float a = 0, b = 0;
+            NB_EXPECT_OK(nb_event_elapsed_ms(e0, e1, &a));
+            NB_EXPECT_OK(nb_event_elapsed_ms(e1, e2, &b));
+            tf += a, tb += b;
+        }
+        if (rep > 0 && tf / iters < best_f) best_f = tf / iters;
+        if (rep > 0 && tb / iters < best_b) best_b = tb / iters;
+    }
+    static const char *const pname[] = {"fp32", "tf32", "bf16"};
+    if (st) {
+        printf("BENCH attn-views %s %s %s: %s\n", pname[prec], fm ? "qkv-layout" : "row-major ",
+               bf ? "bf16" : "f32 ", nb_last_error());
+    } else {
+        printf("BENCH attn-views %s %s %s storage BH=%lld L=%lld d=%lld: fwd %.1f us  bwd %.1f us  "
+               "total %.1f us\n", pname[prec], fm ? "qkv-layout" : "row-major ", bf ? "bf16" : "f32 ",
+               (long long)BH, (long long)L, (long long)d, best_f * 1e3, best_b * 1e3,
+               (best_f + best_b) * 1e3);
+    }
+    nb_event_destroy(e0), nb_event_destroy(e1), nb_event_destroy(e2);
+    dbuf all[] = {X, O, G, DX, L_, DL, SC};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nb_buffer_release(all[i].b);
+    free(h), free(hb);
+}
+
 static void test_attn_bench(void) {
     nb_device *dev = open_gpu();
     if (!dev) NB_SKIP("no CUDA device");
     const char *b = getenv("NB_ATTN_BENCH");
-    if (!b || strcmp(b, "1") != 0) {
-        printf("  (timing runs with NB_ATTN_BENCH=1)\n");
+    const int only_qkv = b && !strcmp(b, "qkv");
+    if (!b || (strcmp(b, "1") != 0 && !only_qkv)) {
+        printf("  (timing runs with NB_ATTN_BENCH=1; =qkv: only the fused QKV block vs the composition)\n");
         nb_device_close(dev);
         return;
     }
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 3 && !only_qkv; p++) {
         bench_shape(dev, p, 32, 6, 256, 32); /* 16x16 maps, 192 channels */
         bench_shape(dev, p, 32, 8, 64, 32);  /* 8x8 maps, 256 channels */
         bench_shape(dev, p, 8, 8, 1024, 64); /* a larger one, for context */
+    }
+    for (int p = 0; p < 3; p++) /* the kernels alone: layouts and storage dtypes */
+        for (int sh = 0; sh < 2; sh++)
+            for (int c = 0; c < (p == NB_TAPE_BF16 ? 3 : 2); c++) /* row-major, qkv, qkv bf16 */
+                bench_views(dev, p, 32, sh ? 8 : 6, sh ? 64 : 256, 32, c > 0, c == 2);
+    for (int p = 0; p < 3; p++) { /* the UNet's attention blocks on the tape: fused vs copies */
+        bench_qkv_tape(dev, p, 32, 6, 32, 16, 16); /* 192 channels at 16x16 */
+        bench_qkv_tape(dev, p, 32, 8, 32, 8, 8);   /* 256 channels at 8x8 */
     }
     nb_device_close(dev);
 }

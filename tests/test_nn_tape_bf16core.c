@@ -28,6 +28,10 @@ static void run_chain(nb_device *dev) {
     NB_REQUIRE_OK(nb_tape_input(t, 1, (int64_t[]){N}, tgt, 0, &tv));
     NB_REQUIRE_OK(nb_tape_cast(t, xv, NB_BF16, &b));
     NB_EXPECT(b != xv);
+    nb_dtype dt = NB_F32;
+    NB_REQUIRE_OK(nb_tape_dtype(t, b, &dt));
+    NB_EXPECT(dt == NB_BF16);
+    NB_EXPECT_ERR(nb_tape_dtype(t, 12345, &dt), NB_ERR_INVALID_ARG, "not a live value");
     nb_tvar same;
     NB_REQUIRE_OK(nb_tape_cast(t, b, NB_BF16, &same)); /* already bf16: no op */
     NB_EXPECT(same == b);
@@ -108,6 +112,34 @@ static void test_cuda_storage(void) {
     nb_device_close(g);
 }
 
+/* backward from a bf16 scalar loss: the seed is a bf16 1.0 (a fresh gradient buffer) */
+static void run_bf16_loss(nb_device *dev) {
+    nb_tape *t;
+    NB_REQUIRE_OK(dev ? nb_tape_create_on(dev, &t) : nb_tape_create(&t));
+    float x[8] = {1, -2, 3, -4, 0.5f, 0.25f, -1, 2}, z[8] = {0}, g[8];
+    nb_tvar xv, zv, l, lb;
+    NB_REQUIRE_OK(nb_tape_input(t, 1, (int64_t[]){8}, x, 1, &xv));
+    NB_REQUIRE_OK(nb_tape_input(t, 1, (int64_t[]){8}, z, 0, &zv));
+    NB_REQUIRE_OK(nb_tape_mse(t, xv, zv, &l));
+    NB_REQUIRE_OK(nb_tape_cast(t, l, NB_BF16, &lb));
+    for (int rep = 0; rep < 2; rep++) { /* twice: the seed must not accumulate across passes */
+        NB_REQUIRE_OK(nb_tape_backward(t, lb));
+        NB_REQUIRE_OK(nb_tape_read_grad(t, xv, g, 8));
+        int bad = 0;
+        for (int i = 0; i < 8; i++) bad += g[i] != bf(2.0f * x[i] / 8.0f);
+        NB_EXPECT(bad == 0);
+    }
+    nb_tape_free(t);
+}
+
+static void test_bf16_loss(void) {
+    run_bf16_loss(NULL);
+    nb_device *g;
+    if (nb_device_open("cuda", &g) != NB_OK) NB_SKIP("no CUDA device (the CPU part ran)");
+    run_bf16_loss(g);
+    nb_device_close(g);
+}
+
 static void test_errors(void) {
     nb_tape *t;
     NB_REQUIRE_OK(nb_tape_create(&t));
@@ -122,5 +154,5 @@ static void test_errors(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_cpu_chain, test_cuda_chain, test_cuda_storage, test_errors);
+    NB_TEST_MAIN(argc, argv, test_cpu_chain, test_cuda_chain, test_cuda_storage, test_bf16_loss, test_errors);
 }

@@ -6,6 +6,7 @@ forward+backward eagerly (includes PyTorch's launch overhead: the small shapes a
 forward+backward replayed from a CUDA graph (GPU time only, comparable with nabla's event timings).
 
     python3 bench/torch/bench_attn.py
+    python3 bench/torch/bench_attn.py --qkv   # QKVAttentionLegacy (the fused qkv op's reference)
 """
 import sys
 import warnings
@@ -55,6 +56,56 @@ def graphed(fn):
     return timed(g.replay)
 
 
+def legacy_einsum(qkv, heads):
+    """guided-diffusion's QKVAttentionLegacy.forward: qkv [N, heads*3d, L] -> [N, heads*d, L]."""
+    bs, width, length = qkv.shape
+    ch = width // (3 * heads)
+    q, k, v = qkv.reshape(bs * heads, ch * 3, length).split(ch, dim=1)
+    scale = 1 / ch ** 0.25
+    w = torch.einsum("bct,bcs->bts", q * scale, k * scale)
+    w = torch.softmax(w.float(), dim=-1).type(w.dtype)
+    a = torch.einsum("bts,bcs->bct", w, v)
+    return a.reshape(bs, -1, length)
+
+
+def legacy_sdpa(qkv, heads):
+    """The same through scaled_dot_product_attention (layout copies around it)."""
+    bs, width, length = qkv.shape
+    ch = width // (3 * heads)
+    q, k, v = qkv.reshape(bs, heads, 3, ch, length).transpose(-1, -2).unbind(2)
+    o = F.scaled_dot_product_attention(q, k, v)  # [bs, heads, L, ch]
+    return o.transpose(-1, -2).reshape(bs, heads * ch, length)
+
+
+def main_qkv():
+    """QKVAttentionLegacy at the reference UNet's shapes (nabla's nb_tape_qkv_attention):
+    qkv [32, 576, 256] heads 6 (16x16, 192 ch) and [32, 768, 64] heads 8 (8x8, 256 ch)."""
+    for dtype, tf32 in ((torch.float32, False), (torch.float32, True), (torch.bfloat16, False)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        name = "tf32" if tf32 else str(dtype)[6:]
+        for N, heads, d, L in ((32, 6, 32, 256), (32, 8, 32, 64)):
+            g = torch.Generator(device="cuda").manual_seed(0)
+            qkv = torch.randn((N, 3 * heads * d, L), device="cuda", dtype=dtype, generator=g).requires_grad_()
+            do = torch.randn((N, heads * d, L), device="cuda", dtype=dtype, generator=g)
+            for impl, fn in (("einsum", legacy_einsum), ("sdpa", legacy_sdpa)):
+                try:
+                    def fwd():
+                        with torch.no_grad():
+                            fn(qkv, heads)
+
+                    def fwdbwd():
+                        torch.autograd.grad(fn(qkv, heads), (qkv,), do)
+
+                    tf = graphed(fwd)
+                    tg = graphed(fwdbwd)
+                except Exception as e:
+                    print(f"TORCH qkv-legacy {name:8s} qkv[{N},{3 * heads * d},{L}] {impl}: n/a ({str(e).splitlines()[0][:60]})")
+                    continue
+                print(f"TORCH qkv-legacy {name:8s} qkv[{N},{3 * heads * d},{L}] heads {heads} {impl:6s}: "
+                      f"fwd graph {tf:7.1f} us  fwd+bwd graph {tg:7.1f} us")
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def main():
     if not torch.cuda.is_available():
         print("no CUDA")
@@ -62,6 +113,9 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     warnings.filterwarnings("ignore")
     print("torch", torch.__version__, torch.cuda.get_device_name())
+    if "--qkv" in sys.argv:
+        main_qkv()
+        return 0
     for dtype in (torch.float32, torch.bfloat16):
         for shape in SHAPES:
             N, H, T, d = shape

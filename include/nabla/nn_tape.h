@@ -72,13 +72,22 @@
  *
  * Precision (nb_tape_set_precision) chooses the math of GEMMs, convolutions and attention on
  * CUDA: FP32 (exact fp32), TF32 (tensor cores, fp32 storage), BF16 (bf16 operands, fp32
- * accumulation and storage). The CPU always computes in fp32.
+ * accumulation, and BF16 STORAGE of activations: PyTorch's autocast, done by the tape). On a
+ * BF16 CUDA tape the outputs of ops (and their gradients) are stored as bfloat16 (rounded to
+ * nearest even) wherever the op's CUDA row reads and writes bf16 (every row of this header's
+ * ops but mse, whose [1] output stays f32); parameters, their gradients and optimizer state,
+ * inputs (nb_tape_input) and the timestep embedding stay f32, and every sum is taken in f32.
+ * nb_tape_read / nb_tape_read_grad return such values widened to f32; the raw pointers of
+ * nb_tape_data / nb_tape_grad then address 2-byte elements. Setting the environment variable
+ * NABLA_TAPE_BF16_STORAGE=0 keeps f32 activations (bf16 GEMM operands only; for comparisons).
+ * The CPU always computes and stores in fp32.
  */
 #ifndef NABLA_NN_TAPE_H
 #define NABLA_NN_TAPE_H
 
 #include <stdint.h>
 
+#include "nabla/dtype.h"
 #include "nabla/status.h"
 
 #ifdef __cplusplus
@@ -147,6 +156,8 @@ nb_status nb_tape_backward(nb_tape *t, nb_tvar loss);
 /* --- inspection ---------------------------------------------------------------------------- */
 /* ndim and shape (shape may be NULL; else room for NB_TAPE_MAX_DIMS). */
 nb_status nb_tape_shape(const nb_tape *t, nb_tvar v, int *ndim, int64_t *shape);
+/* Storage of v's data and gradient: NB_F32, or NB_BF16 (a BF16 CUDA tape; see Precision). */
+nb_status nb_tape_dtype(const nb_tape *t, nb_tvar v, nb_dtype *dtype);
 nb_status nb_tape_data(nb_tape *t, nb_tvar v, float **data, int64_t *count);
 /* Gradient of v (*grad = NULL if backward did not reach v or v needs no gradient). */
 nb_status nb_tape_grad(nb_tape *t, nb_tvar v, float **grad, int64_t *count);
@@ -232,6 +243,15 @@ nb_status nb_tape_timestep_embedding(nb_tape *t, int64_t n, const float *timeste
                                      float max_period, nb_tvar *out);
 /* softmax(q k^T / sqrt(d)) v per (n, head): q [N,Hd,Tq,d], k, v [N,Hd,Tk,d] -> [N,Hd,Tq,d] */
 nb_status nb_tape_attention(nb_tape *t, nb_tvar q, nb_tvar k, nb_tvar v, nb_tvar *out);
+/* Fused multi-head self-attention on the legacy QKV layout (guided-diffusion's
+ * QKVAttentionLegacy), straight from a qkv 1x1-conv output with no layout copies:
+ *   qkv [N, 3*heads*d, H, W] (or [N, 3*heads*d, L]) -> out [N, heads*d, H, W] (same rank),
+ *   channel of qkv = head*3d + j*d + i (j = 0 q, 1 k, 2 v), out channel = head*d + i,
+ *   out[n, head*d + i, l] = sum_s softmax_s(q(l) . k(s) / sqrt(d)) v_i(s) over L = H*W positions.
+ * The same as reshape [N*heads, 3d, L] -> slice_channels q/k/v -> transpose -> nb_tape_attention
+ * -> transpose -> reshape. Errors: heads < 1, qkv not 3-D / 4-D, channels not a multiple of
+ * 3*heads; on CUDA d <= 128. */
+nb_status nb_tape_qkv_attention(nb_tape *t, nb_tvar qkv, int heads, nb_tvar *out);
 
 
 /* --- layout ops (copies; reshape is a view on CUDA), for attention blocks:

@@ -1,11 +1,13 @@
 /* CUDA source of the tensor-core variants of the fused attention (tape_cuda_attn.c), used for
  * the TF32 and BF16 tape precisions at padded head dims 16, 32 and 64 (DP = 128 runs the fp32
  * SIMT kernels of attn_cuda_kernels.h: its accumulators would not fit in registers). Prefix:
- * "#define DP <16|32|64>\n#define IS_BF16 <0|1>\n", then NB_ATTN_SRC_HEAD.
+ * "#define DP <16|32|64>\n#define IS_BF16 <0|1>\n", FM and SBF as in attn_cuda_kernels.h, then
+ * NB_ATTN_SRC_HEAD.
  *
  * mma.sync with fp32 accumulation: BF16 m16n8k16 (operands rounded to bf16), TF32 m16n8k8
- * (operands rounded to tf32). Tiles stay fp32 in shared memory and are converted when fragments
- * are loaded. Fragment helpers (g = lane / 4, t = lane % 4):
+ * (operands rounded to tf32). Tiles stay fp32 in shared memory (ld_tile widens bf16 storage on
+ * the load, exactly) and are converted when fragments are loaded. Views and gradient modes as in
+ * attn_cuda_kernels.h. Fragment helpers (g = lane / 4, t = lane % 4):
  *   ldA_rows  A[r][k] = M[r0 + r][c0 + k]         (16 x KS, from shared memory)
  *   ldB_rows  B[k][n] = M[n0 + n][c0 + k]         (KS x 8, "K^T": rows of M are B's columns)
  *   ldB_cols  B[k][n] = M[k0 + k][n0 + n]         (KS x 8)
@@ -94,14 +96,23 @@
             b[0] = cvt1(p[0]); b[1] = cvt1(p[S]);                                             \
         }                                                                                     \
     }                                                                                         \
-    /* p[col] += x, p[col + 1] += y (columns < d only): one float2 atomic when pairs. */      \
-    __device__ __forceinline__ void add2(float *p, int col, int d, float x, float y, bool pairs) { \
-        if (pairs && col + 1 < d) {                                                           \
-            atomic_add2(p + col, x, y);                                                       \
-            return;                                                                           \
+    /* m[ri + col] += x, m[ri + col + 1] += y with ri = at(m, bh, row, 0) (columns < d only;  \
+     * gw's mode): one float2 atomic when pairs (mode 0, row-major f32 views). */              \
+    __device__ __forceinline__ void add2(const Mat &m, long long ri, int col, int d, float x, float y, \
+                                         bool pairs, int mode) {                              \
+        if constexpr (!FM) {                                                                  \
+            float *p = (float *)m.p + ri;                                                     \
+            if (pairs && col + 1 < d) {                                                       \
+                atomic_add2(p + col, x, y);                                                   \
+                return;                                                                       \
+            }                                                                                 \
+            if (col < d) atomicAdd(p + col, x);                                               \
+            if (col + 1 < d) atomicAdd(p + col + 1, y);                                       \
+        } else {                                                                              \
+            const long long i = ri + (long long)col * m.cs;                                   \
+            if (col < d) gw(m, i, x, mode);                                                   \
+            if (col + 1 < d) gw(m, i + m.cs, y, mode);                                        \
         }                                                                                     \
-        if (col < d) atomicAdd(p + col, x);                                                   \
-        if (col + 1 < d) atomicAdd(p + col + 1, y);                                           \
     }                                                                                         \
     /* k-step kk of a row of C tiles c[nt][4] (8 columns each) as an A fragment. */           \
     __device__ __forceinline__ void ldA_acc(u32 *a, float (*c)[4], int kk) {                  \
@@ -118,14 +129,15 @@
 /* Forward. Dynamic shared memory: (64 SQ * 2 + 64 SV) floats. */
 #define NB_ATTN_SRC_TC_FWD                                                                    \
     NB_ATTN_STR(                                                                              \
-    extern "C" __global__ void __launch_bounds__(128) nb_attn_fwd_tc(const FwdArgs a) {       \
+    /* 6 blocks per SM (80 registers) where that spills nothing: bf16 without run-time dtypes, DP <= 32 */ \
+    extern "C" __global__ void __launch_bounds__(128, IS_BF16 && DP <= 32 && SBF != 1 ? 6 : 0) nb_attn_fwd_tc(const FwdArgs a) {        \
         extern __shared__ float sm[];                                                         \
         float *sQ = sm, *sK = sQ + 64 * SQ, *sV = sK + 64 * SQ;                               \
         const int tile = blockIdx.x % a.ntiles;                                               \
         const long long bh = blockIdx.x / a.ntiles;                                           \
         const int q0 = tile * 64, lane = threadIdx.x & 31, w = threadIdx.x >> 5;              \
         const int g = lane >> 2, t = lane & 3;                                                \
-        ld_tile<128>(sQ, SQ, a.q + bh * a.Tq * a.d, q0, a.Tq, a.d);                                \
+        ld_tile<128>(sQ, SQ, a.q, bh, q0, a.Tq, a.d);                                \
         __syncthreads();                                                                      \
         u32 qa[DP / KS][4];                                                                   \
         _Pragma("unroll") for (int ks = 0; ks < DP / KS; ks++) ldA_rows(qa[ks], sQ, SQ, 16 * w, ks * KS, g, t); \
@@ -134,8 +146,8 @@
             _Pragma("unroll") for (int i = 0; i < 4; i++) o[n][i] = 0.0f;                     \
         for (int k0 = 0; k0 < a.Tk; k0 += 64) {                                               \
             __syncthreads();                                                                  \
-            ld_tile<128>(sK, SQ, a.k + bh * a.Tk * a.d, k0, a.Tk, a.d);                            \
-            ld_tile<128>(sV, SV, a.v + bh * a.Tk * a.d, k0, a.Tk, a.d);                            \
+            ld_tile<128>(sK, SQ, a.k, bh, k0, a.Tk, a.d);                                     \
+            ld_tile<128>(sV, SV, a.v, bh, k0, a.Tk, a.d);                                     \
             __syncthreads();                                                                  \
             float s[8][4];                                                                    \
             _Pragma("unroll") for (int n = 0; n < 8; n++) {                                   \
@@ -179,7 +191,6 @@
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
-        float *out = a.o + bh * a.Tq * a.d;                                                   \
         _Pragma("unroll") for (int h = 0; h < 2; h++) {                                       \
             l[h] += __shfl_xor_sync(FULL, l[h], 1);                                           \
             l[h] += __shfl_xor_sync(FULL, l[h], 2);                                           \
@@ -189,7 +200,7 @@
             _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                                \
                 _Pragma("unroll") for (int j = 0; j < 2; j++) {                               \
                     const int col = 8 * n + 2 * t + j;                                        \
-                    if (col < a.d) out[(long long)row * a.d + col] = o[n][2 * h + j] * inv;   \
+                    if (col < a.d) nb_st(a.o.p, at(a.o, bh, row, col), mbf(a.o), o[n][2 * h + j] * inv); \
                 }                                                                             \
             if (t == 0) a.lse[bh * a.Tq + row] = m[h] + log2f(l[h]);                          \
         }                                                                                     \
@@ -207,18 +218,17 @@
         const long long bh = blockIdx.x / a.ntiles;                                           \
         const int k0 = tile * 64, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;           \
         const int g = lane >> 2, t = lane & 3;                                                \
-        const float *q = a.q + bh * a.Tq * a.d, *dout = a.dout + bh * a.Tq * a.d;             \
         const float *lse = a.lse + bh * a.Tq, *delta = a.delta + bh * a.Tq;                   \
-        ld_tile<128>(sK, SV, a.k + bh * a.Tk * a.d, k0, a.Tk, a.d);                                \
-        ld_tile<128>(sV, SQ, a.v + bh * a.Tk * a.d, k0, a.Tk, a.d);                                \
-        const bool kv_grad = a.dk || a.dv;                                                    \
+        ld_tile<128>(sK, SV, a.k, bh, k0, a.Tk, a.d);                                         \
+        ld_tile<128>(sV, SQ, a.v, bh, k0, a.Tk, a.d);                                         \
+        const bool kv_grad = a.dk.p || a.dv.p;                                                \
         float dk[DP / 8][4], dv[DP / 8][4];                                                   \
         _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                                    \
             _Pragma("unroll") for (int i = 0; i < 4; i++) dk[n][i] = dv[n][i] = 0.0f;         \
         for (int q0 = 0; q0 < a.Tq; q0 += 64) {                                               \
             __syncthreads();                                                                  \
-            ld_tile<128>(sQ, SQ, q, q0, a.Tq, a.d);                                                \
-            ld_tile<128>(sO, SQ, dout, q0, a.Tq, a.d);                                             \
+            ld_tile<128>(sQ, SQ, a.q, bh, q0, a.Tq, a.d);                                     \
+            ld_tile<128>(sO, SQ, a.dout, bh, q0, a.Tq, a.d);                                  \
             if (tid < 64) {                                                                   \
                 const bool ok = q0 + tid < a.Tq;                                              \
                 sL[tid] = ok ? lse[q0 + tid] : pinf(); /* P = 0 on padding rows */            \
@@ -263,7 +273,7 @@
                     }                                                                         \
                 }                                                                             \
             }                                                                                 \
-            if (a.dq) {                                                                       \
+            if (a.dq.p) {                                                                     \
                 __syncthreads();                                                              \
                 float acc[DP / 8][4];                                                         \
                 _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                            \
@@ -277,40 +287,42 @@
                         mma(acc[n], sa, b);                                                   \
                     }                                                                         \
                 }                                                                             \
-                float *dq = a.dq + bh * a.Tq * a.d;                                           \
                 _Pragma("unroll") for (int h = 0; h < 2; h++) {                               \
                     const int row = q0 + 16 * w + g + 8 * h;                                  \
                     if (row >= a.Tq) continue;                                                \
+                    const long long ri = at(a.dq, bh, row, 0);                                \
                     _Pragma("unroll") for (int n = 0; n < DP / 8; n++)                        \
-                        add2(dq + (long long)row * a.d, 8 * n + 2 * t, a.d, acc[n][2 * h], acc[n][2 * h + 1], PAIRS); \
+                        add2(a.dq, ri, 8 * n + 2 * t, a.d, acc[n][2 * h], acc[n][2 * h + 1], PAIRS, a.dq_mode); \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
         _Pragma("unroll") for (int h = 0; h < 2; h++) {                                       \
             const int row = k0 + 16 * w + g + 8 * h;                                          \
             if (row >= a.Tk) continue;                                                        \
-            const long long ri = bh * a.Tk * a.d + (long long)row * a.d;                      \
+            const long long rk = at(a.dk, bh, row, 0), rv = at(a.dv, bh, row, 0);            \
             _Pragma("unroll") for (int n = 0; n < DP / 8; n++) {                              \
-                if (a.dk) add2(a.dk + ri, 8 * n + 2 * t, a.d, dk[n][2 * h], dk[n][2 * h + 1], PAIRS); \
-                if (a.dv) add2(a.dv + ri, 8 * n + 2 * t, a.d, dv[n][2 * h], dv[n][2 * h + 1], PAIRS); \
+                if (a.dk.p) add2(a.dk, rk, 8 * n + 2 * t, a.d, dk[n][2 * h], dk[n][2 * h + 1], PAIRS, a.kv_mode); \
+                if (a.dv.p) add2(a.dv, rv, 8 * n + 2 * t, a.d, dv[n][2 * h], dv[n][2 * h + 1], PAIRS, a.kv_mode); \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
-    /* float2 atomics (sm_90) when d is even and the gradients 8-byte aligned; the choice is   \
-     * made once per launch (a run-time branch around the atomics doubles register use). */   \
+    /* float2 atomics (sm_90) when d is even and every gradient is an atomically accumulated,  \
+     * row-major f32 view (pair_ok); the choice is made once per launch (a run-time branch     \
+     * around the atomics doubles register use). */                                           \
     extern "C" __global__ void __launch_bounds__(128, IS_BF16 && DP == 32 ? 3 : 0) nb_attn_bwd_tc(const BwdArgs a) { \
         extern __shared__ float smb[];                                                        \
-        if (PAIR_ATOMICS && (a.d & 1) == 0 &&                                                 \
-            (((unsigned long long)a.dq | (unsigned long long)a.dk | (unsigned long long)a.dv) & 7) == 0) \
+        if (PAIR_ATOMICS && (a.d & 1) == 0 && a.dq_mode == 0 && a.kv_mode == 0 &&             \
+            pair_ok(a.dq) && pair_ok(a.dk) && pair_ok(a.dv))                                  \
             bwd_tc<true>(a, smb);                                                             \
         else                                                                                  \
             bwd_tc<false>(a, smb);                                                            \
     }                                                                                         \
     )
 
-/* One module per (padded head dim, tensor-core type). */
-#define NB_ATTN_SRC_TC(dp, bf16)                                                              \
-    "#define DP " #dp "\n#define IS_BF16 " #bf16 "\n" NB_ATTN_SRC_HEAD NB_ATTN_SRC_TC_ASM       \
+/* One module per (padded head dim, tensor-core type, layout FM, storage SBF). */
+#define NB_ATTN_SRC_TC(dp, bf16, fm, sbf)                                                     \
+    "#define DP " #dp "\n#define IS_BF16 " #bf16 "\n#define FM " #fm "\n#define SBF " #sbf "\n" \
+        NB_CUDA_BF16_HELPERS NB_ATTN_SRC_HEAD NB_ATTN_SRC_TC_ASM       \
         NB_ATTN_SRC_ATOMIC NB_ATTN_SRC_TC_FRAG NB_ATTN_SRC_TC_FWD NB_ATTN_SRC_TC_BWD
 
 #endif

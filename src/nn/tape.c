@@ -31,6 +31,7 @@ static const nb_top_impl *const nb_top_impls[NB_TOP_COUNT] = {
     [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_impl,
     [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_impl,
     [NB_TOP_CAST] = &nb_top_cast_impl,
+    [NB_TOP_QKV_ATTENTION] = &nb_top_qkv_attention_impl,
 };
 
 /* The CUDA column (rows defined where each op's CUDA code lives). */
@@ -51,6 +52,7 @@ static const nb_top_cuda_impl *const nb_top_cuda_impls[NB_TOP_COUNT] = {
     [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_cuda,
     [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_cuda,
     [NB_TOP_CAST] = &nb_top_cast_cuda,
+    [NB_TOP_QKV_ATTENTION] = &nb_top_qkv_attention_cuda,
 };
 
 int nb_tape_on_cuda(const nb_tape *t) {
@@ -514,6 +516,28 @@ nb_status nb_tape_param(nb_tape *t, const char *name, int ndim, const int64_t *s
     return NB_OK;
 }
 
+nb_status nb_tape_param_view(nb_tape *t, const char *name, nb_tvar first, int ndim,
+                            const int64_t *shape, nb_tvar *out) {
+    if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_param_view: tape or out is NULL");
+    if (first < 0 || first >= t->n_param_vals)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_tape_param_view: handle %d is not a parameter", first);
+    int64_t count;
+    nb_status s = nb_tape_check_shape("nb_tape_param_view", ndim, shape, &count);
+    if (s) return s;
+    int64_t off = t->vals[first].offset;
+    if (off + count > t->n_params)
+        return nb_error(NB_ERR_SHAPE, "nb_tape_param_view: %lld floats from parameter '%s' run past "
+                        "the %lld parameters", (long long)count, t->vals[first].name,
+                        (long long)t->n_params);
+    if ((s = nb_tape_param(t, name, ndim, shape, out))) return s; /* a slot, a name, checks */
+    nb_tval *v = &t->vals[*out];
+    t->n_params -= count; /* ... but no memory of its own */
+    v->offset = off;
+    v->data = t->params + off;
+    v->grad = t->grads + off;
+    return NB_OK;
+}
+
 nb_status nb_tape_param_find(const nb_tape *t, const char *name, nb_tvar *out) {
     if (!t || !name || !out)
         return nb_error(NB_ERR_INVALID_ARG, "nb_tape_param_find: tape, name or out is NULL");
@@ -707,7 +731,12 @@ nb_status nb_tape_backward(nb_tape *t, nb_tvar loss) {
     float *g;
     nb_status s = nb_tape_grad_buf(t, loss, &g);
     if (s) return s;
-    if (nb_tape_on_cuda(t)) {
+    if (l->dtype == NB_BF16) { /* a fresh (zeroed) bf16 gradient: store bf16 1.0 */
+        uint16_t one = nb_f32_to_bf16(1.0f);
+        s = nb_tape_on_cuda(t) ? nb_memcpy_h2d(t->dev, g, &one, sizeof one)
+                               : (memcpy(g, &one, sizeof one), NB_OK);
+        if (s) return s;
+    } else if (nb_tape_on_cuda(t)) {
         if ((s = nb_tape_cuda_add_scalar(t, g, 1.0f))) return s; /* no host round trip */
     } else {
         g[0] += 1.0f;
@@ -732,6 +761,14 @@ nb_status nb_tape_shape(const nb_tape *t, nb_tvar v, int *ndim, int64_t *shape) 
     if (ndim) *ndim = tv->ndim;
     if (shape)
         for (int i = 0; i < tv->ndim; i++) shape[i] = tv->shape[i];
+    return NB_OK;
+}
+
+nb_status nb_tape_dtype(const nb_tape *t, nb_tvar v, nb_dtype *dtype) {
+    if (!t || !dtype) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_dtype: tape or dtype is NULL");
+    nb_tval *tv = nb_tape_val((nb_tape *)t, v, "nb_tape_dtype: value");
+    if (!tv) return NB_ERR_INVALID_ARG;
+    *dtype = tv->dtype;
     return NB_OK;
 }
 

@@ -1,7 +1,14 @@
-/* CUDA row of the tape's scaled-dot-product attention: fused, FlashAttention-2 style (kernels
- * and their design in attn_cuda_kernels.h; raw-buffer entry points in attn_cuda.h). The CPU
+/* CUDA rows of the tape's scaled-dot-product attention (nb_tape_attention, [BH,T,d] inputs) and
+ * of the fused legacy-layout QKV attention (nb_tape_qkv_attention: q, k, v read straight from the
+ * qkv conv output, no layout copies): fused, FlashAttention-2 style (kernels and their design in
+ * attn_cuda_kernels.h; raw-buffer entry points and strided views in attn_cuda.h). The CPU
  * reference is tape_ops_attn.c (it materialises P; this path never holds more than a 64 x 64
  * tile of scores).
+ *
+ * The QKV row handles BF16 storage (NB_TOPF_IN_BF16 | OUT_BF16): qkv / out / their gradients are
+ * loaded and stored as bf16, all arithmetic and lse / delta stay f32. Its backward writes dqkv
+ * with plain stores on the first contribution (nb_tape_grad_buf_w; dq via f32 atomics over key
+ * tiles, through an f32 scratch when dqkv is bf16). nb_tape_attention's row stays f32-only.
  *
  * Forward: o and the row log-sum-exp (op->saved[0], [BH,Tq] in the tape arena) in one launch.
  * Backward: delta = rowsum(dO * O) (arena scratch), then one launch for dq, dk, dv, which
@@ -20,49 +27,89 @@
 #include "nn/encoding_internal.h"
 #include "nn/tape_internal.h"
 
-/* Host mirrors of the kernels' argument structs (attn_cuda_kernels.h). */
+/* Host mirrors of the kernels' argument structs (attn_cuda_kernels.h; nb_attn_view = Mat). */
 typedef struct {
-    const float *q, *k, *v;
-    float *o, *lse;
+    nb_attn_view q, k, v, o;
+    float *lse;
     int32_t Tq, Tk, d, ntiles;
     float sl2;
 } attn_fwd_args;
 
 typedef struct {
-    const float *q, *k, *v, *dout, *lse, *delta;
-    float *dq, *dk, *dv;
+    nb_attn_view q, k, v, dout, dq, dk, dv;
+    const float *lse, *delta;
+    int32_t dq_mode, kv_mode;
     int32_t Tq, Tk, d, ntiles;
     float sl2, scale;
 } attn_bwd_args;
 
 typedef struct {
-    const float *o, *dout;
+    nb_attn_view o, dout, z;
     float *delta;
     long long rows;
-    int32_t d;
+    int32_t T, d;
 } attn_delta_args;
+
+typedef struct {
+    nb_attn_view dst;
+    const float *src;
+    long long n;
+    int32_t T, d, add;
+} attn_fin_args;
 
 #define ATTN_BQ 64
 #define ATTN_BK 64
 #define ATTN_NT 256
 
-static const char *const attn_src[4] = {NB_ATTN_SRC(16), NB_ATTN_SRC(32), NB_ATTN_SRC(64),
-                                        NB_ATTN_SRC(128)};
+/* Module variants (attn_cuda_kernels.h): 0 row-major f32 (FM 0), 1 feature-major f32 (FM 1),
+ * 2 feature-major with some bf16 views (FM 1, SBF 1), 3 feature-major, all bf16 (FM 1, SBF 2:
+ * the UNet's BF16 path). */
+#define ATTN_SIMT_ROW(fm, sbf) {NB_ATTN_SRC(16, fm, sbf), NB_ATTN_SRC(32, fm, sbf), \
+                                NB_ATTN_SRC(64, fm, sbf), NB_ATTN_SRC(128, fm, sbf)}
+static const char *const attn_src[4][4] = {ATTN_SIMT_ROW(0, 0), ATTN_SIMT_ROW(1, 0),
+                                           ATTN_SIMT_ROW(1, 1), ATTN_SIMT_ROW(1, 2)};
 
-static const char *const attn_src_tc[3][2] = {
-    {NB_ATTN_SRC_TC(16, 0), NB_ATTN_SRC_TC(16, 1)},
-    {NB_ATTN_SRC_TC(32, 0), NB_ATTN_SRC_TC(32, 1)},
-    {NB_ATTN_SRC_TC(64, 0), NB_ATTN_SRC_TC(64, 1)},
-};
+#define ATTN_TC_ROW(fm, sbf)                                                                   \
+    {{NB_ATTN_SRC_TC(16, 0, fm, sbf), NB_ATTN_SRC_TC(16, 1, fm, sbf)},                         \
+     {NB_ATTN_SRC_TC(32, 0, fm, sbf), NB_ATTN_SRC_TC(32, 1, fm, sbf)},                         \
+     {NB_ATTN_SRC_TC(64, 0, fm, sbf), NB_ATTN_SRC_TC(64, 1, fm, sbf)}}
+static const char *const attn_src_tc[4][3][2] = {ATTN_TC_ROW(0, 0), ATTN_TC_ROW(1, 0),
+                                                 ATTN_TC_ROW(1, 1), ATTN_TC_ROW(1, 2)};
+/* delta / dq conversion kernels, per variant (a small module: quick to compile) */
+static const char *const attn_src_aux[4] = {NB_ATTN_SRC_AUX(0, 0), NB_ATTN_SRC_AUX(1, 0),
+                                            NB_ATTN_SRC_AUX(1, 1), NB_ATTN_SRC_AUX(1, 2)};
 
-/* Padded head dim and its source: *tc = 1 for the tensor-core module (TF32 / BF16, DP <= 64,
- * compute capability 8.0+). */
-static int attn_dp(nb_device *dev, int64_t d, int precision, const char **src, int *tc) {
+/* Padded head dim and its source for module variant var: *tc = 1 for the tensor-core module
+ * (TF32 / BF16, DP <= 64, compute capability 8.0+). */
+static int attn_dp(nb_device *dev, int64_t d, int precision, int var, const char **src, int *tc) {
     int i = d <= 16 ? 0 : d <= 32 ? 1 : d <= 64 ? 2 : 3;
     *tc = i < 3 && (precision == NB_TAPE_TF32 || precision == NB_TAPE_BF16) &&
           nb_device_get_info(dev)->cc_major >= 8;
-    *src = *tc ? attn_src_tc[i][precision == NB_TAPE_BF16] : attn_src[i];
+    *src = *tc ? attn_src_tc[var][i][precision == NB_TAPE_BF16] : attn_src[var][i];
     return 16 << i;
+}
+
+/* The module variant for a set of views (NULL / absent ones skipped): all row-major f32 -> 0
+ * (only with atomic gradients: the row-major modules know no other mode), all feature-major ->
+ * 1 (f32), 2 (some bf16) or 3 (all bf16); anything else is an error. (Views with both unit strides, e.g. a
+ * single position, fit either.) */
+static nb_status attn_variant(const char *fn, const nb_attn_view *const *v, int n, int mode,
+                              int *var) {
+    int rm = 1, fm = 1, bf = 0, all_bf = 1;
+    for (int i = 0; i < n; i++) {
+        if (!v[i] || !v[i]->p) continue;
+        rm = rm && v[i]->cs == 1 && !v[i]->bf16;
+        fm = fm && v[i]->rs == 1;
+        bf = bf || v[i]->bf16;
+        all_bf = all_bf && v[i]->bf16;
+    }
+    if (rm && mode == NB_ATTN_GRAD_ATOMIC) *var = 0;
+    else if (fm) *var = all_bf ? 3 : bf ? 2 : 1;
+    else
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "%s: views must be all row-major f32 (feature stride 1) or all "
+                        "feature-major (position stride 1)", fn);
+    return NB_OK;
 }
 
 nb_status nb_attn_cuda_check(const char *fn, int64_t BH, int64_t Tq, int64_t Tk, int64_t d) {
@@ -92,14 +139,23 @@ static nb_status attn_launch(nb_device *dev, const char *src, const char *entry,
                           nb_device_stream(dev), argv);
 }
 
-nb_status nb_attn_cuda_forward(nb_device *dev, int precision, const float *q, const float *k,
-                               const float *v, float *o, float *lse, int64_t BH, int64_t Tq,
-                               int64_t Tk, int64_t d) {
+static nb_attn_view rowmajor(const float *p, int64_t T, int64_t d) {
+    nb_attn_view v = {(void *)p, (long long)(T * d), (long long)d, 1, 0};
+    return v;
+}
+
+nb_status nb_attn_cuda_forward_v(nb_device *dev, int precision, const nb_attn_view *q,
+                                 const nb_attn_view *k, const nb_attn_view *v,
+                                 const nb_attn_view *o, float *lse, int64_t BH, int64_t Tq,
+                                 int64_t Tk, int64_t d) {
     NB_TRY(nb_attn_cuda_check("attention (CUDA forward)", BH, Tq, Tk, d));
+    const nb_attn_view *vs[4] = {q, k, v, o};
+    int var;
+    NB_TRY(attn_variant("attention (CUDA forward)", vs, 4, NB_ATTN_GRAD_ATOMIC, &var));
     const char *src;
-    int tc, dp = attn_dp(dev, d, precision, &src, &tc);
+    int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
     int64_t ntiles = (Tq + ATTN_BQ - 1) / ATTN_BQ;
-    attn_fwd_args a = {q, k, v, o, lse, (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
+    attn_fwd_args a = {*q, *k, *v, *o, lse, (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
                        (float)(1.4426950408889634 / sqrt((double)d))};
     if (tc) /* Q, K at stride dp + 8, V at dp + 4 */
         return attn_launch(dev, src, "nb_attn_fwd_tc", (unsigned)(ntiles * BH), 128,
@@ -108,29 +164,103 @@ nb_status nb_attn_cuda_forward(nb_device *dev, int precision, const float *q, co
     return attn_launch(dev, src, "nb_attn_fwd", (unsigned)(ntiles * BH), ATTN_NT, smem, &a);
 }
 
+nb_status nb_attn_cuda_forward(nb_device *dev, int precision, const float *q, const float *k,
+                               const float *v, float *o, float *lse, int64_t BH, int64_t Tq,
+                               int64_t Tk, int64_t d) {
+    nb_attn_view Q = rowmajor(q, Tq, d), K = rowmajor(k, Tk, d), V = rowmajor(v, Tk, d),
+                 O = rowmajor(o, Tq, d);
+    return nb_attn_cuda_forward_v(dev, precision, &Q, &K, &V, &O, lse, BH, Tq, Tk, d);
+}
+
+/* dq goes through the f32 scratch: STORE / ADD mode, bf16 dq, more than one key tile. */
+static int dq_via_scratch(const nb_attn_view *dq, int mode, int64_t Tk) {
+    return dq && dq->p && mode != NB_ATTN_GRAD_ATOMIC && dq->bf16 && Tk > ATTN_BK;
+}
+
+int64_t nb_attn_cuda_dq_scratch(const nb_attn_view *dq, int mode, int64_t BH, int64_t Tq,
+                                int64_t Tk, int64_t d) {
+    return dq_via_scratch(dq, mode, Tk) ? BH * Tq * d : 0;
+}
+
+static const nb_attn_view no_view = {NULL, 0, 0, 0, 0};
+
+nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_view *q,
+                                  const nb_attn_view *k, const nb_attn_view *v,
+                                  const nb_attn_view *o, const nb_attn_view *dout,
+                                  const float *lse, float *delta, const nb_attn_view *dq,
+                                  const nb_attn_view *dk, const nb_attn_view *dv, int mode,
+                                  float *dq_scratch, int64_t BH, int64_t Tq, int64_t Tk, int64_t d) {
+    NB_TRY(nb_attn_cuda_check("attention (CUDA backward)", BH, Tq, Tk, d));
+    if (!dq || !dq->p) dq = &no_view;
+    if (!dk || !dk->p) dk = &no_view;
+    if (!dv || !dv->p) dv = &no_view;
+    if (!dq->p && !dk->p && !dv->p) return NB_OK;
+    if (mode < NB_ATTN_GRAD_ATOMIC || mode > NB_ATTN_GRAD_ADD)
+        return nb_error(NB_ERR_INVALID_ARG, "attention (CUDA backward): gradient mode %d", mode);
+    if (mode == NB_ATTN_GRAD_ATOMIC && (dq->bf16 || dk->bf16 || dv->bf16))
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "attention (CUDA backward): atomic accumulation needs f32 gradients");
+    const int scratch = dq_via_scratch(dq, mode, Tk);
+    if (scratch && !dq_scratch)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "attention (CUDA backward): a bf16 dq needs an f32 scratch buffer");
+    /* dq: one writer per element when there is a single key tile; else f32 atomics, into dq
+     * itself (zeroed by the delta kernel in STORE mode) or into the zeroed scratch. */
+    int dq_mode = mode;
+    nb_attn_view dqv = *dq, z = no_view;
+    if (mode != NB_ATTN_GRAD_ATOMIC && Tk > ATTN_BK) {
+        dq_mode = NB_ATTN_GRAD_ATOMIC;
+        if (scratch) {
+            nb_attn_view sv = {dq_scratch, (long long)(d * Tq), 1, (long long)Tq, 0};
+            dqv = z = sv;
+        } else if (mode == NB_ATTN_GRAD_STORE && dq->p) {
+            z = *dq;
+        }
+    }
+    const nb_attn_view *vs[8] = {q, k, v, o, dout, dq, dk, dv};
+    int var;
+    NB_TRY(attn_variant("attention (CUDA backward)", vs, 8, mode, &var));
+    const char *src, *src32 = attn_src_aux[var]; /* delta, dq conversion */
+    int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
+    int64_t rows = BH * Tq;
+    attn_delta_args da = {*o, *dout, z, delta, rows, (int32_t)Tq, (int32_t)d};
+    if (var == 0) { /* row-major: a warp per row */
+        int64_t blocks = (rows + 7) / 8;
+        if (blocks > 65535) blocks = 65535;
+        NB_TRY(attn_launch(dev, src32, "nb_attn_delta", (unsigned)blocks, 256, 0, &da));
+    } else { /* feature-major: a thread per row, coalesced along positions */
+        int64_t blocks = (rows + 127) / 128;
+        if (blocks > 65535) blocks = 65535;
+        NB_TRY(attn_launch(dev, src32, "nb_attn_delta_t", (unsigned)blocks, 128, 0, &da));
+    }
+    int64_t ntiles = (Tk + ATTN_BK - 1) / ATTN_BK;
+    attn_bwd_args a = {*q, *k, *v, *dout, dqv, *dk, *dv, lse, delta, dq_mode, mode,
+                       (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
+                       (float)(1.4426950408889634 / sqrt((double)d)), (float)(1.0 / sqrt((double)d))};
+    if (tc) /* K at stride dp + 4; V, Q, dO at dp + 8; dS 64 x 72; lse, delta */
+        NB_TRY(attn_launch(dev, src, "nb_attn_bwd_tc", (unsigned)(ntiles * BH), 128,
+                           ((size_t)64 * (4 * dp + 28 + 72) + 128) * 4, &a));
+    else
+        NB_TRY(attn_launch(dev, src, "nb_attn_bwd", (unsigned)(ntiles * BH), ATTN_NT,
+                           ((size_t)(2 * ATTN_BK + 2 * ATTN_BQ) * (dp + 4) +
+                            (size_t)3 * ATTN_BQ * (ATTN_BK + 4) + 2 * ATTN_BQ) * 4,
+                           &a));
+    if (!scratch) return NB_OK;
+    int64_t n = BH * Tq * d, blocks = (n + 255) / 256;
+    if (blocks > 65535) blocks = 65535;
+    attn_fin_args fa = {*dq, dq_scratch, n, (int32_t)Tq, (int32_t)d, mode == NB_ATTN_GRAD_ADD};
+    return attn_launch(dev, src32, "nb_attn_dq_fin", (unsigned)blocks, 256, 0, &fa);
+}
+
 nb_status nb_attn_cuda_backward(nb_device *dev, int precision, const float *q, const float *k,
                                 const float *v, const float *o, const float *dout,
                                 const float *lse, float *delta, float *dq, float *dk, float *dv,
                                 int64_t BH, int64_t Tq, int64_t Tk, int64_t d) {
-    NB_TRY(nb_attn_cuda_check("attention (CUDA backward)", BH, Tq, Tk, d));
-    if (!dq && !dk && !dv) return NB_OK;
-    const char *src, *src32; /* delta comes from the fp32 module */
-    int tc, tc32, dp = attn_dp(dev, d, precision, &src, &tc);
-    attn_dp(dev, d, NB_TAPE_FP32, &src32, &tc32);
-    int64_t rows = BH * Tq, blocks = (rows + 7) / 8;
-    if (blocks > 65535) blocks = 65535;
-    attn_delta_args da = {o, dout, delta, rows, (int32_t)d};
-    NB_TRY(attn_launch(dev, src32, "nb_attn_delta", (unsigned)blocks, 256, 0, &da));
-    int64_t ntiles = (Tk + ATTN_BK - 1) / ATTN_BK;
-    attn_bwd_args a = {q, k, v, dout, lse, delta, dq, dk, dv,
-                       (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
-                       (float)(1.4426950408889634 / sqrt((double)d)), (float)(1.0 / sqrt((double)d))};
-    if (tc) /* K at stride dp + 4; V, Q, dO at dp + 8; dS 64 x 72; lse, delta */
-        return attn_launch(dev, src, "nb_attn_bwd_tc", (unsigned)(ntiles * BH), 128,
-                           ((size_t)64 * (4 * dp + 28 + 72) + 128) * 4, &a);
-    size_t smem = ((size_t)(2 * ATTN_BK + 2 * ATTN_BQ) * (dp + 4) +
-                   (size_t)3 * ATTN_BQ * (ATTN_BK + 4) + 2 * ATTN_BQ) * 4;
-    return attn_launch(dev, src, "nb_attn_bwd", (unsigned)(ntiles * BH), ATTN_NT, smem, &a);
+    nb_attn_view Q = rowmajor(q, Tq, d), K = rowmajor(k, Tk, d), V = rowmajor(v, Tk, d),
+                 O = rowmajor(o, Tq, d), G = rowmajor(dout, Tq, d), DQ = rowmajor(dq, Tq, d),
+                 DK = rowmajor(dk, Tk, d), DV = rowmajor(dv, Tk, d);
+    return nb_attn_cuda_backward_v(dev, precision, &Q, &K, &V, &O, &G, lse, delta, &DQ, &DK, &DV,
+                                   NB_ATTN_GRAD_ATOMIC, NULL, BH, Tq, Tk, d);
 }
 
 /* ---- the tape row ----------------------------------------------------------------------- */
@@ -164,3 +294,62 @@ static nb_status attn_cuda_bwd(nb_tape *t, const nb_top *op) {
 }
 
 const nb_top_cuda_impl nb_top_attention_cuda = {attn_cuda_fwd, attn_cuda_bwd, 0};
+
+/* ---- the fused legacy-layout QKV row (nb_tape_qkv_attention) ------------------------------
+ * qkv [N, heads*3d, L] (or [N, heads*3d, H, W]) -> out [N, heads*d, L]: the kernels read q, k, v
+ * and write out / dqkv in place through feature-major views, f32 or bf16 (the values' dtypes). */
+
+typedef struct {
+    int64_t BH, L, d;
+    nb_attn_view q, k, v, o;
+} qkv_views;
+
+static void qkv_make_views(const nb_tape *t, const nb_top *op, void *qkv, int qkv_bf, void *o,
+                           int o_bf, qkv_views *w) {
+    const nb_tval *x = VAL(t, op->in[0]);
+    int64_t heads = op->ip[0], L = x->count / (x->shape[0] * x->shape[1]);
+    int64_t d = x->shape[1] / (3 * heads);
+    size_t es = qkv_bf ? 2 : 4;
+    w->BH = x->shape[0] * heads, w->L = L, w->d = d;
+    for (int j = 0; j < 3; j++) {
+        nb_attn_view v = {qkv ? (char *)qkv + (size_t)(j * d * L) * es : NULL,
+                          (long long)(3 * d * L), 1, (long long)L, qkv_bf};
+        *(j == 0 ? &w->q : j == 1 ? &w->k : &w->v) = v;
+    }
+    nb_attn_view ov = {o, (long long)(d * L), 1, (long long)L, o_bf};
+    w->o = ov;
+}
+
+static nb_status qkv_cuda_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
+    qkv_views w;
+    qkv_make_views(t, op, x->data, x->dtype == NB_BF16, o->data, o->dtype == NB_BF16, &w);
+    NB_TRY(nb_attn_cuda_check("nb_tape_qkv_attention", w.BH, w.L, w.L, w.d));
+    op->saved[0] = nb_tape_alloc_f32(t, w.BH * w.L, 0);
+    if (!op->saved[0]) return NB_ERR_OUT_OF_MEMORY;
+    return nb_attn_cuda_forward_v(t->dev, t->precision, &w.q, &w.k, &w.v, &w.o, op->saved[0],
+                                  w.BH, w.L, w.L, w.d);
+}
+
+static nb_status qkv_cuda_bwd(nb_tape *t, const nb_top *op) {
+    float *g;
+    int overwrite;
+    NB_TRY(nb_tape_grad_buf_w(t, op->in[0], &g, &overwrite));
+    if (!g) return NB_OK;
+    const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
+    const int xbf = x->dtype == NB_BF16, obf = o->dtype == NB_BF16;
+    qkv_views w, gw;
+    qkv_make_views(t, op, x->data, xbf, o->data, obf, &w);
+    qkv_make_views(t, op, g, xbf, o->grad, obf, &gw); /* gradients: the values' dtypes */
+    const int mode = overwrite ? NB_ATTN_GRAD_STORE : NB_ATTN_GRAD_ADD;
+    float *delta = nb_tape_alloc_f32(t, w.BH * w.L, 0), *scratch = NULL;
+    if (!delta) return NB_ERR_OUT_OF_MEMORY;
+    int64_t ns = nb_attn_cuda_dq_scratch(&gw.q, mode, w.BH, w.L, w.L, w.d);
+    if (ns && !(scratch = nb_tape_alloc_f32(t, ns, 0))) return NB_ERR_OUT_OF_MEMORY;
+    return nb_attn_cuda_backward_v(t->dev, t->precision, &w.q, &w.k, &w.v, &w.o, &gw.o,
+                                   op->saved[0], delta, &gw.q, &gw.k, &gw.v, mode, scratch, w.BH,
+                                   w.L, w.L, w.d);
+}
+
+const nb_top_cuda_impl nb_top_qkv_attention_cuda = {qkv_cuda_fwd, qkv_cuda_bwd,
+                                                    NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};

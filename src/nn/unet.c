@@ -18,6 +18,7 @@
 
 typedef struct ures {
     int cin, cout;
+    int emb_off; /* first row of this block's emb_layers in the stacked projection */
     nb_tvar gn1_w, gn1_b, c1_w, c1_b, emb_w, emb_b, gn2_w, gn2_b, c2_w, c2_b, skip_w, skip_b;
 } ures;
 typedef struct uattn {
@@ -55,6 +56,11 @@ struct nb_unet {
     nb_unet_config cfg;
     nb_tape *t;
     nb_tvar te0_w, te0_b, te2_w, te2_b, out_gn_w, out_gn_b, out_w, out_b;
+    /* every ResBlock's emb_layers.1 weight [cout, emb] and bias, registered consecutively and
+     * seen as one [sum cout, emb] / [sum cout] parameter: one GEMM per step instead of one per
+     * block (each block then slices its rows) */
+    nb_tvar emb_wcat, emb_bcat;
+    int emb_rows;
     int n_in, n_out;
     ublock in[MAXB], mid, out[MAXB];
     double flops;
@@ -175,6 +181,10 @@ typedef struct reg {
     nb_unet *u;
     nb_tape *t;      /* NULL: only count */
     int64_t count;
+    /* emb_layers parameters, registered after all the others (build_emb) */
+    int n_emb;
+    ures *emb_blk[3 * MAXB];
+    char emb_pre[3 * MAXB][96];
 } reg;
 
 static nb_status param(reg *r, nb_tvar *out, int ndim, const int64_t *shape, const char *fmt, ...)
@@ -223,8 +233,10 @@ static nb_status reg_res(reg *r, ures *b, int cin, int cout, int emb, const char
     P1(b->gn1_b, cin, "%s.in_layers.0.bias", pre);
     P4(b->c1_w, cout, cin, 3, 3, "%s.in_layers.2.weight", pre);
     P1(b->c1_b, cout, "%s.in_layers.2.bias", pre);
-    P2(b->emb_w, cout, emb, "%s.emb_layers.1.weight", pre);
-    P1(b->emb_b, cout, "%s.emb_layers.1.bias", pre);
+    (void)emb; /* emb_layers: registered by build_emb */
+    if (r->n_emb == 3 * MAXB) return nb_error(NB_ERR_INVALID_ARG, "UNet config: too many blocks");
+    r->emb_blk[r->n_emb] = b;
+    snprintf(r->emb_pre[r->n_emb++], sizeof r->emb_pre[0], "%s", pre);
     P1(b->gn2_w, cout, "%s.out_layers.0.weight", pre);
     P1(b->gn2_b, cout, "%s.out_layers.0.bias", pre);
     P4(b->c2_w, cout, cout, 3, 3, "%s.out_layers.3.weight", pre);
@@ -246,6 +258,27 @@ static nb_status reg_attn(reg *r, uattn *a, int c, int hc, const char *pre) {
     P3(a->proj_w, c, c, 1, "%s.proj_out.weight", pre);
     P1(a->proj_b, c, "%s.proj_out.bias", pre);
     return NB_OK;
+}
+
+/* The emb_layers weights of all ResBlocks, then their biases, each run consecutive in the
+ * parameter buffer, and the two views over them. */
+static nb_status build_emb(nb_unet *u, reg *r) {
+    int emb = 4 * u->cfg.model_channels, rows = 0;
+    for (int i = 0; i < r->n_emb; i++) {
+        ures *b = r->emb_blk[i];
+        P2(b->emb_w, b->cout, emb, "%s.emb_layers.1.weight", r->emb_pre[i]);
+        b->emb_off = rows;
+        rows += b->cout;
+    }
+    for (int i = 0; i < r->n_emb; i++)
+        P1(r->emb_blk[i]->emb_b, r->emb_blk[i]->cout, "%s.emb_layers.1.bias", r->emb_pre[i]);
+    u->emb_rows = rows;
+    u->emb_wcat = u->emb_bcat = NB_TVAR_NONE;
+    if (!r->t || !r->n_emb) return NB_OK;
+    TRY(nb_tape_param_view(r->t, "~emb_layers.1.weight (all blocks)", r->emb_blk[0]->emb_w, 2,
+                           (int64_t[]){rows, emb}, &u->emb_wcat));
+    return nb_tape_param_view(r->t, "~emb_layers.1.bias (all blocks)", r->emb_blk[0]->emb_b, 1,
+                              (int64_t[]){rows}, &u->emb_bcat);
 }
 
 static nb_status build(nb_unet *u, reg *r) {
@@ -319,7 +352,7 @@ static nb_status build(nb_unet *u, reg *r) {
     P1(u->out_gn_b, ch, "out.0.bias");
     P4(u->out_w, c->out_channels, ch, 3, 3, "out.2.weight");
     P1(u->out_b, c->out_channels, "out.2.bias");
-    return NB_OK;
+    return build_emb(u, r);
 }
 
 nb_status nb_unet_param_count(const nb_unet_config *cfg, int64_t *out) {
@@ -328,7 +361,7 @@ nb_status nb_unet_param_count(const nb_unet_config *cfg, int64_t *out) {
     nb_unet *u = calloc(1, sizeof *u);
     if (!u) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_unet_param_count: out of memory");
     u->cfg = *cfg;
-    reg r = {u, NULL, 0};
+    reg r = {.u = u, .t = NULL};
     nb_status s = build(u, &r);
     free(u);
     *out = r.count;
@@ -342,7 +375,7 @@ nb_status nb_unet_create(const nb_unet_config *cfg, nb_tape *t, nb_unet **out) {
     if (!u) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_unet_create: out of memory");
     u->cfg = *cfg;
     u->t = t;
-    reg r = {u, t, 0};
+    reg r = {.u = u, .t = t};
     nb_status s = build(u, &r);
     if (s) {
         free(u->names);
@@ -568,15 +601,12 @@ static nb_status gn_silu(nb_unet *u, nb_tvar x, nb_tvar g, nb_tvar b, nb_tvar *y
     return NB_OK;
 }
 
-static nb_status res_fwd(nb_unet *u, const ures *b, nb_tvar x, nb_tvar emb_act, nb_tvar *y) {
+static nb_status res_fwd(nb_unet *u, const ures *b, nb_tvar x, nb_tvar emb_proj, nb_tvar *y) {
     nb_tvar h, e, skip = x;
     TRY(gn_silu(u, x, b->gn1_w, b->gn1_b, &h));
     TRY(conv(u, h, b->c1_w, b->c1_b, 1, 1, &h));
-    OPK(PK_LINEAR, nb_tape_linear(u->t, emb_act, b->emb_w, b->emb_b, &e));
-    int nd;
-    int64_t es[4];
-    TRY(nb_tape_shape(u->t, e, &nd, es));
-    u->flops += 2.0 * es[0] * es[1] * 4 * u->cfg.model_channels;
+    /* emb_proj: [N, sum cout] from the one stacked linear (forward) */
+    OPK(PK_LAYOUT, nb_tape_slice_channels(u->t, emb_proj, b->emb_off, b->cout, &e));
     OPK(PK_ADD_CH, nb_tape_add_channel(u->t, h, e, &h));
     TRY(gn_silu(u, h, b->gn2_w, b->gn2_b, &h));
     TRY(conv(u, h, b->c2_w, b->c2_b, 1, 1, &h));
@@ -591,20 +621,12 @@ static nb_status attn_fwd(nb_unet *u, const uattn *a, nb_tvar x, nb_tvar *y) {
     int64_t s[4];
     TRY(nb_tape_shape(t, x, &nd, s));
     int64_t n = s[0], c = s[1], hw = s[2] * s[3], heads = a->heads, d = c / heads;
-    nb_tvar h, qkv, r, q[3], o;
+    nb_tvar h, qkv, o;
     OPK(PK_GN, nb_tape_group_norm(t, x, u->cfg.num_groups, a->gn_w, a->gn_b, 1e-5f, &h));
     TRY(conv(u, h, a->qkv_w, a->qkv_b, 1, 0, &qkv));
-    /* legacy order: channel = head * 3d + {q,k,v} * d + i */
-    OPK(PK_LAYOUT, nb_tape_reshape(t, qkv, 3, (int64_t[]){n * heads, 3 * d, hw}, &r));
-    for (int j = 0; j < 3; j++) {
-        OPK(PK_LAYOUT, nb_tape_slice_channels(t, r, j * d, d, &q[j]));
-        OPK(PK_LAYOUT, nb_tape_reshape(t, q[j], 4, (int64_t[]){n, heads, d, hw}, &q[j]));
-        OPK(PK_LAYOUT, nb_tape_transpose(t, q[j], &q[j])); /* [n, heads, hw, d] */
-    }
-    OPK(PK_ATTN, nb_tape_attention(t, q[0], q[1], q[2], &o));
+    /* fused, on the legacy order (channel = head * 3d + {q,k,v} * d + i): [n, c, H, W] out */
+    OPK(PK_ATTN, nb_tape_qkv_attention(t, qkv, (int)heads, &o));
     u->flops += 4.0 * n * heads * hw * hw * d;
-    OPK(PK_LAYOUT, nb_tape_transpose(t, o, &o)); /* [n, heads, d, hw] */
-    OPK(PK_LAYOUT, nb_tape_reshape(t, o, 4, s, &o));
     TRY(conv(u, o, a->proj_w, a->proj_b, 1, 0, &o));
     OPK(PK_ADD, nb_tape_add(t, x, o, y));
     return NB_OK;
@@ -622,6 +644,9 @@ static nb_status forward(nb_unet *u, nb_tvar x, const float *timesteps, const in
     OPK(PK_LINEAR, nb_tape_linear(t, emb, u->te2_w, u->te2_b, &emb));
     u->flops += 2.0 * s[0] * (mc * 4 * mc + 16.0 * mc * mc);
     OPK(PK_SILU, nb_tape_silu(t, emb, &emb)); /* every emb_layers starts with SiLU: shared */
+    /* every ResBlock's emb_layers.1 in one GEMM: [N, sum cout] */
+    OPK(PK_LINEAR, nb_tape_linear(t, emb, u->emb_wcat, u->emb_bcat, &emb));
+    u->flops += 2.0 * s[0] * u->emb_rows * 4 * mc;
     h = x;
     for (int k = 0; k < u->n_in; k++) {
         const ublock *b = &u->in[k];

@@ -31,7 +31,7 @@ echo "build done: $(date -u +%T)" >> "$O/env.log"
 echo "exit: $?" >> "$O/test.log"
 echo "tests done: $(date -u +%T)" >> "$O/env.log"
 
-( cd "$B" && NB_ATTN_BENCH=1 timeout 25 ./tests/test_nn_tape_attn_cuda test_attn_bench ) > "$O/bench.log" 2>&1
+( cd "$B" && NB_ATTN_BENCH=1 timeout 40 ./tests/test_nn_tape_attn_cuda test_attn_bench ) > "$O/bench.log" 2>&1
 echo "exit: $?" >> "$O/bench.log"
 
 timeout 40 python3 -u bench/torch/bench_attn.py > "$O/torch.log" 2>&1
