@@ -21,7 +21,9 @@ bench)
   for p in tf32 bf16 fp32; do
     timeout 90 "$N" unet bench --device cuda --precision $p --batch 32 --warmup 3 --steps 20 --no-progress
   done > "$O/unet_bench.log" 2>&1
-  timeout 90 "$N" unet bench --device cuda --precision tf32 --batch 32 --warmup 2 --steps 3 --profile --no-progress > "$O/unet_profile.log" 2>&1
+  for p in tf32 bf16; do
+    timeout 90 "$N" unet bench --device cuda --precision $p --batch 32 --warmup 2 --steps 3 --profile --no-progress > "$O/unet_profile_$p.log" 2>&1
+  done
   timeout 60 "$N" fit-image --device cuda --model hash --steps 1000 --profile --out "$O/fit_hash.png" > "$O/fit_hash.log" 2>&1
   timeout 60 "$N" fit-image --device cuda --model hash --sampling stratified --steps 1000 --no-out > "$O/fit_hash_strat.log" 2>&1
   timeout 60 "$N" fit-image --device cuda --model grid --steps 1000 --profile --out "$O/fit_grid.png" > "$O/fit_grid.log" 2>&1
