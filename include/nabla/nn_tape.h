@@ -74,8 +74,9 @@
  * CUDA: FP32 (exact fp32), TF32 (tensor cores, fp32 storage), BF16 (bf16 operands, fp32
  * accumulation, and BF16 STORAGE of activations: PyTorch's autocast, done by the tape). On a
  * BF16 CUDA tape the outputs of ops (and their gradients) are stored as bfloat16 (rounded to
- * nearest even) wherever the op's CUDA row reads and writes bf16 (every row of this header's
- * ops but mse, whose [1] output stays f32); parameters, their gradients and optimizer state,
+ * nearest even) wherever the op's CUDA row reads and writes bf16 (every op of this header
+ * except mse, whose [1] output stays f32, and nb_tape_attention, whose inputs are cast to f32
+ * by a recorded cast op); parameters, their gradients and optimizer state,
  * inputs (nb_tape_input) and the timestep embedding stay f32, and every sum is taken in f32.
  * nb_tape_read / nb_tape_read_grad return such values widened to f32; the raw pointers of
  * nb_tape_data / nb_tape_grad then address 2-byte elements. Setting the environment variable
