@@ -654,8 +654,7 @@ nb_status nb_tape_cast(nb_tape *t, nb_tvar x, nb_dtype dt, nb_tvar *out) {
 nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
     const nb_top_impl *impl = nb_top_table(op->kind);
     if (!impl) return nb_error(NB_ERR_INTERNAL, "tape: unknown op kind %d", op->kind);
-    nb_status s = nb_tape_grow(t, (void **)&t->ops, &t->ops_cap, t->n_ops + 1, sizeof(nb_top));
-    if (s) return s;
+    nb_status s = NB_OK;
     nb_top cp = *op;
     if (op->kind != NB_TOP_CAST && !(nb_top_flags(t, op->kind) & NB_TOPF_IN_BF16)) {
         /* the row reads f32 only: record casts of its bf16 inputs first */
@@ -663,9 +662,8 @@ nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
             if (cp.in[i] < 0 || cp.in[i] >= t->n_vals || t->vals[cp.in[i]].dtype == NB_F32) continue;
             if ((s = nb_tape_cast(t, cp.in[i], NB_F32, &cp.in[i]))) return s;
         }
-        if ((s = nb_tape_grow(t, (void **)&t->ops, &t->ops_cap, t->n_ops + 1, sizeof(nb_top))))
-            return s;
     }
+    if ((s = nb_tape_grow(t, (void **)&t->ops, &t->ops_cap, t->n_ops + 1, sizeof(nb_top)))) return s;
     nb_top *rec = &t->ops[t->n_ops];
     *rec = cp;
     s = nb_top_run(t, rec, 0);

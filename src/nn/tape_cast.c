@@ -4,7 +4,6 @@
  * request. Forward: y = dtype(x) (bf16 rounds to nearest even); backward: dx (+)= dtype_x(dy).
  * CPU rows convert with nb_f32_to_bf16 / nb_bf16_to_f32 (CPU tapes hold f32 only, so there the
  * op is a copy); the CUDA row is one grid-stride kernel each way. */
-#include <string.h>
 
 #include "nn/bf16_cuda.h"
 #include "nn/encoding_internal.h"
@@ -23,7 +22,7 @@ static void cpu_st(void *p, int64_t i, nb_dtype dt, float v) {
 
 static nb_status cast_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
-    for (int64_t i = 0; i < x->count; i++) cpu_st(y->data, i, y->dtype, cpu_ld(x->data, i, x->dtype));
+    nb_convert(y->data, y->dtype, x->data, x->dtype, (size_t)x->count);
     return NB_OK;
 }
 
@@ -33,10 +32,12 @@ static nb_status cast_cpu_bwd(nb_tape *t, const nb_top *op) {
     int ow;
     nb_status s = nb_tape_grad_buf_w(t, op->in[0], &dx, &ow);
     if (s || !dx) return s;
-    for (int64_t i = 0; i < x->count; i++) {
-        float g = cpu_ld(y->grad, i, y->dtype);
-        cpu_st(dx, i, x->dtype, ow ? g : cpu_ld(dx, i, x->dtype) + g);
+    if (ow) {
+        nb_convert(dx, x->dtype, y->grad, y->dtype, (size_t)x->count);
+        return NB_OK;
     }
+    for (int64_t i = 0; i < x->count; i++)
+        cpu_st(dx, i, x->dtype, cpu_ld(dx, i, x->dtype) + cpu_ld(y->grad, i, y->dtype));
     return NB_OK;
 }
 
@@ -73,19 +74,20 @@ typedef struct {
     int xbf, ybf, acc;
 } cast_p;
 
-static nb_status cast_launch(nb_tape *t, int id, const void *x, nb_dtype xdt, void *y, nb_dtype ydt,
+static nb_status cast_launch(nb_tape *t, const void *x, nb_dtype xdt, void *y, nb_dtype ydt,
                              int64_t n, int acc) {
-    if (!t->kern[id]) {
-        nb_status s = nb_nn_cuda_kernel(t->dev, cast_src, "tk_cast", &t->kern[id]);
+    if (!t->kern[NB_TK_CAST]) {
+        nb_status s = nb_nn_cuda_kernel(t->dev, cast_src, "tk_cast", &t->kern[NB_TK_CAST]);
         if (s) return s;
     }
     cast_p a = {x, y, (long long)n, xdt == NB_BF16, ydt == NB_BF16, acc};
-    return nb_jit_launch_cuda(t->kern[id], &a, sizeof a, n / 4 + n % 4, nb_device_stream(t->dev));
+    return nb_jit_launch_cuda(t->kern[NB_TK_CAST], &a, sizeof a, n / 4 + n % 4,
+                              nb_device_stream(t->dev));
 }
 
 static nb_status cast_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
-    return cast_launch(t, NB_TK_CAST_FWD, x->data, x->dtype, y->data, y->dtype, x->count, 0);
+    return cast_launch(t, x->data, x->dtype, y->data, y->dtype, x->count, 0);
 }
 
 static nb_status cast_cuda_bwd(nb_tape *t, const nb_top *op) {
@@ -94,7 +96,7 @@ static nb_status cast_cuda_bwd(nb_tape *t, const nb_top *op) {
     int ow;
     nb_status s = nb_tape_grad_buf_w(t, op->in[0], &dx, &ow);
     if (s || !dx) return s;
-    return cast_launch(t, NB_TK_CAST_BWD, y->grad, y->dtype, dx, x->dtype, x->count, !ow);
+    return cast_launch(t, y->grad, y->dtype, dx, x->dtype, x->count, !ow);
 }
 
 /* (the output's dtype is ip[0], set by nb_tape_cast, not by the flags) */

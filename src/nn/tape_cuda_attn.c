@@ -96,6 +96,7 @@ static int attn_dp(nb_device *dev, int64_t d, int precision, int var, const char
 static nb_status attn_variant(const char *fn, const nb_attn_view *const *v, int n, int mode,
                               int *var) {
     int rm = 1, fm = 1, bf = 0, all_bf = 1;
+    *var = 0;
     for (int i = 0; i < n; i++) {
         if (!v[i] || !v[i]->p) continue;
         rm = rm && v[i]->cs == 1 && !v[i]->bf16;

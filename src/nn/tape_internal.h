@@ -104,8 +104,8 @@ enum nb_tape_kern {
     NB_TK_GN_DGB,
     /* bf16 variants of NB_TK_GN_FWD2 .. NB_TK_GN_BWD4, in the same order (tape_cuda_norm.c) */
     NB_TK_GN_FWD2_BF, NB_TK_GN_FWD4_BF, NB_TK_GN_FWD8_BF, NB_TK_GN_BWD2_BF, NB_TK_GN_BWD4_BF,
-    /* tape_cast.c */
-    NB_TK_CAST_FWD, NB_TK_CAST_BWD,
+    /* tape_cast.c (one kernel, both directions) */
+    NB_TK_CAST,
     NB_TK_COUNT = 48 /* room for more */
 };
 

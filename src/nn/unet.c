@@ -227,13 +227,13 @@ static nb_status param(reg *r, nb_tvar *out, int ndim, const int64_t *shape, con
 #define P3(dst, a, b, c, ...) TRY(param(r, &(dst), 3, (int64_t[]){a, b, c}, __VA_ARGS__))
 #define P4(dst, a, b, c, d, ...) TRY(param(r, &(dst), 4, (int64_t[]){a, b, c, d}, __VA_ARGS__))
 
-static nb_status reg_res(reg *r, ures *b, int cin, int cout, int emb, const char *pre) {
+static nb_status reg_res(reg *r, ures *b, int cin, int cout, const char *pre) {
     b->cin = cin, b->cout = cout;
     P1(b->gn1_w, cin, "%s.in_layers.0.weight", pre);
     P1(b->gn1_b, cin, "%s.in_layers.0.bias", pre);
     P4(b->c1_w, cout, cin, 3, 3, "%s.in_layers.2.weight", pre);
     P1(b->c1_b, cout, "%s.in_layers.2.bias", pre);
-    (void)emb; /* emb_layers: registered by build_emb */
+    /* emb_layers: registered later by build_emb */
     if (r->n_emb == 3 * MAXB) return nb_error(NB_ERR_INVALID_ARG, "UNet config: too many blocks");
     r->emb_blk[r->n_emb] = b;
     snprintf(r->emb_pre[r->n_emb++], sizeof r->emb_pre[0], "%s", pre);
@@ -301,7 +301,7 @@ static nb_status build(nb_unet *u, reg *r) {
             b = &u->in[k];
             b->kind = 0;
             snprintf(pre, sizeof pre, "input_blocks.%d.0", k);
-            TRY(reg_res(r, &b->res, ch, mc * c->channel_mult[l], emb, pre));
+            TRY(reg_res(r, &b->res, ch, mc * c->channel_mult[l], pre));
             ch = mc * c->channel_mult[l];
             if ((b->has_attn = attn_at(c, l))) {
                 snprintf(pre, sizeof pre, "input_blocks.%d.1", k);
@@ -322,9 +322,9 @@ static nb_status build(nb_unet *u, reg *r) {
         }
     }
     u->n_in = k;
-    TRY(reg_res(r, &u->mid.res, ch, ch, emb, "middle_block.0"));
+    TRY(reg_res(r, &u->mid.res, ch, ch, "middle_block.0"));
     TRY(reg_attn(r, &u->mid.attn, ch, hc, "middle_block.1"));
-    TRY(reg_res(r, &u->mid.res2, ch, ch, emb, "middle_block.2"));
+    TRY(reg_res(r, &u->mid.res2, ch, ch, "middle_block.2"));
     k = 0;
     for (int l = c->n_levels - 1; l >= 0; l--) {
         for (int i = 0; i <= c->num_res_blocks; i++, k++) {
@@ -332,7 +332,7 @@ static nb_status build(nb_unet *u, reg *r) {
             b->kind = 0;
             int ich = chans[--nch], j = 1;
             snprintf(pre, sizeof pre, "output_blocks.%d.0", k);
-            TRY(reg_res(r, &b->res, ch + ich, mc * c->channel_mult[l], emb, pre));
+            TRY(reg_res(r, &b->res, ch + ich, mc * c->channel_mult[l], pre));
             ch = mc * c->channel_mult[l];
             if ((b->has_attn = attn_at(c, l))) {
                 snprintf(pre, sizeof pre, "output_blocks.%d.1", k);
