@@ -335,8 +335,11 @@ static int cmd_bench(opts *o, model *m, nb_device *dev, const float *x) {
     nb_unet_last_forward_flops(m->u, &flops);
     double step_flops = 3 * flops; /* forward + backward (two GEMMs per forward GEMM) */
     printf("mean loss of the timed steps: %.4f\n", st.mean_loss);
-    printf("ms/step: %.3f (%d steps after %d warm-up, %s)\n", per, o->steps, o->warmup,
-           cuda ? "CUDA events" : "host clock");
+    int gs = nb_ddpm_graph_state(m->d);
+    printf("ms/step: %.3f (%d steps after %d warm-up, %s%s)\n", per, o->steps, o->warmup,
+           cuda ? "CUDA events" : "host clock",
+           gs == 2 ? ", forward + backward replayed from a CUDA graph"
+                   : cuda ? ", no CUDA graph (NABLA_CUDA_GRAPH=0 or capture failed)" : "");
     printf("FLOPs per step: %.4g TFLOP = 3 x forward %.4g GFLOP (2 per multiply-add of convs, linears and "
            "attention matmuls)\n", step_flops / 1e12, flops / 1e9);
     printf("training TFLOP/s: %.3f\n", per > 0 ? step_flops / (per * 1e-3) / 1e12 : 0);

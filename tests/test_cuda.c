@@ -363,6 +363,68 @@ static void test_cuda_nvrtc_axpy(void) {
     nb_device_close(dev);
 }
 
+/* A captured graph (memset + axpy) runs nothing while capturing and replays on the memory and
+ * arguments it was captured with, reading the buffers' contents at replay time; after a capture
+ * with a pageable host -> device copy in it (refused by the driver) the stream works on. */
+static void test_cuda_graph_capture_replay(void) {
+    nb_device *dev = NULL;
+    OPEN_CUDA(dev);
+    NEED_NVRTC(dev);
+    nb_cuda_module *m = load_kernels(dev);
+    if (!m) {
+        nb_device_close(dev);
+        return;
+    }
+    nb_cuda_function *f = NULL;
+    NB_REQUIRE_OK(nb_cuda_module_function(m, "axpy", &f));
+    const int n = 1000;
+    float x[1000], y[1000], out[1000];
+    for (int i = 0; i < n; i++) x[i] = (float)i, y[i] = 1.0f;
+    nb_buffer *bx = NULL, *by = NULL, *bz = NULL;
+    NB_REQUIRE_OK(nb_buffer_alloc(dev, n * sizeof(float), &bx));
+    NB_REQUIRE_OK(nb_buffer_alloc(dev, n * sizeof(float), &by));
+    NB_REQUIRE_OK(nb_buffer_alloc(dev, n * sizeof(float), &bz));
+    void *px = nb_buffer_ptr(bx), *py = nb_buffer_ptr(by), *pz = nb_buffer_ptr(bz);
+    NB_EXPECT_OK(nb_memcpy_h2d(dev, px, x, sizeof x));
+    NB_EXPECT_OK(nb_memcpy_h2d(dev, py, y, sizeof y));
+    unsigned block[3] = {128, 1, 1}, grid[3] = {(unsigned)((n + 127) / 128), 1, 1};
+    float a = 2.0f;
+    int nn = n;
+    void *args[] = {&a, &px, &py, &nn};
+    nb_graph *g = NULL;
+    NB_REQUIRE_OK(nb_graph_capture_begin(dev));
+    NB_EXPECT_OK(nb_memset(dev, pz, 0, sizeof(float) * n));
+    NB_EXPECT_OK(nb_cuda_launch(f, grid, block, 0, NULL, args)); /* y += 2 x */
+    a = 100.0f; /* the argument was captured by value */
+    NB_REQUIRE_OK(nb_graph_capture_end(dev, &g));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
+    NB_EXPECT(out[7] == 1.0f); /* nothing ran yet */
+    NB_EXPECT_OK(nb_graph_launch(g));
+    NB_EXPECT_OK(nb_graph_launch(g));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += out[i] != 1.0f + 4.0f * i;
+    NB_EXPECT(bad == 0);
+    x[5] = -1.0f; /* replays read the buffers as they are now */
+    NB_EXPECT_OK(nb_memcpy_h2d(dev, px, x, sizeof x));
+    NB_EXPECT_OK(nb_graph_launch(g));
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
+    NB_EXPECT(out[5] == 1.0f + 4.0f * 5 - 2.0f && out[6] == 1.0f + 6.0f * 6);
+    nb_graph_destroy(g);
+    /* a pageable copy inside a capture: an error at the copy or at the end, never a hang */
+    NB_REQUIRE_OK(nb_graph_capture_begin(dev));
+    nb_status cs = nb_memcpy_h2d(dev, px, x, sizeof x);
+    nb_status es = nb_graph_capture_end(dev, &g);
+    printf("  pageable copy in a capture: copy %s, end %s\n", nb_status_name(cs), nb_status_name(es));
+    NB_EXPECT(es != NB_OK ? g == NULL : 1);
+    nb_graph_destroy(g);
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out)); /* the stream works again */
+    NB_EXPECT(out[6] == 1.0f + 6.0f * 6);
+    nb_buffer_release(bx), nb_buffer_release(by), nb_buffer_release(bz);
+    nb_cuda_module_unload(m);
+    nb_device_close(dev);
+}
+
 static void test_cuda_compile_errors(void) {
     nb_device *dev = NULL;
     OPEN_CUDA(dev);
@@ -526,5 +588,5 @@ int main(int argc, char **argv) {
                  test_cuda_memset, test_cuda_events_timing, test_cuda_streams_and_wait_event,
                  test_cuda_nvrtc_axpy, test_cuda_compile_errors, test_cuda_missing_function,
                  test_cuda_launch_validation, test_cuda_large_dynamic_shared,
-                 test_cuda_other_thread);
+                 test_cuda_other_thread, test_cuda_graph_capture_replay);
 }

@@ -133,6 +133,20 @@ static void test_cpu_streams_events(void) {
     nb_device_close(dev);
 }
 
+/* Graphs need CUDA: the CPU device says so; bad arguments are errors. */
+static void test_cpu_graphs_unsupported(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    NB_EXPECT_ERR(nb_graph_capture_begin(dev), NB_ERR_UNSUPPORTED, "CUDA device");
+    nb_graph *g = (nb_graph *)&g;
+    NB_EXPECT_ERR(nb_graph_capture_end(dev, &g), NB_ERR_UNSUPPORTED, "CUDA device");
+    NB_EXPECT(g == NULL);
+    NB_EXPECT_ERR(nb_graph_capture_begin(NULL), NB_ERR_INVALID_ARG, "NULL");
+    NB_EXPECT_ERR(nb_graph_launch(NULL), NB_ERR_INVALID_ARG, "NULL");
+    nb_graph_destroy(NULL);
+    nb_device_close(dev);
+}
+
 /* A buffer keeps its device alive: closing the device first is safe. */
 static void test_buffer_outlives_close(void) {
     nb_device *dev;
@@ -150,5 +164,5 @@ static void test_buffer_outlives_close(void) {
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_open_specs, test_open_bad_specs, test_cpu_buffers_and_copies,
                  test_caching_allocator_steady_state, test_alloc_too_large, test_cpu_streams_events,
-                 test_buffer_outlives_close);
+                 test_buffer_outlives_close, test_cpu_graphs_unsupported);
 }

@@ -735,9 +735,92 @@ static void test_cuda_ddpm_bf16(void) {
     nb_device_close(gpu);
 }
 
+/* CUDA graphs (nb_ddpm_set_cuda_graphs): the same model trained with and without them gives the
+ * same losses and parameters; the state goes 1 (warming) -> 2 (replaying); a sample (which resets
+ * the tape) and a new batch size make the next steps record and capture afresh. */
+static void test_cuda_ddpm_graphs(void) {
+    nb_device *gpu = open_gpu();
+    if (!gpu) NB_SKIP("no CUDA device");
+    for (int prec = NB_TAPE_FP32; prec <= NB_TAPE_BF16; prec += NB_TAPE_BF16 - NB_TAPE_FP32) {
+        nb_tape *ta, *tb;
+        nb_unet *ua = make_on(gpu, &ta, (nb_tape_precision)prec), *ub = make_on(gpu, &tb, (nb_tape_precision)prec);
+        NB_REQUIRE_OK(ua && ub ? NB_OK : NB_ERR_INTERNAL);
+        nb_ddpm_config dc = nb_ddpm_config_default();
+        dc.lr = 1e-3f;
+        dc.seed = 4;
+        nb_ddpm *da, *db;
+        NB_REQUIRE_OK(nb_ddpm_create(ua, &dc, &da));
+        NB_REQUIRE_OK(nb_ddpm_create(ub, &dc, &db));
+        NB_REQUIRE_OK(nb_ddpm_set_cuda_graphs(da, 1));
+        NB_REQUIRE_OK(nb_ddpm_set_cuda_graphs(db, 0));
+        NB_EXPECT(nb_ddpm_graph_state(da) == 1 && nb_ddpm_graph_state(db) == 0);
+        float x0[6 * 64];
+        for (int i = 0; i < 6 * 64; i++) x0[i] = ((i / 8 + i % 8 + i / 64) % 3) ? 0.7f : -0.9f;
+        double worst = 0;
+        int states[12];
+        for (int s = 0; s < 12; s++) {
+            int n = s < 7 ? 4 : 6; /* a new batch size from step 7 */
+            if (s == 5) { /* sampling resets the tape: the next steps record again */
+                float smp[2 * 64];
+                NB_REQUIRE_OK(nb_ddpm_sample(da, NB_SAMPLER_DDIM, 2, 2, 1, smp));
+                NB_REQUIRE_OK(nb_ddpm_sample(db, NB_SAMPLER_DDIM, 2, 2, 1, smp));
+            }
+            float la, lb, na, nbn;
+            NB_REQUIRE_OK(nb_ddpm_train_step(da, x0, n, &la, &na));
+            NB_REQUIRE_OK(nb_ddpm_train_step(db, x0, n, &lb, &nbn));
+            states[s] = nb_ddpm_graph_state(da);
+            worst = fmax(worst, fabs(la - lb) / fabs(lb));
+            NB_EXPECT_NEAR(la, lb, 2e-3 * fabs(lb) + 1e-6);
+            NB_EXPECT_NEAR(na, nbn, 5e-3 * fabs(nbn) + 1e-6);
+        }
+        printf("  %s: graph states", prec == NB_TAPE_BF16 ? "bf16" : "fp32");
+        for (int s = 0; s < 12; s++) printf(" %d", states[s]);
+        printf("; losses with vs without graphs max rel diff %.3g\n", worst);
+        /* steps 0, 1 record; 2 captures (then replays); 5 follows a sample; 7 a new batch */
+        int want[12] = {1, 1, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2};
+        for (int s = 0; s < 12; s++) NB_EXPECT(states[s] == want[s]);
+        int64_t np;
+        float *p;
+        NB_REQUIRE_OK(nb_tape_params(ta, &p, &np));
+        float *pa = malloc(sizeof(float) * (size_t)np), *pb = malloc(sizeof(float) * (size_t)np);
+        NB_REQUIRE_OK(pa && pb ? NB_OK : NB_ERR_OUT_OF_MEMORY);
+        NB_REQUIRE_OK(nb_tape_read_params(ta, pa, np));
+        NB_REQUIRE_OK(nb_tape_read_params(tb, pb, np));
+        double sc, err = max_rel(pa, pb, np, &sc);
+        printf("  parameters after 12 steps: max err %.3g of max %.3g\n", err * sc, sc);
+        NB_EXPECT(err * sc < 2e-2);
+        free(pa), free(pb);
+        NB_EXPECT_OK(nb_ddpm_set_cuda_graphs(da, 0));
+        NB_EXPECT(nb_ddpm_graph_state(da) == 0);
+        NB_EXPECT_OK(nb_ddpm_train_step(da, x0, 4, NULL, NULL));
+        nb_ddpm_free(da), nb_ddpm_free(db);
+        nb_unet_free(ua), nb_unet_free(ub);
+        nb_tape_free(ta), nb_tape_free(tb);
+    }
+    nb_device_close(gpu);
+}
+
+/* The graph switch on the CPU: accepted, nothing to capture (state 0). */
+static void test_ddpm_graphs_cpu(void) {
+    nb_tape *t;
+    nb_unet *u = make_on(NULL, &t, NB_TAPE_FP32);
+    NB_REQUIRE_OK(u ? NB_OK : NB_ERR_INTERNAL);
+    nb_ddpm_config dc = nb_ddpm_config_default();
+    nb_ddpm *d;
+    NB_REQUIRE_OK(nb_ddpm_create(u, &dc, &d));
+    NB_EXPECT_OK(nb_ddpm_set_cuda_graphs(d, 1));
+    NB_EXPECT(nb_ddpm_graph_state(d) == 0);
+    NB_EXPECT_ERR(nb_ddpm_set_cuda_graphs(NULL, 1), NB_ERR_INVALID_ARG, "NULL");
+    NB_EXPECT(nb_ddpm_graph_state(NULL) == 0);
+    nb_ddpm_free(d);
+    nb_unet_free(u);
+    nb_tape_free(t);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_reference_param_count, test_bad_configs, test_forward_shapes,
                  test_gradients, test_checkpoint_roundtrip, test_ddpm_train_and_sample,
                  test_ddpm_steady_state_no_alloc, test_ddpm_stats_profile, test_cuda_forward_backward,
-                 test_cuda_ddpm, test_cuda_ddpm_bf16, test_ddpm_kernels);
+                 test_cuda_ddpm, test_cuda_ddpm_bf16, test_ddpm_kernels, test_cuda_ddpm_graphs,
+                 test_ddpm_graphs_cpu);
 }

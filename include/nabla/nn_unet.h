@@ -174,6 +174,16 @@ nb_status nb_ddpm_alphas_cumprod(const nb_ddpm *d, const double **out);
  * the step's update is skipped (gradients scaled by 0) and the error is returned by the next call
  * that reads (this one with loss / grad_norm, or nb_ddpm_read_stats). */
 nb_status nb_ddpm_train_step(nb_ddpm *d, const float *x0, int n, float *loss, float *grad_norm);
+/* CUDA graphs (on by default on CUDA; the environment variable NABLA_CUDA_GRAPH=0 starts them
+ * off): after two ordinary steps of the same batch size, a step's forward and backward are
+ * captured into a CUDA graph (device.h) and later steps replay it (new x0, noise and timesteps
+ * reach it through fixed device buffers), without the per-kernel launch gaps. Anything that
+ * resets the tape in between (sampling, a forward of your own), another batch size, a precision
+ * change or a device buffer freed since the capture makes the next step record afresh. A capture
+ * that fails turns graphs off for this DDPM (warning in the log). Profiling (nb_ddpm_set_profile)
+ * runs without graphs. nb_ddpm_graph_state: 0 off, 1 on (not captured yet), 2 replaying. */
+nb_status nb_ddpm_set_cuda_graphs(nb_ddpm *d, int on);
+int nb_ddpm_graph_state(const nb_ddpm *d);
 
 /* Training statistics accumulated on the device since the last read. Waits for the device. */
 typedef struct nb_ddpm_stats {

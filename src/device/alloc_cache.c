@@ -98,6 +98,7 @@ void nb_cache_free(nb_device *dev, void *ptr, size_t block_size) {
     nb_caching_allocator *c = &dev->cache;
     pthread_mutex_lock(&c->lock);
     c->stats.bytes_in_use -= block_size;
+    c->stats.buffer_frees++;
     if (c->free_count == c->free_cap) {
         size_t cap = c->free_cap ? c->free_cap * 2 : 64;
         nb_cache_block *nb = nb_alloc(cap * sizeof *nb, 16);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nabla/device.h"
+#include "nabla/log.h"
 #include "nabla/nn_optim.h"
 #include "nabla/nn_unet.h"
 #include "nabla/tensor.h"
@@ -45,6 +47,18 @@ struct nb_ddpm {
     int profile;
     nb_event *ev[PH_COUNT];
     nb_ddpm_profile prof;
+    /* CUDA graph of the step's forward + backward (nb_ddpm_set_cuda_graphs) */
+    int graphs;              /* wanted (CUDA; off after a failed capture) */
+    nb_graph *graph;
+    int graph_n, graph_prec; /* batch and tape precision of the capture */
+    uint64_t graph_resets;   /* the tape's reset count right after the captured step's reset */
+    uint64_t graph_frees;    /* the device's buffer frees at the capture */
+    nb_tvar gx0, gx, gtarget, gl; /* the captured step's values (their memory is the graph's) */
+    int warm, warm_n;        /* ordinary steps in a row with batch warm_n and no foreign reset */
+    uint64_t warm_resets;
+    nb_buffer *ts_buf;       /* the timesteps on the device (the graph reads them there) */
+    float *ts_dev;
+    int ts_cap;
 };
 
 nb_ddpm_config nb_ddpm_config_default(void) {
@@ -76,6 +90,8 @@ void nb_ddpm_free(nb_ddpm *d) {
     if (d->ema_buf) nb_buffer_release(d->ema_buf);
     if (d->stats_buf) nb_buffer_release(d->stats_buf);
     if (d->x_buf) nb_buffer_release(d->x_buf);
+    if (d->ts_buf) nb_buffer_release(d->ts_buf);
+    nb_graph_destroy(d->graph);
     for (int i = 0; i < PH_COUNT; i++)
         if (d->ev[i]) nb_event_destroy(d->ev[i]);
     nb_ddpm_dev_release(&d->k);
@@ -106,6 +122,8 @@ nb_status nb_ddpm_create(nb_unet *u, const nb_ddpm_config *cfg, nb_ddpm **out) {
     d->t = nb_unet_tape(u);
     d->rng = cfg->seed * 0x2545F4914F6CDD1Dull + 7;
     d->grads_dirty = 1; /* the first step zeroes whatever an earlier backward left */
+    const char *ge = getenv("NABLA_CUDA_GRAPH");
+    d->graphs = !(ge && !strcmp(ge, "0"));
     nb_status s = nb_unet_get_config(u, &d->ucfg);
     if (!s) s = nb_ddpm_dev_init(&d->k, nb_tape_device(d->t));
     int T = cfg->timesteps;
@@ -190,6 +208,104 @@ static nb_status diverged(void) {
     return nb_error(NB_ERR_INVALID_ARG, "DDPM: gradient norm is not finite (diverged; lower --lr)");
 }
 
+static uint64_t device_frees(nb_device *dev) {
+    nb_mem_stats st;
+    return nb_device_mem_stats(dev, &st) == NB_OK ? st.buffer_frees : UINT64_MAX;
+}
+
+/* The step's tape work: inputs, noise and x_t, UNet forward, MSE, backward (*l: the loss value).
+ * capture: the forward and backward are recorded into d->graph (see nb_ddpm_set_cuda_graphs)
+ * and launched once captured; NB_ERR_UNSUPPORTED-style failures of the capture come back as
+ * errors with nothing run past the noise (the caller records the step again without). */
+static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, int capture, nb_tvar *l) {
+    int S = d->ucfg.image_size, C = d->ucfg.in_channels;
+    int64_t img = (int64_t)C * S * S, shape[4] = {n, C, S, S};
+    nb_tvar x0v, x, target, pred;
+    TRY(nb_tape_reset(d->t));
+    if (d->grads_dirty) TRY(nb_tape_zero_grad(d->t));
+    TRY(nb_tape_input(d->t, 4, shape, x0, 0, &x0v));
+    TRY(nb_tape_new_value(d->t, 4, shape, 0, &x));
+    TRY(nb_tape_new_value(d->t, 4, shape, 0, &target));
+    float *x0p, *xp, *ep, *lp;
+    TRY(nb_tape_data(d->t, x0v, &x0p, NULL));
+    TRY(nb_tape_data(d->t, x, &xp, NULL));
+    TRY(nb_tape_data(d->t, target, &ep, NULL));
+    TRY(nb_ddpm_qsample(&d->k, x0p, ep, xp, img, n, key, d->qa, d->qb));
+    TRY(phase(d, PH_INPUT));
+    if (d->k.cuda) { /* the timesteps from device memory: a graph replays whatever is there */
+        if (n > d->ts_cap) {
+            if (d->ts_buf) nb_buffer_release(d->ts_buf);
+            d->ts_buf = NULL, d->ts_cap = 0;
+            TRY(dev_alloc(d, n, &d->ts_buf, &d->ts_dev));
+            d->ts_cap = n;
+        }
+        TRY(nb_memcpy_h2d(d->k.dev, d->ts_dev, d->tsteps, sizeof(float) * (size_t)n));
+    }
+    uint64_t frees = capture ? device_frees(d->k.dev) : 0;
+    if (capture) TRY(nb_graph_capture_begin(d->k.dev));
+    if (d->k.cuda && n <= NB_TAPE_TEMB_MAX) nb_tape_set_device_timesteps(d->t, d->ts_dev);
+    nb_status s = nb_unet_forward(d->u, x, d->tsteps, &pred);
+    nb_tape_set_device_timesteps(d->t, NULL);
+    if (!s) s = nb_tape_mse(d->t, pred, target, l);
+    if (!s) s = nb_tape_data(d->t, *l, &lp, NULL);
+    if (!s) s = phase(d, PH_FORWARD);
+    d->grads_dirty = 1;
+    if (!s) s = nb_tape_backward(d->t, *l);
+    if (!capture) return s;
+    nb_graph *g = NULL;
+    nb_status e = nb_graph_capture_end(d->k.dev, &g);
+    if (s || e) {
+        nb_graph_destroy(g);
+        return s ? s : e;
+    }
+    TRY(nb_graph_launch(g));
+    if (device_frees(d->k.dev) != frees) { /* memory changed hands while capturing: not steady */
+        nb_graph_destroy(g);
+        return NB_OK;
+    }
+    d->graph = g;
+    d->graph_n = n;
+    d->graph_prec = nb_tape_get_precision(d->t);
+    d->graph_resets = d->t->resets;
+    d->graph_frees = frees;
+    d->gx0 = x0v, d->gx = x, d->gtarget = target, d->gl = *l;
+    return NB_OK;
+}
+
+/* A replay of the captured step with new inputs: x0, noise and x_t, timesteps, then the graph. */
+static nb_status replay_step(nb_ddpm *d, const float *x0, int n, uint32_t key) {
+    int64_t img = (int64_t)d->ucfg.in_channels * d->ucfg.image_size * d->ucfg.image_size;
+    float *x0p, *xp, *ep;
+    TRY(nb_tape_data(d->t, d->gx0, &x0p, NULL));
+    TRY(nb_tape_data(d->t, d->gx, &xp, NULL));
+    TRY(nb_tape_data(d->t, d->gtarget, &ep, NULL));
+    if (d->grads_dirty) TRY(nb_tape_zero_grad(d->t));
+    TRY(nb_memcpy_h2d(d->k.dev, x0p, x0, sizeof(float) * (size_t)(n * img)));
+    TRY(nb_ddpm_qsample(&d->k, x0p, ep, xp, img, n, key, d->qa, d->qb));
+    TRY(nb_memcpy_h2d(d->k.dev, d->ts_dev, d->tsteps, sizeof(float) * (size_t)n));
+    d->grads_dirty = 1;
+    return nb_graph_launch(d->graph);
+}
+
+static int graph_usable(nb_ddpm *d) {
+    return d->k.cuda && d->graphs && !d->profile && !d->t->prof_level;
+}
+
+nb_status nb_ddpm_set_cuda_graphs(nb_ddpm *d, int on) {
+    if (!d) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_set_cuda_graphs: NULL argument");
+    d->graphs = on != 0;
+    if (!on) {
+        nb_graph_destroy(d->graph);
+        d->graph = NULL;
+    }
+    d->warm = 0;
+    return NB_OK;
+}
+
+int nb_ddpm_graph_state(const nb_ddpm *d) {
+    return !d || !d->k.cuda || !d->graphs ? 0 : d->graph ? 2 : 1;
+}
+
 nb_status nb_ddpm_train_step(nb_ddpm *d, const float *x0, int n, float *loss, float *grad_norm) {
     if (!d || !x0 || n < 1) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_train_step: NULL data or n < 1");
     if (d->ucfg.in_channels != d->ucfg.out_channels)
@@ -208,27 +324,31 @@ nb_status nb_ddpm_train_step(nb_ddpm *d, const float *x0, int n, float *loss, fl
         d->qb[i] = (float)sqrt(1.0 - d->acp[t]);
     }
     TRY(phase(d, PH_START));
-    int64_t shape[4] = {n, C, S, S};
-    nb_tvar x0v, x, target, pred, l;
-    TRY(nb_tape_reset(d->t));
-    if (d->grads_dirty) TRY(nb_tape_zero_grad(d->t));
-    TRY(nb_tape_input(d->t, 4, shape, x0, 0, &x0v));
-    TRY(nb_tape_new_value(d->t, 4, shape, 0, &x));
-    TRY(nb_tape_new_value(d->t, 4, shape, 0, &target));
-    float *x0p, *xp, *ep, *lp;
-    TRY(nb_tape_data(d->t, x0v, &x0p, NULL));
-    TRY(nb_tape_data(d->t, x, &xp, NULL));
-    TRY(nb_tape_data(d->t, target, &ep, NULL));
     uint32_t key = nb_nn_rng_key(d->cfg.seed, (uint32_t)d->step);
     d->step++;
-    TRY(nb_ddpm_qsample(&d->k, x0p, ep, xp, img, n, key, d->qa, d->qb));
-    TRY(phase(d, PH_INPUT));
-    TRY(nb_unet_forward(d->u, x, d->tsteps, &pred));
-    TRY(nb_tape_mse(d->t, pred, target, &l));
+    nb_tvar l;
+    float *lp;
+    int usable = graph_usable(d);
+    if (d->graph && usable && n == d->graph_n && d->t->resets == d->graph_resets &&
+        (int)nb_tape_get_precision(d->t) == d->graph_prec && device_frees(d->k.dev) == d->graph_frees) {
+        TRY(replay_step(d, x0, n, key));
+        l = d->gl;
+    } else {
+        nb_graph_destroy(d->graph);
+        d->graph = NULL;
+        if (n != d->warm_n || d->t->resets != d->warm_resets) d->warm = 0, d->warm_n = n;
+        int capture = usable && d->warm >= 2;
+        nb_status s = record_step(d, x0, n, key, capture, &l);
+        if (s && capture) { /* cannot be captured: record it plainly, and no graphs from now on */
+            NB_LOG_W("DDPM: CUDA graph capture failed, running without graphs: %s", nb_last_error());
+            d->graphs = 0;
+            s = record_step(d, x0, n, key, 0, &l);
+        }
+        TRY(s);
+        d->warm++;
+        d->warm_resets = d->t->resets;
+    }
     TRY(nb_tape_data(d->t, l, &lp, NULL));
-    TRY(phase(d, PH_FORWARD));
-    d->grads_dirty = 1;
-    TRY(nb_tape_backward(d->t, l));
     TRY(phase(d, PH_BACKWARD));
     TRY(nb_ddpm_sumsq(&d->k, d->grads, d->np, d->stats + d->slot));
     if (!d->k.cuda && !isfinite(d->stats[d->slot])) { /* the CPU can check before the update */

@@ -272,6 +272,7 @@ nb_status nb_tape_reset(nb_tape *t) {
     t->n_vals = t->n_param_vals;
     t->n_ops = 0;
     t->arena_used = 0;
+    t->resets++;
     if (t->blocks && t->blocks->next) {
         /* Outgrown: replace the blocks by one of the high-water size (grow-only). */
         int64_t cap = t->arena_high > t->arena_cap ? t->arena_high : t->arena_cap;

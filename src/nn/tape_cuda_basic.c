@@ -278,13 +278,14 @@ static const char tk_src[] = NB_CUDA_BF16_HELPERS
     "    EW1(p.n) { unsigned n = i / so, r = i - n * so; acc1(p.y, n * sx + off + r, FY, nb_ld(p.a, i, FA), false); } }\n"
     "ENTRY(tk_slice_bwd)\n"
     "/* sinusoidal timestep embedding (f32), thread per output element of y [n, dim]: the timesteps\n"
-    " * travel in the parameter block (no host -> device copy); double math as on the CPU */\n"
-    "struct TE { float *y; int n, dim; double lmp; float ts[512]; };\n"
+    " * travel in the parameter block (no host -> device copy); double math as on the CPU\n"
+    " * (or, with tsp, from device memory: what a captured graph replays with new values) */\n"
+    "struct TE { float *y; const float *tsp; int n, dim; double lmp; float ts[512]; };\n"
     "extern \"C\" __global__ void tk_temb(const TE p) {\n"
     "    unsigned half = (unsigned)p.dim / 2u;\n"
     "    for (unsigned i = TID; i < (unsigned)(p.n * p.dim); i += STRIDE) {\n"
     "        unsigned r = i / (unsigned)p.dim, j = i - r * (unsigned)p.dim, k = j < half ? j : j - half;\n"
-    "        double f = exp(-p.lmp * (double)k / (double)half), a = (double)p.ts[r] * f;\n"
+    "        double f = exp(-p.lmp * (double)k / (double)half), a = (double)(p.tsp ? p.tsp[r] : p.ts[r]) * f;\n"
     "        p.y[i] = (float)(j < half ? cos(a) : sin(a));\n"
     "    } }\n";
 
@@ -354,6 +355,7 @@ static nb_status tk_check_count(const char *op, int64_t n) {
 /* The timestep embedding's parameter block (struct TE of the kernels). */
 typedef struct tk_temb_args {
     float *y;
+    const float *tsp;
     int32_t n, dim;
     double lmp;
     float ts[NB_TAPE_TEMB_MAX];
@@ -370,7 +372,8 @@ nb_status nb_tape_cuda_timestep_embedding(nb_tape *t, float *y, int64_t n, const
     a.n = (int32_t)n;
     a.dim = dim;
     a.lmp = log((double)max_period);
-    memcpy(a.ts, timesteps, (size_t)n * sizeof(float));
+    if (t->temb_dev) a.tsp = t->temb_dev; /* nb_tape_set_device_timesteps */
+    else memcpy(a.ts, timesteps, (size_t)n * sizeof(float));
     nb_jit_kernel *k;
     nb_status s = tk_kernel(t, NB_TK_TEMB, &k);
     return s ? s : nb_jit_launch_cuda(k, &a, sizeof a, n * dim, nb_device_stream(t->dev));

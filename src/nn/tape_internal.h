@@ -147,6 +147,10 @@ struct nb_tape {
     /* per-op profiler (tape_profile.c): prof_level 0 = off (the only cost: one branch per op) */
     int prof_level;
     struct nb_tape_prof *prof;
+    /* graph replay (ddpm.c): resets counts nb_tape_reset calls (a captured step stays valid
+     * while it does not move); temb_dev: nb_tape_set_device_timesteps */
+    uint64_t resets;
+    const float *temb_dev;
 };
 
 /* Allocation from the arena (64-byte aligned; host or device memory after the tape's device;
@@ -171,6 +175,11 @@ nb_status nb_tape_cuda_add_scalar(nb_tape *t, float *p, float v);
 #define NB_TAPE_TEMB_MAX 512
 nb_status nb_tape_cuda_timestep_embedding(nb_tape *t, float *y, int64_t n, const float *timesteps,
                                           int dim, float max_period);
+/* CUDA tapes: while dev_ts != NULL, nb_tape_timestep_embedding (n <= NB_TAPE_TEMB_MAX) reads its
+ * n timesteps from dev_ts (device memory the caller fills before the work runs) instead of the
+ * host array's values in the kernel's parameters: a captured graph then replays with whatever
+ * the caller wrote there (ddpm.c). NULL: back to the host values. */
+static inline void nb_tape_set_device_timesteps(nb_tape *t, const float *dev_ts) { t->temb_dev = dev_ts; }
 /* New activation value of the given shape (data in the arena, uninitialised). */
 nb_status nb_tape_new_value(nb_tape *t, int ndim, const int64_t *shape, int needs_grad,
                             nb_tvar *out);

@@ -25,6 +25,8 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef int CUdevice_attribute;   /* enum CUdevice_attribute_enum */
 typedef int CUfunction_attribute; /* enum CUfunction_attribute_enum */
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -36,6 +38,7 @@ typedef int CUfunction_attribute; /* enum CUfunction_attribute_enum */
 
 #define CU_STREAM_NON_BLOCKING 0x1 /* no implicit sync with the legacy NULL stream */
 #define CU_EVENT_DEFAULT 0x0       /* records timing (unlike CU_EVENT_DISABLE_TIMING) */
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2 /* enum CUstreamCaptureMode */
 
 #define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK 1
 #define CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X 2
@@ -96,6 +99,12 @@ typedef struct nb_cuda_api {
                              unsigned blockX, unsigned blockY, unsigned blockZ,
                              unsigned shared_bytes, CUstream s, void **params, void **extra);
     CUresult (*FuncSetAttribute)(CUfunction f, CUfunction_attribute attrib, int value);
+    CUresult (*StreamBeginCapture)(CUstream s, int mode);                 /* _v2 */
+    CUresult (*StreamEndCapture)(CUstream s, CUgraph *g);
+    CUresult (*GraphInstantiate)(CUgraphExec *e, CUgraph g, unsigned long long flags); /* WithFlags */
+    CUresult (*GraphLaunch)(CUgraphExec e, CUstream s);
+    CUresult (*GraphExecDestroy)(CUgraphExec e);
+    CUresult (*GraphDestroy)(CUgraph g);
 } nb_cuda_api;
 
 /* The loaded driver API, or NULL (with nb_cuda_unavailable_reason() saying why). Loads libcuda

@@ -609,3 +609,75 @@ nb_status nb_native_wait_stream(void *native, nb_stream *s) {
     if (native == s->native) return NB_OK;
     return nb_cu_order(s->dev, (CUstream)native, nb_cu_stream(s));
 }
+
+/* ---- graphs (device.h: nb_graph_*) ---------------------------------------------------------- */
+
+struct nb_graph {
+    nb_device *dev;
+    CUgraph graph;
+    CUgraphExec exec;
+};
+
+static nb_status nb_graph_check(nb_device *dev, const char *fn) {
+    if (!dev) return nb_error(NB_ERR_INVALID_ARG, "%s: device is NULL", fn);
+    if (dev->kind != NB_DEVICE_CUDA)
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: graphs need a CUDA device (%s)", fn, dev->name);
+    return NB_OK;
+}
+
+nb_status nb_graph_capture_begin(nb_device *dev) {
+    NB_TRY(nb_graph_check(dev, "nb_graph_capture_begin"));
+    NB_CU_ENTER(dev);
+    /* relaxed: other threads' unrelated driver calls (allocations, module loads) stay legal */
+    NB_CU_TRY(StreamBeginCapture, nb_cu_stream(&dev->main_stream), CU_STREAM_CAPTURE_MODE_RELAXED);
+    return NB_OK;
+}
+
+nb_status nb_graph_capture_end(nb_device *dev, nb_graph **out) {
+    if (out) *out = NULL;
+    NB_TRY(nb_graph_check(dev, "nb_graph_capture_end"));
+    NB_CU_ENTER(dev);
+    CUgraph g = NULL;
+    CUresult r = cu->StreamEndCapture(nb_cu_stream(&dev->main_stream), &g);
+    if (r != CUDA_SUCCESS) {
+        if (g) cu->GraphDestroy(g);
+        return nb_cuda_fail(r, "cuStreamEndCapture (work that cannot be captured was queued)");
+    }
+    if (!out) {
+        cu->GraphDestroy(g);
+        return nb_error(NB_ERR_INVALID_ARG, "nb_graph_capture_end: out is NULL (capture discarded)");
+    }
+    nb_graph *G = nb_alloc(sizeof *G, 16);
+    if (!G) {
+        cu->GraphDestroy(g);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_graph_capture_end: out of host memory");
+    }
+    G->dev = dev;
+    G->graph = g;
+    G->exec = NULL;
+    r = cu->GraphInstantiate(&G->exec, g, 0);
+    if (r != CUDA_SUCCESS) {
+        cu->GraphDestroy(g);
+        nb_free(G, sizeof *G);
+        return nb_cuda_fail(r, "cuGraphInstantiateWithFlags");
+    }
+    *out = G;
+    return NB_OK;
+}
+
+nb_status nb_graph_launch(nb_graph *g) {
+    if (!g) return nb_error(NB_ERR_INVALID_ARG, "nb_graph_launch: graph is NULL");
+    NB_CU_ENTER(g->dev);
+    NB_CU_TRY(GraphLaunch, g->exec, nb_cu_stream(&g->dev->main_stream));
+    return NB_OK;
+}
+
+void nb_graph_destroy(nb_graph *g) {
+    if (!g) return;
+    const nb_cuda_api *cu = nb_impl(g->dev)->cu;
+    if (cu->CtxSetCurrent(nb_impl(g->dev)->ctx) == CUDA_SUCCESS) {
+        if (g->exec) cu->GraphExecDestroy(g->exec);
+        if (g->graph) cu->GraphDestroy(g->graph);
+    }
+    nb_free(g, sizeof *g);
+}

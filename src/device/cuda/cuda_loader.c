@@ -80,6 +80,12 @@ static const nb_cu_sym nb_cu_syms[] = {
     NB_SYM1(ModuleUnload, "cuModuleUnload"),
     NB_SYM1(LaunchKernel, "cuLaunchKernel"),
     NB_SYM1(FuncSetAttribute, "cuFuncSetAttribute"),
+    NB_SYM1(StreamBeginCapture, "cuStreamBeginCapture_v2"),
+    NB_SYM1(StreamEndCapture, "cuStreamEndCapture"),
+    NB_SYM1(GraphInstantiate, "cuGraphInstantiateWithFlags"),
+    NB_SYM1(GraphLaunch, "cuGraphLaunch"),
+    NB_SYM1(GraphExecDestroy, "cuGraphExecDestroy"),
+    NB_SYM1(GraphDestroy, "cuGraphDestroy"),
 };
 
 const char *nb_cuda_error_str(CUresult r, char *buf, size_t cap) {
