@@ -11,6 +11,7 @@
 #include "nabla/nn_tape.h"
 #include "nn/conv_cuda_igemm.h"
 #include "nn/conv_cuda_wgrad.h"
+#include "nn/conv_cuda_wg4.h"
 #include "nn/cublas.h"
 #include "nn/bf16_cuda.h"
 #include "nn/encoding_internal.h"
@@ -446,6 +447,14 @@ nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_d
     if (dw && nb_conv_is_pointwise(d) && nb_conv_algo != 2 &&
         (xdt == NB_BF16 || ydt == NB_BF16)) {
         NB_TRY(nb_conv_pointwise_wgrad_bf16(dev, precision, d, xdt, ydt, x, dy, dw));
+        dw = NULL;
+    }
+    /* bf16 3x3 stride 1 (lead, session 5): the vectorized-im2col kernel (conv_cuda_wg4.h),
+     * 1.2-2.4x ahead of both paths below on every reference-UNet shape (H100, batch 32,
+     * tools/device/wg4.sh); NABLA_CONV_WG4=0 for A/B */
+    if (dw && nb_conv_algo == 0 && ((uintptr_t)x | (uintptr_t)dy) % 16 == 0 &&
+        nb_conv_wg4_preferred(d, precision, xdt, ydt)) {
+        NB_TRY(nb_conv_wg4(dev, precision, d, x, dy, dw));
         dw = NULL;
     }
     /* small images (8x8; 16x16 with bf16): im2col + one cuBLAS GEMM beats the implicit-GEMM
