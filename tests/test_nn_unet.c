@@ -790,6 +790,13 @@ static void test_cuda_ddpm_graphs(void) {
         printf("  parameters after 12 steps: max err %.3g of max %.3g\n", err * sc, sc);
         NB_EXPECT(err * sc < 2e-2);
         free(pa), free(pb);
+        /* a device buffer freed since the capture (scratch that grew, anything): record afresh */
+        nb_buffer *tmp;
+        NB_REQUIRE_OK(nb_buffer_alloc(gpu, 1 << 20, &tmp));
+        nb_buffer_release(tmp);
+        NB_EXPECT(nb_ddpm_graph_captures(da) == 2); /* steps 2 and 9 */
+        NB_EXPECT_OK(nb_ddpm_train_step(da, x0, 6, NULL, NULL));
+        NB_EXPECT(nb_ddpm_graph_state(da) == 2 && nb_ddpm_graph_captures(da) == 3);
         NB_EXPECT_OK(nb_ddpm_set_cuda_graphs(da, 0));
         NB_EXPECT(nb_ddpm_graph_state(da) == 0);
         NB_EXPECT_OK(nb_ddpm_train_step(da, x0, 4, NULL, NULL));
@@ -811,7 +818,7 @@ static void test_ddpm_graphs_cpu(void) {
     NB_EXPECT_OK(nb_ddpm_set_cuda_graphs(d, 1));
     NB_EXPECT(nb_ddpm_graph_state(d) == 0);
     NB_EXPECT_ERR(nb_ddpm_set_cuda_graphs(NULL, 1), NB_ERR_INVALID_ARG, "NULL");
-    NB_EXPECT(nb_ddpm_graph_state(NULL) == 0);
+    NB_EXPECT(nb_ddpm_graph_state(NULL) == 0 && nb_ddpm_graph_captures(NULL) == 0);
     nb_ddpm_free(d);
     nb_unet_free(u);
     nb_tape_free(t);

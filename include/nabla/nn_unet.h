@@ -184,6 +184,9 @@ nb_status nb_ddpm_train_step(nb_ddpm *d, const float *x0, int n, float *loss, fl
  * runs without graphs. nb_ddpm_graph_state: 0 off, 1 on (not captured yet), 2 replaying. */
 nb_status nb_ddpm_set_cuda_graphs(nb_ddpm *d, int on);
 int nb_ddpm_graph_state(const nb_ddpm *d);
+/* Captures made so far (a number that keeps growing in a training loop means something resets
+ * the tape or frees device memory every few steps). */
+int nb_ddpm_graph_captures(const nb_ddpm *d);
 
 /* Training statistics accumulated on the device since the last read. Waits for the device. */
 typedef struct nb_ddpm_stats {

@@ -328,3 +328,13 @@ class DDPM:
     @property
     def alphas_cumprod(self):
         return self._c.alphas_cumprod()
+
+    @property
+    def cuda_graphs(self):
+        """CUDA graphs of the training step (include/nabla/nn_unet.h, nb_ddpm_set_cuda_graphs):
+        on by default on CUDA; (state, captures) with state 0 off, 1 warming, 2 replaying."""
+        return self._c.graph_state()
+
+    @cuda_graphs.setter
+    def cuda_graphs(self, on):
+        self._c.set_cuda_graphs(bool(on))

@@ -349,12 +349,26 @@ static PyObject *ddpm_alphas(PyObject *self, PyObject *u) {
     return l;
 }
 
+static PyObject *ddpm_set_graphs(PyObject *self, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    nb_status st = nb_ddpm_set_cuda_graphs(D(self), v);
+    if (st) return nbn_raise(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *ddpm_graph_state(PyObject *self, PyObject *u) {
+    return Py_BuildValue("(ii)", nb_ddpm_graph_state(D(self)), nb_ddpm_graph_captures(D(self)));
+}
+
 static PyMethodDef ddpm_methods[] = {
     {"train_step", ddpm_train_step, METH_O, "train_step(x0 [n, C, S, S]) -> (loss, grad_norm)"},
     {"sample", (PyCFunction)(void (*)(void))ddpm_sample, METH_VARARGS | METH_KEYWORDS,
      "sample(sampler='ddim', steps=50, n=1, seed=0, result=None) -> [n, C, S, S]"},
     {"use_ema", ddpm_use_ema, METH_NOARGS, "copy the EMA parameters into the model"},
     {"alphas_cumprod", ddpm_alphas, METH_NOARGS, "alpha_bar[t] for t < timesteps (list)"},
+    {"set_cuda_graphs", ddpm_set_graphs, METH_O, "set_cuda_graphs(on): capture and replay the step (CUDA)"},
+    {"graph_state", ddpm_graph_state, METH_NOARGS, "(state 0 off / 1 warming / 2 replaying, captures)"},
     {NULL},
 };
 static PyType_Slot ddpm_slots[] = {

@@ -233,6 +233,9 @@ def test_unet_and_ddpm():
     for i in range(3):
         lo, gn = d.train_step(rnd(4, 3, 8, 8, seed=10 + i).clip(-1, 1))
         assert np.isfinite(lo) and np.isfinite(gn) and lo > 0
+    assert d.cuda_graphs == (0, 0)  # CPU: nothing to capture
+    d.cuda_graphs = False
+    assert d.cuda_graphs == (0, 0)
     d.use_ema()
     s = d.sample("ddim", steps=4, n=2, seed=1)
     assert s.shape == (2, 3, 8, 8) and np.isfinite(s).all()

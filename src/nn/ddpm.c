@@ -55,6 +55,7 @@ struct nb_ddpm {
     uint64_t graph_frees;    /* the device's buffer frees at the capture */
     nb_tvar gx0, gx, gtarget, gl; /* the captured step's values (their memory is the graph's) */
     int warm, warm_n;        /* ordinary steps in a row with batch warm_n and no foreign reset */
+    int captures;            /* graphs captured (nb_ddpm_graph_captures) */
     uint64_t warm_resets;
     nb_buffer *ts_buf;       /* the timesteps on the device (the graph reads them there) */
     float *ts_dev;
@@ -264,6 +265,7 @@ static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, i
         return NB_OK;
     }
     d->graph = g;
+    d->captures++;
     d->graph_n = n;
     d->graph_prec = nb_tape_get_precision(d->t);
     d->graph_resets = d->t->resets;
@@ -301,6 +303,8 @@ nb_status nb_ddpm_set_cuda_graphs(nb_ddpm *d, int on) {
     d->warm = 0;
     return NB_OK;
 }
+
+int nb_ddpm_graph_captures(const nb_ddpm *d) { return d ? d->captures : 0; }
 
 int nb_ddpm_graph_state(const nb_ddpm *d) {
     return !d || !d->k.cuda || !d->graphs ? 0 : d->graph ? 2 : 1;
