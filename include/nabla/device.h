@@ -158,6 +158,7 @@ nb_status nb_graph_capture_begin(nb_device *dev);
 nb_status nb_graph_capture_end(nb_device *dev, nb_graph **out);
 /* Queues the whole graph on its device's main stream. */
 nb_status nb_graph_launch(nb_graph *g);
+/* Waits for the main stream (a launch may still run), then frees the graph. NULL: no-op. */
 void nb_graph_destroy(nb_graph *g);
 
 #ifdef __cplusplus

@@ -611,6 +611,8 @@ nb_status nb_native_wait_stream(void *native, nb_stream *s) {
 }
 
 /* ---- graphs (device.h: nb_graph_*) ---------------------------------------------------------- */
+/* A graph records its kernels' arguments and memory at capture: the caller keeps that memory
+ * alive and unchanged in place for as long as it replays (ddpm.c checks nb_mem_stats). */
 
 struct nb_graph {
     nb_device *dev;
@@ -676,6 +678,9 @@ void nb_graph_destroy(nb_graph *g) {
     if (!g) return;
     const nb_cuda_api *cu = nb_impl(g->dev)->cu;
     if (cu->CtxSetCurrent(nb_impl(g->dev)->ctx) == CUDA_SUCCESS) {
+        /* a launch of it may still run: let it finish first (destroying is rare) */
+        CUresult r = cu->StreamSynchronize(nb_cu_stream(&g->dev->main_stream));
+        if (r != CUDA_SUCCESS) nb_cu_warn(r, "cuStreamSynchronize (nb_graph_destroy)");
         if (g->exec) cu->GraphExecDestroy(g->exec);
         if (g->graph) cu->GraphDestroy(g->graph);
     }
