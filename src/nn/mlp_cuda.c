@@ -511,7 +511,7 @@ static nb_status launch_enc(nb_mlp *m, nb_jit_kernel *k, size_t smem, mlp_params
 
 nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *enc_src, int enc_smem_floats,
                                    const float *x, float *grads) {
-    size_t smem;
+    size_t smem = 0;
     NB_TRY(load_enc(m, enc_src, enc_smem_floats, &smem));
     mlp_params p;
     fill_common(m, &p, m->saved_batch);
@@ -542,7 +542,7 @@ nb_status nb_mlp_cuda_train_enc(nb_mlp *m, const nb_tensor *in, const nb_tensor 
             c->saved_cap = total;
         }
     }
-    size_t smem;
+    size_t smem = 0;
     NB_TRY(load_enc(m, enc_src, enc_smem_floats, &smem));
     NB_TRY(convert_weights(m, &p));
     p.x = nb_tensor_data(in);
