@@ -173,8 +173,8 @@ static void set_array(kern *k, int leaf, void *data, const long long *strides, c
     const nb_leaf_layout *l = &k->lay.leaves[leaf];
     uint64_t d = (uint64_t)(uintptr_t)data;
     memcpy(k->block + l->offset, &d, 8);
-    if (k->sig.ndim) memcpy(k->block + l->strides_offset, strides, sizeof(long long) * (size_t)k->sig.ndim);
-    if (l->value_rank) memcpy(k->block + l->inner_offset, inner, sizeof(long long) * (size_t)l->value_rank);
+    if (k->sig.ndim && strides) memcpy(k->block + l->strides_offset, strides, sizeof(long long) * (size_t)k->sig.ndim);
+    if (l->value_rank && inner) memcpy(k->block + l->inner_offset, inner, sizeof(long long) * (size_t)l->value_rank);
 }
 
 static void set_uniform(kern *k, int leaf, const void *bytes)
