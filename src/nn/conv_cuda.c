@@ -2,9 +2,11 @@
  * kernels, and the choice between this path and the implicit-GEMM kernels of
  * conv_cuda_igemm.c. CPU reference: tape_ops_basic.c (linear) and tape_ops_conv.c (conv2d). */
 #include "nn/conv_cuda.h"
+#include "nn/conv_cuda_aux.h"
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
@@ -64,43 +66,6 @@ static const char nb_conv_aux_src[] = NB_CUDA_BF16_HELPERS
     "        nb_st(p.dx, i, p.xbf, p.store ? acc : nb_ld(p.dx, i, p.xbf) + acc);\n"
     "    }\n"
     "}\n"
-    "struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };\n"
-    "/* y[n][o][p] += b[o] */\n"
-    "extern \"C\" __global__ void nb_conv_bias(BiasP p) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;\n"
-    "         i += (long long)gridDim.x * blockDim.x)\n"
-    "        nb_st(p.y, i, p.ybf, nb_ld(p.y, i, p.ybf) + p.b[(int)((i / p.P) % p.O)]);\n"
-    "}\n"
-    "struct BiasGradP { const void *dy; float *db; int N, P, O, ybf; };\n"
-    "/* db[o] += sum over n, p of dy[n][o][p]: blocks (o, y) of 256 threads, each y a strided share\n"
-    " * of the N*P terms, added with one atomic per block */\n"
-    "extern \"C\" __global__ void nb_conv_bias_grad(BiasGradP p) {\n"
-    "    int o = blockIdx.x, tot = p.N * p.P;\n"
-    "    float acc = 0.0f;\n"
-    "    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < tot; i += gridDim.y * blockDim.x) {\n"
-    "        int n = i / p.P, pp = i - n * p.P;\n"
-    "        acc += nb_ld(p.dy, ((long long)n * p.O + o) * p.P + pp, p.ybf);\n"
-    "    }\n"
-    "    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);\n"
-    "    __shared__ float part[32];\n"
-    "    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;\n"
-    "    __syncthreads();\n"
-    "    if (threadIdx.x == 0) {\n"
-    "        float s = 0.0f;\n"
-    "        for (int k = 0; k < (int)(blockDim.x >> 5); k++) s += part[k];\n"
-    "        atomicAdd(p.db + o, s);\n"
-    "    }\n"
-    "}\n"
-    "struct SumNP { const float *s; float *dw; long long L; int N; };\n"
-    "/* dw[i] += sum over n < N of s[n * L + i] */\n"
-    "extern \"C\" __global__ void nb_conv_sum_n(SumNP p) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.L;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float acc = 0.0f;\n"
-    "        for (int n = 0; n < p.N; n++) acc += p.s[n * p.L + i];\n"
-    "        p.dw[i] += acc;\n"
-    "    }\n"
-    "}\n"
     "struct CvtP { const void *src; void *dst; long long n; int sbf, dbf, acc, vec; };\n"
     "/* dst[i] := src[i] (acc: +=), each in f32 or bf16; vec: 4 elements per thread (aligned\n"
     " * buffers), the n % 4 tail by the first threads */\n"
@@ -135,24 +100,6 @@ typedef struct {
     int C, H, W, K, S, pad, OH, OW, store, xbf;
 } nb_col2im_p;
 typedef struct {
-    void *y;
-    const float *b;
-    long long total;
-    long long P;
-    int O, ybf;
-} nb_bias_p;
-typedef struct {
-    const void *dy;
-    float *db;
-    int N, P, O, ybf;
-} nb_bias_grad_p;
-typedef struct {
-    const float *s;
-    float *dw;
-    long long L;
-    int N;
-} nb_sum_n_p;
-typedef struct {
     const void *src;
     void *dst;
     long long n;
@@ -161,31 +108,6 @@ typedef struct {
 
 static nb_status nb_conv_kernel(nb_device *dev, const char *entry, nb_jit_kernel **k) {
     return nb_nn_cuda_kernel(dev, nb_conv_aux_src, entry, k);
-}
-
-/* y [N,O,P] (ydt) += b[o] */
-static nb_status nb_conv_add_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b,
-                                  int64_t N, int64_t O, int64_t P) {
-    nb_jit_kernel *k;
-    NB_TRY(nb_conv_kernel(dev, "nb_conv_bias", &k));
-    nb_bias_p a = {y, b, (long long)(N * O * P), (long long)P, (int)O, ydt == NB_BF16};
-    return nb_jit_launch_cuda(k, &a, sizeof a, N * O * P, NULL);
-}
-
-/* db[o] += sum dy[n,o,p] (dy in ydt) */
-static nb_status nb_conv_bias_grad(nb_device *dev, const void *dy, nb_dtype ydt, float *db,
-                                   int64_t N, int64_t O, int64_t P) {
-    nb_jit_kernel *k;
-    NB_TRY(nb_conv_kernel(dev, "nb_conv_bias_grad", &k));
-    nb_bias_grad_p a = {dy, db, (int)N, (int)P, (int)O, ydt == NB_BF16};
-    /* about two blocks per SM in all, each summing >= 4096 terms */
-    int64_t want = 2 * (int64_t)nb_device_get_info(dev)->multiprocessors;
-    int64_t y = (want + O - 1) / O, most = (N * P + 4095) / 4096;
-    if (y > most) y = most;
-    if (y < 1) y = 1;
-    if (y > 65535) y = 65535;
-    const unsigned grid[3] = {(unsigned)O, (unsigned)y, 1}, block[3] = {256, 1, 1};
-    return nb_jit_launch_cuda_grid(k, &a, sizeof a, grid, block, NULL);
 }
 
 nb_status nb_conv_convert(nb_device *dev, const void *src, nb_dtype sdt, void *dst, nb_dtype ddt,
@@ -367,26 +289,126 @@ static void *nb_at_w(void *p, nb_dtype dt, int64_t i) {
 
 /* The cuBLAS paths take their operands (A, B) in one dtype: bf16 when any activation is bf16
  * (the f32 ones, weights included, converted into scratch), else f32 as before. */
+/* ---- weights kept for the backward (nb_conv_wcache) ------------------------------------------ */
+
+/* The key of the layout the backward's data gradient will read for d (0: none kept): the
+ * implicit-GEMM kernels' (dx in the tape's 16-byte aligned arena), or the bf16 copy of the
+ * cuBLAS paths. */
+static int nb_conv_wc_key(int precision, const nb_conv_dims *d, nb_dtype xdt, nb_dtype ydt) {
+    if (!d || precision < 0 || precision > 2 || nb_cuda_conv_get_aux_legacy()) return 0;
+    const void *al = (const void *)(uintptr_t)256;
+    if (nb_conv_use_igemm(d, precision, 1, al, al))
+        return nb_conv_igemm_dgrad_key(d, precision, xdt, ydt);
+    return xdt == NB_BF16 || ydt == NB_BF16 ? NB_CONV_WC_BF16 : 0;
+}
+
+size_t nb_cuda_conv2d_wcache_bytes(int precision, const nb_conv_dims *d, nb_dtype xdt,
+                                   nb_dtype ydt) {
+    return nb_conv_igemm_wc_bytes(nb_conv_wc_key(precision, d, xdt, ydt), d);
+}
+
+size_t nb_cuda_linear_wcache_bytes(int precision, int64_t F, int64_t O, nb_dtype xdt,
+                                   nb_dtype ydt) {
+    if (precision < 0 || precision > 2 || nb_cuda_conv_get_aux_legacy() || F < 1 || O < 1 ||
+        (xdt != NB_BF16 && ydt != NB_BF16))
+        return 0;
+    return (size_t)(F * O) * 2;
+}
+
+/* The forward's cache to fill: wc->key planned (wc->buf set), else NULL with wc->key = 0. */
+static nb_conv_wcache *nb_conv_wc_fill(nb_conv_wcache *wc, int key) {
+    if (!wc) return NULL;
+    wc->key = wc->buf ? key : 0;
+    return wc->key ? wc : NULL;
+}
+
+/* Weights w [n] (f32) as cuBLAS operands of dtype op: the forward's bf16 copy goes into the
+ * cache it fills (fill, key NB_CONV_WC_BF16; else its key is cleared), a backward reads the
+ * copy its forward kept (use), else slot 6 (nb_conv_as). */
+typedef struct {
+    const float *w;
+    uint16_t *wb;
+    long long n, wblocks;
+    nb_row_p r;
+} nb_wcvt_fill_p;
+
+/* A forward's bf16 conversion with filled (non-NULL): also y [N,O,P] (ydt) := b[o] in the same
+ * launch (nb_conv_wcvt_fill; b non-NULL, not legacy), *filled = 1: the GEMM then runs with
+ * beta = 1 instead of a bias pass afterwards. */
+static nb_status nb_conv_w_operand_fill(nb_device *dev, const float *w, nb_dtype op, int64_t n,
+                                        nb_conv_wcache *fill, const nb_conv_wcache *use,
+                                        const void **wo, void *y, nb_dtype ydt, const float *b,
+                                        int64_t N, int64_t O, int64_t P, int *filled) {
+    if (filled) *filled = 0;
+    int legacy = nb_cuda_conv_get_aux_legacy();
+    void *dst = NULL;
+    if (op == NB_BF16 && fill && fill->key == NB_CONV_WC_BF16) {
+        dst = fill->buf;
+    } else {
+        if (fill) fill->key = 0;
+        if (op == NB_BF16 && use && use->buf && use->key == NB_CONV_WC_BF16 && !legacy) {
+            *wo = use->buf;
+            return NB_OK;
+        }
+        if (op != NB_BF16) return nb_conv_as(dev, w, NB_F32, op, n, 6, wo);
+        float *s6;
+        NB_TRY(nb_conv_scratch(dev, 6, (size_t)n * 2, &s6));
+        dst = s6;
+    }
+    *wo = dst;
+    if (!filled || !y || !b || legacy || N <= 0 || O <= 0 || P <= 0)
+        return nb_conv_convert(dev, w, NB_F32, dst, NB_BF16, n, 0);
+    nb_wcvt_fill_p a;
+    memset(&a, 0, sizeof a);
+    a.w = w, a.wb = dst, a.n = (long long)n, a.wblocks = (long long)((n + 1023) / 1024);
+    a.r = nb_conv_rows(dev, y, ydt, b, NULL, N, O, P);
+    a.r.set = 1;
+    int64_t rblocks = (((int64_t)a.r.units << a.r.lg) + 255) / 256;
+    nb_jit_kernel *k;
+    NB_TRY(nb_conv_aux_kernel(dev, "nb_conv_wcvt_fill", &k));
+    const unsigned grid[3] = {(unsigned)(a.wblocks + rblocks), 1, 1}, block[3] = {256, 1, 1};
+    NB_TRY(nb_jit_launch_cuda_grid(k, &a, sizeof a, grid, block, NULL));
+    *filled = 1;
+    return NB_OK;
+}
+
+static nb_status nb_conv_w_operand(nb_device *dev, const float *w, nb_dtype op, int64_t n,
+                                   nb_conv_wcache *fill, const nb_conv_wcache *use,
+                                   const void **wo) {
+    return nb_conv_w_operand_fill(dev, w, op, n, fill, use, wo, NULL, NB_F32, NULL, 0, 0, 0, NULL);
+}
+
 nb_status nb_cuda_conv2d_forward(nb_device *dev, int precision, const nb_conv_dims *d,
                                  nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
                                  const float *b, void *y) {
+    return nb_cuda_conv2d_forward_wc(dev, precision, d, xdt, ydt, x, w, b, y, NULL);
+}
+
+nb_status nb_cuda_conv2d_forward_wc(nb_device *dev, int precision, const nb_conv_dims *d,
+                                    nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                    const float *b, void *y, nb_conv_wcache *wc) {
+    if (wc) wc->key = 0;
     NB_TRY(nb_conv_check_dev(dev, "conv2d forward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "conv2d forward (CUDA)"));
     NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "conv2d forward (CUDA)"));
     if (!d || !x || !w || !y)
         return nb_error(NB_ERR_INVALID_ARG, "conv2d forward (CUDA): dims, x, w or y is NULL");
+    nb_conv_wcache *fill = nb_conv_wc_fill(wc, nb_conv_wc_key(precision, d, xdt, ydt));
     if (nb_conv_use_igemm(d, precision, 0, x, x))
-        return nb_conv_igemm_forward(dev, precision, d, xdt, ydt, x, w, b, y);
+        return nb_conv_igemm_forward(dev, precision, d, xdt, ydt, x, w, b, y, fill);
     int64_t P = d->OH * d->OW, CKK = d->C * d->K * d->K;
     nb_dtype op = xdt == NB_BF16 || ydt == NB_BF16 ? NB_BF16 : NB_F32;
     const void *wo = w;
-    NB_TRY(nb_conv_as(dev, w, NB_F32, op, d->O * CKK, 6, &wo));
+    int filled = 0; /* y already holds the bias (beta = 1) */
+    NB_TRY(nb_conv_w_operand_fill(dev, w, op, d->O * CKK, fill, NULL, &wo, y, ydt, b, d->N, d->O,
+                                  P, &filled));
+    float beta = filled ? 1.0f : 0.0f;
     if (nb_conv_is_pointwise(d)) {
         const void *xo;
         NB_TRY(nb_conv_as(dev, x, xdt, op, d->N * d->C * P, 3, &xo));
         /* y[n] [O,P] = w [O,C] x[n] [C,P] */
         NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 0, d->O, P, d->C, 1.0f, wo, d->C,
-                                    xo, P, 0.0f, y, P, d->N, 0, d->C * P, d->O * P));
+                                    xo, P, beta, y, P, d->N, 0, d->C * P, d->O * P));
     } else {
         int64_t nc = nb_conv_chunk(d);
         float *col;
@@ -396,11 +418,11 @@ nb_status nb_cuda_conv2d_forward(nb_device *dev, int precision, const nb_conv_di
             NB_TRY(nb_conv_im2col(dev, d, nb_at(x, xdt, n0 * d->C * d->H * d->W), xdt, col, op, m));
             /* y[n] [O,P] = w [O,CKK] col[n] [CKK,P] */
             NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 0, d->O, P, CKK, 1.0f, wo, CKK,
-                                        col, P, 0.0f, nb_at_w(y, ydt, n0 * d->O * P), P, m, 0,
+                                        col, P, beta, nb_at_w(y, ydt, n0 * d->O * P), P, m, 0,
                                         CKK * P, d->O * P));
         }
     }
-    if (b) NB_TRY(nb_conv_add_bias(dev, y, ydt, b, d->N, d->O, P));
+    if (b && !filled) NB_TRY(nb_conv_add_bias(dev, y, ydt, b, d->N, d->O, P));
     return NB_OK;
 }
 
@@ -409,9 +431,10 @@ nb_status nb_cuda_conv2d_forward(nb_device *dev, int precision, const nb_conv_di
  * 0.095 vs 0.119 ms for 128->64 at 64x64, 0.051 vs 0.082 for 256->128 at 32x32):
  * dwn[n] [O,C] = dy[n] [O,P] x[n]^T [P,C] as one strided-batched bf16 GEMM into f32 scratch
  * (slot 5), then dw += the sum over n. */
+/* (db, may be NULL: the bias gradient, in the launch that sums the partials) */
 static nb_status nb_conv_pointwise_wgrad_bf16(nb_device *dev, int precision, const nb_conv_dims *d,
                                               nb_dtype xdt, nb_dtype ydt, const void *x,
-                                              const void *dy, float *dw) {
+                                              const void *dy, float *dw, float *db) {
     int64_t P = d->OH * d->OW, L = d->O * d->C;
     const void *xo, *dyo;
     NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * P, 3, &xo));
@@ -420,34 +443,34 @@ static nb_status nb_conv_pointwise_wgrad_bf16(nb_device *dev, int precision, con
     NB_TRY(nb_conv_scratch(dev, 5, (size_t)(d->N * L) * sizeof(float), &part));
     NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, NB_BF16, NB_F32, 0, 1, d->O, d->C, P, 1.0f, dyo, P,
                                 xo, P, 0.0f, part, d->C, d->N, d->O * P, d->C * P, L));
-    return nb_conv_sum_splits(dev, part, dw, L, d->N);
-}
-
-nb_status nb_conv_sum_splits(nb_device *dev, const float *part, float *dw, int64_t L, int64_t Z) {
-    nb_jit_kernel *k;
-    NB_TRY(nb_conv_kernel(dev, "nb_conv_sum_n", &k));
-    nb_sum_n_p a = {part, dw, (long long)L, (int)Z};
-    return nb_jit_launch_cuda(k, &a, sizeof a, L, NULL);
+    return nb_conv_sum_splits_db(dev, part, dw, L, d->N, dy, ydt, db, d->N, d->O, P);
 }
 
 nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_dims *d,
                                   nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
                                   const void *dy, void *dx, float *dw, float *db, int dx_store) {
+    return nb_cuda_conv2d_backward_wc(dev, precision, d, xdt, ydt, x, w, dy, dx, dw, db, dx_store,
+                                      NULL);
+}
+
+nb_status nb_cuda_conv2d_backward_wc(nb_device *dev, int precision, const nb_conv_dims *d,
+                                     nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                     const void *dy, void *dx, float *dw, float *db, int dx_store,
+                                     const nb_conv_wcache *wc) {
     NB_TRY(nb_conv_check_dev(dev, "conv2d backward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "conv2d backward (CUDA)"));
     NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "conv2d backward (CUDA)"));
     if (!d || !x || !w || !dy)
         return nb_error(NB_ERR_INVALID_ARG, "conv2d backward (CUDA): dims, x, w or dy is NULL");
     int64_t P = d->OH * d->OW, CKK = d->C * d->K * d->K;
-    if (db) NB_TRY(nb_conv_bias_grad(dev, dy, ydt, db, d->N, d->O, P));
     if (dx && nb_conv_use_igemm(d, precision, 1, dy, dy)) {
-        NB_TRY(nb_conv_igemm_dgrad(dev, precision, d, xdt, ydt, w, dy, dx, dx_store));
+        NB_TRY(nb_conv_igemm_dgrad(dev, precision, d, xdt, ydt, w, dy, dx, dx_store, wc));
         dx = NULL;
     }
     if (dw && nb_conv_is_pointwise(d) && nb_conv_algo != 2 &&
         (xdt == NB_BF16 || ydt == NB_BF16)) {
-        NB_TRY(nb_conv_pointwise_wgrad_bf16(dev, precision, d, xdt, ydt, x, dy, dw));
-        dw = NULL;
+        NB_TRY(nb_conv_pointwise_wgrad_bf16(dev, precision, d, xdt, ydt, x, dy, dw, db));
+        dw = NULL, db = NULL;
     }
     /* bf16 3x3 stride 1 (lead, session 5): the vectorized-im2col kernel (conv_cuda_wg4.h),
      * 1.2-2.4x ahead of both paths below on every reference-UNet shape (H100, batch 32,
@@ -460,17 +483,20 @@ nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_d
     /* small images (8x8; 16x16 with bf16): im2col + one cuBLAS GEMM beats the implicit-GEMM
      * weight gradient (conv_cuda_wgrad.h; .export/device-results/wgrad/bench.log) */
     if (dw && nb_conv_algo == 0 && nb_conv_wgrad_gemm_preferred(d, xdt, ydt)) {
-        NB_TRY(nb_conv_wgrad_gemm(dev, precision, d, x, xdt, dy, ydt, dw));
-        dw = NULL;
+        /* (the bias gradient rides along with its pass over dy) */
+        NB_TRY(nb_conv_wgrad_gemm_db(dev, precision, d, x, xdt, dy, ydt, dw, db));
+        dw = NULL, db = NULL;
     }
     if (dw && nb_conv_use_igemm(d, precision, 2, dy, x)) {
-        NB_TRY(nb_conv_igemm_wgrad(dev, precision, d, xdt, ydt, x, dy, dw));
+        /* (may take the bias gradient along: db = NULL then) */
+        NB_TRY(nb_conv_igemm_wgrad(dev, precision, d, xdt, ydt, x, dy, dw, &db));
         dw = NULL;
     }
+    if (db) NB_TRY(nb_conv_bias_grad(dev, dy, ydt, db, d->N, d->O, P));
     if (!dx && !dw) return NB_OK;
     nb_dtype op = xdt == NB_BF16 || ydt == NB_BF16 ? NB_BF16 : NB_F32;
     const void *wo = w, *dyo;
-    if (dx) NB_TRY(nb_conv_as(dev, w, NB_F32, op, d->O * CKK, 6, &wo));
+    if (dx) NB_TRY(nb_conv_w_operand(dev, w, op, d->O * CKK, NULL, wc, &wo));
     NB_TRY(nb_conv_as(dev, dy, ydt, op, d->N * d->O * P, 4, &dyo));
     if (nb_conv_is_pointwise(d)) {
         /* dx[n] [C,P] += (dx_store: =) w^T [C,O] dy[n] [O,P] */
@@ -518,6 +544,13 @@ nb_status nb_cuda_conv2d_backward(nb_device *dev, int precision, const nb_conv_d
 nb_status nb_cuda_linear_forward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,
                                  nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
                                  const float *b, void *y) {
+    return nb_cuda_linear_forward_wc(dev, precision, N, F, O, xdt, ydt, x, w, b, y, NULL);
+}
+
+nb_status nb_cuda_linear_forward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
+                                    int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
+                                    const float *w, const float *b, void *y, nb_conv_wcache *wc) {
+    if (wc) wc->key = 0;
     NB_TRY(nb_conv_check_dev(dev, "linear forward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "linear forward (CUDA)"));
     NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "linear forward (CUDA)"));
@@ -525,17 +558,28 @@ nb_status nb_cuda_linear_forward(nb_device *dev, int precision, int64_t N, int64
     nb_dtype op = xdt == NB_BF16 || ydt == NB_BF16 ? NB_BF16 : NB_F32;
     const void *xo, *wo;
     NB_TRY(nb_conv_as(dev, x, xdt, op, N * F, 3, &xo));
-    NB_TRY(nb_conv_as(dev, w, NB_F32, op, O * F, 6, &wo));
+    nb_conv_wcache *fill = nb_conv_wc_fill(
+        wc, nb_cuda_linear_wcache_bytes(precision, F, O, xdt, ydt) ? NB_CONV_WC_BF16 : 0);
+    int filled = 0; /* y already holds the bias (beta = 1) */
+    NB_TRY(nb_conv_w_operand_fill(dev, w, op, O * F, fill, NULL, &wo, y, ydt, b, N, O, 1, &filled));
     /* y [N,O] = x [N,F] w^T [F,O] */
-    NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 1, N, O, F, 1.0f, xo, F, wo, F, 0.0f,
-                                y, O, 1, 0, 0, 0));
-    if (b) NB_TRY(nb_conv_add_bias(dev, y, ydt, b, N, O, 1));
+    NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 1, N, O, F, 1.0f, xo, F, wo, F,
+                                filled ? 1.0f : 0.0f, y, O, 1, 0, 0, 0));
+    if (b && !filled) NB_TRY(nb_conv_add_bias(dev, y, ydt, b, N, O, 1));
     return NB_OK;
 }
 
 nb_status nb_cuda_linear_backward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,
                                   nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
                                   const void *dy, void *dx, float *dw, float *db, int dx_store) {
+    return nb_cuda_linear_backward_wc(dev, precision, N, F, O, xdt, ydt, x, w, dy, dx, dw, db,
+                                      dx_store, NULL);
+}
+
+nb_status nb_cuda_linear_backward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
+                                     int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
+                                     const float *w, const void *dy, void *dx, float *dw,
+                                     float *db, int dx_store, const nb_conv_wcache *wc) {
     NB_TRY(nb_conv_check_dev(dev, "linear backward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "linear backward (CUDA)"));
     NB_TRY(nb_conv_check_dt(precision, xdt, ydt, "linear backward (CUDA)"));
@@ -547,7 +591,7 @@ nb_status nb_cuda_linear_backward(nb_device *dev, int precision, int64_t N, int6
     /* dx [N,F] += (dx_store: =) dy [N,O] w [O,F] */
     if (dx) {
         const void *wo;
-        NB_TRY(nb_conv_as(dev, w, NB_F32, op, O * F, 6, &wo));
+        NB_TRY(nb_conv_w_operand(dev, w, op, O * F, NULL, wc, &wo));
         NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, xdt, 0, 0, N, F, O, 1.0f, dyo, O, wo, F,
                                     dx_store ? 0.0f : 1.0f, dx, F, 1, 0, 0, 0));
     }

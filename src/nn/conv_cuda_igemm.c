@@ -19,8 +19,12 @@
  *                  MODE 1 writes a bf16 output, OBF); MODE 0 (the forward / data gradient where
  *                  the halo kernel does not apply: stride 2, 1x1 under algo 2, OW % 8 != 0)
  *                  converts bf16 tensors to f32 scratch and back (correct, slower).
+ * Weights: one arrangement kernel (nb_conv_wprep) writes every layout above; a tape forward also
+ * writes, in the same launch, the layout its backward's data gradient reads (nb_conv_wcache),
+ * so that the data gradient rearranges nothing.
  * Grids with fewer blocks than SMs split the reduction over blockIdx.z (atomic adds; the
- * forward first fills y with the bias). FP32 runs the same tiles with FFMA (exact fp32
+ * forward first fills y with the bias; a bf16 output accumulates in a zeroed f32 scratch that
+ * nb_conv_split_out rounds out and re-zeroes). FP32 runs the same tiles with FFMA (exact fp32
  * products and sums). Split sums arrive in no fixed order: results vary in the last bits from
  * run to run. */
 #include "nn/conv_cuda_igemm.h"
@@ -33,6 +37,7 @@
 #include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/nn_tape.h"
+#include "nn/bf16_cuda.h"
 #include "nn/conv_cuda_igemm_src.h"
 #include "nn/encoding_internal.h"
 
@@ -118,6 +123,132 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
 
 /* Source with a given prefix, for compile tests (conv_cuda.h). */
 const char *nb_conv_igemm_source(void) { return nb_conv_igemm_src; }
+
+/* ---- weight arrangement ------------------------------------------------------------------------
+ * One kernel for every layout the implicit-GEMM kernels read (replacing the per-specialisation
+ * nb_conv_igemm_wr / wr2 of the source above, kept for A/B runs: nb_cuda_conv_set_aux_legacy):
+ * a thread per 4 / 8 consecutive output slots (one 16-byte or 8-byte store; the old kernels
+ * stored 4 or 2 bytes per element at a stride), the channel padding written as zeros (no
+ * memset), 32-bit index arithmetic once per thread. nb_conv_wprep2 writes two layouts in one
+ * launch: the forward's, and the one its backward's data gradient reads (nb_conv_wcache). */
+static const char nb_ig_wprep_src[] = NB_CUDA_BF16_HELPERS
+    "struct WpP { const float *w; void *wr; long long total; int O, C, KK, R, CB, flip, perm, bf, vec; };\n"
+    "/* wr [G][R][KK][CB] (f32, or bf16 with bf) from w [O][C][KK]: R rows (o; with flip c), inner\n"
+    " * channel ch = g*CB + k (c; with flip o; zero at or past C / O), the taps reversed with flip;\n"
+    " * perm: channel k sits in slot kp = 4*((k&7)>>1) + 2*(k>>3) + (k&1) (the bf16 halo kernel's\n"
+    " * order, CB = 16). MODE 0's [O][KK][C] / [C][KK][O] are G = 1, CB = C / O. A thread writes\n"
+    " * vec (1, 4 or 8) consecutive slots; CB % vec == 0. */\n"
+    "__device__ __forceinline__ void nb_wprep_body(const WpP &p, long long tid) {\n"
+    "    long long i0 = tid * p.vec;\n"
+    "    if (i0 >= p.total) return;\n"
+    "    long long r = i0 / p.CB;\n"
+    "    int kp0 = (int)(i0 - r * p.CB);\n"
+    "    int t = (int)(r % p.KK); r /= p.KK;\n"
+    "    int row = (int)(r % p.R), g = (int)(r / p.R);\n"
+    "    int tap = p.flip ? p.KK - 1 - t : t;\n"
+    "    float v[8];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < 8; j++) {\n"
+    "        v[j] = 0.0f;\n"
+    "        if (j >= p.vec) continue;\n"
+    "        int kp = kp0 + j, k = p.perm ? 8 * ((kp >> 1) & 1) + 2 * (kp >> 2) + (kp & 1) : kp;\n"
+    "        int ch = g * p.CB + k, o = p.flip ? ch : row, c = p.flip ? row : ch;\n"
+    "        if (p.flip ? o < p.O : c < p.C) v[j] = p.w[((long long)o * p.C + c) * p.KK + tap];\n"
+    "    }\n"
+    "    if (p.bf) {\n"
+    "        unsigned short *o = (unsigned short *)p.wr + i0;\n"
+    "        if (p.vec == 8)\n"
+    "            *(uint4 *)o = make_uint4(nb_f2bf2(v[0], v[1]), nb_f2bf2(v[2], v[3]),\n"
+    "                                     nb_f2bf2(v[4], v[5]), nb_f2bf2(v[6], v[7]));\n"
+    "        else if (p.vec == 4) *(uint2 *)o = make_uint2(nb_f2bf2(v[0], v[1]), nb_f2bf2(v[2], v[3]));\n"
+    "        else *o = nb_f2bf(v[0]);\n"
+    "    } else {\n"
+    "        float *o = (float *)p.wr + i0;\n"
+    "        if (p.vec == 4) *(float4 *)o = make_float4(v[0], v[1], v[2], v[3]);\n"
+    "        else *o = v[0];\n"
+    "    }\n"
+    "}\n"
+    "extern \"C\" __global__ void nb_conv_wprep(WpP p) {\n"
+    "    nb_wprep_body(p, blockIdx.x * (long long)blockDim.x + threadIdx.x);\n"
+    "}\n"
+    "struct WpP2 { WpP a, b; };\n"
+    "/* two layouts of the same weights in one launch (the forward's, and the one its backward will\n"
+    " * read: nb_conv_wcache in conv_cuda.h) */\n"
+    "extern \"C\" __global__ void nb_conv_wprep2(WpP2 p) {\n"
+    "    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    nb_wprep_body(p.a, t);\n"
+    "    nb_wprep_body(p.b, t);\n"
+    "}\n";
+
+typedef struct {
+    const float *w;
+    void *wr;
+    long long total;
+    int O, C, KK, R, CB, flip, perm, bf, vec;
+} nb_ig_wprep_params;
+
+const char *nb_conv_igemm_wprep_source(void) { return nb_ig_wprep_src; }
+
+typedef struct {
+    nb_ig_wprep_params a, b;
+} nb_ig_wprep2_params;
+
+/* Parameters of nb_conv_wprep for the weights of a conv with O x C channels (w [O][C][KK]) in
+ * the layout configuration c reads: MODE 1 [Cp/CB][O][KK][CB] (flip: [Op/CB][C][KK][CB], taps
+ * reversed), bf16 with its slot order when c->abf; MODE 0 [O][KK][C] (flip: [C][KK][O]), bf16
+ * when c->abf (MODE 0, K = 1, C*KK channels, no flip: a plain copy). wr: scratch of the size
+ * nb_ig_weights allocates (or nb_conv_igemm_wc_bytes). */
+static nb_ig_wprep_params nb_ig_wprep_make(const nb_ig_cfg *c, const float *w, void *wr, int64_t O,
+                                           int64_t C, int64_t K, int flip) {
+    int64_t KK = K * K, R = flip ? C : O, inner = flip ? O : C;
+    int halo = c->mode == 1;
+    int64_t CB = halo ? c->cb : inner, G = halo ? (inner + CB - 1) / CB : 1;
+    int bf = c->abf != 0;
+    int vec = bf && CB % 8 == 0 ? 8 : CB % 4 == 0 ? 4 : 1;
+    nb_ig_wprep_params a = {w, wr, (long long)(G * R * KK * CB), (int)O, (int)C, (int)KK, (int)R,
+                            (int)CB, flip, halo && bf, bf, vec};
+    return a;
+}
+
+static nb_status nb_ig_wprep(nb_device *dev, const nb_ig_cfg *c, const float *w, void *wr,
+                             int64_t O, int64_t C, int64_t K, int flip) {
+    nb_jit_kernel *k;
+    NB_TRY(nb_nn_cuda_kernel(dev, nb_ig_wprep_src, "nb_conv_wprep", &k));
+    nb_ig_wprep_params a = nb_ig_wprep_make(c, w, wr, O, C, K, flip);
+    int64_t threads = a.total / a.vec;
+    const unsigned grid[3] = {(unsigned)((threads + 255) / 256), 1, 1}, block[3] = {256, 1, 1};
+    return nb_jit_launch_cuda_grid(k, &a, sizeof a, grid, block, NULL);
+}
+
+/* ---- weights kept for the backward (nb_conv_wcache, conv_cuda.h) ---------------------------------
+ * key 1 + mode + 2 abf + 4 (cb == 16): the data gradient's flipped layout of that configuration;
+ * NB_CONV_WC_BF16: a plain bf16 copy [O][C*KK] (the cuBLAS paths). */
+static int nb_ig_key(const nb_ig_cfg *c) {
+    return 1 + (c->mode == 1) + 2 * (c->abf != 0) + 4 * (c->mode == 1 && c->cb == 16);
+}
+
+/* The layout (configuration c, flip, and the K / C to arrange with) a key stands for. */
+static void nb_ig_key_layout(int key, const nb_conv_dims *d, nb_ig_cfg *c, int64_t *K, int64_t *C,
+                             int *flip) {
+    memset(c, 0, sizeof *c);
+    if (key == NB_CONV_WC_BF16) {
+        c->mode = 0, c->abf = 1, *K = 1, *C = d->C * d->K * d->K, *flip = 0;
+        return;
+    }
+    int k = key - 1;
+    c->mode = k & 1, c->abf = (k >> 1) & 1, c->cb = (k >> 2) & 1 ? 16 : 8;
+    *K = d->K, *C = d->C, *flip = 1;
+}
+
+size_t nb_conv_igemm_wc_bytes(int key, const nb_conv_dims *d) {
+    if (key <= 0 || key > NB_CONV_WC_BF16 || !d) return 0;
+    nb_ig_cfg c;
+    int64_t K, C;
+    int flip;
+    nb_ig_key_layout(key, d, &c, &K, &C, &flip);
+    int64_t inner = flip ? d->O : C, cp = c.mode == 1 ? (inner + c.cb - 1) / c.cb * c.cb : inner;
+    return (size_t)(cp * (flip ? C : d->O) * K * K) * (c.abf ? 2 : 4);
+}
 
 static int64_t nb_ig_smem(const nb_ig_cfg *c) {
     if (c->abf && c->mode == 0) /* bf16: A as channel pairs [16][BM + 8] words, B [BN][40] */
@@ -292,6 +423,8 @@ typedef struct {
     size_t clean; /* bytes from ptr known to be zero once the queued work has run */
 } nb_ig_dwr_zero;
 static nb_ig_dwr_zero nb_ig_dwr_state[NB_IG_DWR_DEVS];
+/* the same for the split-sum accumulator of bf16 outputs (scratch slot 8, nb_ig_run_bf16) */
+static nb_ig_dwr_zero nb_ig_acc_state[NB_IG_DWR_DEVS];
 
 static nb_status nb_ig_grid_stride(nb_jit_kernel *k, const void *p, size_t size, int64_t n) {
     return nb_jit_launch_cuda(k, p, size, n, NULL);
@@ -303,8 +436,62 @@ static nb_status nb_ig_weights(nb_device *dev, const nb_ig_cfg *halo, int64_t co
                                int64_t K, float **wr) {
     int64_t cp = halo ? (cin + halo->cb - 1) / halo->cb * halo->cb : cin, n = cout * cp * K * K;
     NB_TRY(nb_conv_scratch(dev, 1, (size_t)n * sizeof(float), wr));
-    if (halo && cp != cin) NB_TRY(nb_memset(dev, *wr, 0, (size_t)n * sizeof(float)));
+    /* the old kernels leave the padding alone (nb_ig_wprep writes it) */
+    if (halo && cp != cin && nb_cuda_conv_get_aux_legacy())
+        NB_TRY(nb_memset(dev, *wr, 0, (size_t)n * sizeof(float)));
     return NB_OK;
+}
+
+/* Rearranges w [O][C][KK] into wr for configuration c (loaded as e): the old per-configuration
+ * kernels in legacy mode, else nb_ig_wprep. A forward (flip 0) with fill (fill->buf, planned
+ * fill->key; conv dims d) writes the layout of fill->key into fill->buf in the same launch, or
+ * sets fill->key = 0 (nothing kept). */
+static nb_status nb_ig_arrange(nb_device *dev, const nb_ig_entry *e, const float *w, float *wr,
+                               int64_t O, int64_t C, int64_t K, int flip, nb_conv_wcache *fill,
+                               const nb_conv_dims *d) {
+    int legacy = nb_cuda_conv_get_aux_legacy();
+    if (fill && (legacy || flip || !d || !fill->buf || fill->key <= 0 || fill->key > NB_CONV_WC_BF16)) {
+        fill->key = 0;
+        fill = NULL;
+    }
+    if (legacy) {
+        nb_ig_wr_params wp = {w, wr, (int)O, (int)C, flip};
+        return nb_jit_launch_cuda(e->cfg.mode == 1 ? e->wr2 : e->wr, &wp, sizeof wp, O * C * K * K, NULL);
+    }
+    if (!fill) return nb_ig_wprep(dev, &e->cfg, w, wr, O, C, K, flip);
+    nb_ig_cfg c2;
+    int64_t K2, C2;
+    int flip2;
+    nb_ig_key_layout(fill->key, d, &c2, &K2, &C2, &flip2);
+    nb_ig_wprep2_params q = {nb_ig_wprep_make(&e->cfg, w, wr, O, C, K, 0),
+                             nb_ig_wprep_make(&c2, w, fill->buf, d->O, C2, K2, flip2)};
+    int64_t ta = q.a.total / q.a.vec, tb = q.b.total / q.b.vec, threads = ta > tb ? ta : tb;
+    nb_jit_kernel *k;
+    NB_TRY(nb_nn_cuda_kernel(dev, nb_ig_wprep_src, "nb_conv_wprep2", &k));
+    const unsigned grid[3] = {(unsigned)((threads + 255) / 256), 1, 1}, block[3] = {256, 1, 1};
+    return nb_jit_launch_cuda_grid(k, &q, sizeof q, grid, block, NULL);
+}
+
+/* The data gradient's weights for configuration c: the ones the forward kept (use->key matches)
+ * or rearranged now into scratch (nb_ig_weights + nb_ig_arrange). */
+static nb_status nb_ig_dgrad_weights(nb_device *dev, const nb_ig_entry *e, const nb_conv_dims *g,
+                                     const float *w, int64_t O, int64_t C,
+                                     const nb_conv_wcache *use, float **wr) {
+    if (use && use->buf && use->key == nb_ig_key(&e->cfg) && !nb_cuda_conv_get_aux_legacy()) {
+        *wr = use->buf;
+        return NB_OK;
+    }
+    NB_TRY(nb_ig_weights(dev, e->cfg.mode == 1 ? &e->cfg : NULL, g->O, g->C, g->K, wr));
+    return nb_ig_arrange(dev, e, w, *wr, O, C, g->K, 1, NULL, NULL);
+}
+
+/* out [N][O][P] (f32) := bias[o] (0 without): the start of a split sum (16-byte stores,
+ * nb_conv_fill_bias; the source's nb_conv_igemm_fill in legacy mode). */
+static nb_status nb_ig_fill(nb_device *dev, const nb_ig_entry *e, float *out, const float *bias,
+                            int64_t N, int64_t O, int64_t P) {
+    if (!nb_cuda_conv_get_aux_legacy()) return nb_conv_fill_bias(dev, out, NB_F32, bias, N, O, P);
+    nb_ig_fill_params f = {out, bias, (long long)(N * O * P), (int)P, (int)O};
+    return nb_ig_grid_stride(e->fill, &f, sizeof f, N * O * P);
 }
 
 /* MODE 0 on image a [N][Cin][H][W] with weights wr [Cout][KK][Cin] -> out [N][Cout][OH][OW]
@@ -330,8 +517,7 @@ static nb_status nb_ig_mode0(nb_device *dev, const nb_conv_dims *g, nb_ig_entry 
         gz = (unsigned)((nkt + kps - 1) / kps);
         p.kt_per_split = (int)kps;
         if (!accum) {
-            nb_ig_fill_params f = {out, bias, (long long)(g->N * g->O * P), (int)P, (int)g->O};
-            NB_TRY(nb_ig_grid_stride(e->fill, &f, sizeof f, g->N * g->O * P));
+            NB_TRY(nb_ig_fill(dev, e, out, bias, g->N, g->O, P));
         }
         p.accum = 2;
         p.bias = NULL;
@@ -340,7 +526,8 @@ static nb_status nb_ig_mode0(nb_device *dev, const nb_conv_dims *g, nb_ig_entry 
 }
 
 static nb_status nb_ig_forward_f32(nb_device *dev, int precision, const nb_conv_dims *d,
-                                   const float *x, const float *w, const float *b, float *y) {
+                                   const float *x, const float *w, const float *b, float *y,
+                                   nb_conv_wcache *fill) {
     if (!nb_conv_igemm_supports(d, precision, 0))
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM forward needs "
                         "C %% 32 == 0 (C = %lld)", (long long)d->C);
@@ -349,16 +536,15 @@ static nb_status nb_ig_forward_f32(nb_device *dev, int precision, const nb_conv_
     if (!halo) c = nb_ig_pick_dev(dev, 0, precision, d, d->O);
     nb_ig_entry *e;
     NB_TRY(nb_ig_load(dev, &c, &e));
-    int64_t nw = d->O * d->C * d->K * d->K;
     float *wr;
     NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, d->O, d->C, d->K, &wr));
-    nb_ig_wr_params wp = {w, wr, (int)d->O, (int)d->C, 0};
-    NB_TRY(nb_ig_grid_stride(halo ? e->wr2 : e->wr, &wp, sizeof wp, nw));
+    NB_TRY(nb_ig_arrange(dev, e, w, wr, d->O, d->C, d->K, 0, fill, d));
     return nb_ig_mode0(dev, d, e, x, wr, b, y, 0);
 }
 
 static nb_status nb_ig_dgrad_f32(nb_device *dev, int precision, const nb_conv_dims *d,
-                                 const float *w, const float *dy, float *dx, int store) {
+                                 const float *w, const float *dy, float *dx, int store,
+                                 const nb_conv_wcache *use) {
     if (!nb_conv_igemm_supports(d, precision, 1))
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM data gradient needs "
                         "stride 1, O %% 32 == 0 and pad <= K-1");
@@ -369,11 +555,8 @@ static nb_status nb_ig_dgrad_f32(nb_device *dev, int precision, const nb_conv_di
     if (!halo) c = nb_ig_pick_dev(dev, 0, precision, &g, g.O);
     nb_ig_entry *e;
     NB_TRY(nb_ig_load(dev, &c, &e));
-    int64_t nw = d->O * d->C * d->K * d->K;
     float *wr;
-    NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, g.O, g.C, d->K, &wr));
-    nb_ig_wr_params wp = {w, wr, (int)d->O, (int)d->C, 1};
-    NB_TRY(nb_ig_grid_stride(halo ? e->wr2 : e->wr, &wp, sizeof wp, nw));
+    NB_TRY(nb_ig_dgrad_weights(dev, e, &g, w, d->O, d->C, use, &wr));
     /* store: accum 0 without a bias writes every element (split k: zero fill, then atomics) */
     return nb_ig_mode0(dev, &g, e, dy, wr, NULL, dx, !store);
 }
@@ -420,9 +603,11 @@ static nb_status nb_ig_mode3(nb_device *dev, const nb_conv_dims *d, const nb_ig_
  * 64x64: 265 blocks; 256->256 at 8x8: 288; 512->256 at 8x8: 320): one more, mostly empty
  * wave. Rounded down: 260, 252, 256 blocks, each with a few more k steps. */
 
-/* x, dy f32, or bf16 with abf (BF16 precision) */
+/* x, dy f32, or bf16 with abf (BF16 precision); bias gradient (db, may be NULL) from bdy (bdt:
+ * the caller's dy, before any conversion) where the rearranging add runs */
 static nb_status nb_ig_wgrad_run(nb_device *dev, int precision, const nb_conv_dims *d,
-                                 const void *x, const void *dy, float *dw, int abf) {
+                                 const void *x, const void *dy, float *dw, int abf,
+                                 const void *bdy, nb_dtype bdt, float **db) {
     if (!nb_conv_igemm_supports(d, precision, 2))
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): implicit GEMM weight gradient needs "
                         "OH*OW %% 32 == 0");
@@ -474,8 +659,14 @@ static nb_status nb_ig_wgrad_run(nb_device *dev, int precision, const nb_conv_di
                         (unsigned)((Nn + c.bn - 1) / c.bn), (unsigned)splits));
     if (part) NB_TRY(nb_conv_sum_splits(dev, part, dwr, nw, splits));
     if (KK == 1) return NB_OK;
-    nb_ig_dw_params q = {dwr, dw, (int)d->O, (int)d->C};
-    NB_TRY(nb_ig_grid_stride(e->dw, &q, sizeof q, nw));
+    int64_t P = d->OH * d->OW;
+    if (db && *db && P >= 16 && !nb_cuda_conv_get_aux_legacy()) {
+        NB_TRY(nb_conv_dw_bias_grad(dev, dwr, dw, d->O, d->C, KK, bdy, bdt, *db, d->N, P));
+        *db = NULL;
+    } else {
+        nb_ig_dw_params q = {dwr, dw, (int)d->O, (int)d->C};
+        NB_TRY(nb_ig_grid_stride(e->dw, &q, sizeof q, nw));
+    }
     z->clean = z_clean; /* the add zeroes what MODE 2 summed into: the scratch is clean again */
     return NB_OK;
 }
@@ -516,7 +707,8 @@ static unsigned nb_ig_split(nb_device *dev, const nb_conv_dims *g, const nb_ig_c
  * converted into a bf16 out. */
 static nb_status nb_ig_run_bf16(nb_device *dev, const nb_conv_dims *g, nb_ig_cfg c, const void *a,
                                 const float *w, int flip, int64_t wO, int64_t wC,
-                                const float *bias, void *out, nb_dtype odt, int accum) {
+                                const float *bias, void *out, nb_dtype odt, int accum,
+                                nb_conv_wcache *fill, const nb_conv_wcache *use) {
     int64_t kps;
     int halo = c.mode == 1;
     c.abf = 1;
@@ -525,20 +717,39 @@ static nb_status nb_ig_run_bf16(nb_device *dev, const nb_conv_dims *g, nb_ig_cfg
     nb_ig_entry *e;
     NB_TRY(nb_ig_load(dev, &c, &e));
     float *wr;
-    NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, g->O, g->C, g->K, &wr));
-    nb_ig_wr_params wp = {w, wr, (int)wO, (int)wC, flip};
-    NB_TRY(nb_ig_grid_stride(halo ? e->wr2 : e->wr, &wp, sizeof wp, wO * wC * g->K * g->K));
+    if (flip) {
+        NB_TRY(nb_ig_dgrad_weights(dev, e, g, w, wO, wC, use, &wr));
+    } else {
+        NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, g->O, g->C, g->K, &wr));
+        NB_TRY(nb_ig_arrange(dev, e, w, wr, wO, wC, g->K, 0, fill, g));
+    }
     nb_ig_params p = {a, wr, bias, out, (int)g->N, (int)g->C, (int)g->H, (int)g->W, (int)g->O,
                       (int)g->OH, (int)g->OW, (int)g->pad, accum, 0};
     int64_t smem = halo ? nb_ig_halo_smem(&c, g) : nb_ig_smem(&c);
     if (gz == 1) return nb_ig_launch(e->main, smem, &p, gx, gy, 1);
     int64_t P = g->OH * g->OW, ny = g->N * g->O * P;
+    if (odt == NB_BF16 && !nb_cuda_conv_get_aux_legacy()) {
+        /* into the zeroed f32 accumulator (slot 8), then one pass adds the bias (or the old
+         * output), rounds to bf16 and re-zeroes the accumulator: no fill launch */
+        size_t bytes = (size_t)ny * sizeof(float);
+        float *acc;
+        NB_TRY(nb_conv_scratch(dev, 8, bytes, &acc));
+        nb_ig_dwr_zero *z = &nb_ig_acc_state[nb_device_get_info(dev)->index];
+        if (z->dev != dev || z->ptr != acc || z->clean < bytes) {
+            NB_TRY(nb_memset(dev, acc, 0, bytes));
+            z->dev = dev, z->ptr = acc, z->clean = bytes;
+        }
+        size_t clean = z->clean;
+        z->clean = 0; /* dirty until nb_conv_split_out has been queued */
+        p.out = acc, p.accum = 2, p.bias = NULL, p.kt_per_split = (int)kps;
+        NB_TRY(nb_ig_launch(e->main, smem, &p, gx, gy, gz));
+        NB_TRY(nb_conv_split_out(dev, acc, out, bias, g->N, g->O, P, accum));
+        z->clean = clean;
+        return NB_OK;
+    }
     float *tgt = out;
     if (odt == NB_BF16) NB_TRY(nb_conv_scratch(dev, 5, (size_t)ny * sizeof(float), &tgt));
-    if (odt == NB_BF16 || !accum) {
-        nb_ig_fill_params f = {tgt, bias, (long long)ny, (int)P, (int)g->O};
-        NB_TRY(nb_ig_grid_stride(e->fill, &f, sizeof f, ny));
-    }
+    if (odt == NB_BF16 || !accum) NB_TRY(nb_ig_fill(dev, e, tgt, bias, g->N, g->O, P));
     p.out = tgt, p.accum = 2, p.bias = NULL, p.kt_per_split = (int)kps;
     NB_TRY(nb_ig_launch(e->main, smem, &p, gx, gy, gz));
     return odt == NB_BF16 ? nb_conv_convert(dev, tgt, NB_F32, out, NB_BF16, ny, accum) : NB_OK;
@@ -546,35 +757,36 @@ static nb_status nb_ig_run_bf16(nb_device *dev, const nb_conv_dims *g, nb_ig_cfg
 
 nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dims *d,
                                 nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
-                                const float *b, void *y) {
-    if (xdt == NB_F32 && ydt == NB_F32) return nb_ig_forward_f32(dev, precision, d, x, w, b, y);
+                                const float *b, void *y, nb_conv_wcache *fill) {
+    if (xdt == NB_F32 && ydt == NB_F32) return nb_ig_forward_f32(dev, precision, d, x, w, b, y, fill);
     nb_ig_cfg hc;
     /* (its bf16 output is written with 16-byte stores) */
     if (nb_ig_bf16_storage(precision, xdt, ydt) && (uintptr_t)y % 16 == 0 &&
         nb_ig_halo_pick_dt(precision, d, &hc, 1)) {
         const void *xb;
         NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * d->H * d->W, 3, &xb));
-        return nb_ig_run_bf16(dev, d, hc, xb, w, 0, d->O, d->C, b, y, ydt, 0);
+        return nb_ig_run_bf16(dev, d, hc, xb, w, 0, d->O, d->C, b, y, ydt, 0, fill, NULL);
     }
     if (nb_ig_bf16_storage(precision, xdt, ydt) && d->C % 32 == 0) { /* MODE 0 */
         const void *xb;
         NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * d->H * d->W, 3, &xb));
         return nb_ig_run_bf16(dev, d, nb_ig_pick_dev(dev, 0, precision, d, d->O), xb, w, 0, d->O,
-                              d->C, b, y, ydt, 0);
+                              d->C, b, y, ydt, 0, fill, NULL);
     }
     int64_t ny = d->N * d->O * d->OH * d->OW;
     const void *xf;
     float *yf = y;
     NB_TRY(nb_conv_as(dev, x, xdt, NB_F32, d->N * d->C * d->H * d->W, 3, &xf));
     if (ydt != NB_F32) NB_TRY(nb_conv_scratch(dev, 5, (size_t)ny * sizeof(float), &yf));
-    NB_TRY(nb_ig_forward_f32(dev, precision, d, xf, w, b, yf));
+    NB_TRY(nb_ig_forward_f32(dev, precision, d, xf, w, b, yf, fill));
     return ydt != NB_F32 ? nb_conv_convert(dev, yf, NB_F32, y, ydt, ny, 0) : NB_OK;
 }
 
 nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims *d,
                               nb_dtype xdt, nb_dtype ydt, const float *w, const void *dy,
-                              void *dx, int store) {
-    if (xdt == NB_F32 && ydt == NB_F32) return nb_ig_dgrad_f32(dev, precision, d, w, dy, dx, store);
+                              void *dx, int store, const nb_conv_wcache *use) {
+    if (xdt == NB_F32 && ydt == NB_F32)
+        return nb_ig_dgrad_f32(dev, precision, d, w, dy, dx, store, use);
     int64_t nx = d->N * d->C * d->H * d->W;
     nb_conv_dims g = nb_ig_dgrad_dims(d);
     nb_ig_cfg hc;
@@ -582,27 +794,28 @@ nb_status nb_conv_igemm_dgrad(nb_device *dev, int precision, const nb_conv_dims 
         nb_ig_halo_pick_dt(precision, &g, &hc, 1)) {
         const void *dyb;
         NB_TRY(nb_conv_as(dev, dy, ydt, NB_BF16, d->N * d->O * d->OH * d->OW, 4, &dyb));
-        return nb_ig_run_bf16(dev, &g, hc, dyb, w, 1, d->O, d->C, NULL, dx, xdt, !store);
+        return nb_ig_run_bf16(dev, &g, hc, dyb, w, 1, d->O, d->C, NULL, dx, xdt, !store, NULL, use);
     }
     if (nb_ig_bf16_storage(precision, xdt, ydt) && d->O % 32 == 0) { /* MODE 0 */
         const void *dyb;
         NB_TRY(nb_conv_as(dev, dy, ydt, NB_BF16, d->N * d->O * d->OH * d->OW, 4, &dyb));
         return nb_ig_run_bf16(dev, &g, nb_ig_pick_dev(dev, 0, precision, &g, g.O), dyb, w, 1,
-                              d->O, d->C, NULL, dx, xdt, !store);
+                              d->O, d->C, NULL, dx, xdt, !store, NULL, use);
     }
     const void *dyf;
     NB_TRY(nb_conv_as(dev, dy, ydt, NB_F32, d->N * d->O * d->OH * d->OW, 4, &dyf));
-    if (xdt == NB_F32) return nb_ig_dgrad_f32(dev, precision, d, w, dyf, dx, store);
+    if (xdt == NB_F32) return nb_ig_dgrad_f32(dev, precision, d, w, dyf, dx, store, use);
     float *dxf;
     NB_TRY(nb_conv_scratch(dev, 5, (size_t)nx * sizeof(float), &dxf));
-    NB_TRY(nb_ig_dgrad_f32(dev, precision, d, w, dyf, dxf, 1));
+    NB_TRY(nb_ig_dgrad_f32(dev, precision, d, w, dyf, dxf, 1, use));
     return nb_conv_convert(dev, dxf, NB_F32, dx, xdt, nx, !store);
 }
 
 nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims *d,
                               nb_dtype xdt, nb_dtype ydt, const void *x, const void *dy,
-                              float *dw) {
-    if (xdt == NB_F32 && ydt == NB_F32) return nb_ig_wgrad_run(dev, precision, d, x, dy, dw, 0);
+                              float *dw, float **db) {
+    if (xdt == NB_F32 && ydt == NB_F32)
+        return nb_ig_wgrad_run(dev, precision, d, x, dy, dw, 0, dy, ydt, db);
     nb_ig_cfg c;
     if (nb_ig_bf16_storage(precision, xdt, ydt) &&
         (nb_ig_wg_pick_dt(precision, d, &c, 1) || (d->OH * d->OW) % 32 == 0)) {
@@ -610,12 +823,65 @@ nb_status nb_conv_igemm_wgrad(nb_device *dev, int precision, const nb_conv_dims 
         const void *xb, *dyb;
         NB_TRY(nb_conv_as(dev, x, xdt, NB_BF16, d->N * d->C * d->H * d->W, 3, &xb));
         NB_TRY(nb_conv_as(dev, dy, ydt, NB_BF16, d->N * d->O * d->OH * d->OW, 4, &dyb));
-        return nb_ig_wgrad_run(dev, precision, d, xb, dyb, dw, 1);
+        return nb_ig_wgrad_run(dev, precision, d, xb, dyb, dw, 1, dy, ydt, db);
     }
     const void *xf, *dyf; /* the f32 halo MODE 3 on converted copies (W % 8 != 0) */
     NB_TRY(nb_conv_as(dev, x, xdt, NB_F32, d->N * d->C * d->H * d->W, 3, &xf));
     NB_TRY(nb_conv_as(dev, dy, ydt, NB_F32, d->N * d->O * d->OH * d->OW, 4, &dyf));
-    return nb_ig_wgrad_run(dev, precision, d, xf, dyf, dw, 0);
+    return nb_ig_wgrad_run(dev, precision, d, xf, dyf, dw, 0, dy, ydt, db);
+}
+
+/* ---- the data gradient's layout, and the weight arrangement alone (tests / benchmarks) -------- */
+
+/* The configuration the data gradient (nb_conv_igemm_dgrad) runs for d, on a 16-byte aligned dx
+ * (as nb_conv_igemm_dgrad decides). */
+static int nb_ig_dgrad_cfg(const nb_conv_dims *d, int prec, nb_dtype xdt, nb_dtype ydt,
+                           nb_ig_cfg *c) {
+    if (!nb_conv_igemm_supports(d, prec, 1)) return 0;
+    nb_conv_dims g = nb_ig_dgrad_dims(d);
+    if (prec == NB_TAPE_BF16 && (xdt == NB_BF16 || ydt == NB_BF16)) {
+        if (nb_ig_halo_pick_dt(prec, &g, c, 1)) return 1;
+        if (d->O % 32 == 0) {
+            memset(c, 0, sizeof *c);
+            c->abf = 1;
+            return 1;
+        }
+    }
+    if (nb_ig_halo_pick(prec, &g, c)) return 1;
+    memset(c, 0, sizeof *c);
+    return 1;
+}
+
+int nb_conv_igemm_dgrad_key(const nb_conv_dims *d, int precision, nb_dtype xdt, nb_dtype ydt) {
+    nb_ig_cfg c;
+    return d && nb_ig_dgrad_cfg(d, precision, xdt, ydt, &c) ? nb_ig_key(&c) : 0;
+}
+
+nb_status nb_conv_igemm_arrange_weights(nb_device *dev, int precision, const nb_conv_dims *d,
+                                        int which, int abf, const float *w, void **wr,
+                                        size_t *bytes) {
+    if (which != 0 && which != 1)
+        return nb_error(NB_ERR_INVALID_ARG, "conv2d (CUDA): weight arrangement of part %d (0 "
+                        "forward, 1 data gradient)", which);
+    if (!nb_conv_igemm_supports(d, precision, which) || (abf && precision != NB_TAPE_BF16))
+        return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): the implicit-GEMM kernels do not "
+                        "take this shape / precision");
+    nb_conv_dims g = which ? nb_ig_dgrad_dims(d) : *d;
+    nb_ig_cfg c;
+    int halo = nb_ig_halo_pick_dt(precision, &g, &c, abf);
+    if (!halo) {
+        if (g.C % 32) return nb_error(NB_ERR_UNSUPPORTED, "conv2d (CUDA): no kernel for this shape");
+        c = nb_ig_pick_dev(dev, 0, precision, &g, g.O);
+        c.abf = abf;
+    }
+    nb_ig_entry *e;
+    NB_TRY(nb_ig_load(dev, &c, &e));
+    float *out;
+    NB_TRY(nb_ig_weights(dev, halo ? &c : NULL, g.O, g.C, d->K, &out));
+    int64_t cp = halo ? (g.C + c.cb - 1) / c.cb * c.cb : g.C;
+    *bytes = (size_t)(g.O * cp * d->K * d->K) * (abf ? 2 : 4);
+    *wr = out;
+    return nb_ig_arrange(dev, e, w, out, d->O, d->C, d->K, which, NULL, NULL);
 }
 
 /* ---- prewarm: compile every specialisation of a precision in parallel ------------------------ */
@@ -681,7 +947,8 @@ nb_status nb_conv_igemm_prewarm(nb_device *dev, int precision) {
     nb_nn_parallel(n, 1, nb_ig_warm_range, &w);
     for (int i = 0; i < n; i++)
         if (w.st[i]) return nb_error(w.st[i], "conv2d (CUDA): compiling the implicit-GEMM kernels failed");
-    return NB_OK;
+    nb_jit_kernel *k;
+    return nb_nn_cuda_kernel(dev, nb_ig_wprep_src, "nb_conv_wprep", &k);
 }
 
 nb_status nb_conv_igemm_prewarm_tiles(nb_device *dev, int mode, int ks, int stride, int n,

@@ -57,37 +57,51 @@ static const char nb_wg_src[] = NB_CUDA_BF16_HELPERS
     "        nb_st(p.col, i, p.cbf, v);\n"
     "    }\n"
     "}\n"
-    "struct WgTrP { const void *dy; void *dyt; int O, P, Kt, ybf, tbf, vec; };\n"
+    "struct WgTrP { const void *dy; void *dyt; int O, P, Kt, ybf, tbf, vec; float *db; };\n"
     "/* dyt[o][n*P + p] = dy[n][o][p]: block row y takes rows o, each thread 4 consecutive columns\n"
-    " * (vec: P % 4 == 0 and aligned, one 4-element load and store) */\n"
+    " * (vec: P % 4 == 0 and aligned, one 4-element load and store). db (may be NULL): db[o] += the\n"
+    " * dy values (each read once), one atomic per warp and row. */\n"
     "extern \"C\" __global__ void nb_wg_transpose(WgTrP a) {\n"
     "    int q0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
-    "    if (q0 >= a.Kt) return;\n"
+    "    if (q0 >= a.Kt && !a.db) return;\n"
     "    int n0 = q0 / a.P, p0 = q0 - n0 * a.P;\n"
     "    for (int o = blockIdx.y; o < a.O; o += gridDim.y) {\n"
     "        long long d = (long long)o * a.Kt + q0;\n"
-    "        if (a.vec) {\n"
-    "            nb_st4(a.dyt, d, a.tbf, nb_ld4(a.dy, ((long long)n0 * a.O + o) * a.P + p0, a.ybf));\n"
-    "            continue;\n"
+    "        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);\n"
+    "        if (q0 < a.Kt) {\n"
+    "            if (a.vec) {\n"
+    "                v = nb_ld4(a.dy, ((long long)n0 * a.O + o) * a.P + p0, a.ybf);\n"
+    "                nb_st4(a.dyt, d, a.tbf, v);\n"
+    "            } else {\n"
+    "                int n = n0, pp = p0;\n"
+    "                float t[4] = {0.f, 0.f, 0.f, 0.f};\n"
+    "                for (int j = 0; j < 4 && q0 + j < a.Kt; j++) {\n"
+    "                    t[j] = nb_ld(a.dy, ((long long)n * a.O + o) * a.P + pp, a.ybf);\n"
+    "                    nb_st(a.dyt, d + j, a.tbf, t[j]);\n"
+    "                    if (++pp == a.P) pp = 0, n++;\n"
+    "                }\n"
+    "                v = make_float4(t[0], t[1], t[2], t[3]);\n"
+    "            }\n"
     "        }\n"
-    "        int n = n0, pp = p0;\n"
-    "        for (int j = 0; j < 4 && q0 + j < a.Kt; j++) {\n"
-    "            nb_st(a.dyt, d + j, a.tbf, nb_ld(a.dy, ((long long)n * a.O + o) * a.P + pp, a.ybf));\n"
-    "            if (++pp == a.P) pp = 0, n++;\n"
+    "        if (a.db) { /* every lane of the warp is here */\n"
+    "            float s = (v.x + v.y) + (v.z + v.w);\n"
+    "            for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);\n"
+    "            if ((threadIdx.x & 31) == 0) atomicAdd(a.db + o, s);\n"
     "        }\n"
     "    }\n"
     "}\n"
     "struct Wg3P { const void *src; void *dst; int C, H, W, OH, OW, rows, Kt, Lr, sbf, dbf, vec; };\n"
     "/* row-shift form (3x3, stride 1, pad 1): K index k = n*(OH+2)*OW + h*OW + ow over padded rows\n"
     " * h < OH+2. cols3: dst[c*3 + kj][k] = x[n][c][h-1][ow+kj-1] (0 outside, and 0 for n >= m in the\n"
-    " * tail), k < Lr; dyp: dst[o][k] = dy[n][o][h][ow] for h < OH, else 0, k < Kt. Block row y takes\n"
-    " * rows, each thread 4 consecutive k (vec: one 4-element store). */\n"
-    "extern \"C\" __global__ void nb_wg_rs(Wg3P p) {\n"
+    " * tail), k < Lr; dyp: dst[o][k] = dy[n][o][h][ow] for h < OH, else 0, k < Kt. Rows r = y0,\n"
+    " * y0 + ys, ...; each thread 4 consecutive k (vec: one 4-element store). db (dyp only, may be\n"
+    " * NULL): db[o] += the dy values read (each exactly once), one atomic per warp and row. */\n"
+    "__device__ __forceinline__ void nb_wg_rs_body(const Wg3P &p, int y0, int ys, float *db) {\n"
     "    int k0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
     "    int len = p.C ? p.Lr : p.Kt, B = (p.OH + 2) * p.OW, m = p.Kt / B;\n"
-    "    if (k0 >= len) return;\n"
+    "    if (k0 >= len && !db) return;\n"
     "    int n0 = k0 / B, rem = k0 - n0 * B, h0 = rem / p.OW, w0 = rem - h0 * p.OW;\n"
-    "    for (int r = blockIdx.y; r < p.rows; r += gridDim.y) {\n"
+    "    for (int r = y0; r < p.rows; r += ys) {\n"
     "        int n = n0, h = h0, ow = w0;\n"
     "        float v[4];\n"
     "#pragma unroll\n"
@@ -105,11 +119,25 @@ static const char nb_wg_src[] = NB_CUDA_BF16_HELPERS
     "            v[j] = val;\n"
     "            if (++ow == p.OW) { ow = 0; if (++h == p.OH + 2) { h = 0; n++; } }\n"
     "        }\n"
+    "        if (db) { /* every lane of the warp is here (no early return with db) */\n"
+    "            float s = (v[0] + v[1]) + (v[2] + v[3]);\n"
+    "            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);\n"
+    "            if ((threadIdx.x & 31) == 0) atomicAdd(db + r, s);\n"
+    "            if (k0 >= len) continue;\n"
+    "        }\n"
     "        long long o = (long long)r * len + k0;\n"
     "        if (p.vec) nb_st4(p.dst, o, p.dbf, make_float4(v[0], v[1], v[2], v[3]));\n"
     "        else\n"
     "            for (int j = 0; j < 4 && k0 + j < len; j++) nb_st(p.dst, o + j, p.dbf, v[j]);\n"
     "    }\n"
+    "}\n"
+    "extern \"C\" __global__ void nb_wg_rs(Wg3P p) { nb_wg_rs_body(p, blockIdx.y, gridDim.y, 0); }\n"
+    "struct Wg3x2P { Wg3P a, b; float *db; int ya; };\n"
+    "/* both passes of a chunk in one launch: block rows y < ya the columns (a), the rest dyp (b),\n"
+    " * with the bias gradient db[o] += dy (NULL: none) */\n"
+    "extern \"C\" __global__ void nb_wg_rs2(Wg3x2P q) {\n"
+    "    if ((int)blockIdx.y < q.ya) nb_wg_rs_body(q.a, blockIdx.y, q.ya, 0);\n"
+    "    else nb_wg_rs_body(q.b, blockIdx.y - q.ya, gridDim.y - q.ya, q.db);\n"
     "}\n"
     "struct WgSum3P { const float *part; float *dw; int O, C, T; };\n"
     "/* dw[o][c*9 + ki*3 + kj] += sum over s < T of part[ki][s][o][c*3 + kj] */\n"
@@ -122,6 +150,23 @@ static const char nb_wg_src[] = NB_CUDA_BF16_HELPERS
     "        for (int s = 0; s < a.T; s++)\n"
     "            acc += a.part[((long long)(ki * a.T + s) * a.O + o) * N3 + c * 3 + kj];\n"
     "        a.dw[i] += acc;\n"
+    "    }\n"
+    "}\n"
+    "/* the same, a thread per (o, j = c*3 + kj) with the three taps: reads coalesced along j */\n"
+    "extern \"C\" __global__ void nb_wg_sum3j(WgSum3P a) {\n"
+    "    int N3 = 3 * a.C, L = a.O * N3;\n"
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L; i += gridDim.x * blockDim.x) {\n"
+    "        int o = i / N3, j = i - o * N3, c = j / 3, kj = j - c * 3;\n"
+    "        float *d = a.dw + (long long)o * 3 * N3 + c * 9 + kj;\n"
+    "#pragma unroll\n"
+    "        for (int ki = 0; ki < 3; ki++) {\n"
+    "            const float *q = a.part + (long long)ki * a.T * L + i;\n"
+    "            float s0 = 0.0f, s1 = 0.0f;\n"
+    "            int s = 0;\n"
+    "            for (; s + 1 < a.T; s += 2) s0 += q[(long long)s * L], s1 += q[(long long)(s + 1) * L];\n"
+    "            if (s < a.T) s0 += q[(long long)s * L];\n"
+    "            d[ki * 3] += s0 + s1;\n"
+    "        }\n"
     "    }\n"
     "}\n"
     "struct WgSumP { const float *part; float *dw; long long L; int S; };\n"
@@ -146,6 +191,7 @@ typedef struct {
     const void *dy;
     void *dyt;
     int O, P, Kt, ybf, tbf, vec;
+    float *db;
 } nb_wg_tr_p;
 typedef struct {
     const float *part;
@@ -163,6 +209,11 @@ typedef struct {
     float *dw;
     int O, C, T;
 } nb_wg_sum3_p;
+typedef struct {
+    nb_wg_rs_p a, b;
+    float *db;
+    int ya;
+} nb_wg_rs2_p;
 
 /* ---- tuning --------------------------------------------------------------------------------- */
 
@@ -272,7 +323,7 @@ static int nb_wg_rs_ok(const nb_conv_dims *d) { return nb_wg_rs_ok_dims(d); }
  * A third of im2col's column traffic. */
 static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dims *d,
                                 const void *x, nb_dtype xdt, const void *dy, nb_dtype ydt,
-                                float *dw, nb_dtype op) {
+                                float *dw, float *db, nb_dtype op) {
     size_t es = nb_dtype_size(op);
     int64_t OW = d->OW, Bk = (d->OH + 2) * OW, C3 = 3 * d->C, HW = d->H * d->W, P = d->OH * OW;
     int64_t cap = (int64_t)(nb_wg_chunk_mib > 0 ? nb_wg_chunk_mib : 256) << 20;
@@ -284,9 +335,11 @@ static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dim
     if (nc > d->N) nc = d->N;
     if ((nc * Bk + 2 * OW) * rows > 0x7fffffff)
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d weight gradient (CUDA GEMM): sample too large");
-    nb_jit_kernel *krs, *ksum;
+    nb_jit_kernel *krs, *krs2, *ksum;
     NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, "nb_wg_rs", &krs));
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, "nb_wg_sum3", &ksum));
+    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, "nb_wg_rs2", &krs2));
+    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src,
+                             nb_cuda_conv_get_aux_legacy() ? "nb_wg_sum3" : "nb_wg_sum3j", &ksum));
     float *col, *dyp, *part;
     NB_TRY(nb_conv_scratch(dev, 0, (size_t)(C3 * (nc * Bk + 2 * OW)) * es, &col));
     NB_TRY(nb_conv_scratch(dev, 4, (size_t)(d->O * nc * Bk) * es, &dyp));
@@ -294,19 +347,27 @@ static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dim
     int64_t L3 = d->O * C3;
     for (int64_t n0 = 0; n0 < d->N; n0 += nc) {
         int64_t m = d->N - n0 < nc ? d->N - n0 : nc, Kt = m * Bk, Lr = Kt + 2 * OW;
-        if (!(nb_wg_skip & 1)) {
-            nb_wg_rs_p a = {nb_wg_at(x, xdt, n0 * d->C * HW), col, (int)d->C, (int)d->H,
-                            (int)d->W, (int)d->OH, (int)OW, (int)C3, (int)Kt, (int)Lr,
-                            xdt == NB_BF16, op == NB_BF16, 1};
-            const unsigned grid[3] = {(unsigned)((Lr + 1023) / 1024), (unsigned)(C3 < 65535 ? C3 : 65535), 1};
-            NB_TRY(nb_jit_launch_cuda_grid(krs, &a, sizeof a, grid, block, NULL));
-        }
-        if (!(nb_wg_skip & 2)) {
-            nb_wg_rs_p t = {nb_wg_at(dy, ydt, n0 * d->O * P), dyp, 0, (int)d->H, (int)d->W,
-                            (int)d->OH, (int)OW, (int)d->O, (int)Kt, (int)Lr, ydt == NB_BF16,
-                            op == NB_BF16, 1};
-            const unsigned grid[3] = {(unsigned)((Kt + 1023) / 1024), (unsigned)(d->O < 65535 ? d->O : 65535), 1};
-            NB_TRY(nb_jit_launch_cuda_grid(krs, &t, sizeof t, grid, block, NULL));
+        nb_wg_rs_p a = {nb_wg_at(x, xdt, n0 * d->C * HW), col, (int)d->C, (int)d->H,
+                        (int)d->W, (int)d->OH, (int)OW, (int)C3, (int)Kt, (int)Lr,
+                        xdt == NB_BF16, op == NB_BF16, 1};
+        nb_wg_rs_p t = {nb_wg_at(dy, ydt, n0 * d->O * P), dyp, 0, (int)d->H, (int)d->W,
+                        (int)d->OH, (int)OW, (int)d->O, (int)Kt, (int)Lr, ydt == NB_BF16,
+                        op == NB_BF16, 1};
+        if (!nb_wg_skip && !nb_cuda_conv_get_aux_legacy()) {
+            /* both passes (and the bias gradient) in one launch */
+            int64_t ya = C3 < 32768 ? C3 : 32768, yb = d->O < 65535 - ya ? d->O : 65535 - ya;
+            nb_wg_rs2_p q = {a, t, db, (int)ya};
+            const unsigned grid[3] = {(unsigned)((Lr + 1023) / 1024), (unsigned)(ya + yb), 1};
+            NB_TRY(nb_jit_launch_cuda_grid(krs2, &q, sizeof q, grid, block, NULL));
+        } else {
+            if (!(nb_wg_skip & 1)) {
+                const unsigned grid[3] = {(unsigned)((Lr + 1023) / 1024), (unsigned)(C3 < 65535 ? C3 : 65535), 1};
+                NB_TRY(nb_jit_launch_cuda_grid(krs, &a, sizeof a, grid, block, NULL));
+            }
+            if (!(nb_wg_skip & 2)) {
+                const unsigned grid[3] = {(unsigned)((Kt + 1023) / 1024), (unsigned)(d->O < 65535 ? d->O : 65535), 1};
+                NB_TRY(nb_jit_launch_cuda_grid(krs, &t, sizeof t, grid, block, NULL));
+            }
         }
         if (nb_wg_skip & 4) continue;
         /* T slices of Kc along K (the last one shorter), each tap ki into part[ki][s] */
@@ -339,14 +400,26 @@ static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dim
                                             pk + full * L3, C3, 1, 0, 0, 0));
         }
         nb_wg_sum3_p sp = {part, dw, (int)d->O, (int)d->C, (int)T};
-        NB_TRY(nb_jit_launch_cuda(ksum, &sp, sizeof sp, d->O * d->C * 9, NULL));
+        NB_TRY(nb_jit_launch_cuda(ksum, &sp, sizeof sp,
+                                  d->O * d->C * (nb_cuda_conv_get_aux_legacy() ? 9 : 3), NULL));
     }
     return NB_OK;
 }
 
 nb_status nb_conv_wgrad_gemm(nb_device *dev, int precision, const nb_conv_dims *d, const void *x,
                              nb_dtype xdt, const void *dy, nb_dtype ydt, float *dw) {
+    return nb_conv_wgrad_gemm_db(dev, precision, d, x, xdt, dy, ydt, dw, NULL);
+}
+
+nb_status nb_conv_wgrad_gemm_db(nb_device *dev, int precision, const nb_conv_dims *d,
+                                const void *x, nb_dtype xdt, const void *dy, nb_dtype ydt,
+                                float *dw, float *db) {
     NB_TRY(nb_wg_check(dev, precision, d, x, xdt, dy, ydt, dw));
+    /* the old kernels, or steps skipped (benchmarks): the bias gradient on its own */
+    if (db && (nb_wg_skip || nb_cuda_conv_get_aux_legacy())) {
+        NB_TRY(nb_conv_bias_grad(dev, dy, ydt, db, d->N, d->O, d->OH * d->OW));
+        db = NULL;
+    }
     int64_t rows = d->C * d->K * d->K > d->O ? d->C * d->K * d->K : d->O;
     if (d->OH * d->OW * rows > 0x7fffffff || d->N * d->C * d->H * d->W > ((int64_t)1 << 40))
         return nb_error(NB_ERR_UNSUPPORTED,
@@ -357,7 +430,7 @@ nb_status nb_conv_wgrad_gemm(nb_device *dev, int precision, const nb_conv_dims *
      * (H100, .export/device-results/wgrad/bench*.log) */
     int lay = nb_wg_layout >= 0 ? nb_wg_layout : d->OH * d->OW > 64 ? 2 : 0;
     if (lay == 2 && nb_wg_rs_ok(d))
-        return nb_wg_rowshift(dev, precision, d, x, xdt, dy, ydt, dw, op);
+        return nb_wg_rowshift(dev, precision, d, x, xdt, dy, ydt, dw, db, op);
     size_t es = nb_dtype_size(op);
     int64_t KK = d->K * d->K, CKK = d->C * KK, P = d->OH * d->OW, HW = d->H * d->W;
     int64_t nc = nb_wg_chunk(d, es);
@@ -387,7 +460,7 @@ nb_status nb_conv_wgrad_gemm(nb_device *dev, int precision, const nb_conv_dims *
         }
         /* 2. dyT [O, Kt] */
         nb_wg_tr_p t = {nb_wg_at(dy, ydt, n0 * d->O * P), dyt, (int)d->O, (int)P, (int)Kt,
-                        ydt == NB_BF16, op == NB_BF16, tvec};
+                        ydt == NB_BF16, op == NB_BF16, tvec, db};
         const unsigned tgrid[3] = {gx, (unsigned)(d->O < 65535 ? d->O : 65535), 1};
         if (!(nb_wg_skip & 2)) NB_TRY(nb_jit_launch_cuda_grid(ktr, &t, sizeof t, tgrid, block, NULL));
         if (nb_wg_skip & 4) continue;
