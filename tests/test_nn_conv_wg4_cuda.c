@@ -65,10 +65,10 @@ static void test_bad_input(void) {
     NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
     char buf[64] __attribute__((aligned(16)));
     float dw[4];
-    NB_EXPECT_ERR(nb_conv_wg4(cpu, NB_TAPE_BF16, &d, NULL, buf, dw), NB_ERR_INVALID_ARG, "NULL");
+    NB_EXPECT_ERR(nb_conv_wg4(cpu, NB_TAPE_BF16, &d, NULL, buf, dw, NULL), NB_ERR_INVALID_ARG, "NULL");
     NB_REQUIRE_OK(nb_conv_dims_make(&e, 2, 64, 16, 12, 64, 3, 1, 1));
-    NB_EXPECT_ERR(nb_conv_wg4(cpu, NB_TAPE_BF16, &e, buf, buf, dw), NB_ERR_UNSUPPORTED, "W % 8");
-    NB_EXPECT_ERR(nb_conv_wg4(cpu, NB_TAPE_BF16, &d, buf + 2, buf, dw), NB_ERR_INVALID_ARG, "aligned");
+    NB_EXPECT_ERR(nb_conv_wg4(cpu, NB_TAPE_BF16, &e, buf, buf, dw, NULL), NB_ERR_UNSUPPORTED, "W % 8");
+    NB_EXPECT_ERR(nb_conv_wg4(cpu, NB_TAPE_BF16, &d, buf + 2, buf, dw, dw), NB_ERR_INVALID_ARG, "aligned");
     nb_device_close(cpu);
 }
 
@@ -118,10 +118,37 @@ static void run_case(nb_device *g, int prec, int N, int C, int H, int W, int O) 
     NB_EXPECT_OK(nb_memcpy_h2d(g, nb_buffer_ptr(bw), dw0, nw * 4));
     nb_conv_dims d;
     NB_REQUIRE_OK(nb_conv_dims_make(&d, N, C, H, W, O, 3, 1, 1));
-    nb_status s = nb_conv_wg4(g, prec, &d, nb_buffer_ptr(bx), nb_buffer_ptr(by), nb_buffer_ptr(bw));
+    /* the bias gradient along (db0 + sum over n, p of dy) */
+    float *db0 = malloc((size_t)O * 4), *dbg = malloc((size_t)O * 4);
+    double *dbr = malloc((size_t)O * sizeof(double)), *dbb = malloc((size_t)O * sizeof(double));
+    for (int o = 0; o < O; o++) {
+        db0[o] = frand(), dbr[o] = db0[o], dbb[o] = fabs(db0[o]);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < H * W; i++) {
+                double v = dy[((size_t)n * O + o) * H * W + i];
+                dbr[o] += v, dbb[o] += fabs(v);
+            }
+    }
+    nb_buffer *bdb;
+    NB_REQUIRE_OK(nb_buffer_alloc(g, (size_t)O * 4, &bdb));
+    NB_EXPECT_OK(nb_memcpy_h2d(g, nb_buffer_ptr(bdb), db0, (size_t)O * 4));
+    nb_status s = nb_conv_wg4(g, prec, &d, nb_buffer_ptr(bx), nb_buffer_ptr(by), nb_buffer_ptr(bw),
+                              nb_buffer_ptr(bdb));
     if (s) fprintf(stderr, "  %s\n", nb_last_error());
     NB_EXPECT_OK(s);
     NB_EXPECT_OK(nb_memcpy_d2h(g, out, nb_buffer_ptr(bw), nw * 4));
+    NB_EXPECT_OK(nb_memcpy_d2h(g, dbg, nb_buffer_ptr(bdb), (size_t)O * 4));
+    int dbad = 0;
+    double dberr = 0;
+    for (int o = 0; o < O; o++) {
+        double e = fabs(dbg[o] - dbr[o]);
+        dberr = fmax(dberr, e);
+        dbad += e > 1e-5 * dbb[o] + 1e-5;
+    }
+    printf("  db max err %.3g\n", dberr);
+    NB_EXPECT(dbad == 0);
+    nb_buffer_release(bdb);
+    free(db0), free(dbg), free(dbr), free(dbb);
     double worst = 0, err = 0;
     int bad = 0;
     for (size_t i = 0; i < nw; i++) {
@@ -180,7 +207,7 @@ static void test_bench(void) {
             nb_conv_wg4_enable(0); /* "current path": the automatic choice without this kernel */
             for (int it = 0; it < 23; it++) {
                 if (it == 3) nb_event_record(e0, NULL);
-                nb_status s = which ? nb_conv_wg4(g, prec, &d, nb_buffer_ptr(bx), nb_buffer_ptr(by), nb_buffer_ptr(bw))
+                nb_status s = which ? nb_conv_wg4(g, prec, &d, nb_buffer_ptr(bx), nb_buffer_ptr(by), nb_buffer_ptr(bw), NULL)
                                     : nb_cuda_conv2d_backward(g, prec, &d, dt, dt, nb_buffer_ptr(bx),
                                                               nb_buffer_ptr(bw), nb_buffer_ptr(by), NULL,
                                                               nb_buffer_ptr(bw), NULL, 1);

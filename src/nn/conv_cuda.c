@@ -477,8 +477,8 @@ nb_status nb_cuda_conv2d_backward_wc(nb_device *dev, int precision, const nb_con
      * tools/device/wg4.sh); NABLA_CONV_WG4=0 for A/B */
     if (dw && nb_conv_algo == 0 && ((uintptr_t)x | (uintptr_t)dy) % 16 == 0 &&
         nb_conv_wg4_preferred(d, precision, xdt, ydt)) {
-        NB_TRY(nb_conv_wg4(dev, precision, d, x, dy, dw));
-        dw = NULL;
+        NB_TRY(nb_conv_wg4(dev, precision, d, x, dy, dw, db)); /* (db along with dy's read) */
+        dw = NULL, db = NULL;
     }
     /* small images (8x8; 16x16 with bf16): im2col + one cuBLAS GEMM beats the implicit-GEMM
      * weight gradient (conv_cuda_wgrad.h; .export/device-results/wgrad/bench.log) */

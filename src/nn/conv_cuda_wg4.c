@@ -6,7 +6,8 @@
  * as a GEMM with M = O rows, 9 C columns in dw's own order j = (c * 3 + kh) * 3 + kw, and the
  * N H W pixels as the reduction. A block owns 64 rows x 192 columns (64 (c, kh) "triples" x the
  * three kw taps) and a range of 32-pixel k tiles (split over blockIdx.z, partial sums added with
- * 8-byte atomics into dw: no rearranging pass, no scratch). Per k tile:
+ * 8-byte atomics into dw: no rearranging pass, no scratch; the blocks of column block 0 also
+ * sum the dy rows they read into the bias gradient db when asked). Per k tile:
  *   A  dy [64 o][32 px] by cp.async (16-byte chunks: 8 bf16 / 4 f32 pixels);
  *   B  the 192 columns x 32 px: a thread loads 16 bytes of one x row (c, h + kh - 1) plus the
  *      left and right neighbours and stores the three kw-shifted copies (byte_perm for bf16) as
@@ -53,7 +54,7 @@ static const char nb_wg4_src[] =
     "#endif\n"
     "#define A_PER (BM * BK / EPV / NTH) /* 16-byte A chunks per thread and k tile */\n"
     "#define B_PER (TRI * BK / EPV / NTH) /* B tasks (EPV pixels of one x row) per thread */\n"
-    "struct Wg4P { const E *x, *dy; float *dw; int N, C, H, W, O, kt_per_split; };\n"
+    "struct Wg4P { const E *x, *dy; float *dw, *db; int N, C, H, W, O, kt_per_split; };\n"
     "__device__ __forceinline__ unsigned smem_u32(const void *p) {\n"
     "    return (unsigned)__cvta_generic_to_shared(p);\n"
     "}\n"
@@ -147,6 +148,12 @@ static const char nb_wg4_src[] =
     "            *(uint4 *)&Bs[s][3 * tri + 2][EPV * grp] = k2v;\n"
     "        }\n"
     "    };\n"
+    "    /* db (blocks of column block 0): row sums of the dy tiles this block reads anyway; a\n"
+    "     * thread sums the 16-byte A chunk(s) it loads, lanes sharing a row reduce at the end */\n"
+    "    const bool dob = p.db && blockIdx.y == 0;\n"
+    "    float dbs[A_PER];\n"
+    "    _Pragma(\"unroll\")\n"
+    "    for (int r = 0; r < A_PER; r++) dbs[r] = 0.0f;\n"
     "    float acc[MT][NT][4];\n"
     "    _Pragma(\"unroll\")\n"
     "    for (int i = 0; i < MT; i++)\n"
@@ -172,6 +179,21 @@ static const char nb_wg4_src[] =
     "            aload(s ^ 1, kt + 1);\n"
     "            bload(kt + 1);\n"
     "        }\n"
+    "        if (dob) {\n"
+    "            _Pragma(\"unroll\")\n"
+    "            for (int r = 0; r < A_PER; r++) {\n"
+    "                int i = tid + r * NTH, row = i / (BK / EPV), ch = i % (BK / EPV);\n"
+    "                uint4 v = *(const uint4 *)&As[s][row][EPV * ch];\n"
+    "#if PREC == 2\n"
+    "                unsigned w4[4] = {v.x, v.y, v.z, v.w};\n"
+    "                _Pragma(\"unroll\")\n"
+    "                for (int e = 0; e < 4; e++)\n"
+    "                    dbs[r] += __uint_as_float(w4[e] << 16) + __uint_as_float(w4[e] & 0xffff0000u);\n"
+    "#else\n"
+    "                dbs[r] += (__uint_as_float(v.x) + __uint_as_float(v.y)) + (__uint_as_float(v.z) + __uint_as_float(v.w));\n"
+    "#endif\n"
+    "            }\n"
+    "        }\n"
     "        _Pragma(\"unroll\")\n"
     "        for (int kk = 0; kk < BK; kk += KSTEP) {\n"
     "            unsigned a[MT][4], b[NT / 2][4];\n"
@@ -189,6 +211,16 @@ static const char nb_wg4_src[] =
     "        __syncthreads();\n"
     "    }\n"
     "    if (kt0 >= kt1) return;\n"
+    "    if (dob) {\n"
+    "        _Pragma(\"unroll\")\n"
+    "        for (int r = 0; r < A_PER; r++) {\n"
+    "            float v = dbs[r];\n"
+    "            _Pragma(\"unroll\")\n"
+    "            for (int o = 1; o < BK / EPV; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "            int i = tid + r * NTH, row = i / (BK / EPV), ch = i % (BK / EPV), o = m0 + row;\n"
+    "            if (ch == 0 && o < p.O) atomicAdd(p.db + o, v);\n"
+    "        }\n"
+    "    }\n"
     "    /* epilogue: column pairs (2t, 2t + 1) are adjacent dw elements: one 8-byte red where the\n"
     "     * pair is 8-byte aligned (C even), else two atomics */\n"
     "    _Pragma(\"unroll\")\n"
@@ -215,7 +247,7 @@ const char *nb_conv_wg4_source(void) { return nb_wg4_src; }
 
 typedef struct {
     const void *x, *dy;
-    float *dw;
+    float *dw, *db;
     int N, C, H, W, O, kt_per_split;
 } nb_wg4_params;
 
@@ -270,7 +302,7 @@ int nb_conv_wg4_preferred(const nb_conv_dims *d, int precision, nb_dtype xdt, nb
 }
 
 nb_status nb_conv_wg4(nb_device *dev, int precision, const nb_conv_dims *d, const void *x,
-                      const void *dy, float *dw) {
+                      const void *dy, float *dw, float *db) {
     if (!dev || !d || !x || !dy || !dw)
         return nb_error(NB_ERR_INVALID_ARG, "conv2d weight gradient (wg4): NULL argument");
     int bf16 = precision == NB_TAPE_BF16;
@@ -295,7 +327,7 @@ nb_status nb_conv_wg4(nb_device *dev, int precision, const nb_conv_dims *d, cons
     int64_t kps = (nkt + splits - 1) / splits;
     splits = (nkt + kps - 1) / kps;
     if (splits > 65535) return nb_error(NB_ERR_UNSUPPORTED, "conv2d weight gradient (wg4): too many k splits");
-    nb_wg4_params p = {x, dy, dw, (int)d->N, (int)d->C, (int)d->H, (int)d->W, (int)d->O, (int)kps};
+    nb_wg4_params p = {x, dy, dw, db, (int)d->N, (int)d->C, (int)d->H, (int)d->W, (int)d->O, (int)kps};
     const unsigned grid[3] = {gx, gy, (unsigned)splits}, block[3] = {256, 1, 1};
     /* two stages of A [64][LDK] and B [192][LDK]: LDK 40 bf16 / 36 f32 */
     unsigned smem = bf16 ? 2 * 256 * 40 * 2 : 2 * 256 * 36 * 4;
