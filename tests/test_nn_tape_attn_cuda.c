@@ -15,7 +15,9 @@
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
+#include "device/cuda/cuda_api.h" /* nb_nvrtc_compile */
 #include "nn/attn_cuda.h"
+#include "nn/attn_cuda_tc.h"
 #include "nn/tape_internal.h" /* nb_tape_cast (the bench's bf16 qkv) */
 
 #define NB_TRY_T(e)                                                                             \
@@ -544,7 +546,7 @@ static void bench_qkv_tape(nb_device *dev, int prec, int64_t N, int64_t heads, i
  * (feature-major: what nb_tape_qkv_attention runs) or row-major [BH,T,d] (nb_tape_attention's
  * layout), f32 or bf16 storage; the backward in STORE mode (the fused op's first contribution). */
 static void bench_views(nb_device *dev, int prec, int64_t N, int64_t heads, int64_t L, int64_t d,
-                        int fm, int bf) {
+                        int fm, int bf, int gmask) {
     int64_t BH = N * heads, n = BH * 3 * d * L, no = BH * d * L, es = bf ? 2 : 4;
     float *h = malloc((size_t)n * 4);
     uint16_t *hb = malloc((size_t)n * 2);
@@ -590,8 +592,9 @@ static void bench_views(nb_device *dev, int prec, int64_t N, int64_t heads, int6
             st = nb_attn_cuda_forward_v(dev, prec, &q, &k, &v, &o, L_.p, BH, L, L, d);
             NB_EXPECT_OK(nb_event_record(e1, s));
             if (!st)
-                st = nb_attn_cuda_backward_v(dev, prec, &q, &k, &v, &o, &g, L_.p, DL.p, &dq, &dk, &dv,
-                                             mode, SC.p, BH, L, L, d);
+                st = nb_attn_cuda_backward_v(dev, prec, &q, &k, &v, &o, &g, L_.p, DL.p,
+                                             gmask & 1 ? &dq : NULL, gmask & 2 ? &dk : NULL,
+                                             gmask & 4 ? &dv : NULL, mode, SC.p, BH, L, L, d);
             NB_EXPECT_OK(nb_event_record(e2, s));
             NB_EXPECT_OK(nb_event_synchronize(e2));
             float a = 0, b = 0;
@@ -607,15 +610,76 @@ static void bench_views(nb_device *dev, int prec, int64_t N, int64_t heads, int6
         printf("BENCH attn-views %s %s %s: %s\n", pname[prec], fm ? "qkv-layout" : "row-major ",
                bf ? "bf16" : "f32 ", nb_last_error());
     } else {
+        static const char *const gname[8] = {"", " (bwd: dq only)", " (bwd: dk only)", "",
+                                             " (bwd: dv only)", "", " (bwd: dk, dv only)", ""};
         printf("BENCH attn-views %s %s %s storage BH=%lld L=%lld d=%lld: fwd %.1f us  bwd %.1f us  "
-               "total %.1f us\n", pname[prec], fm ? "qkv-layout" : "row-major ", bf ? "bf16" : "f32 ",
+               "total %.1f us%s\n", pname[prec], fm ? "qkv-layout" : "row-major ", bf ? "bf16" : "f32 ",
                (long long)BH, (long long)L, (long long)d, best_f * 1e3, best_b * 1e3,
-               (best_f + best_b) * 1e3);
+               (best_f + best_b) * 1e3, gname[gmask & 7]);
+    }
+    /* GPU time alone: 20 calls captured in a CUDA graph per direction (the loop above also
+     * counts the host's launch work, e.g. the JIT's lookup of a module by its source text) */
+    if (!st) {
+        nb_graph *gf = NULL, *gb = NULL;
+        const int reps = 20;
+        nb_status sg = nb_graph_capture_begin(dev);
+        for (int r = 0; r < reps && !sg; r++)
+            sg = nb_attn_cuda_forward_v(dev, prec, &q, &k, &v, &o, L_.p, BH, L, L, d);
+        nb_status se = nb_graph_capture_end(dev, &gf);
+        if (!sg) sg = se;
+        if (!sg && !(sg = nb_graph_capture_begin(dev))) {
+            for (int r = 0; r < reps && !sg; r++)
+                sg = nb_attn_cuda_backward_v(dev, prec, &q, &k, &v, &o, &g, L_.p, DL.p,
+                                             gmask & 1 ? &dq : NULL, gmask & 2 ? &dk : NULL,
+                                             gmask & 4 ? &dv : NULL, mode, SC.p, BH, L, L, d);
+            se = nb_graph_capture_end(dev, &gb);
+            if (!sg) sg = se;
+        }
+        float gbf = 1e30f, gbb = 1e30f;
+        for (int rep = 0; rep < 4 && !sg; rep++) {
+            float a = 0, b = 0;
+            sg = nb_event_record(e0, s);
+            if (!sg) sg = nb_graph_launch(gf);
+            if (!sg) sg = nb_event_record(e1, s);
+            if (!sg) sg = nb_graph_launch(gb);
+            if (!sg) sg = nb_event_record(e2, s);
+            if (!sg) sg = nb_event_synchronize(e2);
+            if (!sg) sg = nb_event_elapsed_ms(e0, e1, &a);
+            if (!sg) sg = nb_event_elapsed_ms(e1, e2, &b);
+            if (rep > 0 && a / reps < gbf) gbf = a / reps;
+            if (rep > 0 && b / reps < gbb) gbb = b / reps;
+        }
+        if (sg)
+            printf("BENCH attn-views (graph): %s\n", nb_last_error());
+        else
+            printf("BENCH attn-views-gpu %s %s %s storage BH=%lld L=%lld d=%lld: fwd %.1f us  bwd %.1f us  "
+                   "total %.1f us (graph, GPU time)\n", pname[prec], fm ? "qkv-layout" : "row-major ",
+                   bf ? "bf16" : "f32 ", (long long)BH, (long long)L, (long long)d, gbf * 1e3,
+                   gbb * 1e3, (gbf + gbb) * 1e3);
+        if (gf) nb_graph_destroy(gf);
+        if (gb) nb_graph_destroy(gb);
     }
     nb_event_destroy(e0), nb_event_destroy(e1), nb_event_destroy(e2);
     dbuf all[] = {X, O, G, DX, L_, DL, SC};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nb_buffer_release(all[i].b);
     free(h), free(hb);
+}
+
+/* The tensor-core modules (with the whole-sequence kernels nb_attn_fwd_fa / nb_attn_bwd_fa in the
+ * feature-major ones) compile with NVRTC for sm_90: no driver or GPU needed. */
+static void test_attn_tc_sources_compile(void) {
+    const char *const srcs[] = {NB_ATTN_SRC_TC(32, 1, 1, 2), NB_ATTN_SRC_TC(32, 0, 1, 0),
+                                NB_ATTN_SRC_TC(16, 1, 1, 1), NB_ATTN_SRC_TC(32, 1, 1, 0),
+                                NB_ATTN_SRC_TC(32, 0, 1, 2), NB_ATTN_SRC_TC(32, 1, 0, 0)};
+    for (size_t i = 0; i < sizeof srcs / sizeof srcs[0]; i++) {
+        void *img = NULL;
+        size_t size = 0;
+        nb_status s = nb_nvrtc_compile(srcs[i], "attn_tc.cu", "sm_90", NULL, &img, &size, NULL);
+        if (s == NB_ERR_UNSUPPORTED) NB_SKIP("NVRTC unavailable");
+        if (s) printf("  module %zu: %s\n", i, nb_last_error());
+        NB_EXPECT_OK(s);
+        if (!s) nb_free(img, size);
+    }
 }
 
 static void test_attn_bench(void) {
@@ -636,7 +700,12 @@ static void test_attn_bench(void) {
     for (int p = 0; p < 3; p++) /* the kernels alone: layouts and storage dtypes */
         for (int sh = 0; sh < 2; sh++)
             for (int c = 0; c < (p == NB_TAPE_BF16 ? 3 : 2); c++) /* row-major, qkv, qkv bf16 */
-                bench_views(dev, p, 32, sh ? 8 : 6, sh ? 64 : 256, 32, c > 0, c == 2);
+                bench_views(dev, p, 32, sh ? 8 : 6, sh ? 64 : 256, 32, c > 0, c == 2, 7);
+    /* the backward's parts at the 16x16 shape (qkv layout, the UNet's storage): dk + dv, dq */
+    bench_views(dev, NB_TAPE_TF32, 32, 6, 256, 32, 1, 0, 6);
+    bench_views(dev, NB_TAPE_TF32, 32, 6, 256, 32, 1, 0, 1);
+    bench_views(dev, NB_TAPE_BF16, 32, 6, 256, 32, 1, 1, 6);
+    bench_views(dev, NB_TAPE_BF16, 32, 6, 256, 32, 1, 1, 1);
     for (int p = 0; p < 3; p++) { /* the UNet's attention blocks on the tape: fused vs copies */
         bench_qkv_tape(dev, p, 32, 6, 32, 16, 16); /* 192 channels at 16x16 */
         bench_qkv_tape(dev, p, 32, 8, 32, 8, 8);   /* 256 channels at 8x8 */
@@ -648,5 +717,5 @@ int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_attn_raw_kernels, test_attn_raw_aliased_grads,
                  test_attn_tape_vs_cpu, test_attn_tape_partial_grads,
                  test_attn_tape_self_accumulates, test_attn_tape_memory,
-                 test_attn_tape_bad_head_dim, test_attn_bench);
+                 test_attn_tape_bad_head_dim, test_attn_tc_sources_compile, test_attn_bench);
 }

@@ -30,6 +30,13 @@
  * nb_attn_cuda_dq_scratch(...) floats (caller-provided device memory) and is converted at the
  * end; an f32 dq accumulates in place (zeroed first in STORE mode).
  *
+ * Kernel choice (tape_cuda_attn.c): feature-major views with d <= 32 and Tq, Tk <= 256 can run
+ * the whole-sequence kernels (one block per batch-head in the backward: dq is stored, no
+ * scratch; nb_attn_cuda_dq_scratch then returns 0); by default BF16 with all-bf16 storage does
+ * (forward and backward), and TF32 for the forward when Tq > 64 (measured on the H100). In the
+ * environment, NB_ATTN_IMPL=tiled selects the 64 x 64 tiled kernels everywhere and
+ * NB_ATTN_IMPL=fa the whole-sequence kernels wherever they can run (tests, comparisons).
+ *
  * Limits: 1 <= d <= NB_ATTN_CUDA_MAX_D; Tq, Tk < 2^30. Work is queued on nb_device_stream(dev);
  * nothing synchronises. precision: nb_tape_precision: FP32 = fp32 SIMT kernels; TF32 / BF16 =
  * tensor-core kernels (fp32 accumulation) for d <= 64, the SIMT kernels above that.
@@ -71,8 +78,13 @@ nb_status nb_attn_cuda_forward_v(nb_device *dev, int precision, const nb_attn_vi
                                  const nb_attn_view *o, float *lse, int64_t BH, int64_t Tq,
                                  int64_t Tk, int64_t d);
 
-/* Floats of f32 scratch nb_attn_cuda_backward_v needs for dq (0: none; scratch may be NULL). */
-int64_t nb_attn_cuda_dq_scratch(const nb_attn_view *dq, int mode, int64_t BH, int64_t Tq,
+/* Floats of f32 scratch nb_attn_cuda_backward_v needs for dq with these arguments (0: none;
+ * scratch may then be NULL). */
+int64_t nb_attn_cuda_dq_scratch(nb_device *dev, int precision, const nb_attn_view *q,
+                                const nb_attn_view *k, const nb_attn_view *v,
+                                const nb_attn_view *o, const nb_attn_view *dout,
+                                const nb_attn_view *dq, const nb_attn_view *dk,
+                                const nb_attn_view *dv, int mode, int64_t BH, int64_t Tq,
                                 int64_t Tk, int64_t d);
 
 nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_view *q,

@@ -58,7 +58,8 @@
     struct Mat { void *p; long long bs, rs, cs; int bf; };                                    \
     struct FwdArgs { Mat q, k, v, o; float *lse; int Tq, Tk, d, ntiles; float sl2; };         \
     struct BwdArgs { Mat q, k, v, dout, dq, dk, dv; const float *lse, *delta; int dq_mode, kv_mode; \
-                     int Tq, Tk, d, ntiles; float sl2, scale; };                              \
+                     int Tq, Tk, d, ntiles; float sl2, scale;       \
+                     Mat o; int fa_flags; /* nb_attn_bwd_fa: delta, options */ };                              \
     struct DeltaArgs { Mat o, dout, z; float *delta; long long rows; int T, d; };             \
     struct FinArgs { Mat dst; const float *src; long long n; int T, d, add; };                \
     constexpr unsigned FULL = 0xffffffffu;                                                    \

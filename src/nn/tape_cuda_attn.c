@@ -17,8 +17,16 @@
  * Precision: NB_TAPE_FP32 runs the fp32 SIMT kernels (exact fp32 math, any d <= 128); TF32 and
  * BF16 run the tensor-core kernels of attn_cuda_tc.h (mma.sync, fp32 accumulation and storage)
  * for d <= 64 on compute capability 8.0+, and the SIMT kernels otherwise (64 < d <= 128).
+ * Feature-major views (the QKV row) with d <= 32 and Tq, Tk <= 256 (the reference UNet's
+ * attention: [32,6,256,32] and [32,8,64,32]) run the whole-sequence tensor-core kernels
+ * nb_attn_fwd_fa / nb_attn_bwd_fa instead: all keys of a (batch, head) in shared memory, the
+ * backward one block per (batch, head) with delta fused and dq stored directly (no delta pass,
+ * no dq scratch, no conversion pass) -- by default where measured faster (BF16 with bf16
+ * storage; the TF32 forward for long sequences: attn_fa_ok). NB_ATTN_IMPL=tiled / fa select.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/util.h"
 #include "nn/attn_cuda.h"
@@ -41,6 +49,8 @@ typedef struct {
     int32_t dq_mode, kv_mode;
     int32_t Tq, Tk, d, ntiles;
     float sl2, scale;
+    nb_attn_view o; /* nb_attn_bwd_fa only: delta = rowsum(dout * o) in its prologue */
+    int32_t fa_flags; /* nb_attn_bwd_fa: dQ's key split (attn_fa_dq_split) */
 } attn_bwd_args;
 
 typedef struct {
@@ -145,6 +155,57 @@ static nb_attn_view rowmajor(const float *p, int64_t T, int64_t d) {
     return v;
 }
 
+/* The whole-sequence kernels nb_attn_fwd_fa / nb_attn_bwd_fa (attn_cuda_tc.h) can run
+ * tensor-core precisions on feature-major views (module variants 1..3) with padded head dim
+ * <= 32 (DP 64 would spill in the 512-thread backward) and Tq, Tk <= 256 (the backward holds the
+ * whole sequence in shared memory, one warp per 16 keys). By default they run where the H100
+ * measured them faster than the 64 x 64 tiled kernels (CUDA-graph GPU time, the UNet's shapes
+ * [32,6,256,32] / [32,8,64,32]): BF16 with bf16 q, k, v, o storage (forward 35.6 -> 15.4 us and
+ * 6.8 -> 4.5 us, backward 101.3 -> 59.6 us and 18.8 -> 13.0 us) and the TF32 forward for
+ * Tq > 64 (36.1 -> 29.4 us; at Tq = 64 5.7 vs 6.8 us, and the TF32 backward 104 vs 106 us, stay
+ * tiled); f32 storage under BF16 (converted on the load) measured slower. NB_ATTN_IMPL=tiled
+ * selects the tiled kernels everywhere, NB_ATTN_IMPL=fa the whole-sequence ones wherever they
+ * can run (tests, comparisons). */
+#define ATTN_FA_MAXT 256
+static int attn_fa_mode(void) { /* 0 tiled, 1 measured choice (default), 2 always */
+    const char *e = getenv("NB_ATTN_IMPL");
+    return e && !strcmp(e, "tiled") ? 0 : e && !strcmp(e, "fa") ? 2 : 1;
+}
+
+/* Warps (16 queries each) per forward block for long sequences: 8 (NB_ATTN_FA_FWD_WARPS=1..8
+ * overrides, for tuning). */
+static int attn_fa_fwd_warps(void) {
+    const char *e = getenv("NB_ATTN_FA_FWD_WARPS");
+    int n = e ? atoi(e) : 8;
+    return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+/* nb_attn_bwd_fa's dQ (fa_flags): one warp per 16 x 8 tile over all keys (default: 0), keys
+ * split over warps adding into shared f32 sums with atomics (NB_ATTN_FA_DQSPLIT=1: measured
+ * slower on the H100), or over warp pairs joined by named barriers (NB_ATTN_FA_DQSPLIT=2). */
+static int attn_fa_dq_split(void) {
+    const char *e = getenv("NB_ATTN_FA_DQSPLIT");
+    return e && (!strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 0;
+}
+
+static int attn_fa_ok(int tc, int var, int dp, int precision, int fwd, int64_t Tq, int64_t Tk) {
+    const int mode = attn_fa_mode();
+    if (!tc || var == 0 || dp > 32 || Tq > ATTN_FA_MAXT || Tk > ATTN_FA_MAXT || mode == 0) return 0;
+    if (mode == 2) return 1;
+    if (precision == NB_TAPE_BF16) return var == 3;
+    return fwd && var == 1 && Tq > 64; /* TF32 */
+}
+
+/* Dynamic shared memory of nb_attn_bwd_fa (bytes): K, V [dp][Tk16 + pad], Q, dO [dp][Tq32 + pad],
+ * two dS buffers [Tk16][32 + pad] (operand type), lse and delta [Tq32], two dQ chunk sums
+ * [dp][33] (f32). */
+static size_t attn_fa_bwd_smem(int precision, int dp, int64_t Tq, int64_t Tk) {
+    const size_t es = precision == NB_TAPE_BF16 ? 2 : 4, pad = precision == NB_TAPE_BF16 ? 8 : 4;
+    const size_t tk = (size_t)(Tk + 15) / 16 * 16, tq = (size_t)(Tq + 31) / 32 * 32;
+    return (2 * dp * (tk + pad) + 2 * dp * (tq + pad) + 2 * tk * (32 + pad)) * es + 2 * tq * 4 +
+           2 * (size_t)dp * 33 * 4;
+}
+
 nb_status nb_attn_cuda_forward_v(nb_device *dev, int precision, const nb_attn_view *q,
                                  const nb_attn_view *k, const nb_attn_view *v,
                                  const nb_attn_view *o, float *lse, int64_t BH, int64_t Tq,
@@ -158,6 +219,15 @@ nb_status nb_attn_cuda_forward_v(nb_device *dev, int precision, const nb_attn_vi
     int64_t ntiles = (Tq + ATTN_BQ - 1) / ATTN_BQ;
     attn_fwd_args a = {*q, *k, *v, *o, lse, (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
                        (float)(1.4426950408889634 / sqrt((double)d))};
+    if (attn_fa_ok(tc, var, dp, precision, 1, Tq, Tk)) { /* 16 nw queries per block; all keys in shared */
+        int nw = (int)(Tq + 15) / 16, cap = attn_fa_fwd_warps();
+        if (nw > cap) nw = cap;
+        const size_t es = precision == NB_TAPE_BF16 ? 2 : 4, pad = precision == NB_TAPE_BF16 ? 8 : 4;
+        const size_t tk = (size_t)(Tk + 63) / 64 * 64;
+        a.ntiles = (int32_t)((Tq + 16 * nw - 1) / (16 * nw));
+        return attn_launch(dev, src, "nb_attn_fwd_fa", (unsigned)(a.ntiles * BH), 32 * (unsigned)nw,
+                           (2 * dp * (tk + pad) + dp * (16 * (size_t)nw + pad)) * es, &a);
+    }
     if (tc) /* Q, K at stride dp + 8, V at dp + 4 */
         return attn_launch(dev, src, "nb_attn_fwd_tc", (unsigned)(ntiles * BH), 128,
                            (size_t)64 * (3 * dp + 20) * 4, &a);
@@ -178,9 +248,31 @@ static int dq_via_scratch(const nb_attn_view *dq, int mode, int64_t Tk) {
     return dq && dq->p && mode != NB_ATTN_GRAD_ATOMIC && dq->bf16 && Tk > ATTN_BK;
 }
 
-int64_t nb_attn_cuda_dq_scratch(const nb_attn_view *dq, int mode, int64_t BH, int64_t Tq,
+/* nb_attn_bwd_fa runs this backward (no delta pass, no dq scratch): STORE / ADD mode, the
+ * conditions of attn_fa_ok, and its shared memory within the device's opt-in limit. */
+static int attn_bwd_fa(nb_device *dev, int precision, const nb_attn_view *const *views, int mode,
+                       int64_t Tq, int64_t Tk, int64_t d) {
+    if (mode == NB_ATTN_GRAD_ATOMIC) return 0;
+    int var;
+    if (attn_variant("attention (CUDA backward)", views, 8, mode, &var)) {
+        nb_clear_error();
+        return 0;
+    }
+    const char *src;
+    int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
+    return attn_fa_ok(tc, var, dp, precision, 0, Tq, Tk) &&
+           attn_fa_bwd_smem(precision, dp, Tq, Tk) <= nb_device_get_info(dev)->shared_mem_per_block_optin;
+}
+
+int64_t nb_attn_cuda_dq_scratch(nb_device *dev, int precision, const nb_attn_view *q,
+                                const nb_attn_view *k, const nb_attn_view *v,
+                                const nb_attn_view *o, const nb_attn_view *dout,
+                                const nb_attn_view *dq, const nb_attn_view *dk,
+                                const nb_attn_view *dv, int mode, int64_t BH, int64_t Tq,
                                 int64_t Tk, int64_t d) {
-    return dq_via_scratch(dq, mode, Tk) ? BH * Tq * d : 0;
+    const nb_attn_view *vs[8] = {q, k, v, o, dout, dq, dk, dv};
+    if (!dq_via_scratch(dq, mode, Tk) || attn_bwd_fa(dev, precision, vs, mode, Tq, Tk, d)) return 0;
+    return BH * Tq * d;
 }
 
 static const nb_attn_view no_view = {NULL, 0, 0, 0, 0};
@@ -201,6 +293,22 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
     if (mode == NB_ATTN_GRAD_ATOMIC && (dq->bf16 || dk->bf16 || dv->bf16))
         return nb_error(NB_ERR_INVALID_ARG,
                         "attention (CUDA backward): atomic accumulation needs f32 gradients");
+    {
+        const nb_attn_view *vs[8] = {q, k, v, o, dout, dq, dk, dv};
+        if (attn_bwd_fa(dev, precision, vs, mode, Tq, Tk, d)) {
+            int var;
+            NB_TRY(attn_variant("attention (CUDA backward)", vs, 8, mode, &var));
+            const char *src;
+            int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
+            attn_bwd_args a = {*q, *k, *v, *dout, *dq, *dk, *dv, lse, delta, mode, mode,
+                               (int32_t)Tq, (int32_t)Tk, (int32_t)d, 1,
+                               (float)(1.4426950408889634 / sqrt((double)d)),
+                               (float)(1.0 / sqrt((double)d)), *o, attn_fa_dq_split()};
+            return attn_launch(dev, src, a.fa_flags & 2 ? "nb_attn_bwd_fa_pairs" : "nb_attn_bwd_fa", (unsigned)BH,
+                               32 * (unsigned)((Tk + 15) / 16),
+                               attn_fa_bwd_smem(precision, dp, Tq, Tk), &a);
+        }
+    }
     const int scratch = dq_via_scratch(dq, mode, Tk);
     if (scratch && !dq_scratch)
         return nb_error(NB_ERR_INVALID_ARG,
@@ -237,7 +345,8 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
     int64_t ntiles = (Tk + ATTN_BK - 1) / ATTN_BK;
     attn_bwd_args a = {*q, *k, *v, *dout, dqv, *dk, *dv, lse, delta, dq_mode, mode,
                        (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
-                       (float)(1.4426950408889634 / sqrt((double)d)), (float)(1.0 / sqrt((double)d))};
+                       (float)(1.4426950408889634 / sqrt((double)d)), (float)(1.0 / sqrt((double)d)),
+                       *o, 0};
     if (tc) /* K at stride dp + 4; V, Q, dO at dp + 8; dS 64 x 72; lse, delta */
         NB_TRY(attn_launch(dev, src, "nb_attn_bwd_tc", (unsigned)(ntiles * BH), 128,
                            ((size_t)64 * (4 * dp + 28 + 72) + 128) * 4, &a));
@@ -345,7 +454,8 @@ static nb_status qkv_cuda_bwd(nb_tape *t, const nb_top *op) {
     const int mode = overwrite ? NB_ATTN_GRAD_STORE : NB_ATTN_GRAD_ADD;
     float *delta = nb_tape_alloc_f32(t, w.BH * w.L, 0), *scratch = NULL;
     if (!delta) return NB_ERR_OUT_OF_MEMORY;
-    int64_t ns = nb_attn_cuda_dq_scratch(&gw.q, mode, w.BH, w.L, w.L, w.d);
+    int64_t ns = nb_attn_cuda_dq_scratch(t->dev, t->precision, &w.q, &w.k, &w.v, &w.o, &gw.o,
+                                         &gw.q, &gw.k, &gw.v, mode, w.BH, w.L, w.L, w.d);
     if (ns && !(scratch = nb_tape_alloc_f32(t, ns, 0))) return NB_ERR_OUT_OF_MEMORY;
     return nb_attn_cuda_backward_v(t->dev, t->precision, &w.q, &w.k, &w.v, &w.o, &gw.o,
                                    op->saved[0], delta, &gw.q, &gw.k, &gw.v, mode, scratch, w.BH,
