@@ -106,6 +106,9 @@ enum nb_tape_kern {
     NB_TK_GN_FWD2_BF, NB_TK_GN_FWD4_BF, NB_TK_GN_FWD8_BF, NB_TK_GN_BWD2_BF, NB_TK_GN_BWD4_BF,
     /* tape_cast.c (one kernel, both directions) */
     NB_TK_CAST,
+    /* tape_cuda_norm.c, the split group norm: f32 kernels, then their bf16 variants */
+    NB_TK_GN_FST, NB_TK_GN_FNM, NB_TK_GN_BST, NB_TK_GN_BDX,
+    NB_TK_GN_FST_BF, NB_TK_GN_FNM_BF, NB_TK_GN_BST_BF, NB_TK_GN_BDX_BF,
     NB_TK_COUNT = 48 /* room for more */
 };
 
