@@ -41,62 +41,15 @@
 #include "nn/cublas.h"
 #include "device/cuda/cuda_api.h"
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static float frand(void) { /* uniform [-1, 1) */
-    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+#define NB_TEST_SEED 0x2545f4914f6cdd1dull
+#include "nb_test_dbuf.h"
+
 static float *hrand(int64_t n) {
     float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     for (int64_t i = 0; i < n; i++) a[i] = frand();
     return a;
 }
-static float bf_round(float f) { return nb_bf16_to_f32(nb_f32_to_bf16(f)); }
 
-typedef struct {
-    nb_buffer *b;
-    void *p;
-    nb_dtype dt;
-    int64_t n;
-} dbuf;
-/* n elements of dtype dt at `off` elements into a fresh buffer (off > 0: misaligned), filled
- * from host (f32; rounded for bf16) unless NULL */
-static int dput(nb_device *gpu, dbuf *d, const float *host, int64_t n, nb_dtype dt, int off) {
-    d->b = NULL, d->p = NULL, d->dt = dt, d->n = n;
-    size_t es = dt == NB_BF16 ? 2 : 4;
-    if (nb_buffer_alloc(gpu, (size_t)(n + off + 16) * es, &d->b) != NB_OK) return 0;
-    d->p = (char *)nb_buffer_ptr(d->b) + (size_t)off * es;
-    if (!host) return 1;
-    if (dt == NB_F32) return nb_memcpy_h2d(gpu, d->p, host, (size_t)n * 4) == NB_OK;
-    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2);
-    for (int64_t i = 0; i < n; i++) h[i] = nb_f32_to_bf16(host[i]);
-    int ok = nb_memcpy_h2d(gpu, d->p, h, (size_t)n * 2) == NB_OK;
-    free(h);
-    return ok;
-}
-/* device -> host f32 */
-static int dget(nb_device *gpu, const dbuf *d, float *host) {
-    if (d->dt == NB_F32) return nb_memcpy_d2h(gpu, host, d->p, (size_t)d->n * 4) == NB_OK;
-    uint16_t *h = malloc((size_t)(d->n > 0 ? d->n : 1) * 2);
-    int ok = nb_memcpy_d2h(gpu, h, d->p, (size_t)d->n * 2) == NB_OK;
-    for (int64_t i = 0; ok && i < d->n; i++) host[i] = nb_bf16_to_f32(h[i]);
-    free(h);
-    return ok;
-}
-static void dfree(dbuf *d) {
-    if (d->b) nb_buffer_release(d->b);
-    d->b = NULL;
-}
-
-static nb_device *open_gpu(void) {
-    nb_device *gpu = NULL;
-    if (nb_device_open("cuda", &gpu) != NB_OK) return NULL;
-    if (!nb_cublas_available()) {
-        nb_device_close(gpu);
-        return NULL;
-    }
-    return gpu;
-}
 
 /* ---- bias gradient and bias add ------------------------------------------------------------- */
 
@@ -116,7 +69,7 @@ static void check_bias_grad(nb_device *gpu, nb_dtype dt, int off, int legacy) {
         if (dt == NB_BF16)
             for (int64_t i = 0; i < n; i++) dy[i] = bf_round(dy[i]);
         dbuf bdy, bdb;
-        int ok = dput(gpu, &bdy, dy, n, dt, off) && dput(gpu, &bdb, db0, O, NB_F32, off);
+        int ok = dput_at(gpu, &bdy, dy, n, dt, off) && dput_at(gpu, &bdb, db0, O, NB_F32, off);
         NB_EXPECT(ok);
         if (ok) {
             NB_EXPECT_OK(nb_conv_bias_grad(gpu, bdy.p, dt, bdb.p, N, O, P));
@@ -152,7 +105,7 @@ static void check_bias_add(nb_device *gpu, nb_dtype dt, int off, int legacy) {
         if (dt == NB_BF16)
             for (int64_t i = 0; i < n; i++) y[i] = bf_round(y[i]);
         dbuf by, bb;
-        int ok = dput(gpu, &by, y, n, dt, off) && dput(gpu, &bb, b, O, NB_F32, 0);
+        int ok = dput_at(gpu, &by, y, n, dt, off) && dput_at(gpu, &bb, b, O, NB_F32, 0);
         NB_EXPECT(ok);
         if (ok) {
             NB_EXPECT_OK(nb_conv_add_bias(gpu, by.p, dt, bb.p, N, O, P));
@@ -224,7 +177,7 @@ static void test_sum_splits(void) {
                 int64_t L = cs[s][0], Z = cs[s][1];
                 float *part = hrand(L * Z), *dw0 = hrand(L), *got = malloc((size_t)L * 4);
                 dbuf bp, bw;
-                int ok = dput(gpu, &bp, part, L * Z, NB_F32, off) && dput(gpu, &bw, dw0, L, NB_F32, off);
+                int ok = dput_at(gpu, &bp, part, L * Z, NB_F32, off) && dput_at(gpu, &bw, dw0, L, NB_F32, off);
                 NB_EXPECT(ok);
                 if (ok) {
                     NB_EXPECT_OK(nb_conv_sum_splits(gpu, bp.p, bw.p, L, Z));
@@ -259,8 +212,8 @@ static void test_split_out(void) {
                     float *got = malloc((size_t)n * 4), *gs = malloc((size_t)n * 4);
                     for (int64_t i = 0; i < n; i++) y[i] = bf_round(y[i]);
                     dbuf by, bs, bb;
-                    int ok = dput(gpu, &by, y, n, NB_BF16, off) && dput(gpu, &bs, src, n, NB_F32, off) &&
-                             dput(gpu, &bb, b, O, NB_F32, 0);
+                    int ok = dput_at(gpu, &by, y, n, NB_BF16, off) && dput_at(gpu, &bs, src, n, NB_F32, off) &&
+                             dput_at(gpu, &bb, b, O, NB_F32, 0);
                     NB_EXPECT(ok);
                     if (ok) {
                         NB_EXPECT_OK(nb_conv_split_out(gpu, bs.p, by.p, withb ? bb.p : NULL, N, O, P, acc));
@@ -304,7 +257,7 @@ static void test_weight_arrangement(void) {
         int64_t nw = d.O * d.C * d.K * d.K;
         float *w = hrand(nw);
         dbuf bw;
-        NB_EXPECT(dput(gpu, &bw, w, nw, NB_F32, 0));
+        NB_EXPECT(dput_at(gpu, &bw, w, nw, NB_F32, 0));
         /* (FP32 on the first shape only: each configuration is one more NVRTC compile) */
         for (int prec = s ? NB_TAPE_TF32 : NB_TAPE_FP32; prec <= NB_TAPE_BF16; prec++)
             for (int abf = 0; abf <= (prec == NB_TAPE_BF16); abf++)
@@ -379,10 +332,10 @@ static void conv_new_vs_old(void) {
             for (int legacy = 0; legacy <= 1; legacy++) {
                 nb_cuda_conv_set_aux_legacy(legacy);
                 dbuf bx, bw, bb, by, bdy, bdx, bdw, bdb;
-                int ok = dput(gpu, &bx, x, nx, dt, 0) && dput(gpu, &bw, w, nw, NB_F32, 0) &&
-                         dput(gpu, &bb, b, d.O, NB_F32, 0) && dput(gpu, &by, NULL, ny, dt, 0) &&
-                         dput(gpu, &bdy, dy, ny, dt, 0) && dput(gpu, &bdx, NULL, nx, dt, 0) &&
-                         dput(gpu, &bdw, NULL, nw, NB_F32, 0) && dput(gpu, &bdb, NULL, d.O, NB_F32, 0);
+                int ok = dput_at(gpu, &bx, x, nx, dt, 0) && dput_at(gpu, &bw, w, nw, NB_F32, 0) &&
+                         dput_at(gpu, &bb, b, d.O, NB_F32, 0) && dput_at(gpu, &by, NULL, ny, dt, 0) &&
+                         dput_at(gpu, &bdy, dy, ny, dt, 0) && dput_at(gpu, &bdx, NULL, nx, dt, 0) &&
+                         dput_at(gpu, &bdw, NULL, nw, NB_F32, 0) && dput_at(gpu, &bdb, NULL, d.O, NB_F32, 0);
                 NB_EXPECT(ok);
                 if (ok) {
                     nb_memset(gpu, bdw.p, 0, (size_t)nw * 4);
@@ -440,10 +393,10 @@ static void test_linear_new_vs_old(void) {
             for (int legacy = 0; legacy <= 1; legacy++) {
                 nb_cuda_conv_set_aux_legacy(legacy);
                 dbuf bx, bw, bb, by, bdy, bdx, bdw, bdb;
-                int ok = dput(gpu, &bx, x, N * F, dt, 0) && dput(gpu, &bw, w, O * F, NB_F32, 0) &&
-                         dput(gpu, &bb, b, O, NB_F32, 0) && dput(gpu, &by, NULL, N * O, dt, 0) &&
-                         dput(gpu, &bdy, dy, N * O, dt, 0) && dput(gpu, &bdx, NULL, N * F, dt, 0) &&
-                         dput(gpu, &bdw, NULL, O * F, NB_F32, 0) && dput(gpu, &bdb, NULL, O, NB_F32, 0);
+                int ok = dput_at(gpu, &bx, x, N * F, dt, 0) && dput_at(gpu, &bw, w, O * F, NB_F32, 0) &&
+                         dput_at(gpu, &bb, b, O, NB_F32, 0) && dput_at(gpu, &by, NULL, N * O, dt, 0) &&
+                         dput_at(gpu, &bdy, dy, N * O, dt, 0) && dput_at(gpu, &bdx, NULL, N * F, dt, 0) &&
+                         dput_at(gpu, &bdw, NULL, O * F, NB_F32, 0) && dput_at(gpu, &bdb, NULL, O, NB_F32, 0);
                 NB_EXPECT(ok);
                 if (ok) {
                     nb_memset(gpu, bdw.p, 0, (size_t)(O * F) * 4);
@@ -513,10 +466,10 @@ static void wcache_check(void) {
                 int keys[3] = {0, 0, 0};
                 for (int mode = 0; mode < 3; mode++) { /* plain, cache, cache with a wrong key */
                     dbuf bx, bw, bb, by, bdy, bdx, bc;
-                    int ok = dput(gpu, &bx, x, nx, dt, 0) && dput(gpu, &bw, w, nw, NB_F32, 0) &&
-                             dput(gpu, &bb, b, d.O, NB_F32, 0) && dput(gpu, &by, NULL, ny, dt, 0) &&
-                             dput(gpu, &bdy, dy, ny, dt, 0) && dput(gpu, &bdx, NULL, nx, dt, 0) &&
-                             dput(gpu, &bc, NULL, (int64_t)bytes / 2 + 8, NB_BF16, 0);
+                    int ok = dput_at(gpu, &bx, x, nx, dt, 0) && dput_at(gpu, &bw, w, nw, NB_F32, 0) &&
+                             dput_at(gpu, &bb, b, d.O, NB_F32, 0) && dput_at(gpu, &by, NULL, ny, dt, 0) &&
+                             dput_at(gpu, &bdy, dy, ny, dt, 0) && dput_at(gpu, &bdx, NULL, nx, dt, 0) &&
+                             dput_at(gpu, &bc, NULL, (int64_t)bytes / 2 + 8, NB_BF16, 0);
                     NB_EXPECT(ok);
                     nb_conv_wcache wc = {mode && bytes ? bc.p : NULL, 0};
                     if (ok) {

@@ -16,13 +16,10 @@
 #include "nn/conv_cuda_igemm.h"
 #include "nn/cublas.h"
 #include "nabla/status.h"
+#include "nb_test_dbuf.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform [-1, 1) */
-    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-static float bfr(float v) { return nb_bf16_to_f32(nb_f32_to_bf16(v)); }
+#define bfr bf_round
+
 /* n random values, rounded to bf16 when dt is bf16 (what the device buffer will hold) */
 static float *hrand(int64_t n, nb_dtype dt) {
     float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -35,40 +32,6 @@ static float *hnan(int64_t n) {
     return a;
 }
 
-typedef struct {
-    nb_buffer *b;
-    void *p;
-    nb_dtype dt;
-    int64_t n;
-} dbuf;
-static int dput_offset; /* elements: > 0 gives misaligned device pointers */
-static int dput(nb_device *gpu, dbuf *d, const float *host, int64_t n, nb_dtype dt) {
-    d->b = NULL, d->p = NULL, d->dt = dt, d->n = n;
-    size_t es = dt == NB_BF16 ? 2 : 4;
-    if (nb_buffer_alloc(gpu, (size_t)(n + 8) * es, &d->b) != NB_OK) return 0;
-    d->p = (char *)nb_buffer_ptr(d->b) + (size_t)dput_offset * es;
-    if (!host) return 1;
-    if (dt == NB_F32) return nb_memcpy_h2d(gpu, d->p, host, (size_t)n * 4) == NB_OK;
-    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2);
-    for (int64_t i = 0; i < n; i++) h[i] = nb_f32_to_bf16(host[i]);
-    int ok = nb_memcpy_h2d(gpu, d->p, h, (size_t)n * 2) == NB_OK;
-    free(h);
-    return ok;
-}
-static void dget(nb_device *gpu, const dbuf *d, float *host) {
-    if (d->dt == NB_F32) {
-        NB_EXPECT_OK(nb_memcpy_d2h(gpu, host, d->p, (size_t)d->n * 4));
-        return;
-    }
-    uint16_t *h = malloc((size_t)(d->n > 0 ? d->n : 1) * 2);
-    NB_EXPECT_OK(nb_memcpy_d2h(gpu, h, d->p, (size_t)d->n * 2));
-    for (int64_t i = 0; i < d->n; i++) host[i] = nb_bf16_to_f32(h[i]);
-    free(h);
-}
-static void dfree(dbuf *d) {
-    if (d->b) nb_buffer_release(d->b);
-    d->b = NULL;
-}
 
 /* max |a - ref| / max(max |ref|, 1e-3) */
 static double rel_err(const float *a, const double *ref, int64_t n) {
@@ -163,10 +126,10 @@ static void conv_case(nb_device *gpu, const cshape *c, nb_dtype xdt, nb_dtype yd
                                                 bias ? gb.p : NULL, gy.p));
             NB_EXPECT_OK(nb_cuda_conv2d_backward(gpu, NB_TAPE_BF16, &d, xdt, ydt, gx.p, gw.p, gdy.p,
                                                  gdx.p, gdw.p, gdb.p, store));
-            dget(gpu, &gy, hy);
-            dget(gpu, &gdx, hdx);
-            dget(gpu, &gdw, hdw);
-            dget(gpu, &gdb, hdb);
+            NB_EXPECT(dget(gpu, &gy, hy));
+            NB_EXPECT(dget(gpu, &gdx, hdx));
+            NB_EXPECT(dget(gpu, &gdw, hdw));
+            NB_EXPECT(dget(gpu, &gdb, hdb));
 #define DESC "algo %d x %s y %s N%lld C%lld H%lld W%lld O%lld K%d s%d p%d bias %d store %d",  \
              algo, dtn(xdt), dtn(ydt), (long long)d.N, (long long)d.C, (long long)d.H,        \
              (long long)d.W, (long long)d.O, c->K, c->stride, c->pad, bias, store
@@ -182,16 +145,6 @@ static void conv_case(nb_device *gpu, const cshape *c, nb_dtype xdt, nb_dtype yd
     nb_cuda_conv_set_algo(0);
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
     free(y), free(dx), free(dw), free(db), free(hy), free(hdx), free(hdw), free(hdb);
-}
-
-static nb_device *open_gpu_cublas(void) {
-    nb_device *gpu = NULL;
-    if (nb_device_open("cuda", &gpu) != NB_OK) return NULL;
-    if (!nb_cublas_available()) {
-        nb_device_close(gpu);
-        return NULL;
-    }
-    return gpu;
 }
 
 /* The reference UNet's convolution kinds at batch 2 (3x3 stride 1 at 32/16/8, the first conv
@@ -213,7 +166,7 @@ static const cshape odd_shapes[] = {
 };
 
 static void test_conv_bf16(void) {
-    nb_device *gpu = open_gpu_cublas();
+    nb_device *gpu = open_gpu();
     if (!gpu) NB_SKIP("no CUDA device with cuBLAS");
     NB_EXPECT_OK(nb_cuda_conv_prewarm(gpu, NB_TAPE_BF16)); /* compiles in parallel */
     const nb_dtype pairs[3][2] = {{NB_BF16, NB_BF16}, {NB_F32, NB_BF16}, {NB_BF16, NB_F32}};
@@ -234,7 +187,7 @@ static void test_conv_bf16(void) {
 /* Bigger: the implicit GEMM's large tiles without k splits (bf16 outputs written by the
  * kernels), 1x1 on cuBLAS. */
 static void test_conv_bf16_big(void) {
-    nb_device *gpu = open_gpu_cublas();
+    nb_device *gpu = open_gpu();
     if (!gpu) NB_SKIP("no CUDA device with cuBLAS");
     const cshape big[] = {{4, 64, 64, 64, 64, 3, 1, 1}, {2, 128, 32, 32, 128, 3, 1, 1},
                           {4, 32, 64, 64, 32, 1, 1, 0}};
@@ -247,7 +200,7 @@ static void test_conv_bf16_big(void) {
  * MODE 3 would run (2), and the k splits' partial sums stored and summed instead of added
  * atomically (4). */
 static void test_conv_bf16_wgrad_variants(void) {
-    nb_device *gpu = open_gpu_cublas();
+    nb_device *gpu = open_gpu();
     if (!gpu) NB_SKIP("no CUDA device with cuBLAS");
     const cshape sz[] = {{2, 64, 16, 16, 64, 3, 1, 1}, {1, 128, 32, 32, 64, 3, 1, 1},
                          {2, 96, 8, 8, 40, 3, 1, 1}, {2, 64, 16, 16, 48, 1, 1, 0}};
@@ -264,7 +217,7 @@ static void test_conv_bf16_wgrad_variants(void) {
 /* Misaligned device pointers (2 / 4 bytes off): the kernels' 16-byte copies and stores cannot be
  * used, the choice falls back (cuBLAS, scalar conversions) and must stay right. */
 static void test_conv_bf16_unaligned(void) {
-    nb_device *gpu = open_gpu_cublas();
+    nb_device *gpu = open_gpu();
     if (!gpu) NB_SKIP("no CUDA device with cuBLAS");
     const cshape sz[] = {{2, 64, 16, 16, 64, 3, 1, 1}, {2, 32, 8, 8, 48, 1, 1, 0}};
     dput_offset = 1;
@@ -312,10 +265,10 @@ static void linear_case(nb_device *gpu, int64_t N, int64_t F, int64_t O, nb_dtyp
                                             bias ? gb.p : NULL, gy.p));
         NB_EXPECT_OK(nb_cuda_linear_backward(gpu, NB_TAPE_BF16, N, F, O, xdt, ydt, gx.p, gw.p,
                                              gdy.p, gdx.p, gdw.p, gdb.p, store));
-        dget(gpu, &gy, hy);
-        dget(gpu, &gdx, hdx);
-        dget(gpu, &gdw, hdw);
-        dget(gpu, &gdb, hdb);
+        NB_EXPECT(dget(gpu, &gy, hy));
+        NB_EXPECT(dget(gpu, &gdx, hdx));
+        NB_EXPECT(dget(gpu, &gdw, hdw));
+        NB_EXPECT(dget(gpu, &gdb, hdb));
 #define DESC "x %s y %s N%lld F%lld O%lld bias %d store %d", dtn(xdt), dtn(ydt), (long long)N, \
              (long long)F, (long long)O, bias, store
         CHECK_ERR("y", rel_err(hy, y, N * O), TOL, DESC);
@@ -331,7 +284,7 @@ static void linear_case(nb_device *gpu, int64_t N, int64_t F, int64_t O, nb_dtyp
 }
 
 static void test_linear_bf16(void) {
-    nb_device *gpu = open_gpu_cublas();
+    nb_device *gpu = open_gpu();
     if (!gpu) NB_SKIP("no CUDA device with cuBLAS");
     const int64_t sz[][3] = {{3, 5, 7}, {37, 70, 19}, {1, 1, 1}, {32, 256, 512}, {32, 128, 1024}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
@@ -386,7 +339,7 @@ static nb_status chain_run(nb_tape *t, const float *params, int64_t np, const fl
 }
 
 static void test_tape_bf16_chain(void) {
-    nb_device *gpu = open_gpu_cublas();
+    nb_device *gpu = open_gpu();
     if (!gpu) NB_SKIP("no CUDA device with cuBLAS");
     const int64_t np = 32 * 27 + 32 + 32 * 32 * 9 + 32 + 16 * 32 + 10 * 4096 + 10;
     const int64_t nx = 2 * 3 * 16 * 16, sizes[4] = {2 * 32 * 256, 2 * 32 * 256, 2 * 16 * 256, 20};

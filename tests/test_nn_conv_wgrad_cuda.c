@@ -24,52 +24,15 @@
 #include "nn/conv_cuda.h"
 #include "nn/conv_cuda_wgrad.h"
 #include "nn/cublas.h"
+#include "nb_test_dbuf.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform [-1, 1) */
-    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
 static float *hrand(int64_t n) {
     float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     for (int64_t i = 0; i < n; i++) a[i] = frand();
     return a;
 }
 
-typedef struct {
-    nb_buffer *b;
-    void *p;
-    nb_dtype dt;
-    int64_t n;
-} dbuf;
-static int dput_offset; /* elements: > 0 gives misaligned device pointers */
-static int dput(nb_device *gpu, dbuf *d, const float *host, int64_t n, nb_dtype dt) {
-    d->b = NULL, d->p = NULL, d->dt = dt, d->n = n;
-    size_t es = dt == NB_BF16 ? 2 : 4;
-    if (nb_buffer_alloc(gpu, (size_t)(n + 8) * es, &d->b) != NB_OK) return 0;
-    d->p = (char *)nb_buffer_ptr(d->b) + (size_t)dput_offset * es;
-    if (!host) return 1;
-    if (dt == NB_F32) return nb_memcpy_h2d(gpu, d->p, host, (size_t)n * 4) == NB_OK;
-    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2);
-    for (int64_t i = 0; i < n; i++) h[i] = nb_f32_to_bf16(host[i]);
-    int ok = nb_memcpy_h2d(gpu, d->p, h, (size_t)n * 2) == NB_OK;
-    free(h);
-    return ok;
-}
-static void dfree(dbuf *d) {
-    if (d->b) nb_buffer_release(d->b);
-    d->b = NULL;
-}
 
-static nb_device *open_gpu(void) {
-    nb_device *gpu = NULL;
-    if (nb_device_open("cuda", &gpu) != NB_OK) return NULL;
-    if (!nb_cublas_available()) {
-        nb_device_close(gpu);
-        return NULL;
-    }
-    return gpu;
-}
 
 /* dw[o][c*KK + kk] = sum over n, p of dy[n][o][p] x[n][c][tap kk of p]; aw: the same sum of
  * absolute values (the scale of rounding errors) */
