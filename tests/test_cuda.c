@@ -419,6 +419,10 @@ static void test_cuda_graph_capture_replay(void) {
     NB_EXPECT(es != NB_OK ? g == NULL : 1);
     nb_graph_destroy(g);
     NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out)); /* the stream works again */
+    /* no place for the graph: the capture is ended and discarded, an error says so */
+    NB_REQUIRE_OK(nb_graph_capture_begin(dev));
+    NB_EXPECT_ERR(nb_graph_capture_end(dev, NULL), NB_ERR_INVALID_ARG, "out is NULL");
+    NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
     NB_EXPECT(out[6] == 1.0f + 6.0f * 6);
     nb_buffer_release(bx), nb_buffer_release(by), nb_buffer_release(bz);
     nb_cuda_module_unload(m);

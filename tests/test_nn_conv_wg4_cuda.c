@@ -195,32 +195,33 @@ static void test_bench(void) {
     nb_event *e0, *e1;
     NB_REQUIRE_OK(nb_event_create(g, &e0));
     NB_REQUIRE_OK(nb_event_create(g, &e1));
-    for (int prec = NB_TAPE_TF32; prec <= NB_TAPE_BF16; prec++)
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int C = shapes[i][0], O = shapes[i][1], S = shapes[i][2];
-        nb_dtype dt = prec == NB_TAPE_BF16 ? NB_BF16 : NB_F32;
-        nb_conv_dims d;
-        NB_REQUIRE_OK(nb_conv_dims_make(&d, N, C, S, S, O, 3, 1, 1));
-        double fl = 2.0 * N * O * S * S * C * 9;
-        float ms[2] = {0, 0};
-        for (int which = 0; which < 2; which++) {
-            nb_conv_wg4_enable(0); /* "current path": the automatic choice without this kernel */
-            for (int it = 0; it < 23; it++) {
-                if (it == 3) nb_event_record(e0, NULL);
-                nb_status s = which ? nb_conv_wg4(g, prec, &d, nb_buffer_ptr(bx), nb_buffer_ptr(by), nb_buffer_ptr(bw), NULL)
-                                    : nb_cuda_conv2d_backward(g, prec, &d, dt, dt, nb_buffer_ptr(bx),
-                                                              nb_buffer_ptr(bw), nb_buffer_ptr(by), NULL,
-                                                              nb_buffer_ptr(bw), NULL, 1);
-                NB_EXPECT_OK(s);
+    for (int prec = NB_TAPE_TF32; prec <= NB_TAPE_BF16; prec++) {
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            int C = shapes[i][0], O = shapes[i][1], S = shapes[i][2];
+            nb_dtype dt = prec == NB_TAPE_BF16 ? NB_BF16 : NB_F32;
+            nb_conv_dims d;
+            NB_REQUIRE_OK(nb_conv_dims_make(&d, N, C, S, S, O, 3, 1, 1));
+            double fl = 2.0 * N * O * S * S * C * 9;
+            float ms[2] = {0, 0};
+            for (int which = 0; which < 2; which++) {
+                nb_conv_wg4_enable(0); /* "current path": the automatic choice without this kernel */
+                for (int it = 0; it < 23; it++) {
+                    if (it == 3) nb_event_record(e0, NULL);
+                    nb_status s = which ? nb_conv_wg4(g, prec, &d, nb_buffer_ptr(bx), nb_buffer_ptr(by), nb_buffer_ptr(bw), NULL)
+                                        : nb_cuda_conv2d_backward(g, prec, &d, dt, dt, nb_buffer_ptr(bx),
+                                                                  nb_buffer_ptr(bw), nb_buffer_ptr(by), NULL,
+                                                                  nb_buffer_ptr(bw), NULL, 1);
+                    NB_EXPECT_OK(s);
+                }
+                nb_event_record(e1, NULL);
+                nb_event_synchronize(e1);
+                nb_event_elapsed_ms(e0, e1, &ms[which]);
+                ms[which] /= 20;
             }
-            nb_event_record(e1, NULL);
-            nb_event_synchronize(e1);
-            nb_event_elapsed_ms(e0, e1, &ms[which]);
-            ms[which] /= 20;
+            nb_conv_wg4_enable(-1);
+            printf("wg4 bench %s N32 C%-3d O%-3d S%-2d: current path %7.1f us (%6.1f TF/s)  wg4 %7.1f us (%6.1f TF/s)  x%.2f\n",
+                   prec == NB_TAPE_BF16 ? "bf16" : "tf32", C, O, S, ms[0] * 1e3, fl / ms[0] * 1e-9, ms[1] * 1e3, fl / ms[1] * 1e-9, ms[0] / ms[1]);
         }
-        nb_conv_wg4_enable(-1);
-        printf("wg4 bench %s N32 C%-3d O%-3d S%-2d: current path %7.1f us (%6.1f TF/s)  wg4 %7.1f us (%6.1f TF/s)  x%.2f\n",
-               prec == NB_TAPE_BF16 ? "bf16" : "tf32", C, O, S, ms[0] * 1e3, fl / ms[0] * 1e-9, ms[1] * 1e3, fl / ms[1] * 1e-9, ms[0] / ms[1]);
     }
     nb_event_destroy(e0), nb_event_destroy(e1);
     nb_buffer_release(bx), nb_buffer_release(by), nb_buffer_release(bw);

@@ -216,8 +216,8 @@ static uint64_t device_frees(nb_device *dev) {
 
 /* The step's tape work: inputs, noise and x_t, UNet forward, MSE, backward (*l: the loss value).
  * capture: the forward and backward are recorded into d->graph (see nb_ddpm_set_cuda_graphs)
- * and launched once captured; NB_ERR_UNSUPPORTED-style failures of the capture come back as
- * errors with nothing run past the noise (the caller records the step again without). */
+ * and launched once captured; a failed capture comes back as an error with nothing run past the
+ * noise (the caller records the step again without one). */
 static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, int capture, nb_tvar *l) {
     int S = d->ucfg.image_size, C = d->ucfg.in_channels;
     int64_t img = (int64_t)C * S * S, shape[4] = {n, C, S, S};
@@ -227,7 +227,7 @@ static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, i
     TRY(nb_tape_input(d->t, 4, shape, x0, 0, &x0v));
     TRY(nb_tape_new_value(d->t, 4, shape, 0, &x));
     TRY(nb_tape_new_value(d->t, 4, shape, 0, &target));
-    float *x0p, *xp, *ep, *lp;
+    float *x0p, *xp, *ep;
     TRY(nb_tape_data(d->t, x0v, &x0p, NULL));
     TRY(nb_tape_data(d->t, x, &xp, NULL));
     TRY(nb_tape_data(d->t, target, &ep, NULL));
@@ -248,7 +248,6 @@ static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, i
     nb_status s = nb_unet_forward(d->u, x, d->tsteps, &pred);
     nb_tape_set_device_timesteps(d->t, NULL);
     if (!s) s = nb_tape_mse(d->t, pred, target, l);
-    if (!s) s = nb_tape_data(d->t, *l, &lp, NULL);
     if (!s) s = phase(d, PH_FORWARD);
     d->grads_dirty = 1;
     if (!s) s = nb_tape_backward(d->t, *l);
@@ -259,10 +258,10 @@ static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, i
         nb_graph_destroy(g);
         return s ? s : e;
     }
-    TRY(nb_graph_launch(g));
-    if (device_frees(d->k.dev) != frees) { /* memory changed hands while capturing: not steady */
+    nb_status ls = nb_graph_launch(g);
+    if (ls || device_frees(d->k.dev) != frees) { /* or memory changed hands while capturing */
         nb_graph_destroy(g);
-        return NB_OK;
+        return ls;
     }
     d->graph = g;
     d->captures++;
