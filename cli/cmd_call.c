@@ -13,9 +13,12 @@
  * JSON numbers become f64 (i64 when written as integers) host values, which the call converts
  * to the parameter's type under the usual rules (an integer list feeds a float parameter; a
  * fractional number for an int parameter is an error). Output numbers are printed with the
- * fewest digits that read back to the same value (cli/json.h); NaN and infinities print as NaN,
- * Infinity, -Infinity.
+ * fewest digits that read back to the same value (cli/json.h); NaN and infinities, which JSON
+ * numbers cannot spell, print as the strings "NaN", "Infinity" and "-Infinity" (the output stays
+ * valid JSON), and those strings are read back as numbers in arguments. An integer beyond the
+ * parameter's type (2^40 for an int, -1 for a uint) is an error naming the range (call/bind.c).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +33,8 @@
  * layer still picks the best-fitting one, and outputs are printed for the one it ran. */
 static int g_ov;
 
-static void call_help(void) {
-    printf("usage: nabla call FILE FUNC [ARG...] [options]\n"
+static void call_help(FILE *to) {
+    fprintf(to, "usage: nabla call FILE FUNC [ARG...] [options]\n"
            "\n"
            "Calls FUNC of FILE over arrays and prints {\"result\": ..., \"out\": {...}} as JSON.\n"
            "\n"
@@ -57,7 +60,11 @@ static void call_help(void) {
            "  --bwd [--dout J]  reverse mode: print {\"result\": ..., \"grad\": {param: ...}}\n"
            "                    (the result gradient J defaults to 1 everywhere)\n"
            "  --fwd [--tangent NAME=J]...  forward mode: print {\"result\": ..., \"tangent\": ...}\n"
-           "                    (tangents default to 0)\n");
+           "                    (tangents default to 0)\n"
+           "\n"
+           "Output is valid JSON: NaN and infinities print as the strings \"NaN\", \"Infinity\" and\n"
+           "\"-Infinity\" (accepted back as arguments). Integers out of the parameter's range\n"
+           "(2^40 for an int, -1 for a uint) are errors.\n");
 }
 
 /* ---- resources freed at the end --------------------------------------------------------------- */
@@ -115,6 +122,18 @@ typedef struct host_arr {
     size_t bytes;
 } host_arr;
 
+/* The strings "NaN", "Infinity" and "-Infinity": how the output spells non-finite numbers
+ * (valid JSON), read back as numbers. */
+static int nonfinite_string(const nb_json *v) {
+    return v->kind == NB_JSON_STRING && (!strcmp(v->string, "NaN") || !strcmp(v->string, "Infinity") ||
+                                         !strcmp(v->string, "-Infinity"));
+}
+
+static double json_number(const nb_json *v) {
+    if (v->kind == NB_JSON_NUMBER) return v->number;
+    return !strcmp(v->string, "NaN") ? NAN : v->string[0] == '-' ? -INFINITY : INFINITY;
+}
+
 static int check_shape(const nb_json *v, const host_arr *h, int depth, int *has_float, int *has_bool,
                        int *has_num, char *err, size_t cap) {
     if (depth < h->ndim) {
@@ -128,9 +147,14 @@ static int check_shape(const nb_json *v, const host_arr *h, int depth, int *has_
                 return 0;
         return 1;
     }
-    if (v->kind == NB_JSON_NUMBER) {
+    if (v->kind == NB_JSON_NUMBER && v->integer_overflow) {
+        snprintf(err, cap, "column %d: the integer %.17g is outside the range of 64-bit integers "
+                 "(-9223372036854775808..9223372036854775807)", v->col, v->number);
+        return 0;
+    }
+    if (v->kind == NB_JSON_NUMBER || nonfinite_string(v)) {
         *has_num = 1;
-        if (!v->is_integer) *has_float = 1;
+        if (v->kind != NB_JSON_NUMBER || !v->is_integer) *has_float = 1;
         return 1;
     }
     if (v->kind == NB_JSON_BOOL) {
@@ -149,7 +173,7 @@ static void fill(const nb_json *v, const host_arr *h, int depth, size_t *k) {
     }
     if (h->dtype == NB_BOOL) ((unsigned char *)h->data)[*k] = (unsigned char)v->boolean;
     else if (h->dtype == NB_I64) ((long long *)h->data)[*k] = v->integer;
-    else ((double *)h->data)[*k] = v->number;
+    else ((double *)h->data)[*k] = json_number(v);
     (*k)++;
 }
 
@@ -386,7 +410,8 @@ static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const ch
                      nb_func_signature(x->f, g_ov), path);
         return 0;
     }
-    if (v && v->kind != NB_JSON_NUMBER && v->kind != NB_JSON_BOOL && v->kind != NB_JSON_ARRAY) {
+    if (v && v->kind != NB_JSON_NUMBER && v->kind != NB_JSON_BOOL && v->kind != NB_JSON_ARRAY &&
+        !nonfinite_string(v)) {
         snprintf(x->err, sizeof x->err, "column %d: expected a number, true/false, a list or an "
                  "object for '%s'", v->col, path);
         return 0;
@@ -690,13 +715,17 @@ int nb_cmd_call(int argc, char **argv) {
     int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0;
     const char *file = NULL, *func = NULL, *device = "auto", *out_npy = NULL;
     int64_t grid[3] = {1, 1, 1};
+    if (argc == 0) { /* `nabla call` alone: its own usage (not the list of commands), exit 2 */
+        call_help(stderr);
+        return 2;
+    }
     for (int i = 0; i < argc; i++) /* derivative calls: cmd_call_ad.c */
         if (!strcmp(argv[i], "--fwd") || !strcmp(argv[i], "--bwd")) return nb_cmd_call_ad(argc, argv);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (!only_pos && a[0] == '-' && !is_negative_number(a)) {
             if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-                call_help();
+                call_help(stdout);
                 return 0;
             }
             if (!strcmp(a, "--")) {

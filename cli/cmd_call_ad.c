@@ -13,6 +13,7 @@
  * ARGs are JSON numbers / nested lists, or objects for struct parameters ({"a": 1, "b": [2, 3]}),
  * positional (the parameters that are not `out`) or NAME=JSON.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,11 +73,22 @@ static int to_f32(host *h)
     return 1;
 }
 
+/* The strings "NaN", "Infinity", "-Infinity": the output's spelling of non-finite numbers (valid
+ * JSON), read back as numbers. */
+static int nonfinite_string(const nb_json *v)
+{
+    return v->kind == NB_JSON_STRING && (!strcmp(v->string, "NaN") || !strcmp(v->string, "Infinity") ||
+                                         !strcmp(v->string, "-Infinity"));
+}
+
 static int shape_of(const nb_json *v, host *h, int depth, int *is_float, char *err, size_t cap)
 {
-    if (v->kind == NB_JSON_NUMBER) {
+    if (v->kind == NB_JSON_NUMBER && v->integer_overflow)
+        return snprintf(err, cap, "column %d: the integer %.17g is outside the range of 64-bit integers", v->col,
+                        v->number), 0;
+    if (v->kind == NB_JSON_NUMBER || nonfinite_string(v)) {
         if (depth != h->ndim) return snprintf(err, cap, "column %d: ragged list", v->col), 0;
-        if (!v->is_integer) *is_float = 1;
+        if (v->kind != NB_JSON_NUMBER || !v->is_integer) *is_float = 1;
         return 1;
     }
     if (v->kind != NB_JSON_ARRAY) return snprintf(err, cap, "column %d: expected a number or a list", v->col), 0;
@@ -97,6 +109,10 @@ static void fill(const nb_json *v, host *h, size_t *k)
     if (v->kind == NB_JSON_NUMBER) {
         if (h->dtype == NB_F64) ((double *)h->data)[(*k)++] = v->number;
         else ((int64_t *)h->data)[(*k)++] = v->integer;
+        return;
+    }
+    if (nonfinite_string(v)) {
+        ((double *)h->data)[(*k)++] = !strcmp(v->string, "NaN") ? NAN : v->string[0] == '-' ? -INFINITY : INFINITY;
         return;
     }
     for (int i = 0; i < v->count; i++) fill(&v->items[i], h, k);

@@ -203,6 +203,8 @@ static int parse_number(reader *r, nb_json *v) {
         if (errno == 0) {
             v->is_integer = 1;
             v->integer = ll;
+        } else {
+            v->integer_overflow = 1;
         }
     }
     return 1;
@@ -407,12 +409,14 @@ nb_json *nb_json_parse(const char *text, char *err, size_t cap) {
 /* ---- printing ------------------------------------------------------------------------------ */
 
 const char *nb_json_format_double(double v, int single, char *buf, size_t cap) {
+    /* Non-finite values have no JSON number spelling: they print as the strings "NaN",
+     * "Infinity" and "-Infinity" (valid JSON, lossless; `nabla call` reads them back). */
     if (isnan(v)) {
-        snprintf(buf, cap, "NaN");
+        snprintf(buf, cap, "\"NaN\"");
         return buf;
     }
     if (isinf(v)) {
-        snprintf(buf, cap, v < 0 ? "-Infinity" : "Infinity");
+        snprintf(buf, cap, v < 0 ? "\"-Infinity\"" : "\"Infinity\"");
         return buf;
     }
     /* Integral values below 2^53 print as integers ("10", not "1e+01"). */

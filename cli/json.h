@@ -6,8 +6,10 @@
  * 1-based column: "column 7: expected ',' or ']'".
  *
  * Printing numbers: nb_json_format_double writes the shortest decimal that reads back as the
- * same double (or, with single != 0, the same float), in %g style: 4, 0.1, 1e+20, -0, NaN,
- * Infinity, -Infinity. Integral values print without a decimal point.
+ * same double (or, with single != 0, the same float), in %g style: 4, 0.1, 1e+20, -0. Integral
+ * values print without a decimal point. NaN and infinities, which JSON numbers cannot spell,
+ * print as the JSON strings "NaN", "Infinity" and "-Infinity" (so the output stays valid JSON
+ * and lossless: Python's float() reads those strings too).
  */
 #ifndef NB_CLI_JSON_H
 #define NB_CLI_JSON_H
@@ -31,6 +33,7 @@ typedef struct nb_json {
     double number;        /* NUMBER */
     int is_integer;       /* NUMBER written as an integer (no '.', exponent, NaN or Infinity) */
     long long integer;    /* NUMBER with is_integer and within long long's range */
+    int integer_overflow; /* NUMBER written as an integer beyond long long's range */
     char *string;         /* STRING (NUL-terminated, escapes decoded) */
     struct nb_json *items;/* ARRAY elements / OBJECT values */
     char **keys;          /* OBJECT keys, parallel to items */
@@ -42,7 +45,8 @@ typedef struct nb_json {
 nb_json *nb_json_parse(const char *text, char *err, size_t cap);
 void nb_json_free(nb_json *v);
 
-/* Writes the shortest round-tripping spelling of v into buf (>= 32 bytes); returns buf. */
+/* Writes the shortest round-tripping spelling of v into buf (>= 32 bytes; a quoted string for a
+ * non-finite v); returns buf. */
 const char *nb_json_format_double(double v, int single, char *buf, size_t cap);
 
 /* Prints v as compact JSON with ", " and ": " separators (the CLI's output style). */

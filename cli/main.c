@@ -35,11 +35,16 @@ void nb_cli_usage(FILE *to) {
             "Run `nabla <command> --help` for a command's options.\n");
 }
 
+/* The sub-command running (NULL before one is chosen): its usage errors point at its own help,
+ * not at the list of commands. */
+static const char *g_command;
+
 int nb_cli_bad_usage(const char *fmt, const char *arg) {
     fprintf(stderr, "nabla: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n\n");
-    nb_cli_usage(stderr);
+    if (g_command) fprintf(stderr, "Run `nabla %s --help` for its usage and options.\n", g_command);
+    else nb_cli_usage(stderr);
     return 2;
 }
 
@@ -66,7 +71,9 @@ int main(int argc, char **argv) {
     }
     if (i >= argc) return nb_cli_bad_usage("missing command%s", "");
     for (size_t c = 0; c < sizeof nb_commands / sizeof nb_commands[0]; c++)
-        if (!strcmp(argv[i], nb_commands[c].name))
+        if (!strcmp(argv[i], nb_commands[c].name)) {
+            g_command = nb_commands[c].name;
             return nb_commands[c].run(argc - i - 1, argv + i + 1);
+        }
     return nb_cli_bad_usage("unknown command '%s'", argv[i]);
 }

@@ -297,8 +297,16 @@ static PyObject *module_dump(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwl[] = {"format", "entry", "mode", NULL};
     const char *fmt = "c", *entry = NULL, *mode = "primal";
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|szs", kwl, &fmt, &entry, &mode)) return NULL;
-    nb_dump_format f = !strcmp(fmt, "cuda") ? NB_DUMP_CUDA : !strcmp(fmt, "ir") ? NB_DUMP_IR : NB_DUMP_C;
-    nb_diff_mode md = !strcmp(mode, "fwd") ? NB_MODE_FWD : !strcmp(mode, "bwd") ? NB_MODE_BWD : NB_MODE_PRIMAL;
+    nb_dump_format f;
+    nb_diff_mode md;
+    if (!strcmp(fmt, "c")) f = NB_DUMP_C;
+    else if (!strcmp(fmt, "cuda")) f = NB_DUMP_CUDA;
+    else if (!strcmp(fmt, "ir")) f = NB_DUMP_IR;
+    else return PyErr_Format(nbp_ArgumentError, "dump: unknown format '%s' (allowed: 'c', 'cuda', 'ir')", fmt);
+    if (!strcmp(mode, "primal")) md = NB_MODE_PRIMAL;
+    else if (!strcmp(mode, "fwd")) md = NB_MODE_FWD;
+    else if (!strcmp(mode, "bwd")) md = NB_MODE_BWD;
+    else return PyErr_Format(nbp_ArgumentError, "dump: unknown mode '%s' (allowed: 'primal', 'fwd', 'bwd')", mode);
     char *text = NULL;
     nb_status st = nb_module_dump(((ModuleObject *)self)->m, f, entry, md, &text);
     if (st) return nbp_raise(st);

@@ -116,41 +116,86 @@ static int as_tensor(call_state *s, nbp_arg *a) {
     return check(nb_tensor_from_host(s->cx.dev, a->vdtype, a->vndim, a->vshape, a->vdata, &a->t));
 }
 
+/* types.SimpleNamespace: an attribute-style struct value, bound like a dict. */
+static int is_namespace(PyObject *o) {
+    if (PyDict_Check(o) || PyObject_CheckBuffer(o) || nbp_is_tensor(o) || PyLong_Check(o) || PyFloat_Check(o) ||
+        PyList_Check(o) || PyTuple_Check(o) || PyUnicode_Check(o))
+        return 0;
+    static PyObject *ns_type; /* types.SimpleNamespace, looked up once */
+    if (!ns_type) {
+        PyObject *types = PyImport_ImportModule("types");
+        ns_type = types ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
+        Py_XDECREF(types);
+        if (!ns_type) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return (PyObject *)Py_TYPE(o) == ns_type;
+}
+
+/* The fields of a struct value: a dict, or a SimpleNamespace's __dict__ (new reference). */
+static PyObject *struct_fields(PyObject *o) {
+    if (PyDict_Check(o)) {
+        Py_INCREF(o);
+        return o;
+    }
+    return PyObject_GetAttrString(o, "__dict__");
+}
+
+/* A path string that lives until the call ends (s->strs): "%s.%s" of base and key. */
+static const char *keep_path(call_state *s, const char *a, const char *b, const char *c) {
+    if (s->nstr >= NBP_MAXA) {
+        PyErr_SetString(nbp_ArgumentError, "too many struct fields in one call");
+        return NULL;
+    }
+    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
+    char *full = PyMem_Malloc(n);
+    if (!full) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    snprintf(full, n, "%s%s%s", a, b, c);
+    s->strs[s->nstr++] = full;
+    return full;
+}
+
+/* Calls cb(s, "base.field", value) for each field of a struct value (dict or SimpleNamespace). */
+static int each_field(call_state *s, const char *base, PyObject *o,
+                      int (*cb)(call_state *, const char *, PyObject *)) {
+    PyObject *d = struct_fields(o);
+    if (!d) return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    int r = 0;
+    while (r == 0 && PyDict_Next(d, &pos, &k, &v)) {
+        const char *ks = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, NULL) : NULL;
+        const char *full = ks ? keep_path(s, base, ".", ks) : NULL;
+        if (!ks && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "struct field names must be str");
+        r = full ? cb(s, full, v) : -1;
+    }
+    Py_DECREF(d);
+    return r;
+}
+
+static int bind(call_state *s, int index, const char *name, PyObject *o);
+static int bind_field(call_state *s, const char *path, PyObject *v) { return bind(s, -1, path, v); }
+
 static int bind(call_state *s, int index, const char *name, PyObject *o) {
-    if (PyDict_Check(o)) { /* struct parameter: field by field */
+    if (PyDict_Check(o) || is_namespace(o)) { /* struct parameter: field by field */
         const char *base = name ? name : (index < s->fn->nparams ? s->fn->pnames[index] : NULL);
         if (!base) {
             PyErr_Format(nbp_ArgumentError, "%s has no parameter %d", nb_func_name(s->fn->f), index);
             return -1;
         }
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        while (PyDict_Next(o, &pos, &k, &v)) {
-            const char *ks = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, NULL) : NULL;
-            if (!ks) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "struct field names must be str");
-                return -1;
-            }
-            if (s->nstr >= NBP_MAXA) {
-                PyErr_SetString(nbp_ArgumentError, "too many struct fields in one call");
-                return -1;
-            }
-            size_t n = strlen(base) + strlen(ks) + 2;
-            char *full = PyMem_Malloc(n);
-            if (!full) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            snprintf(full, n, "%s.%s", base, ks);
-            s->strs[s->nstr++] = full;
-            if (bind(s, -1, full, v) < 0) return -1;
-        }
-        return 0;
+        return each_field(s, base, o, bind_field);
     }
     int pi = name ? param_index(s->fn, name) : index;
     int known = pi >= 0 && pi < s->fn->nparams;
     int want_write = known && s->fn->pdirs[pi] != NB_ARG_IN && s->fn->mode != NBP_BWD ? 1
                      : known && s->fn->ptensor[pi] ? 2 : 0;
+    size_t head = name ? strcspn(name, ".") : 0; /* bwds(**{"p_grad.c": dc}): a gradient, written */
+    if (!known && s->fn->mode == NBP_BWD && head > 5 && !strncmp(name + head - 5, "_grad", 5)) want_write = 1;
     nbp_arg *a;
     if (convert_arg(s, o, want_write, &a) < 0) return -1;
     nb_status st;
@@ -166,6 +211,26 @@ static int bind(call_state *s, int index, const char *name, PyObject *o) {
         if (check(nb_call_grad(s->c, pi, g->t)) < 0) return -1;
     }
     return 0;
+}
+
+/* Gradient arrays of a struct parameter's fields, .bwds(_grads={"p": {"c": dc, "q": {"x": dx}}})
+ * or {"p.c": dc}: bound to the gradient wrapper's parameter "p_grad" field by field (the spelling
+ * **{"p_grad.c": dc} names the same thing). The arrays are written (want_write 1), so arrays
+ * staged through another device are copied back. `field` is ".c..." of a dotted key, or NULL. */
+static int bind_grad_path(call_state *s, const char *path, PyObject *v) {
+    if (PyDict_Check(v) || is_namespace(v)) return each_field(s, path, v, bind_grad_path);
+    nbp_arg *a;
+    if (convert_arg(s, v, 1, &a) < 0) return -1;
+    if (!a->t) {
+        PyErr_Format(PyExc_TypeError, "_grads: the gradient for '%s' must be an array (gradients accumulate into it)", path);
+        return -1;
+    }
+    return check(nb_call_arg_named(s->c, path, a->t));
+}
+
+static int bind_grad_fields(call_state *s, int pi, const char *field, PyObject *v) {
+    const char *path = keep_path(s, s->fn->pnames[pi] ? s->fn->pnames[pi] : "", "_grad", field ? field : "");
+    return path ? bind_grad_path(s, path, v) : -1;
 }
 
 /* nb tensor -> the Python kind the caller gets (steals t). Shared with nn_*.c (nbpy.h). */
@@ -402,8 +467,15 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
         PyObject *k, *v;
         while (PyDict_Next(grads, &pos, &k, &v)) {
             int pi = key_index(fn, k);
+            if (pi < 0) goto done;
+            const char *ks = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, NULL) : NULL;
+            const char *field = ks ? strchr(ks, '.') : NULL; /* "p.c": a field's gradient */
+            if (field || PyDict_Check(v) || is_namespace(v)) {
+                if (bind_grad_fields(s, pi, field, v) < 0) goto done;
+                continue;
+            }
             nbp_arg *a;
-            if (pi < 0 || convert_arg(s, v, 1, &a) < 0) goto done;
+            if (convert_arg(s, v, 1, &a) < 0) goto done;
             if (!a->t) {
                 PyErr_SetString(PyExc_TypeError, "_grads values must be arrays (gradients accumulate into them)");
                 goto done;
@@ -573,15 +645,40 @@ static PyObject *func_dispatch(PyObject *self, PyObject *args, PyObject *kw) {
 
 /* ---- modifiers ----------------------------------------------------------------------------- */
 
-static PyObject *dims_tuple(PyObject *v) {
-    if (PyLong_Check(v)) return PyTuple_Pack(1, v);
-    PyObject *t = PySequence_Tuple(v);
-    if (!t) return NULL;
-    for (Py_ssize_t i = 0; i < PyTuple_Size(t); i++)
-        if (!PyLong_Check(PyTuple_GetItem(t, i))) {
-            Py_DECREF(t);
-            return PyErr_Format(PyExc_TypeError, "map: kernel dims must be ints");
+/* The kernel dims of one argument's map: ints in [0, NB_MAX_DIMS), at most NB_MAX_DIMS of them
+ * (checked here: a C int cast would read 2**32 as 0). `who` names the argument (index or name). */
+static PyObject *dims_tuple(PyObject *v, PyObject *who) {
+    PyObject *t = PyLong_Check(v) ? PyTuple_Pack(1, v) : PySequence_Tuple(v);
+    if (!t) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "map: argument %R: kernel dims must be an int or a "
+                         "sequence of ints, not %R", who, v);
         }
+        return NULL;
+    }
+    if (PyTuple_Size(t) > NB_MAX_DIMS) {
+        PyErr_Format(nbp_ArgumentError, "map: argument %R maps %zd dims (at most %d)", who,
+                     PyTuple_Size(t), NB_MAX_DIMS);
+        Py_DECREF(t);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_Size(t); i++) {
+        PyObject *d = PyTuple_GetItem(t, i);
+        if (!PyLong_Check(d) || PyBool_Check(d)) {
+            Py_DECREF(t);
+            return PyErr_Format(PyExc_TypeError, "map: argument %R: kernel dims must be ints, not %R",
+                                who, d);
+        }
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(d, &overflow);
+        if (overflow || x < 0 || x >= NB_MAX_DIMS) {
+            PyErr_Format(nbp_ArgumentError, "map: argument %R: kernel dim %R is out of range "
+                         "(kernel dims are 0..%d)", who, d, NB_MAX_DIMS - 1);
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
     return t;
 }
 
@@ -593,7 +690,7 @@ static PyObject *func_map(PyObject *self, PyObject *args, PyObject *kw) {
     for (Py_ssize_t i = 0; i < PyTuple_Size(args); i++) {
         PyObject *v = PyTuple_GetItem(args, i);
         if (v == Py_None) continue;
-        PyObject *d = dims_tuple(v), *k = PyLong_FromSsize_t(i);
+        PyObject *k = PyLong_FromSsize_t(i), *d = k ? dims_tuple(v, k) : NULL;
         if (!d || !k || PyDict_SetItem(maps, k, d) < 0) {
             Py_XDECREF(d);
             Py_XDECREF(k);
@@ -607,7 +704,7 @@ static PyObject *func_map(PyObject *self, PyObject *args, PyObject *kw) {
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         while (PyDict_Next(kw, &pos, &k, &v)) {
-            PyObject *d = dims_tuple(v);
+            PyObject *d = dims_tuple(v, k);
             if (!d || PyDict_SetItem(maps, k, d) < 0) {
                 Py_XDECREF(d);
                 Py_DECREF(maps);

@@ -8,6 +8,7 @@
  * Each ARRAY leaf's call dims are placed into the kernel dims (right-aligned, or where the map
  * says); a call dim of extent 1, and every kernel dim the leaf does not have, gets stride 0.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -696,6 +697,113 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
     return NB_OK;
 }
 
+/* ---- integer ranges -------------------------------------------------------------------------- */
+
+/* An integer argument wider than its parameter (an i64 into an int, a negative int into a uint)
+ * is checked value by value: nb_convert would saturate it and the kernel would wrap it, so an
+ * out-of-range value is an error naming the argument, the value and the parameter's range rather
+ * than silent garbage. Host values and CPU tensors are read in place; a tensor on another device
+ * is copied to the host for the check (only when its dtype can hold out-of-range values). */
+static int int_range(nb_dtype d, int64_t *lo, int64_t *hi) {
+    switch (d) {
+    case NB_I32: *lo = INT32_MIN, *hi = INT32_MAX; return 1;
+    case NB_U32: *lo = 0, *hi = UINT32_MAX; return 1;
+    case NB_I64: *lo = INT64_MIN, *hi = INT64_MAX; return 1;
+    case NB_U8: *lo = 0, *hi = UINT8_MAX; return 1;
+    default: return 0;
+    }
+}
+
+static int64_t int_at(const unsigned char *p, nb_dtype d) {
+    switch (d) {
+    case NB_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case NB_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case NB_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    default: return *p;
+    }
+}
+
+/* Finds the first element outside [lo, hi] of a strided array (C order); returns its flat index
+ * or -1. */
+static int64_t first_out_of_range(const unsigned char *p, nb_dtype d, int nd, const int64_t *shape,
+                                  const int64_t *strides, int64_t lo, int64_t hi, int64_t *val,
+                                  int64_t *flat) {
+    if (nd == 0) {
+        int64_t v = int_at(p, d);
+        if (v < lo || v > hi) {
+            *val = v;
+            return *flat;
+        }
+        (*flat)++;
+        return -1;
+    }
+    for (int64_t i = 0; i < shape[0]; i++) {
+        int64_t r = first_out_of_range(p + i * strides[0], d, nd - 1, shape + 1, strides + 1, lo,
+                                       hi, val, flat);
+        if (r >= 0) return r;
+    }
+    return -1;
+}
+
+static nb_status check_int_ranges(nb_call *c) {
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    for (int j = 0; j < c->nleaves; j++) {
+        const nb_leaf_bind *b = &c->leaves[j];
+        const nb_fn_leaf *l = &in->leaves[j];
+        int64_t lo, hi, slo, shi;
+        if (b->arg < 0 || l->dir == 1 || !int_range(l->scalar, &lo, &hi)) continue;
+        const nb_call_arg_rec *a = &c->args[b->arg];
+        if (a->kind != NB_ARGK_VALUE && a->kind != NB_ARGK_TENSOR) continue;
+        nb_dtype have = a->kind == NB_ARGK_TENSOR ? nb_tensor_dtype(a->tensor) : a->dtype;
+        if (!int_range(have, &slo, &shi) || (slo >= lo && shi <= hi)) continue;
+        int nd;
+        int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
+        const unsigned char *p;
+        void *copy = NULL;
+        size_t bytes = 0;
+        if (a->kind == NB_ARGK_VALUE) {
+            nd = a->ndim;
+            memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nd);
+            nb_layout_contiguous_strides(nd, shape, (int64_t)nb_dtype_size(have), strides);
+            p = a->data;
+        } else {
+            nd = nb_tensor_ndim(a->tensor);
+            memcpy(shape, nb_tensor_shape(a->tensor), sizeof(int64_t) * (size_t)nd);
+            if (nb_device_get_kind(nb_tensor_device(a->tensor)) == NB_DEVICE_CPU) {
+                memcpy(strides, nb_tensor_strides(a->tensor), sizeof(int64_t) * (size_t)nd);
+                p = nb_tensor_data(a->tensor);
+            } else {
+                bytes = nb_tensor_nbytes(a->tensor);
+                copy = nb_alloc(bytes ? bytes : 1, 64);
+                if (!copy)
+                    return nb_error(NB_ERR_OUT_OF_MEMORY, "%s: out of host memory checking the "
+                                    "range of argument '%s'", in->name, l->path);
+                nb_status s = nb_tensor_to_host(a->tensor, copy, bytes);
+                if (s) {
+                    nb_free(copy, bytes ? bytes : 1);
+                    return s;
+                }
+                nb_layout_contiguous_strides(nd, shape, (int64_t)nb_dtype_size(have), strides);
+                p = copy;
+            }
+        }
+        int64_t val = 0, flat = 0, bad = -1;
+        if (p && nb_layout_numel(nd, shape) > 0)
+            bad = first_out_of_range(p, have, nd, shape, strides, lo, hi, &val, &flat);
+        if (copy) nb_free(copy, bytes ? bytes : 1);
+        if (bad >= 0) {
+            char ty[128], what[200], at[48] = "";
+            if (nd) snprintf(at, sizeof at, " at flat index %lld", (long long)bad);
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "%s: argument '%s' (%s) holds %lld%s, outside the range of parameter "
+                            "'%s' (%s: %lld..%lld)",
+                            in->name, l->path, arg_desc(a, what, sizeof what), (long long)val, at,
+                            l->path, leaf_type(in, l, ty, sizeof ty), (long long)lo, (long long)hi);
+        }
+    }
+    return NB_OK;
+}
+
 nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid) {
     nb_func *f = c->f;
     if (!f->m->dev)
@@ -703,7 +811,8 @@ nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid) {
                         "functions cannot be called", f->name);
     if (f->count == 1) {
         int score;
-        return bind_overload(c, 0, want_result, grid, &score);
+        nb_status s = bind_overload(c, 0, want_result, grid, &score);
+        return s ? s : check_int_ranges(c);
     }
     /* Several overloads: the one whose arguments fit with the fewest conversions wins (ties: the
      * first declared). The chosen one is bound again to leave its state in c. */
@@ -728,7 +837,8 @@ nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid) {
                         "says: %s", f->name, sigs, first_err);
     }
     int score;
-    return bind_overload(c, best, want_result, grid, &score);
+    nb_status s = bind_overload(c, best, want_result, grid, &score);
+    return s ? s : check_int_ranges(c);
 }
 
 /* ---- materializing: uploads and allocations ------------------------------------------------- */
