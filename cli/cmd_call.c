@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/file.h" /* nb_file_check_writable (internal, linked statically) */
 #include "cli.h"
 #include "json.h"
 #include "nabla/nabla.h"
@@ -763,6 +764,10 @@ int nb_cmd_call(int argc, char **argv) {
         else args[nargs++] = a;
     }
     if (!file || !func) return nb_cli_bad_usage("call: need FILE and FUNC%s", "");
+    if (out_npy && nb_file_check_writable(out_npy, "-o") != NB_OK) { /* before compiling and running */
+        fprintf(stderr, "nabla: call: %s\n", nb_last_error());
+        return 1;
+    }
 
     ctx *x = calloc(1, sizeof *x);
     if (!x) return 1;

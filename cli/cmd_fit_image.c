@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/core/file.h" /* nb_file_check_writable (internal, linked statically) */
 #include "cli.h"
 #include "nabla/image.h"
 #include "nabla/nabla.h"
@@ -344,10 +345,10 @@ int nb_cmd_fit_image(int argc, char **argv) {
             if (!parse_i64(v, 2, 8192, &n)) return fit_bad("--size '%s': want an integer in 2..8192", v);
             o.size = n;
         } else if (!strcmp(a, "--eval-every")) {
-            if (!parse_i64(v, 1, 10000000, &n)) return fit_bad("--eval-every '%s': want a positive integer", v);
+            if (!parse_i64(v, 1, 10000000, &n)) return fit_bad("--eval-every '%s': want an integer in 1..10000000", v);
             o.eval_every = n;
         } else if (!strcmp(a, "--seed")) {
-            if (!parse_i64(v, 0, 0x7fffffffffffffffll, &n)) return fit_bad("--seed '%s': want a non-negative integer", v);
+            if (!parse_i64(v, 0, 0x7fffffffffffffffll, &n)) return fit_bad("--seed '%s': want an integer in 0..9223372036854775807", v);
             o.seed = (unsigned long long)n;
         } else if (!strcmp(a, "--lr")) {
             char *end;
@@ -367,6 +368,11 @@ int nb_cmd_fit_image(int argc, char **argv) {
         } else if (!strcmp(a, "--device")) {
             o.device = v;
         }
+    }
+    /* The output file is checked before training: a missing directory fails now, not after it. */
+    if (!no_out && nb_file_check_writable(o.out, "--out") != NB_OK) {
+        fprintf(stderr, "nabla fit-image: %s\n", nb_last_error());
+        return 1;
     }
     fit_state s;
     memset(&s, 0, sizeof s);

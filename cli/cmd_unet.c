@@ -3,6 +3,7 @@
  * PNG grid, a loss curve (CSV / PNG), and a training benchmark (CUDA-event timing, TFLOP/s, the
  * compute floor). See include/nabla/nn_unet.h. */
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "../src/core/file.h" /* nb_file_check_writable / nb_file_atomic_* (internal, linked statically) */
 #include "nabla/image.h"
 #include "nabla/nabla.h"
 #include "nabla/nn_dataset.h"
@@ -52,7 +54,8 @@ static void unet_usage(FILE *to) {
             "  --log-every K         read the loss every K steps (default: 1 on the CPU, 20 on CUDA;\n"
             "                        CUDA steps do not wait for the GPU in between)\n"
             "  --max-seconds S       stop (and save) at the first logging point after S seconds of training\n"
-            "  --loss-csv FILE       write step,loss,ms rows (mean loss and ms/step of each K-step window)\n"
+            "  --loss-csv FILE       write step,loss,ms rows (mean loss and ms/step of each K-step window;\n"
+            "                        written beside FILE while training, renamed into place at the end)\n"
             "  --loss-png FILE       plot the loss curve (log-scale y) into a PNG\n"
             "  --profile             time the phases (input, forward, backward, optimizer) and the forward's\n"
             "                        op kinds with device events (each step then waits for the GPU);\n"
@@ -82,18 +85,36 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* What the last failed parse_int / parse_float wanted ("an integer in 1..4096"): every bad
+ * numeric flag value is reported with its allowed range. */
+static char g_want[96];
+
 static int parse_int(const char *s, long lo, long hi, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return 0;
+    if (!*s || *end || v < lo || v > hi) {
+        snprintf(g_want, sizeof g_want, "an integer in %ld..%ld", lo, hi);
+        return 0;
+    }
     *out = (int)v;
     return 1;
 }
 static int parse_float(const char *s, double lo, double hi, float *out) {
     char *end;
     double v = strtod(s, &end);
-    if (!*s || *end || !(v >= lo && v <= hi)) return 0;
+    if (!*s || *end || !(v >= lo && v <= hi)) {
+        snprintf(g_want, sizeof g_want, "a number in [%g, %g]", lo, hi);
+        return 0;
+    }
     *out = (float)v;
+    return 1;
+}
+
+/* Output files are checked before any work (a missing directory fails in a second, not after
+ * training). */
+static int check_out(const char *flag, const char *path) {
+    if (!path || nb_file_check_writable(path, flag) == NB_OK) return 0;
+    fprintf(stderr, "nabla unet: %s\n", nb_last_error());
     return 1;
 }
 
@@ -150,21 +171,26 @@ static int parse(int argc, char **argv, opts *o, int mode /* 0 train, 1 sample, 
             return 2;
         }
         const char *v = argv[++i];
-        char msg[96];
-        snprintf(msg, sizeof msg, "bad value for %s: '%%s'", a);
+        char msg[224];
+        g_want[0] = '\0';
         int ok = 1;
         if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--image-size")) ok = parse_int(v, 4, 1024, &o->cfg.image_size), o->size_set = 1;
         else if (!strcmp(a, "--in-channels")) {
             ok = parse_int(v, 1, 3, &o->cfg.in_channels) && o->cfg.in_channels != 2, o->inch_set = 1;
+            if (!ok) snprintf(g_want, sizeof g_want, "1 or 3 (a grey or an RGB image)");
             o->cfg.out_channels = o->cfg.in_channels;
         } else if (!strcmp(a, "--channels")) ok = parse_int(v, 1, 4096, &o->cfg.model_channels);
-        else if (!strcmp(a, "--mult"))
+        else if (!strcmp(a, "--mult")) {
             ok = nb_unet_parse_int_list(v, NB_UNET_MAX_LEVELS, 0, o->cfg.channel_mult, &o->cfg.n_levels) == NB_OK;
+            if (!ok) snprintf(g_want, sizeof g_want, "1..%d comma-separated integers in 1..64", NB_UNET_MAX_LEVELS);
+        }
         else if (!strcmp(a, "--res-blocks")) ok = parse_int(v, 1, 8, &o->cfg.num_res_blocks);
-        else if (!strcmp(a, "--attn"))
+        else if (!strcmp(a, "--attn")) {
             ok = nb_unet_parse_int_list(strcmp(v, "none") ? v : "", NB_UNET_MAX_LEVELS, 1, o->cfg.attention_res,
                                         &o->cfg.n_attn) == NB_OK;
+            if (!ok) snprintf(g_want, sizeof g_want, "none or up to %d comma-separated resolutions", NB_UNET_MAX_LEVELS);
+        }
         else if (!strcmp(a, "--head-channels")) ok = parse_int(v, 1, 4096, &o->cfg.num_head_channels);
         else if (!strcmp(a, "--groups")) ok = parse_int(v, 1, 4096, &o->cfg.num_groups);
         else if (!strcmp(a, "--batch")) ok = parse_int(v, 1, 4096, &o->batch);
@@ -187,8 +213,10 @@ static int parse(int argc, char **argv, opts *o, int mode /* 0 train, 1 sample, 
             o->precision = v;
         } else if (!strcmp(a, "--seed")) {
             char *end;
+            errno = 0;
             o->seed = strtoull(v, &end, 10);
-            ok = *v && !*end;
+            ok = *v && *v != '-' && !*end && errno == 0;
+            if (!ok) snprintf(g_want, sizeof g_want, "an integer in 0..18446744073709551615");
         } else if (!strcmp(a, "--n")) ok = parse_int(v, 1, 1024, &o->n);
         else if (!strcmp(a, "--scale")) ok = parse_int(v, 1, 16, &o->scale);
         else if (!strcmp(a, "--sampler")) {
@@ -196,7 +224,10 @@ static int parse(int argc, char **argv, opts *o, int mode /* 0 train, 1 sample, 
             else if (!strcmp(v, "ddim")) o->sampler = NB_SAMPLER_DDIM;
             else return unet_bad("unknown sampler '%s' (ddpm or ddim)", v);
         }
-        if (!ok) return unet_bad(msg, v);
+        if (!ok) {
+            snprintf(msg, sizeof msg, "bad value for %s: '%%s' (allowed: %s)", a, g_want[0] ? g_want : "see --help");
+            return unet_bad(msg, v);
+        }
     }
     const char *dv = o->device;
     int idx;
@@ -397,6 +428,9 @@ static int cmd_train(int argc, char **argv, int bench) {
         fprintf(stderr, "nabla unet: invalid model: %s\n", nb_last_error());
         return 2;
     }
+    if (!bench && (check_out("--ckpt", o.ckpt) || check_out("--loss-csv", o.loss_csv) ||
+                   check_out("--loss-png", o.loss_png)))
+        return 1;
     nb_device *dev;
     if ((r = open_device(&o, &dev))) return r;
     int cuda = nb_device_get_kind(dev) == NB_DEVICE_CUDA;
@@ -432,10 +466,14 @@ static int cmd_train(int argc, char **argv, int bench) {
         else rc = cmd_bench(&o, &m, dev, x);
         goto done;
     }
+    /* --loss-csv is written to a temporary file beside it while training (flushed at every
+     * logging window) and renamed into place at the end, also when --max-seconds stops the run:
+     * the file at the path is only ever a whole, finished CSV. */
+    nb_file_atomic csv_file = {0};
     FILE *csv = NULL;
-    if (!rc && o.loss_csv && !(csv = fopen(o.loss_csv, "w"))) {
-        fprintf(stderr, "nabla unet: cannot write '%s'\n", o.loss_csv);
-        rc = 1;
+    if (!rc && o.loss_csv) {
+        if (nb_file_atomic_open(&csv_file, o.loss_csv, "--loss-csv")) rc = fail("loss CSV");
+        else csv = csv_file.f;
     }
     if (csv) fprintf(csv, "step,loss,ms\n");
     int every = o.log_every ? o.log_every : cuda ? 20 : 1;
@@ -493,7 +531,11 @@ static int cmd_train(int argc, char **argv, int bench) {
         if (nb_ddpm_save(m.d, o.ckpt)) rc = fail("checkpoint");
         else printf("saved %s (%s weights)\n", o.ckpt, o.ema > 0 ? "EMA" : "raw");
     }
-    if (csv) fclose(csv);
+    if (csv && !rc) {
+        if (nb_file_atomic_commit(&csv_file)) rc = fail("loss CSV");
+    } else if (csv) {
+        nb_file_atomic_abort(&csv_file);
+    }
     if (!rc && o.loss_csv) printf("wrote %s\n", o.loss_csv);
     if (!rc && o.loss_png) {
         if (nb_unet_plot_loss(o.loss_png, cv.x, cv.y, cv.n)) rc = fail("loss plot");
@@ -514,6 +556,7 @@ static int cmd_sample(int argc, char **argv) {
     o.steps = 50;
     int r = parse(argc, argv, &o, 1);
     if (r) return r < 0 ? 0 : r;
+    if (check_out("--out", o.out)) return 1;
     nb_unet_config cfg;
     if (nb_unet_read_config(o.ckpt, &cfg)) return fail("checkpoint");
     if (cfg.in_channels != 1 && cfg.in_channels != 3) {

@@ -112,10 +112,16 @@ nb_status nb_ddpm_create(nb_unet *u, const nb_ddpm_config *cfg, nb_ddpm **out) {
         return nb_error(NB_ERR_INVALID_ARG, "DDPM: timesteps %d not in 1..100000", cfg->timesteps);
     if (!(cfg->beta_start > 0) || !(cfg->beta_end >= cfg->beta_start) || !(cfg->beta_end * 1000.0 / cfg->timesteps < 1))
         return nb_error(NB_ERR_INVALID_ARG, "DDPM: need 0 < beta_start <= beta_end and scaled betas < 1");
-    if (!(cfg->lr > 0) || !(cfg->weight_decay >= 0) || !(cfg->grad_clip >= 0) ||
-        !(cfg->ema_decay >= 0 && cfg->ema_decay < 1))
-        return nb_error(NB_ERR_INVALID_ARG,
-                        "DDPM: need lr > 0, weight_decay >= 0, grad_clip >= 0, ema_decay in [0, 1)");
+    /* each value named with its allowed range (NaN and infinity fail every test) */
+    if (!(cfg->lr > 0 && cfg->lr <= 10))
+        return nb_error(NB_ERR_INVALID_ARG, "DDPM: lr %g not in (0, 10]", (double)cfg->lr);
+    if (!(cfg->weight_decay >= 0 && cfg->weight_decay <= 10))
+        return nb_error(NB_ERR_INVALID_ARG, "DDPM: weight_decay %g not in [0, 10]", (double)cfg->weight_decay);
+    if (!(cfg->grad_clip >= 0 && cfg->grad_clip < INFINITY))
+        return nb_error(NB_ERR_INVALID_ARG, "DDPM: grad_clip %g must be finite and >= 0 (0 = off)",
+                        (double)cfg->grad_clip);
+    if (!(cfg->ema_decay >= 0 && cfg->ema_decay < 1))
+        return nb_error(NB_ERR_INVALID_ARG, "DDPM: ema_decay %g not in [0, 1) (0 = no EMA)", (double)cfg->ema_decay);
     nb_ddpm *d = calloc(1, sizeof *d);
     if (!d) return nb_error(NB_ERR_OUT_OF_MEMORY, "DDPM: out of memory");
     d->cfg = *cfg;

@@ -37,6 +37,13 @@ check no-value 2 "$NABLA" fit-image --steps && contains no-value "--steps needs 
 check model-bad 2 "$NABLA" fit-image --model mlp && contains model-bad "unknown model 'mlp'"
 check sampling-bad 2 "$NABLA" fit-image --sampling sobol && contains sampling-bad "unknown sampling 'sobol'"
 check loss-bad 2 "$NABLA" fit-image --loss l3 && contains loss-bad "unknown loss 'l3'"
+check eval-range 2 "$NABLA" fit-image --eval-every 0 && contains eval-range "1..10000000"
+check seed-range 2 "$NABLA" fit-image --seed -1 && contains seed-range "0..9223372036854775807"
+# the output path is checked before training (exit 1 at once, naming the directory)
+check out-dir 1 "$NABLA" fit-image --device cpu --steps 10000000 --out "$tmp/none/x.png" &&
+    contains out-dir "--out '$tmp/none/x.png': directory '$tmp/none' does not exist"
+check out-dir-grid 1 "$NABLA" fit-image --model grid --device cpu --steps 10000000 --out "$tmp/none/x.png" &&
+    contains out-dir-grid "directory '$tmp/none' does not exist"
 check two-images 2 "$NABLA" fit-image a.png b.png && contains two-images "more than one image"
 check device-bad 2 "$NABLA" fit-image --device frob && contains device-bad "frob"
 check model-grid 0 "$NABLA" fit-image --model grid --device cpu --size 32 --steps 20 --batch 1024 --no-out &&
@@ -51,7 +58,7 @@ if check tiny-fit 0 "$NABLA" fit-image --device cpu --size 16 --steps 2 --batch 
     check truncated 1 "$NABLA" fit-image "$tmp/cut.png" --device cpu && contains truncated "cut.png"
 fi
 check unwritable 1 "$NABLA" fit-image --device cpu --size 16 --steps 1 --batch 64 --out "$tmp/no/such/dir/x.png" &&
-    contains unwritable "cannot write PNG"
+    contains unwritable "directory '$tmp/no/such/dir' does not exist"
 
 # Learning: the PSNR after a short CPU fit must clear a threshold.
 ASTRO="$ROOT/../shared/data/astronaut.png"

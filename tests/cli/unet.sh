@@ -36,6 +36,25 @@ out=$("$NABLA" unet train $TINY --device cuda --batch 2 --steps 2 --ckpt "$tmp/c
 if [ "$rc" -eq 0 ]; then contains cuda "device cuda:0"; else
     [ "$rc" -eq 1 ] && passed=$((passed+1)) || { echo "FAIL cuda: exit $rc"; fail=$((fail+1)); }
     contains cuda "nabla unet: device:"; fi
+# every numeric flag's error states the allowed range
+check batch-huge 2 "$NABLA" unet train --batch 65536 && contains batch-huge "bad value for --batch: '65536' (allowed: an integer in 1..4096)"
+check size-huge 2 "$NABLA" unet train --image-size 99999 && contains size-huge "(allowed: an integer in 4..1024)"
+check channels-zero 2 "$NABLA" unet train --channels 0 && contains channels-zero "(allowed: an integer in 1..4096)"
+check lr-range 2 "$NABLA" unet train --lr 100 && contains lr-range "(allowed: a number in [1e-12, 10])"
+check ema-range 2 "$NABLA" unet train --ema 1 && contains ema-range "bad value for --ema: '1' (allowed: a number in [0, "
+check n-range 2 "$NABLA" unet sample --n 5000 && contains n-range "(allowed: an integer in 1..1024)"
+check seed-neg 2 "$NABLA" unet train --seed -3 && contains seed-neg "(allowed: an integer in 0..18446744073709551615)"
+check inch-two 2 "$NABLA" unet train --in-channels 2 && contains inch-two "(allowed: 1 or 3"
+check mult-range 2 "$NABLA" unet train --mult 1,2,3,4,5,6,7,8,9 && contains mult-range "allowed:"
+# output paths are checked before the data, the model or the training (exit 1, naming the path)
+check ckpt-dir 1 "$NABLA" unet train $TINY --device cpu --steps 100000 --ckpt "$tmp/none/m.safetensors" &&
+    contains ckpt-dir "--ckpt '$tmp/none/m.safetensors': directory '$tmp/none' does not exist"
+check csv-dir 1 "$NABLA" unet train $TINY --device cpu --steps 100000 --loss-csv "$tmp/none/l.csv" &&
+    contains csv-dir "--loss-csv '$tmp/none/l.csv'"
+check png-dir 1 "$NABLA" unet train $TINY --device cpu --steps 100000 --loss-png "$tmp/none/l.png" &&
+    contains png-dir "--loss-png '$tmp/none/l.png'"
+check sample-dir 1 "$NABLA" unet sample --ckpt "$tmp/missing.safetensors" --out "$tmp/none/g.png" &&
+    contains sample-dir "--out '$tmp/none/g.png'"
 check log-every 2 "$NABLA" unet train --log-every 0 && contains log-every "bad value for --log-every: '0'"
 check no-fm-dir 1 "$NABLA" unet train --data "fashion-mnist:$tmp/nofm" --steps 1 &&
     contains no-fm-dir "install Debian's dataset-fashion-mnist package" && contains no-fm-dir "$tmp/nofm"
@@ -74,7 +93,10 @@ if check train 0 "$NABLA" unet train $TINY --device cpu --batch 4 --steps 4 --lr
     head -c 300 "$tmp/m.safetensors" > "$tmp/cut.safetensors"
     check truncated 1 "$NABLA" unet sample --ckpt "$tmp/cut.safetensors" --out "$tmp/x.png" && contains truncated "cut.safetensors"
     check unwritable 1 "$NABLA" unet sample --ckpt "$tmp/m.safetensors" --n 1 --steps 1 --out "$tmp/no/dir/x.png" &&
-        contains unwritable "cannot write PNG"
+        contains unwritable "--out '$tmp/no/dir/x.png': directory '$tmp/no/dir' does not exist"
+    # the CSV is renamed into place at the end: no temporary file is left beside it
+    [ "$(ls -A "$tmp" | grep -c '^\.\?l\.csv.')" -eq 0 ] && passed=$((passed+1)) ||
+        { echo "FAIL loss csv temporaries left:"; ls -A "$tmp"; fail=$((fail+1)); }
 fi
 check no-ckpt 1 "$NABLA" unet sample --ckpt "$tmp/missing.safetensors" && contains no-ckpt "cannot open"
 printf 'not a checkpoint at all' > "$tmp/junk.safetensors"
