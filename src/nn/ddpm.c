@@ -114,7 +114,7 @@ nb_status nb_ddpm_create(nb_unet *u, const nb_ddpm_config *cfg, nb_ddpm **out) {
         return nb_error(NB_ERR_INVALID_ARG, "DDPM: need 0 < beta_start <= beta_end and scaled betas < 1");
     /* each value named with its allowed range (NaN and infinity fail every test) */
     if (!(cfg->lr > 0 && cfg->lr <= 10))
-        return nb_error(NB_ERR_INVALID_ARG, "DDPM: lr %g not in (0, 10]", (double)cfg->lr);
+        return nb_error(NB_ERR_INVALID_ARG, "DDPM: need lr > 0 and <= 10, got %g", (double)cfg->lr);
     if (!(cfg->weight_decay >= 0 && cfg->weight_decay <= 10))
         return nb_error(NB_ERR_INVALID_ARG, "DDPM: weight_decay %g not in [0, 10]", (double)cfg->weight_decay);
     if (!(cfg->grad_clip >= 0 && cfg->grad_clip < INFINITY))
