@@ -14,10 +14,15 @@
  * Layout: 8-byte little-endian header length N, N bytes of JSON
  * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
  *  "__metadata__": {"key": "value", ...}} (padded with spaces to a multiple of 8), then the data
- * (offsets relative to its start, little-endian). Writing: F32. Reading: F32, and F16, BF16 and
- * F64 converted to f32 (nb_st_tensor.data is always f32); other dtypes (integers, F8), a truncated file, bad JSON, duplicate names, offsets that do not match the shape or run
- * past the end fail with NB_ERR_IO naming the file and the problem (and the tensor, if any).
- * The whole file is read into memory (fine for checkpoints of ~100 MB).
+ * (offsets relative to its start, little-endian). Writing: F32, atomically (a temporary file
+ * beside the target, fsync, rename: a process killed while saving leaves the previous file).
+ * Reading: F32, and F16, BF16 and F64 converted to f32 (nb_st_tensor.data is always f32); other
+ * dtypes (integers, F8), a truncated file, bad JSON, duplicate tensor names, duplicate keys in a
+ * tensor entry or in __metadata__, offsets that do not match the shape, run past the end of the
+ * data or overlap another tensor's fail with NB_ERR_IO naming the file and the problem (and the
+ * tensor or tensors, if any); so does anything but a regular file (a FIFO is refused without
+ * blocking). Values are not checked (NaN / Inf are read as they are). Parsing is linear in the
+ * header size. The whole file is read into memory (fine for checkpoints of ~100 MB).
  */
 #ifndef NABLA_SAFETENSORS_H
 #define NABLA_SAFETENSORS_H

@@ -1,19 +1,81 @@
-/* safetensors reader (F32, F16, BF16, F64 -> f32) / writer (F32) with a small JSON parser for its header. */
+/* safetensors reader (F32, F16, BF16, F64 -> f32) / writer (F32) with a small JSON parser for its
+ * header.
+ *
+ * Reading is strict and linear in the size of the header: tensor names and metadata keys are
+ * looked up in hash tables (duplicates are errors), the data_offsets of all tensors are checked
+ * against each other after one sort (overlapping tensors are errors naming both), and every key
+ * of a tensor entry may appear once. Values are not checked here: a safetensors file may hold
+ * NaN or Inf on purpose; loaders of model parameters (unet_io.c) reject non-finite weights.
+ * Writing goes through nb_file_atomic_* (temporary file, fsync, rename), so a process killed while
+ * saving a checkpoint leaves the previous checkpoint intact. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
+#include "core/hash.h"
+#include "nabla/alloc.h"
 #include "nabla/safetensors.h"
 
 #define MAX_HEADER (100 << 20)
+/* A checkpoint is read whole into memory; refuse files beyond any plausible size. */
+#define MAX_FILE ((size_t)1 << 40)
+
+/* Open-addressing set of strings (owned elsewhere) -> index. */
+typedef struct ntab {
+    const char **key;
+    int *idx;
+    size_t cap, n; /* cap: 0 or a power of two */
+} ntab;
+
+static size_t ntab_slot(const ntab *t, const char *k) {
+    size_t m = t->cap - 1, i = (size_t)nb_hash64(k, strlen(k), 0x5afe) & m;
+    while (t->key[i] && strcmp(t->key[i], k)) i = (i + 1) & m;
+    return i;
+}
+static int ntab_find(const ntab *t, const char *k) {
+    if (!t->cap) return -1;
+    size_t i = ntab_slot(t, k);
+    return t->key[i] ? t->idx[i] : -1;
+}
+/* k must not be in the table yet. Returns 0 when out of memory. */
+static int ntab_add(ntab *t, const char *k, int idx) {
+    if (2 * (t->n + 1) > t->cap) {
+        ntab g = {NULL, NULL, t->cap ? 2 * t->cap : 64, 0};
+        g.key = calloc(g.cap, sizeof *g.key);
+        g.idx = malloc(g.cap * sizeof *g.idx);
+        if (!g.key || !g.idx) return free(g.key), free(g.idx), 0;
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->key[i]) {
+                size_t j = ntab_slot(&g, t->key[i]);
+                g.key[j] = t->key[i], g.idx[j] = t->idx[i];
+            }
+        g.n = t->n;
+        free(t->key), free(t->idx);
+        *t = g;
+    }
+    size_t i = ntab_slot(t, k);
+    t->key[i] = k, t->idx[i] = idx, t->n++;
+    return 1;
+}
+static void ntab_free(ntab *t) { free(t->key), free(t->idx); }
+
+/* Where tensor i's bytes are in the data section, and their element type. */
+typedef struct st_src {
+    uint64_t begin, end;
+    int esz, kind; /* kind: 0 F32 / F64, 1 BF16, 2 F16 */
+} st_src;
 
 struct nb_safetensors {
     int n, cap;
     nb_st_tensor *t;
     float **bufs;
+    st_src *src;
     int n_meta, meta_cap;
     char **keys, **vals;
+    ntab names, meta_names;
 };
 
 /* ---- writing ------------------------------------------------------------------------------- */
@@ -57,6 +119,9 @@ nb_status nb_safetensors_write(const char *path, int n, const nb_st_tensor *t, i
                                const char *const *keys, const char *const *vals) {
     if (!path || n < 0 || (n && !t) || n_meta < 0 || (n_meta && (!keys || !vals)))
         return nb_error(NB_ERR_INVALID_ARG, "nb_safetensors_write: NULL or negative argument");
+    for (int i = 0; i < n_meta; i++)
+        if (!keys[i] || !vals[i])
+            return nb_error(NB_ERR_INVALID_ARG, "nb_safetensors_write: metadata entry %d is NULL", i);
     sbuf h = {0};
     char num[64];
     uint64_t off = 0;
@@ -72,18 +137,25 @@ nb_status nb_safetensors_write(const char *path, int n, const nb_st_tensor *t, i
         sb_str(&h, "}");
     }
     for (int i = 0; i < n; i++) {
-        if (!t[i].name || t[i].ndim < 0 || t[i].ndim > NB_ST_MAX_DIMS || !t[i].data) {
-            free(h.p);
-            return nb_error(NB_ERR_INVALID_ARG, "nb_safetensors_write: tensor %d has no name, data or a bad ndim", i);
-        }
+        int bad = !t[i].name || t[i].ndim < 0 || t[i].ndim > NB_ST_MAX_DIMS || !t[i].data;
         uint64_t cnt = 1;
+        for (int d = 0; !bad && d < t[i].ndim; d++) {
+            bad = t[i].shape[d] < 0 || t[i].shape[d] > (1ll << 40);
+            cnt *= bad ? 1 : (uint64_t)t[i].shape[d];
+            bad = bad || cnt > (1ull << 40);
+        }
+        if (bad) {
+            free(h.p);
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "nb_safetensors_write: '%s': tensor %d has no name, no data, a bad ndim "
+                            "or a negative or absurd shape", path, i);
+        }
         if (n_meta || i) sb_str(&h, ",");
         sb_json_str(&h, t[i].name);
         sb_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < t[i].ndim; d++) {
             snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
             sb_str(&h, num);
-            cnt *= (uint64_t)t[i].shape[d];
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                  (unsigned long long)(off + cnt * 4));
@@ -94,36 +166,52 @@ nb_status nb_safetensors_write(const char *path, int n, const nb_st_tensor *t, i
     while (!h.oom && h.n % 8) sb_str(&h, " ");
     if (h.oom) {
         free(h.p);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_safetensors_write: out of memory");
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_safetensors_write: '%s': out of memory", path);
     }
-    FILE *f = fopen(path, "wb");
-    if (!f) {
+    nb_file_atomic af;
+    nb_status s = nb_file_atomic_open(&af, path, "safetensors file");
+    if (s) {
         free(h.p);
-        return nb_error(NB_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        return s;
     }
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
-    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.p, 1, h.n, f) == h.n;
+    int ok = fwrite(len, 1, 8, af.f) == 8 && fwrite(h.p, 1, h.n, af.f) == h.n;
     free(h.p);
     for (int i = 0; ok && i < n; i++) {
         size_t cnt = 1;
         for (int d = 0; d < t[i].ndim; d++) cnt *= (size_t)t[i].shape[d];
-        ok = fwrite(t[i].data, sizeof(float), cnt, f) == cnt; /* little-endian hosts only */
+        ok = fwrite(t[i].data, sizeof(float), cnt, af.f) == cnt; /* little-endian hosts only */
     }
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) return nb_error(NB_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-    return NB_OK;
+    if (!ok) {
+        s = nb_error(NB_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        nb_file_atomic_abort(&af);
+        return s;
+    }
+    return nb_file_atomic_commit(&af);
 }
 
 /* ---- JSON header parsing ------------------------------------------------------------------- */
 
 typedef struct jp {
     const char *s, *end, *start;
-    char err[200];
+    char err[512];
 } jp;
 
 static int jfail(jp *p, const char *what) {
     if (!p->err[0]) snprintf(p->err, sizeof p->err, "%s at header byte %ld", what, (long)(p->s - p->start));
+    return 0;
+}
+/* An error about one tensor (or metadata key): "tensor 'name': ... at header byte N". */
+static int tfail(jp *p, const char *kind, const char *name, const char *fmt, ...) {
+    if (p->err[0]) return 0;
+    char m[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    snprintf(p->err, sizeof p->err, "%s '%.160s': %s at header byte %ld", kind, name, m,
+             (long)(p->s - p->start));
     return 0;
 }
 static void ws(jp *p) {
@@ -143,55 +231,79 @@ static int peek(jp *p, char c) {
     ws(p);
     return p->s < p->end && *p->s == c;
 }
-/* Parses a JSON string into a new malloc'd buffer. */
+static int hex4(jp *p, unsigned *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        if (p->s >= p->end) return jfail(p, "unterminated \\u escape");
+        char h = *p->s++;
+        unsigned d = h >= '0' && h <= '9' ? (unsigned)(h - '0')
+                     : (h | 32) >= 'a' && (h | 32) <= 'f' ? (unsigned)((h | 32) - 'a' + 10)
+                                                          : 16u;
+        if (d > 15) return jfail(p, "bad hex digit in a \\u escape");
+        *v = *v * 16 + d;
+    }
+    return 1;
+}
+/* Parses a JSON string into a new malloc'd, NUL-terminated UTF-8 buffer (\u0000 is refused:
+ * names are C strings). */
 static int jstring(jp *p, char **out) {
+    *out = NULL;
     if (!expect(p, '"')) return 0;
     size_t cap = 32, n = 0;
     char *b = malloc(cap);
     if (!b) return jfail(p, "out of memory");
     while (p->s < p->end && *p->s != '"') {
-        char c = *p->s++;
-        if ((unsigned char)c < 0x20) {
-            free(b);
-            return jfail(p, "control character in a string");
-        }
-        if (c == '\\') {
+        char u[4];
+        size_t un = 1;
+        u[0] = *p->s++;
+        if ((unsigned char)u[0] < 0x20) return free(b), jfail(p, "control character in a string");
+        if (u[0] == '\\') {
             if (p->s >= p->end) break;
-            c = *p->s++;
+            char c = *p->s++;
+            unsigned v;
             switch (c) {
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'u': {
-                unsigned v = 0;
-                for (int i = 0; i < 4; i++) {
-                    if (p->s >= p->end) break;
-                    char h = *p->s++;
-                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
+            case 'n': u[0] = '\n'; break;
+            case 't': u[0] = '\t'; break;
+            case 'r': u[0] = '\r'; break;
+            case 'b': u[0] = '\b'; break;
+            case 'f': u[0] = '\f'; break;
+            case '"': case '\\': case '/': u[0] = c; break;
+            case 'u':
+                if (!hex4(p, &v)) return free(b), 0;
+                if (v >= 0xd800 && v < 0xdc00) { /* a surrogate pair */
+                    unsigned lo;
+                    if (p->end - p->s < 2 || p->s[0] != '\\' || p->s[1] != 'u')
+                        return free(b), jfail(p, "unpaired surrogate in a \\u escape");
+                    p->s += 2;
+                    if (!hex4(p, &lo)) return free(b), 0;
+                    if (lo < 0xdc00 || lo >= 0xe000) return free(b), jfail(p, "unpaired surrogate in a \\u escape");
+                    v = 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00);
+                } else if (v >= 0xdc00 && v < 0xe000) {
+                    return free(b), jfail(p, "unpaired surrogate in a \\u escape");
                 }
-                c = v < 0x80 ? (char)v : '?';
+                if (!v) return free(b), jfail(p, "\\u0000 in a string");
+                if (v < 0x80) u[0] = (char)v;
+                else if (v < 0x800) u[0] = (char)(0xc0 | v >> 6), u[1] = (char)(0x80 | (v & 63)), un = 2;
+                else if (v < 0x10000)
+                    u[0] = (char)(0xe0 | v >> 12), u[1] = (char)(0x80 | ((v >> 6) & 63)),
+                    u[2] = (char)(0x80 | (v & 63)), un = 3;
+                else
+                    u[0] = (char)(0xf0 | v >> 18), u[1] = (char)(0x80 | ((v >> 12) & 63)),
+                    u[2] = (char)(0x80 | ((v >> 6) & 63)), u[3] = (char)(0x80 | (v & 63)), un = 4;
                 break;
-            }
-            default: break; /* \" \\ \/ */
+            default: return free(b), jfail(p, "unknown escape in a string");
             }
         }
-        if (n + 2 > cap) {
+        if (n + un + 1 > cap) {
             char *nb = realloc(b, cap *= 2);
-            if (!nb) {
-                free(b);
-                return jfail(p, "out of memory");
-            }
+            if (!nb) return free(b), jfail(p, "out of memory");
             b = nb;
         }
-        b[n++] = c;
+        memcpy(b + n, u, un);
+        n += un;
     }
     b[n] = 0;
-    if (p->s >= p->end) {
-        free(b);
-        return jfail(p, "unterminated string");
-    }
+    if (p->s >= p->end) return free(b), jfail(p, "unterminated string");
     p->s++;
     *out = b;
     return 1;
@@ -221,6 +333,7 @@ static int jint_array(jp *p, int64_t *v, int max, int *n) {
     }
 }
 
+/* Takes ownership of k and v on success. */
 static int add_meta(nb_safetensors *f, char *k, char *v) {
     if (f->n_meta == f->meta_cap) {
         int cap = f->meta_cap ? 2 * f->meta_cap : 16;
@@ -231,20 +344,27 @@ static int add_meta(nb_safetensors *f, char *k, char *v) {
         if (!nk || !nv) return 0;
         f->meta_cap = cap;
     }
+    if (!ntab_add(&f->meta_names, k, f->n_meta)) return 0;
     f->keys[f->n_meta] = k, f->vals[f->n_meta++] = v;
     return 1;
 }
 
+/* Duplicate metadata keys are errors (JSON leaves them undefined; a checkpoint's config must
+ * not depend on which one a reader keeps). */
 static int parse_meta(jp *p, nb_safetensors *f) {
     if (!expect(p, '{')) return 0;
     if (peek(p, '}')) return p->s++, 1;
     for (;;) {
         char *k = NULL, *v = NULL;
         if (!jstring(p, &k)) return 0;
+        if (ntab_find(&f->meta_names, k) >= 0) {
+            tfail(p, "__metadata__ key", k, "appears twice");
+            return free(k), 0;
+        }
         if (!expect(p, ':')) return free(k), 0;
         if (!peek(p, '"')) {
-            free(k);
-            return jfail(p, "__metadata__ values must be strings");
+            tfail(p, "__metadata__ key", k, "__metadata__ values must be strings");
+            return free(k), 0;
         }
         if (!jstring(p, &v)) return free(k), 0;
         if (!add_meta(f, k, v)) {
@@ -256,7 +376,6 @@ static int parse_meta(jp *p, nb_safetensors *f) {
     }
 }
 
-/* One tensor entry; offsets checked against the data size. */
 /* One little-endian F16 / BF16 / F64 element as f32. */
 static float to_f32(const unsigned char *b, int esz, int kind) {
     if (esz == 8) {
@@ -282,51 +401,82 @@ static float to_f32(const unsigned char *b, int esz, int kind) {
     return f;
 }
 
-static int parse_tensor(jp *p, nb_safetensors *f, char *name, const unsigned char *data, uint64_t dlen) {
+/* One tensor entry {"dtype": .., "shape": [..], "data_offsets": [b, e]}, each key exactly once;
+ * offsets checked against the shape and the data size (overlaps are checked once all entries are
+ * in). On success the tensor is registered under `name`, which it then owns. */
+static int parse_tensor(jp *p, nb_safetensors *f, char *name, uint64_t dlen) {
+    static const char *const keys[3] = {"dtype", "shape", "data_offsets"};
     char *dtype = NULL;
     int64_t shape[NB_ST_MAX_DIMS], offs[2];
-    int nd = -1, no = -1;
-    if (!expect(p, '{')) return 0;
-    for (int first = 1;; first = 0) {
-        if (peek(p, '}') && first) break;
-        char *k;
-        if (!jstring(p, &k)) return free(dtype), 0;
-        int ok = expect(p, ':');
-        if (ok && !strcmp(k, "dtype")) free(dtype), ok = jstring(p, &dtype);
-        else if (ok && !strcmp(k, "shape")) ok = jint_array(p, shape, NB_ST_MAX_DIMS, &nd);
-        else if (ok && !strcmp(k, "data_offsets")) ok = jint_array(p, offs, 2, &no);
-        else if (ok) ok = jfail(p, "unknown key in a tensor entry");
-        free(k);
-        if (!ok) return free(dtype), 0;
-        if (peek(p, '}')) break;
-        if (!expect(p, ',')) return free(dtype), 0;
-    }
+    int nd = -1, no = -1, seen[3] = {0, 0, 0}, ok = 1;
+    ws(p);
+    if (p->s >= p->end || *p->s != '{') return tfail(p, "tensor", name, "expected an object '{'");
     p->s++;
+    if (peek(p, '}')) p->s++;
+    else
+        for (;;) {
+            char *k;
+            if (!jstring(p, &k)) {
+                ok = 0;
+                break;
+            }
+            int w = -1;
+            for (int i = 0; i < 3; i++)
+                if (!strcmp(k, keys[i])) w = i;
+            if (w < 0) ok = tfail(p, "tensor", name, "unknown key '%.60s' in a tensor entry", k);
+            else if (seen[w]) ok = tfail(p, "tensor", name, "key '%s' appears twice", keys[w]);
+            free(k);
+            if (!ok || !expect(p, ':')) {
+                ok = 0;
+                break;
+            }
+            seen[w] = 1;
+            if (w == 0) {
+                if (!peek(p, '"')) ok = tfail(p, "tensor", name, "'dtype' is not a string");
+                else ok = jstring(p, &dtype);
+            } else if (w == 1) ok = jint_array(p, shape, NB_ST_MAX_DIMS, &nd);
+            else ok = jint_array(p, offs, 2, &no);
+            if (!ok) break;
+            if (peek(p, '}')) {
+                p->s++;
+                break;
+            }
+            if (!expect(p, ',')) {
+                ok = 0;
+                break;
+            }
+        }
+    if (!ok) return free(dtype), 0;
     if (!dtype || nd < 0 || no != 2) {
         free(dtype);
-        snprintf(p->err, sizeof p->err, "tensor '%s' lacks dtype, shape or data_offsets", name);
+        snprintf(p->err, sizeof p->err, "tensor '%.160s' lacks dtype, shape or data_offsets", name);
         return 0;
     }
     int esz = !strcmp(dtype, "F32") ? 4 : !strcmp(dtype, "F16") || !strcmp(dtype, "BF16") ? 2 : !strcmp(dtype, "F64") ? 8 : 0;
-    int kind = dtype[0] == 'B' ? 1 : dtype[1] == '1' ? 2 : 0; /* 1 BF16, 2 F16 */
+    int kind = dtype[0] == 'B' ? 1 : esz == 2 ? 2 : 0;
     if (!esz) {
-        snprintf(p->err, sizeof p->err, "tensor '%s' has dtype %s; only F32, F16, BF16 and F64 are read", name, dtype);
+        snprintf(p->err, sizeof p->err, "tensor '%.160s' has dtype %.40s; only F32, F16, BF16 and F64 are read", name, dtype);
         free(dtype);
         return 0;
     }
     free(dtype);
     uint64_t cnt = 1;
     for (int d = 0; d < nd; d++) {
-        if (shape[d] > (1ll << 40)) return jfail(p, "absurd shape");
+        if (shape[d] > (1ll << 40)) return tfail(p, "tensor", name, "absurd shape");
         cnt *= (uint64_t)shape[d];
-        if (cnt > (1ull << 40)) return jfail(p, "absurd shape");
+        if (cnt > (1ull << 40)) return tfail(p, "tensor", name, "absurd shape");
     }
-    if (offs[1] < offs[0] || (uint64_t)(offs[1] - offs[0]) != cnt * (uint64_t)esz || (uint64_t)offs[1] > dlen) {
+    if (offs[1] < offs[0] || (uint64_t)(offs[1] - offs[0]) != cnt * (uint64_t)esz) {
         snprintf(p->err, sizeof p->err,
-                 "tensor '%s': data_offsets [%lld, %lld] do not match its shape (%llu bytes) or "
-                 "run past the end of the data (%llu bytes; truncated file?)",
-                 name, (long long)offs[0], (long long)offs[1], (unsigned long long)(cnt * (uint64_t)esz),
-                 (unsigned long long)dlen);
+                 "tensor '%.160s': data_offsets [%lld, %lld] do not match its shape (%llu bytes)",
+                 name, (long long)offs[0], (long long)offs[1], (unsigned long long)(cnt * (uint64_t)esz));
+        return 0;
+    }
+    if ((uint64_t)offs[1] > dlen) {
+        snprintf(p->err, sizeof p->err,
+                 "tensor '%.160s': data_offsets [%lld, %lld] run past the end of the data section "
+                 "(%llu bytes; truncated file?)",
+                 name, (long long)offs[0], (long long)offs[1], (unsigned long long)dlen);
         return 0;
     }
     if (f->n == f->cap) {
@@ -335,25 +485,26 @@ static int parse_tensor(jp *p, nb_safetensors *f, char *name, const unsigned cha
         if (nt) f->t = nt;
         float **nbf = realloc(f->bufs, cap * sizeof *nbf);
         if (nbf) f->bufs = nbf;
-        if (!nt || !nbf) return jfail(p, "out of memory");
+        st_src *ns = realloc(f->src, cap * sizeof *ns);
+        if (ns) f->src = ns;
+        if (!nt || !nbf || !ns) return jfail(p, "out of memory");
         f->cap = cap;
     }
-    float *buf = malloc(cnt ? cnt * 4 : 4);
-    if (!buf) return jfail(p, "out of memory");
-    const unsigned char *src = data + offs[0];
-    if (esz == 4) memcpy(buf, src, cnt * 4);
-    else
-        for (uint64_t i = 0; i < cnt; i++) buf[i] = to_f32(src + i * (uint64_t)esz, esz, kind);
+    if (!ntab_add(&f->names, name, f->n)) return jfail(p, "out of memory");
     nb_st_tensor *t = &f->t[f->n];
     t->name = name;
     t->ndim = nd;
+    memset(t->shape, 0, sizeof t->shape);
     memcpy(t->shape, shape, sizeof(int64_t) * (size_t)nd);
-    t->data = buf;
-    f->bufs[f->n++] = buf;
+    t->data = NULL;
+    f->bufs[f->n] = NULL;
+    f->src[f->n] = (st_src){(uint64_t)offs[0], (uint64_t)offs[1], esz, kind};
+    f->n++;
     return 1;
 }
 
-static int parse_header(jp *p, nb_safetensors *f, const unsigned char *data, uint64_t dlen) {
+static int parse_header(jp *p, nb_safetensors *f, uint64_t dlen) {
+    int have_meta = 0;
     if (!expect(p, '{')) return 0;
     if (!peek(p, '}'))
         for (;;) {
@@ -362,14 +513,15 @@ static int parse_header(jp *p, nb_safetensors *f, const unsigned char *data, uin
             if (!expect(p, ':')) return free(k), 0;
             if (!strcmp(k, "__metadata__")) {
                 free(k);
+                if (have_meta) return jfail(p, "'__metadata__' appears twice");
+                have_meta = 1;
                 if (!parse_meta(p, f)) return 0;
             } else {
-                for (int i = 0; i < f->n; i++)
-                    if (!strcmp(f->t[i].name, k)) {
-                        snprintf(p->err, sizeof p->err, "duplicate tensor '%s'", k);
-                        return free(k), 0;
-                    }
-                if (!parse_tensor(p, f, k, data, dlen)) return free(k), 0;
+                if (ntab_find(&f->names, k) >= 0) {
+                    snprintf(p->err, sizeof p->err, "duplicate tensor '%.160s'", k);
+                    return free(k), 0;
+                }
+                if (!parse_tensor(p, f, k, dlen)) return free(k), 0;
             }
             if (peek(p, '}')) break;
             if (!expect(p, ',')) return 0;
@@ -380,44 +532,89 @@ static int parse_header(jp *p, nb_safetensors *f, const unsigned char *data, uin
     return 1;
 }
 
+typedef struct span {
+    uint64_t begin, end;
+    int i;
+} span;
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->i - y->i;
+}
+
+/* No two tensors may share bytes (empty tensors share none). Gaps between tensors are allowed. */
+static int check_overlaps(jp *p, const nb_safetensors *f) {
+    if (f->n < 2) return 1;
+    span *v = malloc((size_t)f->n * sizeof *v);
+    if (!v) return jfail(p, "out of memory");
+    for (int i = 0; i < f->n; i++) v[i] = (span){f->src[i].begin, f->src[i].end, i};
+    qsort(v, (size_t)f->n, sizeof *v, span_cmp);
+    int ok = 1;
+    const span *prev = NULL; /* the non-empty span reaching furthest so far */
+    for (int j = 0; j < f->n && ok; j++) {
+        if (v[j].begin == v[j].end) continue;
+        if (prev && prev->end > v[j].begin) {
+            const nb_st_tensor *a = &f->t[prev->i], *b = &f->t[v[j].i];
+            snprintf(p->err, sizeof p->err,
+                     "tensors '%.120s' (data_offsets [%llu, %llu]) and '%.120s' (data_offsets "
+                     "[%llu, %llu]) overlap",
+                     a->name, (unsigned long long)prev->begin, (unsigned long long)prev->end,
+                     b->name, (unsigned long long)v[j].begin, (unsigned long long)v[j].end);
+            ok = 0;
+        }
+        if (!prev || v[j].end > prev->end) prev = &v[j];
+    }
+    free(v);
+    return ok;
+}
+
+static int convert(jp *p, nb_safetensors *f, const unsigned char *data) {
+    for (int i = 0; i < f->n; i++) {
+        const st_src *sr = &f->src[i];
+        uint64_t cnt = (sr->end - sr->begin) / (uint64_t)sr->esz;
+        float *buf = malloc(cnt ? cnt * 4 : 4);
+        if (!buf) return tfail(p, "tensor", f->t[i].name, "out of memory (%llu elements)", (unsigned long long)cnt);
+        const unsigned char *src = data + sr->begin;
+        if (sr->esz == 4) memcpy(buf, src, cnt * 4);
+        else
+            for (uint64_t e = 0; e < cnt; e++) buf[e] = to_f32(src + e * (uint64_t)sr->esz, sr->esz, sr->kind);
+        f->bufs[i] = buf;
+        f->t[i].data = buf;
+    }
+    return 1;
+}
+
 nb_status nb_safetensors_read(const char *path, nb_safetensors **out) {
     if (!path || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_safetensors_read: NULL argument");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return nb_error(NB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    unsigned char len[8];
-    if (fread(len, 1, 8, fp) != 8) {
-        fclose(fp);
+    *out = NULL;
+    char *raw;
+    size_t total;
+    /* regular files only: a FIFO in place of the checkpoint is refused without blocking */
+    nb_status s = nb_file_read_all(path, "safetensors file", MAX_FILE, &raw, &total);
+    if (s) return s == NB_ERR_NOT_FOUND ? NB_ERR_IO : s; /* the message says what happened */
+    const unsigned char *buf = (const unsigned char *)raw;
+    if (total < 8) {
+        nb_free(raw, total + 1);
         return nb_error(NB_ERR_IO, "'%s' is not a safetensors file: shorter than its 8-byte header length", path);
     }
     uint64_t hn = 0;
-    for (int i = 0; i < 8; i++) hn |= (uint64_t)len[i] << (8 * i);
-    fseek(fp, 0, SEEK_END);
-    long total = ftell(fp);
+    for (int i = 0; i < 8; i++) hn |= (uint64_t)buf[i] << (8 * i);
     if (hn > MAX_HEADER || hn < 2 || (uint64_t)total < 8 + hn) {
-        fclose(fp);
-        return nb_error(NB_ERR_IO, "'%s' is not a valid safetensors file: header length %llu vs file size %ld (truncated or not safetensors)",
+        nb_free(raw, total + 1);
+        return nb_error(NB_ERR_IO, "'%s' is not a valid safetensors file: header length %llu vs file size %zu (truncated or not safetensors)",
                         path, (unsigned long long)hn, total);
-    }
-    unsigned char *buf = malloc((size_t)total - 8 + 1);
-    if (!buf) {
-        fclose(fp);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "'%s': out of memory", path);
-    }
-    fseek(fp, 8, SEEK_SET);
-    size_t got = fread(buf, 1, (size_t)total - 8, fp);
-    fclose(fp);
-    if (got != (size_t)total - 8) {
-        free(buf);
-        return nb_error(NB_ERR_IO, "cannot read '%s'", path);
     }
     nb_safetensors *f = calloc(1, sizeof *f);
     if (!f) {
-        free(buf);
+        nb_free(raw, total + 1);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "'%s': out of memory", path);
     }
-    jp p = {(const char *)buf, (const char *)buf + hn, (const char *)buf, ""};
-    int ok = parse_header(&p, f, buf + hn, (uint64_t)total - 8 - hn);
-    free(buf);
+    const char *h = (const char *)buf + 8;
+    jp p = {h, h + hn, h, ""};
+    const unsigned char *data = buf + 8 + hn;
+    int ok = parse_header(&p, f, (uint64_t)total - 8 - hn) && check_overlaps(&p, f) && convert(&p, f, data);
+    nb_free(raw, total + 1);
     if (!ok) {
         nb_safetensors_free(f);
         return nb_error(NB_ERR_IO, "'%s': bad safetensors header: %s", path, p.err);
@@ -430,7 +627,8 @@ void nb_safetensors_free(nb_safetensors *f) {
     if (!f) return;
     for (int i = 0; i < f->n; i++) free((char *)f->t[i].name), free(f->bufs[i]);
     for (int i = 0; i < f->n_meta; i++) free(f->keys[i]), free(f->vals[i]);
-    free(f->t), free(f->bufs), free(f->keys), free(f->vals), free(f);
+    ntab_free(&f->names), ntab_free(&f->meta_names);
+    free(f->t), free(f->bufs), free(f->src), free(f->keys), free(f->vals), free(f);
 }
 
 nb_status nb_safetensors_count(const nb_safetensors *f, int *n) {
@@ -448,18 +646,15 @@ nb_status nb_safetensors_get(const nb_safetensors *f, int i, const nb_st_tensor 
 
 nb_status nb_safetensors_find(const nb_safetensors *f, const char *name, const nb_st_tensor **out) {
     if (!f || !name || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_safetensors_find: NULL argument");
-    for (int i = 0; i < f->n; i++)
-        if (!strcmp(f->t[i].name, name)) {
-            *out = &f->t[i];
-            return NB_OK;
-        }
-    return nb_error(NB_ERR_NOT_FOUND, "tensor '%s' is not in the file", name);
+    int i = ntab_find(&f->names, name);
+    if (i < 0) return nb_error(NB_ERR_NOT_FOUND, "tensor '%s' is not in the file", name);
+    *out = &f->t[i];
+    return NB_OK;
 }
 
 nb_status nb_safetensors_meta(const nb_safetensors *f, const char *key, const char **value) {
     if (!f || !key || !value) return nb_error(NB_ERR_INVALID_ARG, "nb_safetensors_meta: NULL argument");
-    *value = NULL;
-    for (int i = 0; i < f->n_meta; i++)
-        if (!strcmp(f->keys[i], key)) *value = f->vals[i];
+    int i = ntab_find(&f->meta_names, key);
+    *value = i < 0 ? NULL : f->vals[i];
     return NB_OK;
 }
