@@ -798,10 +798,139 @@ static void test_defaults_results(void) {
     nb_module_free(m);
 }
 
+/* Bounds-checked indexing: out-of-range tensor and local-array indices are errors naming the
+ * tensor / array, the index and the extent; nothing outside the arrays is touched, and the module
+ * stays usable (the record of the first bad access is reset). */
+static void bounds(nb_device *dev) {
+    static const char *BSRC =
+        "float gather(Tensor<float, 1> t, int i) { return t[i]; }\n"
+        "float pixel(Tensor<float, 2> img, int y, int x) { return img[y, x]; }\n"
+        "[Kernel] void fill(Tensor<float, 1> dst, float v) { uint3 id = dispatch_id(); dst[id.x] = v + float(id.x); }\n"
+        "float loc(int i) { float a[4] = {1, 2, 3, 4}; return a[i]; }\n"
+        "struct Img { Tensor<float, 1> px; float gain; };\n"
+        "float sfetch(Img s, int i) { return s.px[i] * s.gain; }\n";
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "bounds.nb", BSRC, NULL, &m));
+    nb_func *gather, *pixel, *fill, *loc, *sfetch;
+    NB_REQUIRE_OK(nb_module_func(m, "gather", &gather));
+    NB_REQUIRE_OK(nb_module_func(m, "pixel", &pixel));
+    NB_REQUIRE_OK(nb_module_func(m, "fill", &fill));
+    NB_REQUIRE_OK(nb_module_func(m, "loc", &loc));
+    NB_REQUIRE_OK(nb_module_func(m, "sfetch", &sfetch));
+    float d4[4] = {10, 20, 30, 40}, y[8];
+    float d12[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    nb_tensor *t4 = arr(dev, NB_F32, 1, (int64_t[]){4}, d4);
+    nb_tensor *img = arr(dev, NB_F32, 2, (int64_t[]){4, 3}, d12);
+    NB_EXPECT(t4 && img);
+    if (!t4 || !img) return;
+    nb_call *c;
+    nb_tensor *r = NULL;
+    int32_t ix[3] = {3, 7, 0};
+    nb_tensor *tix = arr(dev, NB_I32, 1, (int64_t[]){3}, ix);
+    NB_EXPECT(tix != NULL);
+    if (!tix) return;
+
+    /* an index from data: one bad element fails the call */
+    NB_REQUIRE_OK(nb_call_begin(gather, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, t4));
+    NB_EXPECT_OK(nb_call_arg(c, 1, tix));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE,
+                  "out-of-bounds index [7] into tensor 't' of shape [4] in function 'gather'");
+    NB_EXPECT(r == NULL);
+    NB_REQUIRE_OK(nb_call_begin(gather, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, t4));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, -3));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE, "out-of-bounds index [-3] into tensor 't' of shape [4]");
+    NB_REQUIRE_OK(nb_call_begin(gather, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, t4));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, 2000000000));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE, "index [2000000000] into tensor 't'");
+    /* the module still works, and the error does not stick */
+    NB_REQUIRE_OK(nb_call_begin(gather, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, t4));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, 3));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT(read_f32(r, y, 1) && y[0] == 40);
+    nb_tensor_free(r);
+    r = NULL;
+
+    /* every dimension against its own extent: [0, 3] lies inside the buffer but not the shape */
+    NB_REQUIRE_OK(nb_call_begin(pixel, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, img));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, 0));
+    NB_EXPECT_OK(nb_call_arg_int(c, 2, 3));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE,
+                  "out-of-bounds index [0, 3] into tensor 'img' of shape [4, 3] in function 'pixel'");
+    NB_REQUIRE_OK(nb_call_begin(pixel, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, img));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, 7));
+    NB_EXPECT_OK(nb_call_arg_int(c, 2, 3));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE, "out-of-bounds index [7, 3] into tensor 'img' of shape [4, 3]");
+    NB_REQUIRE_OK(nb_call_begin(pixel, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, img));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, 3));
+    NB_EXPECT_OK(nb_call_arg_int(c, 2, 2));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT(read_f32(r, y, 1) && y[0] == 12);
+    nb_tensor_free(r);
+    r = NULL;
+
+    /* a [Kernel] grid larger than the tensor: the 4 elements are written, nothing past them */
+    nb_tensor *big = NULL, *dst = NULL;
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 1, (int64_t[]){8}, &big));
+    NB_REQUIRE_OK(nb_tensor_slice(big, 0, 0, 4, 1, &dst));
+    NB_REQUIRE_OK(nb_call_begin(fill, &c));
+    NB_EXPECT_OK(nb_call_arg(c, 0, dst));
+    NB_EXPECT_OK(nb_call_arg_double(c, 1, 100));
+    NB_EXPECT_ERR(nb_call_run_grid(c, (int64_t[]){7, 1, 1}), NB_ERR_SHAPE,
+                  "into tensor 'dst' of shape [4] in function 'fill'");
+    NB_EXPECT(read_f32(big, y, 8) && y[0] == 100 && y[3] == 103 && y[4] == 0 && y[5] == 0 && y[6] == 0 && y[7] == 0);
+    nb_tensor_free(dst);
+    nb_tensor_free(big);
+
+    /* a local array */
+    NB_REQUIRE_OK(nb_call_begin(loc, &c));
+    NB_EXPECT_OK(nb_call_arg_int(c, 0, 5));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE, "out-of-bounds index 5 into array 'a' of length 4 in function 'loc'");
+    NB_REQUIRE_OK(nb_call_begin(loc, &c));
+    NB_EXPECT_OK(nb_call_arg_int(c, 0, 2));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT(read_f32(r, y, 1) && y[0] == 3);
+    nb_tensor_free(r);
+    r = NULL;
+
+    /* a tensor field of a struct parameter is named by its path */
+    float two = 2;
+    nb_tensor *gain = arr(dev, NB_F32, 0, NULL, &two);
+    NB_EXPECT(gain != NULL);
+    NB_REQUIRE_OK(nb_call_begin(sfetch, &c));
+    NB_EXPECT_OK(nb_call_arg_named(c, "s.px", t4));
+    NB_EXPECT_OK(nb_call_arg_named(c, "s.gain", gain));
+    NB_EXPECT_OK(nb_call_arg_int(c, 1, 9));
+    NB_EXPECT_ERR(nb_call_run(c, &r), NB_ERR_SHAPE, "out-of-bounds index [9] into tensor 's.px' of shape [4] in function 'sfetch'");
+    nb_tensor_free(gain);
+
+    nb_tensor_free(tix);
+    nb_tensor_free(img);
+    nb_tensor_free(t4);
+    nb_module_free(m);
+}
+
+static void test_bounds_cpu(void) { bounds(cpu_dev()); }
+
+static void test_bounds_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *g = NULL;
+    NB_REQUIRE_OK(nb_device_open("cuda", &g));
+    bounds(g);
+    nb_device_close(g);
+}
+
 static void test_cleanup(void) { nb_device_close(cpu_dev()); }
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_functional_cpu, test_functional_cuda, test_kernel_cache,
                  test_threads, test_reflection, test_load_errors, test_setter_errors,
-                 test_bind_errors, test_device_mismatch, test_defaults_results, test_cleanup);
+                 test_bind_errors, test_device_mismatch, test_defaults_results, test_bounds_cpu,
+                 test_bounds_cuda, test_cleanup);
 }

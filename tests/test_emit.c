@@ -223,7 +223,8 @@ static void test_add_scalars(void)
     NB_EXPECT(k.lay.leaves[0].offset == 8);
     NB_EXPECT(k.lay.leaves[0].strides_offset == 16);
     NB_EXPECT(k.lay.leaves[1].offset == 24);
-    NB_EXPECT(k.lay.size == 56);
+    NB_EXPECT(k.lay.oob_offset == 56); /* the bounds-check record's address last */
+    NB_EXPECT(k.lay.size == 64);
     float a[8], b[16], r[8];
     for (int i = 0; i < 8; i++) { a[i] = (float)i; b[2 * i] = 10.0f * (float)i; r[i] = -1; }
     long long shape[1] = {8}, sa[1] = {4}, sb[1] = {8}, sr[1] = {4};

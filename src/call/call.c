@@ -11,6 +11,7 @@
 #include "core/layout.h"
 #include "core/util.h"
 #include "core/strbuf.h"
+#include "lang/ad.h"
 #include "nabla/alloc.h"
 #include "nabla/log.h"
 
@@ -411,12 +412,89 @@ static nb_status fill_block(nb_call *c, const nb_call_layout *L) {
     return NB_OK;
 }
 
+/* ---- bounds checks (lang/callsig.h) ------------------------------------------------------------ */
+
+/* Where the launch records its first out-of-range index: the call's own record on the CPU, the
+ * module's device word on CUDA (allocated once, zero while no error is pending). */
+static nb_status oob_record(nb_call *c, const nb_kentry *e, uint64_t *addr) {
+    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) {
+        c->oob.flag = 0;
+        *addr = (uint64_t)(uintptr_t)&c->oob;
+        return NB_OK;
+    }
+    nb_module *m = c->f->m;
+    nb_status s = NB_OK;
+    pthread_mutex_lock(&m->lock);
+    if (!m->oob_dev) {
+        s = nb_buffer_alloc(m->dev, sizeof(nb_oob_rec), &m->oob_dev);
+        if (s == NB_OK) s = nb_memset(m->dev, nb_buffer_ptr(m->oob_dev), 0, sizeof(nb_oob_rec));
+        if (s != NB_OK && m->oob_dev) {
+            nb_buffer_release(m->oob_dev);
+            m->oob_dev = NULL;
+        }
+    }
+    if (s == NB_OK) *addr = (uint64_t)(uintptr_t)nb_buffer_ptr(m->oob_dev);
+    pthread_mutex_unlock(&m->lock);
+    return s;
+}
+
+static void append_dims(nb_strbuf *o, int n, const long long *v) {
+    nb_strbuf_append(o, "[");
+    for (int k = 0; k < n; k++) nb_strbuf_printf(o, "%s%lld", k ? ", " : "", v[k]);
+    nb_strbuf_append(o, "]");
+}
+
+/* After the launch: the error of its first out-of-range access, if any. On CUDA this reads one
+ * word back (the call's synchronisation point), and the whole record only when it is set. */
+static nb_status oob_check(nb_call *c, const nb_kentry *e) {
+    nb_oob_rec r;
+    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) {
+        if (!c->oob.flag) return NB_OK;
+        r = c->oob;
+    } else {
+        nb_module *m = c->f->m;
+        void *p = nb_buffer_ptr(m->oob_dev);
+        unsigned flag = 0;
+        nb_status s = nb_memcpy_d2h(m->dev, &flag, p, sizeof flag);
+        if (s || !flag) return s;
+        if ((s = nb_memcpy_d2h(m->dev, &r, p, sizeof r))) return s;
+        if ((s = nb_memset(m->dev, p, 0, sizeof r))) return s;
+    }
+    const nb_call_layout *L = &e->layout;
+    int rank = r.rank < 0 ? 0 : r.rank > 8 ? 8 : r.rank;
+    nb_strbuf msg;
+    nb_strbuf_init(&msg);
+    nb_strbuf_append(&msg, "out-of-bounds index ");
+    if (r.kind == NB_OOB_ARRAY) {
+        nb_strbuf_printf(&msg, "%lld into ", rank ? r.idx[0] : 0LL);
+        if (r.site >= 0 && r.site < L->noob_sites && r.site < NB_OOB_MAX_SITES) nb_strbuf_append(&msg, L->oob_sites[r.site]);
+        else nb_strbuf_printf(&msg, "a local array of length %lld", rank ? r.shape[0] : 0LL);
+    } else {
+        append_dims(&msg, rank, r.idx);
+        int leaf = r.site - 1;
+        const char *what = r.kind == NB_OOB_TENSOR_GRAD ? "the gradient of tensor" : "tensor";
+        if (leaf >= 0 && leaf < c->sig.nleaves && c->sig.leaves[leaf].path)
+            nb_strbuf_printf(&msg, " into %s '%s' of shape ", what, c->sig.leaves[leaf].path);
+        else nb_strbuf_printf(&msg, " into a %s of shape ", what);
+        append_dims(&msg, rank, r.shape);
+        char base[256]; /* f, not its derivative wrapper f__bwdr */
+        const char *fn = nb_call_fname(c);
+        nb_strbuf_printf(&msg, " in function '%s'", nb_ad_wrapper_name(fn, base, sizeof base) ? base : fn);
+    }
+    nb_status s = nb_strbuf_ok(&msg) ? nb_error(NB_ERR_SHAPE, "%s", nb_strbuf_cstr(&msg))
+                                     : nb_error(NB_ERR_SHAPE, "%s: out-of-bounds index", nb_call_fname(c));
+    nb_strbuf_free(&msg);
+    return s;
+}
+
 static nb_status launch(nb_call *c, nb_kentry *e) {
     int64_t n = 1;
     for (int k = 0; k < c->kdim; k++) n *= c->kshape[k];
     if (n == 0) return NB_OK;
-    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) return nb_jit_launch_cpu(e->kernel, c->block, n);
-    return nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
+    nb_status s;
+    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) s = nb_jit_launch_cpu(e->kernel, c->block, n);
+    else s = nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
+    return s ? s : oob_check(c, e);
 }
 
 /* Binds, launches and hands out the results: `single` (nb_call_run) wants *results = the one
@@ -448,6 +526,9 @@ static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int s
     nb_kentry *e = NULL;
     if ((s = get_kernel(c, &e))) return s;
     if ((s = fill_block(c, &e->layout))) return s;
+    uint64_t oob = 0;
+    if ((s = oob_record(c, e, &oob))) return s;
+    memcpy(c->block + e->layout.oob_offset, &oob, sizeof oob);
     if ((s = launch(c, e))) return s;
     /* Hand out what the caller asked for. */
     for (int j = 0; j < c->nleaves; j++) {

@@ -64,7 +64,8 @@ struct nb_module {
     int gen;                /* bumped by set_constant: reflection and kernels are stale */
     int no_disk_cache;
     char *name;             /* the file, for messages */
-    pthread_mutex_t lock;   /* guards funcs and every function's kernel cache */
+    pthread_mutex_t lock;   /* guards funcs and every function's kernel cache (and oob_dev) */
+    nb_buffer *oob_dev;     /* CUDA: the nb_oob_rec its launches report out-of-range indices in */
     nb_func **funcs;
     int nfuncs, cap_funcs;
 };
@@ -155,6 +156,7 @@ struct nb_call {
     int kdim;
     int64_t kshape[NB_MAX_DIMS];
     nb_call_sig sig;
+    nb_oob_rec oob;         /* CPU launches: the first out-of-range index (lang/callsig.h) */
     _Alignas(16) unsigned char block[NB_CALL_BLOCK_MAX];
 };
 

@@ -153,6 +153,7 @@ void nb_module_free(nb_module *m) {
     for (int i = 0; i < m->nfuncs; i++) func_free(m->funcs[i]);
     if (m->funcs) nb_free(m->funcs, sizeof *m->funcs * (size_t)m->cap_funcs);
     if (m->prog) nb_program_free(m->prog);
+    if (m->oob_dev) nb_buffer_release(m->oob_dev);
     if (m->dev) nb_device_close(m->dev);
     free_str(m->name);
     pthread_mutex_destroy(&m->lock);

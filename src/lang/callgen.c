@@ -660,10 +660,8 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             }
         }
     }
-    if (off == 0) {
-        place_field(&off, &maxal, 8, 8);
-        nb_strbuf_append(&ps, "    long long unused_;\n");
-    }
+    layout->oob_offset = place_field(&off, &maxal, 8, 8);
+    APPEND(&ps, "    unsigned long long oob; /* nb_oob_rec of the launch (bounds checks) @%zu */\n", layout->oob_offset);
     layout->size = nb_align_up(off, maxal);
     APPEND(&ps, "} nb_params_%s; /* %zu bytes */\n", ename, layout->size);
     if (cuda && layout->size > 4096) {
@@ -745,7 +743,8 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             snprintf(lv, sizeof lv, "nb_v%d%s", pi, l->access);
             if (ls->bind == NB_BIND_TENSOR) {
                 int r = l->type->rank;
-                APPEND(&b, "    %s.data = (char *)nb_P->l%d_data;\n", lv, i);
+                APPEND(&b, "    %s.data = (char *)nb_P->l%d_data; %s.oob = (struct nb_oob_rec *)nb_P->oob; %s.site = %d;\n", lv, i, lv,
+                       lv, i + 1);
                 for (int d = 0; d < r; d++)
                     APPEND(&b, "    %s.shape[%d] = nb_P->l%d_shape[%d]; %s.strides[%d] = nb_P->l%d_strides[%d];\n", lv, d, i, d, lv,
                            d, i, d);
@@ -894,6 +893,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             for (int d = 0; d < nd_; d++) APPEND(&b, "    if (nb_P->shape[%d] <= 0) return;\n", d);
             for (int d = nd_ - 1; d >= 0; d--) APPEND(&b, "    nb_idx[%d] = nb_rem %% nb_P->shape[%d]; nb_rem /= nb_P->shape[%d];\n", d, d, d);
         } else nb_strbuf_append(&b, "    nb_idx[0] = 0;\n");
+        if (e->oob_cur_used) nb_strbuf_append(&b, "    nb_oob_cur = (nb_oob_rec *)nb_P->oob; /* (this thread's local-array checks) */\n");
         nb_strbuf_append(&b, "    for (long long nb_i = begin; nb_i < end; nb_i++) {\n");
         APPEND(&b, "        nb_body_%s(nb_P, nb_idx%s);\n", ename, nacc ? ", &nb_acc" : "");
         for (int d = nd_ - 1; d >= 0; d--) {
@@ -909,6 +909,8 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         for (int d = 0; d < nd_; d++) APPEND(&b, " * params.shape[%d]", d);
         nb_strbuf_append(&b, ";\n");
         if (nacc) APPEND(&b, "    nb_acc_%s nb_acc = {};\n", ename);
+        if (e->oob_cur_used) /* local-array checks report here (one record per module: the same value) */
+            nb_strbuf_append(&b, "    if (nb_oob_cur != (nb_oob_rec *)params.oob) nb_oob_cur = (nb_oob_rec *)params.oob;\n");
         int nn_block = warp && nb_emit_nn_block_accum(e); /* per-block weight-gradient sums (emit_nn.c) */
         if (nn_block) { /* one wave of long-lived blocks: each flushes its sums once */
             nb_strbuf_append(&b, "    nb_nn_block_begin();\n");
@@ -956,6 +958,8 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     } else if (!e->ok) {
         st = nb_error(NB_ERR_UNSUPPORTED, "%s: %s", sig->func, e->err);
     } else {
+        layout->noob_sites = e->noob_sites;
+        memcpy(layout->oob_sites, e->oob_sites, sizeof layout->oob_sites);
         nb_strbuf_clear(source);
         nb_emit_finish(e, source);
         if (!nb_strbuf_ok(source)) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory emitting %s", sig->func);

@@ -40,6 +40,24 @@
 
 #define NB_CALL_MAX_LEAVES 64
 
+/* ---- bounds checks --------------------------------------------------------------------------
+ * Every tensor element access (load, store, atomic, gradient access of a DiffTensor) and every
+ * local array / matrix / vector index that is not a constant is checked against its extent. An
+ * access out of range does not touch memory (a load gives 0, a store is dropped, an array index
+ * is replaced by 0) and records itself in the launch's nb_oob_rec (the block's oob pointer: host
+ * memory on the CPU, device memory on CUDA); the first one wins (compare-and-swap on flag). The
+ * call layer reads the record after the launch and turns it into an error. */
+#define NB_OOB_MAX_SITES 32
+enum { NB_OOB_TENSOR = 1, NB_OOB_TENSOR_GRAD = 2, NB_OOB_ARRAY = 3 };
+typedef struct nb_oob_rec {
+    unsigned int flag;      /* 0: no error; set to 1 by the first offending access */
+    int kind;               /* NB_OOB_* */
+    int site;               /* TENSOR*: 1 + the leaf index (0: unknown); ARRAY: layout.oob_sites index */
+    int rank;               /* dims of idx / shape */
+    long long idx[8];
+    long long shape[8];
+} nb_oob_rec;           /* (the generated code declares the same struct) */
+
 typedef enum nb_bind_kind {
     NB_BIND_UNIFORM, /* one value for every thread, passed inline */
     NB_BIND_ARRAY,   /* one value per kernel index, read/written through strides */
@@ -94,6 +112,9 @@ typedef struct nb_call_layout {
     int blocks_per_sm;           /* CUDA: cap on the grid-stride launch's blocks per SM (0: the
                                     default); kernels that reduce broadcast gradients per block run
                                     one wave of fewer, longer blocks (fewer block reductions) */
+    size_t oob_offset;           /* uint64 address of the launch's nb_oob_rec (bounds checks) */
+    int noob_sites;              /* local-array index sites (nb_oob_rec.kind == NB_OOB_ARRAY) */
+    char oob_sites[NB_OOB_MAX_SITES][96]; /* "array 'a' of length 4 in function 'g'" */
 } nb_call_layout;
 
 #endif

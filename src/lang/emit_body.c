@@ -143,6 +143,29 @@ static void render_var(nb_emitter *e, nb_ir_var *v, nb_strbuf *o)
     else nb_strbuf_append(o, n);
 }
 
+/* The index ix into a local array / matrix / vector of type t, bounds-checked unless it is a
+ * constant in range (callsig.h); `name` is the variable's, or NULL. */
+static void render_index(nb_emitter *e, nb_ir_inst *ix, const nb_type *t, const char *name, nb_strbuf *o)
+{
+    int len = t->kind == NB_TY_ARRAY ? t->length : t->kind == NB_TY_MATRIX ? t->rows : t->cols;
+    if (ix->op == NB_IR_CONST && ix->cv[0].i >= 0 && ix->cv[0].i < len) {
+        render(e, ix, o);
+        return;
+    }
+    nb_strbuf is;
+    nb_strbuf_init(&is);
+    render(e, ix, &is);
+    char what[96];
+    const char *kind = t->kind == NB_TY_ARRAY ? "array" : t->kind == NB_TY_MATRIX ? "matrix" : "vector";
+    const char *fn = e->f && e->f->name ? e->f->name : "?";
+    if (name)
+        snprintf(what, sizeof what, "%s '%s' of %s %d in function '%s'", kind, name,
+                 t->kind == NB_TY_MATRIX ? "rows" : "length", len, fn);
+    else snprintf(what, sizeof what, "a local %s of %s %d in function '%s'", kind, t->kind == NB_TY_MATRIX ? "rows" : "length", len, fn);
+    nb_emit_checked_index(e, nb_strbuf_cstr(&is), len, what, o);
+    nb_strbuf_free(&is);
+}
+
 /* var + path up to `upto` steps as a C lvalue. */
 static void render_lvalue(nb_emitter *e, nb_ir_inst *in, int upto, nb_strbuf *o)
 {
@@ -150,17 +173,24 @@ static void render_lvalue(nb_emitter *e, nb_ir_inst *in, int upto, nb_strbuf *o)
     nb_strbuf_init(&base);
     render_var(e, in->var, &base);
     const nb_type *t = in->var->type;
+    char dname[64]; /* the source spelling, for bounds-check messages */
+    snprintf(dname, sizeof dname, "%s", in->var->name ? in->var->name : "?");
     for (int i = 0; i < upto; i++) {
         const nb_ir_step *s = &in->path[i];
         if (s->kind == NB_IR_STEP_FIELD) {
+            size_t dn = strlen(dname);
             if (t->kind == NB_TY_DIFFPAIR) nb_strbuf_append(&base, s->index ? ".d" : ".p");
-            else if (t->kind == NB_TY_STRUCT && t->decl && s->index < t->decl->u.strct.nfields)
+            else if (t->kind == NB_TY_STRUCT && t->decl && s->index < t->decl->u.strct.nfields) {
                 APPEND(&base, ".%s", nb_emit_safe_name(e, t->decl->u.strct.fields[s->index]->name));
+                snprintf(dname + dn, sizeof dname - dn, ".%s", t->decl->u.strct.fields[s->index]->name);
+            }
         } else if (s->kind == NB_IR_STEP_INDEX) {
             nb_ir_inst *ix = in->ops[s->index];
             nb_strbuf is;
             nb_strbuf_init(&is);
-            render(e, ix, &is);
+            if (t->kind == NB_TY_ARRAY || t->kind == NB_TY_MATRIX || t->kind == NB_TY_VECTOR)
+                render_index(e, ix, t, dname, &is);
+            else render(e, ix, &is);
             if (t->kind == NB_TY_ARRAY) APPEND(&base, ".a[%s]", nb_strbuf_cstr(&is));
             else if (t->kind == NB_TY_MATRIX) APPEND(&base, ".r[%s]", nb_strbuf_cstr(&is));
             else if (t->kind == NB_TY_VECTOR) {
@@ -272,7 +302,10 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
                 APPEND(o, "%s.%s", nb_strbuf_cstr(&a), nb_emit_safe_name(e, bt->decl->u.strct.fields[x->field]->name));
             else nb_emit_fail(e, "internal: bad extract");
         } else {
-            render_str(e, x->ops[1], &b, 0);
+            nb_strbuf_clear(&b);
+            if (bt->kind == NB_TY_ARRAY || bt->kind == NB_TY_MATRIX || bt->kind == NB_TY_VECTOR)
+                render_index(e, x->ops[1], bt, x->ops[0]->op == NB_IR_LOAD && x->ops[0]->var && !x->ops[0]->npath ? x->ops[0]->var->name : NULL, &b);
+            else render(e, x->ops[1], &b);
             if (bt->kind == NB_TY_ARRAY) APPEND(o, "%s.a[%s]", nb_strbuf_cstr(&a), nb_strbuf_cstr(&b));
             else if (bt->kind == NB_TY_MATRIX) APPEND(o, "%s.r[%s]", nb_strbuf_cstr(&a), nb_strbuf_cstr(&b));
             else if (bt->kind == NB_TY_VECTOR)

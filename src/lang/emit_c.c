@@ -274,7 +274,8 @@ const char *nb_emit_ctype(nb_emitter *e, const nb_type *t)
         const char *n = nb_strbuf_cstr(&name);
         APPEND(&def, "typedef struct %s { char *data; long long shape[%d]; long long strides[%d];", n, t->rank, t->rank);
         if (t->diff_tensor) APPEND(&def, " char *grad; long long grad_strides[%d];", t->rank);
-        APPEND(&def, " } %s; /* strides in bytes */\n", n);
+        /* where an out-of-range access is recorded (callsig.h), and which leaf this is (1 + index) */
+        APPEND(&def, " struct nb_oob_rec *oob; int site; } %s; /* strides in bytes */\n", n);
         break;
     }
     case NB_TY_DIFFPAIR: {
@@ -1166,6 +1167,59 @@ static void need_atomics(nb_emitter *e)
            kw, kw);
 }
 
+/* The record of the first out-of-range access (callsig.h's nb_oob_rec) and nb_oob_report,
+ * which fills it (first one wins). Kept out of line: the checks cost a compare and a branch. */
+static void need_oob(nb_emitter *e)
+{
+    if (!nb_emit_need_helper(e, "nb_oob_report")) return;
+    APPEND(&e->types, "/* the first out-of-range index of a launch (bounds checks) */\n"
+                      "typedef struct nb_oob_rec { unsigned int flag; int kind, site, rank; long long idx[8], shape[8]; } nb_oob_rec;\n");
+    const char *claim;
+    if (e->target == NB_TARGET_CUDA) {
+        APPEND(&e->helpers, "static __device__ __noinline__ void nb_oob_report(nb_oob_rec *r, int kind, int site, int rank,\n"
+                            "                                                  const long long *idx, const long long *shape) {\n");
+        claim = "    if (!r || atomicCAS(&r->flag, 0u, 1u) != 0u) return;\n";
+    } else {
+        APPEND(&e->helpers, "static __attribute__((noinline, cold)) void nb_oob_report(nb_oob_rec *r, int kind, int site, int rank,\n"
+                            "                                                          const long long *idx, const long long *shape) {\n"
+                            "    unsigned nb_z = 0;\n");
+        claim = "    if (!r || !__atomic_compare_exchange_n(&r->flag, &nb_z, 1u, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;\n";
+    }
+    APPEND(&e->helpers, "%s"
+                        "    r->kind = kind; r->site = site; r->rank = rank;\n"
+                        "    for (int k = 0; k < rank && k < 8; k++) { r->idx[k] = idx[k]; r->shape[k] = shape[k]; }\n"
+                        "}\n", claim);
+}
+
+void nb_emit_checked_index(nb_emitter *e, const char *index, int length, const char *what, nb_strbuf *o)
+{
+    need_oob(e);
+    if (nb_emit_need_helper(e, "nb_aidx")) {
+        /* local arrays have no record of their own: the entry puts the launch's in nb_oob_cur */
+        if (e->target == NB_TARGET_CUDA) APPEND(&e->types, "static __device__ nb_oob_rec *nb_oob_cur;\n");
+        else APPEND(&e->types, "static __thread nb_oob_rec *nb_oob_cur;\n");
+        APPEND(&e->helpers,
+               "%s int nb_aidx(long long i, int n, int site) {\n"
+               "    if ((unsigned long long)i >= (unsigned long long)n) {\n"
+               "        long long nb_n = n;\n"
+               "        nb_oob_report(nb_oob_cur, %d, site, 1, &i, &nb_n);\n"
+               "        return 0;\n"
+               "    }\n"
+               "    return (int)i;\n"
+               "}\n",
+               nb_emit_inline_kw(e), NB_OOB_ARRAY);
+    }
+    e->oob_cur_used = 1;
+    int site = -1;
+    for (int k = 0; k < e->noob_sites; k++)
+        if (strcmp(e->oob_sites[k], what) == 0) site = k;
+    if (site < 0 && e->noob_sites < NB_OOB_MAX_SITES) {
+        site = e->noob_sites++;
+        snprintf(e->oob_sites[site], sizeof e->oob_sites[site], "%s", what);
+    }
+    APPEND(o, "nb_aidx((long long)(%s), %d, %d)", index, length, site);
+}
+
 const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, int grad)
 {
     if (grad && !t->diff_tensor) grad = 0; /* (only DiffTensors carry a gradient buffer) */
@@ -1188,13 +1242,28 @@ const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, 
     nb_strbuf_init(&p);
     nb_strbuf_init(&b);
     APPEND(&p, "%s t", tn);
-    if (grad) { /* no gradient buffer: reads are 0, writes go nowhere */
-        nb_strbuf z;
-        nb_strbuf_init(&z);
-        nb_emit_zero(e, el, &z);
-        APPEND(&b, "    if (!t.grad) return%s%s;\n", op == NB_IR_TSTORE ? "" : " ", op == NB_IR_TSTORE ? "" : nb_strbuf_cstr(&z));
-        nb_strbuf_free(&z);
+    nb_strbuf z;
+    nb_strbuf_init(&z);
+    if (op != NB_IR_TSTORE) nb_emit_zero(e, el, &z);
+    const char *ret0 = op == NB_IR_TSTORE ? "return;" : NULL;
+    char retbuf[200];
+    if (!ret0) {
+        snprintf(retbuf, sizeof retbuf, "return %s;", nb_strbuf_cstr(&z));
+        ret0 = retbuf;
     }
+    if (t->rank > 0) { /* bounds check (callsig.h): out of range touches nothing and is recorded */
+        need_oob(e);
+        nb_strbuf_append(&b, "    if (");
+        for (int d = 0; d < t->rank; d++)
+            APPEND(&b, "%s(unsigned long long)(long long)i%d >= (unsigned long long)t.shape[%d]", d ? " || " : "", d, d);
+        nb_strbuf_append(&b, ") {\n        const long long nb_ix[] = {");
+        for (int d = 0; d < t->rank; d++) APPEND(&b, "%si%d", d ? ", " : "", d);
+        APPEND(&b, "};\n        nb_oob_report(t.oob, %d, t.site, %d, nb_ix, t.shape);\n        %s\n    }\n",
+               grad ? NB_OOB_TENSOR_GRAD : NB_OOB_TENSOR, t->rank, ret0);
+    }
+    if (grad) /* no gradient buffer: reads are 0, writes go nowhere */
+        APPEND(&b, "    if (!t.grad) %s\n", ret0);
+    nb_strbuf_free(&z);
     APPEND(&b, "    char *p = t.%s", grad ? "grad" : "data");
     for (int d = 0; d < t->rank; d++) {
         APPEND(&p, ", int i%d", d);

@@ -46,6 +46,10 @@ typedef struct nb_emitter {
     int nloops;
     int indent;
     int warp_kernel;          /* CUDA call kernel iterating whole warps (callgen.c, emit_nn.c) */
+    /* bounds checks (callsig.h): local-array sites, described for the error message */
+    int noob_sites;
+    char oob_sites[NB_OOB_MAX_SITES][96];
+    int oob_cur_used;         /* an index check reads nb_oob_cur: the entry must set it */
 } nb_emitter;
 
 void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target);
@@ -55,6 +59,10 @@ void nb_emit_fail(nb_emitter *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* Bounds checks (callsig.h): an expression for `index` (a C expression) checked against
+ * `length`; `what` describes the array ("array 'a' of length 4 in function 'g'"). */
+void nb_emit_checked_index(nb_emitter *e, const char *index, int length, const char *what, nb_strbuf *o);
 
 /* The C name of a type (registers its typedef and those of its parts). */
 const char *nb_emit_ctype(nb_emitter *e, const nb_type *t);
