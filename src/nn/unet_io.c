@@ -1,6 +1,11 @@
 /* UNet checkpoints: safetensors with the parameters under guided-diffusion's names (F32) and the
  * config in __metadata__ (see include/nabla/nn_unet.h). The tensors go through host memory, so a
- * checkpoint written from a CUDA model loads on the CPU and vice versa. */
+ * checkpoint written from a CUDA model loads on the CPU and vice versa. Saving is atomic (see
+ * nb_safetensors_write). Loading refuses NaN / Inf parameters, naming the tensor: the generic
+ * safetensors reader accepts any float values (a file may hold masks or statistics with Inf on
+ * purpose), but weights that are not finite only ever come from a diverged run or a corrupt file,
+ * and would silently turn every sample into NaN. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +57,19 @@ static nb_status config_from_file(const nb_safetensors *f, const char *path, nb_
                             "'%s' has no UNet config: metadata key '%s' is missing (not a nabla "
                             "UNet checkpoint?)", path, keys[i]);
         nb_status s = nb_unet_config_set(&c, keys[i], v);
-        if (s) return nb_error(s, "'%s': bad UNet config in its metadata: %s", path, nb_last_error());
+        if (s) {
+            /* copy the cause first: nb_error rewrites the buffer nb_last_error() points into */
+            char cause[512];
+            snprintf(cause, sizeof cause, "%s", nb_last_error());
+            return nb_error(s, "'%s': bad UNet config in its metadata: %s", path, cause);
+        }
     }
     nb_status s = nb_unet_config_validate(&c);
-    if (s) return nb_error(s, "'%s': %s", path, nb_last_error());
+    if (s) {
+        char cause[512];
+        snprintf(cause, sizeof cause, "%s", nb_last_error());
+        return nb_error(s, "'%s': %s", path, cause);
+    }
     *out = c;
     return NB_OK;
 }
@@ -122,6 +136,12 @@ nb_status nb_unet_load(nb_unet *u, const char *path) {
         }
         int64_t off, cnt;
         s = nb_tape_param_info(nb_unet_tape(u), names[i].id, &off, &cnt);
+        for (int64_t e = 0; !s && e < cnt; e++)
+            if (!isfinite(t->data[e]))
+                s = nb_error(NB_ERR_INVALID_ARG,
+                             "'%s': parameter '%s' holds a non-finite value (%g at element %lld); "
+                             "the checkpoint is corrupt or comes from a diverged run",
+                             path, names[i].name, (double)t->data[e], (long long)e);
         if (!s) memcpy(p + off, t->data, (size_t)cnt * sizeof(float));
     }
     if (!s && nf != n)
