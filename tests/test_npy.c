@@ -5,6 +5,7 @@
 
 #include "nabla/npy.h"
 #include "nb_test.h"
+#include "nb_test_fifo.h"
 
 static nb_device *cpu(void) {
     static nb_device *d;
@@ -276,10 +277,79 @@ static void test_errors(void) {
     NB_EXPECT_ERR(nb_tensor_save_npy(t, tmp_path("bf.npy")), NB_ERR_UNSUPPORTED, "bf16");
     nb_tensor_free(t);
     NB_REQUIRE_OK(nb_tensor_zeros(cpu(), NB_F32, 1, shape, &t));
-    NB_EXPECT_ERR(nb_tensor_save_npy(t, "/nonexistent/dir/y.npy"), NB_ERR_IO, "cannot write");
+    NB_EXPECT_ERR(nb_tensor_save_npy(t, "/nonexistent/dir/y.npy"), NB_ERR_IO,
+                  "directory '/nonexistent/dir' does not exist");
     NB_EXPECT_ERR(nb_tensor_save_npy(t, NULL), NB_ERR_INVALID_ARG, "'path' is NULL");
     NB_EXPECT_ERR(nb_tensor_save_npy(NULL, "x"), NB_ERR_INVALID_ARG, "'t' is NULL");
     nb_tensor_free(t);
+}
+
+/* numpy pads the dict with spaces and ends the header with '\n': anything else after the dict is
+ * junk and refused; each key appears once. */
+static void test_header_padding(void) {
+    float f[4] = {1, 2, 3, 4};
+    const char *d = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
+    char dict[256];
+    snprintf(dict, sizeof dict, "%sxyz", d);
+    expect_mem_err(dict, f, 16, NB_ERR_INVALID_ARG, "x.npy: malformed .npy header: unexpected 'x'");
+    snprintf(dict, sizeof dict, "%s  , ", d);
+    expect_mem_err(dict, f, 16, NB_ERR_INVALID_ARG, "unexpected ','");
+    snprintf(dict, sizeof dict, "%s\t", d);
+    expect_mem_err(dict, f, 16, NB_ERR_INVALID_ARG, "(byte 0x09)");
+    snprintf(dict, sizeof dict, "%s\n", d); /* a newline that is not the last byte */
+    expect_mem_err(dict, f, 16, NB_ERR_INVALID_ARG, "only space padding and a final newline");
+    snprintf(dict, sizeof dict, "%s{'descr': '<f4'}", d);
+    expect_mem_err(dict, f, 16, NB_ERR_INVALID_ARG, "unexpected '{'");
+    expect_mem_err("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'descr': '<i4'}", f, 16,
+                   NB_ERR_INVALID_ARG, "key 'descr' appears twice");
+    /* a NUL byte in the padding */
+    unsigned char buf[512];
+    size_t n = make_npy(buf, 1, d, f, sizeof f);
+    buf[10 + strlen(d) + 3] = 0;
+    nb_tensor *u = NULL;
+    NB_EXPECT_ERR(nb_tensor_load_npy_mem(cpu(), buf, n, "x.npy", &u), NB_ERR_INVALID_ARG, "(byte 0x00)");
+    /* clean padding (and no final newline, as some writers do) loads */
+    n = make_npy(buf, 1, d, f, sizeof f);
+    NB_EXPECT_OK(nb_tensor_load_npy_mem(cpu(), buf, n, "x.npy", &u));
+    nb_tensor_free(u);
+    u = NULL;
+    buf[n - sizeof f - 1] = ' '; /* the final newline */
+    NB_EXPECT_OK(nb_tensor_load_npy_mem(cpu(), buf, n, "x.npy", &u));
+    nb_tensor_free(u);
+}
+
+static nb_status load_npy(const char *p) {
+    nb_tensor *u = NULL;
+    nb_status s = nb_tensor_load_npy(cpu(), p, &u);
+    nb_tensor_free(u);
+    return s;
+}
+
+/* A FIFO in place of the file is refused at once, never blocking in open(). */
+static void test_fifo(void) { NB_EXPECT(nb_test_fifo_refused(tmp_path("fifo.npy"), load_npy)); }
+
+/* Saving replaces the file atomically: no temporary is left beside it, and a failed save (a
+ * dtype numpy lacks) keeps the previous file. */
+static void test_save_atomic(void) {
+    const char *p = tmp_path("atomic.npy");
+    int64_t shape[1] = {3};
+    float v[3] = {1, 2, 3};
+    nb_tensor *t = NULL, *u = NULL;
+    NB_REQUIRE_OK(nb_tensor_from_host(cpu(), NB_F32, 1, shape, v, &t));
+    NB_EXPECT_OK(nb_tensor_save_npy(t, p));
+    NB_EXPECT_OK(nb_tensor_save_npy(t, p));
+    nb_tensor_free(t);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", tmpdir);
+    NB_EXPECT(system(cmd) != 0);
+    NB_REQUIRE_OK(nb_tensor_zeros(cpu(), NB_BF16, 1, shape, &t));
+    NB_EXPECT_ERR(nb_tensor_save_npy(t, p), NB_ERR_UNSUPPORTED, "bf16");
+    nb_tensor_free(t);
+    NB_REQUIRE_OK(nb_tensor_load_npy(cpu(), p, &u));
+    float w[3];
+    NB_EXPECT_OK(nb_tensor_to_host(u, w, sizeof w));
+    NB_EXPECT(!memcmp(v, w, sizeof v));
+    nb_tensor_free(u);
 }
 
 /* On a GPU: load straight onto the device and save from it. */
@@ -312,5 +382,6 @@ static void test_cleanup(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_roundtrip_f32, test_roundtrip_dtypes, test_scalar_and_empty,
-                 test_save_strided, test_handmade_headers, test_errors, test_cuda, test_cleanup);
+                 test_save_strided, test_handmade_headers, test_errors, test_header_padding, test_fifo,
+                 test_save_atomic, test_cuda, test_cleanup);
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/layout.h"
 #include "core/util.h"
 #include "nabla/alloc.h"
@@ -64,7 +65,8 @@ static nb_status dtype_of_descr(const char *name, const char *d, nb_dtype *out) 
 
 typedef struct hdr_reader {
     const char *s, *end;
-    const char *name; /* file, for messages */
+    const char *name;  /* file, for messages */
+    const char *start; /* the header's first byte, for offsets in messages */
 } hdr_reader;
 
 static void skip_ws(hdr_reader *r) {
@@ -150,6 +152,7 @@ typedef struct npy_header {
     int64_t shape[NB_MAX_DIMS];
 } npy_header;
 
+/* The dict, each key once; after its '}' only the spaces numpy pads with and the final '\n'. */
 static nb_status parse_dict(hdr_reader *r, npy_header *h) {
     int have_descr = 0, have_order = 0, have_shape = 0;
     if (!accept(r, '{')) return bad_header(r, "expected '{'");
@@ -159,6 +162,12 @@ static nb_status parse_dict(hdr_reader *r, npy_header *h) {
         nb_status s = read_str(r, key, sizeof key);
         if (s) return s;
         if (!accept(r, ':')) return bad_header(r, "expected ':' after a key");
+        if ((!strcmp(key, "descr") && have_descr) || (!strcmp(key, "fortran_order") && have_order) ||
+            (!strcmp(key, "shape") && have_shape)) {
+            char msg[120];
+            snprintf(msg, sizeof msg, "key '%s' appears twice", key);
+            return bad_header(r, msg);
+        }
         if (!strcmp(key, "descr")) {
             char d[64];
             if ((s = read_str(r, d, sizeof d))) return s;
@@ -182,6 +191,19 @@ static nb_status parse_dict(hdr_reader *r, npy_header *h) {
         return bad_header(r, !have_descr ? "missing 'descr'"
                              : !have_order ? "missing 'fortran_order'"
                                            : "missing 'shape'");
+    const char *pad = r->s;
+    while (pad < r->end && *pad == ' ') pad++;
+    if (pad < r->end && *pad == '\n' && pad + 1 == r->end) pad++;
+    if (pad != r->end) {
+        unsigned char c = (unsigned char)*pad;
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "unexpected %s%c%s (byte 0x%02x) at offset %ld after the dict; only space padding "
+                 "and a final newline may follow it",
+                 c >= 0x20 && c < 0x7f ? "'" : "", c >= 0x20 && c < 0x7f ? (char)c : '?',
+                 c >= 0x20 && c < 0x7f ? "'" : "", c, (long)(pad - r->start));
+        return bad_header(r, msg);
+    }
     return NB_OK;
 }
 
@@ -217,7 +239,7 @@ nb_status nb_tensor_load_npy_mem(nb_device *dev, const void *data, size_t size, 
     if (hlen > size - pre)
         return nb_error(NB_ERR_IO, "%s: truncated .npy file: header of %zu bytes, file has %zu",
                         name, hlen, size - pre);
-    hdr_reader r = {(const char *)b + pre, (const char *)b + pre + hlen, name};
+    hdr_reader r = {(const char *)b + pre, (const char *)b + pre + hlen, name, (const char *)b + pre};
     npy_header h;
     memset(&h, 0, sizeof h);
     nb_status s = parse_dict(&r, &h);
@@ -253,37 +275,14 @@ nb_status nb_tensor_load_npy(nb_device *dev, const char *path, nb_tensor **out) 
     if (!out) return nb_error(NB_ERR_INVALID_ARG, "nb_tensor_load_npy: argument 'out' is NULL");
     *out = NULL;
     if (!path) return nb_error(NB_ERR_INVALID_ARG, "nb_tensor_load_npy: argument 'path' is NULL");
-    FILE *f = fopen(path, "rb");
-    if (!f) return nb_error(NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return nb_error(NB_ERR_IO, "%s: not a regular file", path);
-    }
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return nb_error(NB_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
-    }
-    long len = ftell(f);
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return nb_error(NB_ERR_IO, "%s: not a regular file", path);
-    }
-    size_t n = (size_t)len;
-    void *buf = nb_alloc(n ? n : 1, 64);
-    if (!buf) {
-        fclose(f);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "%s: out of host memory (%zu bytes)", path, n);
-    }
-    size_t got = n ? fread(buf, 1, n, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    nb_status s;
-    if (got != n || err)
-        s = nb_error(NB_ERR_IO, "%s: read failed", path);
-    else
-        s = nb_tensor_load_npy_mem(dev, buf, n, path, out);
-    nb_free(buf, n ? n : 1);
+    /* regular files only: a FIFO or a directory is refused without blocking */
+    char *buf;
+    size_t n;
+    nb_status s = nb_file_read_all(path, ".npy file", (size_t)1 << 40, &buf, &n);
+    if (s == NB_ERR_NOT_FOUND) return nb_error(NB_ERR_IO, "%s: cannot open: %s", path, strerror(ENOENT));
+    if (s) return s; /* a FIFO, a directory, no permission: the message names the cause */
+    s = nb_tensor_load_npy_mem(dev, buf, n, path, out);
+    nb_free(buf, n + 1);
     return s;
 }
 
@@ -326,31 +325,20 @@ nb_status nb_tensor_save_npy(const nb_tensor *t, const char *path) {
         nb_free(host, bytes ? bytes : 1);
         return s;
     }
-    /* Write to a temporary name, then rename, so a failed write never leaves half a file. */
-    size_t plen = strlen(path);
-    char *tmp = nb_alloc(plen + 16, 16);
-    if (!tmp) {
-        nb_free(host, bytes ? bytes : 1);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_tensor_save_npy: out of host memory");
-    }
-    snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid() % 1000000);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = nb_error(NB_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    } else {
-        int ok = fwrite(pre, 1, sizeof pre, f) == sizeof pre &&
-                 fwrite(hdr, 1, hlen, f) == hlen &&
-                 (bytes == 0 || fwrite(host, 1, bytes, f) == bytes);
-        ok = (fclose(f) == 0) && ok;
+    /* Atomically: a temporary file beside path, fsync, rename (a killed process leaves the
+     * previous file or the new one, never half of either). */
+    nb_file_atomic af;
+    s = nb_file_atomic_open(&af, path, ".npy file");
+    if (!s) {
+        int ok = fwrite(pre, 1, sizeof pre, af.f) == sizeof pre && fwrite(hdr, 1, hlen, af.f) == hlen &&
+                 (bytes == 0 || fwrite(host, 1, bytes, af.f) == bytes);
         if (!ok) {
             s = nb_error(NB_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-            remove(tmp);
-        } else if (rename(tmp, path) != 0) {
-            s = nb_error(NB_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-            remove(tmp);
+            nb_file_atomic_abort(&af);
+        } else {
+            s = nb_file_atomic_commit(&af);
         }
     }
-    nb_free(tmp, plen + 16);
     nb_free(host, bytes ? bytes : 1);
     return s;
 }
