@@ -6,6 +6,7 @@
 
 #include "nabla/image.h"
 #include "nb_test.h"
+#include "nb_test_fifo.h"
 
 static char tmpdir[256];
 
@@ -173,6 +174,36 @@ static void test_png_roundtrip(void) {
     NB_EXPECT(nb_tensor_shape(g2)[2] == 1 && nb_tensor_shape(r2)[2] == 4);
     nb_tensor *ts[] = {img, back, rgba, gray, g2, r2};
     for (int i = 0; i < 6; i++) nb_tensor_free(ts[i]);
+    nb_device_close(cpu);
+}
+
+static nb_status read_png(const char *p) {
+    nb_tensor *t = NULL;
+    nb_status s = nb_image_read_png(p, 3, NULL, &t);
+    nb_tensor_free(t);
+    return s;
+}
+
+/* A FIFO in place of the PNG is refused at once (checked before libpng is needed); the reader
+ * runs in a child with an alarm, so a regression fails instead of hanging. Writing replaces the
+ * file atomically: no temporary is left, and a missing directory is named. */
+static void test_png_fifo_and_atomic_write(void) {
+    NB_EXPECT(nb_test_fifo_refused(tmp("fifo.png"), read_png));
+    if (!have_png()) return;
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_tensor *img;
+    NB_REQUIRE_OK(nb_image_procedural(cpu, 16, 16, &img));
+    NB_EXPECT_ERR(nb_image_write_png(tmp("no/such/dir.png"), img), NB_ERR_IO, "does not exist");
+    NB_EXPECT_OK(nb_image_write_png(tmp("atomic.png"), img));
+    NB_EXPECT_OK(nb_image_write_png(tmp("atomic.png"), img));
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q 'tmp'", tmpdir);
+    NB_EXPECT(system(cmd) != 0);
+    nb_tensor *back = NULL;
+    NB_EXPECT_OK(nb_image_read_png(tmp("atomic.png"), 3, cpu, &back));
+    nb_tensor_free(back);
+    nb_tensor_free(img);
     nb_device_close(cpu);
 }
 
@@ -377,10 +408,12 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpdir)) return 1;
     int rc;
     {
-        nb_test_fn fns[] = {test_procedural, test_png_roundtrip, test_png_broken, test_sample_cpu,
+        nb_test_fn fns[] = {test_procedural, test_png_roundtrip, test_png_broken,
+                            test_png_fifo_and_atomic_write, test_sample_cpu,
                             test_sample_stratified, test_sample_cuda, test_psnr};
         rc = nb_test_run_(argc, argv,
-                          "test_procedural, test_png_roundtrip, test_png_broken, test_sample_cpu, "
+                          "test_procedural, test_png_roundtrip, test_png_broken, "
+                          "test_png_fifo_and_atomic_write, test_sample_cpu, "
                           "test_sample_stratified, test_sample_cuda, test_psnr",
                           fns, (int)(sizeof fns / sizeof fns[0]));
     }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "nb_test.h"
+#include "nb_test_fifo.h"
 #include "nabla/image.h"
 #include "nabla/nn_dataset.h"
 
@@ -100,6 +101,32 @@ static void test_fashion_mnist_gz(void) {
     NB_EXPECT(s == NB_ERR_IO);
 }
 
+/* nb_dataset_fashion_mnist on the directory of `path` */
+static nb_status read_fm_dir(const char *path) {
+    char d[300];
+    snprintf(d, sizeof d, "%s", path);
+    *strrchr(d, '/') = 0;
+    nb_dataset *ds = NULL;
+    nb_status s = nb_dataset_fashion_mnist(d, 32, 1, &ds);
+    if (s == NB_OK) nb_dataset_free(ds);
+    return s;
+}
+
+/* A FIFO in place of the IDX file (gzip'ed or not) is refused at once instead of blocking in
+ * open(). */
+static void test_fifo(void) {
+    char d[256], p[300];
+    subdir(d, "fm_fifo");
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte", d);
+    NB_EXPECT(nb_test_fifo_refused(p, read_fm_dir));
+    void *z = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!z) NB_SKIP("zlib (libz.so.1) not available for the .gz case");
+    dlclose(z);
+    subdir(d, "fm_fifo_gz");
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", d);
+    NB_EXPECT(nb_test_fifo_refused(p, read_fm_dir));
+}
+
 static void test_missing_dataset(void) {
     nb_dataset *ds;
     NB_EXPECT_ERR(nb_dataset_fashion_mnist("/nonexistent/fm", 32, 1, &ds), NB_ERR_NOT_FOUND,
@@ -193,6 +220,6 @@ static void cleanup(void) {
 int main(int argc, char **argv) {
     if (!mkdtemp(dir)) return 1;
     atexit(cleanup);
-    NB_TEST_MAIN(argc, argv, test_fashion_mnist_gz, test_missing_dataset, test_synthetic, test_resize,
-                 test_png_folder);
+    NB_TEST_MAIN(argc, argv, test_fashion_mnist_gz, test_fifo, test_missing_dataset, test_synthetic,
+                 test_resize, test_png_folder);
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "lang/source.h"
 #include "nabla/alloc.h"
 
@@ -99,26 +100,14 @@ int nb_source_add(nb_source_set *s, const char *path, const char *text, size_t l
 
 nb_status nb_source_load(nb_source_set *s, const char *path, int *out_index) {
     if (!s || !path) return nb_error(NB_ERR_INVALID_ARG, "nb_source_load: NULL argument");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return nb_error(NB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    nb_strbuf sb;
-    nb_strbuf_init(&sb);
-    char buf[8192];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) nb_strbuf_append_n(&sb, buf, n);
-    int err = ferror(fp);
-    int saved = errno;
-    fclose(fp);
-    if (err) {
-        nb_strbuf_free(&sb);
-        return nb_error(NB_ERR_IO, "cannot read '%s': %s", path, strerror(saved));
-    }
-    if (!nb_strbuf_ok(&sb)) {
-        nb_strbuf_free(&sb);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory reading '%s'", path);
-    }
-    int idx = nb_source_add(s, path, nb_strbuf_cstr(&sb), sb.len);
-    nb_strbuf_free(&sb);
+    /* Regular files only: a FIFO in place of a source file is refused without blocking. */
+    char *text;
+    size_t len;
+    nb_status st = nb_file_read_all(path, "source file", 0xFFFFFFF0u, &text, &len);
+    if (st == NB_ERR_NOT_FOUND) return nb_error(NB_ERR_IO, "cannot open '%s': %s", path, strerror(ENOENT));
+    if (st) return st; /* a FIFO, a directory, too large: the message names the cause */
+    int idx = nb_source_add(s, path, text, len);
+    nb_free(text, len + 1);
     if (idx < 0) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory adding '%s'", path);
     if (out_index) *out_index = idx;
     return NB_OK;

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/file.h"
 #include "nabla/image.h"
 #include "nabla/nn_dataset.h"
 #include "nabla/tensor.h"
@@ -98,7 +100,7 @@ static nb_status read_file(const char *path, unsigned char **out, size_t *n) {
     size_t len = strlen(path);
     int gz = len > 3 && !strcmp(path + len - 3, ".gz");
     void *lib = NULL;
-    gzf (*gzopen_)(const char *, const char *) = NULL;
+    gzf (*gzdopen_)(int, const char *) = NULL;
     int (*gzread_)(gzf, void *, unsigned) = NULL;
     int (*gzclose_)(gzf) = NULL;
     if (gz) {
@@ -106,21 +108,34 @@ static nb_status read_file(const char *path, unsigned char **out, size_t *n) {
         if (!lib)
             return nb_error(NB_ERR_UNSUPPORTED, "cannot read '%s': zlib (libz.so.1) is not installed (%s)",
                             path, dlerror());
-        *(void **)&gzopen_ = dlsym(lib, "gzopen");
+        *(void **)&gzdopen_ = dlsym(lib, "gzdopen");
         *(void **)&gzread_ = dlsym(lib, "gzread");
         *(void **)&gzclose_ = dlsym(lib, "gzclose");
-        if (!gzopen_ || !gzread_ || !gzclose_) {
+        if (!gzdopen_ || !gzread_ || !gzclose_) {
             dlclose(lib);
-            return nb_error(NB_ERR_UNSUPPORTED, "libz.so.1 lacks gzopen/gzread/gzclose");
+            return nb_error(NB_ERR_UNSUPPORTED, "libz.so.1 lacks gzdopen/gzread/gzclose");
         }
     }
+    /* Regular files only (a FIFO is refused without blocking); zlib reads the descriptor we
+     * opened, never the path. */
     FILE *f = NULL;
     gzf g = NULL;
-    if (gz) g = gzopen_(path, "rb");
-    else f = fopen(path, "rb");
-    if (!f && !g) {
+    nb_status os = nb_file_open_read(path, "data set file", &f);
+    if (os) {
         if (lib) dlclose(lib);
-        return nb_error(NB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        return os;
+    }
+    if (gz) {
+        int fd = dup(fileno(f));
+        fclose(f);
+        f = NULL;
+        if (fd >= 0 && !(g = gzdopen_(fd, "rb"))) close(fd);
+        if (!g) {
+            nb_status e = nb_error(NB_ERR_IO, "cannot open '%s' for gzip decoding: %s", path,
+                                   fd < 0 ? strerror(errno) : "out of memory");
+            dlclose(lib);
+            return e;
+        }
     }
     size_t cap = 1 << 20, got = 0;
     unsigned char *buf = malloc(cap);

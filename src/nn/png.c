@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/image.h"
@@ -28,12 +29,12 @@ typedef struct nb_png_image {
 #define NB_PNG_FORMAT_RGBA 0x03u
 
 static struct {
-    int (*begin_read_from_file)(nb_png_image *, const char *);
+    int (*begin_read_from_stdio)(nb_png_image *, FILE *);
     int (*finish_read)(nb_png_image *, const void *background, void *buffer, int32_t row_stride,
                        void *colormap);
     void (*image_free)(nb_png_image *);
-    int (*write_to_file)(nb_png_image *, const char *, int convert_to_8bit, const void *buffer,
-                         int32_t row_stride, const void *colormap);
+    int (*write_to_stdio)(nb_png_image *, FILE *, int convert_to_8bit, const void *buffer,
+                          int32_t row_stride, const void *colormap);
     char why[256]; /* empty when loaded */
 } nb_png;
 
@@ -56,11 +57,11 @@ static void nb_png_load(void) {
                  first);
         return;
     }
-    *(void **)&nb_png.begin_read_from_file = dlsym(h, "png_image_begin_read_from_file");
+    *(void **)&nb_png.begin_read_from_stdio = dlsym(h, "png_image_begin_read_from_stdio");
     *(void **)&nb_png.finish_read = dlsym(h, "png_image_finish_read");
     *(void **)&nb_png.image_free = dlsym(h, "png_image_free");
-    *(void **)&nb_png.write_to_file = dlsym(h, "png_image_write_to_file");
-    if (!nb_png.begin_read_from_file || !nb_png.finish_read || !nb_png.image_free || !nb_png.write_to_file)
+    *(void **)&nb_png.write_to_stdio = dlsym(h, "png_image_write_to_stdio");
+    if (!nb_png.begin_read_from_stdio || !nb_png.finish_read || !nb_png.image_free || !nb_png.write_to_stdio)
         snprintf(nb_png.why, sizeof nb_png.why,
                  "the loaded libpng lacks the png_image API (libpng >= 1.6 is needed)");
     else
@@ -80,35 +81,47 @@ nb_status nb_image_read_png(const char *path, int channels, nb_device *dev, nb_t
     if (!path) return nb_error(NB_ERR_INVALID_ARG, "%s: path is NULL", fn);
     if (channels != 0 && channels != 1 && channels != 3 && channels != 4)
         return nb_error(NB_ERR_INVALID_ARG, "%s: channels = %d (want 0, 1, 3 or 4)", fn, channels);
-    /* Our own checks first, for messages that say what is wrong with the file. */
-    FILE *f = fopen(path, "rb");
-    if (!f) return nb_error(NB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    /* Our own checks first, for messages that say what is wrong with the file. The file is
+     * opened once (a regular file only: a FIFO is refused without blocking) and libpng reads the
+     * same stream. */
+    FILE *f;
+    nb_status os = nb_file_open_read(path, "PNG file", &f);
+    if (os == NB_ERR_NOT_FOUND) return nb_error(NB_ERR_IO, "cannot open '%s': %s", path, strerror(ENOENT));
+    if (os) return os; /* a FIFO, a directory, no permission: the message names the cause */
     unsigned char sig[8];
     size_t got = fread(sig, 1, 8, f);
-    fclose(f);
     static const unsigned char png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    if (got < 8 || memcmp(sig, png_sig, 8) != 0)
+    if (got < 8 || memcmp(sig, png_sig, 8) != 0) {
+        fclose(f);
         return nb_error(NB_ERR_IO, "'%s' is not a PNG file (%s)", path,
                         got < 8 ? "shorter than the 8-byte signature" : "no PNG signature");
-    NB_TRY(nb_png_ready());
+    }
+    nb_status rs = nb_png_ready();
+    if (rs || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return rs ? rs : nb_error(NB_ERR_IO, "'%s': cannot seek: %s", path, strerror(errno));
+    }
 
     nb_png_image im;
     memset(&im, 0, sizeof im);
     im.version = NB_PNG_IMAGE_VERSION;
-    if (!nb_png.begin_read_from_file(&im, path)) {
+    if (!nb_png.begin_read_from_stdio(&im, f)) {
         nb_status s = nb_error(NB_ERR_IO, "'%s' is not a valid PNG file (libpng: %s)", path, im.message);
         nb_png.image_free(&im);
+        fclose(f);
         return s;
     }
     uint32_t W = im.width, H = im.height;
     if (W == 0 || H == 0 || W > NB_IMAGE_MAX_SIDE || H > NB_IMAGE_MAX_SIDE ||
         (int64_t)W * H > NB_IMAGE_MAX_PIXELS) {
         nb_png.image_free(&im);
+        fclose(f);
         return nb_error(NB_ERR_INVALID_ARG, "'%s' is %ux%u pixels: unsupported size (each side 1..%d, at most %lld pixels)",
                         path, W, H, NB_IMAGE_MAX_SIDE, (long long)NB_IMAGE_MAX_PIXELS);
     }
     if (im.format & NB_PNG_FORMAT_FLAG_LINEAR) {
         nb_png.image_free(&im);
+        fclose(f);
         return nb_error(NB_ERR_UNSUPPORTED, "'%s' has 16-bit channels; only 8-bit PNGs are supported", path);
     }
     int file_ch = (im.format & NB_PNG_FORMAT_FLAG_ALPHA) ? 4 : (im.format & NB_PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
@@ -119,6 +132,7 @@ nb_status nb_image_read_png(const char *path, int channels, nb_device *dev, nb_t
     if (!px) {
         if (rgba) nb_free(rgba, npix * 4);
         nb_png.image_free(&im);
+        fclose(f);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "%s: no host memory for a %ux%u image", fn, W, H);
     }
     im.format = NB_PNG_FORMAT_RGBA;
@@ -144,6 +158,7 @@ nb_status nb_image_read_png(const char *path, int channels, nb_device *dev, nb_t
         if (cpu) nb_device_close(cpu);
     }
     nb_png.image_free(&im);
+    fclose(f);
     nb_free(px, npix * (size_t)C * sizeof(float));
     nb_free(rgba, npix * 4);
     return s;
@@ -184,10 +199,19 @@ nb_status nb_image_write_png(const char *path, const nb_tensor *img) {
         im.width = (uint32_t)W;
         im.height = (uint32_t)H;
         im.format = C == 1 ? NB_PNG_FORMAT_GRAY : C == 3 ? NB_PNG_FORMAT_RGB : NB_PNG_FORMAT_RGBA;
-        errno = 0;
-        if (!nb_png.write_to_file(&im, path, 0, u8, 0, NULL))
-            s = nb_error(NB_ERR_IO, "cannot write PNG '%s' (libpng: %s%s%s)", path, im.message,
-                         errno ? ": " : "", errno ? strerror(errno) : "");
+        /* atomically: a temporary file beside path, fsync, rename */
+        nb_file_atomic af;
+        s = nb_file_atomic_open(&af, path, "PNG file");
+        if (s == NB_OK) {
+            errno = 0;
+            if (!nb_png.write_to_stdio(&im, af.f, 0, u8, 0, NULL)) {
+                s = nb_error(NB_ERR_IO, "cannot write PNG '%s' (libpng: %s%s%s)", path, im.message,
+                             errno ? ": " : "", errno ? strerror(errno) : "");
+                nb_file_atomic_abort(&af);
+            } else {
+                s = nb_file_atomic_commit(&af);
+            }
+        }
         nb_png.image_free(&im);
     }
     nb_free(u8, n);
