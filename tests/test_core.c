@@ -35,6 +35,75 @@ static void test_error_is_thread_local(void) {
     NB_EXPECT(strcmp(nb_last_error(), "main thread") == 0);
 }
 
+/* nb_error may be given its own message (issue #21: it formatted into the buffer it read from,
+ * so "context: %s" with nb_last_error() printed garbage or only the context). */
+static void test_error_wraps_last_error(void) {
+    nb_error(NB_ERR_IO, "cannot open '%s'", "a.bin");
+    nb_error(NB_ERR_IO, "loading weights: %s", nb_last_error());
+    NB_EXPECT(strcmp(nb_last_error(), "loading weights: cannot open 'a.bin'") == 0);
+    /* Twice more, and as the only argument. */
+    nb_error(NB_ERR_IO, "%s (again)", nb_last_error());
+    nb_error(NB_ERR_IO, "%s", nb_last_error());
+    NB_EXPECT(strcmp(nb_last_error(), "loading weights: cannot open 'a.bin' (again)") == 0);
+    /* A message saved before one more error is still intact for the error after it. */
+    const char *saved = nb_last_error();
+    nb_error(NB_ERR_SHAPE, "something else");
+    nb_error(NB_ERR_IO, "[%s] after [%s]", saved, nb_last_error());
+    NB_EXPECT(strcmp(nb_last_error(),
+                     "[loading weights: cannot open 'a.bin' (again)] after [something else]") == 0);
+    /* Long messages wrapped into longer ones (the heap path), several levels deep. */
+    size_t n = 20000;
+    char *big = malloc(n + 1);
+    NB_REQUIRE_OK(big ? NB_OK : NB_ERR_OUT_OF_MEMORY);
+    memset(big, 'x', n);
+    big[n] = '\0';
+    nb_error(NB_ERR_COMPILE, "%s", big);
+    for (int i = 0; i < 3; i++) nb_error(NB_ERR_COMPILE, "level %d: %s", i, nb_last_error());
+    const char *m = nb_last_error();
+    NB_EXPECT(strlen(m) == n + 3 * strlen("level 0: "));
+    NB_EXPECT(strncmp(m, "level 2: level 1: level 0: xxx", 30) == 0);
+    NB_EXPECT(m[strlen(m) - 1] == 'x');
+    free(big);
+    nb_clear_error();
+    NB_EXPECT(nb_last_error()[0] == '\0');
+}
+
+/* The message has no length limit: the real error after a long list of warnings is kept
+ * (issue #21: messages were cut at 4096 bytes). */
+static void test_long_error_not_cut(void) {
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    for (int i = 0; i < 500; i++)
+        nb_strbuf_printf(&sb, "f.nb:%d:1: warning: unknown attribute 'Foo%d' ignored\n[Foo%d] float "
+                         "f%d(float x) { return x; }\n^\n", i + 1, i, i, i);
+    nb_strbuf_append(&sb, "f.nb:501:5: error: undefined identifier 'nope'");
+    NB_REQUIRE_OK(nb_strbuf_ok(&sb) ? NB_OK : NB_ERR_OUT_OF_MEMORY);
+    nb_error(NB_ERR_COMPILE, "%s", nb_strbuf_cstr(&sb));
+    NB_EXPECT(strlen(nb_last_error()) == sb.len);
+    NB_EXPECT(strstr(nb_last_error(), "error: undefined identifier 'nope'") != NULL);
+    nb_strbuf_free(&sb);
+}
+
+/* Each thread's message is its own, however long, and is freed when the thread ends (the
+ * sanitizer build reports a leak otherwise). */
+static void *thread_sets_long_error(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 4; i++) nb_error(NB_ERR_IO, "%0*d", 5000 + i, 7);
+    return (void *)(size_t)strlen(nb_last_error());
+}
+
+static void test_long_error_per_thread(void) {
+    nb_error(NB_ERR_DTYPE, "main thread");
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, thread_sets_long_error, NULL);
+    for (int i = 0; i < 4; i++) {
+        void *len = NULL;
+        pthread_join(t[i], &len);
+        NB_EXPECT((size_t)len == 5003);
+    }
+    NB_EXPECT(strcmp(nb_last_error(), "main thread") == 0);
+}
+
 static int sink_count;
 static char sink_last[256];
 static void count_sink(nb_log_level lv, const char *msg, void *user) {
@@ -261,7 +330,9 @@ static void test_convert(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_status_messages, test_error_is_thread_local, test_logging_levels,
+    NB_TEST_MAIN(argc, argv, test_status_messages, test_error_is_thread_local,
+                 test_error_wraps_last_error, test_long_error_not_cut, test_long_error_per_thread,
+                 test_logging_levels,
                  test_allocator_hooks, test_arena, test_hash, test_strbuf, test_threadpool,
                  test_dtypes, test_half_conversion, test_convert);
 }

@@ -25,7 +25,7 @@
 extern char **environ;
 
 #define NB_CC_MAX_ARGS 256
-#define NB_CC_LOG_MAX (64 * 1024) /* compiler output kept for messages */
+#define NB_CC_LOG_MAX (256 * 1024) /* compiler output kept for messages (all of it, normally) */
 
 /* Flags every kernel is compiled with; why each is there: see jit.h. */
 static const char *const nb_cc_base_flags[] = {"-O2", "-std=c99", "-fPIC", "-shared",
@@ -208,7 +208,6 @@ nb_status nb_cc_compile(const char *src_path, const char *out_path, const char *
         const char *log = nb_strbuf_cstr(&out);
         size_t len = strlen(log);
         while (len > 0 && (log[len - 1] == '\n' || log[len - 1] == ' ')) len--;
-        if (len > 3000) len = 3000; /* leave room for the command in the 4 KiB message */
         st = nb_error(NB_ERR_COMPILE, "C compiler failed on kernel '%s' (exit %d):\n%.*s\n"
                       "command: %s", name, code, (int)len, len ? log : "(no output)",
                       nb_strbuf_cstr(&cmd));
