@@ -12,7 +12,8 @@ static void cache_usage(FILE *to) {
             "\n"
             "  dir    print the kernel cache directory ($NABLA_CACHE_DIR, else ~/.cache/nabla)\n"
             "  ls     list the cached kernels: key, kind, size, date, whether the entry checks out\n"
-            "  clear  delete the cached kernels (only the cache's own files)\n");
+            "  clear  delete the cached kernels (only the cache's own files; compiles running\n"
+            "         in other processes are left alone and keep working)\n");
 }
 
 typedef struct ls_state {

@@ -10,6 +10,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -329,18 +330,31 @@ static int child_reuse(const char *token) {
     return 0;
 }
 
-static void test_second_process_reuses(void) {
-    fresh();
-    char src[2048];
-    make_src(src, sizeof src, "k_reuse", 9);
-    nb_jit_kernel *k;
-    NB_REQUIRE_OK(nb_jit_load(NULL, src, "k_reuse", NULL, &k));
+/* Runs this executable again as `test_jit MODE TOKEN` (a clean process: no threads, no state). */
+static pid_t spawn_self(const char *mode, int token) {
     pid_t pid = fork();
     if (pid == 0) {
-        char *argv[] = {g_self, "--child-reuse", "9", NULL};
+        char tok[32];
+        snprintf(tok, sizeof tok, "%d", token);
+        char *argv[] = {g_self, (char *)mode, tok, NULL};
         execv(g_self, argv);
         _exit(127);
     }
+    return pid;
+}
+
+/* Compiles (or finds) the test kernel `entry` with constant `token` in this process. */
+static nb_status load_token(const char *entry, int token, nb_jit_kernel **k) {
+    char src[2048];
+    make_src(src, sizeof src, entry, token);
+    return nb_jit_load(NULL, src, entry, NULL, k);
+}
+
+static void test_second_process_reuses(void) {
+    fresh();
+    nb_jit_kernel *k;
+    NB_REQUIRE_OK(load_token("k_reuse", 9, &k));
+    pid_t pid = spawn_self("--child-reuse", 9);
     int status = -1;
     NB_EXPECT(pid > 0 && waitpid(pid, &status, 0) == pid);
     NB_EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -509,6 +523,126 @@ static void test_list_and_clear(void) {
     setenv("NABLA_CACHE_DIR", g_cache, 1);
 }
 
+/* `test_jit --child-load TOKEN`: a fresh process compiles (or loads) the kernel of TOKEN, runs it
+ * and exits 0, else prints why. An alarm turns a hang into a failure. */
+static int child_load(const char *token) {
+    alarm(60);
+    nb_jit_kernel *k;
+    if (load_token("k_child", atoi(token), &k) != NB_OK) {
+        fprintf(stderr, "child %s: %s\n", token, nb_last_error());
+        return 10;
+    }
+    if (!run_check(k, 100, atoi(token))) return 13;
+    nb_jit_forget_all();
+    return 0;
+}
+
+/* `nabla cache clear` run in a loop beside many cold compiles in other processes never makes one
+ * of them fail (issue #21: clear deleted the .c a compile was about to read). */
+static void test_clear_beside_compiles(void) {
+    fresh();
+    enum { NPROC = 32 };
+    int stop[2];
+    NB_REQUIRE_OK(pipe(stop) == 0 ? NB_OK : NB_ERR_IO);
+    pid_t clearer = fork();
+    if (clearer == 0) { /* clears until the parent closes the pipe; exit 1 if a clear failed */
+        close(stop[1]);
+        fcntl(stop[0], F_SETFL, O_NONBLOCK);
+        int bad = 0;
+        char c;
+        while (read(stop[0], &c, 1) < 0 && errno == EAGAIN) {
+            size_t removed;
+            if (nb_kernel_cache_clear(&removed) != NB_OK) {
+                fprintf(stderr, "  clear: %s\n", nb_last_error());
+                bad = 1;
+            }
+        }
+        _exit(bad);
+    }
+    close(stop[0]);
+    int base = 5000 + (int)(time(NULL) % 100000) * 40; /* cold: keys no earlier run left */
+    pid_t kids[NPROC];
+    for (int i = 0; i < NPROC; i++) kids[i] = spawn_self("--child-load", base + i);
+    int failed = 0;
+    for (int i = 0; i < NPROC; i++) {
+        int status = -1;
+        if (kids[i] <= 0 || waitpid(kids[i], &status, 0) != kids[i] || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0) {
+            failed++;
+            fprintf(stderr, "  compile process %d: status %d\n", i, status);
+        }
+    }
+    close(stop[1]);
+    int status = -1;
+    NB_EXPECT(clearer > 0 && waitpid(clearer, &status, 0) == clearer);
+    NB_EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    NB_EXPECT(failed == 0);
+    /* Nothing of the compiles is left behind once clear runs alone. */
+    size_t removed;
+    NB_EXPECT_OK(nb_kernel_cache_clear(&removed));
+    NB_EXPECT(count_temp_files() == 0);
+}
+
+/* A compile's work directory (.tmp-<key>-XXXXXX, locked by its process) survives a clear while
+ * it is locked, and goes with the next clear once its process is gone. */
+static void test_clear_skips_locked_work_dir(void) {
+    fresh();
+    NB_REQUIRE_OK(mkdir(g_cache, 0755) == 0 || errno == EEXIST ? NB_OK : NB_ERR_IO);
+    char wd[1300], file[1400];
+    snprintf(wd, sizeof wd, "%s/.tmp-0123456789abcdef0123456789abcdef-AbCdEf", g_cache);
+    snprintf(file, sizeof file, "%s/0123456789abcdef0123456789abcdef.c", wd);
+    NB_REQUIRE_OK(mkdir(wd, 0755) == 0 ? NB_OK : NB_ERR_IO);
+    FILE *f = fopen(file, "w");
+    NB_REQUIRE_OK(f ? NB_OK : NB_ERR_IO);
+    fclose(f);
+    int fd = open(wd, O_RDONLY | O_DIRECTORY);
+    NB_REQUIRE_OK(fd >= 0 && flock(fd, LOCK_EX) == 0 ? NB_OK : NB_ERR_IO);
+    size_t removed = 0;
+    NB_EXPECT_OK(nb_kernel_cache_clear(&removed));
+    NB_EXPECT(exists(file));
+    close(fd); /* the compile is over (or its process died) */
+    NB_EXPECT_OK(nb_kernel_cache_clear(&removed));
+    NB_EXPECT(!exists(file) && !exists(wd) && removed >= 1);
+}
+
+/* A FIFO (or a directory) where an entry should be is never opened for reading (that would
+ * block forever): the entry is rebuilt, and listing the cache does not hang either. */
+static void test_fifo_entry(void) {
+    fresh();
+    nb_jit_kernel *k;
+    NB_REQUIRE_OK(load_token("k_child", 31, &k));
+    char path[1300];
+    entry_path(path, sizeof path, nb_jit_kernel_key(k), "so");
+    nb_jit_forget_all();
+    NB_REQUIRE_OK(unlink(path) == 0 && mkfifo(path, 0644) == 0 ? NB_OK : NB_ERR_IO);
+    alarm(60); /* a hang fails the test instead of the CI job */
+    list_count c = {0, 0};
+    NB_EXPECT_OK(nb_kernel_cache_list(count_entry, &c));
+    NB_EXPECT(c.n >= 1 && c.valid == c.n - 1);
+    capture_warnings();
+    pid_t pid = spawn_self("--child-load", 31);
+    int status = -1;
+    NB_EXPECT(pid > 0 && waitpid(pid, &status, 0) == pid);
+    NB_EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct stat sb;
+    NB_EXPECT(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)); /* rebuilt */
+    /* In this process too, with the FIFO back in place: rebuilt, with a warning naming it. */
+    NB_REQUIRE_OK(unlink(path) == 0 && mkfifo(path, 0644) == 0 ? NB_OK : NB_ERR_IO);
+    NB_EXPECT_OK(load_token("k_child", 31, &k));
+    NB_EXPECT(run_check(k, 100, 31));
+    NB_EXPECT(strstr(g_warn, "not a regular file") != NULL);
+    NB_EXPECT(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode));
+    /* A directory in its place: still loads (compiled privately if it cannot be replaced). */
+    nb_jit_forget_all();
+    NB_REQUIRE_OK(unlink(path) == 0 && mkdir(path, 0755) == 0 ? NB_OK : NB_ERR_IO);
+    NB_EXPECT_OK(load_token("k_child", 31, &k));
+    NB_EXPECT(run_check(k, 100, 31));
+    nb_log_set_sink(NULL, NULL);
+    nb_jit_forget_all();
+    rmdir(path);
+    alarm(0);
+}
+
 static void test_cache_dir_resolution(void) {
     char buf[4096], want[1200];
     char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
@@ -643,6 +777,7 @@ done:
 
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "--child-reuse")) return child_reuse(argv[2]);
+    if (argc > 2 && !strcmp(argv[1], "--child-load")) return child_load(argv[2]);
     ssize_t n = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
     if (n > 0) g_self[n] = '\0';
     else snprintf(g_self, sizeof g_self, "%s", argv[0]);
@@ -660,5 +795,6 @@ int main(int argc, char **argv) {
                  test_two_processes_compile_concurrently, test_second_process_reuses,
                  test_compile_error, test_compiler_from_env, test_unusable_cache_dir,
                  test_threads_compile_once, test_list_and_clear, test_cache_dir_resolution,
+                 test_clear_beside_compiles, test_clear_skips_locked_work_dir, test_fifo_entry,
                  test_cuda_path);
 }

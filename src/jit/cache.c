@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/hash.h"
 #include "core/util.h"
 #include "jit/jit.h"
@@ -148,37 +150,18 @@ nb_status nb_kernel_cache_prepare(char *dir, size_t cap, int *exists, int *writa
 
 /* ---- entry files ------------------------------------------------------------------------ */
 
-/* Reads a whole file into a fresh buffer. NB_ERR_NOT_FOUND if it does not exist. */
+/* Reads a whole file into a fresh buffer. NB_ERR_NOT_FOUND if it does not exist; NB_ERR_IO for
+ * anything but a regular file (a FIFO is refused without opening it for a blocking read). */
 static nb_status nb_read_file(const char *path, unsigned char **buf, size_t *size, size_t *cap) {
     *buf = NULL;
     *size = *cap = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return NB_ERR_NOT_FOUND;
-        return nb_error(NB_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > NB_MAX_ARTIFACT) {
-        close(fd);
-        return nb_error(NB_ERR_IO, "%s is not a regular file of a sane size", path);
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    unsigned char *b = nb_alloc(n + 1, 16);
-    if (!b) {
-        close(fd);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "out of host memory reading %s", path);
-    }
-    while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break; /* shrank while reading: verification will fail */
-        got += (size_t)r;
-    }
-    close(fd);
-    b[got] = 0;
-    *buf = b;
-    *size = got;
-    *cap = n + 1;
+    char *data;
+    size_t len;
+    nb_status st = nb_file_read_all(path, "kernel cache file", NB_MAX_ARTIFACT, &data, &len);
+    if (st != NB_OK) return st;
+    *buf = (unsigned char *)data;
+    *size = len;
+    *cap = len + 1;
     return NB_OK;
 }
 
@@ -236,7 +219,11 @@ nb_status nb_jit_entry_read(const char *dir, const char *key, nb_art_kind kind, 
     nb_status st = nb_read_file(path, &buf, &n, &bcap);
     if (st == NB_ERR_NOT_FOUND) return st;
     if (st != NB_OK) {
-        NB_LOG_W("kernel cache: %s; rebuilding", nb_last_error());
+        struct stat sb;
+        if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* a FIFO, link, directory, ... */
+            nb_jit_entry_discard(dir, key, kind, "not a regular file");
+        else
+            NB_LOG_W("kernel cache: %s; rebuilding", nb_last_error());
         return NB_ERR_NOT_FOUND;
     }
     const char *why = nb_verify(buf, n, key, kind);
@@ -364,7 +351,61 @@ nb_status nb_jit_private_dir(char *buf, size_t cap) {
     return NB_OK;
 }
 
-void nb_jit_remove_tree(const char *dir) {
+static size_t nb_remove_dir_files(const char *dir);
+void nb_jit_remove_tree(const char *dir) { nb_remove_dir_files(dir); }
+
+/* ---- compile work directories --------------------------------------------------------------
+ * A compile into the cache works in its own directory dir/.tmp-<key>-XXXXXX, locked (flock,
+ * exclusive) by the compiling process for as long as it exists. Clear removes such a directory
+ * only when it can take the lock without waiting, i.e. when its compile is over or its process
+ * died; so clear never touches a file a running compile reads or writes, and never waits. */
+
+nb_status nb_jit_workdir_open(const char *dir, const char *key, char *buf, size_t cap,
+                              int *lock_fd) {
+    *lock_fd = -1;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int n = snprintf(buf, cap, "%s/.tmp-%.32s-XXXXXX", dir, key);
+        if (n < 0 || (size_t)n >= cap) return nb_error(NB_ERR_IO, "cache path too long in %s", dir);
+        if (!mkdtemp(buf))
+            return nb_error(NB_ERR_IO, "cannot create a work directory in %s: %s", dir,
+                            strerror(errno));
+        chmod(buf, 0755); /* what it publishes is as readable as the cache directory */
+        int fd = open(buf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* a clear took it before we locked it: again */
+            return nb_error(NB_ERR_IO, "cannot open the work directory %s: %s", buf,
+                            strerror(errno));
+        }
+        /* A clear holds the lock only while it deletes the (then empty) directory. */
+        int locked = 0;
+        for (int i = 0; i < 200 && !locked; i++) {
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0) locked = 1;
+            else if (errno == EWOULDBLOCK || errno == EINTR) usleep(1000);
+            else break;
+        }
+        if (!locked) {
+            nb_status st = nb_error(NB_ERR_IO, "cannot lock the work directory %s: %s", buf,
+                                    strerror(errno));
+            close(fd);
+            rmdir(buf);
+            return st;
+        }
+        /* Locked: still the directory we made, not one a clear removed in between? */
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && lstat(buf, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            *lock_fd = fd;
+            return NB_OK;
+        }
+        close(fd);
+    }
+    return nb_error(NB_ERR_IO, "cannot keep a work directory in %s: it is removed as soon as it "
+                    "is made (a cache clear running in a loop?)", dir);
+}
+
+/* Removes the files in dir, then dir. Returns how many files went. */
+static size_t nb_remove_dir_files(const char *dir) {
+    size_t n = 0;
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
@@ -372,11 +413,24 @@ void nb_jit_remove_tree(const char *dir) {
         while ((e = readdir(d))) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             nb_jit_path(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            n += unlink(path) == 0;
         }
         closedir(d);
     }
     rmdir(dir);
+    return n;
+}
+
+void nb_jit_workdir_close(const char *path, int lock_fd) {
+    nb_remove_dir_files(path); /* still locked: a clear skips it meanwhile */
+    if (lock_fd >= 0) close(lock_fd);
+}
+
+nb_status nb_jit_publish(const char *from, const char *dir, const char *name) {
+    char to[NB_JIT_PATH_MAX];
+    nb_jit_path(to, sizeof to, "%s/%s", dir, name);
+    if (rename(from, to) == 0) return NB_OK;
+    return nb_error(NB_ERR_IO, "cannot move %s to %s: %s", from, to, strerror(errno));
 }
 
 /* ---- listing and clearing ---------------------------------------------------------------- */
@@ -482,8 +536,22 @@ nb_status nb_kernel_cache_clear(size_t *removed) {
         if (!c) continue;
         nb_jit_path(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat sb;
-        /* A young temp file may be a compile in progress in another process: leave it. */
-        if (c == 3 && (lstat(path, &sb) != 0 || now - sb.st_mtime < NB_TEMP_STALE_S)) continue;
+        if (c == 3) {
+            if (lstat(path, &sb) != 0) continue;
+            if (S_ISDIR(sb.st_mode)) {
+                /* A compile's work directory: removed only if no process holds its lock. */
+                int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0) continue;
+                if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                    size_t n = nb_remove_dir_files(path);
+                    if (removed) *removed += n;
+                }
+                close(fd);
+                continue;
+            }
+            /* A young temp file may be a write in progress in another process: leave it. */
+            if (now - sb.st_mtime < NB_TEMP_STALE_S) continue;
+        }
         if (unlink(path) == 0) {
             if (removed) (*removed)++;
         } else if (errno != ENOENT && st == NB_OK) {

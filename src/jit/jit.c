@@ -216,33 +216,69 @@ static nb_status nb_cpu_resolve(nb_jit_kernel *k, void *dl, const char *name) {
     return NB_OK;
 }
 
-/* Compiles into workdir. persistent: rename into the cache as <key>.so; else keep the temp name.
- * On success *path holds the artifact's path. */
-static nb_status nb_cpu_compile(nb_jit_kernel *k, const char *workdir, int persistent,
-                                const nb_jit_options *opts, char *path, size_t cap) {
-    char src[NB_JIT_PATH_MAX], name[NB_JIT_KEY_LEN + 8];
-    snprintf(name, sizeof name, "%s.c", k->key);
-    NB_TRY(nb_jit_write_atomic(workdir, name, k->source, k->source_len));
-    nb_jit_path(src, sizeof src, "%s/%s", workdir, name);
-    char tmp[NB_JIT_PATH_MAX];
-    NB_TRY(nb_jit_temp_file(workdir, k->key, ".so", tmp, sizeof tmp));
+/* Compiles the kernel in workdir, a directory of this compile alone (nothing else reads, writes
+ * or deletes its files meanwhile), into workdir/<key>.so with its trailer, and loads it from
+ * there. The loaded object stays mapped when the file is later moved or deleted. */
+static nb_status nb_cpu_compile(nb_jit_kernel *k, const char *workdir, const nb_jit_options *opts,
+                                void **dl) {
+    const char *name = nb_kname(k, opts);
+    *dl = NULL;
+    char src[NB_JIT_PATH_MAX], so[NB_JIT_PATH_MAX], file[NB_JIT_KEY_LEN + 8];
+    snprintf(file, sizeof file, "%s.c", k->key);
+    NB_TRY(nb_jit_write_atomic(workdir, file, k->source, k->source_len));
+    nb_jit_path(src, sizeof src, "%s/%s", workdir, file);
+    nb_jit_path(so, sizeof so, "%s/%s.so", workdir, k->key);
     double t0 = nb_jit_now();
-    nb_status st = nb_cc_compile(src, tmp, opts ? opts->cflags : NULL, nb_kname(k, opts));
+    nb_status st = nb_cc_compile(src, so, opts ? opts->cflags : NULL, name);
     nb_jit_count(NB_JIT_C_COMPILE_NS, (uint64_t)((nb_jit_now() - t0) * 1e9));
     if (st != NB_OK) {
-        unlink(tmp);
+        unlink(so);
         nb_jit_count(NB_JIT_C_COMPILE_ERRORS, 1);
         return st;
     }
     nb_jit_count(NB_JIT_C_COMPILES, 1);
-    nb_jit_path(path, cap, "%s/%s.so", workdir, k->key);
-    st = nb_jit_entry_seal(tmp, persistent ? path : NULL, k->key, NB_ART_SO);
-    if (st != NB_OK) {
-        unlink(tmp);
-        return st;
-    }
-    if (!persistent) nb_jit_path(path, cap, "%s", tmp);
+    NB_TRY(nb_jit_entry_seal(so, NULL, k->key, NB_ART_SO));
+    NB_LOG_D("jit: compiled '%s' into %s", name, so);
+    *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!*dl)
+        return nb_error(NB_ERR_COMPILE, "kernel '%s' compiled but cannot be loaded: %s", name,
+                        dlerror());
     return NB_OK;
+}
+
+/* Compiles in a locked work directory inside the cache directory, loads the result from there,
+ * then publishes <key>.c and <key>.so into the cache by rename. A cache clear in another process
+ * never touches the work directory, so it cannot make this fail; the published entry may be
+ * deleted by a clear at any time after, which only costs a later process a compile. NB_ERR_IO:
+ * the work directory could not be used (the caller compiles privately). */
+static nb_status nb_cpu_build_cached(nb_jit_kernel *k, const char *dir, const nb_jit_options *opts,
+                                     void **dl) {
+    const char *name = nb_kname(k, opts);
+    char work[NB_JIT_PATH_MAX], from[NB_JIT_PATH_MAX], file[NB_JIT_KEY_LEN + 8];
+    int lock_fd;
+    NB_TRY(nb_jit_workdir_open(dir, k->key, work, sizeof work, &lock_fd));
+    nb_status st = nb_cpu_compile(k, work, opts, dl);
+    snprintf(file, sizeof file, "%s.c", k->key);
+    nb_jit_path(from, sizeof from, "%s/%s", work, file);
+    if (st == NB_ERR_COMPILE) {
+        /* A failed compile leaves its source in the cache for inspection. */
+        char kept[NB_JIT_PATH_MAX];
+        nb_jit_path(kept, sizeof kept, "%s/%s", dir, file);
+        if (rename(from, kept) == 0)
+            st = nb_error(NB_ERR_COMPILE, "%s\n(the kernel's source is kept as %s)",
+                          nb_last_error(), kept);
+    } else if (st == NB_OK) {
+        nb_status pst = nb_jit_publish(from, dir, file);
+        nb_jit_path(from, sizeof from, "%s/%s.so", work, k->key);
+        snprintf(file, sizeof file, "%s.so", k->key);
+        if (pst == NB_OK) pst = nb_jit_publish(from, dir, file);
+        if (pst != NB_OK) {
+            NB_LOG_W("kernel cache: %s; '%s' is not cached", nb_last_error(), name);
+            nb_jit_count(NB_JIT_C_UNCACHED, 1);
+        }
+    }
+    nb_jit_workdir_close(work, lock_fd);
+    return st;
 }
 
 static nb_status nb_cpu_build(nb_jit_kernel *k, const nb_jit_options *opts) {
@@ -263,31 +299,26 @@ static nb_status nb_cpu_build(nb_jit_kernel *k, const nb_jit_options *opts) {
             NB_LOG_D("jit: '%s' from the cache: %s", name, path);
             return nb_cpu_resolve(k, dl, name);
         }
-        nb_jit_entry_discard(dir, k->key, NB_ART_SO, dlerror());
+        const char *why = dlerror();
+        /* Gone since it was verified (a cache clear): not corrupt, just build it again. */
+        if (access(path, F_OK) == 0) nb_jit_entry_discard(dir, k->key, NB_ART_SO, why);
     }
 
+    void *dl = NULL;
     nb_status st = NB_ERR_IO;
     if (writable) {
-        st = nb_cpu_compile(k, dir, 1, opts, path, sizeof path);
+        st = nb_cpu_build_cached(k, dir, opts, &dl);
         if (st == NB_ERR_IO)
             NB_LOG_W("kernel cache: %s; compiling '%s' in a private directory", nb_last_error(),
                      name);
     }
-    char priv[NB_JIT_PATH_MAX] = "";
-    if (st == NB_ERR_IO) { /* no usable cache directory, or writing to it failed */
+    if (st == NB_ERR_IO) { /* no usable cache directory, or working in it failed */
+        char priv[NB_JIT_PATH_MAX];
         NB_TRY(nb_jit_private_dir(priv, sizeof priv));
-        st = nb_cpu_compile(k, priv, 0, opts, path, sizeof path);
+        st = nb_cpu_compile(k, priv, opts, &dl);
+        nb_jit_remove_tree(priv); /* a loaded object stays mapped */
         if (st == NB_OK) nb_jit_count(NB_JIT_C_UNCACHED, 1);
     }
-    void *dl = NULL;
-    if (st == NB_OK) {
-        NB_LOG_D("jit: compiled '%s' into %s", name, path);
-        dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!dl)
-            st = nb_error(NB_ERR_COMPILE, "kernel '%s' compiled but cannot be loaded: %s", name,
-                          dlerror());
-    }
-    if (priv[0]) nb_jit_remove_tree(priv); /* a loaded object stays mapped */
     if (st != NB_OK) return st;
     return nb_cpu_resolve(k, dl, name);
 }

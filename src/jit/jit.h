@@ -32,6 +32,18 @@
  * Concurrent processes compiling the same key each write their own temp file; the last rename
  * wins and both files are complete.
  *
+ * Compiles and `nabla cache clear` in other processes: a CPU compile works in its own directory
+ * `.tmp-<key>-XXXXXX` in the cache directory, which its process holds locked (flock) from
+ * creation to removal; it writes the source there, compiles, appends the trailer, dlopens the
+ * object from there and only then publishes `<key>.c` and `<key>.so` by rename. Clear removes a
+ * work directory only if it can take its lock without waiting (the compile is over or its
+ * process died), loose temp files only when older than 10 minutes, and never waits on anything:
+ * so a clear never makes a compile fail, and a compile never makes a clear hang. A published
+ * entry may be deleted at any moment: a loaded object stays mapped, and a load that finds the
+ * entry gone between verifying and dlopen just compiles it again. CUDA images are compiled in
+ * memory and only written to the cache. An entry that is not a regular file (a FIFO, a
+ * directory, a device) is never opened for a blocking read: it is discarded and rebuilt.
+ *
  * CPU compile command (no shell; $CC is split on blanks, so CC="ccache gcc" works):
  *   $CC -O2 -std=c99 -fPIC -shared -ffp-contract=off -fno-math-errno $NABLA_CFLAGS <opts.cflags>
  *       -o <tmp>.so <tmp>.c -lm

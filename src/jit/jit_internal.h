@@ -66,6 +66,16 @@ nb_status nb_jit_entry_write(const char *dir, const char *key, nb_art_kind kind,
 nb_status nb_jit_private_dir(char *buf, size_t cap);
 /* Removes every file in dir, then dir itself (not recursive). */
 void nb_jit_remove_tree(const char *dir);
+/* A compile's private work directory in the cache directory, dir/.tmp-<key>-XXXXXX (path into
+ * buf), held locked (flock) through *lock_fd until nb_jit_workdir_close, so that a cache clear
+ * in any process leaves it and its files alone. Finished files are moved into the cache with
+ * nb_jit_publish. */
+nb_status nb_jit_workdir_open(const char *dir, const char *key, char *buf, size_t cap,
+                              int *lock_fd);
+/* Removes the work directory and its files, then releases its lock. */
+void nb_jit_workdir_close(const char *path, int lock_fd);
+/* rename(from, dir/name): one atomic step, the entry appears complete or not at all. */
+nb_status nb_jit_publish(const char *from, const char *dir, const char *name);
 void nb_kernel_cache_forget(void); /* re-arms the once-per-process warnings */
 
 /* ---- the system C compiler (cc.c) ---- */
