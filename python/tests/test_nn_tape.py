@@ -1,5 +1,7 @@
 """nabla.nn.Tape: every op's gradient against finite differences, forwards against numpy, a small
 training loop, stale handles and bad input; CUDA tapes against the CPU (skipped without a GPU)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -308,3 +310,11 @@ def test_cuda_ops_match_cpu():
             res[dev] = [y.numpy()] + [v.grad for v in vs]
         for k, (g, c) in enumerate(zip(res["cuda"], res["cpu"])):
             np.testing.assert_allclose(g, c, rtol=1e-4, atol=1e-5, err_msg=f"case {i}, output/grad {k}")
+
+
+def test_read_config_rejects_repeated_key():
+    # a 40-byte safetensors file whose tensor entry repeats "dtype" with a non-string value once
+    # killed the interpreter (double free in the reader); it must raise instead
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "st_dup_dtype.safetensors")
+    with pytest.raises(nabla.NablaError, match="dtype"):
+        nn.UNet.read_config(path)

@@ -53,6 +53,10 @@ check csv-dir 1 "$NABLA" unet train $TINY --device cpu --steps 100000 --loss-csv
     contains csv-dir "--loss-csv '$tmp/none/l.csv'"
 check png-dir 1 "$NABLA" unet train $TINY --device cpu --steps 100000 --loss-png "$tmp/none/l.png" &&
     contains png-dir "--loss-png '$tmp/none/l.png'"
+# a 40-byte checkpoint with a repeated "dtype" key once aborted the process (double free): now an error
+DATA="$(dirname "$0")/../data"
+check ckpt-dup-key 1 "$NABLA" unet sample --ckpt "$DATA/st_dup_dtype.safetensors" --out "$tmp/g.png" &&
+    contains ckpt-dup-key "dtype"
 check sample-dir 1 "$NABLA" unet sample --ckpt "$tmp/missing.safetensors" --out "$tmp/none/g.png" &&
     contains sample-dir "--out '$tmp/none/g.png'"
 check log-every 2 "$NABLA" unet train --log-every 0 && contains log-every "bad value for --log-every: '0'"
