@@ -11,6 +11,7 @@
 
 #include "lang/emit_c.h"
 #include "lang/intrinsics.h"
+#include "lang/strmap.h"
 
 #define APPEND(sb, ...) nb_strbuf_printf((sb), __VA_ARGS__)
 
@@ -24,28 +25,67 @@ static void ind(nb_emitter *e, nb_strbuf *o)
 
 /* ---- names ------------------------------------------------------------------------------- */
 
+/* e->names maps a name to (next suffix to try << 1) | (1 if this function uses it): a taken
+ * base's suffixes 1 .. next-1 were all taken when the counter was stored, and names are never
+ * released within a function, so the search resumes there (O(1) amortised per name). */
+static nb_strmap *name_map(nb_emitter *e, nb_strmap **slot)
+{
+    if (!*slot) {
+        *slot = nb_arena_alloc(&e->m->arena, sizeof(nb_strmap), sizeof(void *));
+        if (!*slot) return NULL;
+        nb_strmap_init(*slot, &e->m->arena);
+    }
+    return *slot;
+}
+
+static intptr_t name_info(nb_emitter *e, const char *s)
+{
+    nb_strmap_slot *sl = e->names ? nb_strmap_find(e->names, s) : NULL;
+    return sl ? (intptr_t)sl->val : 0;
+}
+
+static int set_name_info(nb_emitter *e, const char *s, intptr_t v, const char **key)
+{
+    nb_strmap *m = name_map(e, &e->names);
+    int isnew = 0;
+    nb_strmap_slot *sl = m ? nb_strmap_get(m, s, &isnew) : NULL;
+    if (!sl) return 0;
+    if (isnew && !(sl->key = nb_arena_strdup(&e->m->arena, s))) return 0;
+    sl->val = (void *)v;
+    if (key) *key = sl->key;
+    return 1;
+}
+
+static int func_cname_clash(nb_emitter *e, const char *s)
+{
+    nb_strmap *fm = name_map(e, &e->func_cnames);
+    if (!fm) return 0;
+    if (e->nfunc_cnames > e->m->nfuncs) { /* functions were dropped: start over */
+        nb_strmap_init(fm, &e->m->arena);
+        e->nfunc_cnames = 0;
+    }
+    for (; e->nfunc_cnames < e->m->nfuncs; e->nfunc_cnames++)
+        if (e->m->funcs[e->nfunc_cnames]->cname) nb_strmap_get(fm, e->m->funcs[e->nfunc_cnames]->cname, NULL);
+    return nb_strmap_find(fm, s) != NULL;
+}
+
+static int name_taken(nb_emitter *e, const char *s) { return (name_info(e, s) & 1) || func_cname_clash(e, s); }
+
 static const char *unique_name(nb_emitter *e, const char *base)
 {
     const char *safe = nb_emit_safe_name(e, base);
     char buf[300];
     snprintf(buf, sizeof buf, "%s", safe);
-    for (int k = 1;; k++) {
-        int clash = 0;
-        for (int i = 0; i < e->nused_names && !clash; i++) clash = strcmp(e->used_names[i], buf) == 0;
-        for (int i = 0; i < e->m->nfuncs && !clash; i++) clash = strcmp(e->m->funcs[i]->cname, buf) == 0;
-        if (!clash) break;
-        snprintf(buf, sizeof buf, "%s_%d", safe, k);
+    if (name_taken(e, buf)) {
+        intptr_t k = name_info(e, safe) >> 1;
+        for (k = k < 1 ? 1 : k;; k++) {
+            snprintf(buf, sizeof buf, "%s_%ld", safe, (long)k);
+            if (!name_taken(e, buf)) break;
+        }
+        if (!set_name_info(e, safe, ((k + 1) << 1) | (name_info(e, safe) & 1), NULL)) { e->ok = 0; return "oom"; }
     }
-    if (e->nused_names == e->cap_used_names) {
-        int nc = e->cap_used_names ? e->cap_used_names * 2 : 64;
-        char **n = nb_arena_alloc(&e->m->arena, sizeof(char *) * (size_t)nc, sizeof(void *));
-        if (!n) { e->ok = 0; return "oom"; }
-        if (e->nused_names) memcpy(n, e->used_names, sizeof(char *) * (size_t)e->nused_names);
-        e->used_names = n;
-        e->cap_used_names = nc;
-    }
-    char *d = nb_arena_strdup(&e->m->arena, buf);
-    e->used_names[e->nused_names++] = d;
+    const char *d = NULL;
+    if (!set_name_info(e, buf, name_info(e, buf) | 1, &d)) { e->ok = 0; return "oom"; }
     return d;
 }
 
@@ -734,7 +774,7 @@ void nb_emit_function(nb_emitter *e, nb_ir_func *f)
     unsigned char *reads = nb_arena_zalloc(ar, (size_t)nid, 1);
     e->loop_labels = nb_arena_zalloc(ar, sizeof(int) * 256, sizeof(int));
     e->nloops = 0;
-    e->nused_names = 0;
+    e->names = NULL; /* a fresh name table per function */
     e->indent = 1;
     if (!e->var_names || !e->val_names || !e->inlined || !e->user || !reads || !e->loop_labels) {
         e->ok = 0;

@@ -142,7 +142,7 @@ const char *nb_emit_safe_name(nb_emitter *e, const char *name)
     if (!n) return "unnamed";
     int clash = strncmp(buf, "nb_", 3) == 0 || strncmp(buf, "__", 2) == 0;
     for (size_t i = 0; !clash && i < sizeof g_reserved / sizeof g_reserved[0]; i++)
-        clash = strcmp(buf, g_reserved[i]) == 0;
+        clash = g_reserved[i][0] == buf[0] && strcmp(buf, g_reserved[i]) == 0; /* (first byte: cheap filter) */
     if (clash) {
         buf[n++] = '_';
         buf[n] = 0;

@@ -39,8 +39,9 @@ typedef struct nb_emitter {
     char **val_names;         /* by inst id (NULL = inlined) */
     unsigned char *inlined;   /* by inst id */
     nb_ir_inst **user;        /* by inst id: the single user */
-    char **used_names;
-    int nused_names, cap_used_names;
+    struct nb_strmap *names;  /* this function's names (emit_body.c: unique_name) */
+    struct nb_strmap *func_cnames; /* cnames of m->funcs[0 .. nfunc_cnames) */
+    int nfunc_cnames;
     int label_counter;
     int *loop_labels;         /* stack: label id or -1 (plain continue) */
     int nloops;
