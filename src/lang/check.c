@@ -111,33 +111,47 @@ static void push_scope(nb_checker *c) {
     c->marks[c->nmarks++] = c->nsyms;
 }
 
+/* c->local_names maps a name to 1 + the index of its innermost sym; each sym links to the one
+ * it shadows, so lookups and redefinition checks are O(1) and popping a scope restores them. */
+static int innermost_sym(nb_checker *c, const char *name) {
+    nb_strmap_slot *s = nb_strmap_find(&c->local_names, name);
+    return s ? (int)(intptr_t)s->val - 1 : -1;
+}
+
 static void pop_scope(nb_checker *c) {
-    if (c->nmarks > 0) c->nsyms = c->marks[--c->nmarks];
+    if (c->nmarks <= 0) return;
+    int mark = c->marks[--c->nmarks];
+    for (int i = c->nsyms - 1; i >= mark; i--) {
+        nb_strmap_slot *s = nb_strmap_find(&c->local_names, c->syms[i].name);
+        if (s) s->val = (void *)(intptr_t)(c->syms[i].prev + 1);
+    }
+    c->nsyms = mark;
 }
 
 static int scope_floor(nb_checker *c);
 
 nb_decl *ck_lookup_local(nb_checker *c, const char *name) {
     if (!name) return NULL;
-    int floor = scope_floor(c);
-    for (int i = c->nsyms - 1; i >= floor; i--)
-        if (strcmp(c->syms[i].name, name) == 0) return c->syms[i].decl;
-    return NULL;
+    int i = innermost_sym(c, name);
+    return i >= scope_floor(c) ? c->syms[i].decl : NULL;
 }
 
 static void declare(nb_checker *c, const char *name, nb_decl *d, nb_loc loc) {
     if (!name || !*name) return; /* unnamed parameter */
     int start = c->nmarks ? c->marks[c->nmarks - 1] : 0;
-    for (int i = c->nsyms - 1; i >= start; i--) {
-        if (strcmp(c->syms[i].name, name) == 0) {
-            ck_err(c, loc, "redefinition of '%s'", name);
-            ck_note(c, c->syms[i].decl->loc, "previous definition of '%s' is here", name);
-            return;
-        }
+    int i = innermost_sym(c, name);
+    if (i >= 0 && i >= start) {
+        ck_err(c, loc, "redefinition of '%s'", name);
+        ck_note(c, c->syms[i].decl->loc, "previous definition of '%s' is here", name);
+        return;
     }
     if (!ck_grow((void **)&c->syms, &c->cap_syms, c->nsyms + 1, sizeof(ck_sym))) return;
+    nb_strmap_slot *s = nb_strmap_get(&c->local_names, name, NULL);
+    if (!s) return;
     c->syms[c->nsyms].name = name;
     c->syms[c->nsyms].decl = d;
+    c->syms[c->nsyms].prev = i;
+    s->val = (void *)(intptr_t)(c->nsyms + 1);
     c->nsyms++;
 }
 
@@ -171,11 +185,71 @@ void ck_leave_global_ctx(nb_checker *c, ctx_save s) {
 
 /* ---- global lookup ------------------------------------------------------------------------ */
 
-static int lookup_in_module(nb_module_ast *m, const char *name, int kind, nb_decl **out, int max, int n) {
-    if (!m) return n;
-    for (int i = 0; i < m->ndecls; i++) {
+/* The index of module m, brought up to date with decls appended since (instantiations). */
+static ck_mod_index *mod_index(nb_checker *c, nb_module_ast *m) {
+    ck_mod_index *x = NULL;
+    for (int i = 0; i < c->nmod_index && !x; i++)
+        if (c->mod_index[i].mod == m) x = &c->mod_index[i];
+    if (!x) {
+        if (!ck_grow((void **)&c->mod_index, &c->cap_mod_index, c->nmod_index + 1, sizeof(ck_mod_index))) return NULL;
+        x = &c->mod_index[c->nmod_index++];
+        memset(x, 0, sizeof *x);
+        x->mod = m;
+        nb_strmap_init(&x->names, NULL);
+    }
+    if (x->ndone < m->ndecls && !ck_grow((void **)&x->next, &x->cap_next, m->ndecls, sizeof(int))) return NULL;
+    for (; x->ndone < m->ndecls; x->ndone++) {
+        int i = x->ndone;
         nb_decl *d = m->decls[i];
-        if (!d || !d->name || strcmp(d->name, name) != 0) continue;
+        x->next[i] = -1;
+        if (!d) continue;
+        if (d->kind == NB_DECL_IMPORT && d->u.import.target) {
+            int dup = 0; /* the same module imported twice */
+            for (int j = 0; j < x->nimports && !dup; j++) dup = x->imports[j] == d->u.import.target;
+            if (!dup) {
+                if (!ck_grow((void **)&x->imports, &x->cap_imports, x->nimports + 1, sizeof(nb_module_ast *))) return NULL;
+                x->imports[x->nimports++] = d->u.import.target;
+            }
+        }
+        if (!d->name) continue;
+        int isnew = 0;
+        nb_strmap_slot *s = nb_strmap_get(&x->names, d->name, &isnew);
+        if (!s) return NULL;
+        if (isnew) {
+            if (!ck_grow((void **)&x->chains, &x->cap_chains, x->nchains + 1, sizeof x->chains[0])) {
+                s->val = NULL; /* (a name without a chain reads as absent) */
+                return NULL;
+            }
+            x->chains[x->nchains][0] = x->chains[x->nchains][1] = i;
+            s->val = (void *)(intptr_t)(++x->nchains);
+        } else {
+            int *ch = x->chains[(intptr_t)s->val - 1];
+            x->next[ch[1]] = i;
+            ch[1] = i;
+        }
+    }
+    return x;
+}
+
+static void free_mod_indexes(nb_checker *c) {
+    for (int i = 0; i < c->nmod_index; i++) {
+        ck_mod_index *x = &c->mod_index[i];
+        nb_strmap_free(&x->names);
+        nb_free(x->chains, sizeof x->chains[0] * (size_t)x->cap_chains);
+        nb_free(x->next, sizeof(int) * (size_t)x->cap_next);
+        nb_free(x->imports, sizeof(nb_module_ast *) * (size_t)x->cap_imports);
+    }
+    nb_free(c->mod_index, sizeof(ck_mod_index) * (size_t)c->cap_mod_index);
+}
+
+static int lookup_in_module(nb_checker *c, nb_module_ast *m, const char *name, int kind, nb_decl **out, int max, int n) {
+    if (!m) return n;
+    ck_mod_index *x = mod_index(c, m);
+    if (!x) return n;
+    nb_strmap_slot *s = nb_strmap_find(&x->names, name);
+    if (!s || !s->val) return n;
+    for (int i = x->chains[(intptr_t)s->val - 1][0]; i >= 0; i = x->next[i]) {
+        nb_decl *d = m->decls[i];
         if (d->kind == NB_DECL_IMPORT) continue;
         if (kind >= 0 && (int)d->kind != kind) continue;
         if (n < max) out[n] = d;
@@ -186,19 +260,13 @@ static int lookup_in_module(nb_module_ast *m, const char *name, int kind, nb_dec
 
 int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, int max) {
     if (!name || !c->mod) return 0;
-    int n = lookup_in_module(c->mod, name, kind, out, max, 0);
+    int n = lookup_in_module(c, c->mod, name, kind, out, max, 0);
     /* local declarations shadow imported ones, except functions which overload */
     if (n > 0 && kind != NB_DECL_FUNC) return n;
-    for (int i = 0; i < c->mod->ndecls; i++) {
-        nb_decl *d = c->mod->decls[i];
-        if (!d || d->kind != NB_DECL_IMPORT || !d->u.import.target) continue;
-        nb_module_ast *t = d->u.import.target;
-        int dup = 0; /* the same module imported twice */
-        for (int j = 0; j < i; j++)
-            if (c->mod->decls[j] && c->mod->decls[j]->kind == NB_DECL_IMPORT &&
-                c->mod->decls[j]->u.import.target == t)
-                dup = 1;
-        if (!dup) n = lookup_in_module(t, name, kind, out, max, n);
+    ck_mod_index *x = mod_index(c, c->mod);
+    for (int i = 0; x && i < x->nimports; i++) {
+        n = lookup_in_module(c, x->imports[i], name, kind, out, max, n);
+        x = mod_index(c, c->mod); /* (the array may have moved) */
     }
     if (kind == NB_DECL_FUNC) {
         /* drop body-less declarations that have a definition with the same parameter types */
@@ -1187,21 +1255,27 @@ static void find_recursion(nb_checker *c) {
     const nb_decl **stack = nb_alloc(sizeof(nb_decl *) * (size_t)(n + 1), 16);
     const ck_edge **via = nb_alloc(sizeof(ck_edge *) * (size_t)(n + 1), 16);
     int *iter = nb_alloc(sizeof(int) * (size_t)(n + 1), 16);
-    if (!stack || !via || !iter) goto out;
+    int *next_out = nb_alloc(sizeof(int) * (size_t)(n + 1), 16); /* the next edge with the same 'from' */
+    if (!stack || !via || !iter || !next_out) goto out;
+    /* first out-edge of a node: in the state table under decl pointer + 3 (1 + edge index) */
+    for (int k = n - 1; k >= 0; k--) {
+        const char *fk = (const char *)c->edges[k].from + 3;
+        next_out[k] = ck_state(c, fk) - 1;
+        ck_set_state(c, fk, k + 1);
+    }
     for (int e0 = 0; e0 < n; e0++) {
         const nb_decl *root = c->edges[e0].from;
         const char *rk = (const char *)root + 1;
         if (ck_state(c, rk) != 0) continue;
         int sp = 0;
         stack[sp] = root;
-        iter[sp] = 0;
+        iter[sp] = e0; /* root's first out-edge (the first edge naming it as 'from') */
         ck_set_state(c, rk, 1); /* on stack */
         while (sp >= 0) {
             const nb_decl *cur = stack[sp];
             int advanced = 0;
-            for (; iter[sp] < n; iter[sp]++) {
+            for (; iter[sp] >= 0; iter[sp] = next_out[iter[sp]]) {
                 const ck_edge *e = &c->edges[iter[sp]];
-                if (e->from != cur) continue;
                 const char *tk = (const char *)e->to + 1;
                 int st = ck_state(c, tk);
                 if (st == 1) {
@@ -1226,11 +1300,11 @@ static void find_recursion(nb_checker *c) {
                     continue;
                 }
                 if (st == 0 && sp + 1 <= n) {
-                    iter[sp]++;
+                    iter[sp] = next_out[iter[sp]];
                     sp++;
                     stack[sp] = e->to;
                     via[sp] = e;
-                    iter[sp] = 0;
+                    iter[sp] = ck_state(c, (const char *)e->to + 3) - 1;
                     ck_set_state(c, tk, 1);
                     advanced = 1;
                     break;
@@ -1246,6 +1320,7 @@ out:
     nb_free((void *)stack, sizeof(nb_decl *) * (size_t)(n + 1));
     nb_free((void *)via, sizeof(ck_edge *) * (size_t)(n + 1));
     nb_free(iter, sizeof(int) * (size_t)(n + 1));
+    nb_free(next_out, sizeof(int) * (size_t)(n + 1));
 }
 
 /* ---- modules ------------------------------------------------------------------------------ */
@@ -1261,7 +1336,11 @@ static void check_duplicates(nb_checker *c, nb_module_ast *m) {
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
         if (!d || !d->name || d->kind == NB_DECL_IMPORT) continue;
-        for (int j = 0; j < i; j++) {
+        /* the earlier decls of the same name, in order (module index) */
+        ck_mod_index *x = mod_index(c, m);
+        nb_strmap_slot *sl = x ? nb_strmap_find(&x->names, d->name) : NULL;
+        if (!sl || !sl->val) continue;
+        for (int j = x->chains[(intptr_t)sl->val - 1][0]; j >= 0 && j < i; j = x->next[j]) {
             nb_decl *e = m->decls[j];
             if (!e || !e->name || e->kind == NB_DECL_IMPORT || strcmp(d->name, e->name) != 0) continue;
             if (d->kind == NB_DECL_FUNC && e->kind == NB_DECL_FUNC) {
@@ -1380,6 +1459,8 @@ nb_status nb_check_program(nb_program *p) {
     ck_free_generics(&c);
     nb_free(c.syms, sizeof(ck_sym) * (size_t)c.cap_syms);
     nb_free(c.marks, sizeof(int) * (size_t)c.cap_marks);
+    nb_strmap_free(&c.local_names);
+    free_mod_indexes(&c);
     nb_free(c.edges, sizeof(ck_edge) * (size_t)c.cap_edges);
     nb_free(c.states, sizeof(ck_state_slot) * (size_t)c.cap_states);
     return p->src.nerrors > errors0 ? NB_ERR_COMPILE : NB_OK;

@@ -9,11 +9,26 @@
 #include "lang/check.h"
 #include "lang/intrinsics.h"
 #include "lang/program.h"
+#include "lang/strmap.h"
 
 typedef struct ck_sym {
     const char *name;
     nb_decl *decl; /* NB_DECL_VAR (local) or NB_DECL_PARAM */
+    int prev;      /* the sym of the same name this one shadows, -1 */
 } ck_sym;
+
+/* A module's declarations by name (ck_lookup_global), extended as decls are appended. */
+typedef struct ck_mod_index {
+    nb_module_ast *mod;
+    int ndone;             /* decls[0 .. ndone) are indexed */
+    nb_strmap names;       /* name -> 1 + its entry in chains */
+    int (*chains)[2];      /* first and last decl index of a name */
+    int nchains, cap_chains;
+    int *next;             /* by decl index: the next decl of the same name, -1 */
+    int cap_next;
+    nb_module_ast **imports; /* distinct import targets, in order */
+    int nimports, cap_imports;
+} ck_mod_index;
 
 typedef struct ck_edge {
     nb_decl *from, *to;
@@ -53,6 +68,9 @@ typedef struct nb_checker {
     int nsyms, cap_syms;
     int *marks;
     int nmarks, cap_marks;
+    nb_strmap local_names;    /* name -> 1 + index of its innermost sym (0: none) */
+    ck_mod_index *mod_index;  /* one per module looked into */
+    int nmod_index, cap_mod_index;
     /* scope floors: signature/global checks hide the locals of the body being checked */
 #define CK_MAX_FLOORS 64
     int floors[CK_MAX_FLOORS];

@@ -1,6 +1,7 @@
 /* Interned types of the kernel language (see types.h). A table holds every type made in one
  * compilation; constructors search it first, so equal types are the same pointer. Types live in
  * the table's arena; the index array is on the heap (nb_types_free). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,8 +17,49 @@ const char *nb_scalar_name(nb_scalar_kind s) {
     return g_scalar_names[s];
 }
 
+static uint64_t type_key_hash(const nb_type *p) {
+    uint64_t h = 1469598103934665603ull;
+    uint64_t parts[9] = {(uint64_t)p->kind,   (uint64_t)p->scalar, (uint64_t)p->rows,
+                         (uint64_t)p->cols,   (uint64_t)p->length, (uint64_t)(uintptr_t)p->elem,
+                         (uint64_t)p->rank,   (uint64_t)p->diff_tensor, (uint64_t)(uintptr_t)p->decl};
+    for (int i = 0; i < 9; i++) {
+        h ^= parts[i];
+        h *= 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static int same_key(const nb_type *q, const nb_type *p) {
+    return q->kind == p->kind && q->scalar == p->scalar && q->rows == p->rows && q->cols == p->cols &&
+           q->length == p->length && q->elem == p->elem && q->rank == p->rank && q->diff_tensor == p->diff_tensor &&
+           q->decl == p->decl;
+}
+
+/* The hash slot of proto's type, or of the empty slot where it would go. */
+static int *hash_slot(const nb_type_table *t, const nb_type *proto) {
+    size_t m = (size_t)t->hcap - 1;
+    for (size_t i = (size_t)type_key_hash(proto) & m;; i = (i + 1) & m)
+        if (!t->hslots[i] || same_key(t->types[t->hslots[i] - 1], proto)) return &t->hslots[i];
+}
+
+/* Keeps the hash index at most half full; 0 when out of memory. */
+static int hash_grow(nb_type_table *t) {
+    if ((t->count + 1) * 2 <= t->hcap) return 1;
+    int ncap = t->hcap ? t->hcap * 2 : 256;
+    int *n = nb_alloc(sizeof(int) * (size_t)ncap, _Alignof(int));
+    if (!n) return 0;
+    memset(n, 0, sizeof(int) * (size_t)ncap);
+    nb_free(t->hslots, sizeof(int) * (size_t)t->hcap);
+    t->hslots = n;
+    t->hcap = ncap;
+    for (int k = 0; k < t->count; k++) *hash_slot(t, t->types[k]) = k + 1;
+    return 1;
+}
+
 /* Adds a new type (copied from proto) with its name. Returns t_error's fallback on OOM. */
 static const nb_type *add_type(nb_type_table *t, const nb_type *proto) {
+    if (!hash_grow(t)) return t->t_error;
     if (t->count == t->cap) {
         int ncap = t->cap ? t->cap * 2 : 64;
         nb_type **n = nb_alloc(sizeof(nb_type *) * (size_t)ncap, _Alignof(nb_type *));
@@ -38,16 +80,14 @@ static const nb_type *add_type(nb_type_table *t, const nb_type *proto) {
     nb_strbuf_free(&sb);
     if (!ty->name) ty->name = "?";
     t->types[t->count++] = ty;
+    *hash_slot(t, ty) = t->count;
     return ty;
 }
 
 static const nb_type *find_or_add(nb_type_table *t, const nb_type *proto) {
-    for (int i = 0; i < t->count; i++) {
-        const nb_type *q = t->types[i];
-        if (q->kind == proto->kind && q->scalar == proto->scalar && q->rows == proto->rows &&
-            q->cols == proto->cols && q->length == proto->length && q->elem == proto->elem &&
-            q->rank == proto->rank && q->diff_tensor == proto->diff_tensor && q->decl == proto->decl)
-            return q;
+    if (t->hcap) {
+        int k = *hash_slot(t, proto);
+        if (k) return t->types[k - 1];
     }
     return add_type(t, proto);
 }
@@ -76,6 +116,9 @@ void nb_types_free(nb_type_table *t) {
     nb_free(t->types, sizeof(nb_type *) * (size_t)t->cap);
     t->types = NULL;
     t->count = t->cap = 0;
+    nb_free(t->hslots, sizeof(int) * (size_t)t->hcap);
+    t->hslots = NULL;
+    t->hcap = 0;
 }
 
 const nb_type *nb_type_scalar(nb_type_table *t, nb_scalar_kind s) {

@@ -60,6 +60,8 @@ typedef struct nb_type_table {
     nb_arena *arena;
     nb_type **types;
     int count, cap;
+    int *hslots;  /* hash index over types: 1 + index, 0 empty (types.c) */
+    int hcap;
     /* shortcuts */
     const nb_type *t_error, *t_void, *t_bool, *t_int, *t_uint, *t_float, *t_double, *t_half;
 } nb_type_table;
