@@ -1,5 +1,6 @@
 /* IR data structures: builder, walker, printer and verifier (see ir.h). */
 #include "lang/ir.h"
+#include "lang/strmap.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -106,11 +107,36 @@ nb_ir_global *nb_ir_global_new(nb_ir_module *m, const char *name, const nb_type 
     return g;
 }
 
-nb_ir_func *nb_ir_find_func(nb_ir_module *m, const nb_decl *decl)
+static nb_ir_func *find_func_scan(nb_ir_module *m, const nb_decl *decl)
 {
     for (int i = 0; i < m->nfuncs; i++)
         if (m->funcs[i]->decl == decl && m->funcs[i]->role == NB_IR_PRIMAL) return m->funcs[i];
     return NULL;
+}
+
+/* The first primal function of decl. Functions are only appended, and a function's decl and
+ * role are set as it is made, so an index extended with the new functions answers; a hit that
+ * no longer matches (changed since) falls back to the scan. */
+nb_ir_func *nb_ir_find_func(nb_ir_module *m, const nb_decl *decl)
+{
+    if (!decl) return find_func_scan(m, decl);
+    if (!m->func_index || m->nfunc_indexed > m->nfuncs) {
+        m->func_index = nb_arena_alloc(&m->arena, sizeof(nb_ptrmap), sizeof(void *));
+        if (!m->func_index) return find_func_scan(m, decl);
+        nb_ptrmap_init(m->func_index, &m->arena);
+        m->nfunc_indexed = 0;
+    }
+    for (; m->nfunc_indexed < m->nfuncs; m->nfunc_indexed++) {
+        nb_ir_func *f = m->funcs[m->nfunc_indexed];
+        if (f->decl && f->role == NB_IR_PRIMAL && !nb_ptrmap_get(m->func_index, f->decl) &&
+            !nb_ptrmap_put(m->func_index, f->decl, f)) {
+            m->func_index = NULL; /* out of memory: scan */
+            return find_func_scan(m, decl);
+        }
+    }
+    nb_ir_func *f = nb_ptrmap_get(m->func_index, decl);
+    if (f && f->decl == decl && f->role == NB_IR_PRIMAL) return f;
+    return f ? find_func_scan(m, decl) : NULL;
 }
 
 /* ---- blocks and instructions ------------------------------------------------------------- */

@@ -218,6 +218,8 @@ struct nb_ir_module {
     int nfuncs, cap_funcs;
     nb_ir_global **globals;
     int nglobals, cap_globals;
+    struct nb_ptrmap *func_index; /* decl -> first primal of funcs[0 .. nfunc_indexed) (ir.c) */
+    int nfunc_indexed;
 };
 
 /* ---- module / function ------------------------------------------------------------------- */

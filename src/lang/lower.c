@@ -16,12 +16,13 @@
 #include "lang/ir.h"
 #include "lang/lexer.h"
 #include "lang/program.h"
+#include "lang/strmap.h"
 
 #define MAX_PATH 16
 
+/* decl -> value maps: the latest put wins; hashed (a function with 50,000 locals stays linear) */
 typedef struct map_ent {
-    const void *key;
-    void *val;
+    nb_ptrmap map;
 } map_ent;
 
 typedef struct lower_ctx {
@@ -35,6 +36,8 @@ typedef struct lower_ctx {
     int nvars, cap_vars;
     map_ent *globals; /* decl -> nb_ir_global */
     int nglobals, cap_globals;
+    nb_strmap cnames; /* cnames of m->funcs[0 .. ncnames) (declare_func) */
+    int ncnames;
     int error;
 } lower_ctx;
 
@@ -63,23 +66,21 @@ static void lerr(lower_ctx *c, nb_loc loc, const char *msg, const char *arg)
 
 static void *map_get(map_ent *m, int n, const void *key)
 {
-    for (int i = n - 1; i >= 0; i--)
-        if (m[i].key == key) return m[i].val;
-    return NULL;
+    return m && n ? nb_ptrmap_get(&m->map, key) : NULL;
 }
 
+/* (n counts puts: 0 means empty, and setting it to 0 empties the map) */
 static int map_put(nb_arena *a, map_ent **m, int *n, int *cap, const void *key, void *val)
 {
-    if (*n == *cap) {
-        int nc = *cap ? *cap * 2 : 32;
-        map_ent *nm = nb_arena_alloc(a, sizeof *nm * (size_t)nc, sizeof(void *));
-        if (!nm) return 0;
-        if (*n) memcpy(nm, *m, sizeof *nm * (size_t)*n);
-        *m = nm;
-        *cap = nc;
+    if (!*m) {
+        *m = nb_arena_alloc(a, sizeof **m, sizeof(void *));
+        if (!*m) return 0;
+        *cap = 1;
+        *n = 0;
     }
-    (*m)[*n].key = key;
-    (*m)[(*n)++].val = val;
+    if (*n == 0) nb_ptrmap_init(&(*m)->map, a); /* a fresh table (the old one stays in the arena) */
+    if (!nb_ptrmap_put(&(*m)->map, key, val)) return 0;
+    (*n)++;
     return 1;
 }
 
@@ -1027,10 +1028,14 @@ static nb_ir_func *declare_func(lower_ctx *c, nb_decl *fd, nb_decl *parent)
     /* unique emitted name: add, add_1, add_2, … */
     char cname[300];
     snprintf(cname, sizeof cname, "%s", name);
+    if (c->ncnames > c->m->nfuncs) { /* (functions were dropped: start over) */
+        nb_strmap_init(&c->cnames, &c->m->arena);
+        c->ncnames = 0;
+    }
+    for (; c->ncnames < c->m->nfuncs; c->ncnames++)
+        if (!nb_strmap_get(&c->cnames, c->m->funcs[c->ncnames]->cname, NULL)) return NULL;
     for (int k = 1;; k++) {
-        int clash = 0;
-        for (int i = 0; i < c->m->nfuncs && !clash; i++) clash = strcmp(c->m->funcs[i]->cname, cname) == 0;
-        if (!clash) break;
+        if (!nb_strmap_find(&c->cnames, cname)) break;
         snprintf(cname, sizeof cname, "%s_%d", name, k);
     }
     nb_ir_func *f = nb_ir_func_new(c->m, name, ret_type(c, fd));
@@ -1115,6 +1120,7 @@ nb_status nb_ir_lower_program(nb_program *p, nb_ir_module *m)
     c.m = m;
     c.tt = m->types;
     c.src = &p->src;
+    nb_strmap_init(&c.cnames, &m->arena);
     /* pass 1: declare functions and globals of every module (imports first) */
     for (int mi = 0; mi < p->nmodules; mi++) {
         nb_module_ast *mod = p->modules[mi];
