@@ -23,6 +23,7 @@
  *                  built from the recorded arguments (inout arguments are snapshotted before
  *                  the call).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -456,6 +457,10 @@ static int fwd_pre(nb_ad_cloner *c, nb_ir_inst *in)
         L->max = in->max_iters;
         if (L->max <= 0) {
             berr(B, in->loc, "reverse mode needs a bound on this loop: add [MaxIters(n)] (or use a constant trip count)",
+                 NULL);
+            L->max = 1;
+        } else if (L->max > INT32_MAX) { /* its tape is an array indexed by int */
+            berr(B, in->loc, "reverse mode: this loop's bound is too large to record its iterations (at most 2147483647)",
                  NULL);
             L->max = 1;
         }

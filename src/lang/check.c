@@ -961,7 +961,21 @@ static int stmt_writes(const nb_stmt *s, const nb_decl *d) {
     }
 }
 
-static int64_t for_trip_count(nb_stmt *s) {
+/* Values of an integer loop variable's type (int64 constants: uint64 above INT64_MAX are unknown). */
+static void int_kind_range(nb_scalar_kind k, int64_t *lo, int64_t *hi) {
+    switch (k) {
+    case NB_SC_INT: *lo = INT32_MIN; *hi = INT32_MAX; break;
+    case NB_SC_UINT: *lo = 0; *hi = UINT32_MAX; break;
+    case NB_SC_UINT64: *lo = 0; *hi = INT64_MAX; break;
+    default: *lo = INT64_MIN; *hi = INT64_MAX; break;
+    }
+}
+
+/* Trip count of `for (T i = A; i OP B; i += S)` with constants A, B, S and a body that does not
+ * write i; -1 when unknown. Computed without overflow (unsigned distances): a loop whose last
+ * step leaves T's range (it would wrap, or overflow a signed type) has no known count and gets
+ * a warning. */
+static int64_t for_trip_count(nb_checker *c, nb_stmt *s) {
     nb_stmt *init = s->u.for_s.init;
     nb_expr *cond = s->u.for_s.cond, *step = s->u.for_s.step;
     if (!init || !cond || !step || init->kind != NB_ST_VAR || init->u.var.count != 1) return -1;
@@ -972,28 +986,63 @@ static int64_t for_trip_count(nb_stmt *s) {
         return -1;
     if (cond->kind != NB_EX_BINARY || !is_name_of(cond->u.binary.lhs, d) || !ck_const_int(cond->u.binary.rhs, &b))
         return -1;
+    int neg = 0; /* the step is subtracted */
     if (step->kind == NB_EX_UNARY && is_name_of(step->u.unary.operand, d)) {
         if (step->u.unary.op == NB_TOK_INC) st = 1;
-        else if (step->u.unary.op == NB_TOK_DEC) st = -1;
+        else if (step->u.unary.op == NB_TOK_DEC) st = 1, neg = 1;
         else return -1;
     } else if (step->kind == NB_EX_ASSIGN && is_name_of(step->u.assign.lhs, d) &&
                (step->u.assign.op == NB_TOK_PLUS_ASSIGN || step->u.assign.op == NB_TOK_MINUS_ASSIGN) &&
                ck_const_int(step->u.assign.rhs, &st)) {
-        if (step->u.assign.op == NB_TOK_MINUS_ASSIGN) st = -st;
+        neg = step->u.assign.op == NB_TOK_MINUS_ASSIGN;
     } else {
         return -1;
     }
     if (st == 0 || stmt_writes(s->u.for_s.body, d)) return -1;
+    int64_t lo, hi;
+    int_kind_range(d->u.var.type->scalar, &lo, &hi);
+    if (a < lo || a > hi || b < lo || b > hi) return -1;
+    int up = (st > 0) != neg;                                  /* i grows */
+    uint64_t ust = st > 0 ? (uint64_t)st : 0 - (uint64_t)st;   /* |step| (2^63 for INT64_MIN) */
+    if (ust > (uint64_t)hi - (uint64_t)lo) return -1;         /* the step alone leaves the type */
+    uint64_t dist = up ? (uint64_t)b - (uint64_t)a : (uint64_t)a - (uint64_t)b; /* when a, b are in order */
+    uint64_t n;
     switch (cond->u.binary.op) {
-    case NB_TOK_LT: if (st < 0) return a < b ? -1 : 0; return a < b ? (b - a + st - 1) / st : 0;
-    case NB_TOK_LE: if (st < 0) return a <= b ? -1 : 0; return a <= b ? (b - a) / st + 1 : 0;
-    case NB_TOK_GT: if (st > 0) return a > b ? -1 : 0; return a > b ? (a - b + (-st) - 1) / (-st) : 0;
-    case NB_TOK_GE: if (st > 0) return a >= b ? -1 : 0; return a >= b ? (a - b) / (-st) + 1 : 0;
+    case NB_TOK_LT:
+        if (!up) return a < b ? -1 : 0;
+        if (a >= b) return 0;
+        n = dist / ust + (dist % ust != 0);
+        break;
+    case NB_TOK_LE:
+        if (!up) return a <= b ? -1 : 0;
+        if (a > b) return 0;
+        n = dist / ust + 1;
+        break;
+    case NB_TOK_GT:
+        if (up) return a > b ? -1 : 0;
+        if (a <= b) return 0;
+        n = dist / ust + (dist % ust != 0);
+        break;
+    case NB_TOK_GE:
+        if (up) return a >= b ? -1 : 0;
+        if (a < b) return 0;
+        n = dist / ust + 1;
+        break;
     case NB_TOK_NE:
-        if ((b - a) % st != 0 || (b - a) / st < 0) return -1;
-        return (b - a) / st;
+        if (a == b) return 0;
+        if (up != (b > a) || dist % ust != 0) return -1;
+        return dist / ust > (uint64_t)INT64_MAX ? -1 : (int64_t)(dist / ust); /* ends exactly at b */
     default: return -1;
     }
+    /* the step after the last iteration, from a + (n-1)*step, must stay in the type */
+    uint64_t last = up ? (uint64_t)a + (n - 1) * ust : (uint64_t)a - (n - 1) * ust;
+    uint64_t room = up ? (uint64_t)hi - last : last - (uint64_t)lo;
+    if (room < ust) {
+        ck_warn(c, step->loc, "loop variable '%s' leaves the range of '%s' on its last step (the loop's trip count is unknown)",
+                d->name ? d->name : "?", d->u.var.type->name);
+        return -1;
+    }
+    return n > (uint64_t)INT64_MAX ? -1 : (int64_t)n;
 }
 
 static void check_loop_attrs(nb_checker *c, nb_stmt *s) {
@@ -1117,7 +1166,7 @@ static void check_stmt(nb_checker *c, nb_stmt *s) {
         check_loop_attrs(c, s);
         check_body(c, s->u.for_s.body, 0);
         pop_scope(c);
-        if (s->max_iters < 0) s->max_iters = for_trip_count(s);
+        if (s->max_iters < 0) s->max_iters = for_trip_count(c, s);
         break;
     }
     case NB_ST_WHILE:
