@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/core/file.h" /* nb_file_check_writable (internal, linked statically) */
+#include "nabla/file.h"
 #include "cli.h"
 #include "json.h"
 #include "nabla/nabla.h"

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/core/file.h" /* nb_file_check_writable (internal, linked statically) */
+#include "nabla/file.h"
 #include "cli.h"
 #include "nabla/image.h"
 #include "nabla/nabla.h"

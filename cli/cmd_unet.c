@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "../src/core/file.h" /* nb_file_check_writable / nb_file_atomic_* (internal, linked statically) */
+#include "nabla/file.h"
 #include "nabla/image.h"
 #include "nabla/nabla.h"
 #include "nabla/nn_dataset.h"

@@ -7,6 +7,7 @@
 #include "nabla/cache.h"
 #include "nabla/device.h"
 #include "nabla/dtype.h"
+#include "nabla/file.h"
 #include "nabla/log.h"
 #include "nabla/module.h"
 #include "nabla/npy.h"

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
+#include "nabla/file.h"
 #include "core/layout.h"
 #include "core/util.h"
 #include "nabla/alloc.h"

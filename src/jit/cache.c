@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/file.h"
+#include "nabla/file.h"
 #include "core/hash.h"
 #include "core/util.h"
 #include "jit/jit.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "nabla/file.h"
 #include "lang/source.h"
 #include "nabla/alloc.h"
 

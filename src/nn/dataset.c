@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
+#include "nabla/file.h"
 #include "nabla/image.h"
 #include "nabla/nn_dataset.h"
 #include "nabla/tensor.h"

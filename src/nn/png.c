@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "nabla/file.h"
 #include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/image.h"

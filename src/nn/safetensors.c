@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "nabla/file.h"
 #include "core/hash.h"
 #include "nabla/alloc.h"
 #include "nabla/safetensors.h"
