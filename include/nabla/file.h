@@ -1,6 +1,6 @@
 /* Files nabla reads and writes (public, so that the CLI and bindings write their outputs the same
- * way). Every reader opens through nb_file_open_read (a FIFO, a device or a directory is refused without blocking), every writer through nb_file_atomic_*
- * (a temporary file in the same directory, fsync, rename, fsync of the directory), so a process
+ * way). Every reader opens through nb_file_open_read (a FIFO, a device or a directory is refused
+ * without blocking), every writer through nb_file_atomic_* (a temporary file in the same directory, fsync, rename, fsync of the directory), so a process
  * killed at any point leaves either the previous file or the new one, never half of either. */
 #ifndef NABLA_FILE_H
 #define NABLA_FILE_H
