@@ -958,9 +958,7 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
         nb_ir_func *g = nb_ir_find_func(m, primal->decl->u.func.bwd_derivative);
         if (g) return with_result ? NULL : g;
     }
-    for (int i = 0; i < m->nfuncs; i++)
-        if (m->funcs[i]->role == NB_IR_BWD_DERIV && m->funcs[i]->primal == primal && m->funcs[i]->returns_primal == with_result)
-            return m->funcs[i];
+    if (primal->derivs[1 + !!with_result]) return primal->derivs[1 + !!with_result];
     if (primal->role != NB_IR_PRIMAL) { /* (the checker refuses bwd_diff of a derivative) */
         nb_ad_error(src, loc, "reverse mode of a derivative ('%s') is not supported yet", primal->name);
         return NULL;
@@ -977,6 +975,7 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
     d->role = NB_IR_BWD_DERIV;
     d->returns_primal = with_result;
     d->primal = primal;
+    primal->derivs[1 + !!with_result] = d;
     d->decl = primal->decl; /* (diagnostics in it belong to the primal; nb_ir_find_func skips it by role) */
     d->aux = (void *)1;
     for (int i = 0; i < primal->nparams; i++) {

@@ -50,8 +50,7 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
         nb_ir_func *g = nb_ir_find_func(m, primal->decl->u.func.fwd_derivative);
         if (g) return g;
     }
-    for (int i = 0; i < m->nfuncs; i++)
-        if (m->funcs[i]->role == NB_IR_FWD_DERIV && m->funcs[i]->primal == primal) return m->funcs[i];
+    if (primal->derivs[0]) return primal->derivs[0];
     if (!is_differentiable(primal)) {
         nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);
         return NULL;
@@ -65,6 +64,7 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
     if (!d) return NULL;
     d->role = NB_IR_FWD_DERIV;
     d->primal = primal;
+    primal->derivs[0] = d;
     d->decl = primal->decl; /* (diagnostics in it belong to the primal; nb_ir_find_func skips it by role) */
     d->aux = (void *)1;
     for (int i = 0; i < primal->nparams; i++) {

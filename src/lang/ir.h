@@ -197,6 +197,8 @@ struct nb_ir_func {
     nb_ir_func_role role;
     nb_ir_func *primal;       /* for derivative functions */
     int returns_primal;       /* BWD_DERIV: also returns the primal result (fused fwd + bwd call) */
+    nb_ir_func *derivs[3];    /* this primal's FWD_DERIV, BWD_DERIV, BWD_DERIV returning the primal:
+                                 the only ones, set where they are made (ad_fwd.c, ad_bwd.c) */
     nb_ir_module *module;
     int index;                /* position in module->funcs */
     void *aux;                /* scratch */
