@@ -1,5 +1,6 @@
 /* `nabla check FILE… [-I DIR]`: parses and checks kernel-language files. Prints each file's
- * diagnostics (file:line:col: error: …, source line, caret) to stderr, or "FILE: ok" to stdout.
+ * diagnostics (file:line:col: error: …, source line, caret) to stderr, or its warnings (stderr)
+ * and "FILE: ok" (stdout).
  * Exit 0 when every file is clean, 1 when any has errors, 2 for usage errors. */
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +51,12 @@ int nb_cmd_check(int argc, char **argv) {
         nb_module *m = NULL;
         nb_status s = nb_module_load(NULL, argv[i], &opts, &m);
         if (s == NB_OK) {
+            char *warn = nb_module_warnings(m);
+            if (warn) {
+                size_t wn = strlen(warn);
+                fprintf(stderr, "%s%s", warn, wn && warn[wn - 1] == '\n' ? "" : "\n");
+                nb_module_free_text(warn);
+            }
             printf("%s: ok\n", argv[i]);
             nb_module_free(m);
             continue;

@@ -122,6 +122,9 @@ typedef enum nb_diff_mode {
 nb_status nb_module_dump(nb_module *m, nb_dump_format format, const char *entry, nb_diff_mode mode,
                          char **text);
 void nb_module_free_text(char *text);
+/* The compiler's warnings for a module that loaded (file:line:col: warning: …, source line,
+ * caret), or NULL when there are none. Free with nb_module_free_text. */
+char *nb_module_warnings(const nb_module *m);
 
 /* ---- functions and reflection ---------------------------------------------------------------- */
 

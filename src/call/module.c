@@ -211,6 +211,8 @@ void nb_module_free_text(char *text) {
     if (text) nb_free(text, strlen(text) + 1);
 }
 
+char *nb_module_warnings(const nb_module *m) { return m ? nb_program_warnings(m->prog) : NULL; }
+
 /* ---- functions ------------------------------------------------------------------------------- */
 
 nb_status nb_func_refresh(nb_func *f) {

@@ -29,6 +29,9 @@ nb_status nb_program_compile_file(const char *path, const nb_compile_opts *opts,
 nb_status nb_program_compile_source(const char *name, const char *source, const nb_compile_opts *opts,
                                     nb_program **out);
 void nb_program_free(nb_program *p);
+/* The warnings (and notes) of a program that compiled, rendered like errors; NULL when there are
+ * none or out of memory. Free with nb_free(text, strlen(text) + 1). */
+char *nb_program_warnings(const nb_program *p);
 
 /* Link-time constants (`extern static const int N = 4;`): set before emitting. The value is
  * converted to the constant's type; unknown names and non-numeric types are NB_ERR_NOT_FOUND /

@@ -805,3 +805,15 @@ nb_status nb_program_functions(nb_program *p, const char *name, const nb_fn_info
     *count = n;
     return NB_OK;
 }
+
+char *nb_program_warnings(const nb_program *p) {
+    if (!p || p->src.ndiags == 0) return NULL;
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    nb_diag_render(&p->src, &sb);
+    if (!nb_strbuf_ok(&sb) || sb.len == 0) {
+        nb_strbuf_free(&sb);
+        return NULL;
+    }
+    return nb_strbuf_take(&sb, NULL);
+}
