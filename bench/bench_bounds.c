@@ -1,9 +1,9 @@
 /* The cost of bounds-checked indexing (lang/callsig.h): kernels whose work is tensor and
  * local-array indexing, each next to a plain elementwise call over the same elements (its memory
  * floor). Every tensor access costs a compare and a branch per dimension; every local-array index
- * that is not a constant one more. Run it on the commit before the checks and on this one (the
- * file builds on both) and compare the ms columns: an unchecked mode is wanted only if a kernel
- * loses more than 2%.
+ * that is not a constant one more, and a checked CUDA launch reads its error word back (a
+ * synchronisation). Each kernel runs from a checked module and from an unchecked one
+ * (nb_module_options.unchecked) in the same process; "cost" is checked over unchecked.
  *
  *   1. stencil: a 3x3 box filter over an N x N f32 Tensor<float,2> (9 checked 2-D loads per
  *      element, indices from dispatch-style arithmetic), one result per pixel
@@ -120,14 +120,22 @@ int main(int argc, char **argv) {
     printf("bench_bounds on %s (%s): N = %lld (%lld elements), best of 3 x %d calls\n\n", nb_device_name(dev),
            nb_device_get_info(dev)->name, (long long)n, (long long)nn, iters);
 
-    nb_module *m = NULL;
+    /* the same source twice: bounds-checked (the default) and nb_module_options.unchecked */
+    nb_module *m = NULL, *mu = NULL;
+    nb_module_options uo = {0};
+    uo.unchecked = 1;
     CHECK(nb_module_load_source(dev, "bench_bounds.nb", SRC, NULL, &m));
-    nb_func *fcopy, *fst, *fga, *fsc, *flut;
+    CHECK(nb_module_load_source(dev, "bench_bounds.nb", SRC, &uo, &mu));
+    nb_func *fcopy, *fst, *fga, *fsc, *flut, *ust, *uga, *usc, *ulut;
     CHECK(nb_module_func(m, "copy", &fcopy));
     CHECK(nb_module_func(m, "stencil", &fst));
     CHECK(nb_module_func(m, "gather", &fga));
     CHECK(nb_module_func(m, "scatter", &fsc));
     CHECK(nb_module_func(m, "lut", &flut));
+    CHECK(nb_module_func(mu, "stencil", &ust));
+    CHECK(nb_module_func(mu, "gather", &uga));
+    CHECK(nb_module_func(mu, "scatter", &usc));
+    CHECK(nb_module_func(mu, "lut", &ulut));
 
     float *img = malloc(sizeof(float) * (size_t)nn);
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)nn), *ys = malloc(sizeof(int32_t) * (size_t)n),
@@ -150,15 +158,19 @@ int main(int argc, char **argv) {
 
     double fl = time_ms(K_COPY, fcopy, tflat, NULL, NULL, nn, dev, iters);
     printf("%-10s %9.3f ms  %7.1f GB/s   (floor: 8 bytes per element)\n", "copy", fl, 8.0 * (double)nn / (fl * 1e6));
-    struct { const char *name; kind k; nb_func *f; nb_tensor *a, *b, *c; const char *what; } rows[] = {
-        {"stencil", K_STENCIL, fst, timg, ty, tx, "9 checked 2-D tensor loads per element"},
-        {"gather", K_GATHER, fga, tflat, tidx, NULL, "1 checked tensor load, index from data"},
-        {"scatter", K_SCATTER, fsc, tdst, NULL, NULL, "1 checked tensor store per grid thread"},
-        {"lut", K_LUT, flut, NULL, tidx, NULL, "16 checked local-array reads per element"},
+    struct { const char *name; kind k; nb_func *f, *fu; nb_tensor *a, *b, *c; const char *what; } rows[] = {
+        {"stencil", K_STENCIL, fst, ust, timg, ty, tx, "9 checked 2-D tensor loads per element"},
+        {"gather", K_GATHER, fga, uga, tflat, tidx, NULL, "1 checked tensor load, index from data"},
+        {"scatter", K_SCATTER, fsc, usc, tdst, NULL, NULL, "1 checked tensor store per grid thread"},
+        {"lut", K_LUT, flut, ulut, NULL, tidx, NULL, "16 checked local-array reads per element"},
     };
+    printf("%-10s %12s %12s %9s %9s\n", "kernel", "checked", "unchecked", "cost", "vs copy");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        double ms = time_ms(rows[i].k, rows[i].f, rows[i].a, rows[i].b, rows[i].c, rows[i].k == K_STENCIL ? n : nn, dev, iters);
-        printf("%-10s %9.3f ms  %7.2fx copy   (%s)\n", rows[i].name, ms, ms / fl, rows[i].what);
+        int64_t kn = rows[i].k == K_STENCIL ? n : nn;
+        double ms = time_ms(rows[i].k, rows[i].f, rows[i].a, rows[i].b, rows[i].c, kn, dev, iters);
+        double mu_ms = time_ms(rows[i].k, rows[i].fu, rows[i].a, rows[i].b, rows[i].c, kn, dev, iters);
+        printf("%-10s %9.3f ms %9.3f ms %+8.1f%% %8.2fx   (%s)\n", rows[i].name, ms, mu_ms,
+               100.0 * (ms / mu_ms - 1.0), ms / fl, rows[i].what);
     }
     nb_tensor_free(timg);
     nb_tensor_free(tflat);
@@ -171,6 +183,7 @@ int main(int argc, char **argv) {
     free(ys);
     free(xs);
     nb_module_free(m);
+    nb_module_free(mu);
     nb_device_close(dev);
     return 0;
 }

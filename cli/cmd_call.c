@@ -58,6 +58,8 @@ static void call_help(FILE *to) {
            "  -o FILE.npy       write the result to FILE.npy instead of printing its values\n"
            "  -I DIR            search DIR for imported modules (repeatable)\n"
            "  --const NAME=V    set a link-time constant (extern static const)\n"
+           "  --unchecked       no bounds checks on tensor / local-array indices (benchmarks\n"
+           "                    only: an index out of range is then undefined behaviour)\n"
            "  --bwd [--dout J]  reverse mode: print {\"result\": ..., \"grad\": {param: ...}}\n"
            "                    (the result gradient J defaults to 1 everywhere)\n"
            "  --fwd [--tangent NAME=J]...  forward mode: print {\"result\": ..., \"tangent\": ...}\n"
@@ -713,7 +715,7 @@ static void print_outputs(ctx *x) {
 
 int nb_cmd_call(int argc, char **argv) {
     const char *includes[CALL_MAX], *consts[CALL_MAX], *maps[CALL_MAX], *args[CALL_MAX];
-    int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0;
+    int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0, unchecked = 0;
     const char *file = NULL, *func = NULL, *device = "auto", *out_npy = NULL;
     int64_t grid[3] = {1, 1, 1};
     if (argc == 0) { /* `nabla call` alone: its own usage (not the list of commands), exit 2 */
@@ -731,6 +733,10 @@ int nb_cmd_call(int argc, char **argv) {
             }
             if (!strcmp(a, "--")) {
                 only_pos = 1;
+                continue;
+            }
+            if (!strcmp(a, "--unchecked")) {
+                unchecked = 1;
                 continue;
             }
             int takes = !strcmp(a, "--device") || !strcmp(a, "--map") || !strcmp(a, "-o") ||
@@ -775,6 +781,7 @@ int nb_cmd_call(int argc, char **argv) {
     nb_module_options opts = {0};
     opts.include_dirs = includes;
     opts.ninclude_dirs = ninc;
+    opts.unchecked = unchecked;
     if (nb_device_open(device, &x->dev) != NB_OK ||
         nb_module_load(x->dev, file, &opts, &x->m) != NB_OK) {
         fprintf(stderr, "%s\n", nb_last_error());

@@ -283,10 +283,12 @@ int nb_cmd_call_ad(int argc, char **argv)
     const char *douts[AD_MAX]; /* --dout NAME=JSON: gradients of out parameters */
     int ndout = 0;
     const char *pos[AD_MAX], *named[AD_MAX], *tangents[AD_MAX], *incs[AD_MAX];
-    int npos = 0, nnamed = 0, ntan = 0, ninc = 0, bwd = -1;
+    int npos = 0, nnamed = 0, ntan = 0, ninc = 0, bwd = -1, unchecked = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--bwd") || !strcmp(a, "--fwd")) {
+        if (!strcmp(a, "--unchecked")) {
+            unchecked = 1;
+        } else if (!strcmp(a, "--bwd") || !strcmp(a, "--fwd")) {
             if (bwd >= 0) return nb_cli_bad_usage("call: give one of --fwd and --bwd%s", "");
             bwd = !strcmp(a, "--bwd");
         } else if (!strcmp(a, "--device") || !strcmp(a, "--dout") || !strcmp(a, "--tangent") || !strcmp(a, "-I")) {
@@ -338,6 +340,7 @@ int nb_cmd_call_ad(int argc, char **argv)
     memset(&mo, 0, sizeof mo);
     mo.include_dirs = incs;
     mo.ninclude_dirs = ninc;
+    mo.unchecked = unchecked;
     if (nb_module_load(dev, file, &mo, &m) != NB_OK || nb_module_func(m, func, &f) != NB_OK) {
         fprintf(stderr, "nabla: %s\n", nb_last_error());
         goto done;

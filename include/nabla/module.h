@@ -87,6 +87,9 @@ typedef struct nb_module_options {
     int ninclude_dirs;
     int max_errors;                  /* diagnostics to collect before stopping; 0 = 50 */
     int no_disk_cache;               /* compile privately; do not read or write the disk cache */
+    int unchecked;                   /* no bounds checks on tensor and local-array indices: for
+                                        benchmarks only (an index out of range is then undefined
+                                        behaviour); docs/LANGUAGE.md "Bounds checks" */
 } nb_module_options;
 
 /* Parses and checks `path` and its imports. dev is where calls run; it may be NULL for a module

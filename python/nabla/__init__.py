@@ -102,15 +102,19 @@ class Module:
         return f"<nabla.Module {self.name!r} on {self.device.name}>"
 
 
-def load_module(path, device=None, include_dirs=None):
+def load_module(path, device=None, include_dirs=None, unchecked=False):
     """Parses and checks a .nb file (CompileError carries the diagnostics); nothing is compiled
-    until a function is first called with a new signature."""
-    return Module(_nabla.load_module(str(path), device, include_dirs))
+    until a function is first called with a new signature. unchecked=True drops the bounds checks
+    of tensor and local-array indices (for benchmarks: an index out of range is then undefined
+    behaviour)."""
+    return Module(_nabla.load_module(str(path), device, include_dirs, unchecked=bool(unchecked)))
 
 
-def load_module_from_source(source, name="inline.nb", device=None, include_dirs=None):
+def load_module_from_source(source, name="inline.nb", device=None, include_dirs=None,
+                            unchecked=False):
     """The same from a string; `name` is the file name used in diagnostics."""
-    return Module(_nabla.load_module_source(source, name, device, include_dirs))
+    return Module(_nabla.load_module_source(source, name, device, include_dirs,
+                                            unchecked=bool(unchecked)))
 
 
 # ---- Tensor ----------------------------------------------------------------------------------

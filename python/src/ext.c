@@ -232,19 +232,21 @@ static int fill_opts(PyObject *incs, nb_module_options *o, const char **dirs, in
 }
 
 static PyObject *load_common(PyObject *args, PyObject *kw, int from_source) {
-    static char *kwl_file[] = {"path", "device", "include_dirs", NULL};
-    static char *kwl_src[] = {"source", "name", "device", "include_dirs", NULL};
+    static char *kwl_file[] = {"path", "device", "include_dirs", "unchecked", NULL};
+    static char *kwl_src[] = {"source", "name", "device", "include_dirs", "unchecked", NULL};
     const char *a = NULL, *name = "inline.nb";
     PyObject *devo = Py_None, *incs = Py_None;
+    int unchecked = 0;
     int ok = from_source
-                 ? PyArg_ParseTupleAndKeywords(args, kw, "s|sOO", kwl_src, &a, &name, &devo, &incs)
-                 : PyArg_ParseTupleAndKeywords(args, kw, "s|OO", kwl_file, &a, &devo, &incs);
+                 ? PyArg_ParseTupleAndKeywords(args, kw, "s|sOO$p", kwl_src, &a, &name, &devo, &incs, &unchecked)
+                 : PyArg_ParseTupleAndKeywords(args, kw, "s|OO$p", kwl_file, &a, &devo, &incs, &unchecked);
     if (!ok) return NULL;
     nb_device *dev = nbp_device_ptr(devo);
     if (!dev) return NULL;
     const char *dirs[64];
     nb_module_options opts;
     if (fill_opts(incs, &opts, dirs, 64) < 0) return NULL;
+    opts.unchecked = unchecked;
     nb_module *m = NULL;
     nb_status st;
     Py_BEGIN_ALLOW_THREADS

@@ -160,3 +160,26 @@ def test_dump_rejects_unknown_format_and_mode():
         m.twice(1, _result="list")
     with pytest.raises(nabla.NablaError):
         nabla.device("gpu")
+
+
+BOUNDS_SRC = """
+float gather(Tensor<float, 1> t, int i) { return t[i]; }
+float lut(int k) { float a[4] = {1, 2, 3, 4}; return a[k]; }
+"""
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_bounds_checked_by_default_and_unchecked_on_request(dev):
+    t = np.array([10, 20, 30, 40], np.float32)
+    m = nabla.load_module_from_source(BOUNDS_SRC, "bounds.nb", device=dev)
+    np.testing.assert_array_equal(m.gather(t, np.array([3, 0], np.int32)), [40, 10])
+    with pytest.raises(nabla.ShapeError, match=r"out-of-bounds index \[4\] into tensor 't' of shape \[4\]"):
+        m.gather(t, 4)
+    with pytest.raises(nabla.ShapeError, match=r"out-of-bounds index 7 into array 'a' of length 4"):
+        m.lut(np.array([0, 7], np.int32))
+    assert "nb_oob_report" in m.dump("c", entry="gather")
+    u = nabla.load_module_from_source(BOUNDS_SRC, "bounds.nb", device=dev, unchecked=True)
+    np.testing.assert_array_equal(u.gather(t, np.array([3, 0], np.int32)), [40, 10])
+    np.testing.assert_array_equal(u.lut(np.array([0, 3], np.int32)), [1, 4])
+    assert "nb_oob_report" not in u.dump("c", entry="gather")
+    assert "nb_oob_report" not in u.dump("cuda", entry="lut")

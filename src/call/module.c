@@ -98,6 +98,7 @@ static void fill_copts(const nb_module_options *opts, nb_compile_opts *co) {
     co->search_paths = opts->include_dirs;
     co->nsearch = opts->ninclude_dirs;
     co->max_errors = opts->max_errors;
+    co->unchecked = opts->unchecked;
 }
 
 nb_status nb_module_load(nb_device *dev, const char *path, const nb_module_options *opts,

@@ -545,6 +545,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_emitter E;
     nb_emit_init(&E, m, sig->target);
     nb_emitter *e = &E;
+    e->unchecked = p->unchecked;
     nb_status st = NB_OK;
     int cuda = sig->target == NB_TARGET_CUDA;
     int warp = cuda && reaches_warp_intrinsic(f); /* whole warps iterate (see warp_scan) */
@@ -959,6 +960,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         st = nb_error(NB_ERR_UNSUPPORTED, "%s: %s", sig->func, e->err);
     } else {
         layout->noob_sites = e->noob_sites;
+        layout->bounds_checked = e->oob_used;
         memcpy(layout->oob_sites, e->oob_sites, sizeof layout->oob_sites);
         nb_strbuf_clear(source);
         nb_emit_finish(e, source);
@@ -981,6 +983,7 @@ nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entr
     NB_TRY(get_ir(p, &m));
     nb_emitter E;
     nb_emit_init(&E, m, target);
+    E.unchecked = p->unchecked;
     if (entry && *entry) {
         nb_decl *decls[64];
         int nd = nb_program_find_functions(p, entry, decls, 64);

@@ -23,6 +23,7 @@ typedef struct nb_compile_opts {
     const char *const *search_paths; /* directories for `import` (the file's own dir is first) */
     int nsearch;
     int max_errors;                  /* 0 = default (50) */
+    int unchecked;                   /* emit no bounds checks (nb_module_options.unchecked) */
 } nb_compile_opts;
 
 nb_status nb_program_compile_file(const char *path, const nb_compile_opts *opts, nb_program **out);

@@ -1168,31 +1168,43 @@ static void need_atomics(nb_emitter *e)
 }
 
 /* The record of the first out-of-range access (callsig.h's nb_oob_rec) and nb_oob_report,
- * which fills it (first one wins). Kept out of line: the checks cost a compare and a branch. */
+ * which fills it (first one wins). Kept out of line and given its indices and extents as scalars:
+ * the checks cost a compare and a branch. (Passing addresses — of an index array or of a tensor
+ * parameter's shape — made CUDA copy the whole tensor struct to local memory before every
+ * access, a 20x slowdown of a 3x3 stencil on an H200.) */
+#define OOB_ARGS "long long i0, long long i1, long long i2, long long i3, long long i4, long long i5, " \
+                 "long long i6, long long i7, long long s0, long long s1, long long s2, long long s3, " \
+                 "long long s4, long long s5, long long s6, long long s7"
 static void need_oob(nb_emitter *e)
 {
+    e->oob_used = 1;
     if (!nb_emit_need_helper(e, "nb_oob_report")) return;
     APPEND(&e->types, "/* the first out-of-range index of a launch (bounds checks) */\n"
                       "typedef struct nb_oob_rec { unsigned int flag; int kind, site, rank; long long idx[8], shape[8]; } nb_oob_rec;\n");
     const char *claim;
     if (e->target == NB_TARGET_CUDA) {
         APPEND(&e->helpers, "static __device__ __noinline__ void nb_oob_report(nb_oob_rec *r, int kind, int site, int rank,\n"
-                            "                                                  const long long *idx, const long long *shape) {\n");
+                            "    " OOB_ARGS ") {\n");
         claim = "    if (!r || atomicCAS(&r->flag, 0u, 1u) != 0u) return;\n";
     } else {
         APPEND(&e->helpers, "static __attribute__((noinline, cold)) void nb_oob_report(nb_oob_rec *r, int kind, int site, int rank,\n"
-                            "                                                          const long long *idx, const long long *shape) {\n"
+                            "    " OOB_ARGS ") {\n"
                             "    unsigned nb_z = 0;\n");
         claim = "    if (!r || !__atomic_compare_exchange_n(&r->flag, &nb_z, 1u, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;\n";
     }
     APPEND(&e->helpers, "%s"
+                        "    const long long ix[8] = {i0, i1, i2, i3, i4, i5, i6, i7}, sh[8] = {s0, s1, s2, s3, s4, s5, s6, s7};\n"
                         "    r->kind = kind; r->site = site; r->rank = rank;\n"
-                        "    for (int k = 0; k < rank && k < 8; k++) { r->idx[k] = idx[k]; r->shape[k] = shape[k]; }\n"
+                        "    for (int k = 0; k < rank && k < 8; k++) { r->idx[k] = ix[k]; r->shape[k] = sh[k]; }\n"
                         "}\n", claim);
 }
 
 void nb_emit_checked_index(nb_emitter *e, const char *index, int length, const char *what, nb_strbuf *o)
 {
+    if (e->unchecked) {
+        APPEND(o, "(int)(%s)", index);
+        return;
+    }
     need_oob(e);
     if (nb_emit_need_helper(e, "nb_aidx")) {
         /* local arrays have no record of their own: the entry puts the launch's in nb_oob_cur */
@@ -1201,8 +1213,7 @@ void nb_emit_checked_index(nb_emitter *e, const char *index, int length, const c
         APPEND(&e->helpers,
                "%s int nb_aidx(long long i, int n, int site) {\n"
                "    if ((unsigned long long)i >= (unsigned long long)n) {\n"
-               "        long long nb_n = n;\n"
-               "        nb_oob_report(nb_oob_cur, %d, site, 1, &i, &nb_n);\n"
+               "        nb_oob_report(nb_oob_cur, %d, site, 1, i, 0, 0, 0, 0, 0, 0, 0, n, 0, 0, 0, 0, 0, 0, 0);\n"
                "        return 0;\n"
                "    }\n"
                "    return (int)i;\n"
@@ -1251,15 +1262,21 @@ const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, 
         snprintf(retbuf, sizeof retbuf, "return %s;", nb_strbuf_cstr(&z));
         ret0 = retbuf;
     }
-    if (t->rank > 0) { /* bounds check (callsig.h): out of range touches nothing and is recorded */
+    if (t->rank > 0 && !e->unchecked) { /* bounds check (callsig.h): out of range touches nothing and is recorded */
         need_oob(e);
         nb_strbuf_append(&b, "    if (");
         for (int d = 0; d < t->rank; d++)
             APPEND(&b, "%s(unsigned long long)(long long)i%d >= (unsigned long long)t.shape[%d]", d ? " || " : "", d, d);
-        nb_strbuf_append(&b, ") {\n        const long long nb_ix[] = {");
-        for (int d = 0; d < t->rank; d++) APPEND(&b, "%si%d", d ? ", " : "", d);
-        APPEND(&b, "};\n        nb_oob_report(t.oob, %d, t.site, %d, nb_ix, t.shape);\n        %s\n    }\n",
-               grad ? NB_OOB_TENSOR_GRAD : NB_OOB_TENSOR, t->rank, ret0);
+        APPEND(&b, ") {\n        nb_oob_report(t.oob, %d, t.site, %d", grad ? NB_OOB_TENSOR_GRAD : NB_OOB_TENSOR, t->rank);
+        for (int d = 0; d < 8; d++) {
+            if (d < t->rank) APPEND(&b, ", i%d", d);
+            else nb_strbuf_append(&b, ", 0");
+        }
+        for (int d = 0; d < 8; d++) {
+            if (d < t->rank) APPEND(&b, ", t.shape[%d]", d);
+            else nb_strbuf_append(&b, ", 0");
+        }
+        APPEND(&b, ");\n        %s\n    }\n", ret0);
     }
     if (grad) /* no gradient buffer: reads are 0, writes go nowhere */
         APPEND(&b, "    if (!t.grad) %s\n", ret0);

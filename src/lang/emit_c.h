@@ -50,6 +50,8 @@ typedef struct nb_emitter {
     /* bounds checks (callsig.h): local-array sites, described for the error message */
     int noob_sites;
     char oob_sites[NB_OOB_MAX_SITES][96];
+    int unchecked;            /* emit no bounds checks (nb_compile_opts.unchecked) */
+    int oob_used;             /* some bounds check was emitted (nb_oob_report is needed) */
     int oob_cur_used;         /* an index check reads nb_oob_cur: the entry must set it */
 } nb_emitter;
 

@@ -348,6 +348,7 @@ static nb_status compile(const char *path, const char *text, const nb_compile_op
     p->main_path = heap_strdup(path);
     p->main_text = text ? heap_strdup(text) : NULL;
     p->max_errors = opts ? opts->max_errors : 0;
+    p->unchecked = opts ? opts->unchecked : 0;
     int ns = opts && opts->search_paths ? opts->nsearch : 0;
     if (ns > 0) {
         p->search_paths = nb_alloc(sizeof(char *) * (size_t)ns, 16);
