@@ -429,8 +429,7 @@ void nb_jit_workdir_close(const char *path, int lock_fd) {
 nb_status nb_jit_publish(const char *from, const char *dir, const char *name) {
     char to[NB_JIT_PATH_MAX];
     nb_jit_path(to, sizeof to, "%s/%s", dir, name);
-    if (rename(from, to) == 0) return NB_OK;
-    return nb_error(NB_ERR_IO, "cannot move %s to %s: %s", from, to, strerror(errno));
+    return nb_rename(from, to);
 }
 
 /* ---- listing and clearing ---------------------------------------------------------------- */

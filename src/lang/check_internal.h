@@ -9,7 +9,7 @@
 #include "lang/check.h"
 #include "lang/intrinsics.h"
 #include "lang/program.h"
-#include "lang/strmap.h"
+#include "core/strmap.h"
 
 typedef struct ck_sym {
     const char *name;

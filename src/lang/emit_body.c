@@ -11,7 +11,7 @@
 
 #include "lang/emit_c.h"
 #include "lang/intrinsics.h"
-#include "lang/strmap.h"
+#include "core/strmap.h"
 
 #define APPEND(sb, ...) nb_strbuf_printf((sb), __VA_ARGS__)
 

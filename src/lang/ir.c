@@ -1,6 +1,6 @@
 /* IR data structures: builder, walker, printer and verifier (see ir.h). */
 #include "lang/ir.h"
-#include "lang/strmap.h"
+#include "core/strmap.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -16,7 +16,7 @@
 #include "lang/ir.h"
 #include "lang/lexer.h"
 #include "lang/program.h"
-#include "lang/strmap.h"
+#include "core/strmap.h"
 
 #define MAX_PATH 16
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "nabla/file.h"
-#include "core/hash.h"
+#include "core/strmap.h"
 #include "nabla/alloc.h"
 #include "nabla/safetensors.h"
 
@@ -23,44 +23,18 @@
 /* A checkpoint is read whole into memory; refuse files beyond any plausible size. */
 #define MAX_FILE ((size_t)1 << 40)
 
-/* Open-addressing set of strings (owned elsewhere) -> index. */
-typedef struct ntab {
-    const char **key;
-    int *idx;
-    size_t cap, n; /* cap: 0 or a power of two */
-} ntab;
-
-static size_t ntab_slot(const ntab *t, const char *k) {
-    size_t m = t->cap - 1, i = (size_t)nb_hash64(k, strlen(k), 0x5afe) & m;
-    while (t->key[i] && strcmp(t->key[i], k)) i = (i + 1) & m;
-    return i;
-}
-static int ntab_find(const ntab *t, const char *k) {
-    if (!t->cap) return -1;
-    size_t i = ntab_slot(t, k);
-    return t->key[i] ? t->idx[i] : -1;
+/* Name -> index tables (core/strmap.h; keys are the tensors' own names). -1: absent. */
+static int ntab_find(const nb_strmap *t, const char *k) {
+    const nb_strmap_slot *sl = nb_strmap_find(t, k);
+    return sl ? (int)(intptr_t)sl->val : -1;
 }
 /* k must not be in the table yet. Returns 0 when out of memory. */
-static int ntab_add(ntab *t, const char *k, int idx) {
-    if (2 * (t->n + 1) > t->cap) {
-        ntab g = {NULL, NULL, t->cap ? 2 * t->cap : 64, 0};
-        g.key = calloc(g.cap, sizeof *g.key);
-        g.idx = malloc(g.cap * sizeof *g.idx);
-        if (!g.key || !g.idx) return free(g.key), free(g.idx), 0;
-        for (size_t i = 0; i < t->cap; i++)
-            if (t->key[i]) {
-                size_t j = ntab_slot(&g, t->key[i]);
-                g.key[j] = t->key[i], g.idx[j] = t->idx[i];
-            }
-        g.n = t->n;
-        free(t->key), free(t->idx);
-        *t = g;
-    }
-    size_t i = ntab_slot(t, k);
-    t->key[i] = k, t->idx[i] = idx, t->n++;
+static int ntab_add(nb_strmap *t, const char *k, int idx) {
+    nb_strmap_slot *sl = nb_strmap_get(t, k, NULL);
+    if (!sl) return 0;
+    sl->val = (void *)(intptr_t)idx;
     return 1;
 }
-static void ntab_free(ntab *t) { free(t->key), free(t->idx); }
 
 /* Where tensor i's bytes are in the data section, and their element type. */
 typedef struct st_src {
@@ -75,7 +49,7 @@ struct nb_safetensors {
     st_src *src;
     int n_meta, meta_cap;
     char **keys, **vals;
-    ntab names, meta_names;
+    nb_strmap names, meta_names; /* name -> index into t / keys */
 };
 
 /* ---- writing ------------------------------------------------------------------------------- */
@@ -627,7 +601,7 @@ void nb_safetensors_free(nb_safetensors *f) {
     if (!f) return;
     for (int i = 0; i < f->n; i++) free((char *)f->t[i].name), free(f->bufs[i]);
     for (int i = 0; i < f->n_meta; i++) free(f->keys[i]), free(f->vals[i]);
-    ntab_free(&f->names), ntab_free(&f->meta_names);
+    nb_strmap_free(&f->names), nb_strmap_free(&f->meta_names);
     free(f->t), free(f->bufs), free(f->src), free(f->keys), free(f->vals), free(f);
 }
 

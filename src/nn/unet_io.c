@@ -57,19 +57,10 @@ static nb_status config_from_file(const nb_safetensors *f, const char *path, nb_
                             "'%s' has no UNet config: metadata key '%s' is missing (not a nabla "
                             "UNet checkpoint?)", path, keys[i]);
         nb_status s = nb_unet_config_set(&c, keys[i], v);
-        if (s) {
-            /* copy the cause first: nb_error rewrites the buffer nb_last_error() points into */
-            char cause[512];
-            snprintf(cause, sizeof cause, "%s", nb_last_error());
-            return nb_error(s, "'%s': bad UNet config in its metadata: %s", path, cause);
-        }
+        if (s) return nb_error(s, "'%s': bad UNet config in its metadata: %s", path, nb_last_error());
     }
     nb_status s = nb_unet_config_validate(&c);
-    if (s) {
-        char cause[512];
-        snprintf(cause, sizeof cause, "%s", nb_last_error());
-        return nb_error(s, "'%s': %s", path, cause);
-    }
+    if (s) return nb_error(s, "'%s': %s", path, nb_last_error()); /* (nb_error may quote it) */
     *out = c;
     return NB_OK;
 }

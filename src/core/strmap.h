@@ -1,10 +1,11 @@
-/* String-keyed hash map (open addressing, linear probing) for the compiler's name tables: the
- * checker's scopes and module indexes, the emitter's name uniquing, lowering's function names.
+/* String-keyed hash map (open addressing, linear probing): the compiler's name tables (the
+ * checker's scopes and module indexes, the emitter's name uniquing, lowering's function names)
+ * and the safetensors reader's tensor and metadata names.
  * Keys are not copied: the caller keeps them alive as long as the map. With an arena the table
  * lives in it (nb_strmap_free is then a no-op); without one it comes from nb_alloc. Entries are
  * never removed; store a "none" value instead. */
-#ifndef NB_LANG_STRMAP_H
-#define NB_LANG_STRMAP_H
+#ifndef NB_CORE_STRMAP_H
+#define NB_CORE_STRMAP_H
 
 #include <stddef.h>
 #include <stdint.h>

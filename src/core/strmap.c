@@ -1,5 +1,5 @@
 /* String-keyed hash map (see strmap.h). */
-#include "lang/strmap.h"
+#include "core/strmap.h"
 
 #include <string.h>
 
