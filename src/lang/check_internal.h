@@ -127,6 +127,10 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te);
 const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd); /* ensures fields are resolved */
 void ck_check_global_var(nb_checker *c, nb_decl *d);
 void ck_check_func_sig(nb_checker *c, nb_decl *fn);
+/* check_loop.c: a loop statement's attributes (sets s->max_iters from [MaxIters], else -1), and
+ * the trip count of a for loop with constant bounds (-1: unknown, with a warning if it overflows). */
+void ck_check_loop_attrs(nb_checker *c, nb_stmt *s);
+int64_t ck_for_trip_count(nb_checker *c, nb_stmt *s);
 void ck_add_edge(nb_checker *c, nb_decl *to, nb_loc loc);
 const char *ck_func_sig_str(nb_checker *c, nb_decl *fn);
 void *ck_alloc(nb_checker *c, size_t size);
