@@ -594,21 +594,28 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
 
 #define CK_MAX_DIFF_ORDER 4
 
+/* The derivative operator named `name` (NB_INTR_FWD_DIFF / NB_INTR_BWD_DIFF), else -1; Slang's
+ * spellings `__fwd_diff` / `__bwd_diff` are the same operators. */
+static int diff_name(const char *name) {
+    if (name[0] == '_' && name[1] == '_') name += 2;
+    if (strcmp(name, "fwd_diff") == 0) return NB_INTR_FWD_DIFF;
+    if (strcmp(name, "bwd_diff") == 0) return NB_INTR_BWD_DIFF;
+    return -1;
+}
+
 /* The derivative operator of e when e is `fwd_diff(X)` / `bwd_diff(X)` (NB_INTR_…), else -1. */
 static int diff_op(nb_checker *c, const nb_expr *e) {
     if (!e || e->kind != NB_EX_CALL || !e->u.call.callee || e->u.call.callee->kind != NB_EX_NAME ||
         !e->u.call.callee->u.name.name || ck_lookup_local(c, e->u.call.callee->u.name.name))
         return -1;
-    if (strcmp(e->u.call.callee->u.name.name, "fwd_diff") == 0) return NB_INTR_FWD_DIFF;
-    if (strcmp(e->u.call.callee->u.name.name, "bwd_diff") == 0) return NB_INTR_BWD_DIFF;
-    return -1;
+    return diff_name(e->u.call.callee->u.name.name);
 }
 
 /* fwd_diff(f)(…), bwd_diff(f)(…) and higher orders: fwd_diff(fwd_diff(f))(…) (pairs of pairs),
  * fwd_diff(bwd_diff(f))(…) (Hessian-vector products). Reverse mode of a derivative is not
  * supported yet. The inner operators are typed like the outer one (ref NB_REF_INTRINSIC, index). */
 static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, int id) {
-    const char *dname = id == NB_INTR_FWD_DIFF ? "fwd_diff" : "bwd_diff";
+    const char *dname = inner->u.call.callee->u.name.name; /* as spelled: fwd_diff or __fwd_diff */
     inner->ref = NB_REF_INTRINSIC;
     inner->index = id;
     inner->type = c->tt->t_error;
@@ -780,10 +787,8 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
     if (callee->kind == NB_EX_CALL && callee->u.call.callee && callee->u.call.callee->kind == NB_EX_NAME &&
         callee->u.call.callee->u.name.name) {
         const char *iname = callee->u.call.callee->u.name.name;
-        if (!ck_lookup_local(c, iname)) {
-            if (strcmp(iname, "fwd_diff") == 0) return call_diff(c, call, callee, NB_INTR_FWD_DIFF);
-            if (strcmp(iname, "bwd_diff") == 0) return call_diff(c, call, callee, NB_INTR_BWD_DIFF);
-        }
+        int did = ck_lookup_local(c, iname) ? -1 : diff_name(iname);
+        if (did >= 0) return call_diff(c, call, callee, did);
     }
     if (callee->kind == NB_EX_TYPE && callee->u.type.texpr && callee->u.type.texpr->ntargs > 0 &&
         callee->u.type.texpr->narray_dims == 0) {
