@@ -1111,9 +1111,9 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
         memset(&st, 0, sizeof st);
         st.kind = NB_IR_STEP_FIELD;
         st.index = 1;
-        nb_ir_inst *g = nb_ir_load(r, av, NULL, 0, NULL);
-        if (p->dir == NB_DIR_IN) g = nb_ir_binary(r, NB_IR_ADD, nb_ir_load(r, q, &st, 1, NULL), g);
-        nb_ir_store(r, q, &st, 1, NULL, g);
+        /* Slang's rule: the pair's .d is SET to dL/dp (for `in`: its incoming value is ignored;
+         * for `inout`: it held dL/d(output) and is replaced by dL/d(input)) */
+        nb_ir_store(r, q, &st, 1, NULL, nb_ir_load(r, av, NULL, 0, NULL));
     }
     nb_ir_jump(r, NB_IR_RETURN, df->returns_primal && B.ret_var ? nb_ir_load(r, B.ret_var, NULL, 0, NULL) : NULL);
     return B.errors;

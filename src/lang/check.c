@@ -434,6 +434,37 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
     return NULL;
 }
 
+/* A member type `Base.Name` (the parser joins `float.Differential`, `S::Differential` into one
+ * dotted name): Base is resolved as a type (itself possibly dotted or an alias), then its member.
+ * `Differential` is the tangent type (Slang's IDifferentiable associated type): the type itself
+ * for float-based scalars, vectors and matrices, arrays of the element's, an IDifferentiable
+ * struct itself (lang/types.h). */
+const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name) {
+    const char *dot = strrchr(name, '.');
+    size_t bn = (size_t)(dot - name);
+    char *bname = ck_alloc(c, bn + 1);
+    if (!bname) return c->tt->t_error;
+    memcpy(bname, name, bn);
+    bname[bn] = 0;
+    const char *member = dot + 1;
+    nb_type_expr *bte = ck_alloc(c, sizeof *bte);
+    if (!bte) return c->tt->t_error;
+    bte->loc = te->loc;
+    bte->name = bname;
+    const nb_type *bt = ck_resolve_type(c, bte);
+    if (ck_is_error(bt)) return bt;
+    if (strcmp(member, "Differential") == 0) {
+        const nb_type *d = nb_type_differential(c->tt, bt);
+        if (!d || !nb_type_is_differentiable(bt)) {
+            ck_err(c, te->loc, "'%s' is not differentiable, so it has no 'Differential' type", bt->name);
+            return c->tt->t_error;
+        }
+        return d;
+    }
+    ck_err(c, te->loc, "unknown type '%s' (no member type '%s' in '%s')", name, member, bt->name);
+    return c->tt->t_error;
+}
+
 const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
     if (!te) return c->tt->t_error;
     if (te->resolved) return te->resolved;
@@ -482,6 +513,8 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                     ck_leave_global_ctx(c, s);
                     ck_set_state(c, td, CK_DONE);
                 }
+            } else if (strrchr(name, '.')) {
+                t = ck_member_type(c, te, name);
             } else {
                 ck_err(c, te->loc, "unknown type '%s'", name);
                 t = c->tt->t_error;

@@ -124,6 +124,8 @@ nb_decl *ck_lookup_local(nb_checker *c, const char *name);
  * imports), of kind `kind` (-1 = any). Returns the count; writes up to max. */
 int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, int max);
 const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te);
+/* `Base.Member` type names (`float.Differential`): te for locations, name the dotted name. */
+const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name);
 const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd); /* ensures fields are resolved */
 void ck_check_global_var(nb_checker *c, nb_decl *d);
 void ck_check_func_sig(nb_checker *c, nb_decl *fn);
