@@ -180,7 +180,6 @@ static int is_elementwise(int id)
 static nb_ir_inst *partial(nb_ir_builder *b, int id, nb_ir_inst *r, nb_ir_inst **x, int i)
 {
     const nb_type *t = r->type;
-    nb_ir_inst *one = NULL;
 #define K(v) nb_ad_k(b, t, (v))
     switch (id) {
     case NB_INTR_EXP: return r;
@@ -188,7 +187,8 @@ static nb_ir_inst *partial(nb_ir_builder *b, int id, nb_ir_inst *r, nb_ir_inst *
     case NB_INTR_LOG: return divi(b, K(1.0), x[0]);
     case NB_INTR_LOG2: return divi(b, K(1.0 / M_LN2), x[0]);
     case NB_INTR_LOG10: return divi(b, K(1.0 / M_LN10), x[0]);
-    case NB_INTR_SQRT: return divi(b, K(0.5), r);
+    case NB_INTR_SQRT: /* Slang: 0.5 / sqrt(max(1e-7, x)), finite at 0 */
+        return divi(b, K(0.5), in1(b, NB_INTR_SQRT, in2(b, NB_INTR_MAX, t, x[0], K(1e-7))));
     case NB_INTR_RSQRT: return nb_ad_mul(b, K(-0.5), divi(b, r, x[0]));
     case NB_INTR_RCP: return nb_ir_unary(b, NB_IR_NEG, nb_ad_mul(b, r, r));
     case NB_INTR_SIN: return in1(b, NB_INTR_COS, x[0]);
@@ -206,12 +206,13 @@ static nb_ir_inst *partial(nb_ir_builder *b, int id, nb_ir_inst *r, nb_ir_inst *
     case NB_INTR_RADIANS: return K(M_PI / 180.0);
     case NB_INTR_DEGREES: return K(180.0 / M_PI);
     case NB_INTR_ABS: return in1(b, NB_INTR_SIGN, x[0]);
-    case NB_INTR_MIN: /* x < y ? dx : dy */
-        one = cmp(b, NB_IR_LT, x[0], x[1]);
-        return i == 0 ? ind(b, one, t) : ind(b, nb_ir_unary(b, NB_IR_NOT, one), t);
-    case NB_INTR_MAX:
-        one = cmp(b, NB_IR_GT, x[0], x[1]);
-        return i == 0 ? ind(b, one, t) : ind(b, nb_ir_unary(b, NB_IR_NOT, one), t);
+    case NB_INTR_MIN: /* x < y ? dx : x > y ? dy : (dx + dy) / 2 (Slang: a tie splits the gradient) */
+    case NB_INTR_MAX: {
+        nb_ir_op win = id == NB_INTR_MIN ? NB_IR_LT : NB_IR_GT, lose = id == NB_INTR_MIN ? NB_IR_GT : NB_IR_LT;
+        nb_ir_inst *me = x[i], *other = x[1 - i];
+        return nb_ir_select(b, cmp(b, win, me, other), K(1.0),
+                            nb_ir_select(b, cmp(b, lose, me, other), K(0.0), K(0.5)));
+    }
     case NB_INTR_CLAMP: { /* x < lo ? dlo : x > hi ? dhi : dx */
         nb_ir_inst *lo = cmp(b, NB_IR_LT, x[0], x[1]);
         nb_ir_inst *hi = cmp(b, NB_IR_GT, x[0], x[2]);
@@ -220,15 +221,15 @@ static nb_ir_inst *partial(nb_ir_builder *b, int id, nb_ir_inst *r, nb_ir_inst *
         if (i == 2) return nb_ir_select(b, nlo, ind(b, hi, t), K(0.0));
         return nb_ir_select(b, nlo, ind(b, nb_ir_unary(b, NB_IR_NOT, hi), t), K(0.0));
     }
-    case NB_INTR_POW: /* d/da = b a^(b-1); d/db = r log a (0 where a <= 0) */
+    case NB_INTR_POW: { /* d/da = b a^(b-1); d/db = r log a; both 0 where a < 1e-6 (Slang's rule) */
+        nb_ir_inst *pos = cmp(b, NB_IR_GE, x[0], K(1e-6));
+        nb_ir_inst *safe = nb_ir_select(b, pos, x[0], K(1.0));
         if (i == 0) {
-            nb_ir_inst *o[2] = {x[0], nb_ad_sub(b, x[1], K(1.0))};
-            return nb_ad_mul(b, x[1], nb_ir_intrin(b, NB_INTR_POW, t, o, 2));
-        } else {
-            nb_ir_inst *pos = cmp(b, NB_IR_GT, x[0], K(0.0));
-            nb_ir_inst *safe = nb_ir_select(b, pos, x[0], K(1.0));
-            return nb_ir_select(b, pos, nb_ad_mul(b, r, in1(b, NB_INTR_LOG, safe)), K(0.0));
+            nb_ir_inst *o[2] = {safe, nb_ad_sub(b, x[1], K(1.0))};
+            return nb_ir_select(b, pos, nb_ad_mul(b, x[1], nb_ir_intrin(b, NB_INTR_POW, t, o, 2)), K(0.0));
         }
+        return nb_ir_select(b, pos, nb_ad_mul(b, r, in1(b, NB_INTR_LOG, safe)), K(0.0));
+    }
     case NB_INTR_ATAN2: { /* atan2(y, x): dy * x/(x²+y²) - dx * y/(x²+y²) */
         nb_ir_inst *den = nb_ad_add(b, nb_ad_mul(b, x[0], x[0]), nb_ad_mul(b, x[1], x[1]));
         return i == 0 ? divi(b, x[1], den) : divi(b, nb_ir_unary(b, NB_IR_NEG, x[0]), den);

@@ -152,6 +152,43 @@ static nb_ir_op binop_of(int tok)
     }
 }
 
+/* Is e built only from values, +, -, *, negation, comparisons, member/swizzle reads, casts and
+ * constructors, so that its derivative is finite wherever its operands are (no intrinsic
+ * calls, divisions or calls)? Decides between a select and a branch for ?: in differentiable
+ * functions. */
+static int ad_tame(const nb_expr *e)
+{
+    if (!e) return 1;
+    switch (e->kind) {
+    case NB_EX_INT: case NB_EX_FLOAT: case NB_EX_BOOL: case NB_EX_NAME: case NB_EX_TYPE:
+        return 1;
+    case NB_EX_UNARY:
+        return ad_tame(e->u.unary.operand);
+    case NB_EX_BINARY:
+        if (e->u.binary.op == NB_TOK_SLASH || e->u.binary.op == NB_TOK_PERCENT) return 0;
+        return ad_tame(e->u.binary.lhs) && ad_tame(e->u.binary.rhs);
+    case NB_EX_TERNARY:
+        return ad_tame(e->u.ternary.cond) && ad_tame(e->u.ternary.then_e) && ad_tame(e->u.ternary.else_e);
+    case NB_EX_CALL:
+        if (e->ref != NB_REF_TYPE) return 0;
+        for (int i = 0; i < e->u.call.nargs; i++)
+            if (!ad_tame(e->u.call.args[i])) return 0;
+        return 1;
+    case NB_EX_MEMBER:
+        return ad_tame(e->u.member.base);
+    case NB_EX_INDEX:
+        return ad_tame(e->u.index.base);
+    case NB_EX_CAST:
+        return ad_tame(e->u.cast.operand);
+    case NB_EX_INIT_LIST:
+        for (int i = 0; i < e->u.init_list.nitems; i++)
+            if (!ad_tame(e->u.init_list.items[i])) return 0;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* May e be evaluated even when the program would not evaluate it (no side effects, no traps,
  * no out-of-bounds reads)? Decides between pure selects and branches for ?:, && and ||. */
 static int speculatable(const nb_expr *e)
@@ -818,7 +855,15 @@ static nb_ir_inst *lower_expr(lower_ctx *c, nb_expr *e)
         break;
     case NB_EX_TERNARY: {
         nb_ir_inst *cond = lower_expr(c, e->u.ternary.cond);
-        if (cond->type->kind == NB_TY_VECTOR || (speculatable(e->u.ternary.then_e) && speculatable(e->u.ternary.else_e))) {
+        int spec = speculatable(e->u.ternary.then_e) && speculatable(e->u.ternary.else_e);
+        /* in a differentiable function a branch whose derivative may be inf/NaN where it is not
+         * taken (sqrt(x) at x < 0, atan2(0, 0), 1/x) is not evaluated: reverse mode would multiply
+         * that derivative by the branch's zero adjoint and poison the gradient, as Slang's
+         * select-to-if rewrite avoids */
+        if (spec && c->b.f && c->b.f->differentiable && cond->type->kind != NB_TY_VECTOR &&
+            !(ad_tame(e->u.ternary.then_e) && ad_tame(e->u.ternary.else_e)))
+            spec = 0;
+        if (cond->type->kind == NB_TY_VECTOR || spec) {
             nb_ir_inst *a = coerce(c, lower_expr(c, e->u.ternary.then_e), e->type, e->loc);
             nb_ir_inst *b = coerce(c, lower_expr(c, e->u.ternary.else_e), e->type, e->loc);
             r = nb_ir_select(&c->b, cond, a, b);
