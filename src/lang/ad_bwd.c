@@ -959,11 +959,9 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
         if (g) return with_result ? NULL : g;
     }
     if (primal->derivs[1 + !!with_result]) return primal->derivs[1 + !!with_result];
-    if (primal->role != NB_IR_PRIMAL) { /* (the checker refuses bwd_diff of a derivative) */
-        nb_ad_error(src, loc, "reverse mode of a derivative ('%s') is not supported yet", primal->name);
-        return NULL;
-    }
-    if (!(primal->differentiable || (primal->decl && (primal->decl->u.func.fwd_derivative || primal->decl->u.func.bwd_derivative)))) {
+    /* A derivative (role FWD_DERIV / BWD_DERIV: reverse-over-forward, reverse-over-reverse) is
+     * differentiated like any function: its pair parameters are differentiable values. */
+    if (primal->role == NB_IR_PRIMAL && !(primal->differentiable || (primal->decl && (primal->decl->u.func.fwd_derivative || primal->decl->u.func.bwd_derivative)))) {
         nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);
         return NULL;
     }

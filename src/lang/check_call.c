@@ -612,8 +612,8 @@ static int diff_op(nb_checker *c, const nb_expr *e) {
 }
 
 /* fwd_diff(f)(…), bwd_diff(f)(…) and higher orders: fwd_diff(fwd_diff(f))(…) (pairs of pairs),
- * fwd_diff(bwd_diff(f))(…) (Hessian-vector products). Reverse mode of a derivative is not
- * supported yet. The inner operators are typed like the outer one (ref NB_REF_INTRINSIC, index). */
+ * fwd_diff(bwd_diff(f))(…) (Hessian-vector products), bwd_diff(fwd_diff(f))(…) (reverse over
+ * forward), bwd_diff(bwd_diff(f))(…). The inner operators are typed like the outer one (ref NB_REF_INTRINSIC, index). */
 static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, int id) {
     const char *dname = inner->u.call.callee->u.name.name; /* as spelled: fwd_diff or __fwd_diff */
     inner->ref = NB_REF_INTRINSIC;
@@ -640,11 +640,6 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
         if (k < 0) {
             fe = arg;
             break;
-        }
-        if (ids[nops - 1] == NB_INTR_BWD_DIFF) {
-            ck_err(c, op->loc, "'bwd_diff' of a derivative is not supported yet (only fwd_diff(fwd_diff(f)) and "
-                   "fwd_diff(bwd_diff(f)))");
-            return call->type = c->tt->t_error;
         }
         if (nops == CK_MAX_DIFF_ORDER) {
             ck_err(c, arg->loc, "derivatives of order above %d are not supported", CK_MAX_DIFF_ORDER);
