@@ -47,6 +47,12 @@ typedef struct nb_type_expr {
     int ntargs;                  /* number of generic arguments (targs and vargs both this long) */
     nb_expr **array_dims;        /* T[N][M]: outermost first; NULL entry = unsized `T[]` */
     int narray_dims;
+    /* Set when a type generic parameter was substituted (check_generic.c): `subst` stands for the
+     * whole base name (`T` -> float); `assoc_base` for the part before the first '.' of an
+     * associated type name (`T.Differential` with T = float: name "float.Differential",
+     * assoc_base float). Array dims still apply on top. */
+    const nb_type *subst;
+    const nb_type *assoc_base;
     const nb_type *resolved;     /* [checker] */
 } nb_type_expr;
 
@@ -173,7 +179,10 @@ typedef enum nb_decl_kind {
     NB_DECL_VAR,      /* local, global static const, struct field, struct static const, extern const */
     NB_DECL_PARAM,
     NB_DECL_IMPORT,
-    NB_DECL_TYPEDEF,  /* typealias X = T; / typedef T X; */
+    NB_DECL_TYPEDEF,  /* typealias X = T; / typedef T X; also `associatedtype A : I;` inside an
+                         interface (texpr NULL, constraint in u.tdef.constraints) */
+    NB_DECL_INTERFACE, /* interface I : Base { requirements }: uses u.strct (methods are the
+                          requirements, a body is a default implementation; conforms the bases) */
 } nb_decl_kind;
 
 /* Parameter direction. */
@@ -205,9 +214,11 @@ struct nb_decl {
             int is_mutating;                  /* [mutating] method: `this` is inout */
             int prefer_recompute;             /* [PreferRecompute]: reverse mode calls it again
                                                  rather than storing its result */
-            nb_decl **gparams; int ngparams;  /* value generics `float f<let N : int>(…)`
+            nb_decl **gparams; int ngparams;  /* generics `float f<let N : int, T : IFoo>(…)`
                                                  (NB_DECL_PARAM); a function with gparams is a
                                                  template: never checked or lowered itself */
+            nb_decl **wheres; int nwheres;    /* `where T : IFoo` clauses (NB_DECL_PARAM named T
+                                                 with constraints), merged into gparams */
             nb_decl *generic_of;              /* [checker] an instantiation (`f<4>`): its template */
             /* [checker] */
             int differentiable;               /* [Differentiable] / [BackwardDifferentiable] */
@@ -219,8 +230,10 @@ struct nb_decl {
             nb_decl **statics; int nstatics;  /* static const members (NB_DECL_VAR) */
             nb_decl **methods; int nmethods;  /* NB_DECL_FUNC */
             const char **conforms; int nconforms; /* `: IDifferentiable, …` */
-            nb_decl **gparams; int ngparams;  /* value generics `let W : int` (NB_DECL_PARAM); a
+            nb_decl **gparams; int ngparams;  /* generics `let W : int`, `T : IFoo` (NB_DECL_PARAM); a
                                                  struct with gparams is a template (type NULL) */
+            nb_decl **types; int ntypes;      /* member typealias/typedef, interface associatedtype
+                                                 (NB_DECL_TYPEDEF) */
             const nb_type *type;              /* [checker] */
             /* [checker] an instantiation `MLP<16,3>` (an ordinary struct named "MLP<16,3>",
              * appended to the module's decls): its template and generic argument values */
@@ -241,10 +254,15 @@ struct nb_decl {
             nb_expr *default_value;           /* may be NULL */
             const nb_type *type;              /* [checker] */
             int index;
+            /* generic parameters: a type parameter `T : IFoo` (texpr NULL; default_type for
+             * `T = float`); its interface constraints from the list and `where` clauses */
+            int is_type;
+            nb_type_expr **constraints; int nconstraints;
+            nb_type_expr *default_type;
         } param;
         struct { const char *path; /* module name as written: `import nn;` -> "nn" */
                  struct nb_module_ast *target; /* [loader] */ } import;
-        struct { nb_type_expr *texpr; } tdef;
+        struct { nb_type_expr *texpr; nb_type_expr **constraints; int nconstraints; } tdef;
     } u;
 };
 

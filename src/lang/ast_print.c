@@ -176,7 +176,8 @@ static void print_decl(const nb_decl *d, nb_strbuf *o) {
         return;
     case NB_DECL_TYPEDEF:
         nb_strbuf_printf(o, "(typedef %s ", d->name);
-        nb_ast_print_type(d->u.tdef.texpr, o);
+        if (d->u.tdef.texpr) nb_ast_print_type(d->u.tdef.texpr, o);
+        else nb_strbuf_append(o, "associatedtype");
         nb_strbuf_append_char(o, ')');
         return;
     case NB_DECL_VAR:
@@ -193,6 +194,19 @@ static void print_decl(const nb_decl *d, nb_strbuf *o) {
         return;
     case NB_DECL_PARAM: {
         static const char *const dirs[] = {"", "out ", "inout "};
+        if (d->u.param.is_type) { /* a type generic parameter `T : IFoo = float` */
+            nb_strbuf_printf(o, "(type %s", d->name);
+            for (int i = 0; i < d->u.param.nconstraints; i++) {
+                nb_strbuf_append(o, i ? " & " : " : ");
+                nb_ast_print_type(d->u.param.constraints[i], o);
+            }
+            if (d->u.param.default_type) {
+                nb_strbuf_append(o, " = ");
+                nb_ast_print_type(d->u.param.default_type, o);
+            }
+            nb_strbuf_append_char(o, ')');
+            return;
+        }
         nb_strbuf_append(o, "(param ");
         print_attrs(d->attrs, o);
         nb_strbuf_append(o, dirs[d->u.param.dir]);
@@ -233,7 +247,8 @@ static void print_decl(const nb_decl *d, nb_strbuf *o) {
         nb_strbuf_append_char(o, ')');
         return;
     case NB_DECL_STRUCT:
-        nb_strbuf_append(o, "(struct ");
+    case NB_DECL_INTERFACE:
+        nb_strbuf_append(o, d->kind == NB_DECL_STRUCT ? "(struct " : "(interface ");
         print_attrs(d->attrs, o);
         nb_strbuf_append(o, d->name);
         if (d->u.strct.ngparams) {
@@ -259,6 +274,10 @@ static void print_decl(const nb_decl *d, nb_strbuf *o) {
         for (int i = 0; i < d->u.strct.nmethods; i++) {
             nb_strbuf_append_char(o, ' ');
             print_decl(d->u.strct.methods[i], o);
+        }
+        for (int i = 0; i < d->u.strct.ntypes; i++) {
+            nb_strbuf_append_char(o, ' ');
+            print_decl(d->u.strct.types[i], o);
         }
         nb_strbuf_append_char(o, ')');
         return;

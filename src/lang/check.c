@@ -451,8 +451,14 @@ const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name)
     if (!bte) return c->tt->t_error;
     bte->loc = te->loc;
     bte->name = bname;
-    const nb_type *bt = ck_resolve_type(c, bte);
+    /* `T.A` in an instantiation: the base is the substituted type (check_generic.c) */
+    const nb_type *bt = te->assoc_base && !memchr(name, '.', bn) ? te->assoc_base : ck_resolve_type(c, bte);
     if (ck_is_error(bt)) return bt;
+    if (bt->kind == NB_TY_STRUCT && bt->decl && strcmp(member, "Differential") != 0) {
+        /* a member typealias / typedef (an interface's associated type) */
+        const nb_type *mt = ck_struct_member_type(c, bt->decl, member, te);
+        if (mt) return mt;
+    }
     if (strcmp(member, "Differential") == 0) {
         const nb_type *d = nb_type_differential(c->tt, bt);
         if (!d || !nb_type_is_differentiable(bt)) {
@@ -490,8 +496,13 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0) {
         ck_err(c, te->loc, "'%s' needs generic arguments", name);
         t = c->tt->t_error;
+    } else if (te->subst) {
+        t = te->subst; /* a substituted type generic parameter */
     } else {
         t = ck_builtin_type_name(c, name);
+        if (!t && strcmp(name, "This") == 0 && c->strct) t = ck_struct_type(c, c->strct);
+        if (!t && c->strct && !strchr(name, '.'))
+            t = ck_struct_member_type(c, c->strct, name, te); /* `Value` inside S */
         if (!t) {
             nb_decl *d[2];
             if (ck_lookup_global(c, name, NB_DECL_STRUCT, d, 2) > 0) {
@@ -515,6 +526,10 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                 }
             } else if (strrchr(name, '.')) {
                 t = ck_member_type(c, te, name);
+            } else if (ck_lookup_global(c, name, NB_DECL_INTERFACE, d, 2) > 0) {
+                ck_err(c, te->loc, "values of interface type '%s' are not supported (use a generic parameter "
+                       "'T : %s')", name, name);
+                t = c->tt->t_error;
             } else {
                 ck_err(c, te->loc, "unknown type '%s'", name);
                 t = c->tt->t_error;
@@ -1252,7 +1267,9 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
         nb_decl *d = m->decls[i];
         if (!d) continue;
         d->module = m;
-        if (d->kind == NB_DECL_STRUCT) {
+        if (d->kind == NB_DECL_STRUCT || d->kind == NB_DECL_INTERFACE) {
+            for (int k = 0; k < d->u.strct.ntypes; k++)
+                if (d->u.strct.types[k]) d->u.strct.types[k]->module = m;
             for (int k = 0; k < d->u.strct.nmethods; k++)
                 if (d->u.strct.methods[k]) {
                     d->u.strct.methods[k]->module = m;
@@ -1283,9 +1300,13 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
         }
         case NB_DECL_FUNC:
             if (ck_is_template(d)) ck_check_template(c, d);
+            else if (d->u.func.nwheres)
+                ck_err(c, d->u.func.wheres[0]->loc, "'where' clause on '%s', which has no generic parameters",
+                       d->name);
             else ck_check_func_sig(c, d);
             break;
         case NB_DECL_VAR: ck_check_global_var(c, d); break;
+        case NB_DECL_INTERFACE: ck_check_interface(c, d); break;
         default: break;
         }
     }
@@ -1313,6 +1334,7 @@ void ck_check_struct_decl(nb_checker *c, nb_decl *d) {
     const char *key = (const char *)d + 2; /* members checked (the struct's own key is its type) */
     if (ck_state(c, key) != CK_TODO) return;
     ck_set_state(c, key, CK_DONE);
+    ck_check_conformance(c, d); /* first: default implementations become methods */
     ck_struct_type(c, d);
     for (int k = 0; k < d->u.strct.nstatics; k++)
         if (d->u.strct.statics[k]) ck_check_global_var(c, d->u.strct.statics[k]);

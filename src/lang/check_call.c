@@ -651,6 +651,15 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
         ops[nops] = arg;
         ids[nops++] = k;
     }
+    nb_type_expr *explicit_te = NULL; /* fwd_diff(sqr<float>): an explicit instantiation */
+    if (fe->kind == NB_EX_TYPE && fe->u.type.texpr && fe->u.type.texpr->ntargs > 0 &&
+        fe->u.type.texpr->narray_dims == 0) {
+        explicit_te = fe->u.type.texpr;
+        const char *tn = explicit_te->name;
+        fe->kind = NB_EX_NAME;
+        memset(&fe->u, 0, sizeof fe->u);
+        fe->u.name.name = tn;
+    }
     if (fe->kind != NB_EX_NAME || !fe->u.name.name) {
         ck_err(c, fe->loc, "'%s' needs the name of a function", dname);
         return call->type = c->tt->t_error;
@@ -666,14 +675,27 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
             ck_err(c, fe->loc, "use of undeclared function '%s'", fname);
         return call->type = c->tt->t_error;
     }
-    int w = 0;
-    for (int i = 0; i < nf; i++)
-        if (!ck_is_template(fns[i])) fns[w++] = fns[i];
-    if (w == 0) {
-        ck_err(c, fe->loc, "'%s' of the generic function '%s' is not supported; wrap a call of it in an ordinary "
-               "[Differentiable] function", dname, fname);
-        return call->type = c->tt->t_error;
+    int ntmpl = 0;
+    for (int i = 0; i < nf; i++) ntmpl += ck_is_template(fns[i]);
+    if (ntmpl || explicit_te) {
+        /* generic: instantiate from the written arguments, else infer from the primal types of
+         * the derivative's arguments (a DifferentialPair<T> argument stands for a T) */
+        nb_expr fake = *call;
+        int na = call->u.call.nargs;
+        nb_expr *fargs_store[CK_MAX_PARAMS], fvals[CK_MAX_PARAMS];
+        for (int a = 0; a < na && a < CK_MAX_PARAMS; a++) {
+            fvals[a] = *call->u.call.args[a];
+            const nb_type *at = fvals[a].type;
+            if (at && at->kind == NB_TY_DIFFPAIR) fvals[a].type = at->elem;
+            fargs_store[a] = &fvals[a];
+        }
+        fake.u.call.args = fargs_store;
+        fake.u.call.nargs = explicit_te ? 0 : na;
+        fake.u.call.arg_names = explicit_te ? NULL : call->u.call.arg_names;
+        nf = ck_generic_candidates(c, &fake, fns, nf, explicit_te, fname);
+        if (nf <= 0) return call->type = c->tt->t_error;
     }
+    int w = nf;
     nf = w;
     int any_diff = 0;
     for (int i = 0; i < nf; i++) {

@@ -1,5 +1,12 @@
-/* Value generics (`struct MLP<let W : int, let L : int>`, `float sum<let N : int>(float x[N])`)
- * by monomorphization at check time.
+/* Generics (`struct MLP<let W : int, let L : int>`, `float sum<let N : int>(float x[N])`,
+ * `T sqr<T : IFoo>(T x)`, `struct S<T : IFoo>`) by monomorphization at check time.
+ *
+ * A value parameter's argument is an integer; a type parameter's argument is a type, kept in the
+ * same int64 argument list as its type id (nb_type.id; types are interned, so equal ids are equal
+ * types). Uses of a type parameter are replaced by written types that carry the concrete type
+ * (nb_type_expr.subst; `T.A` keeps assoc_base) and by NB_EX_TYPE in expressions (`T(1)`,
+ * `T.create()`). Constraints (`T : IFoo`, `where T : IFoo`) are checked on the concrete types
+ * before instantiating (check_iface.c).
  *
  * A template is never checked itself. Each distinct list of argument values is instantiated once
  * per program: the template's declaration is deep-copied with every use of a generic parameter
@@ -29,6 +36,13 @@ int ck_is_template(const nb_decl *d) {
     return 0;
 }
 
+static int gp_is_type(const nb_decl *g) { return g && g->u.param.is_type; }
+
+/* The type whose id is stored as a type parameter's argument. */
+static const nb_type *type_arg(nb_checker *c, int64_t id) {
+    return id >= 0 && id < c->tt->count ? c->tt->types[id] : c->tt->t_error;
+}
+
 static nb_decl **gparams_of(const nb_decl *d, int *n) {
     if (d->kind == NB_DECL_STRUCT) {
         *n = d->u.strct.ngparams;
@@ -53,16 +67,23 @@ void ck_check_template(nb_checker *c, nb_decl *d) {
         ck_err(c, d->loc, "generic methods are not supported ('%s'); make the struct generic instead", name);
         return;
     }
+    ck_merge_wheres(c, d);
     if (ng > CK_MAX_GPARAMS)
         ck_err(c, d->loc, "'%s' has %d generic parameters (at most %d are supported)", name, ng, CK_MAX_GPARAMS);
     for (int i = 0; i < ng; i++) {
         nb_decl *g = gp[i];
         if (!g) continue;
+        if (gp_is_type(g)) {
+            for (int k = 0; k < g->u.param.nconstraints; k++) ck_check_constraint_name(c, g->u.param.constraints[k]);
+            for (int j = 0; j < i; j++)
+                if (gp[j] && gp[j]->name && g->name && strcmp(gp[j]->name, g->name) == 0)
+                    ck_err(c, g->loc, "redefinition of generic parameter '%s'", g->name);
+            continue;
+        }
         nb_type_expr *te = g->u.param.texpr;
         const nb_type *t = te && te->ntargs == 0 && te->narray_dims == 0 ? ck_builtin_type_name(c, te->name) : NULL;
         if (te && (!t || t->kind != NB_TY_SCALAR || (t->scalar != NB_SC_INT && t->scalar != NB_SC_UINT)))
-            ck_err(c, te->loc, "generic parameter '%s' must have type 'int' or 'uint' (type generics are not "
-                   "supported)", g->name);
+            ck_err(c, te->loc, "generic value parameter '%s' must have type 'int' or 'uint'", g->name);
         for (int j = 0; j < i; j++)
             if (gp[j] && gp[j]->name && g->name && strcmp(gp[j]->name, g->name) == 0)
                 ck_err(c, g->loc, "redefinition of generic parameter '%s'", g->name);
@@ -113,6 +134,20 @@ static nb_expr *param_literal(subst *s, int k, nb_loc loc) {
     return neg;
 }
 
+/* A written type standing for type parameter k's argument. */
+static nb_type_expr *param_type(subst *s, int k, nb_loc loc) {
+    nb_type_expr *t = s_alloc(s, sizeof *t);
+    if (!t) return NULL;
+    const nb_type *ty = type_arg(s->c, s->vals[k]);
+    t->loc = loc;
+    t->name = ty->name;
+    t->subst = ty;
+    return t;
+}
+
+/* `T.Differential` with T a type parameter: the index of T, and the rest ".Differential". */
+static int assoc_param(const subst *s, const char *name, const char **rest);
+
 static nb_expr *clone_expr(subst *s, const nb_expr *e);
 static nb_stmt *clone_stmt(subst *s, const nb_stmt *st);
 static nb_decl *clone_decl(subst *s, const nb_decl *d);
@@ -131,7 +166,24 @@ static void self_args(subst *s, nb_type_expr *t, nb_loc loc) {
     t->targs = s_alloc(s, sizeof(nb_type_expr *) * (size_t)s->ngparams);
     t->vargs = s_alloc(s, sizeof(nb_expr *) * (size_t)s->ngparams);
     if (!t->targs || !t->vargs) { t->ntargs = 0; return; }
-    for (int i = 0; i < s->ngparams; i++) t->vargs[i] = param_literal(s, i, loc);
+    for (int i = 0; i < s->ngparams; i++) {
+        if (gp_is_type(s->gparams[i])) t->targs[i] = param_type(s, i, loc);
+        else t->vargs[i] = param_literal(s, i, loc);
+    }
+}
+
+static int assoc_param(const subst *s, const char *name, const char **rest) {
+    const char *dot = name ? strchr(name, '.') : NULL;
+    if (!dot) return -1;
+    for (int i = 0; i < s->nknown; i++) {
+        const nb_decl *g = s->gparams[i];
+        if (gp_is_type(g) && g->name && strlen(g->name) == (size_t)(dot - name) &&
+            memcmp(g->name, name, (size_t)(dot - name)) == 0) {
+            *rest = dot;
+            return i;
+        }
+    }
+    return -1;
 }
 
 static int is_self_name(const subst *s, const char *name) {
@@ -145,7 +197,27 @@ static nb_type_expr *clone_te(subst *s, const nb_type_expr *t) {
     if (!r) return NULL;
     r->loc = t->loc;
     r->name = t->name;
+    r->subst = t->subst;
+    r->assoc_base = t->assoc_base;
     r->ntargs = t->ntargs;
+    const char *rest = NULL;
+    int kt = t->ntargs == 0 ? gparam_index(s, t->name) : -1;
+    int ka = kt < 0 ? assoc_param(s, t->name, &rest) : -1;
+    if (kt >= 0 && gp_is_type(s->gparams[kt])) {        /* `T` -> the argument type */
+        const nb_type *ty = type_arg(s->c, s->vals[kt]);
+        r->name = ty->name;
+        r->subst = ty;
+    } else if (ka >= 0) {                                /* `T.A` -> `S.A` with S known */
+        const nb_type *ty = type_arg(s->c, s->vals[ka]);
+        size_t n1 = strlen(ty->name), n2 = strlen(rest);
+        char *nm = s_alloc(s, n1 + n2 + 1);
+        if (nm) {
+            memcpy(nm, ty->name, n1);
+            memcpy(nm + n1, rest, n2 + 1);
+            r->name = nm;
+        }
+        r->assoc_base = ty;
+    }
     if (t->ntargs > 0) {
         r->targs = s_alloc(s, sizeof(nb_type_expr *) * (size_t)t->ntargs);
         r->vargs = s_alloc(s, sizeof(nb_expr *) * (size_t)t->ntargs);
@@ -153,9 +225,13 @@ static nb_type_expr *clone_te(subst *s, const nb_type_expr *t) {
         for (int i = 0; i < t->ntargs; i++) {
             const nb_type_expr *ta = t->targs ? t->targs[i] : NULL;
             int k = ta && ta->ntargs == 0 && ta->narray_dims == 0 ? gparam_index(s, ta->name) : -1;
-            if (k >= 0) r->vargs[i] = param_literal(s, k, ta->loc); /* a parameter taken for a type */
+            if (k >= 0 && !gp_is_type(s->gparams[k]))
+                r->vargs[i] = param_literal(s, k, ta->loc); /* a value parameter taken for a type */
             else r->targs[i] = clone_te(s, ta);
-            if (t->vargs && t->vargs[i]) r->vargs[i] = clone_expr(s, t->vargs[i]);
+            const nb_expr *va = t->vargs ? t->vargs[i] : NULL;
+            int kv = va && va->kind == NB_EX_NAME ? gparam_index(s, va->u.name.name) : -1;
+            if (kv >= 0 && gp_is_type(s->gparams[kv])) r->targs[i] = param_type(s, kv, va->loc);
+            else if (va) r->vargs[i] = clone_expr(s, va);
         }
     } else if (is_self_name(s, t->name)) {
         self_args(s, r, t->loc);
@@ -182,6 +258,12 @@ static nb_expr *clone_expr(subst *s, const nb_expr *e) {
     if (!e) return NULL;
     if (e->kind == NB_EX_NAME) {
         int k = gparam_index(s, e->u.name.name);
+        if (k >= 0 && gp_is_type(s->gparams[k])) { /* `T(1)`, `T.create()`: the type */
+            nb_expr *r = ck_new_expr(s->c, NB_EX_TYPE, e->loc);
+            if (!r) { s->oom = 1; return NULL; }
+            r->u.type.texpr = param_type(s, k, e->loc);
+            return r;
+        }
         if (k >= 0) return param_literal(s, k, e->loc);
         if (is_self_name(s, e->u.name.name)) { /* `MLP(…)`, `MLP.kWidth` inside MLP */
             nb_expr *r = ck_new_expr(s->c, NB_EX_TYPE, e->loc);
@@ -334,8 +416,13 @@ static nb_decl *clone_decl(subst *s, const nb_decl *d) {
         /* a generic method stays a template (reported by ck_check_template) */
         r->u.func.gparams = d->u.func.gparams;
         r->u.func.ngparams = d->u.func.ngparams;
+        r->u.func.wheres = d->u.func.wheres;
+        r->u.func.nwheres = d->u.func.nwheres;
         break;
     case NB_DECL_STRUCT:
+    case NB_DECL_INTERFACE:
+        r->u.strct.types = clone_decls(s, d->u.strct.types, d->u.strct.ntypes);
+        r->u.strct.ntypes = r->u.strct.types ? d->u.strct.ntypes : 0;
         r->u.strct.fields = clone_decls(s, d->u.strct.fields, d->u.strct.nfields);
         r->u.strct.nfields = r->u.strct.fields ? d->u.strct.nfields : 0;
         r->u.strct.statics = clone_decls(s, d->u.strct.statics, d->u.strct.nstatics);
@@ -355,10 +442,26 @@ static nb_decl *clone_decl(subst *s, const nb_decl *d) {
         r->u.param.dir = d->u.param.dir;
         r->u.param.default_value = clone_expr(s, d->u.param.default_value);
         r->u.param.index = d->u.param.index;
+        r->u.param.is_type = d->u.param.is_type;
+        r->u.param.constraints = d->u.param.constraints;
+        r->u.param.nconstraints = d->u.param.nconstraints;
+        r->u.param.default_type = d->u.param.default_type;
         break;
     case NB_DECL_IMPORT: r->u.import = d->u.import; break;
-    case NB_DECL_TYPEDEF: r->u.tdef.texpr = clone_te(s, d->u.tdef.texpr); break;
+    case NB_DECL_TYPEDEF:
+        r->u.tdef = d->u.tdef;
+        r->u.tdef.texpr = clone_te(s, d->u.tdef.texpr);
+        break;
     }
+    return r;
+}
+
+nb_decl *ck_clone_method(nb_checker *c, const nb_decl *m, nb_decl *sd) {
+    subst s = {c, (nb_decl *)m, NULL, 0, 0, NULL, 0};
+    nb_decl *r = clone_decl(&s, m);
+    if (s.oom || !r) return NULL;
+    r->u.func.parent = sd;
+    r->module = sd->module;
     return r;
 }
 
@@ -462,9 +565,15 @@ static int append_decl(nb_checker *c, nb_decl *d) {
 
 static const char *inst_name(nb_checker *c, const nb_decl *tmpl, const int64_t *vals, int n) {
     char buf[512];
+    int ng;
+    nb_decl **gp = gparams_of(tmpl, &ng);
     int len = snprintf(buf, sizeof buf, "%s<", tmpl->name ? tmpl->name : "?");
-    for (int i = 0; i < n && len > 0 && len < (int)sizeof buf; i++)
-        len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%lld", i ? "," : "", (long long)vals[i]);
+    for (int i = 0; i < n && len > 0 && len < (int)sizeof buf; i++) {
+        if (i < ng && gp_is_type(gp[i]))
+            len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s", i ? "," : "", type_arg(c, vals[i])->name);
+        else
+            len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%lld", i ? "," : "", (long long)vals[i]);
+    }
     if (len > 0 && len < (int)sizeof buf - 1) {
         buf[len++] = '>';
         buf[len] = 0;
@@ -554,6 +663,7 @@ static void gparam_list(const nb_decl *tmpl, char *buf, size_t n) {
 static int check_arg_value(nb_checker *c, const nb_decl *tmpl, int i, int64_t v, nb_loc loc) {
     int ng;
     nb_decl **gp = gparams_of(tmpl, &ng);
+    if (gp_is_type(gp[i])) return 1;
     int is_uint = gparam_kind(c, gp[i]) == NB_SC_UINT;
     if (is_uint ? (v < 0 || v > (int64_t)UINT32_MAX) : (v < INT32_MIN || v > INT32_MAX)) {
         ck_err(c, loc, "generic argument %d of '%s' is out of range for '%s': %lld", i + 1, tmpl->name,
@@ -572,6 +682,19 @@ static int fill_defaults(nb_checker *c, nb_decl *tmpl, int64_t *vals, int *bound
     for (int k = 0; k < ng; k++) {
         if (bound[k]) continue;
         nb_decl *g = gp[k];
+        if (gp_is_type(g)) {
+            if (!g->u.param.default_type) return k;
+            subst s = {c, tmpl, gp, ng, k, vals, 0};
+            nb_type_expr *te = clone_te(&s, g->u.param.default_type);
+            if (s.oom || !te) return k;
+            ck_ctx_save save = ck_enter_global_ctx(c, tmpl->module);
+            const nb_type *t = ck_resolve_type(c, te);
+            ck_leave_global_ctx(c, save);
+            if (ck_is_error(t)) return k;
+            vals[k] = t->id;
+            bound[k] = 1;
+            continue;
+        }
         if (!g || !g->u.param.default_value) return k;
         subst s = {c, tmpl, gp, ng, k, vals, 0};
         nb_expr *e = clone_expr(&s, g->u.param.default_value);
@@ -590,6 +713,25 @@ static int fill_defaults(nb_checker *c, nb_decl *tmpl, int64_t *vals, int *bound
     return ng;
 }
 
+/* Written generic argument i of te for a type parameter of tmpl: the type, or NULL after an
+ * error. A name the parser took for a value (an imported struct) is looked up as a type. */
+static const nb_type *explicit_type_arg(nb_checker *c, nb_decl *tmpl, nb_type_expr *te, int i) {
+    const nb_type *t = NULL;
+    if (te->targs && te->targs[i]) {
+        t = ck_resolve_type(c, te->targs[i]);
+    } else {
+        nb_expr *v = te->vargs ? te->vargs[i] : NULL;
+        if (v && v->kind == NB_EX_TYPE) t = ck_resolve_type(c, v->u.type.texpr);
+        else if (v && v->kind == NB_EX_NAME) t = ck_name_as_type(c, v->u.name.name, v->loc);
+        if (!t) {
+            ck_err(c, v ? v->loc : te->loc, "generic argument %d of '%s' must be a type, not a value", i + 1,
+                   tmpl->name);
+            return NULL;
+        }
+    }
+    return ck_is_error(t) ? NULL : t;
+}
+
 /* Evaluates te's written arguments for tmpl into vals; returns how many, or -1 after an error. */
 static int explicit_args(nb_checker *c, nb_decl *tmpl, nb_type_expr *te, int64_t *vals) {
     int ng;
@@ -599,7 +741,14 @@ static int explicit_args(nb_checker *c, nb_decl *tmpl, nb_type_expr *te, int64_t
         ck_err(c, te->loc, "'%s' takes %d generic argument%s, got %d", tmpl->name, ng, ng == 1 ? "" : "s", n);
         return -1;
     }
+    nb_decl **gp = gparams_of(tmpl, &ng);
     for (int i = 0; i < n; i++) {
+        if (gp_is_type(gp[i])) {
+            const nb_type *t = explicit_type_arg(c, tmpl, te, i);
+            if (!t) return -1;
+            vals[i] = t->id;
+            continue;
+        }
         if (te->targs && te->targs[i]) {
             /* a type where a value is expected (names the parser could not tell apart are values) */
             nb_type_expr *ta = te->targs[i];
@@ -641,6 +790,12 @@ const nb_type *ck_instantiate_struct(nb_checker *c, nb_decl *sd, nb_type_expr *t
                    n);
         return c->tt->t_error;
     }
+    char why[512];
+    if (!ck_satisfies(c, sd, vals, why, sizeof why)) {
+        ck_err(c, te->loc, "%s", why);
+        ck_note(c, sd->loc, "'%s' is declared here", sd->name);
+        return c->tt->t_error;
+    }
     nb_decl *inst = instantiate(c, sd, vals, te->loc);
     return inst && inst->u.strct.type ? inst->u.strct.type : c->tt->t_error;
 }
@@ -648,6 +803,7 @@ const nb_type *ck_instantiate_struct(nb_checker *c, nb_decl *sd, nb_type_expr *t
 /* ---- inference for generic functions ------------------------------------------------------ */
 
 typedef struct infer {
+    nb_type_table *tt;
     nb_decl *tmpl;
     int64_t vals[CK_MAX_GPARAMS];
     int bound[CK_MAX_GPARAMS];
@@ -690,6 +846,13 @@ static void bind(infer *f, int k, int64_t v) {
     f->vals[k] = v;
 }
 
+static void unify(infer *f, const nb_type_expr *te, const nb_type *at);
+
+/* `vector<T, N>` against a float3: T is float. */
+static void unify_scalar(infer *f, const nb_type_expr *te, nb_scalar_kind k) {
+    unify(f, te, nb_type_scalar(f->tt, k));
+}
+
 /* Matches a written parameter type against an argument's type, binding generic parameters. */
 static void unify(infer *f, const nb_type_expr *te, const nb_type *at) {
     if (!te || !at || at->kind == NB_TY_ERROR) return;
@@ -698,11 +861,20 @@ static void unify(infer *f, const nb_type_expr *te, const nb_type *at) {
         bind(f, expr_param(f, te->array_dims ? te->array_dims[i] : NULL), at->length);
         at = at->elem;
     }
+    if (te->ntargs <= 0 && te->name) { /* `T x`: T is the argument's type */
+        int ng;
+        nb_decl **gp = gparams_of(f->tmpl, &ng);
+        for (int k = 0; k < ng; k++)
+            if (gp_is_type(gp[k]) && gp[k]->name && strcmp(gp[k]->name, te->name) == 0) bind(f, k, at->id);
+        return;
+    }
     if (te->ntargs <= 0 || !te->name) return;
     const char *n = te->name;
     if (!strcmp(n, "vector") && at->kind == NB_TY_VECTOR && te->ntargs == 2) {
+        if (te->targs && te->targs[0]) unify_scalar(f, te->targs[0], at->scalar);
         bind(f, targ_param(f, te, 1), at->cols);
     } else if (!strcmp(n, "matrix") && at->kind == NB_TY_MATRIX && te->ntargs == 3) {
+        if (te->targs && te->targs[0]) unify_scalar(f, te->targs[0], at->scalar);
         bind(f, targ_param(f, te, 1), at->rows);
         bind(f, targ_param(f, te, 2), at->cols);
     } else if ((!strcmp(n, "Tensor") || !strcmp(n, "DiffTensor") || !strcmp(n, "RWTensor")) &&
@@ -738,32 +910,13 @@ int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb
     }
     for (int a = 0; a < call->u.call.nargs; a++)
         if (!call->u.call.args[a] || ck_is_error(call->u.call.args[a]->type)) return -1; /* no cascade */
-    /* the written arguments, once (checked against each template's parameter count below) */
-    int64_t given[CK_MAX_GPARAMS];
-    int ngiven = 0;
-    if (explicit_args_te) {
-        nb_type_expr *te = explicit_args_te;
-        if (te->ntargs > CK_MAX_GPARAMS) {
-            ck_err(c, te->loc, "too many generic arguments for '%s' (%d)", name, te->ntargs);
-            return -1;
-        }
-        for (int i = 0; i < te->ntargs; i++) {
-            if (te->targs && te->targs[i]) {
-                nb_type_expr *ta = te->targs[i];
-                nb_decl *d[1];
-                if (ta->ntargs || ta->narray_dims || ck_builtin_type_name(c, ta->name) ||
-                    ck_lookup_global(c, ta->name, NB_DECL_STRUCT, d, 1) > 0 ||
-                    ck_lookup_global(c, ta->name, NB_DECL_TYPEDEF, d, 1) > 0) {
-                    ck_err(c, ta->loc, "generic argument %d of '%s' must be an integer value, not a type", i + 1, name);
-                    return -1;
-                }
-            }
-            if (!ck_generic_int(c, te, i, &given[i])) return -1;
-        }
-        ngiven = te->ntargs;
+    int ngiven = explicit_args_te ? explicit_args_te->ntargs : 0;
+    if (ngiven > CK_MAX_GPARAMS) {
+        ck_err(c, explicit_args_te->loc, "too many generic arguments for '%s' (%d)", name, ngiven);
+        return -1;
     }
     int w = 0, failed = 0, last_fail = -1;
-    char reason[256] = "";
+    char reason[512] = "";
     for (int i = 0; i < n; i++) {
         nb_decl *fn = fns[i];
         if (!ck_is_template(fn)) {
@@ -782,7 +935,12 @@ int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb
         infer f;
         memset(&f, 0, sizeof f);
         f.tmpl = fn;
-        for (int k = 0; k < ngiven; k++) bind(&f, k, given[k]);
+        f.tt = c->tt;
+        if (ngiven) { /* the written arguments, evaluated for this template's parameter kinds */
+            int64_t given[CK_MAX_GPARAMS];
+            if (explicit_args(c, fn, explicit_args_te, given) < 0) return -1;
+            for (int k = 0; k < ngiven; k++) bind(&f, k, given[k]);
+        }
         for (int a = 0; a < call->u.call.nargs; a++) {
             int pi = arg_param(fn, call, a);
             if (pi >= 0 && fn->u.func.params[pi]) unify(&f, fn->u.func.params[pi]->u.param.texpr, call->u.call.args[a]->type);
@@ -791,8 +949,12 @@ int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb
             failed++;
             last_fail = i;
             int k = f.conflict - 1;
-            snprintf(reason, sizeof reason, "conflicting values for generic parameter '%s' of '%s': %lld and %lld",
-                     gp[k]->name, name, (long long)f.vals[k], (long long)f.other);
+            if (gp_is_type(gp[k]))
+                snprintf(reason, sizeof reason, "conflicting types for generic parameter '%s' of '%s': '%s' and '%s'",
+                         gp[k]->name, name, type_arg(c, f.vals[k])->name, type_arg(c, f.other)->name);
+            else
+                snprintf(reason, sizeof reason, "conflicting values for generic parameter '%s' of '%s': %lld and %lld",
+                         gp[k]->name, name, (long long)f.vals[k], (long long)f.other);
             continue;
         }
         int k = fill_defaults(c, fn, f.vals, f.bound, 0);
@@ -806,6 +968,11 @@ int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb
         int bad = 0;
         for (int q = 0; q < ng && !bad; q++) bad = !check_arg_value(c, fn, q, f.vals[q], call->loc);
         if (bad) return -1;
+        if (!ck_satisfies(c, fn, f.vals, reason, sizeof reason)) {
+            failed++;
+            last_fail = i;
+            continue;
+        }
         nb_decl *inst = instantiate(c, fn, f.vals, call->loc);
         if (!inst) return -1;
         fns[w++] = inst;

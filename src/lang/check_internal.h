@@ -165,6 +165,20 @@ int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb
 void ck_free_generics(nb_checker *c);
 
 const nb_type *ck_builtin_type_name(nb_checker *c, const char *name); /* float3, int, void; NULL if not */
+/* A copy of method m (an interface's default implementation) as a method of struct sd. */
+nb_decl *ck_clone_method(nb_checker *c, const nb_decl *m, nb_decl *sd);
+
+/* check_iface.c: interfaces, conformance, constraints, member types */
+int ck_is_builtin_iface(const char *name);   /* IDifferentiable, IFloat, IArithmetic, … */
+int ck_conforms(nb_checker *c, const nb_type *t, const char *iface);
+void ck_check_constraint_name(nb_checker *c, nb_type_expr *te); /* reports a non-interface */
+void ck_merge_wheres(nb_checker *c, nb_decl *fn);  /* `where` clauses into the gparams' constraints */
+/* Whether vals (a template's generic arguments) satisfy its constraints; else why (n bytes). */
+int ck_satisfies(nb_checker *c, const nb_decl *tmpl, const int64_t *vals, char *why, size_t n);
+void ck_check_conformance(nb_checker *c, nb_decl *sd); /* struct S : IFoo requirements, defaults */
+void ck_check_interface(nb_checker *c, nb_decl *d);    /* pass 1 of an interface declaration */
+/* Member type `member` of struct sd (te: the written type, for locations); NULL if none. */
+const nb_type *ck_struct_member_type(nb_checker *c, nb_decl *sd, const char *member, nb_type_expr *te);
 
 /* check_expr.c */
 const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc); /* NULL if not a type */

@@ -431,8 +431,9 @@ const char *nb_emit_make_helper(nb_emitter *e, const nb_type *t)
         for (int k = 0; k < t->decl->u.strct.nfields; k++) {
             nb_decl *fd = t->decl->u.strct.fields[k];
             const char *fn = nb_emit_safe_name(e, fd->name);
-            APPEND(&p, "%s%s %s", k ? ", " : "", nb_emit_ctype(e, fd->u.var.type), fn);
-            APPEND(&b, " r.%s = %s;", fn, fn);
+            /* parameters f<k>: a field named `r` must not hide the result */
+            APPEND(&p, "%s%s f%d", k ? ", " : "", nb_emit_ctype(e, fd->u.var.type), k);
+            APPEND(&b, " r.%s = f%d;", fn, k);
         }
     } else if (t->kind == NB_TY_DIFFPAIR) {
         const nb_type *dt = nb_type_differential(e->tt, t->elem);

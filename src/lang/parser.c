@@ -107,6 +107,35 @@ int np_is_type_name(nb_parser *p, const nb_token *t) {
            nameset_find(&p->types, t->start, (size_t)t->len) >= 0;
 }
 
+static int tok_is(const nb_token *t, const char *word) {
+    return t->kind == NB_TOK_IDENT && (size_t)t->len == strlen(word) && memcmp(t->start, word, (size_t)t->len) == 0;
+}
+
+/* After `__generic` at toks[i] (`<` next): the name the generic parameters belong to (the struct
+ * after `struct`, or the function name before the first `(`), marked generic. */
+static void prescan_generic_prefix(nb_parser *p, int i) {
+    int depth = 0, j = i + 1;
+    for (; j < p->ntoks; j++) { /* skip <…> */
+        nb_tok_kind k = p->toks[j].kind;
+        if (k == NB_TOK_LT) depth++;
+        else if (k == NB_TOK_GT && --depth == 0) break;
+        else if (k == NB_TOK_SHR && (depth -= 2) <= 0) break;
+        else if (k == NB_TOK_LBRACE || k == NB_TOK_SEMI || k == NB_TOK_EOF) return;
+    }
+    for (j++; j + 1 < p->ntoks && j < i + 64; j++) {
+        nb_tok_kind k = p->toks[j].kind;
+        if (k == NB_TOK_KW_STRUCT && p->toks[j + 1].kind == NB_TOK_IDENT) {
+            nameset_add(p, &p->generics, p->toks[j + 1].start, (size_t)p->toks[j + 1].len);
+            return;
+        }
+        if (k == NB_TOK_LPAREN && p->toks[j - 1].kind == NB_TOK_IDENT) {
+            nameset_add(p, &p->generics, p->toks[j - 1].start, (size_t)p->toks[j - 1].len);
+            return;
+        }
+        if (k == NB_TOK_LBRACE || k == NB_TOK_SEMI) return;
+    }
+}
+
 /* Collects struct/typedef/typealias names of the whole file, so that use before declaration works. */
 static void prescan(nb_parser *p) {
     for (int k = 0; builtin_generics[k]; k++) {
@@ -115,7 +144,18 @@ static void prescan(nb_parser *p) {
     }
     for (int i = 0; i + 1 < p->ntoks; i++) {
         const nb_token *t = &p->toks[i], *n = &p->toks[i + 1];
-        if ((t->kind == NB_TOK_KW_STRUCT || t->kind == NB_TOK_KW_TYPEALIAS) && n->kind == NB_TOK_IDENT) {
+        if (tok_is(t, "interface") && n->kind == NB_TOK_IDENT) {
+            nameset_add(p, &p->types, n->start, (size_t)n->len);
+        } else if (tok_is(t, "__generic") && n->kind == NB_TOK_LT) {
+            prescan_generic_prefix(p, i);
+        } else if (t->kind == NB_TOK_IDENT && n->kind == NB_TOK_LT && i + 3 < p->ntoks && i > 0 &&
+                   p->toks[i - 1].kind == NB_TOK_IDENT && p->toks[i + 2].kind == NB_TOK_IDENT &&
+                   (p->toks[i + 3].kind == NB_TOK_COLON ||
+                    ((p->toks[i + 3].kind == NB_TOK_COMMA || p->toks[i + 3].kind == NB_TOK_GT) &&
+                     !tok_is(&p->toks[i - 1], "return")))) {
+            /* a type generic function `T sqr<T : IFoo>(…)` / `T f<T>(…)`: `sqr<float>(x)` is explicit */
+            nameset_add(p, &p->generics, t->start, (size_t)t->len);
+        } else if ((t->kind == NB_TOK_KW_STRUCT || t->kind == NB_TOK_KW_TYPEALIAS) && n->kind == NB_TOK_IDENT) {
             nameset_add(p, &p->types, n->start, (size_t)n->len);
             if (t->kind == NB_TOK_KW_STRUCT && i + 2 < p->ntoks && p->toks[i + 2].kind == NB_TOK_LT)
                 nameset_add(p, &p->generics, n->start, (size_t)n->len);
@@ -397,6 +437,8 @@ static void skip_params(nb_parser *p) {
     p->panic = 0;
 }
 
+static void parse_wheres(nb_parser *p, nb_decl *fn);
+
 /* After `type name`, at `(`: parameters and a body or `;`. */
 static nb_decl *parse_function(nb_parser *p, nb_attr_list attrs, unsigned mods, nb_type_expr *ret,
                                nb_loc loc, const char *name, nb_decl *parent) {
@@ -429,6 +471,7 @@ static nb_decl *parse_function(nb_parser *p, nb_attr_list attrs, unsigned mods, 
     if (p->panic) skip_params(p);
     d->u.func.params = (nb_decl **)np_finish(p, &params);
     d->u.func.nparams = params.n;
+    if (tok_is(np_cur(p), "where")) parse_wheres(p, d);
     if (np_kind(p) == NB_TOK_LBRACE) {
         d->u.func.body = np_parse_block(p);
     } else if (!np_accept(p, NB_TOK_SEMI)) {
@@ -466,8 +509,8 @@ void np_parse_var_declarators(nb_parser *p, nb_pvec *out, nb_attr_list attrs, un
     if (!p->panic) np_expect_semi(p, "declaration");
 }
 
-static const char *const unsupported_decls[] = {"interface", "namespace", "extension", "enum", "class",
-                                                "cbuffer", "template", "union", "__generic", NULL};
+static const char *const unsupported_decls[] = {"namespace", "extension", "enum", "class",
+                                                "cbuffer", "template", "union", NULL};
 
 /* Reports `interface Foo {` and the like clearly; returns 1 if it did. */
 static int unsupported_decl(nb_parser *p) {
@@ -481,15 +524,75 @@ static int unsupported_decl(nb_parser *p) {
     return 0;
 }
 
-static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods);
+static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, int is_interface);
 static nb_decl *parse_generic_function(nb_parser *p, nb_attr_list attrs, unsigned mods, nb_type_expr *ret,
                                        nb_loc loc, const char *name, nb_decl *parent);
 
 /* A struct member: field(s), static const, or method. Appends to the struct's lists. */
-static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *statics, nb_pvec *methods) {
+static nb_decl *parse_typedef(nb_parser *p, int alias);
+static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func);
+static void parse_constraints(nb_parser *p, nb_pvec *list);
+
+/* `__generic<T : IFoo> T f(T x)`: the prefix's parameters become d's (a function or struct). */
+static void attach_generic_prefix(nb_parser *p, nb_decl *d, nb_pvec *g) {
+    if (!g->n || !d) return;
+    int have = d->kind == NB_DECL_FUNC ? d->u.func.ngparams : d->u.strct.ngparams;
+    if (have) {
+        np_error_at(p, d->loc, "'%s' has both '__generic<…>' and '<…>' generic parameters", d->name);
+        return;
+    }
+    nb_decl **items = (nb_decl **)np_finish(p, g);
+    if (d->kind == NB_DECL_FUNC) {
+        d->u.func.gparams = items;
+        d->u.func.ngparams = g->n;
+    } else {
+        d->u.strct.gparams = items;
+        d->u.strct.ngparams = g->n;
+    }
+}
+
+/* `associatedtype A [: IFoo];` inside an interface (at the word). */
+static nb_decl *parse_assoctype(nb_parser *p) {
+    np_advance(p);
+    if (np_kind(p) != NB_TOK_IDENT) {
+        np_error_here(p, "expected a name after 'associatedtype'");
+        return NULL;
+    }
+    nb_decl *d = new_decl(p, NB_DECL_TYPEDEF, np_loc(p), np_tok_text(p));
+    nameset_add(p, &p->types, np_cur(p)->start, (size_t)np_cur(p)->len);
+    np_advance(p);
+    nb_pvec cons = {0};
+    if (np_accept(p, NB_TOK_COLON)) parse_constraints(p, &cons);
+    d->u.tdef.constraints = (nb_type_expr **)np_finish(p, &cons);
+    d->u.tdef.nconstraints = cons.n;
+    np_expect_semi(p, "associatedtype");
+    return d;
+}
+
+static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *statics, nb_pvec *methods,
+                         nb_pvec *types) {
     if (np_accept(p, NB_TOK_SEMI)) return;
     nb_attr_list attrs = np_parse_attrs(p);
     unsigned mods = parse_mods(p);
+    if (np_kind(p) == NB_TOK_KW_TYPEDEF || np_kind(p) == NB_TOK_KW_TYPEALIAS) {
+        nb_decl *td = parse_typedef(p, np_kind(p) == NB_TOK_KW_TYPEALIAS);
+        td->module = p->mod;
+        np_push(p, types, td);
+        return;
+    }
+    if (tok_is(np_cur(p), "associatedtype")) {
+        nb_decl *td = parse_assoctype(p);
+        if (td) np_push(p, types, td);
+        return;
+    }
+    nb_pvec generic_prefix = {0};
+    if (tok_is(np_cur(p), "__generic") && np_peek_kind(p, 1) == NB_TOK_LT) {
+        np_advance(p);
+        parse_gparams(p, &generic_prefix, 1);
+        nb_attr_list more = np_parse_attrs(p);
+        if (!attrs.count) attrs = more;
+        mods |= parse_mods(p);
+    }
     if (np_accept(p, NB_TOK_KW_NO_DIFF)) mods |= NB_MOD_NO_DIFF;
     nb_tok_kind k = np_kind(p);
     if (k == NB_TOK_KW_STRUCT) {
@@ -522,25 +625,32 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
     const char *name = np_tok_text(p);
     np_advance(p);
     nb_decl *fn = parse_generic_function(p, attrs, mods, t, loc, name, s);
+    if (!fn && np_kind(p) == NB_TOK_LPAREN) fn = parse_function(p, attrs, mods, t, loc, name, s);
     if (fn) {
+        attach_generic_prefix(p, fn, &generic_prefix);
         np_push(p, methods, fn);
         return;
     }
-    if (np_kind(p) == NB_TOK_LPAREN) {
-        np_push(p, methods, parse_function(p, attrs, mods, t, loc, name, s));
-        return;
-    }
+    if (generic_prefix.n) np_error_at(p, loc, "'__generic' must be followed by a function or a struct");
     nb_pvec vars = {0};
     np_parse_var_declarators(p, &vars, attrs, mods, t, loc, name, 0);
     for (int i = 0; i < vars.n; i++) np_push(p, (mods & NB_MOD_STATIC) ? statics : fields, vars.items[i]);
 }
 
-/* Value generic parameters `<let W : int, let L : int = 2>` (at '<'); recovers to '{', '(' or ';'. */
+/* Interface constraints after ':' (`T : IFoo`, `IFoo & IBar`), appended to list. */
+static void parse_constraints(nb_parser *p, nb_pvec *list) {
+    do {
+        np_push(p, list, np_parse_type(p, 0));
+    } while (!p->panic && np_accept(p, NB_TOK_AMP));
+}
+
+/* Generic parameters `<let W : int, T : IFoo, let L : int = 2, U = float>` (at '<'); type
+ * parameter names become type names for the rest of the file (casts `(T)x`, `vector<T, N>`);
+ * recovers to '{', '(' or ';'. */
 static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
     nb_loc open = np_loc(p);
     np_advance(p);
     while (np_kind(p) != NB_TOK_GT && !p->panic) {
-        nb_loc ploc = np_loc(p);
         if (np_accept(p, NB_TOK_KW_LET)) {
             if (np_kind(p) != NB_TOK_IDENT) {
                 np_error_here(p, "expected a name after 'let' in generic parameters");
@@ -558,11 +668,20 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
             if (np_accept(p, NB_TOK_ASSIGN)) g->u.param.default_value = np_parse_generic_value(p);
             np_push(p, gparams, g);
         } else if (np_kind(p) == NB_TOK_IDENT) {
-            np_error_at(p, ploc, "type generic parameters are not supported; write 'let %.*s : int' for a value parameter",
-                        np_cur(p)->len, np_cur(p)->start);
-            break;
+            const nb_token *t = np_cur(p);
+            nb_decl *g = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
+            nameset_add(p, &p->types, t->start, (size_t)t->len);
+            np_advance(p);
+            g->u.param.index = gparams->n;
+            g->u.param.is_type = 1;
+            nb_pvec cons = {0};
+            if (np_accept(p, NB_TOK_COLON)) parse_constraints(p, &cons);
+            g->u.param.constraints = (nb_type_expr **)np_finish(p, &cons);
+            g->u.param.nconstraints = cons.n;
+            if (np_accept(p, NB_TOK_ASSIGN)) g->u.param.default_type = np_parse_type(p, 1);
+            np_push(p, gparams, g);
         } else {
-            np_error_here(p, "expected 'let' in generic parameter list");
+            np_error_here(p, "expected a generic parameter ('T : IFoo' or 'let N : int')");
             break;
         }
         if (!np_accept(p, NB_TOK_COMMA)) break;
@@ -576,11 +695,48 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
     }
 }
 
-/* After `type name`, at `<let`: a generic function `T name<let N : int>(…) {…}`; NULL (nothing
- * consumed) when the next tokens are not `<` `let`. */
+/* `where T : IFoo [, U : IBar]` clauses (possibly several) after a function's parameter list. */
+static void parse_wheres(nb_parser *p, nb_decl *fn) {
+    nb_pvec ws = {0};
+    while (tok_is(np_cur(p), "where") && !p->panic) {
+        np_advance(p);
+        do {
+            if (np_kind(p) != NB_TOK_IDENT) {
+                np_error_here(p, "expected a generic parameter name after 'where'");
+                break;
+            }
+            nb_decl *w = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
+            np_advance(p);
+            w->u.param.is_type = 1;
+            if (!np_accept(p, NB_TOK_COLON)) {
+                np_error_here(p, "expected ':' and an interface after 'where %s'", w->name);
+                break;
+            }
+            nb_pvec cons = {0};
+            parse_constraints(p, &cons);
+            w->u.param.constraints = (nb_type_expr **)np_finish(p, &cons);
+            w->u.param.nconstraints = cons.n;
+            np_push(p, &ws, w);
+        } while (!p->panic && np_accept(p, NB_TOK_COMMA));
+    }
+    fn->u.func.wheres = (nb_decl **)np_finish(p, &ws);
+    fn->u.func.nwheres = ws.n;
+}
+
+/* At '<': whether generic parameters follow (`<let`, `<T :`, `<T,`, `<T>`, `<T =`). */
+static int at_gparams(nb_parser *p) {
+    if (np_kind(p) != NB_TOK_LT) return 0;
+    if (np_peek_kind(p, 1) == NB_TOK_KW_LET) return 1;
+    if (np_peek_kind(p, 1) != NB_TOK_IDENT) return 0;
+    nb_tok_kind k = np_peek_kind(p, 2);
+    return k == NB_TOK_COLON || k == NB_TOK_COMMA || k == NB_TOK_GT || k == NB_TOK_ASSIGN;
+}
+
+/* After `type name`, at `<let` / `<T :`: a generic function `T name<let N : int>(…) {…}`; NULL
+ * (nothing consumed) when no generic parameters follow. */
 static nb_decl *parse_generic_function(nb_parser *p, nb_attr_list attrs, unsigned mods, nb_type_expr *ret,
                                        nb_loc loc, const char *name, nb_decl *parent) {
-    if (np_kind(p) != NB_TOK_LT || np_peek_kind(p, 1) != NB_TOK_KW_LET) return NULL;
+    if (!at_gparams(p)) return NULL;
     nb_pvec gparams = {0};
     parse_gparams(p, &gparams, 1);
     nb_decl *d;
@@ -601,17 +757,19 @@ static nb_decl *parse_generic_function(nb_parser *p, nb_attr_list attrs, unsigne
     return d;
 }
 
-/* struct Name [<let W : int, …>] [: I, …] { members } [;] */
-static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods) {
+/* struct Name [<let W : int, T : IFoo, …>] [: I, …] { members } [;]
+ * interface Name [: Base, …] { requirements } [;] (is_interface) */
+static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, int is_interface) {
     nb_loc kwloc = np_loc(p);
-    np_advance(p); /* struct */
+    const char *kw = is_interface ? "interface" : "struct";
+    np_advance(p); /* struct / interface */
     if (np_kind(p) != NB_TOK_IDENT) {
         char found[64];
         np_describe(p, np_cur(p), found, sizeof found);
-        np_error_here(p, "expected a struct name after 'struct', found %s", found);
+        np_error_here(p, "expected a name after '%s', found %s", kw, found);
         return NULL;
     }
-    nb_decl *s = new_decl(p, NB_DECL_STRUCT, np_loc(p), np_tok_text(p));
+    nb_decl *s = new_decl(p, is_interface ? NB_DECL_INTERFACE : NB_DECL_STRUCT, np_loc(p), np_tok_text(p));
     (void)kwloc;
     s->attrs = attrs;
     s->mods = mods;
@@ -637,15 +795,15 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods) {
     if (np_kind(p) != NB_TOK_LBRACE) {
         char found[64];
         np_describe(p, np_cur(p), found, sizeof found);
-        np_error_here(p, "expected '{' after struct name '%s', found %s", s->name, found);
+        np_error_here(p, "expected '{' after %s name '%s', found %s", kw, s->name, found);
         return s;
     }
     nb_loc open = np_loc(p);
     np_advance(p);
-    nb_pvec fields = {0}, statics = {0}, methods = {0};
+    nb_pvec fields = {0}, statics = {0}, methods = {0}, types = {0};
     while (np_kind(p) != NB_TOK_RBRACE && np_kind(p) != NB_TOK_EOF) {
         int before = p->pos;
-        parse_member(p, s, &fields, &statics, &methods);
+        parse_member(p, s, &fields, &statics, &methods, &types);
         if (p->panic) np_sync(p);
         if (p->pos == before && np_kind(p) != NB_TOK_RBRACE) np_advance(p);
     }
@@ -657,6 +815,8 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods) {
     s->u.strct.nstatics = statics.n;
     s->u.strct.methods = (nb_decl **)np_finish(p, &methods);
     s->u.strct.nmethods = methods.n;
+    s->u.strct.types = (nb_decl **)np_finish(p, &types);
+    s->u.strct.ntypes = types.n;
     return s;
 }
 
@@ -738,6 +898,8 @@ static nb_decl *parse_typedef(nb_parser *p, int alias) {
     return d;
 }
 
+static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods);
+
 /* One top-level declaration (possibly several variables); appends to out. */
 static void parse_toplevel(nb_parser *p, nb_pvec *out) {
     nb_tok_kind k = np_kind(p);
@@ -757,13 +919,36 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
     }
     nb_attr_list attrs = np_parse_attrs(p);
     unsigned mods = parse_mods(p);
-    k = np_kind(p);
+    nb_pvec generic_prefix = {0};
+    if (tok_is(np_cur(p), "__generic") && np_peek_kind(p, 1) == NB_TOK_LT) {
+        np_advance(p);
+        parse_gparams(p, &generic_prefix, 1);
+        nb_attr_list more = np_parse_attrs(p);
+        if (!attrs.count) attrs = more;
+        mods |= parse_mods(p);
+        int n0 = out->n;
+        parse_toplevel_decl(p, out, attrs, mods);
+        if (out->n == n0 + 1) attach_generic_prefix(p, out->items[n0], &generic_prefix);
+        else np_error_at(p, np_loc(p), "'__generic' must be followed by a function or a struct");
+        return;
+    }
+    parse_toplevel_decl(p, out, attrs, mods);
+}
+
+/* The declaration after the attributes and modifiers. */
+static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods) {
+    nb_tok_kind k = np_kind(p);
+    if (tok_is(np_cur(p), "interface") && np_peek_kind(p, 1) == NB_TOK_IDENT) {
+        nb_decl *s = parse_struct(p, attrs, mods, 1);
+        if (s) np_push(p, out, s);
+        return;
+    }
     if (k == NB_TOK_KW_IMPORT) {
         np_push(p, out, parse_import(p));
         return;
     }
     if (k == NB_TOK_KW_STRUCT) {
-        nb_decl *s = parse_struct(p, attrs, mods);
+        nb_decl *s = parse_struct(p, attrs, mods, 0);
         if (s) np_push(p, out, s);
         return;
     }

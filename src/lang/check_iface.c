@@ -1,0 +1,271 @@
+/* Interfaces and constraints: `interface IFoo : IBase { requirements }`, conformance of structs
+ * (`struct S : IFoo`: every requirement present, default implementations copied in), the
+ * built-in interfaces of the scalar/vector types (IFloat, IArithmetic, …), the constraints of
+ * type generic parameters (`T : IFoo`, `where T : IFoo`) checked on the concrete types before an
+ * instantiation is made, and member types (`S.A` for `typealias A = …` inside S; an
+ * interface's `associatedtype A` reached through a substituted `T.A`). */
+#include <stdio.h>
+#include <string.h>
+
+#include "lang/check_internal.h"
+
+/* ---- built-in interfaces ------------------------------------------------------------------ */
+
+typedef enum bi_shape { BI_SCALAR, BI_SCALAR_VECTOR, BI_ANY } bi_shape;
+typedef enum bi_elem { BI_FLOAT, BI_INT, BI_SIGNED, BI_NUMERIC, BI_INT_OR_BOOL, BI_ALL } bi_elem;
+
+static const struct builtin_iface {
+    const char *name;
+    bi_shape shape;
+    bi_elem elem;
+} builtin_ifaces[] = {
+    {"IFloat", BI_SCALAR_VECTOR, BI_FLOAT},
+    {"IDFloat", BI_SCALAR_VECTOR, BI_FLOAT},
+    {"__BuiltinFloatingPointType", BI_SCALAR, BI_FLOAT},
+    {"__BuiltinRealType", BI_SCALAR, BI_FLOAT},
+    {"IArithmetic", BI_ANY, BI_NUMERIC},
+    {"__BuiltinArithmeticType", BI_SCALAR, BI_NUMERIC},
+    {"__BuiltinSignedArithmeticType", BI_SCALAR, BI_SIGNED},
+    {"IInteger", BI_SCALAR_VECTOR, BI_INT},
+    {"__BuiltinIntegerType", BI_SCALAR, BI_INT},
+    {"ILogical", BI_SCALAR_VECTOR, BI_INT_OR_BOOL},
+    {"IComparable", BI_ANY, BI_NUMERIC},
+    {"__BuiltinType", BI_SCALAR, BI_ALL},
+};
+
+static const struct builtin_iface *builtin_iface(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof builtin_ifaces / sizeof builtin_ifaces[0]; i++)
+        if (strcmp(builtin_ifaces[i].name, name) == 0) return &builtin_ifaces[i];
+    return NULL;
+}
+
+int ck_is_builtin_iface(const char *name) {
+    return builtin_iface(name) != NULL || (name && strcmp(name, "IDifferentiable") == 0);
+}
+
+static int builtin_conforms(const nb_type *t, const struct builtin_iface *b) {
+    if (t->kind != NB_TY_SCALAR && t->kind != NB_TY_VECTOR && t->kind != NB_TY_MATRIX) return 0;
+    if (b->shape == BI_SCALAR && t->kind != NB_TY_SCALAR) return 0;
+    if (b->shape == BI_SCALAR_VECTOR && t->kind == NB_TY_MATRIX) return 0;
+    nb_scalar_kind k = t->scalar;
+    int is_f = k == NB_SC_HALF || k == NB_SC_FLOAT || k == NB_SC_DOUBLE;
+    int is_i = ck_is_int_scalar_kind(k);
+    switch (b->elem) {
+    case BI_FLOAT: return is_f;
+    case BI_INT: return is_i;
+    case BI_SIGNED: return is_f || k == NB_SC_INT || k == NB_SC_INT64;
+    case BI_NUMERIC: return is_f || is_i;
+    case BI_INT_OR_BOOL: return is_i || k == NB_SC_BOOL;
+    case BI_ALL: return 1;
+    }
+    return 0;
+}
+
+/* ---- user interfaces ---------------------------------------------------------------------- */
+
+static nb_decl *find_iface(nb_checker *c, const char *name) {
+    nb_decl *d[1];
+    if (name && ck_lookup_global(c, name, NB_DECL_INTERFACE, d, 1) > 0) return d[0];
+    return NULL;
+}
+
+/* Whether interface `have` is `want` or inherits from it (depth-limited against cycles). */
+static int iface_extends(nb_checker *c, const char *have, const char *want, int depth) {
+    if (!have || !want || depth > 32) return 0;
+    if (strcmp(have, want) == 0) return 1;
+    nb_decl *d = find_iface(c, have);
+    if (!d) return 0;
+    for (int i = 0; i < d->u.strct.nconforms; i++)
+        if (iface_extends(c, d->u.strct.conforms[i], want, depth + 1)) return 1;
+    return 0;
+}
+
+int ck_conforms(nb_checker *c, const nb_type *t, const char *iface) {
+    if (!t || !iface || ck_is_error(t)) return 1;
+    if (t->kind == NB_TY_STRUCT && t->decl) {
+        const nb_decl *sd = t->decl;
+        for (int i = 0; i < sd->u.strct.nconforms; i++)
+            if (iface_extends(c, sd->u.strct.conforms[i], iface, 0)) return 1;
+        if (strcmp(iface, "IDifferentiable") == 0) return nb_type_is_differentiable(t);
+        return 0;
+    }
+    if (strcmp(iface, "IDifferentiable") == 0) return nb_type_is_differentiable(t);
+    const struct builtin_iface *b = builtin_iface(iface);
+    return b && builtin_conforms(t, b);
+}
+
+void ck_check_constraint_name(nb_checker *c, nb_type_expr *te) {
+    if (!te || !te->name) return;
+    if (ck_is_builtin_iface(te->name) || find_iface(c, te->name)) return;
+    if (ck_name_as_type(c, te->name, te->loc))
+        ck_err(c, te->loc, "'%s' is a type, not an interface (a constraint must name an interface)", te->name);
+    else
+        ck_err(c, te->loc, "unknown interface '%s'", te->name);
+}
+
+void ck_merge_wheres(nb_checker *c, nb_decl *d) {
+    if (d->kind != NB_DECL_FUNC || !d->u.func.nwheres) return;
+    for (int i = 0; i < d->u.func.nwheres; i++) {
+        nb_decl *w = d->u.func.wheres[i];
+        nb_decl *g = NULL;
+        for (int k = 0; k < d->u.func.ngparams && !g; k++)
+            if (d->u.func.gparams[k] && d->u.func.gparams[k]->name && w->name &&
+                strcmp(d->u.func.gparams[k]->name, w->name) == 0)
+                g = d->u.func.gparams[k];
+        if (!g || !g->u.param.is_type) {
+            ck_err(c, w->loc, "'%s' in a 'where' clause is not a type generic parameter of '%s'", w->name, d->name);
+            continue;
+        }
+        int n = g->u.param.nconstraints + w->u.param.nconstraints;
+        nb_type_expr **all = ck_alloc(c, sizeof(nb_type_expr *) * (size_t)(n ? n : 1));
+        if (!all) return;
+        for (int k = 0; k < g->u.param.nconstraints; k++) all[k] = g->u.param.constraints[k];
+        for (int k = 0; k < w->u.param.nconstraints; k++) all[g->u.param.nconstraints + k] = w->u.param.constraints[k];
+        g->u.param.constraints = all;
+        g->u.param.nconstraints = n;
+    }
+    d->u.func.nwheres = 0;
+}
+
+int ck_satisfies(nb_checker *c, const nb_decl *tmpl, const int64_t *vals, char *why, size_t n) {
+    int ng = tmpl->kind == NB_DECL_STRUCT ? tmpl->u.strct.ngparams : tmpl->u.func.ngparams;
+    nb_decl **gp = tmpl->kind == NB_DECL_STRUCT ? tmpl->u.strct.gparams : tmpl->u.func.gparams;
+    for (int k = 0; k < ng; k++) {
+        const nb_decl *g = gp[k];
+        if (!g || !g->u.param.is_type) continue;
+        const nb_type *t = vals[k] >= 0 && vals[k] < c->tt->count ? c->tt->types[vals[k]] : NULL;
+        for (int i = 0; t && i < g->u.param.nconstraints; i++) {
+            const nb_type_expr *ce = g->u.param.constraints[i];
+            if (!ce || !ce->name || ck_conforms(c, t, ce->name)) continue;
+            snprintf(why, n, "type '%s' does not conform to interface '%s' (required by generic parameter '%s' of "
+                     "'%s')", t->name, ce->name, g->name, tmpl->name);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- conformance of a struct -------------------------------------------------------------- */
+
+static nb_decl *find_method(nb_decl *sd, const char *name, int nparams) {
+    for (int i = 0; i < sd->u.strct.nmethods; i++) {
+        nb_decl *m = sd->u.strct.methods[i];
+        if (m && m->name && strcmp(m->name, name) == 0 && m->u.func.nparams == nparams) return m;
+    }
+    return NULL;
+}
+
+static nb_decl *find_member_type(const nb_decl *sd, const char *name) {
+    for (int i = 0; i < sd->u.strct.ntypes; i++) {
+        nb_decl *t = sd->u.strct.types[i];
+        if (t && t->name && strcmp(t->name, name) == 0) return t;
+    }
+    return NULL;
+}
+
+static int add_method(nb_checker *c, nb_decl *sd, nb_decl *m) {
+    nb_decl **n = ck_alloc(c, sizeof(nb_decl *) * (size_t)(sd->u.strct.nmethods + 1));
+    if (!n) return 0;
+    if (sd->u.strct.nmethods) memcpy(n, sd->u.strct.methods, sizeof(nb_decl *) * (size_t)sd->u.strct.nmethods);
+    n[sd->u.strct.nmethods] = m;
+    sd->u.strct.methods = n;
+    sd->u.strct.nmethods++;
+    return 1;
+}
+
+/* The requirements of interface `id` (and of its bases) against struct sd. */
+static void check_requirements(nb_checker *c, nb_decl *sd, nb_decl *id, nb_loc at, int depth) {
+    if (depth > 32) return;
+    for (int i = 0; i < id->u.strct.nconforms; i++) {
+        nb_decl *base = find_iface(c, id->u.strct.conforms[i]);
+        if (base) check_requirements(c, sd, base, at, depth + 1);
+    }
+    for (int i = 0; i < id->u.strct.nmethods; i++) {
+        nb_decl *r = id->u.strct.methods[i];
+        if (!r || !r->name) continue;
+        nb_decl *m = find_method(sd, r->name, r->u.func.nparams);
+        if (!m && r->u.func.body) { /* the interface's default implementation */
+            nb_decl *copy = ck_clone_method(c, r, sd);
+            if (copy && add_method(c, sd, copy)) continue;
+        }
+        if (!m) {
+            ck_err(c, at, "'%s' does not implement '%s' of interface '%s' (a method with %d parameter%s)", sd->name,
+                   r->name, id->name, r->u.func.nparams, r->u.func.nparams == 1 ? "" : "s");
+            ck_note(c, r->loc, "'%s' is declared here", r->name);
+            continue;
+        }
+        if (((m->mods ^ r->mods) & NB_MOD_STATIC) != 0) {
+            ck_err(c, m->loc, "'%s.%s' must %sbe static, as in interface '%s'", sd->name, r->name,
+                   (r->mods & NB_MOD_STATIC) ? "" : "not ", id->name);
+            ck_note(c, r->loc, "'%s' is declared here", r->name);
+        }
+    }
+    for (int i = 0; i < id->u.strct.ntypes; i++) {
+        nb_decl *a = id->u.strct.types[i];
+        if (!a || !a->name || find_member_type(sd, a->name)) continue;
+        ck_err(c, at, "'%s' does not define associated type '%s' of interface '%s' (write 'typealias %s = …;' in "
+               "'%s')", sd->name, a->name, id->name, a->name, sd->name);
+        ck_note(c, a->loc, "'%s' is declared here", a->name);
+    }
+    for (int i = 0; i < id->u.strct.nstatics; i++) {
+        nb_decl *k = id->u.strct.statics[i];
+        int found = 0;
+        for (int j = 0; k && k->name && j < sd->u.strct.nstatics && !found; j++)
+            found = sd->u.strct.statics[j] && sd->u.strct.statics[j]->name &&
+                    strcmp(sd->u.strct.statics[j]->name, k->name) == 0;
+        if (k && k->name && !found) {
+            ck_err(c, at, "'%s' does not define static constant '%s' of interface '%s'", sd->name, k->name, id->name);
+            ck_note(c, k->loc, "'%s' is declared here", k->name);
+        }
+    }
+}
+
+void ck_check_conformance(nb_checker *c, nb_decl *sd) {
+    for (int i = 0; i < sd->u.strct.nconforms; i++) {
+        const char *name = sd->u.strct.conforms[i];
+        if (ck_is_builtin_iface(name)) continue;
+        nb_decl *id = find_iface(c, name);
+        if (!id) {
+            if (name && ck_name_as_type(c, name, sd->loc))
+                ck_err(c, sd->loc, "'%s' is a type, not an interface ('%s' can only conform to interfaces)", name,
+                       sd->name);
+            else
+                ck_err(c, sd->loc, "unknown interface '%s' in the conformances of '%s'", name ? name : "?", sd->name);
+            continue;
+        }
+        check_requirements(c, sd, id, sd->loc, 0);
+    }
+}
+
+void ck_check_interface(nb_checker *c, nb_decl *d) {
+    for (int i = 0; i < d->u.strct.nconforms; i++) {
+        const char *name = d->u.strct.conforms[i];
+        if (ck_is_builtin_iface(name) || find_iface(c, name)) continue;
+        ck_err(c, d->loc, "unknown interface '%s' in the bases of '%s'", name ? name : "?", d->name);
+    }
+    if (d->u.strct.nfields)
+        ck_err(c, d->u.strct.fields[0]->loc, "interface '%s' cannot have fields (only method, 'associatedtype' "
+               "and 'static const' requirements)", d->name);
+}
+
+/* ---- member types ------------------------------------------------------------------------- */
+
+const nb_type *ck_struct_member_type(nb_checker *c, nb_decl *sd, const char *member, nb_type_expr *te) {
+    const char *name = te->name;
+    nb_decl *td = find_member_type(sd, member);
+    if (!td || !td->u.tdef.texpr) return NULL;
+    const nb_type *base = ck_struct_type(c, sd);
+    int st = ck_state(c, td);
+    if (st == CK_BUSY) {
+        ck_err(c, te->loc, "type alias '%s' refers to itself", name);
+        return c->tt->t_error;
+    }
+    ck_set_state(c, td, CK_BUSY);
+    ck_ctx_save s = ck_enter_global_ctx(c, base->decl->module);
+    c->strct = base->decl;
+    const nb_type *t = ck_resolve_type(c, td->u.tdef.texpr);
+    ck_leave_global_ctx(c, s);
+    ck_set_state(c, td, CK_DONE);
+    return t;
+}
