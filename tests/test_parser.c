@@ -324,16 +324,16 @@ static void test_error_messages(void) {
                  "t.nb:1:17: error: expected ',' or ')' in parameter list opened at 1:8, found '{'\nfloat f(float x { }\n                ^\n");
     expect_diags("struct S { float a }",
                  "t.nb:1:19: error: expected ';' after declaration\nstruct S { float a }\n                  ^\n");
-    expect_diags("struct S<T> {}",
-                 "t.nb:1:10: error: type generic parameters are not supported; write 'let T : int' for a value "
-                 "parameter\nstruct S<T> {}\n         ^\n");
+    expect_diags("struct S<1> {}",
+                 "t.nb:1:10: error: expected a generic parameter ('T : IFoo' or 'let N : int')\n"
+                 "struct S<1> {}\n         ^\n");
     expect_diags("float f<let N : int> g;",
                  "t.nb:1:22: error: expected '(' after the generic parameters of 'f', found 'g'\n"
                  "float f<let N : int> g;\n                     ^\n");
     expect_diags("x = 1;", "t.nb:1:3: error: expected a name after type 'x', found '='\nx = 1;\n  ^\n");
     expect_diags("f(1);", "t.nb:1:1: error: expected a return type before function name 'f'\nf(1);\n^\n");
-    expect_diags("interface IFoo { float f(); }",
-                 "t.nb:1:1: error: 'interface' declarations are not supported\ninterface IFoo { float f(); }\n^\n");
+    expect_diags("namespace N { float f(); }",
+                 "t.nb:1:1: error: 'namespace' declarations are not supported\nnamespace N { float f(); }\n^\n");
     expect_diags("void f() { case 1: ; }",
                  "t.nb:1:12: error: 'case' label outside of a 'switch'\nvoid f() { case 1: ; }\n           ^\n");
     expect_diags("void f() { else x; }", "t.nb:1:12: error: 'else' without a matching 'if'\nvoid f() { else x; }\n           ^\n");

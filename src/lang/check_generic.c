@@ -83,7 +83,7 @@ void ck_check_template(nb_checker *c, nb_decl *d) {
         nb_type_expr *te = g->u.param.texpr;
         const nb_type *t = te && te->ntargs == 0 && te->narray_dims == 0 ? ck_builtin_type_name(c, te->name) : NULL;
         if (te && (!t || t->kind != NB_TY_SCALAR || (t->scalar != NB_SC_INT && t->scalar != NB_SC_UINT)))
-            ck_err(c, te->loc, "generic value parameter '%s' must have type 'int' or 'uint'", g->name);
+            ck_err(c, te->loc, "generic parameter '%s' must have type 'int' or 'uint'", g->name);
         for (int j = 0; j < i; j++)
             if (gp[j] && gp[j]->name && g->name && strcmp(gp[j]->name, g->name) == 0)
                 ck_err(c, g->loc, "redefinition of generic parameter '%s'", g->name);
