@@ -14,6 +14,21 @@ void nb_cli_usage(FILE *to);
 /* Prints "nabla: <message>" and the usage to stderr; returns 2. fmt has one %s for arg. */
 int nb_cli_bad_usage(const char *fmt, const char *arg);
 
+/* `-D NAME[=VALUE]` / `-DNAME[=VALUE]` (preprocessor defines, as Slang's): when argv[*i] is one,
+ * stores the define in *out, advances *i past a separate value and returns 1; returns 0 when
+ * argv[*i] is not a -D option; -1 (usage error printed, exit 2) when the value is missing. */
+static inline int nb_cli_define_arg(int argc, char **argv, int *i, const char **out) {
+    const char *a = argv[*i];
+    if (a[0] != '-' || a[1] != 'D') return 0;
+    if (a[2]) {
+        *out = a + 2;
+        return 1;
+    }
+    if (*i + 1 >= argc || !argv[*i + 1][0]) return -1;
+    *out = argv[++*i];
+    return 1;
+}
+
 int nb_cmd_devices(int argc, char **argv);
 int nb_cmd_check(int argc, char **argv);
 int nb_cmd_emit(int argc, char **argv);

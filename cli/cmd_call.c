@@ -56,7 +56,8 @@ static void call_help(FILE *to) {
            "                    (outer product) or --map x=1,0 (transpose); ARG: name or index\n"
            "  --grid X[,Y[,Z]]  thread grid for [Kernel] functions\n"
            "  -o FILE.npy       write the result to FILE.npy instead of printing its values\n"
-           "  -I DIR            search DIR for imported modules (repeatable)\n"
+           "  -I DIR            search DIR for imported modules and #include files (repeatable)\n"
+           "  -D NAME[=VALUE]   define a preprocessor macro (also -DNAME; repeatable)\n"
            "  --const NAME=V    set a link-time constant (extern static const)\n"
            "  --unchecked       no bounds checks on tensor / local-array indices (benchmarks\n"
            "                    only: an index out of range is then undefined behaviour)\n"
@@ -714,7 +715,8 @@ static void print_outputs(ctx *x) {
 }
 
 int nb_cmd_call(int argc, char **argv) {
-    const char *includes[CALL_MAX], *consts[CALL_MAX], *maps[CALL_MAX], *args[CALL_MAX];
+    const char *includes[CALL_MAX], *consts[CALL_MAX], *maps[CALL_MAX], *args[CALL_MAX], *defines[CALL_MAX];
+    int ndef = 0;
     int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0, unchecked = 0;
     const char *file = NULL, *func = NULL, *device = "auto", *out_npy = NULL;
     int64_t grid[3] = {1, 1, 1};
@@ -737,6 +739,14 @@ int nb_cmd_call(int argc, char **argv) {
             }
             if (!strcmp(a, "--unchecked")) {
                 unchecked = 1;
+                continue;
+            }
+            const char *def;
+            int dk = nb_cli_define_arg(argc, argv, &i, &def);
+            if (dk < 0) return nb_cli_bad_usage("call: -D needs NAME or NAME=VALUE%s", "");
+            if (dk > 0) {
+                if (ndef == CALL_MAX) return nb_cli_bad_usage("call: too many -D%s", "");
+                defines[ndef++] = def;
                 continue;
             }
             int takes = !strcmp(a, "--device") || !strcmp(a, "--map") || !strcmp(a, "-o") ||
@@ -782,6 +792,8 @@ int nb_cmd_call(int argc, char **argv) {
     opts.include_dirs = includes;
     opts.ninclude_dirs = ninc;
     opts.unchecked = unchecked;
+    opts.defines = defines;
+    opts.ndefines = ndef;
     if (nb_device_open(device, &x->dev) != NB_OK ||
         nb_module_load(x->dev, file, &opts, &x->m) != NB_OK) {
         fprintf(stderr, "%s\n", nb_last_error());

@@ -282,10 +282,17 @@ int nb_cmd_call_ad(int argc, char **argv)
     const char *file = NULL, *func = NULL, *device = "auto", *dout = NULL;
     const char *douts[AD_MAX]; /* --dout NAME=JSON: gradients of out parameters */
     int ndout = 0;
-    const char *pos[AD_MAX], *named[AD_MAX], *tangents[AD_MAX], *incs[AD_MAX];
-    int npos = 0, nnamed = 0, ntan = 0, ninc = 0, bwd = -1, unchecked = 0;
+    const char *pos[AD_MAX], *named[AD_MAX], *tangents[AD_MAX], *incs[AD_MAX], *defs[AD_MAX];
+    int npos = 0, nnamed = 0, ntan = 0, ninc = 0, ndef = 0, bwd = -1, unchecked = 0;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL, *def;
+        int dk = nb_cli_define_arg(argc, argv, &i, &def);
+        if (dk < 0) return nb_cli_bad_usage("call: -D needs NAME or NAME=VALUE%s", "");
+        if (dk > 0) {
+            if (ndef == AD_MAX) return nb_cli_bad_usage("call: too many -D%s", "");
+            defs[ndef++] = def;
+            continue;
+        }
         if (!strcmp(a, "--unchecked")) {
             unchecked = 1;
         } else if (!strcmp(a, "--bwd") || !strcmp(a, "--fwd")) {
@@ -341,6 +348,8 @@ int nb_cmd_call_ad(int argc, char **argv)
     mo.include_dirs = incs;
     mo.ninclude_dirs = ninc;
     mo.unchecked = unchecked;
+    mo.defines = defs;
+    mo.ndefines = ndef;
     if (nb_module_load(dev, file, &mo, &m) != NB_OK || nb_module_func(m, func, &f) != NB_OK) {
         fprintf(stderr, "nabla: %s\n", nb_last_error());
         goto done;

@@ -1,4 +1,4 @@
-/* `nabla check FILE… [-I DIR]`: parses and checks kernel-language files. Prints each file's
+/* `nabla check FILE… [-I DIR] [-D NAME[=VALUE]]`: parses and checks kernel-language files. Prints each file's
  * diagnostics (file:line:col: error: …, source line, caret) to stderr, or its warnings (stderr)
  * and "FILE: ok" (stdout).
  * Exit 0 when every file is clean, 1 when any has errors, 2 for usage errors. */
@@ -11,18 +11,20 @@
 #define CHECK_MAX_INCLUDES 32
 
 static void check_help(void) {
-    printf("usage: nabla check FILE... [-I DIR]...\n"
+    printf("usage: nabla check FILE... [-I DIR]... [-D NAME[=VALUE]]...\n"
            "\n"
-           "Parses and type-checks .nb files (and the modules they import). Prints every\n"
+           "Parses and type-checks .nb / .slang files (and the modules they import). Prints every\n"
            "diagnostic as file:line:col: error: ... with the source line and a caret, or\n"
            "'FILE: ok'. Exits 1 if any file has errors.\n"
            "\n"
-           "  -I DIR     also search DIR for imported modules (repeatable)\n");
+           "  -I DIR     also search DIR for imported modules and #include files (repeatable)\n"
+           "  -D NAME[=VALUE]  define a preprocessor macro (also -DNAME; repeatable;\n"
+           "             without a value NAME is defined empty, as in Slang)\n");
 }
 
 int nb_cmd_check(int argc, char **argv) {
-    const char *includes[CHECK_MAX_INCLUDES];
-    int ninc = 0, nfiles = 0;
+    const char *includes[CHECK_MAX_INCLUDES], *defines[CHECK_MAX_INCLUDES];
+    int ninc = 0, ndef = 0, nfiles = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -35,6 +37,14 @@ int nb_cmd_check(int argc, char **argv) {
             includes[ninc++] = argv[++i];
             continue;
         }
+        const char *def;
+        int dk = nb_cli_define_arg(argc, argv, &i, &def);
+        if (dk < 0) return nb_cli_bad_usage("check: -D needs NAME or NAME=VALUE%s", "");
+        if (dk > 0) {
+            if (ndef == CHECK_MAX_INCLUDES) return nb_cli_bad_usage("check: too many -D%s", "");
+            defines[ndef++] = def;
+            continue;
+        }
         if (a[0] == '-' && a[1]) return nb_cli_bad_usage("check: unknown argument '%s'", a);
         nfiles++;
     }
@@ -42,12 +52,16 @@ int nb_cmd_check(int argc, char **argv) {
     nb_module_options opts = {0};
     opts.include_dirs = includes;
     opts.ninclude_dirs = ninc;
+    opts.defines = defines;
+    opts.ndefines = ndef;
     int rc = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-I")) {
             i++;
             continue;
         }
+        const char *def;
+        if (nb_cli_define_arg(argc, argv, &i, &def)) continue;
         nb_module *m = NULL;
         nb_status s = nb_module_load(NULL, argv[i], &opts, &m);
         if (s == NB_OK) {

@@ -11,23 +11,31 @@
 
 static void emit_help(void) {
     printf("usage: nabla emit FILE [--target c|cuda] [--entry FUNC] [--mode primal|fwd|bwd | --fwd | --bwd]\n"
-           "                 [--ir] [-I DIR]... [--const NAME=VALUE]...\n"
+           "                 [--ir] [-I DIR]... [-D NAME[=VALUE]]... [--const NAME=VALUE]...\n"
            "\n"
            "Prints the code generated for FILE: C (default) or CUDA C, or the compiler's IR\n"
            "with --ir. --entry limits it to one function and what it calls; --mode picks\n"
-           "forward- or reverse-mode derivative code.\n");
+           "forward- or reverse-mode derivative code. -I adds a directory for imports and\n"
+           "#include files; -D NAME[=VALUE] (or -DNAME) defines a preprocessor macro.\n");
 }
 
 int nb_cmd_emit(int argc, char **argv) {
-    const char *includes[EMIT_MAX], *consts[EMIT_MAX];
-    int ninc = 0, nconst = 0;
+    const char *includes[EMIT_MAX], *consts[EMIT_MAX], *defines[EMIT_MAX];
+    int ninc = 0, nconst = 0, ndef = 0;
     const char *file = NULL, *entry = NULL;
     nb_dump_format fmt = NB_DUMP_C;
     nb_diff_mode mode = NB_MODE_PRIMAL;
     int ir = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL, *def;
+        int dk = nb_cli_define_arg(argc, argv, &i, &def);
+        if (dk < 0) return nb_cli_bad_usage("emit: -D needs NAME or NAME=VALUE%s", "");
+        if (dk > 0) {
+            if (ndef == EMIT_MAX) return nb_cli_bad_usage("emit: too many -D%s", "");
+            defines[ndef++] = def;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             emit_help();
             return 0;
@@ -75,6 +83,8 @@ int nb_cmd_emit(int argc, char **argv) {
     nb_module_options opts = {0};
     opts.include_dirs = includes;
     opts.ninclude_dirs = ninc;
+    opts.defines = defines;
+    opts.ndefines = ndef;
     nb_module *m = NULL;
     if (nb_module_load(NULL, file, &opts, &m) != NB_OK) {
         fprintf(stderr, "%s\n", nb_last_error());

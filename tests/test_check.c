@@ -466,7 +466,7 @@ static void test_imports(void) {
     write_file(cy1, "import cy2;\nfloat a() { return 1; }\n");
     write_file(cy2, "import cy1;\nfloat b() { return 1; }\n");
     const char *paths[1] = {libdir};
-    nb_compile_opts opts = {paths, 1, 0, 0};
+    nb_compile_opts opts = {.search_paths = paths, .nsearch = 1};
     nb_program *p = NULL;
     NB_EXPECT_OK(nb_program_compile_file(b, &opts, &p));
     if (p) {

@@ -176,11 +176,6 @@ static void test_lex_errors(void) {
     expect_render("float x = a @ b;", "t.nb:1:13: error: invalid character '@'\nfloat x = a @ b;\n            ^\n");
     expect_render("x\n\t$y", "t.nb:2:2: error: invalid character '$'\n\t$y\n\t^\n");
     expect_render("a /* open\n\nb", "t.nb:1:3: error: unterminated block comment\na /* open\n  ^\n");
-    expect_render("  #define N 4\nfloat x;",
-                  "t.nb:1:3: error: '#' preprocessor directives are not supported\n  #define N 4\n  ^\n");
-    expect_render("#include \"x.h\"\n",
-                  "t.nb:1:1: error: '#' preprocessor directives are not supported (use 'import name;' for "
-                  "other modules)\n#include \"x.h\"\n^\n");
     expect_render("int a = 18446744073709551616;",
                   "t.nb:1:9: error: integer literal too large\nint a = 18446744073709551616;\n        ^\n");
     expect_render("x = 0x;", "t.nb:1:5: error: expected hexadecimal digits after '0x'\nx = 0x;\n    ^\n");
@@ -259,8 +254,39 @@ static void test_tok_names(void) {
     for (int k = 0; k < NB_TOK_COUNT; k++) NB_EXPECT(strcmp(nb_tok_name((nb_tok_kind)k), "unknown token") != 0);
 }
 
+/* The preprocessor's view: '#' / '##' tokens, line starts, blanks, continuations, deferred errors. */
+static void test_directive_tokens(void) {
+    lexed l;
+    lex_text(&l, "  #define A(x) #x a##b \\\n  c\n# x\nd/**/e");
+    NB_EXPECT(l.src.nerrors == 0 && l.n == 17);
+    if (l.n == 17) {
+        NB_EXPECT(l.toks[0].kind == NB_TOK_HASH && (l.toks[0].flags & NB_TOKF_BOL) && (l.toks[0].flags & NB_TOKF_SPACE));
+        NB_EXPECT(l.toks[1].kind == NB_TOK_IDENT && !(l.toks[1].flags & (NB_TOKF_BOL | NB_TOKF_SPACE)));
+        NB_EXPECT(l.toks[3].kind == NB_TOK_LPAREN && !(l.toks[3].flags & NB_TOKF_SPACE)); /* A( : function-like */
+        NB_EXPECT(l.toks[6].kind == NB_TOK_HASH && !(l.toks[6].flags & NB_TOKF_BOL));
+        NB_EXPECT(l.toks[9].kind == NB_TOK_HASHHASH);
+        /* the continued line: 'c' is on line 2 but not a line start */
+        NB_EXPECT(l.toks[11].loc.line == 2 && !(l.toks[11].flags & NB_TOKF_BOL) && (l.toks[11].flags & NB_TOKF_SPACE));
+        NB_EXPECT(l.toks[12].kind == NB_TOK_HASH && (l.toks[12].flags & NB_TOKF_BOL) && l.toks[12].loc.line == 3);
+        NB_EXPECT(l.toks[14].flags & NB_TOKF_BOL);                     /* d */
+        NB_EXPECT(l.toks[15].flags & NB_TOKF_SPACE);                   /* e after a comment */
+    }
+    lex_free(&l);
+    /* nb_lex_raw keeps token errors for the preprocessor: nothing is reported until asked */
+    nb_source_set_init(&l.src);
+    nb_arena_init(&l.arena, 0);
+    int f = nb_source_add(&l.src, "t.nb", "x = 12abc @", 11);
+    l.toks = nb_lex_raw(&l.src, f, &l.arena, &l.n);
+    NB_EXPECT(l.src.nerrors == 0 && l.n == 5 && l.toks[2].kind == NB_TOK_ERROR && l.toks[3].kind == NB_TOK_ERROR);
+    if (l.n == 5) {
+        nb_lex_report(&l.src, &l.toks[2]);
+        NB_EXPECT(strcmp(rendered(&l), "t.nb:1:7: error: invalid suffix 'abc' on integer literal\nx = 12abc @\n      ^\n") == 0);
+    }
+    lex_free(&l);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_punctuation, test_keywords_and_idents, test_int_literals,
                  test_float_literals, test_strings_and_comments, test_lex_errors, test_diag_status_and_cap,
-                 test_tok_names);
+                 test_tok_names, test_directive_tokens);
 }

@@ -83,13 +83,19 @@ typedef struct nb_call nb_call;
 /* ---- modules --------------------------------------------------------------------------------- */
 
 typedef struct nb_module_options {
-    const char *const *include_dirs; /* searched by `import` after the file's own directory */
+    const char *const *include_dirs; /* searched by `import` and `#include` after the file's own
+                                        directory */
     int ninclude_dirs;
     int max_errors;                  /* diagnostics to collect before stopping; 0 = 50 */
     int no_disk_cache;               /* compile privately; do not read or write the disk cache */
     int unchecked;                   /* no bounds checks on tensor and local-array indices: for
                                         benchmarks only (an index out of range is then undefined
                                         behaviour); docs/LANGUAGE.md "Bounds checks" */
+    const char *const *defines;      /* preprocessor macros for every file of the module and its
+                                        imports: "NAME=VALUE", or "NAME" (defined empty, as
+                                        Slang's -DNAME); like `nabla ... -D NAME=VALUE`. They
+                                        change the generated code, and so the kernel-cache key */
+    int ndefines;
 } nb_module_options;
 
 /* Parses and checks `path` and its imports. dev is where calls run; it may be NULL for a module

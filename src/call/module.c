@@ -99,6 +99,8 @@ static void fill_copts(const nb_module_options *opts, nb_compile_opts *co) {
     co->nsearch = opts->ninclude_dirs;
     co->max_errors = opts->max_errors;
     co->unchecked = opts->unchecked;
+    co->defines = opts->defines;
+    co->ndefines = opts->ndefines;
 }
 
 nb_status nb_module_load(nb_device *dev, const char *path, const nb_module_options *opts,
@@ -108,6 +110,8 @@ nb_status nb_module_load(nb_device *dev, const char *path, const nb_module_optio
     NB_CHECK_ARG(path);
     if (opts && (opts->ninclude_dirs < 0 || (opts->ninclude_dirs > 0 && !opts->include_dirs)))
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_load: bad include_dirs/ninclude_dirs");
+    if (opts && (opts->ndefines < 0 || (opts->ndefines > 0 && !opts->defines)))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_module_load: bad defines/ndefines");
     nb_module *m = NULL;
     NB_TRY(module_new(dev, opts, path, &m));
     nb_compile_opts co;
@@ -129,6 +133,8 @@ nb_status nb_module_load_source(nb_device *dev, const char *name, const char *so
     if (!name) name = "<source>.nb";
     if (opts && (opts->ninclude_dirs < 0 || (opts->ninclude_dirs > 0 && !opts->include_dirs)))
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_load_source: bad include_dirs/ninclude_dirs");
+    if (opts && (opts->ndefines < 0 || (opts->ndefines > 0 && !opts->defines)))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_module_load_source: bad defines/ndefines");
     nb_module *m = NULL;
     NB_TRY(module_new(dev, opts, name, &m));
     nb_compile_opts co;

@@ -20,10 +20,13 @@
 typedef struct nb_program nb_program;
 
 typedef struct nb_compile_opts {
-    const char *const *search_paths; /* directories for `import` (the file's own dir is first) */
+    const char *const *search_paths; /* directories for `import` and `#include` (the file's own
+                                        dir is first) */
     int nsearch;
     int max_errors;                  /* 0 = default (50) */
     int unchecked;                   /* emit no bounds checks (nb_module_options.unchecked) */
+    const char *const *defines;      /* preprocessor defines, "NAME" or "NAME=VALUE" (copied) */
+    int ndefines;
 } nb_compile_opts;
 
 nb_status nb_program_compile_file(const char *path, const nb_compile_opts *opts, nb_program **out);

@@ -2,9 +2,12 @@
  *
  * One pass over the bytes of a file. Every problem is a diagnostic; lexing always reaches the end.
  * Malformed literals and stray characters become NB_TOK_ERROR tokens (the parser does not report
- * them again); `#` directives and unterminated comments produce no token at all.
+ * them again); unterminated comments produce no token at all. Token errors are kept in the
+ * token (v.err) and reported by nb_lex, or later by the preprocessor (nb_lex_raw).
  */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +25,10 @@ typedef struct lexer {
     nb_token *toks;
     int ntoks, cap;
     int oom;
+    int bol, space;      /* the next token starts a logical line / follows blanks or a comment */
+    nb_arena *arena;     /* for error messages */
+    const char *err_msg; /* the pending error of the next NB_TOK_ERROR token */
+    int err_col;
 } lexer;
 
 static const struct {
@@ -123,6 +130,8 @@ const char *nb_tok_name(nb_tok_kind k) {
     case NB_TOK_INC: return "'++'";
     case NB_TOK_DEC: return "'--'";
     case NB_TOK_ARROW: return "'->'";
+    case NB_TOK_HASH: return "'#'";
+    case NB_TOK_HASHHASH: return "'##'";
     case NB_TOK_COUNT: break;
     }
     return "unknown token";
@@ -152,7 +161,45 @@ static nb_token *push(lexer *lx, nb_tok_kind kind, size_t start, size_t end) {
     t->loc = loc_at(lx, start);
     t->start = lx->text + start;
     t->len = (int)(end - start);
+    t->flags = (lx->bol ? NB_TOKF_BOL : 0) | (lx->space ? NB_TOKF_SPACE : 0);
+    lx->bol = lx->space = 0;
+    if (kind == NB_TOK_ERROR) {
+        t->v.err.msg = lx->err_msg;
+        t->v.err.col = lx->err_msg ? lx->err_col : t->loc.col;
+        lx->err_msg = NULL;
+    }
     return t;
+}
+
+/* Records the error of the NB_TOK_ERROR token pushed next (the first one, if several). */
+static void lex_err(lexer *lx, nb_loc at, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void lex_err(lexer *lx, nb_loc at, const char *fmt, ...) {
+    if (lx->err_msg) return;
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(buf);
+    char *m = nb_arena_alloc(lx->arena, n + 1, 1);
+    if (!m) {
+        lx->oom = 1;
+        return;
+    }
+    memcpy(m, buf, n + 1);
+    lx->err_msg = m;
+    lx->err_col = at.col;
+}
+
+void nb_lex_report(nb_source_set *src, const nb_token *t) {
+    if (!t || t->kind != NB_TOK_ERROR || !t->v.err.msg) return;
+    nb_loc at = t->loc;
+    at.col = t->v.err.col;
+    nb_diag_error(src, at, "%s", t->v.err.msg);
 }
 
 /* ASCII-only classes (the <ctype.h> ones depend on the host program's locale). */
@@ -168,7 +215,7 @@ static void newline(lexer *lx, size_t at) { /* text[at] == '\n' */
     lx->line_start = at + 1;
 }
 
-/* Skips whitespace, comments and `#` lines. */
+/* Skips whitespace, comments and backslash-newlines, noting line starts and blanks. */
 static void skip_trivia(lexer *lx) {
     const char *t = lx->text;
     while (lx->i < lx->len) {
@@ -176,10 +223,20 @@ static void skip_trivia(lexer *lx) {
         if (c == '\n') {
             newline(lx, lx->i);
             lx->i++;
+            lx->bol = lx->space = 1;
         } else if (c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f') {
             lx->i++;
+            lx->space = 1;
+        } else if (c == '\\' && (lx->i + 1 < lx->len && (t[lx->i + 1] == '\n' ||
+                   (t[lx->i + 1] == '\r' && lx->i + 2 < lx->len && t[lx->i + 2] == '\n')))) {
+            /* a line continuation: the logical line goes on */
+            lx->i += t[lx->i + 1] == '\r' ? 2 : 1;
+            newline(lx, lx->i);
+            lx->i++;
+            lx->space = 1;
         } else if (c == '/' && lx->i + 1 < lx->len && t[lx->i + 1] == '/') {
             while (lx->i < lx->len && t[lx->i] != '\n') lx->i++;
+            lx->space = 1;
         } else if (c == '/' && lx->i + 1 < lx->len && t[lx->i + 1] == '*') {
             nb_loc start = loc_at(lx, lx->i);
             lx->i += 2;
@@ -193,30 +250,8 @@ static void skip_trivia(lexer *lx) {
                 if (t[lx->i] == '\n') newline(lx, lx->i);
                 lx->i++;
             }
+            lx->space = 1;
             if (!closed) nb_diag_error(lx->src, start, "unterminated block comment");
-        } else if (c == '#') {
-            /* A directive only if '#' is the first non-blank character of its line. */
-            size_t k = lx->line_start;
-            while (k < lx->i && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r' || t[k] == '\v' || t[k] == '\f'))
-                k++;
-            if (k != lx->i) return; /* mid-line: an invalid character, reported by the caller */
-            nb_loc at = loc_at(lx, lx->i);
-            size_t w = lx->i + 1;
-            while (w < lx->len && (t[w] == ' ' || t[w] == '\t')) w++;
-            if (lx->len - w >= 7 && strncmp(t + w, "include", 7) == 0)
-                nb_diag_error(lx->src, at,
-                              "'#' preprocessor directives are not supported (use 'import name;' for other modules)");
-            else
-                nb_diag_error(lx->src, at, "'#' preprocessor directives are not supported");
-            /* Skip the directive, with its backslash-continued lines. */
-            while (lx->i < lx->len && t[lx->i] != '\n') {
-                if (t[lx->i] == '\\' && lx->i + 1 < lx->len && t[lx->i + 1] == '\n') {
-                    newline(lx, lx->i + 1);
-                    lx->i += 2;
-                    continue;
-                }
-                lx->i++;
-            }
         } else {
             return;
         }
@@ -249,7 +284,7 @@ static void lex_number(lexer *lx) {
         while (i < n && is_xdigit((unsigned char)t[i])) i++;
         digits_end = i;
         if (digits_end == digits_start) {
-            nb_diag_error(lx->src, at, "expected hexadecimal digits after '0x'");
+            lex_err(lx, at, "expected hexadecimal digits after '0x'");
             bad = 1;
         }
     } else if (t[i] == '0' && i + 1 < n && (t[i + 1] == 'b' || t[i + 1] == 'B') && i + 2 < n &&
@@ -275,7 +310,7 @@ static void lex_number(lexer *lx) {
                 i = e;
                 while (i < n && is_digit((unsigned char)t[i])) i++;
             } else {
-                nb_diag_error(lx->src, loc_at(lx, i), "exponent has no digits");
+                lex_err(lx, loc_at(lx, i), "exponent has no digits");
                 is_float = 1;
                 bad = 1;
                 i = e;
@@ -291,7 +326,7 @@ static void lex_number(lexer *lx) {
     static const char *const int_suffixes[] = {"", "u", "l", "ul", "lu", "ll", "ull", "llu", NULL};
     static const char *const float_suffixes[] = {"", "f", "h", "l", "lf", NULL};
     if (!bad && !suffix_is(suf, sufn, is_float ? float_suffixes : int_suffixes)) {
-        nb_diag_error(lx->src, loc_at(lx, num_end), "invalid suffix '%.*s' on %s literal",
+        lex_err(lx, loc_at(lx, num_end), "invalid suffix '%.*s' on %s literal",
                       (int)(sufn > 40 ? 40 : sufn), suf, is_float ? "floating-point" : "integer");
         bad = 1;
     }
@@ -312,7 +347,7 @@ static void lex_number(lexer *lx) {
             if (buf != small) nb_free(buf, m + 1);
         }
         if (isinf(v)) {
-            nb_diag_error(lx->src, at, "floating-point literal too large");
+            lex_err(lx, at, "floating-point literal too large");
             push(lx, NB_TOK_ERROR, start, i);
             lx->i = i;
             return;
@@ -332,7 +367,7 @@ static void lex_number(lexer *lx) {
         int c = (unsigned char)t[k];
         int d = is_digit(c) ? c - '0' : lower(c) - 'a' + 10;
         if (d >= base) {
-            nb_diag_error(lx->src, loc_at(lx, k), "invalid digit '%c' in octal literal", c);
+            lex_err(lx, loc_at(lx, k), "invalid digit '%c' in octal literal", c);
             push(lx, NB_TOK_ERROR, start, i);
             lx->i = i;
             return;
@@ -341,7 +376,7 @@ static void lex_number(lexer *lx) {
         v = v * (uint64_t)base + (uint64_t)d;
     }
     if (overflow) {
-        nb_diag_error(lx->src, at, "integer literal too large");
+        lex_err(lx, at, "integer literal too large");
         push(lx, NB_TOK_ERROR, start, i);
         lx->i = i;
         return;
@@ -362,7 +397,7 @@ static void lex_string(lexer *lx) {
         i++;
     }
     if (i >= lx->len || t[i] != '"') {
-        nb_diag_error(lx->src, loc_at(lx, start), "unterminated string literal");
+        lex_err(lx, loc_at(lx, start), "unterminated string literal");
         push(lx, NB_TOK_ERROR, start, i);
         lx->i = i;
         return;
@@ -397,12 +432,12 @@ static void lex_invalid(lexer *lx) {
     uint32_t cp;
     int ulen;
     if (s[0] >= 0x20 && s[0] < 0x7F) {
-        nb_diag_error(lx->src, at, "invalid character '%c'", s[0]);
+        lex_err(lx, at, "invalid character '%c'", s[0]);
     } else if (s[0] >= 0x80 && (ulen = utf8_decode(s, lx->len - lx->i, &cp)) > 0) {
         n = (size_t)ulen;
-        nb_diag_error(lx->src, at, "invalid character '%.*s' (U+%04X)", ulen, (const char *)s, (unsigned)cp);
+        lex_err(lx, at, "invalid character '%.*s' (U+%04X)", ulen, (const char *)s, (unsigned)cp);
     } else {
-        nb_diag_error(lx->src, at, "invalid character '\\x%02X'", s[0]);
+        lex_err(lx, at, "invalid character '\\x%02X'", s[0]);
     }
     push(lx, NB_TOK_ERROR, lx->i, lx->i + n);
     lx->i += n;
@@ -420,7 +455,8 @@ static const struct {
     {"-=", NB_TOK_MINUS_ASSIGN}, {"*=", NB_TOK_STAR_ASSIGN}, {"/=", NB_TOK_SLASH_ASSIGN},
     {"%=", NB_TOK_PERCENT_ASSIGN}, {"&=", NB_TOK_AMP_ASSIGN}, {"|=", NB_TOK_PIPE_ASSIGN},
     {"^=", NB_TOK_CARET_ASSIGN}, {"++", NB_TOK_INC},        {"--", NB_TOK_DEC},
-    {"->", NB_TOK_ARROW},       {"(", NB_TOK_LPAREN},       {")", NB_TOK_RPAREN},
+    {"->", NB_TOK_ARROW},       {"##", NB_TOK_HASHHASH},    {"#", NB_TOK_HASH},
+    {"(", NB_TOK_LPAREN},       {")", NB_TOK_RPAREN},
     {"{", NB_TOK_LBRACE},       {"}", NB_TOK_RBRACE},       {"[", NB_TOK_LBRACKET},
     {"]", NB_TOK_RBRACKET},     {";", NB_TOK_SEMI},         {",", NB_TOK_COMMA},
     {".", NB_TOK_DOT},          {":", NB_TOK_COLON},        {"?", NB_TOK_QUESTION},
@@ -431,7 +467,7 @@ static const struct {
     {"=", NB_TOK_ASSIGN},
 };
 
-nb_token *nb_lex(nb_source_set *src, int file, nb_arena *arena, int *count) {
+nb_token *nb_lex_text(nb_source_set *src, int file, const char *text, size_t len, nb_arena *arena, int *count) {
     if (count) *count = 0;
     if (!src || !arena) return NULL;
     lexer lx;
@@ -439,14 +475,10 @@ nb_token *nb_lex(nb_source_set *src, int file, nb_arena *arena, int *count) {
     lx.src = src;
     lx.file = file;
     lx.line = 1;
-    if (file >= 0 && file < src->nfiles) {
-        lx.text = src->files[file].text;
-        lx.len = src->files[file].len;
-    } else {
-        lx.text = "";
-        lx.len = 0;
-        lx.file = -1;
-    }
+    lx.bol = 1;
+    lx.arena = arena;
+    lx.text = text ? text : "";
+    lx.len = text ? len : 0;
     const char *t = lx.text;
     for (;;) {
         skip_trivia(&lx);
@@ -497,4 +529,20 @@ nb_token *nb_lex(nb_source_set *src, int file, nb_arena *arena, int *count) {
     }
     nb_free(lx.toks, sizeof(nb_token) * (size_t)lx.cap);
     return out;
+}
+
+nb_token *nb_lex_raw(nb_source_set *src, int file, nb_arena *arena, int *count) {
+    if (count) *count = 0;
+    if (!src) return NULL;
+    if (file >= 0 && file < src->nfiles)
+        return nb_lex_text(src, file, src->files[file].text, src->files[file].len, arena, count);
+    return nb_lex_text(src, -1, "", 0, arena, count);
+}
+
+nb_token *nb_lex(nb_source_set *src, int file, nb_arena *arena, int *count) {
+    int n = 0;
+    nb_token *t = nb_lex_raw(src, file, arena, &n);
+    for (int i = 0; t && i < n; i++) nb_lex_report(src, &t[i]);
+    if (count) *count = n;
+    return t;
 }

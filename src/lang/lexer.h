@@ -32,24 +32,46 @@ typedef enum nb_tok_kind {
     NB_TOK_SLASH_ASSIGN, NB_TOK_PERCENT_ASSIGN, NB_TOK_AMP_ASSIGN, NB_TOK_PIPE_ASSIGN,
     NB_TOK_CARET_ASSIGN, NB_TOK_SHL_ASSIGN, NB_TOK_SHR_ASSIGN,
     NB_TOK_INC, NB_TOK_DEC, NB_TOK_ARROW,
+    NB_TOK_HASH, NB_TOK_HASHHASH, /* `#` `##`: directives and macro bodies (preproc.c) */
     NB_TOK_COUNT
 } nb_tok_kind;
+
+/* nb_token.flags */
+enum {
+    NB_TOKF_BOL = 1,      /* first token of its logical line (backslash-newline continues a line) */
+    NB_TOKF_SPACE = 2,    /* whitespace or a comment precedes it */
+    NB_TOKF_NOEXPAND = 4, /* preprocessor: an identifier that must never be macro-expanded again
+                             (it named a macro being expanded: C's "painted blue" rule) */
+};
 
 typedef struct nb_token {
     nb_tok_kind kind;
     nb_loc loc;
-    const char *start; /* into the source text */
+    const char *start; /* into the source text (or arena text made by the preprocessor) */
     int len;
+    int flags;         /* NB_TOKF_* */
     union {
         struct { uint64_t value; int is_unsigned; } i;
         struct { double value; int suffix; /* 0 none, 'f', 'h', 'l' */ } f;
+        struct { const char *msg; int col; } err; /* NB_TOK_ERROR from nb_lex_raw: not yet reported */
     } v;
 } nb_token;
 
 /* Splits file `file` of the source set into tokens (arena-allocated array ending with EOF).
  * Lexical errors become diagnostics and NB_TOK_ERROR tokens; lexing never stops early.
- * Comments (// and block) and whitespace are skipped; `#` lines are diagnosed (no preprocessor). */
+ * Comments (// and block) and whitespace are skipped. `#` and `##` are tokens (NB_TOK_HASH with
+ * NB_TOKF_BOL starts a directive); the preprocessor (preproc.h) runs over this stream. */
 nb_token *nb_lex(nb_source_set *src, int file, nb_arena *arena, int *count);
+
+/* The same, but the errors of NB_TOK_ERROR tokens are not reported: each keeps its message in
+ * v.err (column v.err.col on the token's line) for nb_lex_report, so the preprocessor reports
+ * only those outside skipped `#if` groups and `#error` lines. Unterminated block comments are
+ * reported at once. `text` may be any buffer living as long as the tokens (file gives the
+ * locations; -1 for text made by the preprocessor). */
+nb_token *nb_lex_raw(nb_source_set *src, int file, nb_arena *arena, int *count);
+nb_token *nb_lex_text(nb_source_set *src, int file, const char *text, size_t len, nb_arena *arena, int *count);
+/* Reports a deferred NB_TOK_ERROR of nb_lex_raw (no-op for other tokens). */
+void nb_lex_report(nb_source_set *src, const nb_token *t);
 
 const char *nb_tok_name(nb_tok_kind k); /* "'+='", "identifier", "end of file" */
 

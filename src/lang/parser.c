@@ -6,6 +6,8 @@
 
 #include "core/hash.h"
 #include "lang/parser_impl.h"
+#include "lang/preproc.h"
+#include "nabla/alloc.h"
 
 /* ---- allocation (arena; out of memory jumps out of the parse) ------------------------------ */
 
@@ -1005,18 +1007,39 @@ static int loc_before(nb_loc a, nb_loc b) {
     return a.col < b.col;
 }
 
-/* The lexer reports before the parser starts: put this parse's diagnostics in source order
- * (stable insertion sort; the range is at most max_errors long). */
+/* The preprocessor reports before the parser starts: put this parse's diagnostics in source
+ * order (stable insertion sort; the range is at most max_errors long). A note stays after the
+ * diagnostic it belongs to: each group (a diagnostic and its notes) moves as one, by its head. */
 static void sort_diags(nb_source_set *src, int from) {
-    for (int i = from + 1; i < src->ndiags; i++) {
-        nb_diag d = src->diags[i];
-        int j = i;
-        while (j > from && loc_before(d.loc, src->diags[j - 1].loc)) {
-            src->diags[j] = src->diags[j - 1];
+    int n = src->ndiags - from;
+    if (n < 2) return;
+    nb_diag *tmp = nb_alloc(sizeof(nb_diag) * (size_t)n, 16);
+    int *head = nb_alloc(sizeof(int) * (size_t)n, 16); /* group starts */
+    if (!tmp || !head) {
+        nb_free(tmp, sizeof(nb_diag) * (size_t)n);
+        nb_free(head, sizeof(int) * (size_t)n);
+        return;
+    }
+    int ng = 0;
+    for (int i = 0; i < n; i++)
+        if (i == 0 || src->diags[from + i].level != NB_DIAG_NOTE) head[ng++] = i;
+    for (int i = 1; i < ng; i++) { /* sort group starts by their diagnostic's location */
+        int g = head[i], j = i;
+        while (j > 0 && loc_before(src->diags[from + g].loc, src->diags[from + head[j - 1]].loc)) {
+            head[j] = head[j - 1];
             j--;
         }
-        src->diags[j] = d;
+        head[j] = g;
     }
+    int k = 0;
+    for (int i = 0; i < ng; i++) {
+        int g = head[i];
+        do tmp[k++] = src->diags[from + g++];
+        while (g < n && src->diags[from + g].level == NB_DIAG_NOTE);
+    }
+    memcpy(src->diags + from, tmp, sizeof(nb_diag) * (size_t)n);
+    nb_free(tmp, sizeof(nb_diag) * (size_t)n);
+    nb_free(head, sizeof(int) * (size_t)n);
 }
 
 nb_status nb_parse_module(nb_source_set *src, int file, nb_arena *arena, nb_module_ast **out) {
@@ -1034,7 +1057,7 @@ nb_status nb_parse_module(nb_source_set *src, int file, nb_arena *arena, nb_modu
         *out = p->mod; /* partial; may be NULL */
         return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory parsing '%s'", src->files[file].path);
     }
-    p->toks = nb_lex(src, file, arena, &p->ntoks);
+    p->toks = nb_preprocess(src, file, arena, &p->ntoks);
     if (!p->toks || p->ntoks < 1)
         return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory parsing '%s'", src->files[file].path);
     nb_module_ast *m = np_alloc(p, sizeof *m);

@@ -298,6 +298,12 @@ static nb_status collect_constants(nb_program *p) {
 static nb_status build(nb_program *p, const nb_source_set *prev) {
     nb_source_set_init(&p->src);
     if (p->max_errors > 0) p->src.max_errors = p->max_errors;
+    /* the preprocessor's inputs: -I directories, -D defines, the earlier generation's texts */
+    for (int i = 0; i < p->nsearch; i++)
+        if (nb_source_add_search_path(&p->src, p->search_paths[i]) != NB_OK) return NB_ERR_OUT_OF_MEMORY;
+    p->src.defines = (const char *const *)p->defines;
+    p->src.ndefines = p->ndefines;
+    p->src.prev = prev;
     nb_arena_init(&p->arena, 0);
     nb_types_init(&p->types, &p->arena);
     p->modules = NULL;
@@ -357,7 +363,20 @@ static nb_status compile(const char *path, const char *text, const nb_compile_op
             p->nsearch = ns;
         }
     }
-    if (!p->main_path || (text && !p->main_text)) {
+    int nd = opts && opts->defines && opts->ndefines > 0 ? opts->ndefines : 0, oom = 0;
+    if (nd > 0) {
+        p->defines = nb_alloc(sizeof(char *) * (size_t)nd, 16);
+        oom = !p->defines;
+        if (p->defines) {
+            memset(p->defines, 0, sizeof(char *) * (size_t)nd);
+            p->ndefines = nd;
+            for (int i = 0; i < nd; i++) {
+                p->defines[i] = heap_strdup(opts->defines[i] ? opts->defines[i] : "");
+                if (!p->defines[i]) oom = 1;
+            }
+        }
+    }
+    if (!p->main_path || (text && !p->main_text) || oom) {
         nb_program_free(p);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -402,6 +421,8 @@ void nb_program_free(nb_program *p) {
     heap_strfree(p->main_text);
     for (int i = 0; i < p->nsearch; i++) heap_strfree(p->search_paths[i]);
     nb_free(p->search_paths, sizeof(char *) * (size_t)p->nsearch);
+    for (int i = 0; i < p->ndefines; i++) heap_strfree(p->defines[i]);
+    nb_free(p->defines, sizeof(char *) * (size_t)p->ndefines);
     nb_free(p, sizeof *p);
 }
 

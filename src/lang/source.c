@@ -41,6 +41,7 @@ void nb_source_set_free(nb_source_set *s) {
     nb_free(s->diags, sizeof(nb_diag) * (size_t)s->cap_diags);
     for (int i = 0; i < s->nsearch; i++) src_strfree((char *)s->search_paths[i]);
     nb_free((void *)s->search_paths, sizeof(char *) * (size_t)s->nsearch);
+    nb_free(s->sites, sizeof(nb_macro_site) * (size_t)s->cap_sites);
     int max_errors = s->max_errors;
     nb_source_set_init(s);
     s->max_errors = max_errors;
@@ -129,6 +130,30 @@ nb_status nb_source_add_search_path(nb_source_set *s, const char *dir) {
     return NB_OK;
 }
 
+void nb_source_add_macro_site(nb_source_set *s, nb_loc at, nb_loc def, const char *name, int nlen) {
+    if (!s) return;
+    if (s->nsites > 0) { /* the same macro at the same place (a loop of uses in one expansion) */
+        const nb_macro_site *l = &s->sites[s->nsites - 1];
+        if (l->at.file == at.file && l->at.line == at.line && l->at.col == at.col && l->def.file == def.file &&
+            l->def.line == def.line && l->def.col == def.col)
+            return;
+    }
+    if (s->nsites == s->cap_sites) {
+        int cap = s->cap_sites ? s->cap_sites * 2 : 16;
+        nb_macro_site *n = nb_alloc(sizeof *n * (size_t)cap, 16);
+        if (!n) return;
+        if (s->sites) memcpy(n, s->sites, sizeof *n * (size_t)s->nsites);
+        nb_free(s->sites, sizeof *n * (size_t)s->cap_sites);
+        s->sites = n;
+        s->cap_sites = cap;
+    }
+    nb_macro_site *m = &s->sites[s->nsites++];
+    m->at = at;
+    m->def = def;
+    m->name = name;
+    m->nlen = nlen;
+}
+
 static int errors_capped(const nb_source_set *s) {
     return s->max_errors > 0 && s->nerrors > s->max_errors;
 }
@@ -168,6 +193,13 @@ nb_status nb_diag_add(nb_source_set *s, nb_diag_level level, nb_loc loc, const c
     d->level = level;
     d->loc = loc;
     d->msg = msg;
+    /* A diagnostic on tokens a macro produced: say which macro(s), at their definitions. */
+    if (level != NB_DIAG_NOTE && loc.file >= 0)
+        for (int i = 0; i < s->nsites; i++) {
+            const nb_macro_site *m = &s->sites[i];
+            if (m->at.file == loc.file && m->at.line == loc.line && m->at.col == loc.col)
+                nb_diag_add(s, NB_DIAG_NOTE, m->def, "in expansion of macro '%.*s'", m->nlen, m->name);
+        }
     return ret;
 }
 

@@ -41,6 +41,15 @@ typedef struct nb_diag {
     char *msg;
 } nb_diag;
 
+/* A macro expansion (preproc.c): tokens of the macro's body carry the location `at` of the
+ * invocation (the user's line); a diagnostic at `at` gets a note pointing at the definition. */
+typedef struct nb_macro_site {
+    nb_loc at;        /* where the macro was invoked */
+    nb_loc def;       /* its #define (the name) */
+    const char *name; /* into the defining file's text */
+    int nlen;
+} nb_macro_site;
+
 typedef struct nb_source_set {
     nb_source_file *files;
     int nfiles, cap_files;
@@ -48,8 +57,16 @@ typedef struct nb_source_set {
     int ndiags, cap_diags;
     int nerrors;
     int max_errors; /* stop collecting after this many errors (default 50) */
-    const char **search_paths; /* directories searched by `import` (in order) */
+    const char **search_paths; /* directories searched by `import` and `#include` (in order) */
     int nsearch;
+    /* ---- preprocessor (preproc.h) ---- */
+    const char *const *defines; /* host defines "NAME" or "NAME=VALUE" (borrowed) */
+    int ndefines;
+    const struct nb_source_set *prev; /* an earlier set whose file texts #include may reuse
+                                         (borrowed; rebuilds read the same text again) */
+    int prelude_file;           /* 1 + index of the "<command-line>" file of the defines; 0 none */
+    nb_macro_site *sites;       /* macro expansions, for "in expansion of macro" notes */
+    int nsites, cap_sites;
 } nb_source_set;
 
 void nb_source_set_init(nb_source_set *s);
@@ -72,6 +89,9 @@ nb_status nb_diag_add(nb_source_set *s, nb_diag_level level, nb_loc loc, const c
     ;
 #define nb_diag_error(s, loc, ...) nb_diag_add((s), NB_DIAG_ERROR, (loc), __VA_ARGS__)
 #define nb_diag_note(s, loc, ...) nb_diag_add((s), NB_DIAG_NOTE, (loc), __VA_ARGS__)
+
+/* Records a macro expansion site (out of memory: silently dropped; notes are a courtesy). */
+void nb_source_add_macro_site(nb_source_set *s, nb_loc at, nb_loc def, const char *name, int nlen);
 
 /* Renders every diagnostic with file:line:col, the source line and a caret:
  *   path:LINE:COL: error: MESSAGE\n<source line>\n<spaces (tabs kept)>^\n

@@ -1,0 +1,1 @@
+#include "cycle_a.h"

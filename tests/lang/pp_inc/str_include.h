@@ -1,0 +1,2 @@
+// Included through a stringized macro argument (preproc.nb).
+float from_stringized() { return 5; }
