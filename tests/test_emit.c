@@ -687,6 +687,30 @@ static void test_kernel_tensor(void)
     kern_free(&k);
 }
 
+/* Slang compute entry points (check_kernel.c): [numthreads], SV_ semantics, a module-scope buffer
+ * reached through a helper function (a trailing parameter of both); C run and CUDA compile. */
+static void test_compute_entry(void)
+{
+    const char *src =
+        "RWStructuredBuffer<float> outputBuffer;\n"
+        "void put(int i, float v) { outputBuffer[i] = v; }\n"
+        "[numthreads(4, 1, 1)]\n"
+        "void computeMain(uint3 tid : SV_DispatchThreadID, uint g : SV_GroupID, uint gi : SV_GroupIndex) {\n"
+        "  put(int(tid.x), float(g * 10 + gi));\n"
+        "}\n";
+    nb_leaf_sig ls[1] = {L(0, "outputBuffer", NB_BIND_TENSOR, NB_F32)};
+    nb_call_sig sig = mksig("computeMain", 0, 3, 0, 1, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float out[8] = {0};
+    long long grid[3] = {1, 1, 8}, os[1] = {8}, ost[1] = {4};
+    set_shape(&k, grid);
+    set_tensor(&k, 0, out, 1, os, ost);
+    run(&k, 8);
+    for (int i = 0; i < 8; i++) NB_EXPECT(out[i] == (float)(i / 4 * 10 + i % 4));
+    kern_free(&k);
+}
+
 static void test_bad_sigs(void)
 {
     nb_program *p = compile("float add(float a, float b) { return a + b; }\nvoid sink(out float o) { o = 1; }\n");
@@ -910,6 +934,6 @@ int main(int argc, char **argv)
     atexit(cleanup);
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
-                 test_kernel_tensor, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
+                 test_kernel_tensor, test_compute_entry, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
                  test_compile_time_linear);
 }

@@ -168,6 +168,9 @@ nb_arg_dir nb_func_param_dir(const nb_func *f, int overload, int param);
 /* 1 when the parameter has a default value and may be left unbound. */
 int nb_func_param_has_default(const nb_func *f, int overload, int param);
 int nb_func_is_kernel(const nb_func *f, int overload); /* [Kernel]: nb_call_run_grid */
+/* [numthreads(x,y,z)] entry points: 1 and out = {x, y, z} (the thread group; a grid given to
+ * nb_call_run_grid counts threads and must be a multiple of it), else 0. */
+int nb_func_numthreads(const nb_func *f, int overload, int out[3]);
 /* Leaves of all parameters in order (struct fields depth-first). */
 int nb_func_leaf_count(const nb_func *f, int overload);
 nb_status nb_func_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out);

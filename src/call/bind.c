@@ -307,15 +307,35 @@ static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int 
         int dtype_ok = a->kind == NB_ARGK_TENSOR ? have == l->scalar
                                                  : (cat_of(have) == cat_of(l->scalar) ||
                                                     (cat_of(l->scalar) == CAT_FLOAT && cat_of(have) == CAT_INT));
-        if (nd != l->tensor_rank || l->value_rank != 0 || !dtype_ok)
-            return nb_error(l->value_rank ? NB_ERR_UNSUPPORTED : nd != l->tensor_rank ? NB_ERR_SHAPE
-                                                                                       : NB_ERR_DTYPE,
+        /* Elements of vector / matrix type (Tensor<float3, 1>, RWStructuredBuffer<float3>): the
+         * array has the element's value shape as its last dims, stored contiguously. */
+        int vr = l->value_rank, tr = l->tensor_rank, shape_ok = nd == tr + vr, contiguous = 1;
+        const int64_t *ash = a->kind == NB_ARGK_TENSOR ? nb_tensor_shape(a->tensor) : a->shape;
+        for (int k = 0; shape_ok && k < vr; k++) shape_ok = ash[tr + k] == l->value_shape[k];
+        if (shape_ok && vr && a->kind == NB_ARGK_TENSOR) {
+            const int64_t *ast = nb_tensor_strides(a->tensor);
+            int64_t want = (int64_t)nb_dtype_size(have);
+            for (int k = vr - 1; k >= 0; k--) {
+                if (ast[tr + k] != want && l->value_shape[k] > 1) contiguous = 0;
+                want *= l->value_shape[k];
+            }
+        }
+        if (!shape_ok || !dtype_ok || (vr && l->diff_tensor)) {
+            char vs[96] = "";
+            for (int k = 0, o = 0; k < vr && o < (int)sizeof vs - 24; k++)
+                o += snprintf(vs + o, sizeof vs - (size_t)o, "%s%lld", k ? ", " : " + value shape [", l->value_shape[k]);
+            if (vr) strcat(vs, "]");
+            return nb_error(vr && l->diff_tensor ? NB_ERR_UNSUPPORTED : !shape_ok ? NB_ERR_SHAPE : NB_ERR_DTYPE,
                             "%s: argument '%s' is %s but parameter '%s' is %s (needs %s with %d "
-                            "dim%s%s)",
+                            "dim%s%s%s)",
                             in->name, l->path, arg_desc(a, what, sizeof what), l->path,
                             leaf_type(in, l, ty, sizeof ty), nb_dtype_name(l->scalar),
-                            l->tensor_rank, l->tensor_rank == 1 ? "" : "s",
-                            l->value_rank ? "; tensors of vectors cannot be bound yet" : "");
+                            tr, tr == 1 ? "" : "s", vs,
+                            vr && l->diff_tensor ? "; DiffTensors of vectors cannot be bound yet" : "");
+        }
+        if (!contiguous)
+            return nb_error(NB_ERR_LAYOUT, "%s: argument '%s' binds %s: its last %d dim%s (the element) must be "
+                            "contiguous", in->name, l->path, leaf_type(in, l, ty, sizeof ty), vr, vr == 1 ? "" : "s");
         b->bind = NB_BIND_TENSOR;
         b->storage = l->scalar;
         b->tensor_rank = l->tensor_rank;
@@ -674,6 +694,12 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
                 return nb_error(NB_ERR_INVALID_ARG, "%s: grid[%d] is negative (%lld)", in->name, k,
                                 (long long)grid[k]);
             c->kshape[2 - k] = grid[k];
+            if (in->numthreads[k] > 0 && grid[k] % in->numthreads[k])
+                return nb_error(NB_ERR_INVALID_ARG,
+                                "%s: the grid (%lld, %lld, %lld threads) must be a multiple of its "
+                                "[numthreads(%d, %d, %d)] thread group",
+                                in->name, (long long)grid[0], (long long)grid[1], (long long)grid[2],
+                                in->numthreads[0], in->numthreads[1], in->numthreads[2]);
         }
     } else if ((s = kernel_shape(c, in, nl + nres))) {
         return s;

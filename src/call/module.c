@@ -328,6 +328,13 @@ int nb_func_is_kernel(const nb_func *f, int overload) {
     return in ? in->is_kernel : 0;
 }
 
+int nb_func_numthreads(const nb_func *f, int overload, int out[3]) {
+    const nb_fn_info *in = info_of(f, overload);
+    if (!in || in->numthreads[0] <= 0) return 0;
+    if (out) memcpy(out, in->numthreads, sizeof in->numthreads);
+    return 1;
+}
+
 int nb_func_leaf_count(const nb_func *f, int overload) {
     const nb_fn_info *in = info_of(f, overload);
     return in ? in->nleaves : 0;

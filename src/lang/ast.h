@@ -222,7 +222,9 @@ struct nb_decl {
             nb_decl *generic_of;              /* [checker] an instantiation (`f<4>`): its template */
             /* [checker] */
             int differentiable;               /* [Differentiable] / [BackwardDifferentiable] */
-            int is_kernel;                    /* [Kernel] */
+            int is_kernel;                    /* [Kernel] / [CudaKernel] / [numthreads] */
+            int numthreads[3];                /* [numthreads(x,y,z)] (0 0 0 without): the thread
+                                                 group of a compute entry point (check_kernel.c) */
             nb_decl *fwd_derivative, *bwd_derivative; /* custom derivatives, resolved */
         } func;
         struct {
@@ -245,6 +247,8 @@ struct nb_decl {
             nb_expr *init;                    /* may be NULL */
             const nb_type *type;              /* [checker] */
             int is_global;
+            int shader_param;                 /* [checker] module-scope `RWStructuredBuffer<T> b;`:
+                                                 a parameter of every function using it (check_kernel.c) */
             /* [checker] value of a static const scalar/vector when constant-foldable */
             int has_const; double const_f; int64_t const_i;
         } var;
@@ -259,6 +263,8 @@ struct nb_decl {
             int is_type;
             nb_type_expr **constraints; int nconstraints;
             nb_type_expr *default_type;
+            const char *semantic;             /* `uint3 id : SV_DispatchThreadID`: the semantic, or NULL */
+            nb_loc semantic_loc;
         } param;
         struct { const char *path; /* module name as written: `import nn;` -> "nn" */
                  struct nb_module_ast *target; /* [loader] */ } import;

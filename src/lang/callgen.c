@@ -808,7 +808,12 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             if (d >= 0) APPEND(&b, "    nb_tid.dispatch_id.%c = (unsigned)nb_idx[%d];\n", "xyz"[c], d);
             else APPEND(&b, "    nb_tid.dispatch_id.%c = 0;\n", "xyz"[c]);
         }
-        if (cuda)
+        if (f->numthreads[0] > 0) { /* [numthreads]: groups tile the grid (x fastest), on both targets */
+            for (int c = 0; c < 3; c++)
+                APPEND(&b, "    nb_tid.thread_idx.%c = nb_tid.dispatch_id.%c %% %du; nb_tid.block_idx.%c = nb_tid.dispatch_id.%c / %du; "
+                           "nb_tid.block_dim.%c = %du;\n",
+                       "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], f->numthreads[c]);
+        } else if (cuda)
             APPEND(&b,
                    "    nb_tid.thread_idx.x = threadIdx.x; nb_tid.thread_idx.y = threadIdx.y; nb_tid.thread_idx.z = threadIdx.z;\n"
                    "    nb_tid.block_idx.x = blockIdx.x; nb_tid.block_idx.y = blockIdx.y; nb_tid.block_idx.z = blockIdx.z;\n"

@@ -395,7 +395,8 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         }
         return is_m ? nb_type_matrix(c->tt, s->scalar, (int)a, (int)b) : nb_type_vector(c->tt, s->scalar, (int)a);
     }
-    if (strcmp(n, "Tensor") == 0 || strcmp(n, "DiffTensor") == 0 || strcmp(n, "RWTensor") == 0) {
+    if (strcmp(n, "Tensor") == 0 || strcmp(n, "DiffTensor") == 0 || strcmp(n, "RWTensor") == 0 ||
+        strcmp(n, "NDBuffer") == 0 || strcmp(n, "RWNDBuffer") == 0) { /* (SlangPy's N-d buffers are Tensors) */
         int diff = n[0] == 'D';
         if (na != 2) {
             ck_err(c, te->loc, "'%s' takes 2 generic arguments (element type and rank), got %d", n, na);
@@ -418,6 +419,7 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         }
         return nb_type_tensor(c->tt, e, (int)a, diff);
     }
+    if (ck_is_buffer_type_name(n)) return ck_resolve_buffer_type(c, te);
     if (strcmp(n, "DifferentialPair") == 0) {
         if (na != 1) {
             ck_err(c, te->loc, "'DifferentialPair' takes 1 generic argument, got %d", na);
@@ -679,6 +681,11 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
     d->u.var.is_global = 1;
     const nb_type *t = d->u.var.texpr ? ck_resolve_type(c, d->u.var.texpr) : NULL;
     int is_extern = (d->mods & NB_MOD_EXTERN) != 0;
+    if (t && ck_kernel_global(c, d, t)) { /* `RWStructuredBuffer<float> out;` (check_kernel.c) */
+        ck_leave_global_ctx(c, s);
+        ck_set_state(c, d, CK_DONE);
+        return;
+    }
     if (!(d->mods & NB_MOD_CONST) && !(d->mods & NB_MOD_STATIC) && !is_extern) {
         ck_err(c, d->loc, "global variable '%s' must be 'static const' (or 'extern static const' for a "
                "link-time constant)", d->name ? d->name : "?");
@@ -782,8 +789,10 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
         if (!strcmp(n, "Differentiable") || !strcmp(n, "BackwardDifferentiable") ||
             !strcmp(n, "ForwardDifferentiable")) {
             fn->u.func.differentiable = 1;
-        } else if (!strcmp(n, "Kernel") || !strcmp(n, "CUDAKernel")) {
+        } else if (!strcmp(n, "Kernel") || !strcmp(n, "CUDAKernel") || !strcmp(n, "CudaKernel")) {
             fn->u.func.is_kernel = 1;
+        } else if (!strcmp(n, "numthreads")) {
+            ck_kernel_numthreads(c, fn, a);
         } else if (!strcmp(n, "mutating")) {
             if (!fn->u.func.parent) ck_err(c, a->loc, "[mutating] only applies to struct methods");
             fn->u.func.is_mutating = 1;
@@ -806,7 +815,7 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
         } else if (!strcmp(n, "PreferCheckpoint") ||
                    !strcmp(n, "TreatAsDifferentiable") || !strcmp(n, "AutoPyBindCUDA") ||
                    !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
-                   !strcmp(n, "numthreads") || !strcmp(n, "shader")) {
+                   !strcmp(n, "shader") || !strcmp(n, "TorchEntryPoint")) {
             /* accepted */
         } else if (!strcmp(n, "MaxIters") || !strcmp(n, "ForceUnroll") || !strcmp(n, "unroll") ||
                    !strcmp(n, "loop")) {
@@ -858,6 +867,7 @@ void ck_check_func_sig(nb_checker *c, nb_decl *fn) {
         }
     }
     check_func_attrs(c, fn);
+    ck_kernel_semantics(c, fn); /* `uint3 id : SV_DispatchThreadID` (check_kernel.c) */
     if (fn->u.func.is_kernel) {
         if (r->kind != NB_TY_VOID && !ck_is_error(r))
             ck_err(c, fn->loc, "[Kernel] function '%s' must return void", fn->name ? fn->name : "?");
@@ -1365,6 +1375,7 @@ nb_status nb_check_program(nb_program *p) {
     for (int i = 0; i < p->nmodules; i++)
         if (p->modules[i]) check_module(&c, p->modules[i]);
     find_recursion(&c);
+    if (p->src.nerrors == errors0) ck_bind_shader_params(&c); /* module-scope buffers (check_kernel.c) */
     ck_free_generics(&c);
     nb_free(c.syms, sizeof(ck_sym) * (size_t)c.cap_syms);
     nb_free(c.marks, sizeof(int) * (size_t)c.cap_marks);

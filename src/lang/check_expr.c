@@ -327,6 +327,11 @@ static const nb_expr *lvalue_root(const nb_expr *e) {
 /* Reports why e cannot be assigned ("what" describes the use). */
 static void report_not_lvalue(nb_checker *c, const nb_expr *e, const char *what) {
     const nb_expr *r = lvalue_root(e);
+    if (e->kind == NB_EX_INDEX && e->u.index.base && e->u.index.base->type && e->u.index.base->type->buffer == 2) {
+        ck_err(c, e->loc, "cannot write to an element of read-only '%s' (use RWStructuredBuffer)",
+               e->u.index.base->type->name);
+        return;
+    }
     if (r->kind == NB_EX_NAME && r->ref == NB_REF_PARAM && r->index == -1) {
         ck_err(c, e->loc, "cannot modify 'this' in a non-mutating method (add [mutating])");
         return;
@@ -644,7 +649,7 @@ static const nb_type *check_index(nb_checker *c, nb_expr **slot) {
         return e->type = c->tt->t_error;
     }
     if (bt->kind == NB_TY_TENSOR) {
-        e->is_lvalue = 1;
+        e->is_lvalue = bt->buffer != 2; /* (StructuredBuffer is read-only) */
         e->type = bt->elem;
         if (n == 1) {
             const nb_type *it = ck_expr(c, &e->u.index.indices[0]);

@@ -180,6 +180,15 @@ void ck_check_interface(nb_checker *c, nb_decl *d);    /* pass 1 of an interface
 /* Member type `member` of struct sd (te: the written type, for locations); NULL if none. */
 const nb_type *ck_struct_member_type(nb_checker *c, nb_decl *sd, const char *member, nb_type_expr *te);
 
+/* check_kernel.c: Slang compute forms (RWStructuredBuffer, [numthreads], SV_ semantics,
+ * module-scope buffers as parameters of the functions using them). */
+int ck_is_buffer_type_name(const char *name);
+const nb_type *ck_resolve_buffer_type(nb_checker *c, nb_type_expr *te);
+void ck_kernel_numthreads(nb_checker *c, nb_decl *fn, const nb_attr *a);
+void ck_kernel_semantics(nb_checker *c, nb_decl *fn);
+int ck_kernel_global(nb_checker *c, nb_decl *d, const nb_type *t);
+void ck_bind_shader_params(nb_checker *c);
+
 /* check_expr.c */
 const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc); /* NULL if not a type */
 int ck_has_method(nb_decl *sd, const char *name);

@@ -82,6 +82,7 @@ typedef struct nb_fn_info {
                                 one per field of a struct result, depth-first ("_result.pos") */
     const nb_fn_leaf *results;
     int is_kernel;           /* [Kernel]: launched over an explicit grid, not broadcast */
+    int numthreads[3];       /* [numthreads(x,y,z)] thread group; 0 0 0 without the attribute */
     int differentiable;
     const char *signature;   /* "float add(float a, float b)" for messages */
 } nb_fn_info;

@@ -204,7 +204,7 @@ static void set_type_name(nb_emitter *e, const nb_type *t, const char *name)
 
 static void tensor_typedef(nb_emitter *e, const nb_type *t, nb_strbuf *name)
 {
-    nb_strbuf_append(name, t->diff_tensor ? "nb_difftensor_" : "nb_tensor_");
+    nb_strbuf_append(name, t->buffer == 2 ? "nb_robuffer_" : t->buffer ? "nb_buffer_" : t->diff_tensor ? "nb_difftensor_" : "nb_tensor_");
     type_token(e, t->elem, name);
     APPEND(name, "_%d", t->rank);
 }
@@ -1263,7 +1263,9 @@ const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, 
         snprintf(retbuf, sizeof retbuf, "return %s;", nb_strbuf_cstr(&z));
         ret0 = retbuf;
     }
-    if (t->rank > 0 && !e->unchecked) { /* bounds check (callsig.h): out of range touches nothing and is recorded */
+    if (t->buffer) /* structured buffers: robust access (out of range reads 0, drops a store), no error */
+        APPEND(&b, "    if ((unsigned long long)(long long)i0 >= (unsigned long long)t.shape[0]) %s\n", ret0);
+    else if (t->rank > 0 && !e->unchecked) { /* bounds check (callsig.h): out of range touches nothing and is recorded */
         need_oob(e);
         nb_strbuf_append(&b, "    if (");
         for (int d = 0; d < t->rank; d++)

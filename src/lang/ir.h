@@ -193,6 +193,7 @@ struct nb_ir_func {
     nb_ir_block *body;
     int next_id;
     int is_kernel;            /* [Kernel]: has the hidden thread-id parameter */
+    int numthreads[3];        /* [numthreads(x,y,z)] thread group (0 0 0: none; callgen.c) */
     int differentiable;
     nb_ir_func_role role;
     nb_ir_func *primal;       /* for derivative functions */

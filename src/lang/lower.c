@@ -1088,6 +1088,7 @@ static nb_ir_func *declare_func(lower_ctx *c, nb_decl *fd, nb_decl *parent)
     f->cname = nb_arena_strdup(&c->m->arena, cname);
     f->decl = fd;
     f->is_kernel = fd->u.func.is_kernel;
+    memcpy(f->numthreads, fd->u.func.numthreads, sizeof f->numthreads);
     f->differentiable = fd->u.func.differentiable;
     if (parent && !(fd->mods & NB_MOD_STATIC)) {
         const nb_type *st = parent->u.strct.type;

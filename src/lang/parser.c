@@ -421,6 +421,12 @@ static nb_decl *parse_param(nb_parser *p, int index) {
     nb_pvec dims = {0};
     np_parse_dims(p, &dims);
     d->u.param.texpr = dims.n ? np_type_with_dims(p, t, &dims) : t;
+    if (np_kind(p) == NB_TOK_COLON && np_peek_kind(p, 1) == NB_TOK_IDENT) { /* `: SV_DispatchThreadID` */
+        np_advance(p);
+        d->u.param.semantic_loc = np_loc(p);
+        d->u.param.semantic = np_tok_text(p);
+        np_advance(p);
+    }
     if (np_accept(p, NB_TOK_ASSIGN)) d->u.param.default_value = np_parse_expr(p);
     return d;
 }

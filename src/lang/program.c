@@ -765,6 +765,7 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
     info->param_first_leaf = first;
     info->param_has_default = has_def;
     info->is_kernel = fn->u.func.is_kernel;
+    memcpy(info->numthreads, fn->u.func.numthreads, sizeof info->numthreads);
     info->differentiable = fn->u.func.differentiable;
     info->signature = sig_string(p, fn);
     return NB_OK;

@@ -21,7 +21,7 @@ static uint64_t type_key_hash(const nb_type *p) {
     uint64_t h = 1469598103934665603ull;
     uint64_t parts[9] = {(uint64_t)p->kind,   (uint64_t)p->scalar, (uint64_t)p->rows,
                          (uint64_t)p->cols,   (uint64_t)p->length, (uint64_t)(uintptr_t)p->elem,
-                         (uint64_t)p->rank,   (uint64_t)p->diff_tensor, (uint64_t)(uintptr_t)p->decl};
+                         (uint64_t)p->rank,   (uint64_t)p->diff_tensor | (uint64_t)p->buffer << 8, (uint64_t)(uintptr_t)p->decl};
     for (int i = 0; i < 9; i++) {
         h ^= parts[i];
         h *= 0x9E3779B97F4A7C15ull;
@@ -33,6 +33,7 @@ static uint64_t type_key_hash(const nb_type *p) {
 static int same_key(const nb_type *q, const nb_type *p) {
     return q->kind == p->kind && q->scalar == p->scalar && q->rows == p->rows && q->cols == p->cols &&
            q->length == p->length && q->elem == p->elem && q->rank == p->rank && q->diff_tensor == p->diff_tensor &&
+           q->buffer == p->buffer &&
            q->decl == p->decl;
 }
 
@@ -99,7 +100,7 @@ void nb_types_init(nb_type_table *t, nb_arena *arena) {
     memset(&proto, 0, sizeof proto);
     proto.kind = NB_TY_ERROR;
     /* t_error must exist before anything can fail; make it by hand. */
-    static nb_type g_oom_error = {NB_TY_ERROR, -1, NB_SC_FLOAT, 0, 0, 0, NULL, 0, 0, NULL, "<error>"};
+    static nb_type g_oom_error = {NB_TY_ERROR, -1, NB_SC_FLOAT, 0, 0, 0, NULL, 0, 0, NULL, "<error>", 0};
     t->t_error = &g_oom_error;
     t->t_error = find_or_add(t, &proto);
     proto.kind = NB_TY_VOID;
@@ -180,6 +181,18 @@ const nb_type *nb_type_tensor(nb_type_table *t, const nb_type *elem, int rank, i
     p.elem = elem;
     p.rank = rank;
     p.diff_tensor = diff ? 1 : 0;
+    p.scalar = elem->scalar;
+    return find_or_add(t, &p);
+}
+
+const nb_type *nb_type_buffer(nb_type_table *t, const nb_type *elem, int kind) {
+    if (!elem || elem->kind == NB_TY_ERROR) return t->t_error;
+    nb_type p;
+    memset(&p, 0, sizeof p);
+    p.kind = NB_TY_TENSOR;
+    p.elem = elem;
+    p.rank = 1;
+    p.buffer = kind;
     p.scalar = elem->scalar;
     return find_or_add(t, &p);
 }
@@ -319,6 +332,12 @@ void nb_type_print(const nb_type *t, nb_strbuf *out) {
         nb_strbuf_append(out, t->decl && t->decl->name ? t->decl->name : "<struct>");
         break;
     case NB_TY_TENSOR:
+        if (t->buffer) {
+            nb_strbuf_append(out, t->buffer == 1 ? "RWStructuredBuffer<" : "StructuredBuffer<");
+            nb_type_print(t->elem, out);
+            nb_strbuf_append(out, ">");
+            break;
+        }
         nb_strbuf_append(out, t->diff_tensor ? "DiffTensor<" : "Tensor<");
         nb_type_print(t->elem, out);
         nb_strbuf_printf(out, ",%d>", t->rank);

@@ -54,6 +54,9 @@ typedef struct nb_type {
     int diff_tensor;              /* TENSOR: DiffTensor (has a gradient view) */
     struct nb_decl *decl;         /* STRUCT: its declaration; FUNC: the function */
     const char *name;             /* canonical spelling: "float3", "float[4]", "S", … */
+    int buffer;                   /* TENSOR: 1 RWStructuredBuffer, 2 StructuredBuffer (rank 1): an
+                                     index out of range reads 0 and drops a store without an error
+                                     (D3D/Vulkan robust buffer access; check_kernel.c) */
 } nb_type;
 
 typedef struct nb_type_table {
@@ -75,6 +78,7 @@ const nb_type *nb_type_matrix(nb_type_table *t, nb_scalar_kind s, int rows, int 
 const nb_type *nb_type_array(nb_type_table *t, const nb_type *elem, int length);
 const nb_type *nb_type_struct(nb_type_table *t, struct nb_decl *decl); /* one per decl */
 const nb_type *nb_type_tensor(nb_type_table *t, const nb_type *elem, int rank, int diff);
+const nb_type *nb_type_buffer(nb_type_table *t, const nb_type *elem, int kind); /* kind: 1 RW, 2 read-only */
 const nb_type *nb_type_diffpair(nb_type_table *t, const nb_type *primal);
 const nb_type *nb_type_func(nb_type_table *t, struct nb_decl *fn);
 
