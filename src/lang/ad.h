@@ -30,6 +30,8 @@
 /* The forward / backward derivative function of primal (declared, body maybe pending), or NULL
  * with a diagnostic at loc when primal is not differentiable. */
 nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);
+/* f's [PrimalSubstitute] (its derivatives are the substitute's), or NULL. */
+nb_ir_func *nb_ad_primal_subst(nb_ir_module *m, nb_ir_func *f);
 nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);
 /* The reverse-mode derivative that also returns primal's result (its forward sweep computes it
  * anyway): the function a fused forward + backward call kernel ("f__bwdr") calls. NULL when

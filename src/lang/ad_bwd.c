@@ -621,6 +621,9 @@ static void rev_call(bwd *B, nb_ir_inst *in)
         any_diff = 1;
         if (in->refs[i] && cf->params[i]->dir != NB_DIR_IN && B->adjv[in->refs[i]->id]) has_adj = 1;
     }
+    /* a void callee's gradients may come from its side effects (buffer or DiffTensor writes that a
+     * custom [BackwardDerivative] reads back): its backward derivative always runs */
+    if (cf->ret->kind == NB_TY_VOID) has_adj = 1;
     if ((in->flags & NB_IRF_NO_DIFF) || !any_diff || !has_adj) return;
     nb_ir_func *bf = nb_ad_bwd_func(B->m, B->src, cf, in->loc);
     if (!bf) {
@@ -958,6 +961,8 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
         nb_ir_func *g = nb_ir_find_func(m, primal->decl->u.func.bwd_derivative);
         if (g) return with_result ? NULL : g;
     }
+    nb_ir_func *sub = nb_ad_primal_subst(m, primal);
+    if (sub) return bwd_func(m, src, sub, loc, with_result); /* (a custom derivative was taken above) */
     if (primal->derivs[1 + !!with_result]) return primal->derivs[1 + !!with_result];
     /* A derivative (role FWD_DERIV / BWD_DERIV: reverse-over-forward, reverse-over-reverse) is
      * differentiated like any function: its pair parameters are differentiable values. */

@@ -43,6 +43,15 @@ static int is_differentiable(nb_ir_func *f)
     return f->differentiable || (f->decl && (f->decl->u.func.fwd_derivative || f->decl->u.func.bwd_derivative));
 }
 
+nb_ir_func *nb_ad_primal_subst(nb_ir_module *m, nb_ir_func *f)
+{
+    if (f->role != NB_IR_PRIMAL || !f->decl || f->decl->kind != NB_DECL_FUNC || !f->decl->u.func.primal_subst) return NULL;
+    nb_ir_func *g = nb_ir_find_func(m, f->decl->u.func.primal_subst);
+    /* (one level: a substitute that has a substitute itself is not used, so a cycle cannot loop) */
+    if (!g || g == f || (g->decl && g->decl->kind == NB_DECL_FUNC && g->decl->u.func.primal_subst)) return NULL;
+    return g;
+}
+
 /* aux of a derivative function: 1 = body pending, 2 = generated */
 nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc)
 {
@@ -50,6 +59,8 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
         nb_ir_func *g = nb_ir_find_func(m, primal->decl->u.func.fwd_derivative);
         if (g) return g;
     }
+    nb_ir_func *sub = nb_ad_primal_subst(m, primal);
+    if (sub) return nb_ad_fwd_func(m, src, sub, loc);
     if (primal->derivs[0]) return primal->derivs[0];
     if (!is_differentiable(primal)) {
         nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);

@@ -226,6 +226,7 @@ struct nb_decl {
             int numthreads[3];                /* [numthreads(x,y,z)] (0 0 0 without): the thread
                                                  group of a compute entry point (check_kernel.c) */
             nb_decl *fwd_derivative, *bwd_derivative; /* custom derivatives, resolved */
+            nb_decl *primal_subst;            /* [PrimalSubstitute(g)]: derivatives are g's */
         } func;
         struct {
             nb_decl **fields; int nfields;    /* NB_DECL_VAR (non-static) in order */

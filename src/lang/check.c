@@ -754,32 +754,39 @@ const char *ck_func_sig_str(nb_checker *c, nb_decl *fn) {
     return s ? s : "?";
 }
 
-static nb_decl *attr_function(nb_checker *c, nb_decl *fn, const nb_attr *a) {
+#define CK_ATTR_MAX_OVERLOADS 16
+
+/* The overloads of the function an attribute names ([ForwardDerivative(g)] …): globals, or the
+ * methods of fn's struct; 0 after a diagnostic. */
+static int attr_functions(nb_checker *c, nb_decl *fn, const nb_attr *a, nb_decl **fns, int max) {
     if (a->nargs != 1 || !a->args || !a->args[0] || a->args[0]->kind != NB_EX_NAME) {
         ck_err(c, a->loc, "[%s] needs one function name", a->name);
-        return NULL;
+        return 0;
     }
     const char *name = a->args[0]->u.name.name;
-    nb_decl *fns[8];
-    int n = ck_lookup_global(c, name, NB_DECL_FUNC, fns, 8);
-    if (n == 0 && fn->u.func.parent) {
+    int n = 0;
+    if (fn->u.func.parent) { /* a method's derivative is first looked for among the methods */
         nb_decl *sd = fn->u.func.parent;
-        for (int i = 0; i < sd->u.strct.nmethods; i++)
+        for (int i = 0; i < sd->u.strct.nmethods && n < max; i++)
             if (sd->u.strct.methods[i]->name && strcmp(sd->u.strct.methods[i]->name, name) == 0)
                 fns[n++] = sd->u.strct.methods[i];
     }
     if (n == 0) {
-        ck_err(c, a->args[0]->loc, "unknown function '%s' in [%s]", name, a->name);
-        return NULL;
+        n = ck_lookup_global(c, name, NB_DECL_FUNC, fns, max);
+        if (n > max) n = max;
     }
-    if (ck_is_template(fns[0]) || ck_is_template(fn)) {
+    if (n == 0) {
+        ck_err(c, a->args[0]->loc, "unknown function '%s' in [%s]", name, a->name);
+        return 0;
+    }
+    if (ck_is_template(fn)) {
         ck_err(c, a->args[0]->loc, "[%s] with generic functions is not supported", a->name);
-        return NULL;
+        return 0;
     }
     a->args[0]->ref = NB_REF_FUNCTION;
     a->args[0]->decl = fns[0];
     a->args[0]->type = nb_type_func(c->tt, fns[0]);
-    return fns[0];
+    return n;
 }
 
 static void check_func_attrs(nb_checker *c, nb_decl *fn) {
@@ -796,18 +803,23 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
         } else if (!strcmp(n, "mutating")) {
             if (!fn->u.func.parent) ck_err(c, a->loc, "[mutating] only applies to struct methods");
             fn->u.func.is_mutating = 1;
-        } else if (!strcmp(n, "ForwardDerivative") || !strcmp(n, "BackwardDerivative")) {
-            nb_decl *g = attr_function(c, fn, a);
-            if (g) {
-                if (n[0] == 'F') fn->u.func.fwd_derivative = g;
-                else fn->u.func.bwd_derivative = g;
-                fn->u.func.differentiable = 1;
-            }
-        } else if (!strcmp(n, "ForwardDerivativeOf") || !strcmp(n, "BackwardDerivativeOf")) {
-            nb_decl *f = attr_function(c, fn, a);
-            if (f) {
-                if (n[0] == 'F') f->u.func.fwd_derivative = fn;
-                else f->u.func.bwd_derivative = fn;
+        } else if (!strcmp(n, "ForwardDerivative") || !strcmp(n, "BackwardDerivative") ||
+                   !strcmp(n, "PrimalSubstitute") || !strcmp(n, "ForwardDerivativeOf") ||
+                   !strcmp(n, "BackwardDerivativeOf") || !strcmp(n, "PrimalSubstituteOf")) {
+            /* the named function's overloads; the one (on either side) whose signature fits */
+            nb_decl *named[CK_ATTR_MAX_OVERLOADS];
+            int nn = attr_functions(c, fn, a, named, CK_ATTR_MAX_OVERLOADS);
+            int of = n[strlen(n) - 2] == 'O' && n[strlen(n) - 1] == 'f'; /* …Of(f): fn is the derivative */
+            int mode = n[0] == 'F' ? 1 : n[0] == 'B' ? 2 : 0;
+            nb_decl *f = NULL, *g = NULL;
+            if (nn > 0 && (of ? ck_match_derivative(c, named, nn, &fn, 1, mode, a->args[0]->loc, n, &f, &g)
+                              : ck_match_derivative(c, &fn, 1, named, nn, mode, a->args[0]->loc, n, &f, &g))) {
+                nb_decl *other = of ? f : g;
+                a->args[0]->decl = other;
+                a->args[0]->type = nb_type_func(c->tt, other);
+                if (mode == 1) f->u.func.fwd_derivative = g;
+                else if (mode == 2) f->u.func.bwd_derivative = g;
+                else f->u.func.primal_subst = g;
                 f->u.func.differentiable = 1;
             }
         } else if (!strcmp(n, "PreferRecompute")) {

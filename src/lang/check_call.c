@@ -954,3 +954,86 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         ck_err(c, callee->loc, "called object of type '%s' is not a function", call->u.call.callee->type->name);
     return call->type = c->tt->t_error;
 }
+
+/* ---- custom derivatives and primal substitutes: signatures ------------------------------- */
+
+/* "void(inout DifferentialPair<float>, float)" of cand k (result r). */
+static void describe_sig(const nb_type *r, const ck_param *ps, int n, nb_strbuf *sb) {
+    nb_strbuf_printf(sb, "%s(", r ? r->name : "?");
+    for (int i = 0; i < n; i++) {
+        if (i) nb_strbuf_append(sb, ", ");
+        if (ps[i].dir == NB_DIR_OUT) nb_strbuf_append(sb, "out ");
+        if (ps[i].dir == NB_DIR_INOUT) nb_strbuf_append(sb, "inout ");
+        nb_strbuf_append(sb, ps[i].type ? ps[i].type->name : "?");
+    }
+    nb_strbuf_append(sb, ")");
+}
+
+static int is_instance_method(const nb_decl *f) {
+    return f->u.func.parent && !(f->mods & NB_MOD_STATIC);
+}
+
+/* Does g have the signature that f's derivative of `mode` (1 forward, 2 backward; 0: f's own,
+ * for a primal substitute) has (lang/ad.h)? Writes the expected signature into want. */
+static int deriv_sig_fits(nb_checker *c, nb_decl *f, nb_decl *g, int mode, nb_strbuf *want) {
+    ck_cand k, h;
+    cand_from_decl(c, &k, f, &mode, mode ? 1 : 0);
+    cand_from_decl(c, &h, g, NULL, 0);
+    if (want) describe_sig(k.dret, k.params, k.nparams, want);
+    if (k.nparams != h.nparams || k.dret != h.dret) return 0;
+    for (int i = 0; i < k.nparams; i++) {
+        if (k.params[i].type != h.params[i].type) return 0;
+        /* a pair Slang passes `inout` may be written `in` by a forward derivative, and vice versa
+         * only where the mode allows: directions must agree */
+        if (k.params[i].dir != h.params[i].dir) return 0;
+    }
+    return 1;
+}
+
+int ck_match_derivative(nb_checker *c, nb_decl **fs, int nf, nb_decl **gs, int ng, int mode, nb_loc loc,
+                        const char *attr, nb_decl **fo, nb_decl **go) {
+    *fo = *go = NULL;
+    for (int i = 0; i < nf; i++) ck_check_func_sig(c, fs[i]);
+    for (int j = 0; j < ng; j++) ck_check_func_sig(c, gs[j]);
+    /* methods: `this` is implicit on both sides; kept as written (first overload) */
+    if (is_instance_method(fs[0]) || is_instance_method(gs[0])) {
+        *fo = fs[0];
+        *go = gs[0];
+        return 1;
+    }
+    int found = 0;
+    for (int i = 0; i < nf; i++)
+        for (int j = 0; j < ng; j++) {
+            if (ck_is_template(fs[i]) || ck_is_template(gs[j])) continue;
+            if (!deriv_sig_fits(c, fs[i], gs[j], mode, NULL)) continue;
+            if (!found) {
+                *fo = fs[i];
+                *go = gs[j];
+            }
+            found++;
+        }
+    if (found) return 1;
+    const char *what = mode == 1 ? "forward derivative" : mode == 2 ? "backward derivative" : "primal substitute";
+    nb_strbuf want, got;
+    nb_strbuf_init(&want);
+    nb_strbuf_init(&got);
+    int any_generic = 0;
+    for (int i = 0; i < nf; i++) any_generic |= ck_is_template(fs[i]);
+    for (int j = 0; j < ng; j++) any_generic |= ck_is_template(gs[j]);
+    if (any_generic) {
+        ck_err(c, loc, "[%s] with generic functions is not supported", attr);
+    } else {
+        /* name the signature wanted from the (first) primal and what the (first) derivative has */
+        nb_decl *f = fs[0], *g = gs[0];
+        ck_cand h;
+        deriv_sig_fits(c, f, g, mode, &want);
+        cand_from_decl(c, &h, g, NULL, 0);
+        describe_sig(h.dret, h.params, h.nparams, &got);
+        ck_err(c, loc, "'%s' does not have the signature of the %s of '%s': expected '%s', got '%s'%s", g->name, what,
+               f->name, nb_strbuf_cstr(&want), nb_strbuf_cstr(&got),
+               nf > 1 || ng > 1 ? " (no overload fits)" : "");
+    }
+    nb_strbuf_free(&want);
+    nb_strbuf_free(&got);
+    return 0;
+}

@@ -126,6 +126,12 @@ int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, i
 const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te);
 /* `Base.Member` type names (`float.Differential`): te for locations, name the dotted name. */
 const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name);
+/* [ForwardDerivative(g)] / [BackwardDerivative(g)] / [PrimalSubstitute(g)] on f and their …Of
+ * forms: among the overloads fs (primals) and gs (derivatives or substitutes), the pair whose
+ * signatures fit (mode 1 forward, 2 backward, 0 substitute: lang/ad.h's rules). Reports a
+ * mismatch at loc (attr names the attribute) and returns 0; else sets *fo, *go. */
+int ck_match_derivative(nb_checker *c, nb_decl **fs, int nf, nb_decl **gs, int ng, int mode, nb_loc loc,
+                        const char *attr, nb_decl **fo, nb_decl **go);
 const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd); /* ensures fields are resolved */
 void ck_check_global_var(nb_checker *c, nb_decl *d);
 void ck_check_func_sig(nb_checker *c, nb_decl *fn);
