@@ -400,9 +400,10 @@ static void test_kernels_and_tensors(void) {
 static void test_autodiff(void) {
     nb_program *p = OK_PROG("[Differentiable] float f(float x, no_diff float y) { return x * y; }\n"
                             "[Differentiable] float3 g(float3 v) { return v * detach(v.x) + no_diff(v); }\n"
-                            "float fd(DifferentialPair<float> dp, float y) { return dp.p * y + dp.d; }\n"
+                            "DifferentialPair<float> fd(DifferentialPair<float> dp, DifferentialPair<float> dy) {\n"
+                            "  return diffPair(dp.p * dy.p, dp.d * dy.p + dp.p * dy.d); }\n"
                             "[ForwardDerivative(fd)] float h(float x, float y) { return x * y; }\n"
-                            "[BackwardDerivativeOf(h)] void hb(inout DifferentialPair<float> x, float y, float d) {}\n"
+                            "[BackwardDerivativeOf(h)] void hb(inout DifferentialPair<float> x, inout DifferentialPair<float> y, float d) {}\n"
                             "void test() {\n"
                             "  DifferentialPair<float> dx = diffPair(1.0, 1.0);\n"
                             "  DifferentialPair<float> r = fwd_diff(f)(dx, 2.0);\n"
@@ -433,6 +434,9 @@ static void test_autodiff(void) {
                  "error: argument 1 of 'bwd_diff(f)' must be assignable (it is an inout parameter)");
     EXPECT_FAILS("void g() { var d = diffPair(1); int q = d.q; }", "error: no member named 'q' in 'DifferentialPair<float>'");
     EXPECT_FAILS("[ForwardDerivative(nothere)] float h(float x) { return x; }", "t.nb:1:20: error: unknown function 'nothere' in [ForwardDerivative]");
+    EXPECT_FAILS("float fd(DifferentialPair<float> dp, float y) { return dp.p * y + dp.d; }\n"
+                 "[ForwardDerivative(fd)] float h(float x, float y) { return x * y; }",
+                 "t.nb:2:20: error: 'fd' does not have the signature of the forward derivative of 'h'");
 }
 
 /* ---- modules, constants, reflection ------------------------------------------------------- */
