@@ -79,6 +79,7 @@ typedef enum nb_expr_kind {
     NB_EX_TYPE,      /* a written type in expression position: float3(…), vector<float,3>(…) */
     NB_EX_CAST,      /* (float)x written by the user; [checker] also inserts implicit ones */
     NB_EX_INIT_LIST, /* { a, b, c } for arrays and structs */
+    NB_EX_STRING,    /* "text": only as printf's format (check_target.c) */
 } nb_expr_kind;
 
 /* What a resolved name or call refers to [checker]. */
@@ -94,6 +95,7 @@ typedef enum nb_ref_kind {
     NB_REF_STATIC,    /* struct static const member: decl is its NB_DECL_VAR */
     NB_REF_METHOD,    /* struct method: decl is the method's NB_DECL_FUNC */
     NB_REF_SWIZZLE,   /* vector swizzle: see nb_expr.swizzle */
+    NB_REF_PRINTF,    /* printf("format", …) (check_target.c) */
 } nb_ref_kind;
 
 struct nb_expr {
@@ -121,6 +123,7 @@ struct nb_expr {
         struct { nb_type_expr *texpr; } type;
         struct { nb_type_expr *texpr; nb_expr *operand; int implicit; } cast;
         struct { nb_expr **items; int nitems; } init_list;
+        struct { const char *text; /* as written, quotes and escapes included */ } str;
     } u;
     /* [checker] resolution, for NAME, CALL (the callee target), MEMBER */
     nb_ref_kind ref;
@@ -143,7 +146,23 @@ typedef enum nb_stmt_kind {
     NB_ST_CONTINUE,
     NB_ST_RETURN,
     NB_ST_EMPTY,
+    NB_ST_TARGET_SWITCH, /* __target_switch { case cuda: … case cpp: … } (check_target.c) */
+    NB_ST_ASM,           /* __intrinsic_asm "text" [, operand…]; the function is expanded at
+                            its call sites ($0..$9 arguments, $T0..$T9 their types, $TR the
+                            return type, $[i] the operands) */
+    NB_ST_PRELUDE,       /* __requirePrelude("text"); emitted once at the top of the source */
 } nb_stmt_kind;
+
+/* Targets of a __target_switch case (bits). `cpp` and `c` are the CPU back end. */
+enum { NB_TGT_C = 1 << 0, NB_TGT_CUDA = 1 << 1, NB_TGT_OTHER = 1 << 2 };
+
+typedef struct nb_target_case {
+    nb_loc loc;
+    unsigned targets;  /* NB_TGT_* of its labels (grouped labels: `case cpp: case cuda:`) */
+    int is_default;
+    nb_stmt **body;
+    int nbody;
+} nb_target_case;
 
 typedef struct nb_switch_case {
     nb_loc loc;
@@ -167,6 +186,9 @@ struct nb_stmt {
         struct { nb_expr *cond; nb_stmt *body; } while_s; /* also do-while */
         struct { nb_expr *value; nb_switch_case *cases; int ncases; } switch_s;
         struct { nb_expr *value; /* may be NULL */ } ret;
+        struct { nb_target_case *cases; int ncases; } tswitch;
+        struct { const char *text; /* decoded */ nb_loc text_loc; nb_expr **args; int nargs; } asm_s;
+        struct { const char *text; /* decoded */ } prelude;
     } u;
     int64_t max_iters; /* [checker] loop trip bound from the attribute or constant bounds; -1 unknown */
 };
@@ -196,6 +218,7 @@ enum {
     NB_MOD_NO_DIFF = 1 << 3, /* no_diff parameter */
     NB_MOD_PUBLIC = 1 << 4,
     NB_MOD_INLINE = 1 << 5,
+    NB_MOD_CONSTEXPR = 1 << 6, /* constexpr parameter: the argument must be a compile-time constant */
 };
 
 struct nb_decl {

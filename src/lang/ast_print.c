@@ -153,6 +153,7 @@ static void print_expr(const nb_expr *e, nb_strbuf *o) {
         }
         nb_strbuf_append_char(o, '}');
         break;
+    case NB_EX_STRING: nb_strbuf_append(o, e->u.str.text ? e->u.str.text : "\"\""); break;
     }
 }
 
@@ -378,6 +379,32 @@ static void print_stmt(const nb_stmt *s, nb_strbuf *o) {
         nb_strbuf_append_char(o, ')');
         break;
     case NB_ST_EMPTY: nb_strbuf_append(o, "(empty)"); break;
+    case NB_ST_TARGET_SWITCH:
+        nb_strbuf_append(o, "(__target_switch");
+        for (int i = 0; i < s->u.tswitch.ncases; i++) {
+            const nb_target_case *c = &s->u.tswitch.cases[i];
+            nb_strbuf_printf(o, " (case%s%s%s%s:", c->targets & NB_TGT_C ? " cpp" : "",
+                             c->targets & NB_TGT_CUDA ? " cuda" : "", c->targets & NB_TGT_OTHER ? " other" : "",
+                             c->is_default ? " default" : "");
+            for (int j = 0; j < c->nbody; j++) {
+                nb_strbuf_append_char(o, ' ');
+                print_stmt(c->body[j], o);
+            }
+            nb_strbuf_append_char(o, ')');
+        }
+        nb_strbuf_append_char(o, ')');
+        break;
+    case NB_ST_ASM:
+        nb_strbuf_printf(o, "(__intrinsic_asm \"%s\"", s->u.asm_s.text ? s->u.asm_s.text : "");
+        for (int i = 0; i < s->u.asm_s.nargs; i++) {
+            nb_strbuf_append_char(o, ' ');
+            print_expr(s->u.asm_s.args[i], o);
+        }
+        nb_strbuf_append_char(o, ')');
+        break;
+    case NB_ST_PRELUDE:
+        nb_strbuf_printf(o, "(__requirePrelude \"%s\")", s->u.prelude.text ? s->u.prelude.text : "");
+        break;
     }
 }
 

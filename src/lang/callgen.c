@@ -546,6 +546,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_emit_init(&E, m, sig->target);
     nb_emitter *e = &E;
     e->unchecked = p->unchecked;
+    e->src = &p->src;
     nb_status st = NB_OK;
     int cuda = sig->target == NB_TARGET_CUDA;
     int warp = cuda && reaches_warp_intrinsic(f); /* whole warps iterate (see warp_scan) */
@@ -989,6 +990,7 @@ nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entr
     nb_emitter E;
     nb_emit_init(&E, m, target);
     E.unchecked = p->unchecked;
+    E.src = &p->src;
     if (entry && *entry) {
         nb_decl *decls[64];
         int nd = nb_program_find_functions(p, entry, decls, 64);

@@ -1075,8 +1075,13 @@ static void check_stmt(nb_checker *c, nb_stmt *s) {
         break;
     }
     case NB_ST_EMPTY: break;
+    case NB_ST_TARGET_SWITCH: case NB_ST_ASM: case NB_ST_PRELUDE: ck_check_target_stmt(c, s); break;
     }
 }
+
+void ck_check_stmt(nb_checker *c, nb_stmt *s) { check_stmt(c, s); }
+void ck_push_scope(nb_checker *c) { push_scope(c); }
+void ck_pop_scope(nb_checker *c) { pop_scope(c); }
 
 /* ---- reachability (missing return) -------------------------------------------------------- */
 
@@ -1136,6 +1141,15 @@ static int can_complete(const nb_stmt *s) {
             if (!can_complete(last->body[j])) return 0;
         return 1;
     }
+    case NB_ST_ASM: return 0; /* the function is its expansion */
+    case NB_ST_TARGET_SWITCH: /* one case runs: completes when some case can */
+        for (int i = 0; i < s->u.tswitch.ncases; i++) {
+            const nb_target_case *k = &s->u.tswitch.cases[i];
+            int done = 1;
+            for (int j = 0; j < k->nbody && done; j++) done = can_complete(k->body[j]);
+            if (done) return 1;
+        }
+        return s->u.tswitch.ncases == 0;
     default: return 1;
     }
 }
@@ -1161,6 +1175,7 @@ static void check_func_body(nb_checker *c, nb_decl *fn) {
         check_stmt(c, body);
     }
     pop_scope(c);
+    ck_check_asm_placement(c, fn);
     const nb_type *r = fn->u.func.ret && fn->u.func.ret->resolved ? fn->u.func.ret->resolved : c->tt->t_void;
     if (r->kind != NB_TY_VOID && !ck_is_error(r) && can_complete(body))
         ck_err(c, fn->loc, "control reaches the end of non-void function '%s' (missing return)",

@@ -239,6 +239,7 @@ static const nb_type *call_user(nb_checker *c, nb_expr *call, nb_decl **fns, int
     nb_decl *fn = cands[k].decl;
     apply_args(c, call, &cands[k], name);
     nb_free(cands, sizeof(ck_cand) * (size_t)n);
+    ck_check_constexpr_args(c, call, fn); /* check_target.c */
     call->decl = fn;
     ck_add_edge(c, fn, call->loc);
     return call->type = ret_type(c, fn);
@@ -839,6 +840,11 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         callee->ref = NB_REF_TYPE;
         callee->type = t;
         return call_ctor(c, call, t);
+    }
+    if (callee->kind == NB_EX_NAME && callee->u.name.name && !strcmp(callee->u.name.name, "printf") &&
+        !ck_lookup_local(c, "printf")) {
+        nb_decl *d[1];
+        if (ck_lookup_global(c, "printf", NB_DECL_FUNC, d, 1) == 0) return ck_printf(c, call); /* check_target.c */
     }
     if (callee->kind == NB_EX_NAME && callee->u.name.name) {
         const char *name = callee->u.name.name;

@@ -1004,6 +1004,9 @@ const nb_type *ck_expr(nb_checker *c, nb_expr **slot) {
         for (int i = 0; i < e->u.init_list.nitems; i++)
             if (e->u.init_list.items[i]->kind != NB_EX_INIT_LIST) ck_expr(c, &e->u.init_list.items[i]);
         return e->type = c->tt->t_error;
+    case NB_EX_STRING:
+        ck_err(c, e->loc, "string literals are only supported as the format of printf");
+        return e->type = c->tt->t_error;
     }
     return e->type = c->tt->t_error;
 }

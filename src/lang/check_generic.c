@@ -317,6 +317,7 @@ static nb_expr *clone_expr(subst *s, const nb_expr *e) {
     case NB_EX_INIT_LIST:
         r->u.init_list.items = clone_exprs(s, e->u.init_list.items, e->u.init_list.nitems);
         break;
+    case NB_EX_STRING: break;
     }
     return r;
 }
@@ -380,6 +381,19 @@ static nb_stmt *clone_stmt(subst *s, const nb_stmt *st) {
         break;
     }
     case NB_ST_RETURN: r->u.ret.value = clone_expr(s, st->u.ret.value); break;
+    case NB_ST_TARGET_SWITCH: {
+        int n = st->u.tswitch.ncases;
+        if (n <= 0 || !st->u.tswitch.cases) break;
+        r->u.tswitch.cases = s_alloc(s, sizeof(nb_target_case) * (size_t)n);
+        if (!r->u.tswitch.cases) { r->u.tswitch.ncases = 0; break; }
+        for (int i = 0; i < n; i++) {
+            r->u.tswitch.cases[i] = st->u.tswitch.cases[i];
+            r->u.tswitch.cases[i].body = clone_stmts(s, st->u.tswitch.cases[i].body, st->u.tswitch.cases[i].nbody);
+        }
+        break;
+    }
+    case NB_ST_ASM: r->u.asm_s.args = clone_exprs(s, st->u.asm_s.args, st->u.asm_s.nargs); break;
+    case NB_ST_PRELUDE: break;
     case NB_ST_BREAK: case NB_ST_CONTINUE: case NB_ST_EMPTY: break;
     }
     return r;

@@ -203,6 +203,18 @@ const nb_type *ck_common_type(nb_checker *c, nb_loc loc, const nb_type *a, const
                               const char *op, int keep_bool);
 const nb_type *ck_with_kind(nb_checker *c, const nb_type *t, nb_scalar_kind k);
 const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to);
+/* check.c: a statement, and scopes, for the checkers in other files */
+void ck_check_stmt(nb_checker *c, nb_stmt *s);
+void ck_push_scope(nb_checker *c);
+void ck_pop_scope(nb_checker *c);
+/* check_target.c: __target_switch / __intrinsic_asm / __requirePrelude statements, where
+ * __intrinsic_asm may stand in a function body (after the body is checked), and printf calls */
+void ck_check_target_stmt(nb_checker *c, nb_stmt *s);
+void ck_check_asm_placement(nb_checker *c, nb_decl *fn);
+const nb_type *ck_printf(nb_checker *c, nb_expr *call);
+/* Arguments of fn's constexpr parameters (call's arguments are in parameter order) must be
+ * compile-time constants. */
+void ck_check_constexpr_args(nb_checker *c, nb_expr *call, nb_decl *fn);
 /* check_call.c */
 const nb_type *ck_call(nb_checker *c, nb_expr **slot);
 

@@ -373,7 +373,31 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
         break;
     }
     case NB_IR_CALL: {
-        nb_ir_func *c = x->callee;
+        nb_ir_func *c = nb_emit_variant(e, x->callee);
+        if (c->asm_text) { /* __intrinsic_asm: the call is the expansion (emit_target.c) */
+            const nb_type *at[16];
+            const char *args[16];
+            int n = x->nops < 16 ? x->nops : 16;
+            for (int i = 0; i < n; i++) {
+                nb_strbuf_clear(&a);
+                if (x->refs && x->refs[i]) {
+                    nb_ir_var *v = x->refs[i];
+                    if (v->param >= 0 && v->dir != NB_DIR_IN) APPEND(&a, "(*%s)", e->var_names[v->id]);
+                    else nb_strbuf_append(&a, e->var_names[v->id]);
+                    at[i] = v->type;
+                } else {
+                    render(e, x->ops[i], &a);
+                    at[i] = x->ops[i]->type;
+                }
+                args[i] = nb_arena_strdup(&e->m->arena, nb_strbuf_cstr(&a));
+                if (!args[i]) args[i] = "";
+            }
+            int value = c->ret && c->ret->kind != NB_TY_VOID;
+            if (value) nb_strbuf_append_char(o, '(');
+            nb_emit_asm_call(e, c, args, at, n, o);
+            if (value) nb_strbuf_append_char(o, ')');
+            break;
+        }
         APPEND(o, "%s(", func_name(e, c));
         int first = 1;
         if (c->is_kernel) {
@@ -400,6 +424,20 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
             render_lvalue(e, x, n - 1, &a);
             APPEND(o, "%s(%s)", nb_emit_swizzle_helper(e, vt, s->swz, s->nswz), nb_strbuf_cstr(&a));
         } else render_lvalue(e, x, n, o);
+        break;
+    }
+    case NB_IR_PRINTF: {
+        const nb_type *at[32];
+        const char *args[32];
+        int n = x->nops < 32 ? x->nops : 32;
+        for (int i = 0; i < n; i++) {
+            nb_strbuf_clear(&a);
+            render(e, x->ops[i], &a);
+            args[i] = nb_arena_strdup(&e->m->arena, nb_strbuf_cstr(&a));
+            if (!args[i]) args[i] = "0";
+            at[i] = x->ops[i]->type;
+        }
+        nb_emit_printf(e, x->text ? x->text : "\"\"", args, at, n, o);
         break;
     }
     case NB_IR_TLOAD: case NB_IR_TATOMIC_ADD:
@@ -758,8 +796,10 @@ static void signature(nb_emitter *e, nb_ir_func *f, nb_strbuf *o)
 
 void nb_emit_function(nb_emitter *e, nb_ir_func *f)
 {
+    f = nb_emit_variant(e, f); /* this target's variant (emit_target.c) */
     if (!e->ok || e->func_done[f->index]) return;
     e->func_done[f->index] = 1;
+    if (nb_emit_target_prepare(e, f)) return; /* __intrinsic_asm (calls expand it) or no case */
     /* dependencies first (recursion is forbidden by the checker) */
     nb_ir_walk(f->body, collect_deps, e);
     if (!e->ok) return;

@@ -53,6 +53,10 @@ typedef struct nb_emitter {
     int unchecked;            /* emit no bounds checks (nb_compile_opts.unchecked) */
     int oob_used;             /* some bounds check was emitted (nb_oob_report is needed) */
     int oob_cur_used;         /* an index check reads nb_oob_cur: the entry must set it */
+    /* target-specific code (emit_target.c) */
+    const struct nb_source_set *src; /* for diagnostics with a location (may be NULL) */
+    nb_strbuf preludes;       /* __requirePrelude texts, once each, at the top of the source */
+    int need_stdio;           /* printf is used (the C target includes <stdio.h>) */
 } nb_emitter;
 
 void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target);
@@ -113,6 +117,20 @@ const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *ten
 void nb_emit_scalar_op(nb_ir_op op, nb_scalar_kind s, nb_scalar_kind to, const char *a, const char *b, nb_strbuf *o);
 /* Registers the nb_thread_ids struct of [Kernel] functions; returns its name. */
 const char *nb_emit_thread_ids_type(nb_emitter *e);
+
+/* Target-specific code (emit_target.c). The variant of f for this emitter's target (lower_target.h). */
+nb_ir_func *nb_emit_variant(const nb_emitter *e, nb_ir_func *f);
+/* Before emitting f (a variant): fails with a diagnostic when f's __target_switch has no case
+ * for this target, registers f's preludes; returns 1 when f is an __intrinsic_asm function
+ * (nothing to emit: calls expand it), 0 otherwise. */
+int nb_emit_target_prepare(nb_emitter *e, nb_ir_func *f);
+/* The expansion of __intrinsic_asm function c called with rendered arguments args[] (types
+ * at[]) and result type rt: $0..$9, $T0..$T9, $TR, $[i]. */
+void nb_emit_asm_call(nb_emitter *e, nb_ir_func *c, const char *const *args, const nb_type *const *at, int n,
+                      nb_strbuf *out);
+/* printf(format, args…) with each argument cast as its conversion expects. */
+void nb_emit_printf(nb_emitter *e, const char *format, const char *const *args, const nb_type *const *at, int n,
+                    nb_strbuf *out);
 
 /* Function bodies (emit_body.c). Emits f and, first, everything it calls and reads. */
 void nb_emit_function(nb_emitter *e, nb_ir_func *f);

@@ -486,7 +486,7 @@ int nb_ir_is_pure(const nb_ir_inst *in)
     switch (in->op) {
     case NB_IR_CALL: case NB_IR_STORE: case NB_IR_TSTORE: case NB_IR_TATOMIC_ADD:
     case NB_IR_IF: case NB_IR_LOOP: case NB_IR_SWITCH: case NB_IR_BREAK: case NB_IR_CONTINUE:
-    case NB_IR_RETURN:
+    case NB_IR_RETURN: case NB_IR_PRINTF:
         return 0;
     case NB_IR_INTRIN: { /* warp-cooperative intrinsics stay where they are (intrinsics.h) */
         const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);
@@ -586,6 +586,13 @@ static void print_inst(const nb_ir_inst *in, nb_strbuf *o, int depth)
             else print_val(in->ops[i], o);
         }
         nb_strbuf_append_char(o, ')');
+        break;
+    case NB_IR_PRINTF:
+        nb_strbuf_printf(o, " %s", in->text ? in->text : "\"\"");
+        for (int i = 0; i < in->nops; i++) {
+            nb_strbuf_append(o, ", ");
+            print_val(in->ops[i], o);
+        }
         break;
     case NB_IR_EXTRACT:
         nb_strbuf_append_char(o, ' ');

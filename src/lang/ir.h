@@ -68,6 +68,7 @@ typedef struct nb_ir_module nb_ir_module;
     X(TLOAD, "tload")       /* tensor element: ops[0] tensor, ops[1..rank] indices */            \
     X(TSTORE, "tstore")     /* ops[0] tensor, ops[1..rank] indices, ops[rank+1] value */         \
     X(TATOMIC_ADD, "tatomic_add") /* like TSTORE, returns the old value */                       \
+    X(PRINTF, "printf")     /* printf(text, ops…): a side effect only (check_target.c) */      \
     /* structured control flow (void) */                                                         \
     X(IF, "if")             /* ops[0] cond; blocks[0] then, blocks[1] else */                    \
     X(LOOP, "loop")         /* blocks[0] cond (value ops[0] defined in it; NULL = forever),      \
@@ -158,6 +159,7 @@ struct nb_ir_inst {
     int nblocks;
     nb_ir_case *cases;        /* SWITCH: one per block */
     int64_t max_iters;        /* LOOP: -1 unknown */
+    const char *text;         /* PRINTF: the format as written (quotes and escapes included) */
 
     int uses;                 /* scratch: use count (nb_ir_count_uses) */
     void *aux;                /* scratch for passes / emitters */
@@ -203,6 +205,19 @@ struct nb_ir_func {
     nb_ir_module *module;
     int index;                /* position in module->funcs */
     void *aux;                /* scratch */
+    /* Target-specific code (Slang; lower.c lowers, emit_target.c emits). A function whose body
+     * holds a __target_switch is lowered once per back end: this one for `target` (NB_TGT_C or
+     * NB_TGT_CUDA of ast.h; 0: every target) and `alt` (same cname) for the other. */
+    unsigned target;
+    nb_ir_func *alt;
+    int missing;              /* a __target_switch without a case for `target` (at missing_loc) */
+    nb_loc missing_loc;
+    const char *asm_text;     /* __intrinsic_asm: calls expand to this text, nothing is emitted */
+    const nb_type **asm_types; /* its operands $[i]: a type, or (NULL) the constant asm_vals[i] */
+    const char **asm_vals;
+    int nasm;
+    const char **preludes;    /* __requirePrelude texts, emitted once at the top */
+    int npreludes;
 };
 
 struct nb_ir_global {

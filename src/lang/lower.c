@@ -15,6 +15,7 @@
 #include "lang/intrinsics.h"
 #include "lang/ir.h"
 #include "lang/lexer.h"
+#include "lang/lower_target.h"
 #include "lang/program.h"
 #include "core/strmap.h"
 
@@ -39,6 +40,8 @@ typedef struct lower_ctx {
     nb_strmap cnames; /* cnames of m->funcs[0 .. ncnames) (declare_func) */
     int ncnames;
     int error;
+    unsigned target;   /* NB_TGT_* of the function being lowered (0: any; lower_target.h) */
+    int declaring_alt; /* declare_func is making the second target's variant */
 } lower_ctx;
 
 /* A place: a var and an access path, or a tensor element. */
@@ -770,10 +773,27 @@ static nb_ir_inst *lower_intrinsic(lower_ctx *c, nb_expr *e)
     return in;
 }
 
+/* printf("format", a, b): the format as written, the arguments as operands. */
+static nb_ir_inst *lower_printf(lower_ctx *c, nb_expr *e)
+{
+    int n = e->u.call.nargs - 1;
+    if (n < 0) return NULL;
+    nb_ir_inst **vals = nb_arena_alloc(&c->m->arena, sizeof *vals * (size_t)(n ? n : 1), sizeof(void *));
+    if (!vals) return NULL;
+    for (int i = 0; i < n; i++) vals[i] = lower_expr(c, e->u.call.args[i + 1]);
+    nb_ir_inst *in = nb_ir_new(&c->b, NB_IR_PRINTF, c->tt->t_void, n);
+    if (!in) return NULL;
+    for (int i = 0; i < n; i++) in->ops[i] = vals[i];
+    in->text = e->u.call.args[0]->u.str.text;
+    return in;
+}
+
 static nb_ir_inst *lower_call(lower_ctx *c, nb_expr *e)
 {
     nb_expr *callee = e->u.call.callee;
     switch (e->ref) {
+    case NB_REF_PRINTF:
+        return lower_printf(c, e);
     case NB_REF_INTRINSIC:
         return lower_intrinsic(c, e);
     case NB_REF_TYPE: {
@@ -890,6 +910,10 @@ static nb_ir_inst *lower_expr(lower_ctx *c, nb_expr *e)
         break;
     case NB_EX_TYPE:
         lerr(c, e->loc, "a type is not a value", NULL);
+        r = nb_ir_zero(&c->b, c->tt->t_int);
+        break;
+    case NB_EX_STRING: /* (the checker allows it only as printf's format) */
+        lerr(c, e->loc, "internal: string literal outside printf", NULL);
         r = nb_ir_zero(&c->b, c->tt->t_int);
         break;
     }
@@ -1051,6 +1075,24 @@ static void lower_stmt(lower_ctx *c, nb_stmt *s)
     }
     case NB_ST_EMPTY:
         break;
+    case NB_ST_TARGET_SWITCH: { /* only this function's target's case (lower_target.h) */
+        const nb_target_case *k = c->target ? nb_lower_pick_case(s, c->target) : NULL;
+        if (!k) {
+            if (!c->b.f->missing) {
+                c->b.f->missing = 1;
+                c->b.f->missing_loc = s->loc;
+            }
+            break;
+        }
+        lower_stmts(c, k->body, k->nbody);
+        break;
+    }
+    case NB_ST_ASM:
+        if (!nb_lower_asm(c->m, c->b.f, s)) lerr(c, s->loc, "out of memory", NULL);
+        break;
+    case NB_ST_PRELUDE:
+        if (!nb_lower_prelude(c->m, c->b.f, s->u.prelude.text)) lerr(c, s->loc, "out of memory", NULL);
+        break;
     }
     c->b.loc = save;
 }
@@ -1102,6 +1144,18 @@ static nb_ir_func *declare_func(lower_ctx *c, nb_decl *fd, nb_decl *parent)
         pv->decl = pd;
         if (pd->mods & NB_MOD_NO_DIFF) pv->flags |= NB_IRF_NO_DIFF;
     }
+    if (!c->declaring_alt && nb_lower_has_target_switch(fd->u.func.body)) {
+        /* one variant per back end, same emitted name (lower_target.h) */
+        c->declaring_alt = 1;
+        nb_ir_func *g = declare_func(c, fd, parent);
+        c->declaring_alt = 0;
+        if (!g) return NULL;
+        g->cname = f->cname;
+        f->target = NB_TGT_C;
+        g->target = NB_TGT_CUDA;
+        f->alt = g;
+        g->alt = f;
+    }
     return f;
 }
 
@@ -1120,6 +1174,7 @@ static void lower_body(lower_ctx *c, nb_ir_func *f)
     c->b.block = f->body;
     c->b.loc = fd->loc;
     c->b.flags = 0;
+    c->target = f->target;
     lower_stmt(c, fd->u.func.body);
     if (!nb_ir_block_terminated(f->body) && f->ret->kind != NB_TY_VOID)
         nb_ir_jump(&c->b, NB_IR_RETURN, nb_ir_zero(&c->b, f->ret)); /* falling off the end */

@@ -391,7 +391,7 @@ static unsigned parse_mods(nb_parser *p) {
     }
 }
 
-/* One parameter: [attrs] (in|out|inout|no_diff|const)* type [name] [dims] [= default] */
+/* One parameter: [attrs] (in|out|inout|no_diff|const|constexpr)* type [name] [dims] [= default] */
 static nb_decl *parse_param(nb_parser *p, int index) {
     nb_attr_list attrs = np_parse_attrs(p);
     nb_loc loc = np_loc(p);
@@ -404,6 +404,9 @@ static nb_decl *parse_param(nb_parser *p, int index) {
         else if (k == NB_TOK_KW_INOUT) in = out = 1;
         else if (k == NB_TOK_KW_NO_DIFF) mods |= NB_MOD_NO_DIFF;
         else if (k == NB_TOK_KW_CONST) mods |= NB_MOD_CONST;
+        else if (k == NB_TOK_IDENT && np_cur(p)->len == 9 && !memcmp(np_cur(p)->start, "constexpr", 9) &&
+                 np_peek_kind(p, 1) == NB_TOK_IDENT)
+            mods |= NB_MOD_CONSTEXPR; /* `constexpr int W` (Slang) */
         else break;
         np_advance(p);
     }

@@ -265,10 +265,11 @@ static nb_expr *parse_primary(nb_parser *p) {
     case NB_TOK_ERROR: /* a malformed literal or stray character, already reported */
         np_advance(p);
         return placeholder(p, loc);
-    case NB_TOK_STRING:
-        np_error_here(p, "string literals are not supported in expressions");
+    case NB_TOK_STRING: /* printf's format (check_target.c diagnoses other uses) */
+        e = np_new_expr(p, NB_EX_STRING, loc);
+        e->u.str.text = np_strndup(p, t->start, (size_t)t->len);
         np_advance(p);
-        return placeholder(p, loc);
+        return e;
     default: {
         char found[64];
         found_desc(p, found, sizeof found);

@@ -102,5 +102,8 @@ nb_stmt *np_parse_stmt(nb_parser *p);
 nb_stmt *np_parse_block(nb_parser *p);
 int np_is_decl_start(nb_parser *p);
 nb_stmt *np_parse_local_decl(nb_parser *p, nb_attr_list attrs);
+/* parser_target.c: __target_switch / __intrinsic_asm / __requirePrelude at the current token,
+ * or NULL (nothing consumed) when it is none of them. */
+nb_stmt *np_parse_target_stmt(nb_parser *p, nb_loc loc);
 
 #endif

@@ -334,7 +334,9 @@ nb_stmt *np_parse_stmt(nb_parser *p) {
         np_error_here(p, "expected a statement, found end of file");
         break;
     default:
-        if (np_is_decl_start(p)) {
+        if ((s = np_parse_target_stmt(p, loc)) != NULL) {
+            /* __target_switch / __intrinsic_asm / __requirePrelude (parser_target.c) */
+        } else if (np_is_decl_start(p)) {
             s = np_parse_local_decl(p, attrs);
         } else {
             s = new_stmt(p, NB_ST_EXPR, loc);

@@ -1,0 +1,131 @@
+/* C / CUDA C emitter: target-specific code of Slang (see lower_target.h) and printf.
+ *
+ *   variants     a function with a __target_switch has one IR function per back end; calls and
+ *                emission use the one of this emitter's target (same C name)
+ *   missing case a variant whose __target_switch has no case for this target (and no default)
+ *                cannot be emitted: a diagnostic names the function, at the __target_switch
+ *   asm          an __intrinsic_asm function is never emitted; each call is its text with $0..$9
+ *                replaced by the arguments, $T0..$T9 by their C types, $TR by the result type
+ *                and $[i] by the i-th operand (a type's C name or a constant)
+ *   preludes     __requirePrelude texts of every emitted (or expanded) function, once each, at
+ *                the top of the generated source (emit_c.c nb_emit_finish)
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "lang/emit_c.h"
+#include "lang/source.h"
+
+nb_ir_func *nb_emit_variant(const nb_emitter *e, nb_ir_func *f)
+{
+    if (!f || !f->target || !f->alt) return f;
+    unsigned want = e->target == NB_TARGET_CUDA ? NB_TGT_CUDA : NB_TGT_C;
+    return f->target == want ? f : f->alt;
+}
+
+/* "path:line:col: error: MESSAGE\n<source line>\n<caret>" (no location: "error: MESSAGE"). */
+static void fail_at(nb_emitter *e, nb_loc loc, const char *msg)
+{
+    const nb_source_set *s = e->src;
+    if (!s || loc.file < 0 || loc.file >= s->nfiles) {
+        nb_emit_fail(e, "error: %s", msg);
+        return;
+    }
+    size_t len = 0;
+    const char *line = nb_source_line(s, loc.file, loc.line, &len);
+    char caret[256];
+    int k = 0;
+    for (int i = 0; line && i + 1 < loc.col && (size_t)i < len && k < (int)sizeof caret - 2; i++)
+        caret[k++] = line[i] == '\t' ? '\t' : ' ';
+    caret[k++] = '^';
+    caret[k] = '\0';
+    nb_emit_fail(e, "%s:%d:%d: error: %s\n%.*s\n%s", s->files[loc.file].path, loc.line, loc.col, msg,
+                 line ? (int)(len > 200 ? 200 : len) : 0, line ? line : "", caret);
+}
+
+int nb_emit_target_prepare(nb_emitter *e, nb_ir_func *f)
+{
+    if (f->missing) {
+        char msg[320];
+        const char *name = f->decl && f->decl->name ? f->decl->name : f->name;
+        snprintf(msg, sizeof msg, "function '%s' has no __target_switch case for the %s back end (add %s or 'default:')",
+                 name ? name : "?", e->target == NB_TARGET_CUDA ? "CUDA" : "CPU",
+                 e->target == NB_TARGET_CUDA ? "'case cuda:'" : "'case cpp:'");
+        fail_at(e, f->missing_loc, msg);
+        return 1;
+    }
+    for (int i = 0; i < f->npreludes; i++) {
+        const char *t = f->preludes[i];
+        /* once per text: search the lines already collected */
+        const char *have = nb_strbuf_cstr(&e->preludes);
+        size_t tl = strlen(t);
+        int dup = 0;
+        for (const char *q = have; q && (q = strstr(q, t)) != NULL; q++)
+            if ((q == have || q[-1] == '\n') && q[tl] == '\n') {
+                dup = 1;
+                break;
+            }
+        if (!dup) {
+            nb_strbuf_append(&e->preludes, t);
+            nb_strbuf_append_char(&e->preludes, '\n');
+        }
+    }
+    return f->asm_text != NULL;
+}
+
+void nb_emit_asm_call(nb_emitter *e, nb_ir_func *c, const char *const *args, const nb_type *const *at, int n,
+                      nb_strbuf *out)
+{
+    const char *t = c->asm_text;
+    for (const char *q = t; *q; q++) {
+        if (*q != '$') {
+            nb_strbuf_append_char(out, *q);
+            continue;
+        }
+        const char *d = q + 1;
+        if (*d >= '0' && *d <= '9') {
+            int i = *d - '0';
+            if (i < n) nb_strbuf_append(out, args[i]);
+            else nb_emit_fail(e, "internal: __intrinsic_asm of '%s' refers to argument %d of %d", c->name, i, n);
+            q = d;
+        } else if (*d == 'T' && d[1] == 'R') {
+            nb_strbuf_append(out, nb_emit_ctype(e, c->ret));
+            q = d + 1;
+        } else if (*d == 'T' && d[1] >= '0' && d[1] <= '9') {
+            int i = d[1] - '0';
+            if (i < n) nb_strbuf_append(out, nb_emit_ctype(e, at[i]));
+            q = d + 1;
+        } else if (*d == '[') {
+            int i = 0;
+            const char *x = d + 1;
+            while (*x >= '0' && *x <= '9') i = i * 10 + (*x++ - '0');
+            if (i < c->nasm) {
+                if (c->asm_types[i]) nb_strbuf_append(out, nb_emit_ctype(e, c->asm_types[i]));
+                else nb_strbuf_append(out, c->asm_vals[i] ? c->asm_vals[i] : "0");
+            }
+            q = *x == ']' ? x : x - 1;
+        } else {
+            nb_strbuf_append_char(out, '$'); /* (the checker rejects the others) */
+        }
+    }
+}
+
+void nb_emit_printf(nb_emitter *e, const char *format, const char *const *args, const nb_type *const *at, int n,
+                    nb_strbuf *out)
+{
+    e->need_stdio = 1;
+    nb_strbuf_printf(out, "printf(%s", format);
+    /* the conversions, in order (the checker matched their number to the arguments) */
+    int k = 0;
+    for (const char *q = format; *q && k < n; q++) {
+        if (*q != '%') continue;
+        q++;
+        if (*q == '%') continue;
+        while (*q && strchr("-+ #0123456789.", *q)) q++;
+        const char *cast = strchr("fFeEgGaA", *q) ? "double" : strchr("uxXo", *q) ? "unsigned" : "int";
+        (void)at;
+        nb_strbuf_printf(out, ", (%s)(%s)", cast, args[k]);
+        k++;
+    }
+    nb_strbuf_append_char(out, ')');
+}
