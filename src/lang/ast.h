@@ -235,6 +235,9 @@ struct nb_decl {
             nb_stmt *body;                    /* NULL for a declaration without a body */
             nb_decl *parent;                  /* enclosing struct for methods, else NULL */
             int is_mutating;                  /* [mutating] method: `this` is inout */
+            int is_init;                      /* `__init(…) {…}` constructor, desugared by the
+                                                 parser into `static This __init(…) { This this;
+                                                 …; return this; }` (`this` is that local) */
             int prefer_recompute;             /* [PreferRecompute]: reverse mode calls it again
                                                  rather than storing its result */
             nb_decl **gparams; int ngparams;  /* generics `float f<let N : int, T : IFoo>(…)`

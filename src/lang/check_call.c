@@ -247,7 +247,30 @@ static const nb_type *call_user(nb_checker *c, nb_expr *call, nb_decl **fns, int
 
 /* ---- constructors ------------------------------------------------------------------------- */
 
+static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee, nb_decl *sd,
+                                  int is_static_call);
+
 static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) {
+    /* constructors: S(args) is the static S.__init(args) (parser.c desugars __init) */
+    if (t->kind == NB_TY_STRUCT && t->decl && ck_has_method(t->decl, "__init")) {
+        nb_expr *base = ck_new_expr(c, NB_EX_TYPE, call->loc);
+        nb_type_expr *te = ck_alloc(c, sizeof *te);
+        nb_expr *m = ck_new_expr(c, NB_EX_MEMBER, call->loc);
+        if (!base || !te || !m) return call->type = c->tt->t_error;
+        te->loc = call->loc;
+        te->name = t->name;
+        te->subst = t;
+        te->resolved = t;
+        base->u.type.texpr = te;
+        base->ref = NB_REF_TYPE;
+        base->type = t;
+        m->u.member.base = base;
+        m->u.member.member = "__init";
+        m->u.member.is_static = 1;
+        call->u.call.callee = m;
+        call->ref = NB_REF_NONE;
+        return call_method(c, call, m, t->decl, 1);
+    }
     call->ref = NB_REF_TYPE;
     int n = call->u.call.nargs;
     nb_expr **args = call->u.call.args;
@@ -765,7 +788,8 @@ static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee,
         ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, sd->name);
         return call->type = c->tt->t_error;
     }
-    const nb_type *r = call_user(c, call, ms, n, mname);
+    /* constructors are named after their type in diagnostics: 'S(float, float)' */
+    const nb_type *r = call_user(c, call, ms, n, strcmp(mname, "__init") == 0 && sd->name ? sd->name : mname);
     if (!call->decl) return r;
     nb_decl *m = call->decl;
     int mstatic = (m->mods & NB_MOD_STATIC) != 0;
@@ -789,6 +813,69 @@ static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee,
         char msg[200];
         snprintf(msg, sizeof msg, "[mutating] method '%s' needs an assignable object", mname);
         ck_report_not_lvalue(c, callee->u.member.base, msg);
+    }
+    return r;
+}
+
+/* `obj(args)` with obj a value: its `operator()` method, else an error. */
+static const nb_type *call_object(nb_checker *c, nb_expr *call) {
+    nb_expr *callee = call->u.call.callee;
+    const nb_type *t = ck_expr(c, &call->u.call.callee);
+    callee = call->u.call.callee;
+    if (!ck_is_error(t) && t->kind == NB_TY_STRUCT && ck_has_method(t->decl, "operator()")) {
+        nb_expr *m = ck_new_expr(c, NB_EX_MEMBER, callee->loc);
+        if (!m) return call->type = c->tt->t_error;
+        m->u.member.base = callee;
+        m->u.member.member = "operator()";
+        call->u.call.callee = m;
+        return call_method(c, call, m, t->decl, 0);
+    }
+    check_args(c, call);
+    if (!ck_is_error(t)) ck_err(c, callee->loc, "called object of type '%s' is not a function", t->name);
+    return call->type = c->tt->t_error;
+}
+
+/* Adds the static methods named `name` of struct type t to fns (operators declared inside S). */
+static int add_static_ops(const nb_type *t, const char *name, nb_decl **fns, int n) {
+    while (t && t->kind == NB_TY_ARRAY) t = t->elem;
+    if (!t || t->kind != NB_TY_STRUCT || !t->decl) return n;
+    nb_decl *sd = t->decl;
+    for (int i = 0; i < sd->u.strct.nmethods && n < CK_MAX_CANDS; i++) {
+        nb_decl *m = sd->u.strct.methods[i];
+        if (!m || !m->name || strcmp(m->name, name) != 0 || !(m->mods & NB_MOD_STATIC)) continue;
+        int dup = 0;
+        for (int k = 0; k < n && !dup; k++) dup = fns[k] == m;
+        if (!dup) fns[n++] = m;
+    }
+    return n;
+}
+
+const nb_type *ck_call_operator(nb_checker *c, nb_expr **slot, const char *opname, nb_expr **args, int nargs) {
+    nb_expr *e = *slot;
+    nb_decl *fns[CK_MAX_CANDS];
+    int nf = ck_lookup_global(c, opname, NB_DECL_FUNC, fns, CK_MAX_CANDS);
+    if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
+    for (int i = 0; i < nargs; i++) nf = add_static_ops(args[i]->type, opname, fns, nf);
+    if (nf == 0) return NULL;
+    nb_expr **a = ck_alloc(c, sizeof(nb_expr *) * (size_t)nargs);
+    nb_expr *callee = ck_new_expr(c, NB_EX_NAME, e->loc);
+    if (!a || !callee) return e->type = c->tt->t_error;
+    memcpy(a, args, sizeof(nb_expr *) * (size_t)nargs);
+    callee->u.name.name = opname;
+    e->kind = NB_EX_CALL;
+    memset(&e->u, 0, sizeof e->u);
+    e->u.call.callee = callee;
+    e->u.call.args = a;
+    e->u.call.nargs = nargs;
+    e->is_lvalue = 0;
+    nf = ck_generic_candidates(c, e, fns, nf, NULL, opname);
+    if (nf <= 0) return e->type = c->tt->t_error;
+    e->ref = NB_REF_FUNCTION;
+    callee->ref = NB_REF_FUNCTION;
+    const nb_type *r = call_user(c, e, fns, nf, opname);
+    if (e->decl) {
+        callee->decl = e->decl;
+        callee->type = nb_type_func(c->tt, e->decl);
     }
     return r;
 }
@@ -849,6 +936,10 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
     if (callee->kind == NB_EX_NAME && callee->u.name.name) {
         const char *name = callee->u.name.name;
         if (ck_lookup_local(c, name)) {
+            nb_decl *lv = ck_lookup_local(c, name);
+            const nb_type *lt = lv->kind == NB_DECL_PARAM ? lv->u.param.type : lv->u.var.type;
+            if (lt && lt->kind == NB_TY_STRUCT && ck_has_method(lt->decl, "operator()"))
+                return call_object(c, call); /* f(x) with f a struct value: f.operator()(x) */
             check_args(c, call);
             ck_err(c, callee->loc, "'%s' is a variable, not a function", name);
             return call->type = c->tt->t_error;
@@ -858,7 +949,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             nb_expr *base = ck_new_expr(c, NB_EX_NAME, callee->loc);
             if (!base) return call->type = c->tt->t_error;
             base->u.name.name = "this";
-            int static_ctx = c->fn && (c->fn->mods & NB_MOD_STATIC);
+            int static_ctx = c->fn && (c->fn->mods & NB_MOD_STATIC) && !c->fn->u.func.is_init;
             if (!static_ctx) ck_expr(c, &base);
             nb_expr *m = ck_new_expr(c, NB_EX_MEMBER, callee->loc);
             if (!m) return call->type = c->tt->t_error;
@@ -954,11 +1045,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, bt->name);
         return call->type = c->tt->t_error;
     }
-    ck_expr(c, &call->u.call.callee);
-    check_args(c, call);
-    if (!ck_is_error(call->u.call.callee->type))
-        ck_err(c, callee->loc, "called object of type '%s' is not a function", call->u.call.callee->type->name);
-    return call->type = c->tt->t_error;
+    return call_object(c, call);
 }
 
 /* ---- custom derivatives and primal substitutes: signatures ------------------------------- */

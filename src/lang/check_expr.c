@@ -409,7 +409,7 @@ const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc) {
 static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
     const char *name = e->u.name.name ? e->u.name.name : "";
-    if (strcmp(name, "this") == 0) {
+    if (strcmp(name, "this") == 0 && !(c->fn && c->fn->u.func.is_init)) { /* (in __init: a local) */
         if (!c->strct || !c->fn || (c->fn->mods & NB_MOD_STATIC)) {
             ck_err(c, e->loc, "'this' is only available inside a non-static method");
             return e->type = c->tt->t_error;
@@ -436,13 +436,18 @@ static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
     if (c->strct) {
         int fi = find_field(c->strct, name);
         if (fi >= 0) {
-            if (c->fn && (c->fn->mods & NB_MOD_STATIC)) {
+            int in_init = c->fn && c->fn->u.func.is_init;
+            if (c->fn && (c->fn->mods & NB_MOD_STATIC) && !in_init) {
                 ck_err(c, e->loc, "field '%s' used in a static method", name);
                 return e->type = c->tt->t_error;
             }
-            /* rewrite `x` to `this.x` */
-            nb_expr *base = make_this(c, e->loc);
+            /* rewrite `x` to `this.x` (in a constructor `this` is the object being built) */
+            nb_expr *base = in_init ? ck_new_expr(c, NB_EX_NAME, e->loc) : make_this(c, e->loc);
             if (!base) return e->type = c->tt->t_error;
+            if (in_init) {
+                base->u.name.name = "this";
+                if (ck_is_error(ck_expr(c, &base))) return e->type = c->tt->t_error;
+            }
             nb_decl *fd = c->strct->u.strct.fields[fi];
             e->kind = NB_EX_MEMBER;
             memset(&e->u, 0, sizeof e->u);
@@ -747,6 +752,19 @@ static const nb_type *binary_operand_type(nb_checker *c, nb_loc loc, int op, con
     return t;
 }
 
+/* "+" for NB_TOK_PLUS (the operator's spelling, as in `operator+`). */
+static const char *op_spelling(int op) {
+    const char *n = nb_tok_name((nb_tok_kind)op); /* "'+'" */
+    static char buf[8];
+    size_t len = n ? strlen(n) : 0;
+    if (len >= 3 && n[0] == '\'' && len - 2 < sizeof buf) {
+        memcpy(buf, n + 1, len - 2);
+        buf[len - 2] = 0;
+        return buf;
+    }
+    return "?";
+}
+
 static const nb_type *check_binary(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
     int op = e->u.binary.op;
@@ -754,6 +772,13 @@ static const nb_type *check_binary(nb_checker *c, nb_expr **slot) {
     const nb_type *b = ck_expr(c, &e->u.binary.rhs);
     if (op == NB_TOK_COMMA) return e->type = b; /* for-loop init/step lists */
     if (ck_is_error(a) || ck_is_error(b)) return e->type = c->tt->t_error;
+    if (a->kind == NB_TY_STRUCT || b->kind == NB_TY_STRUCT) { /* user operators */
+        char opname[24];
+        snprintf(opname, sizeof opname, "operator%s", op_spelling(op));
+        nb_expr *args[2] = {e->u.binary.lhs, e->u.binary.rhs};
+        const nb_type *r = ck_call_operator(c, slot, opname, args, 2);
+        if (r) return r;
+    }
     if (op == NB_TOK_ANDAND || op == NB_TOK_OROR) {
         const char *opn = nb_tok_name((nb_tok_kind)op);
         int ok = 1;
@@ -792,6 +817,13 @@ static const nb_type *check_unary(nb_checker *c, nb_expr **slot) {
         return e->type = t;
     }
     const char *opn = nb_tok_name((nb_tok_kind)op);
+    if (t->kind == NB_TY_STRUCT && op != NB_TOK_INC && op != NB_TOK_DEC) { /* `-s`: operator- with 1 argument */
+        char opname[24];
+        snprintf(opname, sizeof opname, "operator%s", op_spelling(op));
+        nb_expr *args[1] = {e->u.unary.operand};
+        const nb_type *r = ck_call_operator(c, slot, opname, args, 1);
+        if (r) return r;
+    }
     if (!is_value_shape(t)) {
         ck_err(c, e->loc, "invalid operand to unary %s ('%s')", opn, t->name);
         return e->type = c->tt->t_error;
@@ -926,6 +958,22 @@ const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to) {
     case NB_TY_STRUCT: {
         nb_decl *sd = to->decl;
         ck_struct_type(c, sd);
+        if (ck_has_method(sd, "__init")) { /* with constructors, `{a, b}` calls the matching one */
+            nb_type_expr *te = ck_alloc(c, sizeof *te);
+            nb_expr *callee = ck_new_expr(c, NB_EX_TYPE, e->loc);
+            if (!te || !callee) return e->type = c->tt->t_error;
+            te->loc = e->loc;
+            te->name = to->name;
+            te->subst = to;
+            callee->u.type.texpr = te;
+            e->kind = NB_EX_CALL;
+            memset(&e->u, 0, sizeof e->u);
+            e->u.call.callee = callee;
+            e->u.call.args = items;
+            e->u.call.nargs = n;
+            nb_expr *slot = e;
+            return ck_call(c, &slot);
+        }
         if (n != sd->u.strct.nfields) goto count;
         for (int i = 0; i < n; i++) {
             nb_decl *fd = sd->u.strct.fields[i];

@@ -427,6 +427,7 @@ static nb_decl *clone_decl(subst *s, const nb_decl *d) {
         r->u.func.body = clone_stmt(s, d->u.func.body);
         r->u.func.parent = d->u.func.parent;
         r->u.func.is_mutating = d->u.func.is_mutating;
+        r->u.func.is_init = d->u.func.is_init;
         /* a generic method stays a template (reported by ck_check_template) */
         r->u.func.gparams = d->u.func.gparams;
         r->u.func.ngparams = d->u.func.ngparams;

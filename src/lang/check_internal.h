@@ -217,6 +217,10 @@ const nb_type *ck_printf(nb_checker *c, nb_expr *call);
 void ck_check_constexpr_args(nb_checker *c, nb_expr *call, nb_decl *fn);
 /* check_call.c */
 const nb_type *ck_call(nb_checker *c, nb_expr **slot);
+/* A user operator (`S operator+(S a, S b)`, free or static in an operand's struct) for *slot,
+ * whose already-checked operands are args: *slot becomes the call. NULL when no function of
+ * that name exists (the caller reports the built-in operator's error). */
+const nb_type *ck_call_operator(nb_checker *c, nb_expr **slot, const char *opname, nb_expr **args, int nargs);
 
 const nb_type *ck_expr(nb_checker *c, nb_expr **slot);
 /* Checks *slot expecting type `to` (init lists take it as their type) and converts. */

@@ -127,12 +127,41 @@ static const char *const g_reserved[] = {
     "llabs", "labs", "sqrtl", "exp2l", "fmodl", "rsqrtl", "cyl_bessel_i0", "cyl_bessel_i1",
 };
 
+/* The word for an operator's symbol after `operator` (`operator+` -> operator_add); 0 if none. */
+static int operator_word(const char *p, const char **word)
+{
+    static const struct { const char *sym, *word; } ops[] = {
+        {"()", "call"}, {"[]", "index"}, {"<<", "shl"}, {">>", "shr"}, {"<=", "le"}, {">=", "ge"},
+        {"==", "eq"}, {"!=", "ne"}, {"&&", "land"}, {"||", "lor"}, {"+=", "add_assign"}, {"-=", "sub_assign"},
+        {"*=", "mul_assign"}, {"/=", "div_assign"}, {"++", "inc"}, {"--", "dec"}, {"+", "add"}, {"-", "sub"},
+        {"*", "mul"}, {"/", "div"}, {"%", "mod"}, {"<", "lt"}, {">", "gt"}, {"!", "not"}, {"~", "bnot"},
+        {"&", "band"}, {"|", "bor"}, {"^", "xor"},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        size_t n = strlen(ops[i].sym);
+        if (strncmp(p, ops[i].sym, n) == 0) {
+            *word = ops[i].word;
+            return (int)n;
+        }
+    }
+    return 0;
+}
+
 const char *nb_emit_safe_name(nb_emitter *e, const char *name)
 {
     char buf[256];
     size_t n = 0;
     for (const char *p = name; *p && n < sizeof buf - 2; p++) {
         char ch = *p;
+        const char *word;
+        int len;
+        if (n >= 8 && memcmp(buf + n - 8, "operator", 8) == 0 && (len = operator_word(p, &word)) > 0) {
+            /* user operators: operator+ -> operator_add, S.operator() -> S_operator_call */
+            for (const char *w = "_"; *w && n < sizeof buf - 2; w++) buf[n++] = *w;
+            for (const char *w = word; *w && n < sizeof buf - 2; w++) buf[n++] = *w;
+            p += len - 1;
+            continue;
+        }
         /* generic instantiations: MLP<16,3> -> MLP_16_3, f<-1> -> f_m1 */
         if (ch == '>' || ch == ' ') continue;
         if (ch == '<' || ch == ',') ch = '_';

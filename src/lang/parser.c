@@ -580,6 +580,117 @@ static nb_decl *parse_assoctype(nb_parser *p) {
     return d;
 }
 
+/* After the word `operator` of `S operator+(S a, S b)`: the operator's symbol, returned as the
+ * function's name "operator+" ("operator()" for the call operator, "operator[]"); NULL after an
+ * error. */
+static const char *parse_operator_name(nb_parser *p) {
+    const nb_token *t = np_cur(p);
+    switch (t->kind) {
+    case NB_TOK_LPAREN:
+        if (np_peek_kind(p, 1) != NB_TOK_RPAREN) break;
+        np_advance(p);
+        np_advance(p);
+        return "operator()";
+    case NB_TOK_LBRACKET:
+        if (np_peek_kind(p, 1) != NB_TOK_RBRACKET) break;
+        np_advance(p);
+        np_advance(p);
+        return "operator[]";
+    case NB_TOK_PLUS: case NB_TOK_MINUS: case NB_TOK_STAR: case NB_TOK_SLASH: case NB_TOK_PERCENT:
+    case NB_TOK_AMP: case NB_TOK_PIPE: case NB_TOK_CARET: case NB_TOK_TILDE: case NB_TOK_NOT:
+    case NB_TOK_SHL: case NB_TOK_SHR: case NB_TOK_LT: case NB_TOK_GT: case NB_TOK_LE: case NB_TOK_GE:
+    case NB_TOK_EQ: case NB_TOK_NE: case NB_TOK_ANDAND: case NB_TOK_OROR:
+    case NB_TOK_PLUS_ASSIGN: case NB_TOK_MINUS_ASSIGN: case NB_TOK_STAR_ASSIGN: case NB_TOK_SLASH_ASSIGN:
+    case NB_TOK_INC: case NB_TOK_DEC: {
+        char buf[16];
+        snprintf(buf, sizeof buf, "operator%.*s", t->len, t->start);
+        np_advance(p);
+        return np_strndup(p, buf, strlen(buf));
+    }
+    default: break;
+    }
+    char found[64];
+    np_describe(p, t, found, sizeof found);
+    np_error_here(p, "expected an operator after 'operator', found %s", found);
+    return NULL;
+}
+
+static nb_stmt *init_stmt(nb_parser *p, nb_stmt_kind kind, nb_loc loc) {
+    nb_stmt *st = np_alloc(p, sizeof *st);
+    st->kind = kind;
+    st->loc = loc;
+    st->max_iters = -1;
+    return st;
+}
+
+static nb_expr *this_name(nb_parser *p, nb_loc loc) {
+    nb_expr *e = np_new_expr(p, NB_EX_NAME, loc);
+    e->u.name.name = "this";
+    return e;
+}
+
+/* `return;` inside a constructor body returns the object being built. */
+static void init_returns(nb_parser *p, nb_stmt *st) {
+    if (!st) return;
+    switch (st->kind) {
+    case NB_ST_BLOCK:
+        for (int i = 0; i < st->u.block.count; i++) init_returns(p, st->u.block.items[i]);
+        break;
+    case NB_ST_IF: init_returns(p, st->u.if_s.then_s); init_returns(p, st->u.if_s.else_s); break;
+    case NB_ST_FOR: init_returns(p, st->u.for_s.body); break;
+    case NB_ST_WHILE: case NB_ST_DO_WHILE: init_returns(p, st->u.while_s.body); break;
+    case NB_ST_SWITCH:
+        for (int i = 0; i < st->u.switch_s.ncases; i++)
+            for (int j = 0; j < st->u.switch_s.cases[i].nbody; j++) init_returns(p, st->u.switch_s.cases[i].body[j]);
+        break;
+    case NB_ST_RETURN:
+        if (!st->u.ret.value) st->u.ret.value = this_name(p, st->loc);
+        break;
+    default: break;
+    }
+}
+
+/* `__init(params) { body }` (at `__init`): a constructor, desugared into
+ * `static This __init(params) { This this; body; return this; }`. */
+static nb_decl *parse_init(nb_parser *p, nb_decl *s, nb_attr_list attrs, unsigned mods) {
+    nb_loc loc = np_loc(p);
+    np_advance(p);
+    nb_type_expr *ret = np_alloc(p, sizeof *ret);
+    ret->loc = loc;
+    ret->name = "This";
+    nb_pvec gparams = {0};
+    if (np_kind(p) == NB_TOK_LT) parse_gparams(p, &gparams, 1);
+    if (np_kind(p) != NB_TOK_LPAREN) {
+        np_error_here(p, "expected '(' after '__init'");
+        return NULL;
+    }
+    nb_decl *fn = parse_function(p, attrs, mods | NB_MOD_STATIC, ret, loc, "__init", s);
+    fn->u.func.is_init = 1;
+    fn->u.func.gparams = (nb_decl **)np_finish(p, &gparams);
+    fn->u.func.ngparams = gparams.n;
+    nb_stmt *body = fn->u.func.body;
+    if (!body) return fn;
+    init_returns(p, body);
+    nb_decl *v = new_decl(p, NB_DECL_VAR, loc, "this");
+    nb_type_expr *vt = np_alloc(p, sizeof *vt);
+    *vt = *ret;
+    v->u.var.texpr = vt;
+    nb_stmt *decl = init_stmt(p, NB_ST_VAR, loc);
+    decl->u.var.vars = np_alloc(p, sizeof(nb_decl *));
+    decl->u.var.vars[0] = v;
+    decl->u.var.count = 1;
+    nb_stmt *ret_st = init_stmt(p, NB_ST_RETURN, np_prev_end(p));
+    ret_st->u.ret.value = this_name(p, ret_st->loc);
+    nb_stmt *blk = init_stmt(p, NB_ST_BLOCK, body->loc);
+    blk->u.block.items = np_alloc(p, sizeof(nb_stmt *) * 3);
+    blk->u.block.items[0] = decl;
+    blk->u.block.items[1] = body;
+    blk->u.block.items[2] = ret_st;
+    blk->u.block.count = 3;
+    fn->u.func.body = blk;
+    return fn;
+}
+
 static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *statics, nb_pvec *methods,
                          nb_pvec *types) {
     if (np_accept(p, NB_TOK_SEMI)) return;
@@ -610,12 +721,17 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
         np_error_here(p, "nested struct declarations are not supported");
         return;
     }
+    if (tok_is(np_cur(p), "__init") && (np_peek_kind(p, 1) == NB_TOK_LPAREN || np_peek_kind(p, 1) == NB_TOK_LT)) {
+        nb_decl *fn = parse_init(p, s, attrs, mods);
+        if (fn) {
+            attach_generic_prefix(p, fn, &generic_prefix);
+            np_push(p, methods, fn);
+        }
+        return;
+    }
     if (k == NB_TOK_IDENT && np_peek_kind(p, 1) == NB_TOK_LPAREN) {
         const nb_token *t = np_cur(p);
-        if (t->len == 6 && memcmp(t->start, "__init", 6) == 0)
-            np_error_here(p, "constructors ('__init') are not supported");
-        else
-            np_error_here(p, "expected a return type before method name '%.*s'", t->len, t->start);
+        np_error_here(p, "expected a return type before method name '%.*s'", t->len, t->start);
         return;
     }
     if (k != NB_TOK_IDENT) {
@@ -635,6 +751,7 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
     nb_loc loc = np_loc(p);
     const char *name = np_tok_text(p);
     np_advance(p);
+    if (strcmp(name, "operator") == 0 && !(name = parse_operator_name(p))) return;
     nb_decl *fn = parse_generic_function(p, attrs, mods, t, loc, name, s);
     if (!fn && np_kind(p) == NB_TOK_LPAREN) fn = parse_function(p, attrs, mods, t, loc, name, s);
     if (fn) {
@@ -998,6 +1115,7 @@ static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, 
     nb_loc loc = np_loc(p);
     const char *name = np_tok_text(p);
     np_advance(p);
+    if (strcmp(name, "operator") == 0 && !(name = parse_operator_name(p))) return;
     nb_decl *fn = parse_generic_function(p, attrs, mods, t, loc, name, NULL);
     if (fn) {
         np_push(p, out, fn);
