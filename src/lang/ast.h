@@ -219,6 +219,8 @@ enum {
     NB_MOD_PUBLIC = 1 << 4,
     NB_MOD_INLINE = 1 << 5,
     NB_MOD_CONSTEXPR = 1 << 6, /* constexpr parameter: the argument must be a compile-time constant */
+    NB_MOD_INTERNAL = 1 << 20, /* Slang's access modifiers (parser.c; the checker enforces   */
+    NB_MOD_PRIVATE = 1 << 21,  /* `internal`/no modifier across modules, see program.c)     */
 };
 
 struct nb_decl {
@@ -294,7 +296,12 @@ struct nb_decl {
             nb_loc semantic_loc;
         } param;
         struct { const char *path; /* module name as written: `import nn;` -> "nn" */
-                 struct nb_module_ast *target; /* [loader] */ } import;
+                 struct nb_module_ast *target; /* [loader] */
+                 int quoted;   /* `import "file.slang";`: a file name, not a module name */
+                 int include;  /* `__include x;`: a file of this module (program.c splices
+                                  its declarations in; the checker never sees this decl) */
+                 int exported; /* `__exported import x;`: importers of this module see x too */
+               } import;
         struct { nb_type_expr *texpr; nb_type_expr **constraints; int nconstraints; } tdef;
     } u;
 };
@@ -306,6 +313,11 @@ typedef struct nb_module_ast {
     nb_decl **decls;       /* top-level declarations in order */
     int ndecls;
     nb_arena *arena;       /* owns every node */
+    const char *declared;     /* `module NAME;` (NULL: none) */
+    const char *implementing; /* `implementing NAME;` (a file of another module) */
+    int access_control;       /* a `module` declaration, an `__include` or an access modifier:
+                                 Slang's default visibility (internal) applies; else a "legacy"
+                                 module where everything is public */
 } nb_module_ast;
 
 #endif

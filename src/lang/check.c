@@ -186,6 +186,22 @@ void ck_leave_global_ctx(nb_checker *c, ctx_save s) {
 /* ---- global lookup ------------------------------------------------------------------------ */
 
 /* The index of module m, brought up to date with decls appended since (instantiations). */
+/* Adds an imported module to x's imports, with what it re-exports (`__exported import`), each
+ * module once. 0 on out of memory. */
+static int add_import(ck_mod_index *x, nb_module_ast *t) {
+    for (int j = 0; j < x->nimports; j++)
+        if (x->imports[j] == t) return 1; /* the same module imported twice (or re-exported) */
+    if (!ck_grow((void **)&x->imports, &x->cap_imports, x->nimports + 1, sizeof(nb_module_ast *))) return 0;
+    x->imports[x->nimports++] = t;
+    for (int k = 0; k < t->ndecls; k++) {
+        nb_decl *e = t->decls[k];
+        if (e && e->kind == NB_DECL_IMPORT && e->u.import.exported && e->u.import.target &&
+            !add_import(x, e->u.import.target))
+            return 0;
+    }
+    return 1;
+}
+
 static ck_mod_index *mod_index(nb_checker *c, nb_module_ast *m) {
     ck_mod_index *x = NULL;
     for (int i = 0; i < c->nmod_index && !x; i++)
@@ -203,14 +219,7 @@ static ck_mod_index *mod_index(nb_checker *c, nb_module_ast *m) {
         nb_decl *d = m->decls[i];
         x->next[i] = -1;
         if (!d) continue;
-        if (d->kind == NB_DECL_IMPORT && d->u.import.target) {
-            int dup = 0; /* the same module imported twice */
-            for (int j = 0; j < x->nimports && !dup; j++) dup = x->imports[j] == d->u.import.target;
-            if (!dup) {
-                if (!ck_grow((void **)&x->imports, &x->cap_imports, x->nimports + 1, sizeof(nb_module_ast *))) return NULL;
-                x->imports[x->nimports++] = d->u.import.target;
-            }
-        }
+        if (d->kind == NB_DECL_IMPORT && d->u.import.target && !add_import(x, d->u.import.target)) return NULL;
         if (!d->name) continue;
         int isnew = 0;
         nb_strmap_slot *s = nb_strmap_get(&x->names, d->name, &isnew);
@@ -252,10 +261,31 @@ static int lookup_in_module(nb_checker *c, nb_module_ast *m, const char *name, i
         nb_decl *d = m->decls[i];
         if (d->kind == NB_DECL_IMPORT) continue;
         if (kind >= 0 && (int)d->kind != kind) continue;
+        /* Slang's access control: another module sees only `public` declarations of a module
+         * that uses it (a `module` declaration, `__include` or an access modifier); a "legacy"
+         * module without any of those is all public. */
+        if (m != c->mod && m->access_control && !(d->mods & NB_MOD_PUBLIC)) continue;
         if (n < max) out[n] = d;
         n++;
     }
     return n;
+}
+
+void ck_note_hidden(nb_checker *c, const char *name) {
+    if (!name || !c->mod) return;
+    ck_mod_index *x = mod_index(c, c->mod);
+    for (int i = 0; x && i < x->nimports; i++) {
+        nb_module_ast *m = x->imports[i];
+        if (!m->access_control) continue;
+        for (int k = 0; k < m->ndecls; k++) {
+            nb_decl *d = m->decls[k];
+            if (!d || d->kind == NB_DECL_IMPORT || !d->name || strcmp(d->name, name) != 0) continue;
+            ck_note(c, d->loc, "'%s' of module '%s' is %s; only 'public' declarations are visible to other modules",
+                         name, m->declared ? m->declared : m->name,
+                         (d->mods & NB_MOD_PRIVATE) ? "private" : (d->mods & NB_MOD_INTERNAL) ? "internal" : "internal (the default)");
+            return;
+        }
+    }
 }
 
 int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, int max) {

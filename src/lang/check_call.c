@@ -695,8 +695,10 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
     if (nf == 0) {
         if (ck_lookup_local(c, fname) || nb_intrinsic_lookup(fname) >= 0)
             ck_err(c, fe->loc, "'%s' needs a user function; '%s' is not one", dname, fname);
-        else
+        else {
             ck_err(c, fe->loc, "use of undeclared function '%s'", fname);
+            ck_note_hidden(c, fname);
+        }
         return call->type = c->tt->t_error;
     }
     int ntmpl = 0;
@@ -995,6 +997,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         }
         check_args(c, call);
         ck_err(c, callee->loc, "use of undeclared function '%s'", name);
+        ck_note_hidden(c, name);
         return call->type = c->tt->t_error;
     }
     if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.member) {

@@ -491,6 +491,7 @@ static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
         return e->type = c->tt->t_error;
     }
     ck_err(c, e->loc, "use of undeclared identifier '%s'", name);
+    ck_note_hidden(c, name);
     return e->type = c->tt->t_error;
 }
 

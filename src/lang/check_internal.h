@@ -123,6 +123,8 @@ nb_decl *ck_lookup_local(nb_checker *c, const char *name);
 /* Global declarations named `name` visible from the current module (the module first, then its
  * imports), of kind `kind` (-1 = any). Returns the count; writes up to max. */
 int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, int max);
+/* After "undeclared": a note when `name` exists in an imported module but is not public there. */
+void ck_note_hidden(nb_checker *c, const char *name);
 const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te);
 /* `Base.Member` type names (`float.Differential`): te for locations, name the dotted name. */
 const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name);

@@ -385,8 +385,17 @@ static unsigned parse_mods(nb_parser *p) {
         case NB_TOK_KW_EXTERN: mods |= NB_MOD_EXTERN; break;
         case NB_TOK_KW_PUBLIC: mods |= NB_MOD_PUBLIC; break;
         case NB_TOK_KW_INLINE: mods |= NB_MOD_INLINE; break;
+        case NB_TOK_IDENT: /* Slang's `internal` / `private` (not keywords of nabla) */
+            if ((tok_is(np_cur(p), "internal") || tok_is(np_cur(p), "private")) &&
+                (np_peek_kind(p, 1) == NB_TOK_IDENT || (np_peek_kind(p, 1) >= NB_TOK_KW_STRUCT &&
+                                                        np_peek_kind(p, 1) < NB_TOK_LPAREN))) {
+                mods |= tok_is(np_cur(p), "private") ? NB_MOD_PRIVATE : NB_MOD_INTERNAL;
+                break;
+            }
+            return mods;
         default: return mods;
         }
+        if (mods & (NB_MOD_PUBLIC | NB_MOD_PRIVATE | NB_MOD_INTERNAL)) p->mod->access_control = 1;
         np_advance(p);
     }
 }
@@ -948,11 +957,11 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
     return s;
 }
 
-/* import name[.name…];  |  import "path"; */
-static nb_decl *parse_import(nb_parser *p) {
-    nb_loc loc = np_loc(p);
-    np_advance(p);
-    nb_decl *d = new_decl(p, NB_DECL_IMPORT, loc, "");
+/* A module or file name after import / __include / module / implementing:
+ * `name[.name…]` -> "name.name" (*quoted 0), or `"path"` -> path without quotes (*quoted 1).
+ * NULL (diagnosed) when neither follows. */
+static const char *parse_module_ref(nb_parser *p, const char *what, int *quoted) {
+    *quoted = 0;
     if (np_kind(p) == NB_TOK_STRING) {
         const nb_token *t = np_cur(p);
         char *path = np_alloc(p, (size_t)t->len);
@@ -962,36 +971,56 @@ static nb_decl *parse_import(nb_parser *p) {
             path[n++] = t->start[i];
         }
         path[n] = '\0';
-        d->u.import.path = path;
         np_advance(p);
-    } else if (np_kind(p) == NB_TOK_IDENT) {
-        const nb_token *first = np_cur(p);
-        const char *end = first->start + first->len;
+        *quoted = 1;
+        return path;
+    }
+    if (np_kind(p) == NB_TOK_IDENT) {
+        /* "a.b.c" from the tokens (whatever blanks or comments sit between the parts) */
+        int first = p->pos, last = p->pos;
+        size_t len = (size_t)np_cur(p)->len;
         np_advance(p);
         while (np_kind(p) == NB_TOK_DOT && np_peek_kind(p, 1) == NB_TOK_IDENT) {
             np_advance(p);
-            end = np_cur(p)->start + np_cur(p)->len;
+            len += 1 + (size_t)np_cur(p)->len;
+            last = p->pos;
             np_advance(p);
         }
-        /* Rebuild "a.b.c" without any whitespace that may sit between the parts. */
-        char *path = np_alloc(p, (size_t)(end - first->start) + 1);
-        int n = 0;
-        for (const char *c = first->start; c < end; c++)
-            if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') path[n++] = *c;
+        char *path = np_alloc(p, len + 1);
+        size_t n = 0;
+        for (int i = first; i <= last; i++) {
+            const nb_token *t = &p->toks[i];
+            if (t->kind == NB_TOK_DOT) path[n++] = '.';
+            else if (t->kind == NB_TOK_IDENT) {
+                memcpy(path + n, t->start, (size_t)t->len);
+                n += (size_t)t->len;
+            }
+        }
         path[n] = '\0';
-        d->u.import.path = path;
-    } else {
-        char found[64];
-        np_describe(p, np_cur(p), found, sizeof found);
-        np_error_here(p, "expected a module name after 'import', found %s", found);
-        return d;
+        return path;
     }
+    char found[64];
+    np_describe(p, np_cur(p), found, sizeof found);
+    np_error_here(p, "expected a module name after '%s', found %s", what, found);
+    return NULL;
+}
+
+/* import name[.name…];  |  import "path";  |  __include name; |  __include "path"; */
+static nb_decl *parse_import(nb_parser *p, int include, int exported) {
+    nb_loc loc = np_loc(p);
+    np_advance(p);
+    nb_decl *d = new_decl(p, NB_DECL_IMPORT, loc, "");
+    int quoted = 0;
+    d->u.import.path = parse_module_ref(p, include ? "__include" : "import", &quoted);
+    d->u.import.quoted = quoted;
+    d->u.import.include = include;
+    d->u.import.exported = exported;
+    if (!d->u.import.path) return d;
     d->name = d->u.import.path;
-    np_expect_semi(p, "import");
+    np_expect_semi(p, include ? "__include" : "import");
     return d;
 }
 
-/* typedef T Name[dims];  |  typealias Name = T; */
 static nb_decl *parse_typedef(nb_parser *p, int alias) {
     nb_loc loc = np_loc(p);
     np_advance(p);
@@ -1072,7 +1101,35 @@ static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, 
         return;
     }
     if (k == NB_TOK_KW_IMPORT) {
-        np_push(p, out, parse_import(p));
+        np_push(p, out, parse_import(p, 0, 0));
+        return;
+    }
+    if (tok_is(np_cur(p), "__exported") && np_peek_kind(p, 1) == NB_TOK_KW_IMPORT) {
+        np_advance(p);
+        np_push(p, out, parse_import(p, 0, 1));
+        return;
+    }
+    if (tok_is(np_cur(p), "__include") && (np_peek_kind(p, 1) == NB_TOK_IDENT || np_peek_kind(p, 1) == NB_TOK_STRING)) {
+        p->mod->access_control = 1;
+        np_push(p, out, parse_import(p, 1, 0));
+        return;
+    }
+    if ((tok_is(np_cur(p), "module") || tok_is(np_cur(p), "implementing")) &&
+        (np_peek_kind(p, 1) == NB_TOK_STRING ||
+         (np_peek_kind(p, 1) == NB_TOK_IDENT && (np_peek_kind(p, 2) == NB_TOK_SEMI || np_peek_kind(p, 2) == NB_TOK_DOT)))) {
+        /* `module NAME;` (this file is a module's primary file) / `implementing NAME;` */
+        int is_module = tok_is(np_cur(p), "module"), quoted = 0;
+        np_advance(p);
+        const char *name = parse_module_ref(p, is_module ? "module" : "implementing", &quoted);
+        if (!name) return;
+        if (is_module) {
+            if (p->mod->declared) np_error_here(p, "a file has at most one 'module' declaration");
+            p->mod->declared = name;
+            p->mod->access_control = 1;
+        } else {
+            p->mod->implementing = name;
+        }
+        np_expect_semi(p, is_module ? "module" : "implementing");
         return;
     }
     if (k == NB_TOK_KW_STRUCT) {

@@ -103,17 +103,106 @@ static void dir_of(const char *path, char *out, size_t n) {
     out[len] = 0;
 }
 
-/* "a.b" -> "a/b.nb"; quoted paths ending in .nb are kept. */
-static void import_rel(const char *imp, char *out, size_t n) {
-    size_t len = strlen(imp);
-    if (len > 3 && strcmp(imp + len - 3, ".nb") == 0) {
-        snprintf(out, n, "%s", imp);
-        return;
+/* ---- module and file names (Slang's rules) ------------------------------------------------- */
+
+#define MAX_CANDS 4
+typedef char cand_name[1024];
+
+static int has_ext(const char *s, const char *ext) {
+    size_t n = strlen(s), e = strlen(ext);
+    return n > e && strcmp(s + n - e, ext) == 0;
+}
+
+/* The file names a module reference may name, in the order they are tried:
+ *   `a.b_c`  -> a/b_c.nb, a/b_c.slang, a/b-c.slang, a/b-c.nb (Slang turns '_' into '-' for
+ *               file names; nabla's own modules keep '_')
+ *   "x.slang", "dir/x.nb" -> as written; "x" -> x.slang, x.nb, x */
+static int module_candidates(const char *ref, int quoted, cand_name *out) {
+    if (quoted) {
+        if (has_ext(ref, ".slang") || has_ext(ref, ".nb")) {
+            snprintf(out[0], sizeof out[0], "%s", ref);
+            return 1;
+        }
+        snprintf(out[0], sizeof out[0], "%s.slang", ref);
+        snprintf(out[1], sizeof out[1], "%s.nb", ref);
+        snprintf(out[2], sizeof out[2], "%s", ref);
+        return 3;
     }
+    char base[1000], hyph[1000];
     size_t j = 0;
-    for (size_t i = 0; i < len && j + 4 < n; i++) out[j++] = imp[i] == '.' ? '/' : imp[i];
-    out[j] = 0;
-    snprintf(out + j, n - j, ".nb");
+    for (size_t i = 0; ref[i] && j + 1 < sizeof base; i++) base[j++] = ref[i] == '.' ? '/' : ref[i];
+    base[j] = 0;
+    for (size_t i = 0; i <= j; i++) hyph[i] = base[i] == '_' ? '-' : base[i];
+    snprintf(out[0], sizeof out[0], "%s.nb", base);
+    snprintf(out[1], sizeof out[1], "%s.slang", base);
+    if (!strcmp(base, hyph)) return 2;
+    snprintf(out[2], sizeof out[2], "%s.slang", hyph);
+    snprintf(out[3], sizeof out[3], "%s.nb", hyph);
+    return 4;
+}
+
+/* Looks for a module reference in own_dir (NULL: none), then the search paths. 1 and the path in
+ * *found when it exists. */
+static int find_module_file(const loader *L, const char *ref, int quoted, const char *own_dir, char *found,
+                            size_t n) {
+    cand_name c[MAX_CANDS];
+    int nc = module_candidates(ref, quoted, c);
+    for (int k = 0; k < nc; k++)
+        if (c[k][0] == '/') {
+            snprintf(found, n, "%s", c[k]);
+            if (file_exists(L, found)) return 1;
+        }
+    if (own_dir)
+        for (int k = 0; k < nc; k++) {
+            if (c[k][0] == '/') continue;
+            if (*own_dir) snprintf(found, n, "%s/%s", own_dir, c[k]);
+            else snprintf(found, n, "%s", c[k]);
+            if (file_exists(L, found)) return 1;
+        }
+    for (int d = 0; d < L->p->nsearch; d++)
+        for (int k = 0; k < nc; k++) {
+            if (c[k][0] == '/') continue;
+            snprintf(found, n, "%s/%s", L->p->search_paths[d], c[k]);
+            if (file_exists(L, found)) return 1;
+        }
+    return 0;
+}
+
+/* "'x.nb', 'x.slang' in: dir, dir2" for messages. */
+static void describe_search(const loader *L, const char *ref, int quoted, const char *own_dir, nb_strbuf *sb) {
+    cand_name c[MAX_CANDS];
+    int nc = module_candidates(ref, quoted, c);
+    for (int k = 0; k < nc; k++) nb_strbuf_printf(sb, "%s'%s'", k ? ", " : "", c[k]);
+    nb_strbuf_append(sb, " in: ");
+    int any = 0;
+    if (own_dir) {
+        nb_strbuf_append(sb, *own_dir ? own_dir : ".");
+        any = 1;
+    }
+    for (int k = 0; k < L->p->nsearch; k++) {
+        nb_strbuf_printf(sb, "%s%s", any ? ", " : "", L->p->search_paths[k]);
+        any = 1;
+    }
+    if (!any) nb_strbuf_append(sb, "no directories; add a search path");
+}
+
+/* A module name as `implementing` / `module` write it, compared to another: '_' and '-' match,
+ * a ".slang" / ".nb" extension and directories are ignored. */
+static int same_module_name(const char *a, const char *b) {
+    const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+    a = sa ? sa + 1 : a;
+    b = sb ? sb + 1 : b;
+    size_t na = strlen(a), nb = strlen(b);
+    if (has_ext(a, ".slang")) na -= 6;
+    else if (has_ext(a, ".nb")) na -= 3;
+    if (has_ext(b, ".slang")) nb -= 6;
+    else if (has_ext(b, ".nb")) nb -= 3;
+    if (na != nb) return 0;
+    for (size_t i = 0; i < na; i++) {
+        char x = a[i] == '-' ? '_' : a[i], y = b[i] == '-' ? '_' : b[i];
+        if (x != y) return 0;
+    }
+    return 1;
 }
 
 static int load_module(loader *L, const char *path, const char *text, nb_loc from, int *out_idx);
@@ -123,43 +212,24 @@ static void resolve_imports(loader *L, int mi, const char *own_dir) {
     nb_program *p = L->p;
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
-        if (!d || d->kind != NB_DECL_IMPORT || !d->u.import.path) continue;
-        char rel[1024], cand[PATH_MAX + 2048];
-        import_rel(d->u.import.path, rel, sizeof rel);
-        int found = 0;
-        if (rel[0] == '/') {
-            snprintf(cand, sizeof cand, "%s", rel);
-            found = file_exists(L, cand);
-        }
-        if (!found && own_dir) {
-            if (*own_dir) snprintf(cand, sizeof cand, "%s/%s", own_dir, rel);
-            else snprintf(cand, sizeof cand, "%s", rel);
-            found = file_exists(L, cand);
-        }
-        for (int k = 0; !found && k < p->nsearch; k++) {
-            snprintf(cand, sizeof cand, "%s/%s", p->search_paths[k], rel);
-            found = file_exists(L, cand);
-        }
+        if (!d || d->kind != NB_DECL_IMPORT || !d->u.import.path || d->u.import.include) continue;
+        char cand[PATH_MAX + 2048];
+        int found = find_module_file(L, d->u.import.path, d->u.import.quoted, own_dir, cand, sizeof cand);
         const char *std_text = NULL; /* a standard module (lib/NAME.nb, compiled in: stdlib.h) */
-        if (!found && (std_text = nb_stdlib_find(d->u.import.path)) != NULL) {
+        if (!found && !d->u.import.quoted && (std_text = nb_stdlib_find(d->u.import.path)) != NULL) {
             snprintf(cand, sizeof cand, "<nabla>/%s.nb", d->u.import.path);
             found = 1;
         }
         if (!found) {
             nb_strbuf sb;
             nb_strbuf_init(&sb);
-            if (own_dir) nb_strbuf_append(&sb, *own_dir ? own_dir : ".");
-            for (int k = 0; k < p->nsearch; k++) {
-                if (sb.len) nb_strbuf_append(&sb, ", ");
-                nb_strbuf_append(&sb, p->search_paths[k]);
-            }
+            describe_search(L, d->u.import.path, d->u.import.quoted, own_dir, &sb);
             nb_strbuf std;
             nb_strbuf_init(&std);
             for (const nb_stdlib_module *sm = nb_stdlib_modules; sm->name; sm++)
                 nb_strbuf_printf(&std, "%s%s", std.len ? ", " : "", sm->name);
-            nb_diag_error(&p->src, d->loc, "cannot find module '%s' (looked for '%s' in: %s; standard modules: %s)",
-                          d->u.import.path, rel, sb.len ? nb_strbuf_cstr(&sb) : "no directories; add a search path",
-                          std.len ? nb_strbuf_cstr(&std) : "none");
+            nb_diag_error(&p->src, d->loc, "cannot find module '%s' (looked for %s; standard modules: %s)",
+                          d->u.import.path, nb_strbuf_cstr(&sb), std.len ? nb_strbuf_cstr(&std) : "none");
             nb_strbuf_free(&std);
             nb_strbuf_free(&sb);
             continue;
@@ -179,9 +249,130 @@ static void resolve_imports(loader *L, int mi, const char *own_dir) {
                 nb_strbuf_free(&sb);
                 continue;
             }
-            d->u.import.target = L->mods[ti].mod;
+            nb_module_ast *t = L->mods[ti].mod;
+            if (t->implementing && !t->declared) { /* Slang: only a module's primary file is imported */
+                nb_diag_error(&p->src, d->loc,
+                              "'%s' is a file of module '%s' (it starts with 'implementing'); import '%s' instead",
+                              d->u.import.path, t->implementing, t->implementing);
+                continue;
+            }
+            d->u.import.target = t;
         }
     }
+}
+
+/* ---- module files (`__include`) ----------------------------------------------------------- */
+
+typedef struct incl_state {
+    char **seen; /* canonical paths of the module's files */
+    int nseen, cap;
+    nb_decl **decls; /* the module's declarations, every file's, in order */
+    int ndecls, cap_decls;
+    int depth;
+} incl_state;
+
+static int incl_push_decl(loader *L, incl_state *st, nb_decl *d) {
+    if (st->ndecls == st->cap_decls) {
+        int cap = st->cap_decls ? st->cap_decls * 2 : 32;
+        nb_decl **n = nb_arena_alloc(&L->p->arena, sizeof *n * (size_t)cap, 16);
+        if (!n) return 0;
+        if (st->decls) memcpy(n, st->decls, sizeof *n * (size_t)st->ndecls);
+        st->decls = n;
+        st->cap_decls = cap;
+    }
+    st->decls[st->ndecls++] = d;
+    return 1;
+}
+
+static int incl_seen(incl_state *st, char *canon) { /* takes canon; 1 if it was there already */
+    for (int i = 0; i < st->nseen; i++)
+        if (strcmp(st->seen[i], canon) == 0) {
+            heap_strfree(canon);
+            return 1;
+        }
+    if (st->nseen == st->cap) {
+        int cap = st->cap ? st->cap * 2 : 8;
+        char **n = nb_alloc(sizeof *n * (size_t)cap, 16);
+        if (!n) {
+            heap_strfree(canon);
+            return 1;
+        }
+        if (st->seen) memcpy(n, st->seen, sizeof *n * (size_t)st->nseen);
+        nb_free(st->seen, sizeof *n * (size_t)st->cap);
+        st->seen = n;
+        st->cap = cap;
+    }
+    st->seen[st->nseen++] = canon;
+    return 0;
+}
+
+/* Appends decls (of a file in directory dir) to st, replacing each `__include` by the included
+ * file's declarations (each file once; cycles and self-includes are fine, as Slang). */
+static void incl_splice(loader *L, nb_module_ast *m, incl_state *st, nb_decl **decls, int n, const char *dir) {
+    nb_program *p = L->p;
+    for (int i = 0; i < n; i++) {
+        nb_decl *d = decls[i];
+        if (!d || d->kind != NB_DECL_IMPORT || !d->u.import.include) {
+            if (!incl_push_decl(L, st, d)) return;
+            continue;
+        }
+        if (!d->u.import.path) continue;
+        char path[PATH_MAX + 2048];
+        if (!find_module_file(L, d->u.import.path, d->u.import.quoted, dir, path, sizeof path)) {
+            nb_strbuf sb;
+            nb_strbuf_init(&sb);
+            describe_search(L, d->u.import.path, d->u.import.quoted, dir, &sb);
+            nb_diag_error(&p->src, d->loc, "cannot find '%s' to __include (looked for %s)", d->u.import.path,
+                          nb_strbuf_cstr(&sb));
+            nb_strbuf_free(&sb);
+            continue;
+        }
+        char *canon = canonical(path);
+        if (!canon || incl_seen(st, canon)) continue;
+        if (st->depth >= 64) {
+            nb_diag_error(&p->src, d->loc, "__include nested too deeply (more than 64 levels)");
+            continue;
+        }
+        int file = -1;
+        if (add_file(L, path, NULL, &file) != NB_OK) {
+            nb_diag_error(&p->src, d->loc, "cannot read '%s': %s", path, nb_last_error());
+            continue;
+        }
+        nb_module_ast *sub = NULL;
+        nb_parse_module(&p->src, file, &p->arena, &sub);
+        if (!sub) continue;
+        const char *mname = m->declared ? m->declared : m->name;
+        if (sub->declared)
+            nb_diag_error(&p->src, d->loc, "'%s' has a 'module' declaration: it is a module of its own (import it)",
+                          path);
+        else if (!sub->implementing)
+            nb_diag_error(&p->src, d->loc, "a file included into module '%s' must start with 'implementing %s;' ('%s' does not)",
+                          mname, mname, path);
+        else if (!same_module_name(sub->implementing, mname) && !same_module_name(sub->implementing, m->name))
+            nb_diag_error(&p->src, d->loc, "'%s' implements module '%s', but it is included into module '%s'", path,
+                          sub->implementing, mname);
+        char sub_dir[PATH_MAX];
+        dir_of(path, sub_dir, sizeof sub_dir);
+        st->depth++;
+        incl_splice(L, m, st, sub->decls, sub->ndecls, strchr(path, '/') ? sub_dir : "");
+        st->depth--;
+    }
+}
+
+static void splice_includes(loader *L, nb_module_ast *m, const char *path, const char *dir) {
+    int any = 0;
+    for (int i = 0; i < m->ndecls && !any; i++)
+        any = m->decls[i] && m->decls[i]->kind == NB_DECL_IMPORT && m->decls[i]->u.import.include;
+    if (!any) return;
+    incl_state st;
+    memset(&st, 0, sizeof st);
+    char *canon = canonical(path);
+    if (canon) incl_seen(&st, canon);
+    incl_splice(L, m, &st, m->decls, m->ndecls, dir);
+    m->decls = st.decls;
+    m->ndecls = st.ndecls;
+    for (int i = 0; i < st.nseen; i++) heap_strfree(st.seen[i]);
+    nb_free(st.seen, sizeof(char *) * (size_t)st.cap);
 }
 
 /* Loads (or finds) a module; returns 0 and its index, -1 on a failure already reported. */
@@ -211,6 +402,11 @@ static int load_module(loader *L, const char *path, const char *text, nb_loc fro
     }
     if (!m->name) m->name = p->src.files[file].name;
     m->file = file;
+    {
+        char mdir[PATH_MAX];
+        dir_of(path, mdir, sizeof mdir);
+        splice_includes(L, m, path, !text || strchr(path, '/') ? mdir : NULL);
+    }
     if (L->nmods == L->cap) {
         int ncap = L->cap ? L->cap * 2 : 8;
         load_mod *n = nb_alloc(sizeof *n * (size_t)ncap, 16);

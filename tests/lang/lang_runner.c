@@ -3,6 +3,7 @@
  *
  *   usage: lang_runner NABLA_BINARY TEST_DIR [NAME_FILTER]
  *
+ * Test files: every .nb and .slang file of TEST_DIR (its subdirectories hold fixtures).
  * Directives (lines of a .nb file; a test is a TEST line and the EXPECT lines after it):
  *   //TEST: call FUNC ARG...     `nabla call FILE FUNC ARG... --device D` on the CPU and, when a
  *                                GPU is present, on CUDA; both must meet the expectation
@@ -372,7 +373,8 @@ int main(int argc, char **argv) {
     struct dirent *de;
     while ((de = readdir(dp)) && n < 1024) {
         size_t l = strlen(de->d_name);
-        if (l > 3 && !strcmp(de->d_name + l - 3, ".nb") && (!filter || strstr(de->d_name, filter)))
+        int test_file = (l > 3 && !strcmp(de->d_name + l - 3, ".nb")) || (l > 6 && !strcmp(de->d_name + l - 6, ".slang"));
+        if (test_file && (!filter || strstr(de->d_name, filter)))
             names[n++] = strdup(de->d_name);
     }
     closedir(dp);
