@@ -326,6 +326,48 @@ static void test_kernel_cache(void) {
     nb_module_free(m);
 }
 
+/* Preprocessor defines from the host: one source, two defines, two results; they survive the
+ * rebuild that a link-time constant causes; bad define arguments are errors. */
+static void test_defines(void) {
+    static const char *src = "#if !defined(SCALE)\n#error SCALE missing\n#endif\n"
+                             "extern static const float OFF = 0;\n"
+                             "float f(float x) { return x * SCALE + OFF; }\n";
+    float d[2] = {1, 2}, y[2];
+    const char *defs[2][2] = {{"SCALE=2", "UNUSED"}, {"SCALE=5", "UNUSED="}};
+    float want[2][2] = {{2, 4}, {5, 10}};
+    for (int k = 0; k < 2; k++) {
+        nb_module_options o = {0};
+        o.defines = defs[k];
+        o.ndefines = 2;
+        nb_module *m = NULL;
+        nb_func *f = NULL;
+        NB_REQUIRE_OK(nb_module_load_source(cpu_dev(), "defs.slang", src, &o, &m));
+        NB_REQUIRE_OK(nb_module_func(m, "f", &f));
+        nb_tensor *x = arr(cpu_dev(), NB_F32, 1, (int64_t[]){2}, d), *r = NULL;
+        NB_EXPECT_OK(nb_func_call(f, 1, &x, &r));
+        NB_EXPECT(r && read_f32(r, y, 2) && y[0] == want[k][0] && y[1] == want[k][1]);
+        nb_tensor_free(r);
+        /* a constant rebuilds the module from its sources: the defines still apply */
+        NB_EXPECT_OK(nb_module_set_constant(m, "OFF", 1));
+        r = NULL;
+        NB_EXPECT_OK(nb_func_call(f, 1, &x, &r));
+        NB_EXPECT(r && read_f32(r, y, 2) && y[0] == want[k][0] + 1 && y[1] == want[k][1] + 1);
+        nb_tensor_free(r);
+        nb_tensor_free(x);
+        nb_module_free(m);
+    }
+    nb_module *m = NULL;
+    NB_EXPECT_ERR(nb_module_load_source(cpu_dev(), "defs.slang", src, NULL, &m), NB_ERR_COMPILE,
+                  "defs.slang:2:1: error: #error: SCALE missing");
+    nb_module_options o = {0};
+    o.ndefines = 1;
+    NB_EXPECT_ERR(nb_module_load_source(cpu_dev(), "defs.slang", src, &o, &m), NB_ERR_INVALID_ARG, "defines");
+    const char *bad[1] = {"2X=1"};
+    o.defines = bad;
+    NB_EXPECT_ERR(nb_module_load_source(cpu_dev(), "defs.slang", src, &o, &m), NB_ERR_COMPILE,
+                  "bad define '2X=1'");
+}
+
 /* Several threads calling one function at once. */
 static nb_func *g_thread_fn;
 static void *thread_body(void *arg) {
@@ -929,7 +971,7 @@ static void test_bounds_cuda(void) {
 static void test_cleanup(void) { nb_device_close(cpu_dev()); }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_functional_cpu, test_functional_cuda, test_kernel_cache,
+    NB_TEST_MAIN(argc, argv, test_functional_cpu, test_functional_cuda, test_kernel_cache, test_defines,
                  test_threads, test_reflection, test_load_errors, test_setter_errors,
                  test_bind_errors, test_device_mismatch, test_defaults_results, test_bounds_cpu,
                  test_bounds_cuda, test_cleanup);

@@ -102,19 +102,44 @@ class Module:
         return f"<nabla.Module {self.name!r} on {self.device.name}>"
 
 
-def load_module(path, device=None, include_dirs=None, unchecked=False):
-    """Parses and checks a .nb file (CompileError carries the diagnostics); nothing is compiled
-    until a function is first called with a new signature. unchecked=True drops the bounds checks
-    of tensor and local-array indices (for benchmarks: an index out of range is then undefined
-    behaviour)."""
-    return Module(_nabla.load_module(str(path), device, include_dirs, unchecked=bool(unchecked)))
+def _define_list(defines):
+    """defines={"N": 4, "FAST": None} (or ["N=4", "FAST"]) -> ["N=4", "FAST"] for the compiler:
+    `#define N 4` and `#define FAST` (empty, as Slang's -DFAST); values are str()'d."""
+    if defines is None:
+        return None
+    if isinstance(defines, dict):
+        out = []
+        for k, v in defines.items():
+            if not isinstance(k, str):
+                raise TypeError(f"defines: macro names must be str, got {type(k).__name__}")
+            if v is None:
+                out.append(k)
+            elif isinstance(v, bool):
+                out.append(f"{k}={int(v)}")
+            else:
+                out.append(f"{k}={v}")
+        return out
+    if isinstance(defines, str):
+        raise TypeError("defines must be a dict {name: value} or a list of 'NAME[=VALUE]' strings")
+    return [str(d) for d in defines]
+
+
+def load_module(path, device=None, include_dirs=None, unchecked=False, defines=None):
+    """Parses and checks a .nb / .slang file (CompileError carries the diagnostics); nothing is
+    compiled until a function is first called with a new signature. include_dirs are searched by
+    `import` and `#include`. defines={"N": 4} sets preprocessor macros (like `nabla ... -D N=4`;
+    None as a value defines the name empty); they are part of the generated code and so of the
+    kernel-cache key. unchecked=True drops the bounds checks of tensor and local-array indices
+    (for benchmarks: an index out of range is then undefined behaviour)."""
+    return Module(_nabla.load_module(str(path), device, include_dirs, unchecked=bool(unchecked),
+                                     defines=_define_list(defines)))
 
 
 def load_module_from_source(source, name="inline.nb", device=None, include_dirs=None,
-                            unchecked=False):
+                            unchecked=False, defines=None):
     """The same from a string; `name` is the file name used in diagnostics."""
     return Module(_nabla.load_module_source(source, name, device, include_dirs,
-                                            unchecked=bool(unchecked)))
+                                            unchecked=bool(unchecked), defines=_define_list(defines)))
 
 
 # ---- Tensor ----------------------------------------------------------------------------------

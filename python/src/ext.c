@@ -199,15 +199,18 @@ static void module_dealloc(PyObject *self) {
     Py_DECREF(tp);
 }
 
-static int fill_opts(PyObject *incs, nb_module_options *o, const char **dirs, int cap) {
-    memset(o, 0, sizeof *o);
-    if (!incs || incs == Py_None) return 0;
-    PyObject *seq = PySequence_Fast(incs, "include_dirs must be a sequence of str");
+/* The str items of a sequence (None: none) into out[0..cap): their UTF-8 stays valid while the
+ * caller's sequence lives. Returns the count, -1 with an exception set. */
+static int str_items(PyObject *obj, const char **out, int cap, const char *what) {
+    if (!obj || obj == Py_None) return 0;
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s must be a sequence of str", what);
+    PyObject *seq = PySequence_Fast(obj, msg);
     if (!seq) return -1;
     Py_ssize_t n = PySequence_Size(seq);
     if (n > cap) {
         Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "too many include_dirs");
+        PyErr_Format(PyExc_ValueError, "too many %s (at most %d)", what, cap);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -216,36 +219,49 @@ static int fill_opts(PyObject *incs, nb_module_options *o, const char **dirs, in
             Py_DECREF(seq);
             return -1;
         }
-        /* str objects in the list outlive the load: seq keeps them */
-        dirs[i] = PyUnicode_Check(it) ? PyUnicode_AsUTF8AndSize(it, NULL) : NULL;
+        /* str objects in the sequence outlive the load: the caller's sequence keeps them */
+        out[i] = PyUnicode_Check(it) ? PyUnicode_AsUTF8AndSize(it, NULL) : NULL;
         Py_DECREF(it);
-        if (!dirs[i]) {
+        if (!out[i]) {
             Py_DECREF(seq);
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "include_dirs must be str");
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s must be str", what);
             return -1;
         }
     }
+    Py_DECREF(seq);
+    return (int)n;
+}
+
+static int fill_opts(PyObject *incs, PyObject *defs, nb_module_options *o, const char **dirs, const char **defv,
+                     int cap) {
+    memset(o, 0, sizeof *o);
+    int n = str_items(incs, dirs, cap, "include_dirs");
+    if (n < 0) return -1;
     o->include_dirs = dirs;
-    o->ninclude_dirs = (int)n;
-    Py_DECREF(seq); /* the list given by the caller keeps the strings */
+    o->ninclude_dirs = n;
+    n = str_items(defs, defv, cap, "defines");
+    if (n < 0) return -1;
+    o->defines = defv;
+    o->ndefines = n;
     return 0;
 }
 
 static PyObject *load_common(PyObject *args, PyObject *kw, int from_source) {
-    static char *kwl_file[] = {"path", "device", "include_dirs", "unchecked", NULL};
-    static char *kwl_src[] = {"source", "name", "device", "include_dirs", "unchecked", NULL};
+    static char *kwl_file[] = {"path", "device", "include_dirs", "unchecked", "defines", NULL};
+    static char *kwl_src[] = {"source", "name", "device", "include_dirs", "unchecked", "defines", NULL};
     const char *a = NULL, *name = "inline.nb";
-    PyObject *devo = Py_None, *incs = Py_None;
+    PyObject *devo = Py_None, *incs = Py_None, *defs = Py_None;
     int unchecked = 0;
-    int ok = from_source
-                 ? PyArg_ParseTupleAndKeywords(args, kw, "s|sOO$p", kwl_src, &a, &name, &devo, &incs, &unchecked)
-                 : PyArg_ParseTupleAndKeywords(args, kw, "s|OO$p", kwl_file, &a, &devo, &incs, &unchecked);
+    int ok = from_source ? PyArg_ParseTupleAndKeywords(args, kw, "s|sOO$pO", kwl_src, &a, &name, &devo, &incs,
+                                                       &unchecked, &defs)
+                         : PyArg_ParseTupleAndKeywords(args, kw, "s|OO$pO", kwl_file, &a, &devo, &incs, &unchecked,
+                                                       &defs);
     if (!ok) return NULL;
     nb_device *dev = nbp_device_ptr(devo);
     if (!dev) return NULL;
-    const char *dirs[64];
+    const char *dirs[256], *defv[256];
     nb_module_options opts;
-    if (fill_opts(incs, &opts, dirs, 64) < 0) return NULL;
+    if (fill_opts(incs, defs, &opts, dirs, defv, 256) < 0) return NULL;
     opts.unchecked = unchecked;
     nb_module *m = NULL;
     nb_status st;
@@ -370,9 +386,9 @@ static PyMethodDef ext_methods[] = {
     {"device", py_device, METH_O, "device(spec or None) -> Device"},
     {"set_default_device", py_set_default_device, METH_O, "set_default_device(device)"},
     {"load_module", (PyCFunction)(void (*)(void))py_load_module, METH_VARARGS | METH_KEYWORDS,
-     "load_module(path, device=None, include_dirs=None) -> CModule"},
+     "load_module(path, device=None, include_dirs=None, *, unchecked=False, defines=None) -> CModule"},
     {"load_module_source", (PyCFunction)(void (*)(void))py_load_module_source,
-     METH_VARARGS | METH_KEYWORDS, "load_module_source(source, name='inline.nb', device=None, include_dirs=None)"},
+     METH_VARARGS | METH_KEYWORDS, "load_module_source(source, name='inline.nb', device=None, include_dirs=None, *, unchecked=False, defines=None)"},
     {"_set_autograd_hook", py_set_autograd_hook, METH_O, "internal"},
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "number of usable CUDA devices"},
     {"cuda_unavailable_reason", py_cuda_unavailable_reason, METH_NOARGS, "why CUDA is unusable, or None"},

@@ -365,3 +365,26 @@ def test_calls_from_several_threads():
         for t in ts:
             t.join()
     assert not errors, errors
+
+
+def test_defines_preprocessor_and_slang_files(tmp_path):
+    # One file, two defines: two different results (the defines reach the generated code, so
+    # they are part of the kernel-cache key too).
+    src = tmp_path / "scaled.slang"
+    src.write_text("#ifndef SCALE\n#error SCALE is needed\n#endif\n"
+                   "float f(float x) { return x * SCALE + OFFSET; }\n")
+    x = np.array([1, 2], np.float32)
+    a = nabla.load_module(src, device="cpu", defines={"SCALE": 2, "OFFSET": "0.5"})
+    b = nabla.load_module(src, device="cpu", defines=["SCALE=3", "OFFSET=0"])
+    np.testing.assert_allclose(np.asarray(a.f(x)), [2.5, 4.5])
+    np.testing.assert_allclose(np.asarray(b.f(x)), [3, 6])
+    assert "3" in b.dump("c", entry="f") and "0.5" in a.dump("c", entry="f")
+    with pytest.raises(nabla.CompileError) as e:
+        nabla.load_module(src, device="cpu")
+    assert "scaled.slang:2:1: error: #error: SCALE is needed" in str(e.value)
+    # a name alone (None) is defined empty, as Slang's -DNAME
+    m = nabla.load_module_from_source("#ifdef FAST\nfloat g() { return 1; }\n#endif\n",
+                                      name="g.slang", device="cpu", defines={"FAST": None})
+    assert float(np.asarray(m.g())) == 1
+    with pytest.raises(TypeError):
+        nabla.load_module(src, device="cpu", defines="SCALE=1")
