@@ -127,6 +127,10 @@ static nb_ir_inst *clone_one(nb_ad_cloner *c, nb_ir_inst *in)
     o->nswz = in->nswz;
     o->intrinsic = in->intrinsic;
     o->callee = in->callee;
+    if (in->op == NB_IR_CALL && in->callee) { /* derivative code runs a [PrimalSubstitute] */
+        nb_ir_func *sub = nb_ad_primal_subst(b->m, in->callee);
+        if (sub) o->callee = sub;
+    }
     o->global = in->global;
     o->var = in->var ? c->vmap[in->var->id] : NULL;
     o->path = in->path;

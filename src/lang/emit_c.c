@@ -207,6 +207,7 @@ static const char *scalar_token(nb_scalar_kind s)
     case NB_SC_INT64: return "int64_";
     case NB_SC_UINT64: return "uint64_";
     case NB_SC_DOUBLE: return "double";
+    case NB_SC_HALF: return "half"; /* (stored as float: its own names keep half3 and float3 apart) */
     default: return "float";
     }
 }
