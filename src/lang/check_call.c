@@ -819,6 +819,10 @@ static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee,
     return r;
 }
 
+const nb_type *ck_call_method(nb_checker *c, nb_expr *call, nb_expr *callee, nb_decl *sd) {
+    return call_method(c, call, callee, sd, 0);
+}
+
 /* `obj(args)` with obj a value: its `operator()` method, else an error. */
 static const nb_type *call_object(nb_checker *c, nb_expr *call) {
     nb_expr *callee = call->u.call.callee;
@@ -1023,7 +1027,8 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             }
             return call_method(c, call, callee, st->decl, 1);
         }
-        const nb_type *bt = ck_expr(c, &callee->u.member.base);
+        const nb_type *bt = ck_checked(callee->u.member.base) ? callee->u.member.base->type
+                                                              : ck_expr(c, &callee->u.member.base);
         if (ck_is_error(bt)) { check_args(c, call); return call->type = c->tt->t_error; }
         if (bt->kind == NB_TY_DIFFPAIR &&
             (strcmp(mname, "getPrimal") == 0 || strcmp(mname, "getDifferential") == 0)) {

@@ -570,6 +570,53 @@ static const nb_type *check_static_member(nb_checker *c, nb_expr *e) {
     return e->type = sv->u.var.type ? sv->u.var.type : c->tt->t_error;
 }
 
+/* Whether e was checked already (with success): parsed and cloned expressions have no type or
+ * the error type until checked. Used where a base is checked ahead (properties, subscripts). */
+int ck_checked(const nb_expr *e) { return e && e->type && !ck_is_error(e->type); }
+
+/* Whether member expression e's base names a type (`S.k`, a static member), without reporting. */
+static int check_static_member_probe(nb_checker *c, nb_expr *e) {
+    nb_expr *b = e->u.member.base;
+    if (b->kind == NB_EX_TYPE) return 1;
+    if (b->kind != NB_EX_NAME || !b->u.name.name || ck_lookup_local(c, b->u.name.name)) return 0;
+    if (strcmp(b->u.name.name, "this") == 0) return 0;
+    nb_decl *g[1];
+    if (ck_lookup_global(c, b->u.name.name, NB_DECL_VAR, g, 1) > 0) return 0;
+    if (c->strct && find_field(c->strct, b->u.name.name) >= 0) return 0;
+    return ck_name_as_type(c, b->u.name.name, b->loc) != NULL;
+}
+
+/* Turns e into the call `base.method(args)` (properties and `__subscript`: parser.c makes their
+ * accessors methods named __get_p / __set_p / __subscript_get / __subscript_set); base is
+ * checked, args are not. */
+static const nb_type *accessor_call(nb_checker *c, nb_expr *e, nb_expr *base, const char *method, nb_expr **args,
+                                    int nargs) {
+    nb_expr *m = ck_new_expr(c, NB_EX_MEMBER, e->loc);
+    nb_expr **a = ck_alloc(c, sizeof(nb_expr *) * (size_t)(nargs ? nargs : 1));
+    if (!m || !a) return e->type = c->tt->t_error;
+    m->u.member.base = base;
+    m->u.member.member = method;
+    for (int i = 0; i < nargs; i++) a[i] = args[i];
+    e->kind = NB_EX_CALL;
+    memset(&e->u, 0, sizeof e->u);
+    e->u.call.callee = m;
+    e->u.call.args = a;
+    e->u.call.nargs = nargs;
+    e->is_lvalue = 0;
+    return ck_call_method(c, e, m, base->type->decl);
+}
+
+/* The accessor method `prefix` + member of struct type t when it exists (and no field of that
+ * name does): "__get_p" for `s.p`. Returns the method name or NULL. */
+static const char *accessor_name(nb_checker *c, const nb_type *t, const char *prefix, const char *member) {
+    if (!t || t->kind != NB_TY_STRUCT || !t->decl) return NULL;
+    if (member && find_field(t->decl, member) >= 0) return NULL;
+    char buf[192];
+    snprintf(buf, sizeof buf, "%s%s", prefix, member ? member : "");
+    if (!ck_has_method(t->decl, buf)) return NULL;
+    return nb_arena_strdup(c->arena, buf);
+}
+
 static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
     if (!e->u.member.base || !e->u.member.member) return e->type = c->tt->t_error;
@@ -579,7 +626,8 @@ static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
         ck_err(c, e->loc, "'::' needs a type on its left");
         return e->type = c->tt->t_error;
     }
-    const nb_type *bt = ck_expr(c, &e->u.member.base);
+    const nb_type *bt = ck_checked(e->u.member.base) ? e->u.member.base->type /* (by check_assign) */
+                                                     : ck_expr(c, &e->u.member.base);
     const char *m = e->u.member.member;
     if (ck_is_error(bt)) return e->type = c->tt->t_error;
     switch (bt->kind) {
@@ -606,6 +654,12 @@ static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
         }
         if (ck_has_method(sd, m)) {
             ck_err(c, e->loc, "method '%s' of '%s' must be called", m, bt->name);
+            return e->type = c->tt->t_error;
+        }
+        const char *getter = accessor_name(c, bt, "__get_", m);
+        if (getter) return accessor_call(c, e, e->u.member.base, getter, NULL, 0); /* a property */
+        if (accessor_name(c, bt, "__set_", m)) {
+            ck_err(c, e->loc, "property '%s' of '%s' has no 'get' accessor", m, bt->name);
             return e->type = c->tt->t_error;
         }
         ck_err(c, e->loc, "no member named '%s' in '%s'", m, bt->name);
@@ -648,8 +702,11 @@ static int check_index_value(nb_checker *c, nb_expr **slot) {
 
 static const nb_type *check_index(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
-    const nb_type *bt = ck_expr(c, &e->u.index.base);
+    const nb_type *bt = ck_checked(e->u.index.base) ? e->u.index.base->type /* (by check_assign) */
+                                                    : ck_expr(c, &e->u.index.base);
     int n = e->u.index.nindices;
+    const char *getter = accessor_name(c, bt, "__subscript_get", NULL);
+    if (getter) return accessor_call(c, e, e->u.index.base, getter, e->u.index.indices, n); /* s[i] */
     if (ck_is_error(bt)) {
         for (int i = 0; i < n; i++) ck_expr(c, &e->u.index.indices[i]);
         return e->type = c->tt->t_error;
@@ -862,6 +919,36 @@ static const nb_type *check_unary(nb_checker *c, nb_expr **slot) {
 
 static const nb_type *check_assign(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
+    nb_expr *lhs = e->u.assign.lhs;
+    if (lhs && lhs->kind == NB_EX_MEMBER && !lhs->u.member.is_static && lhs->u.member.base && !ck_checked(lhs) &&
+        !check_static_member_probe(c, lhs)) {
+        /* `s.p = v` with p a property: s.__set_p(v) */
+        const nb_type *bt = ck_expr(c, &lhs->u.member.base);
+        if (ck_is_error(bt)) return e->type = bt;
+        const char *setter = accessor_name(c, bt, "__set_", lhs->u.member.member);
+        if (setter) {
+            if (e->u.assign.op != NB_TOK_ASSIGN) {
+                ck_err(c, e->loc, "compound assignment to property '%s' is not supported; write 's.%s = s.%s op v'",
+                       lhs->u.member.member, lhs->u.member.member, lhs->u.member.member);
+                return e->type = c->tt->t_error;
+            }
+            nb_expr *rhs = e->u.assign.rhs;
+            return accessor_call(c, e, lhs->u.member.base, setter, &rhs, 1);
+        }
+    }
+    if (lhs && lhs->kind == NB_EX_INDEX && lhs->u.index.base && !ck_checked(lhs)) {
+        /* `s[i] = v` with a __subscript setter: s.__subscript_set(i, v) */
+        const nb_type *bt = ck_expr(c, &lhs->u.index.base);
+        if (ck_is_error(bt)) return e->type = bt;
+        const char *setter = accessor_name(c, bt, "__subscript_set", NULL);
+        if (setter && e->u.assign.op == NB_TOK_ASSIGN && lhs->u.index.nindices < 16) {
+            nb_expr *args[17];
+            int n = lhs->u.index.nindices;
+            for (int i = 0; i < n; i++) args[i] = lhs->u.index.indices[i];
+            args[n] = e->u.assign.rhs;
+            return accessor_call(c, e, lhs->u.index.base, setter, args, n + 1);
+        }
+    }
     const nb_type *lt = ck_expr(c, &e->u.assign.lhs);
     int op = e->u.assign.op;
     if (!e->u.assign.lhs->is_lvalue && !ck_is_error(lt)) {

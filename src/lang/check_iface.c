@@ -174,6 +174,15 @@ static int add_method(nb_checker *c, nb_decl *sd, nb_decl *m) {
     return 1;
 }
 
+/* A property requirement's accessor (__get_p / __set_p) that a field p of sd satisfies. */
+static int is_field_accessor(const nb_decl *sd, const char *name) {
+    const char *f = strncmp(name, "__get_", 6) == 0 || strncmp(name, "__set_", 6) == 0 ? name + 6 : NULL;
+    for (int i = 0; f && i < sd->u.strct.nfields; i++)
+        if (sd->u.strct.fields[i] && sd->u.strct.fields[i]->name && strcmp(sd->u.strct.fields[i]->name, f) == 0)
+            return 1;
+    return 0;
+}
+
 /* The requirements of interface `id` (and of its bases) against struct sd. */
 static void check_requirements(nb_checker *c, nb_decl *sd, nb_decl *id, nb_loc at, int depth) {
     if (depth > 32) return;
@@ -185,9 +194,16 @@ static void check_requirements(nb_checker *c, nb_decl *sd, nb_decl *id, nb_loc a
         nb_decl *r = id->u.strct.methods[i];
         if (!r || !r->name) continue;
         nb_decl *m = find_method(sd, r->name, r->u.func.nparams);
+        if (!m && is_field_accessor(sd, r->name)) continue; /* `property float p { get; }` met by a field p */
         if (!m && r->u.func.body) { /* the interface's default implementation */
             nb_decl *copy = ck_clone_method(c, r, sd);
             if (copy && add_method(c, sd, copy)) continue;
+        }
+        if (!m && (strncmp(r->name, "__get_", 6) == 0 || strncmp(r->name, "__set_", 6) == 0)) {
+            ck_err(c, at, "'%s' does not implement property '%s' of interface '%s' (a field or a property with a "
+                   "'%s' accessor)", sd->name, r->name + 6, id->name, r->name[2] == 'g' ? "get" : "set");
+            ck_note(c, r->loc, "'%s' is declared here", r->name + 6);
+            continue;
         }
         if (!m) {
             ck_err(c, at, "'%s' does not implement '%s' of interface '%s' (a method with %d parameter%s)", sd->name,

@@ -219,6 +219,9 @@ const nb_type *ck_printf(nb_checker *c, nb_expr *call);
 void ck_check_constexpr_args(nb_checker *c, nb_expr *call, nb_decl *fn);
 /* check_call.c */
 const nb_type *ck_call(nb_checker *c, nb_expr **slot);
+/* call of method callee->u.member.member of struct sd on callee's (checked) base; call's
+ * arguments are not checked yet. */
+const nb_type *ck_call_method(nb_checker *c, nb_expr *call, nb_expr *callee, nb_decl *sd);
 /* A user operator (`S operator+(S a, S b)`, free or static in an operand's struct) for *slot,
  * whose already-checked operands are args: *slot becomes the call. NULL when no function of
  * that name exists (the caller reports the built-in operator's error). */
@@ -232,6 +235,7 @@ const nb_type *ck_expr_to(nb_checker *c, nb_expr **slot, const nb_type *to, cons
 int ck_coerce(nb_checker *c, nb_expr **slot, const nb_type *to, const char *what);
 nb_expr *ck_new_expr(nb_checker *c, nb_expr_kind kind, nb_loc loc);
 int ck_is_error(const nb_type *t);
+int ck_checked(const nb_expr *e); /* checked with success (a type other than the error type) */
 int ck_scalar_rank(nb_scalar_kind s);
 int ck_is_int_scalar_kind(nb_scalar_kind s);
 /* Constant-folds an integer expression (already checked). Returns 1 on success. */

@@ -638,6 +638,130 @@ static nb_expr *this_name(nb_parser *p, nb_loc loc) {
     return e;
 }
 
+/* A parameter declaration made by the parser (`newValue` of a setter). */
+static nb_decl *synth_param(nb_parser *p, nb_loc loc, const char *name, nb_type_expr *t, int index) {
+    nb_decl *d = new_decl(p, NB_DECL_PARAM, loc, name);
+    d->u.param.texpr = t;
+    d->u.param.index = index;
+    return d;
+}
+
+/* The accessor block `{ [attrs] get {…} | get; [attrs] set [(T v)] {…} | set; }` of a property
+ * or `__subscript` (at '{'): each accessor becomes a method of s named get_name / set_name
+ * (`T get_name(params)`, `[mutating] void set_name(params, T newValue)`). */
+static void parse_accessors(nb_parser *p, nb_decl *s, nb_attr_list outer, unsigned mods, nb_type_expr *t,
+                            nb_pvec *params, const char *get_name, const char *set_name, nb_pvec *methods) {
+    nb_loc open = np_loc(p);
+    if (!np_accept(p, NB_TOK_LBRACE)) {
+        np_error_here(p, "expected '{' with 'get' / 'set' accessors");
+        return;
+    }
+    while (np_kind(p) != NB_TOK_RBRACE && np_kind(p) != NB_TOK_EOF && !p->panic) {
+        nb_attr_list attrs = np_parse_attrs(p);
+        if (!attrs.count) attrs = outer;
+        nb_loc loc = np_loc(p);
+        int is_get = tok_is(np_cur(p), "get"), is_set = tok_is(np_cur(p), "set");
+        if (!is_get && !is_set) {
+            char found[64];
+            np_describe(p, np_cur(p), found, sizeof found);
+            np_error_here(p, "expected 'get' or 'set' in the accessors, found %s", found);
+            break;
+        }
+        np_advance(p);
+        nb_decl *fn = new_decl(p, NB_DECL_FUNC, loc, is_get ? get_name : set_name);
+        fn->attrs = attrs;
+        fn->mods = mods;
+        fn->u.func.parent = s;
+        nb_pvec ps = {0};
+        for (int i = 0; i < params->n; i++) np_push(p, &ps, params->items[i]);
+        if (is_get) {
+            fn->u.func.ret = t;
+        } else {
+            nb_type_expr *vt = np_alloc(p, sizeof *vt);
+            vt->loc = loc;
+            vt->name = "void";
+            fn->u.func.ret = vt;
+            fn->u.func.is_mutating = !has_attr(attrs, "nonmutating");
+            const char *vname = "newValue";
+            nb_type_expr *ptype = t;
+            if (np_accept(p, NB_TOK_LPAREN)) { /* set(float v) */
+                if (np_kind(p) != NB_TOK_RPAREN) {
+                    ptype = np_parse_type(p, 1);
+                    if (np_kind(p) == NB_TOK_IDENT) {
+                        vname = np_tok_text(p);
+                        np_advance(p);
+                    }
+                }
+                np_expect_close(p, NB_TOK_RPAREN, loc);
+            }
+            np_push(p, &ps, synth_param(p, loc, vname, ptype, ps.n));
+        }
+        fn->u.func.params = (nb_decl **)np_finish(p, &ps);
+        fn->u.func.nparams = ps.n;
+        if (np_kind(p) == NB_TOK_LBRACE) fn->u.func.body = np_parse_block(p);
+        else np_expect_semi(p, is_get ? "get" : "set");
+        np_push(p, methods, fn);
+    }
+    if (!p->panic) np_expect_close(p, NB_TOK_RBRACE, open);
+}
+
+/* `property p : float { … }` / `property float p { … }` (at `property`). */
+static void parse_property(nb_parser *p, nb_decl *s, nb_attr_list attrs, unsigned mods, nb_pvec *methods) {
+    np_advance(p);
+    if (np_accept(p, NB_TOK_KW_NO_DIFF)) mods |= NB_MOD_NO_DIFF;
+    const char *name = NULL;
+    nb_type_expr *t = NULL;
+    if (np_kind(p) == NB_TOK_IDENT && np_peek_kind(p, 1) == NB_TOK_COLON) {
+        name = np_tok_text(p);
+        np_advance(p);
+        np_advance(p);
+        t = np_parse_type(p, 1);
+    } else {
+        t = np_parse_type(p, 1);
+        if (np_kind(p) != NB_TOK_IDENT) {
+            np_error_here(p, "expected a property name");
+            return;
+        }
+        name = np_tok_text(p);
+        np_advance(p);
+    }
+    char gn[160], sn[160];
+    snprintf(gn, sizeof gn, "__get_%s", name);
+    snprintf(sn, sizeof sn, "__set_%s", name);
+    nb_pvec none = {0};
+    if (np_accept(p, NB_TOK_SEMI)) return; /* `property float p;`: a plain field would do */
+    parse_accessors(p, s, attrs, mods, t, &none, np_strndup(p, gn, strlen(gn)), np_strndup(p, sn, strlen(sn)),
+                    methods);
+}
+
+/* `__subscript(int i) -> float { get {…} set {…} }` (at `__subscript`). */
+static void parse_subscript(nb_parser *p, nb_decl *s, nb_attr_list attrs, unsigned mods, nb_pvec *methods) {
+    nb_loc loc = np_loc(p);
+    np_advance(p);
+    if (np_kind(p) == NB_TOK_LT) {
+        np_error_here(p, "generic '__subscript' is not supported");
+        return;
+    }
+    if (!np_accept(p, NB_TOK_LPAREN)) {
+        np_error_here(p, "expected '(' after '__subscript'");
+        return;
+    }
+    nb_pvec params = {0};
+    if (np_kind(p) != NB_TOK_RPAREN) {
+        for (;;) {
+            np_push(p, &params, parse_param(p, params.n));
+            if (p->panic || !np_accept(p, NB_TOK_COMMA)) break;
+        }
+    }
+    if (p->panic || !np_expect_close(p, NB_TOK_RPAREN, loc)) return;
+    if (!np_accept(p, NB_TOK_ARROW)) {
+        np_error_here(p, "expected '->' and the element type after the parameters of '__subscript'");
+        return;
+    }
+    nb_type_expr *t = np_parse_type(p, 1);
+    parse_accessors(p, s, attrs, mods, t, &params, "__subscript_get", "__subscript_set", methods);
+}
+
 /* `return;` inside a constructor body returns the object being built. */
 static void init_returns(nb_parser *p, nb_stmt *st) {
     if (!st) return;
@@ -728,6 +852,14 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
     nb_tok_kind k = np_kind(p);
     if (k == NB_TOK_KW_STRUCT) {
         np_error_here(p, "nested struct declarations are not supported");
+        return;
+    }
+    if (tok_is(np_cur(p), "property") && np_peek_kind(p, 1) != NB_TOK_LPAREN) {
+        parse_property(p, s, attrs, mods, methods);
+        return;
+    }
+    if (tok_is(np_cur(p), "__subscript")) {
+        parse_subscript(p, s, attrs, mods, methods);
         return;
     }
     if (tok_is(np_cur(p), "__init") && (np_peek_kind(p, 1) == NB_TOK_LPAREN || np_peek_kind(p, 1) == NB_TOK_LT)) {
