@@ -711,6 +711,31 @@ static void test_compute_entry(void)
     kern_free(&k);
 }
 
+/* slang-torch's TensorView (check_view.c): inferred rank, size(d), InterlockedAdd; C run and CUDA compile. */
+static void test_tensor_view(void)
+{
+    const char *src =
+        "[CudaKernel]\n"
+        "void k(TensorView<float> a, TensorView<int> n) {\n"
+        "  uint i = cudaThreadIdx().x;\n"
+        "  a.store(i, 0, a.load(i, 1) + float(a.size(1)));\n"
+        "  n.InterlockedAdd(0, 1);\n"
+        "}\n";
+    nb_leaf_sig ls[2] = {L(0, "a", NB_BIND_TENSOR, NB_F32), L(1, "n", NB_BIND_TENSOR, NB_I32)};
+    nb_call_sig sig = mksig("k", 0, 3, 0, 2, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float a[4] = {0, 1, 0, 2};
+    int32_t n[1] = {0};
+    long long grid[3] = {1, 1, 2}, as[2] = {2, 2}, ast[2] = {8, 4}, ns[1] = {1}, nst[1] = {4};
+    set_shape(&k, grid);
+    set_tensor(&k, 0, a, 2, as, ast);
+    set_tensor(&k, 1, n, 1, ns, nst);
+    run(&k, 2);
+    NB_EXPECT(a[0] == 3 && a[2] == 4 && n[0] == 2);
+    kern_free(&k);
+}
+
 static void test_bad_sigs(void)
 {
     nb_program *p = compile("float add(float a, float b) { return a + b; }\nvoid sink(out float o) { o = 1; }\n");
@@ -934,6 +959,6 @@ int main(int argc, char **argv)
     atexit(cleanup);
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
-                 test_kernel_tensor, test_compute_entry, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
+                 test_kernel_tensor, test_compute_entry, test_tensor_view, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
                  test_compile_time_linear);
 }

@@ -973,6 +973,7 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
     nb_type_table *tt = m->types;
     char name[300];
     snprintf(name, sizeof name, "%s_bwd%s", primal->cname, with_result ? "r" : "");
+    nb_ir_unique_cname(m, name, sizeof name); /* (a user function may be called sq_bwd) */
     nb_ir_func *d = nb_ir_func_new(m, name, with_result ? primal->ret : tt->t_void);
     if (!d) return NULL;
     d->role = NB_IR_BWD_DERIV;

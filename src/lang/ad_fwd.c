@@ -71,6 +71,7 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
     if (rt->kind != NB_TY_VOID && nb_type_is_differentiable(rt)) rt = nb_type_diffpair(tt, rt);
     char name[300];
     snprintf(name, sizeof name, "%s_fwd", primal->cname);
+    nb_ir_unique_cname(m, name, sizeof name); /* (a user function may be called sq_fwd) */
     nb_ir_func *d = nb_ir_func_new(m, name, rt);
     if (!d) return NULL;
     d->role = NB_IR_FWD_DERIV;

@@ -426,7 +426,8 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         return is_m ? nb_type_matrix(c->tt, s->scalar, (int)a, (int)b) : nb_type_vector(c->tt, s->scalar, (int)a);
     }
     if (strcmp(n, "Tensor") == 0 || strcmp(n, "DiffTensor") == 0 || strcmp(n, "RWTensor") == 0 ||
-        strcmp(n, "NDBuffer") == 0 || strcmp(n, "RWNDBuffer") == 0) { /* (SlangPy's N-d buffers are Tensors) */
+        strcmp(n, "NDBuffer") == 0 || strcmp(n, "RWNDBuffer") == 0 || /* (SlangPy's N-d buffers are Tensors) */
+        (na == 2 && (strcmp(n, "TensorView") == 0 || strcmp(n, "DiffTensorView") == 0))) { /* (rank inferred: check_view.c) */
         int diff = n[0] == 'D';
         if (na != 2) {
             ck_err(c, te->loc, "'%s' takes 2 generic arguments (element type and rank), got %d", n, na);
@@ -450,6 +451,11 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         return nb_type_tensor(c->tt, e, (int)a, diff);
     }
     if (ck_is_buffer_type_name(n)) return ck_resolve_buffer_type(c, te);
+    if (strcmp(n, "TensorView") == 0 || strcmp(n, "DiffTensorView") == 0) {
+        ck_err(c, te->loc, "'%s' without a rank is only a function parameter (its rank is inferred from how the "
+               "function indexes it); elsewhere write Tensor<T, N>", n);
+        return c->tt->t_error;
+    }
     if (strcmp(n, "DifferentialPair") == 0) {
         if (na != 1) {
             ck_err(c, te->loc, "'DifferentialPair' takes 1 generic argument, got %d", na);
@@ -1330,6 +1336,7 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
     c->mod = m;
     c->inst_mod = m;
     c->inst_cap = 0;
+    ck_prepare_views(c, m); /* TensorView ranks, [TorchEntryPoint] host functions (check_view.c) */
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
         if (!d) continue;

@@ -587,6 +587,15 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
         }
         return call->type = args[0]->type;
     case NB_ISIG_THREAD_ID: return call->type = nb_type_vector(c->tt, NB_SC_UINT, 3);
+    case NB_ISIG_TENSOR_SIZE: {
+        int64_t d;
+        if (args[0]->type->kind != NB_TY_TENSOR || !ck_const_int(args[1], &d) || d < 0 || d >= args[0]->type->rank) {
+            ck_err(c, call->loc, "'%s' takes a tensor and a constant dimension below its rank", name);
+            return call->type = c->tt->t_error;
+        }
+        ck_coerce(c, &args[1], c->tt->t_int, "dimension");
+        return call->type = c->tt->t_uint;
+    }
     case NB_ISIG_NN_MATVEC:
     case NB_ISIG_NN_OUTER: { /* (w, offset, vectors...): lib/nn.nb's building blocks */
         const nb_type *wt = args[0]->type;
@@ -1030,6 +1039,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         const nb_type *bt = ck_checked(callee->u.member.base) ? callee->u.member.base->type
                                                               : ck_expr(c, &callee->u.member.base);
         if (ck_is_error(bt)) { check_args(c, call); return call->type = c->tt->t_error; }
+        if (bt->kind == NB_TY_TENSOR) return ck_tensor_method(c, slot, bt); /* t.load(i) … (check_view.c) */
         if (bt->kind == NB_TY_DIFFPAIR &&
             (strcmp(mname, "getPrimal") == 0 || strcmp(mname, "getDifferential") == 0)) {
             check_args(c, call);

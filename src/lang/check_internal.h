@@ -196,6 +196,10 @@ void ck_kernel_numthreads(nb_checker *c, nb_decl *fn, const nb_attr *a);
 void ck_kernel_semantics(nb_checker *c, nb_decl *fn);
 int ck_kernel_global(nb_checker *c, nb_decl *d, const nb_type *t);
 void ck_bind_shader_params(nb_checker *c);
+/* check_view.c: slang-torch's TensorView / DiffTensorView (ranks inferred before checking),
+ * tensor methods (load/store/size/GetDimensions), [TorchEntryPoint] host functions set aside. */
+void ck_prepare_views(nb_checker *c, nb_module_ast *m);
+const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
 
 /* check_expr.c */
 const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc); /* NULL if not a type */

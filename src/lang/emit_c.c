@@ -1156,6 +1156,9 @@ void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *
     case NB_ISIG_NN_MATVEC: case NB_ISIG_NN_OUTER: /* emit_nn.c */
         nb_emit_nn_intrinsic(e, id, at, args, n, o);
         return;
+    case NB_ISIG_TENSOR_SIZE: /* args[1] is a constant */
+        APPEND(o, "(unsigned)(%s).shape[%s]", args[0], args[1]);
+        return;
     case NB_ISIG_THREAD_ID: {
         const char *f = id == NB_INTR_DISPATCH_ID ? "dispatch_id" : id == NB_INTR_THREAD_IDX ? "thread_idx"
                         : id == NB_INTR_BLOCK_IDX ? "block_idx" : "block_dim";

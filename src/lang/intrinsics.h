@@ -75,6 +75,7 @@ typedef enum nb_isig {
     NB_ISIG_FWD_DIFF,      /* fwd_diff(f) -> callable */
     NB_ISIG_BWD_DIFF,      /* bwd_diff(f) -> callable */
     NB_ISIG_THREAD_ID,     /* uint3 f() */
+    NB_ISIG_TENSOR_SIZE,   /* uint __tensor_size(tensor t, const int d): t's extent in dim d */
     NB_ISIG_NN_MATVEC,     /* float[16] f(Tensor<float,1> w, int offset, float[16] x) */
     NB_ISIG_NN_OUTER,      /* void f(DiffTensor<float,1> w, int offset, float[16] dy, float[16] x) */
 } nb_isig;
@@ -159,6 +160,7 @@ enum {
     X(ASUINT,      "asuint",      1, 1, BITCAST,       NONE,    0)         \
     /* tensors */                                                          \
     X(ATOMIC_ADD,  "atomicAdd",   2, 2, ATOMIC,        RULE,    0)         \
+    X(TENSOR_SIZE, "__tensor_size", 2, 2, TENSOR_SIZE, NONE,    0) /* t.size(d) (check_view.c) */ \
     /* autodiff */                                                         \
     X(DIFF_PAIR,   "diffPair",    1, 2, DIFFPAIR,      SPECIAL, 0)         \
     X(DETACH,      "detach",      1, 1, DETACH,        SPECIAL, 0)         \

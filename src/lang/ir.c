@@ -47,6 +47,17 @@ static void **grow(nb_arena *a, void **items, int count, int *cap)
     return n;
 }
 
+void nb_ir_unique_cname(const nb_ir_module *m, char *name, size_t cap)
+{
+    size_t len = strlen(name);
+    for (int k = 1;; k++) {
+        int clash = 0;
+        for (int i = 0; i < m->nfuncs && !clash; i++) clash = m->funcs[i]->cname && !strcmp(m->funcs[i]->cname, name);
+        if (!clash || len + 12 >= cap) return;
+        snprintf(name + len, cap - len, "_%d", k);
+    }
+}
+
 nb_ir_func *nb_ir_func_new(nb_ir_module *m, const char *name, const nb_type *ret)
 {
     nb_ir_func *f = nb_arena_zalloc(&m->arena, sizeof *f, sizeof(void *));

@@ -244,6 +244,8 @@ struct nb_ir_module {
 
 void nb_ir_module_init(nb_ir_module *m, nb_type_table *types);
 void nb_ir_module_free(nb_ir_module *m);
+/* Appends _1, _2, … to name until no function of m has it as its C name (generated functions). */
+void nb_ir_unique_cname(const nb_ir_module *m, char *name, size_t cap);
 nb_ir_func *nb_ir_func_new(nb_ir_module *m, const char *name, const nb_type *ret);
 nb_ir_var *nb_ir_var_new(nb_ir_func *f, const char *name, const nb_type *type);
 nb_ir_var *nb_ir_param_new(nb_ir_func *f, const char *name, const nb_type *type, nb_param_dir dir);

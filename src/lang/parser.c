@@ -78,7 +78,8 @@ static void nameset_add(nb_parser *p, nb_nameset *s, const char *name, size_t n)
 
 static const char *const builtin_generics[] = {
     "vector", "matrix", "Tensor", "DiffTensor", "RWTensor", "TensorView", "DiffTensorView",
-    "DifferentialPair", "Array", "StructuredBuffer", "RWStructuredBuffer", NULL};
+    "DifferentialPair", "Array", "StructuredBuffer", "RWStructuredBuffer", "TorchTensor", "NDBuffer", "RWNDBuffer",
+    "RasterizerOrderedStructuredBuffer", NULL};
 
 static int is_builtin_type_name(const char *s, size_t n) {
     static const char *const scalars[] = {"bool", "int", "uint", "float", "double", "half", "int64_t",
@@ -392,6 +393,8 @@ static unsigned parse_mods(nb_parser *p) {
                 mods |= tok_is(np_cur(p), "private") ? NB_MOD_PRIVATE : NB_MOD_INTERNAL;
                 break;
             }
+            /* slang-torch's `__extern_cpp` on host functions: no meaning here */
+            if (tok_is(np_cur(p), "__extern_cpp") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
             return mods;
         default: return mods;
         }
