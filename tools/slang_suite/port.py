@@ -76,7 +76,11 @@ def code_mask(text):
     i, n = 0, len(text)
     while i < n:
         c = text[i]
-        if c == "/" and i + 1 < n and text[i + 1] == "/":
+        if c == "#" and text[text.rfind("\n", 0, i) + 1:i].strip() == "":  # preprocessor line: not part of any declaration
+            while i < n and text[i] != "\n":
+                out[i] = " "
+                i += 1
+        elif c == "/" and i + 1 < n and text[i + 1] == "/":
             while i < n and text[i] != "\n":
                 out[i] = " "
                 i += 1
