@@ -96,6 +96,7 @@ typedef enum nb_ref_kind {
     NB_REF_METHOD,    /* struct method: decl is the method's NB_DECL_FUNC */
     NB_REF_SWIZZLE,   /* vector swizzle: see nb_expr.swizzle */
     NB_REF_PRINTF,    /* printf("format", …) (check_target.c) */
+    NB_REF_NULL,      /* nullptr (check_ptr.c) */
 } nb_ref_kind;
 
 struct nb_expr {

@@ -456,6 +456,7 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
                "function indexes it); elsewhere write Tensor<T, N>", n);
         return c->tt->t_error;
     }
+    if (strcmp(n, "Ptr") == 0) return ck_resolve_ptr_type(c, te); /* check_ptr.c */
     if (strcmp(n, "DifferentialPair") == 0) {
         if (na != 1) {
             ck_err(c, te->loc, "'DifferentialPair' takes 1 generic argument, got %d", na);

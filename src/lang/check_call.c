@@ -943,6 +943,9 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         callee->type = t;
         return call_ctor(c, call, t);
     }
+    if (callee->kind == NB_EX_NAME && callee->u.name.name && !strcmp(callee->u.name.name, "__getAddress") &&
+        !ck_lookup_local(c, "__getAddress"))
+        return ck_get_address(c, slot); /* check_ptr.c */
     if (callee->kind == NB_EX_NAME && callee->u.name.name && !strcmp(callee->u.name.name, "printf") &&
         !ck_lookup_local(c, "printf")) {
         nb_decl *d[1];

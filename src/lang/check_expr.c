@@ -87,6 +87,8 @@ int nb_check_conversion_cost(const nb_type *from, const nb_type *to) {
         if (to->kind == NB_TY_MATRIX && to->cols == from->cols && to->rows == from->rows)
             return scalar_cost(from->scalar, to->scalar);
         return -1;
+    case NB_TY_PTR: /* nullptr converts to every pointer type */
+        return to->kind == NB_TY_PTR && from->elem && from->elem->kind == NB_TY_VOID ? 1 : -1;
     default: return -1;
     }
 }
@@ -490,6 +492,7 @@ static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
         ck_err(c, e->loc, "'%s' is a type, not a value", name);
         return e->type = c->tt->t_error;
     }
+    if (strcmp(name, "nullptr") == 0) return ck_nullptr(c, e); /* check_ptr.c */
     ck_err(c, e->loc, "use of undeclared identifier '%s'", name);
     ck_note_hidden(c, name);
     return e->type = c->tt->t_error;
@@ -711,6 +714,7 @@ static const nb_type *check_index(nb_checker *c, nb_expr **slot) {
         for (int i = 0; i < n; i++) ck_expr(c, &e->u.index.indices[i]);
         return e->type = c->tt->t_error;
     }
+    if (bt->kind == NB_TY_PTR) return ck_ptr_index(c, slot); /* check_ptr.c */
     if (bt->kind == NB_TY_TENSOR) {
         e->is_lvalue = bt->buffer != 2; /* (StructuredBuffer is read-only) */
         e->type = bt->elem;
@@ -830,6 +834,7 @@ static const nb_type *check_binary(nb_checker *c, nb_expr **slot) {
     const nb_type *b = ck_expr(c, &e->u.binary.rhs);
     if (op == NB_TOK_COMMA) return e->type = b; /* for-loop init/step lists */
     if (ck_is_error(a) || ck_is_error(b)) return e->type = c->tt->t_error;
+    if (a->kind == NB_TY_PTR || b->kind == NB_TY_PTR) return ck_ptr_binary(c, slot, a, b); /* check_ptr.c */
     if (a->kind == NB_TY_STRUCT || b->kind == NB_TY_STRUCT) { /* user operators */
         char opname[24];
         snprintf(opname, sizeof opname, "operator%s", op_spelling(op));
@@ -864,6 +869,7 @@ static const nb_type *check_binary(nb_checker *c, nb_expr **slot) {
 
 static const nb_type *check_unary(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
+    if (e->u.unary.op == NB_TOK_STAR || e->u.unary.op == NB_TOK_AMP) return ck_ptr_unary(c, slot); /* check_ptr.c */
     const nb_type *t = ck_expr(c, &e->u.unary.operand);
     int op = e->u.unary.op;
     if (ck_is_error(t)) return e->type = t;
@@ -1015,6 +1021,7 @@ static const nb_type *check_cast(nb_checker *c, nb_expr **slot) {
     if (ck_is_error(to) || ck_is_error(from)) return e->type = to ? to : c->tt->t_error;
     e->type = to;
     if (from == to) return to;
+    if (from->kind == NB_TY_PTR && to->kind == NB_TY_PTR) return to; /* pointer casts (check_ptr.c) */
     if (nb_check_conversion_cost(from, to) < 0) {
         report_conv_error(c, e->loc, from, to, "cast");
         return e->type = c->tt->t_error;

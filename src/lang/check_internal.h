@@ -221,6 +221,13 @@ const nb_type *ck_printf(nb_checker *c, nb_expr *call);
 /* Arguments of fn's constexpr parameters (call's arguments are in parameter order) must be
  * compile-time constants. */
 void ck_check_constexpr_args(nb_checker *c, nb_expr *call, nb_decl *fn);
+/* check_ptr.c: pointers (Ptr<T>, T*, *p, &x, p[i], p->f, nullptr, __getAddress) */
+const nb_type *ck_resolve_ptr_type(nb_checker *c, nb_type_expr *te);
+const nb_type *ck_ptr_unary(nb_checker *c, nb_expr **slot);  /* *p and &x */
+const nb_type *ck_ptr_index(nb_checker *c, nb_expr **slot);  /* p[i] (base checked) */
+const nb_type *ck_ptr_binary(nb_checker *c, nb_expr **slot, const nb_type *a, const nb_type *b);
+const nb_type *ck_nullptr(nb_checker *c, nb_expr *e);
+const nb_type *ck_get_address(nb_checker *c, nb_expr **slot);
 /* check_call.c */
 const nb_type *ck_call(nb_checker *c, nb_expr **slot);
 /* call of method callee->u.member.member of struct sd on callee's (checked) base; call's

@@ -97,7 +97,7 @@ static int writes_memory(const nb_ir_inst *in)
 {
     switch (in->op) {
     case NB_IR_STORE: case NB_IR_CALL: case NB_IR_TSTORE: case NB_IR_TATOMIC_ADD:
-    case NB_IR_IF: case NB_IR_LOOP: case NB_IR_SWITCH:
+    case NB_IR_IF: case NB_IR_LOOP: case NB_IR_SWITCH: case NB_IR_PSTORE:
         return 1;
     default:
         return 0;
@@ -121,7 +121,7 @@ static void decide_block(nb_emitter *e, nb_ir_block *bl, unsigned char *reads)
     for (nb_ir_inst *x = bl->first; x; x = x->next) {
         for (int i = 0; i < x->nblocks; i++) decide_block(e, x->blocks[i], reads);
         int id = x->id;
-        int r = x->op == NB_IR_LOAD || x->op == NB_IR_TLOAD;
+        int r = x->op == NB_IR_LOAD || x->op == NB_IR_TLOAD || x->op == NB_IR_PLOAD;
         for (int i = 0; i < x->nops; i++)
             if (x->ops[i] && e->inlined[x->ops[i]->id] && reads[x->ops[i]->id]) r = 1;
         reads[id] = (unsigned char)r;
@@ -211,10 +211,21 @@ static void render_lvalue(nb_emitter *e, nb_ir_inst *in, int upto, nb_strbuf *o)
 {
     nb_strbuf base;
     nb_strbuf_init(&base);
-    render_var(e, in->var, &base);
-    const nb_type *t = in->var->type;
+    const nb_type *t;
     char dname[64]; /* the source spelling, for bounds-check messages */
-    snprintf(dname, sizeof dname, "%s", in->var->name ? in->var->name : "?");
+    if (!in->var) { /* through a pointer (ops[0]; ir_ptr.c) */
+        nb_strbuf p;
+        nb_strbuf_init(&p);
+        render(e, in->ops[0], &p);
+        APPEND(&base, "(*%s)", nb_strbuf_cstr(&p));
+        nb_strbuf_free(&p);
+        t = in->ops[0]->type->elem;
+        snprintf(dname, sizeof dname, "*pointer");
+    } else {
+        render_var(e, in->var, &base);
+        t = in->var->type;
+        snprintf(dname, sizeof dname, "%s", in->var->name ? in->var->name : "?");
+    }
     for (int i = 0; i < upto; i++) {
         const nb_ir_step *s = &in->path[i];
         if (s->kind == NB_IR_STEP_FIELD) {
@@ -280,6 +291,12 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
     case NB_IR_LAND: case NB_IR_LOR:
     case NB_IR_EQ: case NB_IR_NE: case NB_IR_LT: case NB_IR_LE: case NB_IR_GT: case NB_IR_GE: {
         const nb_type *ot = x->ops[0]->type;
+        if (ot->kind == NB_TY_PTR) { /* p == q */
+            render_str(e, x->ops[0], &a, 1);
+            render_str(e, x->ops[1], &b, 1);
+            APPEND(o, "(%s %s %s)", nb_strbuf_cstr(&a), x->op == NB_IR_EQ ? "==" : "!=", nb_strbuf_cstr(&b));
+            break;
+        }
         if (ot->kind == NB_TY_SCALAR) {
             render_str(e, x->ops[0], &a, 1);
             render_str(e, x->ops[1], &b, 1);
@@ -295,6 +312,11 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
     case NB_IR_CONVERT: {
         const nb_type *ft = x->ops[0]->type;
         if (!strcmp(nb_emit_ctype(e, ft), nb_emit_ctype(e, t))) { render(e, x->ops[0], o); break; }
+        if (t->kind == NB_TY_PTR) { /* (T*)p */
+            render_str(e, x->ops[0], &a, 1);
+            APPEND(o, "((%s)%s)", nb_emit_ctype(e, t), nb_strbuf_cstr(&a));
+            break;
+        }
         if (t->kind == NB_TY_SCALAR) {
             render_str(e, x->ops[0], &a, 1);
             nb_emit_scalar_op(NB_IR_CONVERT, ft->scalar, t->scalar, nb_strbuf_cstr(&a), NULL, o);
@@ -426,6 +448,25 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
         } else render_lvalue(e, x, n, o);
         break;
     }
+    case NB_IR_PLOAD: {
+        int n = x->npath;
+        if (n && x->path[n - 1].kind == NB_IR_STEP_SWIZZLE) {
+            const nb_ir_step *s = &x->path[n - 1];
+            const nb_type *vt = n > 1 ? x->path[n - 2].type : x->ops[0]->type->elem;
+            render_lvalue(e, x, n - 1, &a);
+            APPEND(o, "%s(%s)", nb_emit_swizzle_helper(e, vt, s->swz, s->nswz), nb_strbuf_cstr(&a));
+        } else render_lvalue(e, x, n, o);
+        break;
+    }
+    case NB_IR_ADDR:
+        render_lvalue(e, x, x->npath, &a);
+        APPEND(o, "(&%s)", nb_strbuf_cstr(&a));
+        break;
+    case NB_IR_PADD:
+        render_str(e, x->ops[0], &a, 1);
+        render_str(e, x->ops[1], &b, 1);
+        APPEND(o, "(%s + %s)", nb_strbuf_cstr(&a), nb_strbuf_cstr(&b));
+        break;
     case NB_IR_PRINTF: {
         const nb_type *at[32];
         const char *args[32];
@@ -603,6 +644,16 @@ static void emit_inst(nb_emitter *e, nb_ir_inst *in, nb_strbuf *o)
     case NB_IR_STORE:
         emit_store(e, in, o);
         break;
+    case NB_IR_PSTORE: { /* *p + path = value (ir_ptr.c) */
+        nb_strbuf lv;
+        nb_strbuf_init(&lv);
+        render(e, in->ops[1], &a);
+        render_lvalue(e, in, in->npath, &lv);
+        ind(e, o);
+        APPEND(o, "%s = %s;\n", nb_strbuf_cstr(&lv), nb_strbuf_cstr(&a));
+        nb_strbuf_free(&lv);
+        break;
+    }
     case NB_IR_TSTORE:
         ind(e, o);
         APPEND(o, "%s(", nb_emit_tensor_helper(e, NB_IR_TSTORE, in->ops[0]->type, (in->flags & NB_IRF_TGRAD) != 0));

@@ -310,6 +310,13 @@ const char *nb_emit_ctype(nb_emitter *e, const nb_type *t)
         APPEND(&def, " struct nb_oob_rec *oob; int site; } %s; /* strides in bytes */\n", n);
         break;
     }
+    case NB_TY_PTR: { /* Ptr<T>: a pointer typedef, so that every type has a one-word C name */
+        const char *en = nb_emit_ctype(e, t->elem);
+        nb_strbuf_append(&name, "nb_ptr_");
+        type_token(e, t->elem, &name);
+        APPEND(&def, "typedef %s *%s;\n", en, nb_strbuf_cstr(&name));
+        break;
+    }
     case NB_TY_DIFFPAIR: {
         const nb_type *dt = nb_type_differential(e->tt, t->elem);
         const char *pn = nb_emit_ctype(e, t->elem);
@@ -395,6 +402,10 @@ void nb_emit_literal(nb_emitter *e, const nb_type *t, const nb_ir_cval *cv, nb_s
 
 void nb_emit_zero(nb_emitter *e, const nb_type *t, nb_strbuf *o)
 {
+    if (t->kind == NB_TY_PTR) { /* nullptr */
+        APPEND(o, "((%s)0)", nb_emit_ctype(e, t));
+        return;
+    }
     if (t->kind == NB_TY_SCALAR) {
         nb_ir_cval z;
         z.i = 0;

@@ -497,7 +497,7 @@ int nb_ir_is_pure(const nb_ir_inst *in)
     switch (in->op) {
     case NB_IR_CALL: case NB_IR_STORE: case NB_IR_TSTORE: case NB_IR_TATOMIC_ADD:
     case NB_IR_IF: case NB_IR_LOOP: case NB_IR_SWITCH: case NB_IR_BREAK: case NB_IR_CONTINUE:
-    case NB_IR_RETURN: case NB_IR_PRINTF:
+    case NB_IR_RETURN: case NB_IR_PRINTF: case NB_IR_PSTORE:
         return 0;
     case NB_IR_INTRIN: { /* warp-cooperative intrinsics stay where they are (intrinsics.h) */
         const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);

@@ -69,6 +69,11 @@ typedef struct nb_ir_module nb_ir_module;
     X(TSTORE, "tstore")     /* ops[0] tensor, ops[1..rank] indices, ops[rank+1] value */         \
     X(TATOMIC_ADD, "tatomic_add") /* like TSTORE, returns the old value */                       \
     X(PRINTF, "printf")     /* printf(text, ops…): a side effect only (check_target.c) */      \
+    /* pointers (Slang Ptr<T>; ir_ptr.c): paths as LOAD / STORE's, relative to the pointee */     \
+    X(ADDR, "addr")         /* Ptr to var + path (ops = indices), or (var NULL) to *ops[0] + path */ \
+    X(PLOAD, "pload")       /* *ops[0] + path; ops[1..] the path's indices */                    \
+    X(PSTORE, "pstore")     /* *ops[0] + path = ops[1]; ops[2..] the path's indices */           \
+    X(PADD, "padd")         /* ops[0] + ops[1] elements (int) */                                 \
     /* structured control flow (void) */                                                         \
     X(IF, "if")             /* ops[0] cond; blocks[0] then, blocks[1] else */                    \
     X(LOOP, "loop")         /* blocks[0] cond (value ops[0] defined in it; NULL = forever),      \
@@ -292,6 +297,11 @@ nb_ir_inst *nb_ir_store(nb_ir_builder *b, nb_ir_var *v, const nb_ir_step *path, 
 nb_ir_inst *nb_ir_if(nb_ir_builder *b, nb_ir_inst *cond); /* blocks[0], blocks[1] created */
 nb_ir_inst *nb_ir_loop(nb_ir_builder *b);                  /* 3 blocks created */
 nb_ir_inst *nb_ir_jump(nb_ir_builder *b, nb_ir_op op, nb_ir_inst *value); /* BREAK/CONTINUE/RETURN */
+
+/* Pointers (ir_ptr.c). ptr NULL: ADDR of var + path; else ADDR / PLOAD / PSTORE through ptr. */
+nb_ir_inst *nb_ir_ptr_access(nb_ir_builder *b, nb_ir_op op, nb_ir_var *v, nb_ir_inst *ptr, const nb_ir_step *path,
+                             int npath, nb_ir_inst **idx, nb_ir_inst *value);
+nb_ir_inst *nb_ir_padd(nb_ir_builder *b, nb_ir_inst *ptr, nb_ir_inst *offset);
 
 /* Type after applying one step to `t` (NULL if invalid). */
 const nb_type *nb_ir_step_type(nb_type_table *tt, const nb_type *t, const nb_ir_step *s);

@@ -52,6 +52,7 @@ typedef struct place {
     nb_ir_inst *idx[MAX_PATH];
     int nidx;
     nb_ir_inst *tensor; /* tensor element place */
+    nb_ir_inst *ptr;    /* a place through a pointer: steps apply to its pointee (ir_ptr.c) */
     nb_ir_inst *tidx[8];
     int ntidx;
 } place;
@@ -105,6 +106,12 @@ static nb_ir_inst *coerce(lower_ctx *c, nb_ir_inst *v, const nb_type *t, nb_loc 
     if (!v || !t || v->type == t) return v;
     const nb_type *vt = v->type;
     if (t->kind == NB_TY_ERROR || vt->kind == NB_TY_ERROR) return v;
+    if (t->kind == NB_TY_PTR && vt->kind == NB_TY_PTR) { /* nullptr, (T*)p */
+        if (v->op == NB_IR_ZERO) return nb_ir_zero(&c->b, t);
+        nb_ir_inst *cv = nb_ir_new(&c->b, NB_IR_CONVERT, t, 1);
+        if (cv) cv->ops[0] = v;
+        return cv;
+    }
     int vc = nb_type_components(vt), tc = nb_type_components(t);
     int vnum = vt->kind == NB_TY_SCALAR || vt->kind == NB_TY_VECTOR || vt->kind == NB_TY_MATRIX;
     int tnum = t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX;
@@ -297,7 +304,10 @@ static int is_var_place(lower_ctx *c, const nb_expr *e, int allow_swizzle)
     case NB_EX_INDEX:
         if (!e->u.index.base->type || e->u.index.base->type->kind == NB_TY_TENSOR) return 0;
         if (e->u.index.nindices != 1) return 0;
+        if (e->u.index.base->type->kind == NB_TY_PTR) return 1; /* p[i] */
         return is_var_place(c, e->u.index.base, 0);
+    case NB_EX_UNARY:
+        return e->u.unary.op == NB_TOK_STAR; /* *p */
     default:
         return 0;
     }
@@ -363,8 +373,20 @@ static int lower_place(lower_ctx *c, nb_expr *e, place *pl)
         }
         break;
     }
+    case NB_EX_UNARY:
+        if (e->u.unary.op != NB_TOK_STAR) break;
+        memset(pl, 0, sizeof *pl);
+        pl->ptr = lower_expr(c, e->u.unary.operand);
+        return pl->ptr != NULL;
     case NB_EX_INDEX: {
         nb_expr *base = e->u.index.base;
+        if (base->type && base->type->kind == NB_TY_PTR) { /* p[i]: *(p + i) */
+            nb_ir_inst *pv = lower_expr(c, base);
+            nb_ir_inst *ix = coerce(c, lower_expr(c, e->u.index.indices[0]), c->tt->t_int, e->loc);
+            memset(pl, 0, sizeof *pl);
+            pl->ptr = nb_ir_padd(&c->b, pv, ix);
+            return pl->ptr != NULL;
+        }
         if (base->type && base->type->kind == NB_TY_TENSOR) {
             memset(pl, 0, sizeof *pl);
             pl->tensor = lower_expr(c, base);
@@ -397,6 +419,7 @@ static nb_ir_inst *place_load(lower_ctx *c, place *pl, const nb_type *t)
         for (int i = 0; i < pl->ntidx; i++) in->ops[1 + i] = pl->tidx[i];
         return in;
     }
+    if (pl->ptr) return nb_ir_ptr_access(&c->b, NB_IR_PLOAD, NULL, pl->ptr, pl->steps, pl->nsteps, pl->idx, NULL);
     nb_ir_inst *v = nb_ir_load(&c->b, pl->var, pl->steps, pl->nsteps, pl->idx);
     (void)t;
     return v;
@@ -412,6 +435,15 @@ static void place_store(lower_ctx *c, place *pl, nb_ir_inst *value)
         in->ops[1 + pl->ntidx] = value;
         return;
     }
+    if (pl->ptr) {
+        if (pl->nsteps && pl->steps[pl->nsteps - 1].kind == NB_IR_STEP_SWIZZLE) {
+            lerr(c, c->b.loc, "a swizzle store through a pointer is not supported (store the components one by one)",
+                 NULL);
+            return;
+        }
+        nb_ir_ptr_access(&c->b, NB_IR_PSTORE, NULL, pl->ptr, pl->steps, pl->nsteps, pl->idx, value);
+        return;
+    }
     nb_ir_store(&c->b, pl->var, pl->steps, pl->nsteps, pl->idx, value);
 }
 
@@ -419,7 +451,7 @@ static void place_store(lower_ctx *c, place *pl, nb_ir_inst *value)
 static const nb_type *place_type(lower_ctx *c, place *pl)
 {
     if (pl->tensor) return pl->tensor->type->elem;
-    const nb_type *t = pl->var->type;
+    const nb_type *t = pl->ptr ? pl->ptr->type->elem : pl->var->type;
     for (int i = 0; i < pl->nsteps && t; i++) t = nb_ir_step_type(c->tt, t, &pl->steps[i]);
     return t;
 }
@@ -830,6 +862,7 @@ static nb_ir_inst *lower_expr(lower_ctx *c, nb_expr *e)
         break;
     case NB_EX_NAME:
         if (e->ref == NB_REF_GLOBAL || e->ref == NB_REF_STATIC) r = lower_global_ref(c, e, e->decl);
+        else if (e->ref == NB_REF_NULL) r = nb_ir_zero(&c->b, e->type); /* nullptr */
         else {
             nb_ir_var *v = var_of_name(c, e);
             if (!v) {
@@ -841,6 +874,22 @@ static nb_ir_inst *lower_expr(lower_ctx *c, nb_expr *e)
     case NB_EX_UNARY: {
         int op = e->u.unary.op;
         if (op == NB_TOK_INC || op == NB_TOK_DEC) { r = lower_incdec(c, e); break; }
+        if (op == NB_TOK_STAR || op == NB_TOK_AMP) { /* *p, &x (pointers) */
+            place pl;
+            if (!lower_place(c, op == NB_TOK_STAR ? e : e->u.unary.operand, &pl)) {
+                r = nb_ir_zero(&c->b, e->type);
+            } else if (op == NB_TOK_STAR) {
+                r = place_load(c, &pl, e->type);
+            } else if (pl.tensor) {
+                lerr(c, e->loc, "cannot take the address of a tensor element", NULL);
+                r = nb_ir_zero(&c->b, e->type);
+            } else if (pl.ptr && !pl.nsteps) {
+                r = pl.ptr; /* &p[i], &*p */
+            } else {
+                r = nb_ir_ptr_access(&c->b, NB_IR_ADDR, pl.var, pl.ptr, pl.steps, pl.nsteps, pl.idx, NULL);
+            }
+            break;
+        }
         nb_ir_inst *a = coerce(c, lower_expr(c, e->u.unary.operand), e->type, e->loc);
         if (op == NB_TOK_PLUS) r = a;
         else if (op == NB_TOK_KW_NO_DIFF) { /* `no_diff expr`: detach */
@@ -861,6 +910,18 @@ static nb_ir_inst *lower_expr(lower_ctx *c, nb_expr *e)
         nb_ir_inst *a = lower_expr(c, e->u.binary.lhs);
         nb_ir_inst *b = lower_expr(c, e->u.binary.rhs);
         if (iop == NB_IR_OP_COUNT) { lerr(c, e->loc, "internal: unknown binary operator", NULL); r = a; break; }
+        if (a->type->kind == NB_TY_PTR) { /* p ± i, p == q (check_ptr.c) */
+            if (iop == NB_IR_ADD || iop == NB_IR_SUB) {
+                nb_ir_inst *off = coerce(c, b, c->tt->t_int, e->loc);
+                if (iop == NB_IR_SUB) off = nb_ir_unary(&c->b, NB_IR_NEG, off);
+                r = nb_ir_padd(&c->b, a, off);
+            } else {
+                if (b->type != a->type) b = coerce(c, b, a->type, e->loc);
+                r = nb_ir_new(&c->b, iop, c->tt->t_bool, 2);
+                if (r) { r->ops[0] = a; r->ops[1] = b; }
+            }
+            break;
+        }
         if (iop >= NB_IR_EQ && iop <= NB_IR_GE) {
             if (a->type != b->type) b = coerce(c, b, a->type, e->loc);
         } else {

@@ -298,7 +298,7 @@ static int drop_unreachable(nb_ir_block *bl)
 static void mark_reads(nb_ir_inst *in, void *ud)
 {
     int *reads = ud;
-    if (in->op == NB_IR_LOAD && in->var) reads[in->var->id]++;
+    if ((in->op == NB_IR_LOAD || in->op == NB_IR_ADDR) && in->var) reads[in->var->id]++; /* (an address reads) */
     if (in->op == NB_IR_CALL && in->refs)
         for (int i = 0; i < in->nops; i++)
             if (in->refs[i]) reads[in->refs[i]->id]++;
@@ -318,7 +318,7 @@ static int sweep(nb_ir_block *bl, int *reads)
         if (dead) {
             for (int i = 0; i < in->nops; i++)
                 if (in->ops[i]) in->ops[i]->uses--;
-            if (in->op == NB_IR_LOAD && in->var) reads[in->var->id]--;
+            if ((in->op == NB_IR_LOAD || in->op == NB_IR_ADDR) && in->var) reads[in->var->id]--;
             nb_ir_remove(in);
             n++;
         }

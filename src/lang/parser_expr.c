@@ -86,6 +86,20 @@ nb_type_expr *np_parse_type(nb_parser *p, int allow_array) {
     t->name = np_tok_text(p);
     np_advance(p);
     if (np_kind(p) == NB_TOK_LT) parse_generic_args(p, t);
+    /* T* is Ptr<T> (Slang pointers; several stars nest) */
+    while (np_kind(p) == NB_TOK_STAR && (np_peek_kind(p, 1) == NB_TOK_IDENT || np_peek_kind(p, 1) == NB_TOK_RPAREN ||
+                                         np_peek_kind(p, 1) == NB_TOK_STAR || np_peek_kind(p, 1) == NB_TOK_GT ||
+                                         np_peek_kind(p, 1) == NB_TOK_COMMA)) {
+        nb_type_expr *w = np_alloc(p, sizeof *w);
+        w->loc = t->loc;
+        w->name = "Ptr";
+        w->ntargs = 1;
+        w->targs = np_alloc(p, sizeof(nb_type_expr *));
+        w->vargs = np_alloc(p, sizeof(nb_expr *));
+        w->targs[0] = t;
+        t = w;
+        np_advance(p);
+    }
     /* Associated types `float.Differential`, `S::Differential`: kept in the name, "S.Differential". */
     while (allow_array && (np_kind(p) == NB_TOK_DOT || np_kind(p) == NB_TOK_COLONCOLON) &&
            np_peek_kind(p, 1) == NB_TOK_IDENT && !t->ntargs) {
@@ -312,8 +326,14 @@ static nb_expr *parse_postfix(nb_parser *p, nb_expr *e) {
             x->u.index.indices = (nb_expr **)np_finish(p, &idx);
             x->u.index.nindices = idx.n;
             e = x;
-        } else if (k == NB_TOK_DOT || k == NB_TOK_COLONCOLON) {
+        } else if (k == NB_TOK_DOT || k == NB_TOK_COLONCOLON || k == NB_TOK_ARROW) {
             np_advance(p);
+            if (k == NB_TOK_ARROW) { /* p->f is (*p).f (check_ptr.c) */
+                nb_expr *d = np_new_expr(p, NB_EX_UNARY, loc);
+                d->u.unary.op = NB_TOK_STAR;
+                d->u.unary.operand = e;
+                e = d;
+            }
             if (np_kind(p) != NB_TOK_IDENT) {
                 char found[64];
                 found_desc(p, found, sizeof found);
@@ -349,6 +369,7 @@ static nb_expr *parse_unary(nb_parser *p) {
     switch (k) {
     case NB_TOK_MINUS: case NB_TOK_PLUS: case NB_TOK_NOT: case NB_TOK_TILDE:
     case NB_TOK_INC: case NB_TOK_DEC: case NB_TOK_KW_NO_DIFF:
+    case NB_TOK_STAR: case NB_TOK_AMP: /* *p, &x (pointers, check_ptr.c) */
         np_advance(p);
         e = np_new_expr(p, NB_EX_UNARY, loc);
         e->u.unary.op = k;
@@ -356,7 +377,9 @@ static nb_expr *parse_unary(nb_parser *p) {
         break;
     case NB_TOK_LPAREN: {
         const nb_token *t1 = np_peek(p, 1);
-        if (np_is_type_name(p, t1) && np_peek_kind(p, 2) == NB_TOK_RPAREN) { /* (float)x */
+        int stars = 0;
+        while (np_is_type_name(p, t1) && np_peek_kind(p, 2 + stars) == NB_TOK_STAR) stars++;
+        if (np_is_type_name(p, t1) && np_peek_kind(p, 2 + stars) == NB_TOK_RPAREN) { /* (float)x, (float4*)p */
             np_advance(p);
             nb_type_expr *ty = np_parse_type(p, 0);
             np_advance(p); /* ) */

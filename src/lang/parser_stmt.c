@@ -35,6 +35,7 @@ int np_is_decl_start(nb_parser *p) {
     case NB_TOK_IDENT: {
         nb_tok_kind k1 = np_peek_kind(p, 1);
         if (k1 == NB_TOK_IDENT) return 1;
+        if (k1 == NB_TOK_STAR && np_is_type_name(p, np_cur(p))) return speculate_decl(p); /* float* p */
         if (k1 == NB_TOK_LT || k1 == NB_TOK_LBRACKET || k1 == NB_TOK_DOT || k1 == NB_TOK_COLONCOLON)
             return speculate_decl(p);
         return 0;

@@ -803,6 +803,11 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     }
     const nb_type *in = t;
     while (in->kind == NB_TY_ARRAY) in = in->elem;
+    if (in->kind == NB_TY_PTR) { /* (check_ptr.c) */
+        b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s': parameter '%s' has type '%s' (pointers cannot be bound from the "
+                         "host; pass a Tensor or RWStructuredBuffer)", fname, path, t->name);
+        return;
+    }
     if (in->kind == NB_TY_STRUCT || in->kind == NB_TY_DIFFPAIR) {
         b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s': parameter '%s' has type '%s' (arrays of structs cannot be "
                          "bound yet)", fname, path, t->name);

@@ -207,6 +207,15 @@ const nb_type *nb_type_diffpair(nb_type_table *t, const nb_type *primal) {
     return find_or_add(t, &p);
 }
 
+const nb_type *nb_type_ptr(nb_type_table *t, const nb_type *elem) {
+    if (!elem || elem->kind == NB_TY_ERROR) return t->t_error;
+    nb_type p;
+    memset(&p, 0, sizeof p);
+    p.kind = NB_TY_PTR;
+    p.elem = elem;
+    return find_or_add(t, &p);
+}
+
 const nb_type *nb_type_func(nb_type_table *t, struct nb_decl *fn) {
     nb_type p;
     memset(&p, 0, sizeof p);
@@ -349,6 +358,11 @@ void nb_type_print(const nb_type *t, nb_strbuf *out) {
         break;
     case NB_TY_FUNC:
         nb_strbuf_printf(out, "function '%s'", t->decl && t->decl->name ? t->decl->name : "?");
+        break;
+    case NB_TY_PTR:
+        nb_strbuf_append(out, "Ptr<");
+        nb_type_print(t->elem, out);
+        nb_strbuf_append(out, ">");
         break;
     }
 }

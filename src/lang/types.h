@@ -39,6 +39,7 @@ typedef enum nb_type_kind {
     NB_TY_TENSOR,
     NB_TY_DIFFPAIR,
     NB_TY_FUNC,   /* a function used as a value (argument of fwd_diff/bwd_diff) */
+    NB_TY_PTR,    /* Ptr<T> / T* (Slang): elem; Ptr<void> is nullptr's type (check_ptr.c) */
 } nb_type_kind;
 
 struct nb_decl;
@@ -81,6 +82,7 @@ const nb_type *nb_type_tensor(nb_type_table *t, const nb_type *elem, int rank, i
 const nb_type *nb_type_buffer(nb_type_table *t, const nb_type *elem, int kind); /* kind: 1 RW, 2 read-only */
 const nb_type *nb_type_diffpair(nb_type_table *t, const nb_type *primal);
 const nb_type *nb_type_func(nb_type_table *t, struct nb_decl *fn);
+const nb_type *nb_type_ptr(nb_type_table *t, const nb_type *elem);
 
 /* Queries. */
 int nb_type_is_numeric(const nb_type *t);        /* scalar (not bool), vector, matrix of such */
