@@ -861,6 +861,9 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
             }
         } else if (!strcmp(n, "PreferRecompute")) {
             fn->u.func.prefer_recompute = 1;
+        } else if (!strcmp(n, "NoDiffThis")) {
+            if (!fn->u.func.parent || (fn->mods & NB_MOD_STATIC))
+                ck_err(c, a->loc, "[NoDiffThis] only applies to non-static struct methods");
         } else if (!strcmp(n, "PreferCheckpoint") ||
                    !strcmp(n, "TreatAsDifferentiable") || !strcmp(n, "AutoPyBindCUDA") ||
                    !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
@@ -1118,6 +1121,7 @@ static void check_stmt(nb_checker *c, nb_stmt *s) {
 
 void ck_check_stmt(nb_checker *c, nb_stmt *s) { check_stmt(c, s); }
 void ck_push_scope(nb_checker *c) { push_scope(c); }
+void ck_declare(nb_checker *c, const char *name, nb_decl *d, nb_loc loc) { declare(c, name, d, loc); }
 void ck_pop_scope(nb_checker *c) { pop_scope(c); }
 
 /* ---- reachability (missing return) -------------------------------------------------------- */

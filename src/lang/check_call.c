@@ -644,6 +644,42 @@ static int diff_op(nb_checker *c, const nb_expr *e) {
     return diff_name(e->u.call.callee->u.name.name);
 }
 
+/* The static methods named by `S.m` in fwd_diff(S.m); 0 after a diagnostic. */
+static int static_methods(nb_checker *c, nb_expr *fe, const char *dname, nb_decl **out, int max) {
+    nb_expr *base = fe->u.member.base;
+    const char *mname = fe->u.member.member;
+    const nb_type *st = NULL;
+    if (base->kind == NB_EX_TYPE) st = ck_resolve_type(c, base->u.type.texpr);
+    else if (base->kind == NB_EX_NAME && base->u.name.name && !ck_lookup_local(c, base->u.name.name))
+        st = ck_name_as_type(c, base->u.name.name, base->loc);
+    if (!st) {
+        ck_err(c, fe->loc, "'%s' of a method needs the struct's name and a static method ('%s(S.m)'); for an "
+               "object's method pass the object to a static method or a function", dname, dname);
+        return 0;
+    }
+    if (ck_is_error(st)) return 0;
+    if (st->kind != NB_TY_STRUCT || !st->decl) {
+        ck_err(c, fe->loc, "type '%s' has no member function '%s'", st->name, mname);
+        return 0;
+    }
+    base->ref = NB_REF_TYPE;
+    base->type = st;
+    nb_decl *sd = st->decl;
+    int n = 0, any = 0;
+    for (int i = 0; i < sd->u.strct.nmethods; i++) {
+        nb_decl *m = sd->u.strct.methods[i];
+        if (!m || !m->name || strcmp(m->name, mname) != 0) continue;
+        any = 1;
+        if ((m->mods & NB_MOD_STATIC) && n < max) out[n++] = m;
+    }
+    if (!n)
+        ck_err(c, fe->loc, any ? "'%s' of the non-static method '%s.%s' is not supported (make it static with the "
+                                 "object as a parameter)"
+                               : "'%s': no member function named '%s' in '%s'",
+               dname, any ? sd->name : mname, any ? mname : sd->name);
+    return n;
+}
+
 /* fwd_diff(f)(…), bwd_diff(f)(…) and higher orders: fwd_diff(fwd_diff(f))(…) (pairs of pairs),
  * fwd_diff(bwd_diff(f))(…) (Hessian-vector products), bwd_diff(fwd_diff(f))(…) (reverse over
  * forward), bwd_diff(bwd_diff(f))(…). The inner operators are typed like the outer one (ref NB_REF_INTRINSIC, index). */
@@ -693,14 +729,29 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
         memset(&fe->u, 0, sizeof fe->u);
         fe->u.name.name = tn;
     }
-    if (fe->kind != NB_EX_NAME || !fe->u.name.name) {
+    nb_decl *fns[CK_MAX_CANDS];
+    int nf = 0;
+    if (fe->kind == NB_EX_MEMBER && fe->u.member.base && fe->u.member.member) {
+        /* fwd_diff(S.m) / fwd_diff(S::m): a static method */
+        nf = static_methods(c, fe, dname, fns, CK_MAX_CANDS);
+        if (nf <= 0) return call->type = c->tt->t_error;
+        fe->kind = NB_EX_NAME; /* (lowered through its decl, like a function name) */
+        const char *mn = fe->u.member.member;
+        memset(&fe->u, 0, sizeof fe->u);
+        fe->u.name.name = mn;
+    } else if (fe->kind != NB_EX_NAME || !fe->u.name.name) {
         ck_err(c, fe->loc, "'%s' needs the name of a function", dname);
         return call->type = c->tt->t_error;
     }
     const char *fname = fe->u.name.name;
-    nb_decl *fns[CK_MAX_CANDS];
-    int nf = ck_lookup_global(c, fname, NB_DECL_FUNC, fns, CK_MAX_CANDS);
+    if (!nf) nf = ck_lookup_global(c, fname, NB_DECL_FUNC, fns, CK_MAX_CANDS);
     if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
+    if (nf == 0 && !ck_lookup_local(c, fname) && nb_intrinsic_lookup(fname) >= 0 && !explicit_te) {
+        /* fwd_diff(sin): a wrapper function of the built-in for these argument types */
+        fns[0] = ck_builtin_diff_wrapper(c, fname, call, ids, nops, dname, fe->loc);
+        if (!fns[0]) return call->type = c->tt->t_error;
+        nf = 1;
+    }
     if (nf == 0) {
         if (ck_lookup_local(c, fname) || nb_intrinsic_lookup(fname) >= 0)
             ck_err(c, fe->loc, "'%s' needs a user function; '%s' is not one", dname, fname);

@@ -1009,3 +1009,5 @@ void ck_free_generics(nb_checker *c) {
     c->insts = NULL;
     c->ninsts = c->cap_insts = 0;
 }
+
+int ck_append_decl(nb_checker *c, nb_decl *d) { return append_decl(c, d); }

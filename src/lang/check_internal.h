@@ -213,6 +213,15 @@ const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to);
 void ck_check_stmt(nb_checker *c, nb_stmt *s);
 void ck_push_scope(nb_checker *c);
 void ck_pop_scope(nb_checker *c);
+void ck_declare(nb_checker *c, const char *name, nb_decl *d, nb_loc loc); /* in the innermost scope */
+/* check_generic.c: appends a checker-made declaration to the module being checked (its body is
+ * checked with the module's other bodies) */
+int ck_append_decl(nb_checker *c, nb_decl *d);
+/* check_diff_builtin.c: the [Differentiable] wrapper of the built-in `iname` for a derivative
+ * call (fwd_diff(sin)(…)): ids/nops the operators, outermost first; NULL after a diagnostic at
+ * loc (dname: the operator as spelled). */
+nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call, const int *ids, int nops,
+                                 const char *dname, nb_loc loc);
 /* check_target.c: __target_switch / __intrinsic_asm / __requirePrelude statements, where
  * __intrinsic_asm may stand in a function body (after the body is checked), and printf calls */
 void ck_check_target_stmt(nb_checker *c, nb_stmt *s);

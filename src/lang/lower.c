@@ -1197,6 +1197,8 @@ static nb_ir_func *declare_func(lower_ctx *c, nb_decl *fd, nb_decl *parent)
         const nb_type *st = parent->u.strct.type;
         nb_ir_var *tv = nb_ir_param_new(f, "this", st, fd->u.func.is_mutating ? NB_DIR_INOUT : NB_DIR_IN);
         if (tv) tv->is_this = 1;
+        for (int i = 0; tv && i < fd->attrs.count; i++) /* [NoDiffThis]: `this` is no_diff */
+            if (fd->attrs.items[i].name && strcmp(fd->attrs.items[i].name, "NoDiffThis") == 0) tv->flags |= NB_IRF_NO_DIFF;
     }
     for (int i = 0; i < fd->u.func.nparams; i++) {
         nb_decl *pd = fd->u.func.params[i];

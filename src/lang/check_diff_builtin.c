@@ -1,0 +1,149 @@
+/* fwd_diff / bwd_diff of built-in functions (`fwd_diff(sin)`, `bwd_diff(length)(dpx, dout)`,
+ * Slang's derivatives of its standard library functions as values): the checker makes a
+ * [Differentiable] wrapper function `T __d_sin_float3(T x) { return sin(x); }` for the argument
+ * types of the call, appends it to the module like a generic instantiation, and the derivative
+ * operators apply to it as to any user function (the intrinsic's rules in ad_rules.c do the
+ * work). One wrapper per intrinsic and primal signature. */
+#include <stdio.h>
+#include <string.h>
+
+#include "lang/check_internal.h"
+#include "lang/intrinsics.h"
+
+#define CK_WRAP_MAX_ARGS 8
+
+/* The primal argument types behind a derivative call's argument types: each operator, outermost
+ * first, is undone (bwd_diff: the trailing result gradient is dropped; a pair stands for its
+ * primal). Returns the count, -1 when they cannot be recovered. */
+static int primal_arg_types(nb_expr *call, const int *ids, int nops, const nb_type **out) {
+    int n = call->u.call.nargs;
+    if (n > CK_WRAP_MAX_ARGS + nops) return -1;
+    const nb_type *t[CK_WRAP_MAX_ARGS + 8];
+    for (int i = 0; i < n; i++) {
+        t[i] = call->u.call.args[i] ? call->u.call.args[i]->type : NULL;
+        if (!t[i] || ck_is_error(t[i])) return -1;
+    }
+    for (int k = 0; k < nops; k++) {
+        if (ids[k] == NB_INTR_BWD_DIFF) {
+            if (n < 1) return -1;
+            n--; /* the result's gradient */
+        }
+        for (int i = 0; i < n; i++)
+            if (t[i]->kind == NB_TY_DIFFPAIR) t[i] = t[i]->elem;
+    }
+    if (n > CK_WRAP_MAX_ARGS) return -1;
+    for (int i = 0; i < n; i++) out[i] = t[i];
+    return n;
+}
+
+static nb_type_expr *resolved_texpr(nb_checker *c, const nb_type *t, nb_loc loc) {
+    nb_type_expr *te = ck_alloc(c, sizeof *te);
+    if (!te) return NULL;
+    te->loc = loc;
+    te->name = t->name;
+    te->resolved = t;
+    return te;
+}
+
+static nb_expr *intrinsic_call(nb_checker *c, const char *iname, nb_decl **params, int n, nb_loc loc) {
+    nb_expr *call = ck_new_expr(c, NB_EX_CALL, loc);
+    nb_expr *callee = ck_new_expr(c, NB_EX_NAME, loc);
+    nb_expr **args = ck_alloc(c, sizeof(nb_expr *) * (size_t)(n ? n : 1));
+    if (!call || !callee || !args) return NULL;
+    callee->u.name.name = iname;
+    for (int i = 0; i < n; i++) {
+        args[i] = ck_new_expr(c, NB_EX_NAME, loc);
+        if (!args[i]) return NULL;
+        args[i]->u.name.name = params[i]->name;
+    }
+    call->u.call.callee = callee;
+    call->u.call.args = args;
+    call->u.call.nargs = n;
+    return call;
+}
+
+nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call, const int *ids, int nops,
+                                 const char *dname, nb_loc loc) {
+    int id = nb_intrinsic_lookup(iname);
+    const nb_intrinsic_info *info = id >= 0 ? nb_intrinsic_get(id) : NULL;
+    if (!info || info->diff == NB_IDIFF_SPECIAL || id == NB_INTR_ATOMIC_ADD) {
+        ck_err(c, loc, "'%s' of the built-in '%s' is not supported (it is not a differentiable math function)", dname,
+               iname);
+        return NULL;
+    }
+    const nb_type *pt[CK_WRAP_MAX_ARGS];
+    int n = primal_arg_types(call, ids, nops, pt);
+    if (n < 0) return NULL; /* (the arguments' own errors are reported) */
+    /* the wrapper's name: __d_<intrinsic>_<primal types>, identifier characters only */
+    char name[256];
+    int len = snprintf(name, sizeof name, "__d_%s", iname);
+    for (int i = 0; i < n && len > 0 && len < (int)sizeof name - 2; i++) {
+        name[len++] = '_';
+        for (const char *s = pt[i]->name; *s && len < (int)sizeof name - 1; s++)
+            name[len++] = (char)(((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')) ? *s : '_');
+        name[len] = 0;
+    }
+    nb_module_ast *m = c->inst_mod;
+    if (!m) return NULL;
+    for (int i = m->ndecls - 1; i >= 0; i--) /* made before */
+        if (m->decls[i] && m->decls[i]->kind == NB_DECL_FUNC && m->decls[i]->name && !strcmp(m->decls[i]->name, name))
+            return m->decls[i];
+    nb_decl *fn = ck_alloc(c, sizeof *fn);
+    nb_decl **params = ck_alloc(c, sizeof(nb_decl *) * (size_t)(n ? n : 1));
+    if (!fn || !params) return NULL;
+    for (int i = 0; i < n; i++) {
+        char pn[16];
+        snprintf(pn, sizeof pn, "__x%d", i);
+        nb_decl *p = ck_alloc(c, sizeof *p);
+        if (!p) return NULL;
+        p->kind = NB_DECL_PARAM;
+        p->loc = loc;
+        p->name = nb_arena_strdup(c->arena, pn);
+        p->module = m;
+        p->u.param.texpr = resolved_texpr(c, pt[i], loc);
+        p->u.param.type = pt[i];
+        p->u.param.dir = NB_DIR_IN;
+        p->u.param.index = i;
+        if (!p->name || !p->u.param.texpr) return NULL;
+        params[i] = p;
+    }
+    /* the result type: the intrinsic call typed with the parameters in scope (errors here are
+     * the user's: `bwd_diff(sin)(dpx, dpy, 1.0)` has no sin(float, float)) */
+    nb_expr *probe = intrinsic_call(c, iname, params, n, loc);
+    if (!probe) return NULL;
+    ck_push_scope(c);
+    for (int i = 0; i < n; i++) ck_declare(c, params[i]->name, params[i], loc);
+    int errors0 = c->src->nerrors;
+    const nb_type *rt = ck_expr(c, &probe);
+    ck_pop_scope(c);
+    if (ck_is_error(rt) || c->src->nerrors > errors0) {
+        if (c->src->nerrors == errors0) ck_err(c, loc, "'%s' of '%s' with these arguments has no primal form", dname, iname);
+        return NULL;
+    }
+    nb_stmt *ret = ck_alloc(c, sizeof *ret);
+    nb_stmt *body = ck_alloc(c, sizeof *body);
+    nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *));
+    nb_expr *value = intrinsic_call(c, iname, params, n, loc);
+    if (!ret || !body || !items || !value) return NULL;
+    ret->kind = NB_ST_RETURN;
+    ret->loc = loc;
+    ret->u.ret.value = value;
+    items[0] = ret;
+    body->kind = NB_ST_BLOCK;
+    body->loc = loc;
+    body->u.block.items = items;
+    body->u.block.count = 1;
+    fn->kind = NB_DECL_FUNC;
+    fn->loc = loc;
+    fn->name = nb_arena_strdup(c->arena, name);
+    fn->module = m;
+    fn->u.func.ret = resolved_texpr(c, rt, loc);
+    fn->u.func.params = params;
+    fn->u.func.nparams = n;
+    fn->u.func.body = body;
+    fn->u.func.differentiable = 1;
+    fn->u.func.prefer_recompute = 1; /* (cheap: reverse mode calls it again rather than storing) */
+    if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return NULL;
+    ck_check_func_sig(c, fn);
+    return fn;
+}
