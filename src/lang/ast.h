@@ -266,6 +266,7 @@ struct nb_decl {
                                                  struct with gparams is a template (type NULL) */
             nb_decl **types; int ntypes;      /* member typealias/typedef, interface associatedtype
                                                  (NB_DECL_TYPEDEF) */
+            nb_decl **wheres; int nwheres;    /* `where T : IFoo` after the conformances */
             const nb_type *type;              /* [checker] */
             /* [checker] an instantiation `MLP<16,3>` (an ordinary struct named "MLP<16,3>",
              * appended to the module's decls): its template and generic argument values */

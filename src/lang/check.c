@@ -565,6 +565,8 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                 }
             } else if (strrchr(name, '.')) {
                 t = ck_member_type(c, te, name);
+            } else if (c->strct && strcmp(name, "Differential") == 0) {
+                t = ck_member_type(c, te, "This.Differential"); /* inside S: S.Differential */
             } else if (ck_lookup_global(c, name, NB_DECL_INTERFACE, d, 2) > 0) {
                 ck_err(c, te->loc, "values of interface type '%s' are not supported (use a generic parameter "
                        "'T : %s')", name, name);

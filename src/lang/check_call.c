@@ -1083,6 +1083,9 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             base->ref = NB_REF_TYPE;
             base->type = st;
             if (ck_is_error(st)) { check_args(c, call); return call->type = st; }
+            if (st->kind == NB_TY_SCALAR && strcmp(mname, "getPi") == 0 && call->u.call.nargs == 0 &&
+                ck_scalar_limit(c, call, st, mname))
+                return call->type; /* float.getPi() */
             if (st->kind != NB_TY_STRUCT) {
                 check_args(c, call);
                 ck_err(c, callee->loc, "type '%s' has no member function '%s'", st->name, mname);

@@ -541,6 +541,68 @@ static const nb_type *check_swizzle(nb_checker *c, nb_expr *e, const nb_type *bt
 }
 
 /* `S.k` / `S::k` where the base names a type. Returns NULL if base is not a type name. */
+/* Scalar type constants of Slang's core module: `int.maxValue`, `float.minValue` (the most
+ * negative finite value), `T.getPi()` for float types: e becomes the literal. Returns 1 if
+ * `member` is one of them (0: not handled). */
+int ck_scalar_limit(nb_checker *c, nb_expr *e, const nb_type *t, const char *member) {
+    int is_max = strcmp(member, "maxValue") == 0, is_min = strcmp(member, "minValue") == 0;
+    int is_pi = strcmp(member, "getPi") == 0;
+    nb_scalar_kind k = t->scalar;
+    int is_f = k == NB_SC_HALF || k == NB_SC_FLOAT || k == NB_SC_DOUBLE;
+    if (!is_max && !is_min && !(is_pi && is_f)) return 0;
+    if (is_f) {
+        double v = is_pi ? 3.14159265358979323846264338328
+                   : k == NB_SC_HALF ? 65504.0 : k == NB_SC_FLOAT ? 3.40282346638528859811704183484516925440e38
+                                                                : 1.7976931348623157e308;
+        e->kind = NB_EX_FLOAT;
+        memset(&e->u, 0, sizeof e->u);
+        e->u.flit.value = v;
+        e->u.flit.kind = k;
+        if (is_min) { /* -(max) */
+            nb_expr *lit = ck_new_expr(c, NB_EX_FLOAT, e->loc);
+            if (!lit) return 0;
+            *lit = *e;
+            lit->type = t;
+            e->kind = NB_EX_UNARY;
+            memset(&e->u, 0, sizeof e->u);
+            e->u.unary.op = NB_TOK_MINUS;
+            e->u.unary.operand = lit;
+        }
+        e->ref = NB_REF_NONE;
+        e->type = t;
+        return 1;
+    }
+    uint64_t v = 0;
+    int neg = 0;
+    switch (k) {
+    case NB_SC_BOOL: v = is_max; break;
+    case NB_SC_INT: v = is_max ? 0x7FFFFFFFull : 0x80000000ull; neg = is_min; break;
+    case NB_SC_UINT: v = is_max ? 0xFFFFFFFFull : 0; break;
+    case NB_SC_INT64: v = is_max ? 0x7FFFFFFFFFFFFFFFull : 0x8000000000000000ull; neg = is_min; break;
+    case NB_SC_UINT64: v = is_max ? 0xFFFFFFFFFFFFFFFFull : 0; break;
+    default: return 0;
+    }
+    if (k == NB_SC_BOOL) {
+        e->kind = NB_EX_BOOL;
+        memset(&e->u, 0, sizeof e->u);
+        e->u.blit = (int)v;
+    } else {
+        /* a cast of the literal, so that int.minValue is the int -2147483648 */
+        nb_expr *lit = ck_new_expr(c, NB_EX_INT, e->loc);
+        if (!lit) return 0;
+        lit->u.ilit.value = neg ? (uint64_t)(-(int64_t)(v - 1)) - 1 : v;
+        lit->u.ilit.is_unsigned = !neg && v > 0x7FFFFFFFFFFFFFFFull;
+        lit->type = nb_type_scalar(c->tt, lit->u.ilit.is_unsigned ? NB_SC_UINT64 : NB_SC_INT64);
+        e->kind = NB_EX_CAST;
+        memset(&e->u, 0, sizeof e->u);
+        e->u.cast.operand = lit;
+        e->u.cast.implicit = 1;
+    }
+    e->ref = NB_REF_NONE;
+    e->type = t;
+    return 1;
+}
+
 static const nb_type *check_static_member(nb_checker *c, nb_expr *e) {
     nb_expr *b = e->u.member.base;
     const nb_type *t = NULL;
@@ -555,6 +617,7 @@ static const nb_type *check_static_member(nb_checker *c, nb_expr *e) {
     b->ref = NB_REF_TYPE;
     b->type = t;
     if (ck_is_error(t)) return e->type = t;
+    if (t->kind == NB_TY_SCALAR && ck_scalar_limit(c, e, t, e->u.member.member)) return e->type;
     if (t->kind != NB_TY_STRUCT) {
         ck_err(c, e->loc, "type '%s' has no static member '%s'", t->name, e->u.member.member);
         return e->type = c->tt->t_error;
@@ -1031,6 +1094,35 @@ static const nb_type *check_cast(nb_checker *c, nb_expr **slot) {
 
 /* ---- init lists --------------------------------------------------------------------------- */
 
+/* Completes `{a}` for a struct of more fields: each missing field takes its default
+ * (`float x = 1;` in the struct) or the zero value `{}`. */
+static int fill_struct_list(nb_checker *c, nb_expr *e, nb_decl *sd) {
+    int nf = sd->u.strct.nfields, n = e->u.init_list.nitems;
+    nb_expr **items = ck_alloc(c, sizeof(nb_expr *) * (size_t)nf);
+    if (!items) return 0;
+    for (int i = 0; i < n; i++) items[i] = e->u.init_list.items[i];
+    for (int i = n; i < nf; i++) {
+        nb_decl *fd = sd->u.strct.fields[i];
+        nb_expr *d = fd && fd->u.var.init && fd->u.var.init->kind != NB_EX_INIT_LIST ? fd->u.var.init : NULL;
+        if (d) {
+            /* the field's (checked) default: a cast of it to the field type re-checks nothing */
+            nb_expr *k = ck_new_expr(c, NB_EX_CAST, e->loc);
+            if (!k) return 0;
+            k->u.cast.operand = d;
+            k->u.cast.implicit = 1;
+            k->type = fd->u.var.type;
+            items[i] = k;
+        } else {
+            nb_expr *z = ck_new_expr(c, NB_EX_INIT_LIST, e->loc); /* {} : zero */
+            if (!z) return 0;
+            items[i] = z;
+        }
+    }
+    e->u.init_list.items = items;
+    e->u.init_list.nitems = nf;
+    return 1;
+}
+
 const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to) {
     int n = e->u.init_list.nitems;
     nb_expr **items = e->u.init_list.items;
@@ -1069,9 +1161,15 @@ const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to) {
             nb_expr *slot = e;
             return ck_call(c, &slot);
         }
-        if (n != sd->u.strct.nfields) goto count;
+        /* fewer initializers than fields (Slang, as C): the rest are zero or their defaults */
+        if (n > sd->u.strct.nfields) goto count;
+        int given = n;
+        if (n < sd->u.strct.nfields && !fill_struct_list(c, e, sd)) return e->type = c->tt->t_error;
+        n = e->u.init_list.nitems;
+        items = e->u.init_list.items;
         for (int i = 0; i < n; i++) {
             nb_decl *fd = sd->u.strct.fields[i];
+            if (i >= given && items[i]->kind == NB_EX_CAST) continue; /* a default, checked with the struct */
             snprintf(what, sizeof what, "initializer of field '%s'", fd->name ? fd->name : "?");
             ck_expr_to(c, &items[i], fd->u.var.type ? fd->u.var.type : c->tt->t_error, what);
         }

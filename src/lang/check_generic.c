@@ -446,6 +446,8 @@ static nb_decl *clone_decl(subst *s, const nb_decl *d) {
         r->u.strct.nmethods = r->u.strct.methods ? d->u.strct.nmethods : 0;
         r->u.strct.conforms = d->u.strct.conforms;
         r->u.strct.nconforms = d->u.strct.nconforms;
+        r->u.strct.wheres = d->u.strct.wheres;
+        r->u.strct.nwheres = d->u.strct.nwheres;
         break;
     case NB_DECL_VAR:
         r->u.var.texpr = clone_te(s, d->u.var.texpr);

@@ -105,14 +105,18 @@ void ck_check_constraint_name(nb_checker *c, nb_type_expr *te) {
 }
 
 void ck_merge_wheres(nb_checker *c, nb_decl *d) {
-    if (d->kind != NB_DECL_FUNC || !d->u.func.nwheres) return;
-    for (int i = 0; i < d->u.func.nwheres; i++) {
-        nb_decl *w = d->u.func.wheres[i];
+    int is_f = d->kind == NB_DECL_FUNC;
+    int nw = is_f ? d->u.func.nwheres : d->u.strct.nwheres;
+    nb_decl **ws = is_f ? d->u.func.wheres : d->u.strct.wheres;
+    int ng = is_f ? d->u.func.ngparams : d->u.strct.ngparams;
+    nb_decl **gp = is_f ? d->u.func.gparams : d->u.strct.gparams;
+    if (!nw) return;
+    for (int i = 0; i < nw; i++) {
+        nb_decl *w = ws[i];
+        if (w->u.param.default_type) continue; /* `where T.Differential == T`: parsed, not enforced */
         nb_decl *g = NULL;
-        for (int k = 0; k < d->u.func.ngparams && !g; k++)
-            if (d->u.func.gparams[k] && d->u.func.gparams[k]->name && w->name &&
-                strcmp(d->u.func.gparams[k]->name, w->name) == 0)
-                g = d->u.func.gparams[k];
+        for (int k = 0; k < ng && !g; k++)
+            if (gp[k] && gp[k]->name && w->name && strcmp(gp[k]->name, w->name) == 0) g = gp[k];
         if (!g || !g->u.param.is_type) {
             ck_err(c, w->loc, "'%s' in a 'where' clause is not a type generic parameter of '%s'", w->name, d->name);
             continue;
@@ -125,7 +129,8 @@ void ck_merge_wheres(nb_checker *c, nb_decl *d) {
         g->u.param.constraints = all;
         g->u.param.nconstraints = n;
     }
-    d->u.func.nwheres = 0;
+    if (is_f) d->u.func.nwheres = 0;
+    else d->u.strct.nwheres = 0;
 }
 
 int ck_satisfies(nb_checker *c, const nb_decl *tmpl, const int64_t *vals, char *why, size_t n) {

@@ -255,7 +255,8 @@ const nb_type *ck_expr_to(nb_checker *c, nb_expr **slot, const nb_type *to, cons
 int ck_coerce(nb_checker *c, nb_expr **slot, const nb_type *to, const char *what);
 nb_expr *ck_new_expr(nb_checker *c, nb_expr_kind kind, nb_loc loc);
 int ck_is_error(const nb_type *t);
-int ck_checked(const nb_expr *e); /* checked with success (a type other than the error type) */
+int ck_checked(const nb_expr *e);
+int ck_scalar_limit(nb_checker *c, nb_expr *e, const nb_type *t, const char *member); /* int.maxValue, … */ /* checked with success (a type other than the error type) */
 int ck_scalar_rank(nb_scalar_kind s);
 int ck_is_int_scalar_kind(nb_scalar_kind s);
 /* Constant-folds an integer expression (already checked). Returns 1 on success. */

@@ -610,6 +610,7 @@ static nb_ir_inst *build_value(lower_ctx *c, const nb_type *t, nb_ir_inst **vals
 {
     if (t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX) {
         int want = nb_type_components(t);
+        if (nvals == 0) return nb_ir_zero(&c->b, t); /* `float3 v = {};` */
         if (nvals == 1 && vals[0]->type->kind == NB_TY_SCALAR && want > 1) return coerce(c, vals[0], t, loc);
         if (nvals == 1 && nb_type_components(vals[0]->type) == want && vals[0]->type->kind == t->kind)
             return coerce(c, vals[0], t, loc);

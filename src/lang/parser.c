@@ -967,30 +967,49 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
     }
 }
 
-/* `where T : IFoo [, U : IBar]` clauses (possibly several) after a function's parameter list. */
-static void parse_wheres(nb_parser *p, nb_decl *fn) {
-    nb_pvec ws = {0};
+/* `where T : IFoo, IBar` / `where T.Differential == T` clauses (possibly several, also
+ * `where T : IFoo, U : IBar`) after a function's parameter list or a struct's conformances:
+ * each a PARAM named T (or "T.Differential") with its constraints; an equality is kept in
+ * default_type (parsed, not enforced: instantiations are checked as ordinary code). */
+static void parse_wheres_into(nb_parser *p, nb_pvec *ws) {
     while (tok_is(np_cur(p), "where") && !p->panic) {
         np_advance(p);
-        do {
+        for (;;) {
             if (np_kind(p) != NB_TOK_IDENT) {
                 np_error_here(p, "expected a generic parameter name after 'where'");
-                break;
+                return;
             }
-            nb_decl *w = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
-            np_advance(p);
+            nb_type_expr *subject = np_parse_type(p, 1); /* T or T.Differential */
+            nb_decl *w = new_decl(p, NB_DECL_PARAM, subject->loc, subject->name);
             w->u.param.is_type = 1;
-            if (!np_accept(p, NB_TOK_COLON)) {
-                np_error_here(p, "expected ':' and an interface after 'where %s'", w->name);
-                break;
+            if (np_accept(p, NB_TOK_EQ)) {
+                w->u.param.default_type = np_parse_type(p, 1);
+                np_push(p, ws, w);
+            } else if (np_accept(p, NB_TOK_COLON)) {
+                nb_pvec cons = {0};
+                for (;;) {
+                    parse_constraints(p, &cons);
+                    /* `, IBar` continues the list; `, U : IBar` starts another clause */
+                    if (p->panic || np_kind(p) != NB_TOK_COMMA || np_peek_kind(p, 1) != NB_TOK_IDENT) break;
+                    nb_tok_kind after = np_peek_kind(p, 2);
+                    if (after == NB_TOK_COLON || after == NB_TOK_EQ || after == NB_TOK_DOT) break;
+                    np_advance(p);
+                }
+                w->u.param.constraints = (nb_type_expr **)np_finish(p, &cons);
+                w->u.param.nconstraints = cons.n;
+                np_push(p, ws, w);
+            } else {
+                np_error_here(p, "expected ':' and an interface (or '==' and a type) after 'where %s'", w->name);
+                return;
             }
-            nb_pvec cons = {0};
-            parse_constraints(p, &cons);
-            w->u.param.constraints = (nb_type_expr **)np_finish(p, &cons);
-            w->u.param.nconstraints = cons.n;
-            np_push(p, &ws, w);
-        } while (!p->panic && np_accept(p, NB_TOK_COMMA));
+            if (p->panic || !np_accept(p, NB_TOK_COMMA)) break;
+        }
     }
+}
+
+static void parse_wheres(nb_parser *p, nb_decl *fn) {
+    nb_pvec ws = {0};
+    parse_wheres_into(p, &ws);
     fn->u.func.wheres = (nb_decl **)np_finish(p, &ws);
     fn->u.func.nwheres = ws.n;
 }
@@ -1063,6 +1082,12 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
     }
     s->u.strct.conforms = (const char **)np_finish(p, &conforms);
     s->u.strct.nconforms = conforms.n;
+    if (tok_is(np_cur(p), "where")) {
+        nb_pvec ws = {0};
+        parse_wheres_into(p, &ws);
+        s->u.strct.wheres = (nb_decl **)np_finish(p, &ws);
+        s->u.strct.nwheres = ws.n;
+    }
     if (p->panic) return s;
     if (np_kind(p) != NB_TOK_LBRACE) {
         char found[64];
