@@ -16,7 +16,9 @@
 
 #define PP_MAX_INCLUDE_DEPTH 64
 #define PP_MAX_EXPAND_DEPTH 256      /* nested argument pre-expansions */
-#define PP_MAX_EXPANDED 4000000      /* tokens produced by macros in one module (exponential bodies) */
+#define PP_MAX_EXPANDED 1000000      /* tokens produced by macros in one module (exponential bodies) */
+#define PP_MAX_INCLUDES 20000        /* #include operations in one module (a file including itself
+                                        twice without guards would double at every level) */
 
 /* ---- growable token lists (heap) ------------------------------------------------------------ */
 
@@ -115,6 +117,8 @@ typedef struct pp {
     nb_token eof;
     int expand_depth;
     long expanded;
+    int nincludes;
+    int depth_reported; /* the include-depth error is given once */
     int too_large;
     int oom;
 } pp;
@@ -301,6 +305,7 @@ static void next_raw(pp *P, nb_token *out) {
 
 /* Fully macro-expands a token list on its own (an argument, an #if line). */
 static void expand_list(pp *P, const nb_token *in, int n, tokvec *out) {
+    if (P->too_large) return;
     if (P->expand_depth >= PP_MAX_EXPAND_DEPTH) {
         if (!P->too_large && n > 0)
             nb_diag_error(P->src, in[0].loc, "macro arguments nested too deeply (more than %d levels)",
@@ -576,6 +581,10 @@ static void next(pp *P, nb_token *out) {
         int mi = find_macro(P, out->start, out->len);
         if (mi < 0 || !P->macros[mi].defined) return;
         pp_macro *m = &P->macros[mi];
+        if (P->too_large) { /* after "expansion too large": no more expansions, no more tokens */
+            *out = P->eof;
+            return;
+        }
         if (m->active) {
             out->flags |= NB_TOKF_NOEXPAND; /* painted blue: never expanded again */
             return;
@@ -1159,7 +1168,18 @@ static void dir_include(pp *P, pp_file *f, int i, int end, const nb_token *hash)
         nb_free(canon, strlen(canon) + 1);
         return;
     }
+    if (++P->nincludes > PP_MAX_INCLUDES) {
+        if (P->nincludes == PP_MAX_INCLUDES + 1)
+            nb_diag_error(P->src, nt->loc, "more than %d #includes in one module (a file included again and again "
+                          "without '#pragma once' or include guards?)", PP_MAX_INCLUDES);
+        nb_free(canon, strlen(canon) + 1);
+        return;
+    }
     if (P->nfiles > PP_MAX_INCLUDE_DEPTH) {
+        if (P->depth_reported++) {
+            nb_free(canon, strlen(canon) + 1);
+            return;
+        }
         nb_strbuf sb;
         nb_strbuf_init(&sb);
         int from = P->nfiles > 6 ? P->nfiles - 6 : 0;
@@ -1192,6 +1212,7 @@ static void dir_include(pp *P, pp_file *f, int i, int end, const nb_token *hash)
                 return;
             }
         }
+        if (file >= 0 && P->src->files[file].included_from.file < 0) P->src->files[file].included_from = nt->loc;
         if (file < 0 || (slot = add_seen(P, canon, file)) < 0) {
             nb_free(canon, strlen(canon) + 1);
             P->oom = 1;

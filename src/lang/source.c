@@ -74,6 +74,7 @@ int nb_source_add(nb_source_set *s, const char *path, const char *text, size_t l
     nb_source_file f;
     memset(&f, 0, sizeof f);
     f.len = len;
+    f.included_from.file = -1;
     f.path = src_strndup(path, strlen(path));
     f.name = module_name(path);
     f.text = nb_alloc(len + 1, 16);
@@ -193,13 +194,19 @@ nb_status nb_diag_add(nb_source_set *s, nb_diag_level level, nb_loc loc, const c
     d->level = level;
     d->loc = loc;
     d->msg = msg;
+    if (level == NB_DIAG_NOTE || loc.file < 0 || loc.file >= s->nfiles) return ret;
     /* A diagnostic on tokens a macro produced: say which macro(s), at their definitions. */
-    if (level != NB_DIAG_NOTE && loc.file >= 0)
-        for (int i = 0; i < s->nsites; i++) {
-            const nb_macro_site *m = &s->sites[i];
-            if (m->at.file == loc.file && m->at.line == loc.line && m->at.col == loc.col)
-                nb_diag_add(s, NB_DIAG_NOTE, m->def, "in expansion of macro '%.*s'", m->nlen, m->name);
-        }
+    for (int i = 0; i < s->nsites; i++) {
+        const nb_macro_site *m = &s->sites[i];
+        if (m->at.file == loc.file && m->at.line == loc.line && m->at.col == loc.col)
+            nb_diag_add(s, NB_DIAG_NOTE, m->def, "in expansion of macro '%.*s'", m->nlen, m->name);
+    }
+    /* In an #included file: the chain of #includes that read it. */
+    nb_loc inc = s->files[loc.file].included_from;
+    for (int depth = 0; inc.file >= 0 && inc.file < s->nfiles && depth < 70; depth++) {
+        nb_diag_add(s, NB_DIAG_NOTE, inc, "in the file included from here");
+        inc = s->files[inc.file].included_from;
+    }
     return ret;
 }
 

@@ -31,6 +31,8 @@ typedef struct nb_source_file {
     size_t len;
     uint32_t *line_starts; /* byte offset of each line's first character */
     int nlines;
+    nb_loc included_from;  /* the `#include` that first read it (file -1: none); diagnostics in
+                              the file get "note: in the file included from here" */
 } nb_source_file;
 
 typedef enum nb_diag_level { NB_DIAG_NOTE, NB_DIAG_WARNING, NB_DIAG_ERROR } nb_diag_level;
