@@ -282,6 +282,7 @@ struct nb_decl {
                                                  a parameter of every function using it (check_kernel.c) */
             /* [checker] value of a static const scalar/vector when constant-foldable */
             int has_const; double const_f; int64_t const_i;
+            nb_decl *enum_of;                 /* an enum case: its enum (parser_enum.c) */
         } var;
         struct {
             nb_type_expr *texpr;
@@ -304,7 +305,12 @@ struct nb_decl {
                                   its declarations in; the checker never sees this decl) */
                  int exported; /* `__exported import x;`: importers of this module see x too */
                } import;
-        struct { nb_type_expr *texpr; nb_type_expr **constraints; int nconstraints; } tdef;
+        struct { nb_type_expr *texpr; nb_type_expr **constraints; int nconstraints;
+                 /* `enum E : uint { A, B = 4 }` (parser_enum.c): a typedef of the underlying
+                  * integer type whose cases are static const NB_DECL_VARs of type E, found as
+                  * `E.A` / `E::A` (and by bare name when unscoped, where they are also
+                  * top-level declarations) */
+                 int is_enum, enum_unscoped; nb_decl **cases; int ncases; } tdef;
     } u;
 };
 

@@ -715,6 +715,10 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
         d->u.var.type = c->tt->t_error;
         return;
     }
+    if (d->u.var.enum_of && ck_state(c, &d->u.var.enum_of->u.tdef.cases) == CK_TODO) {
+        ck_check_enum(c, d->u.var.enum_of); /* gives the case its value first */
+        return;
+    }
     ck_set_state(c, d, CK_BUSY);
     ctx_save s = ck_enter_global_ctx(c, d->module);
     d->u.var.is_global = 1;
@@ -1372,6 +1376,10 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
             else ck_check_struct_decl(c, d);
             break;
         case NB_DECL_TYPEDEF: {
+            if (d->u.tdef.is_enum) {
+                ck_check_enum(c, d);
+                break;
+            }
             nb_type_expr te;
             memset(&te, 0, sizeof te);
             te.loc = d->loc;

@@ -493,6 +493,8 @@ static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
         return e->type = c->tt->t_error;
     }
     if (strcmp(name, "nullptr") == 0) return ck_nullptr(c, e); /* check_ptr.c */
+    const nb_type *et = ck_enum_dotted_name(c, e); /* `f<E.A>`: the generic argument "E.A" */
+    if (et) return et;
     ck_err(c, e->loc, "use of undeclared identifier '%s'", name);
     ck_note_hidden(c, name);
     return e->type = c->tt->t_error;
@@ -606,6 +608,18 @@ int ck_scalar_limit(nb_checker *c, nb_expr *e, const nb_type *t, const char *mem
 static const nb_type *check_static_member(nb_checker *c, nb_expr *e) {
     nb_expr *b = e->u.member.base;
     const nb_type *t = NULL;
+    { /* `E.A` / `E::A` of an enum E (check_enum.c) */
+        const char *bn = b->kind == NB_EX_NAME ? b->u.name.name
+                         : (b->kind == NB_EX_TYPE && !b->u.type.texpr->ntargs && !b->u.type.texpr->narray_dims)
+                             ? b->u.type.texpr->name : NULL;
+        nb_decl *ed = bn && !ck_lookup_local(c, bn) ? ck_find_enum(c, bn) : NULL;
+        if (ed) {
+            b->ref = NB_REF_TYPE;
+            b->type = ck_name_as_type(c, bn, b->loc);
+            if (!b->type) b->type = c->tt->t_error;
+            return ck_enum_member(c, e, ed);
+        }
+    }
     if (b->kind == NB_EX_TYPE) t = ck_resolve_type(c, b->u.type.texpr);
     else if (b->kind == NB_EX_NAME && b->u.name.name && !ck_lookup_local(c, b->u.name.name)) {
         nb_decl *g[1];

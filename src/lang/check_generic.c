@@ -55,7 +55,7 @@ static nb_decl **gparams_of(const nb_decl *d, int *n) {
 /* The scalar kind of generic parameter g (int or uint; anything else was reported by
  * ck_check_template and is treated as int). */
 static nb_scalar_kind gparam_kind(nb_checker *c, const nb_decl *g) {
-    const nb_type *t = g->u.param.texpr ? ck_builtin_type_name(c, g->u.param.texpr->name) : NULL;
+    const nb_type *t = g->u.param.texpr ? ck_value_gparam_type(c, g->u.param.texpr->name) : NULL;
     return t && t->kind == NB_TY_SCALAR && t->scalar == NB_SC_UINT ? NB_SC_UINT : NB_SC_INT;
 }
 
@@ -81,7 +81,7 @@ void ck_check_template(nb_checker *c, nb_decl *d) {
             continue;
         }
         nb_type_expr *te = g->u.param.texpr;
-        const nb_type *t = te && te->ntargs == 0 && te->narray_dims == 0 ? ck_builtin_type_name(c, te->name) : NULL;
+        const nb_type *t = te && te->ntargs == 0 && te->narray_dims == 0 ? ck_value_gparam_type(c, te->name) : NULL;
         if (te && (!t || t->kind != NB_TY_SCALAR || (t->scalar != NB_SC_INT && t->scalar != NB_SC_UINT)))
             ck_err(c, te->loc, "generic parameter '%s' must have type 'int' or 'uint'", g->name);
         for (int j = 0; j < i; j++)

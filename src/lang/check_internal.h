@@ -201,6 +201,17 @@ void ck_bind_shader_params(nb_checker *c);
 void ck_prepare_views(nb_checker *c, nb_module_ast *m);
 const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
 
+/* check_enum.c: enums (typedefs with cases) */
+void ck_check_enum(nb_checker *c, nb_decl *d);          /* case values, underlying type */
+nb_decl *ck_find_enum(nb_checker *c, const char *name); /* the enum typedef named name, or NULL */
+const nb_type *ck_enum_member(nb_checker *c, nb_expr *e, nb_decl *ed); /* `E.A` / `E::A` */
+/* The type of a value generic parameter `let M : name`: a built-in scalar or an enum's
+ * underlying type; NULL for other names. */
+const nb_type *ck_value_gparam_type(nb_checker *c, const char *name);
+/* A NAME "E.A" (a generic argument the parser read as a dotted type name) naming an enum case
+ * becomes the member expression E.A; returns its type, or NULL when it is not one. */
+const nb_type *ck_enum_dotted_name(nb_checker *c, nb_expr *e);
+
 /* check_expr.c */
 const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc); /* NULL if not a type */
 int ck_has_method(nb_decl *sd, const char *name);

@@ -149,6 +149,10 @@ static void prescan(nb_parser *p) {
         const nb_token *t = &p->toks[i], *n = &p->toks[i + 1];
         if (tok_is(t, "interface") && n->kind == NB_TOK_IDENT) {
             nameset_add(p, &p->types, n->start, (size_t)n->len);
+        } else if (tok_is(t, "enum") && n->kind == NB_TOK_IDENT) { /* enum E / enum class E */
+            const nb_token *e = (tok_is(n, "class") && i + 2 < p->ntoks && p->toks[i + 2].kind == NB_TOK_IDENT)
+                                    ? &p->toks[i + 2] : n;
+            nameset_add(p, &p->types, e->start, (size_t)e->len);
         } else if (tok_is(t, "__generic") && n->kind == NB_TOK_LT) {
             prescan_generic_prefix(p, i);
         } else if (t->kind == NB_TOK_IDENT && n->kind == NB_TOK_LT && i + 3 < p->ntoks && i > 0 &&
@@ -532,7 +536,7 @@ void np_parse_var_declarators(nb_parser *p, nb_pvec *out, nb_attr_list attrs, un
     if (!p->panic) np_expect_semi(p, "declaration");
 }
 
-static const char *const unsupported_decls[] = {"namespace", "extension", "enum", "class",
+static const char *const unsupported_decls[] = {"namespace", "extension", "class",
                                                 "cbuffer", "template", "union", NULL};
 
 /* Reports `interface Foo {` and the like clearly; returns 1 if it did. */
@@ -1299,6 +1303,10 @@ static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, 
     }
     if (k == NB_TOK_KW_TYPEDEF || k == NB_TOK_KW_TYPEALIAS) {
         np_push(p, out, parse_typedef(p, k == NB_TOK_KW_TYPEALIAS));
+        return;
+    }
+    if (np_at_enum(p)) {
+        np_parse_enum(p, out, attrs, mods);
         return;
     }
     if (k == NB_TOK_KW_LET || k == NB_TOK_KW_VAR) {

@@ -106,4 +106,8 @@ nb_stmt *np_parse_local_decl(nb_parser *p, nb_attr_list attrs);
  * or NULL (nothing consumed) when it is none of them. */
 nb_stmt *np_parse_target_stmt(nb_parser *p, nb_loc loc);
 
+/* parser_enum.c: `enum [class] [Name] [: T] { A, B = 2 }` (at `enum`, np_at_enum) */
+int np_at_enum(nb_parser *p);
+void np_parse_enum(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods);
+
 #endif
