@@ -329,6 +329,9 @@ int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, i
 static int parse_scalar_prefix(const char *s, nb_scalar_kind *k, const char **rest) {
     static const struct { const char *name; nb_scalar_kind k; } tab[] = {
         {"bool", NB_SC_BOOL},       {"int64_t", NB_SC_INT64}, {"uint64_t", NB_SC_UINT64},
+        /* Slang's sized spellings of the same scalars */
+        {"int32_t", NB_SC_INT},     {"uint32_t", NB_SC_UINT}, {"float16_t", NB_SC_HALF},
+        {"float32_t", NB_SC_FLOAT}, {"float64_t", NB_SC_DOUBLE},
         {"int", NB_SC_INT},         {"uint", NB_SC_UINT},     {"half", NB_SC_HALF},
         {"float", NB_SC_FLOAT},     {"double", NB_SC_DOUBLE},
     };

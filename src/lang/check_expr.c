@@ -713,6 +713,10 @@ static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
     switch (bt->kind) {
     case NB_TY_SCALAR:
     case NB_TY_VECTOR: return check_swizzle(c, e, bt);
+    case NB_TY_MATRIX: /* m._11, m._m00_m11 (check_swizzle.c) */
+        if (m[0] == '_') return ck_matrix_swizzle(c, slot, bt);
+        ck_err(c, e->loc, "no member named '%s' in '%s'", m, bt->name);
+        return e->type = c->tt->t_error;
     case NB_TY_STRUCT: {
         nb_decl *sd = bt->decl;
         ck_struct_type(c, sd);

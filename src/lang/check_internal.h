@@ -212,6 +212,9 @@ const nb_type *ck_value_gparam_type(nb_checker *c, const char *name);
  * becomes the member expression E.A; returns its type, or NULL when it is not one. */
 const nb_type *ck_enum_dotted_name(nb_checker *c, nb_expr *e);
 
+/* check_swizzle.c: `m._11` / `m._m00_m11` of a matrix (base already checked) */
+const nb_type *ck_matrix_swizzle(nb_checker *c, nb_expr **slot, const nb_type *mt);
+
 /* check_expr.c */
 const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc); /* NULL if not a type */
 int ck_has_method(nb_decl *sd, const char *name);
