@@ -736,6 +736,61 @@ static void test_tensor_view(void)
     kern_free(&k);
 }
 
+/* Slang's inline-CUDA pattern (slang-torch's inline-mlp): __target_switch, a CUDA case with a
+ * __requirePrelude including <cuda.h> and <mma.h> (NVRTC gets the toolkit's headers and an empty
+ * cuda.h) and an __intrinsic_asm calling a WMMA template with constexpr arguments ($3..$5); a cpp
+ * case with the same matmul through pointers. C run, CUDA compile. */
+static void test_target_prelude_wmma(void)
+{
+    const char *src =
+        "void mm(Ptr<float> a, Ptr<float> b, Ptr<float> c, constexpr int M, constexpr int N, constexpr int K) {\n"
+        "  __target_switch {\n"
+        "  case cuda:\n"
+        "    __requirePrelude(\"#include <cuda.h>\\n#include <mma.h>\\n"
+        "template<int M, int N, int K> __device__ void tc_mm(float *a, float *b, float *c) {\\n"
+        "  using namespace nvcuda;\\n"
+        "  wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;\\n"
+        "  wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb;\\n"
+        "  wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;\\n"
+        "  wmma::fill_fragment(acc, 0.0f);\\n"
+        "  wmma::load_matrix_sync(fa, a, K);\\n"
+        "  wmma::load_matrix_sync(fb, b, K);\\n"
+        "  wmma::mma_sync(acc, fa, fb, acc);\\n"
+        "  wmma::store_matrix_sync(c, acc, N, wmma::mem_row_major);\\n"
+        "}\");\n"
+        "    __intrinsic_asm \"tc_mm<$3, $4, $5>($0, $1, $2)\";\n"
+        "  case cpp:\n"
+        "    for (int i = 0; i < M; i++)\n"
+        "      for (int j = 0; j < N; j++) {\n"
+        "        float s = 0.0;\n"
+        "        for (int k = 0; k < K; k++) s += a[i * K + k] * b[k * N + j];\n"
+        "        c[i * N + j] = s;\n"
+        "      }\n"
+        "  }\n"
+        "}\n"
+        "float f(float x) {\n"
+        "  float a[4] = {x, 1.0, 2.0, 3.0};\n"
+        "  float b[4] = {1.0, 0.0, 0.0, 1.0};\n"
+        "  float c[4];\n"
+        "  mm(&a[0], &b[0], &c[0], 2, 2, 2);\n"
+        "  return c[0] + c[3];\n"
+        "}\n";
+    nb_leaf_sig ls[2] = {L(0, "x", NB_BIND_ARRAY, NB_F32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("f", 0, 1, 1, 2, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(strstr(k.src, "mma.h") == NULL); /* the CUDA prelude is not in the C source */
+    float x[2] = {5.0f, -1.0f}, r[2] = {0, 0};
+    long long shape[1] = {2}, st[1] = {4};
+    set_shape(&k, shape);
+    set_array(&k, 0, x, st, NULL);
+    set_array(&k, 1, r, st, NULL);
+    run(&k, 2);
+    NB_EXPECT_NEAR(r[0], 8.0, 1e-6); /* c = a * I: c[0] + c[3] = x + 3 */
+    NB_EXPECT_NEAR(r[1], 2.0, 1e-6);
+    kern_free(&k);
+}
+
 static void test_bad_sigs(void)
 {
     nb_program *p = compile("float add(float a, float b) { return a + b; }\nvoid sink(out float o) { o = 1; }\n");
@@ -960,5 +1015,5 @@ int main(int argc, char **argv)
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
                  test_kernel_tensor, test_compute_entry, test_tensor_view, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
-                 test_compile_time_linear);
+                 test_compile_time_linear, test_target_prelude_wmma);
 }

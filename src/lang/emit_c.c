@@ -26,6 +26,7 @@ void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target)
     nb_strbuf_init(&e->funcs);
     nb_strbuf_init(&e->tail);
     nb_strbuf_init(&e->preludes);
+    nb_strbuf_init(&e->prelude_keys);
     int nt = m->types->count + 1024; /* helpers may intern a few more types */
     e->ntype_done = nt;
     e->type_done = nb_arena_zalloc(&m->arena, (size_t)nt, 1);
@@ -44,6 +45,7 @@ void nb_emit_free(nb_emitter *e)
     nb_strbuf_free(&e->funcs);
     nb_strbuf_free(&e->tail);
     nb_strbuf_free(&e->preludes);
+    nb_strbuf_free(&e->prelude_keys);
 }
 
 void nb_emit_fail(nb_emitter *e, const char *fmt, ...)

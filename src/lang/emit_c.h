@@ -56,6 +56,7 @@ typedef struct nb_emitter {
     /* target-specific code (emit_target.c) */
     const struct nb_source_set *src; /* for diagnostics with a location (may be NULL) */
     nb_strbuf preludes;       /* __requirePrelude texts, once each, at the top of the source */
+    nb_strbuf prelude_keys;   /* the texts seen (each followed by \1) */
     int need_stdio;           /* printf is used (the C target includes <stdio.h>) */
 } nb_emitter;
 

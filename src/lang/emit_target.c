@@ -8,13 +8,20 @@
  *                replaced by the arguments, $T0..$T9 by their C types, $TR by the result type
  *                and $[i] by the i-th operand (a type's C name or a constant)
  *   preludes     __requirePrelude texts of every emitted (or expanded) function, once each, at
- *                the top of the generated source (emit_c.c nb_emit_finish)
+ *                the top of the generated source (emit_c.c nb_emit_finish). A prelude line
+ *                `#include "file"` is replaced by the file (found beside the source that declares
+ *                the function, then on the -I paths; its own quoted includes likewise), so the
+ *                generated source stands alone for the C compiler and NVRTC and the kernel cache
+ *                key changes with the header; `#include <…>` lines stay (nvrtc.c gives NVRTC the
+ *                toolkit's headers)
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "lang/emit_c.h"
 #include "lang/source.h"
+#include "nabla/alloc.h"
+#include "nabla/file.h"
 
 nb_ir_func *nb_emit_variant(const nb_emitter *e, nb_ir_func *f)
 {
@@ -43,6 +50,77 @@ static void fail_at(nb_emitter *e, nb_loc loc, const char *msg)
                  line ? (int)(len > 200 ? 200 : len) : 0, line ? line : "", caret);
 }
 
+/* Reads dir/name (dir may be NULL: name as is) into a fresh buffer; NULL when it cannot. */
+static char *read_beside(const char *dir, size_t dirlen, const char *name, char *path, size_t cap, size_t *len)
+{
+    if (dir && dirlen) snprintf(path, cap, "%.*s/%s", (int)dirlen, dir, name);
+    else snprintf(path, cap, "%s", name);
+    char *data = NULL;
+    if (nb_file_read_all(path, "prelude include", 16u << 20, &data, len) != NB_OK) return NULL;
+    return data;
+}
+
+/* Appends text to out with its `#include "file"` lines replaced by the files (see the top). */
+static int inline_includes(nb_emitter *e, const char *text, const char *from, nb_loc loc, int depth, nb_strbuf *out)
+{
+    const char *q = text;
+    while (*q) {
+        const char *eol = strchr(q, '\n');
+        size_t n = eol ? (size_t)(eol - q) : strlen(q);
+        const char *s = q;
+        while (s < q + n && (*s == ' ' || *s == '\t')) s++;
+        char name[512];
+        int inc = 0;
+        if (s < q + n && *s == '#') {
+            const char *k = s + 1;
+            while (k < q + n && (*k == ' ' || *k == '\t')) k++;
+            if ((size_t)(q + n - k) > 8 && !strncmp(k, "include", 7)) {
+                k += 7;
+                while (k < q + n && (*k == ' ' || *k == '\t')) k++;
+                const char *c = k < q + n && *k == '"' ? memchr(k + 1, '"', (size_t)(q + n - k - 1)) : NULL;
+                if (c && (size_t)(c - k - 1) < sizeof name) {
+                    memcpy(name, k + 1, (size_t)(c - k - 1));
+                    name[c - k - 1] = '\0';
+                    inc = 1;
+                }
+            }
+        }
+        if (!inc) {
+            nb_strbuf_append_n(out, q, n);
+            nb_strbuf_append_char(out, '\n');
+        } else {
+            char path[1024];
+            size_t len = 0;
+            const char *slash = from ? strrchr(from, '/') : NULL;
+            char *data = name[0] == '/' ? read_beside(NULL, 0, name, path, sizeof path, &len)
+                                        : read_beside(from, slash ? (size_t)(slash - from) : 0, name, path, sizeof path, &len);
+            for (int i = 0; !data && e->src && name[0] != '/' && i < e->src->nsearch; i++)
+                data = read_beside(e->src->search_paths[i], strlen(e->src->search_paths[i]), name, path, sizeof path, &len);
+            if (!data) {
+                char msg[700];
+                snprintf(msg, sizeof msg, "cannot find '%s', included by a __requirePrelude (looked beside %s and on the "
+                         "-I paths)", name, from ? from : "the source");
+                fail_at(e, loc, msg);
+                return 0;
+            }
+            if (depth >= 16) {
+                nb_free(data, len + 1);
+                fail_at(e, loc, "__requirePrelude includes nest deeper than 16 files (an include cycle?)");
+                return 0;
+            }
+            nb_strbuf_printf(out, "/* begin %s (__requirePrelude) */\n", name);
+            char *keep = nb_arena_strdup(&e->m->arena, path);
+            int ok = inline_includes(e, data, keep ? keep : path, loc, depth + 1, out);
+            nb_free(data, len + 1);
+            if (!ok) return 0;
+            nb_strbuf_printf(out, "/* end %s */\n", name);
+        }
+        q += n;
+        if (*q) q++;
+    }
+    return 1;
+}
+
 int nb_emit_target_prepare(nb_emitter *e, nb_ir_func *f)
 {
     if (f->missing) {
@@ -54,21 +132,23 @@ int nb_emit_target_prepare(nb_emitter *e, nb_ir_func *f)
         fail_at(e, f->missing_loc, msg);
         return 1;
     }
-    for (int i = 0; i < f->npreludes; i++) {
+    nb_loc floc = f->decl ? f->decl->loc : f->missing_loc;
+    const char *from = e->src && floc.file >= 0 && floc.file < e->src->nfiles ? e->src->files[floc.file].path : NULL;
+    for (int i = 0; i < f->npreludes && e->ok; i++) {
         const char *t = f->preludes[i];
-        /* once per text: search the lines already collected */
-        const char *have = nb_strbuf_cstr(&e->preludes);
+        /* once per text: the texts seen so far, each followed by a \1 */
+        const char *have = nb_strbuf_cstr(&e->prelude_keys);
         size_t tl = strlen(t);
         int dup = 0;
         for (const char *q = have; q && (q = strstr(q, t)) != NULL; q++)
-            if ((q == have || q[-1] == '\n') && q[tl] == '\n') {
+            if ((q == have || q[-1] == '\1') && q[tl] == '\1') {
                 dup = 1;
                 break;
             }
-        if (!dup) {
-            nb_strbuf_append(&e->preludes, t);
-            nb_strbuf_append_char(&e->preludes, '\n');
-        }
+        if (dup) continue;
+        nb_strbuf_append(&e->prelude_keys, t);
+        nb_strbuf_append_char(&e->prelude_keys, '\1');
+        inline_includes(e, t, from, floc, 0, &e->preludes);
     }
     return f->asm_text != NULL;
 }

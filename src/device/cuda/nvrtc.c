@@ -11,6 +11,12 @@
  *   ldconfig), $CUDA_HOME/lib64/libnvrtc.so* and $CUDA_PATH/lib64/libnvrtc.so*,
  *   /usr/local/cuda/lib64/libnvrtc.so.13, /usr/local/cuda/lib64/libnvrtc.so.
  * Unlike libcuda, a failed load is retried once a new search path has been added.
+ *
+ * Sources that include system headers (a Slang __requirePrelude with `#include <mma.h>`) get the
+ * toolkit's include directory ($NABLA_CUDA_INCLUDE, $CUDA_HOME/include, $CUDA_PATH/include, beside
+ * the loaded libnvrtc, /usr/local/cuda/include: the first holding cuda_runtime_api.h) and an empty
+ * "cuda.h": the driver API header is host code that NVRTC cannot compile, and device code does
+ * not need it.
  */
 #include <dlfcn.h>
 #include <glob.h>
@@ -245,6 +251,42 @@ static char *nb_nvrtc_log(const nb_nvrtc_api *rt, nvrtcProgram prog, size_t *cap
 
 #define NB_NVRTC_MAX_OPTS 64
 
+static int nb_nvrtc_has_include_dir(const char *dir, size_t n) {
+    char p[1100];
+    snprintf(p, sizeof p, "%.*s/cuda_runtime_api.h", (int)n, dir);
+    FILE *f = fopen(p, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* "-I<toolkit>/include" for sources with system includes, or NULL (see the top). */
+static const char *nb_nvrtc_include_opt(void) {
+    static char opt[1100];
+    static int done;
+    pthread_mutex_lock(&nb_nvrtc_lock);
+    if (!done) {
+        done = 1;
+        char cand[6][1024];
+        int nc = 0;
+        const char *env[3] = {getenv("NABLA_CUDA_INCLUDE"), getenv("CUDA_HOME"), getenv("CUDA_PATH")};
+        if (env[0] && env[0][0]) snprintf(cand[nc++], sizeof cand[0], "%s", env[0]);
+        for (int i = 1; i < 3; i++)
+            if (env[i] && env[i][0]) snprintf(cand[nc++], sizeof cand[0], "%s/include", env[i]);
+        const char *slash = strrchr(nb_nvrtc_where, '/');
+        if (slash) { /* <root>/lib64/libnvrtc.so -> <root>/include */
+            size_t n = (size_t)(slash - nb_nvrtc_where);
+            while (n > 0 && nb_nvrtc_where[n - 1] != '/') n--;
+            snprintf(cand[nc++], sizeof cand[0], "%.*sinclude", (int)n, nb_nvrtc_where);
+        }
+        snprintf(cand[nc++], sizeof cand[0], "/usr/local/cuda/include");
+        opt[0] = '\0';
+        for (int i = 0; i < nc && !opt[0]; i++)
+            if (nb_nvrtc_has_include_dir(cand[i], strlen(cand[i]))) snprintf(opt, sizeof opt, "-I%s", cand[i]);
+    }
+    pthread_mutex_unlock(&nb_nvrtc_lock);
+    return opt[0] ? opt : NULL;
+}
+
 nb_status nb_nvrtc_compile(const char *source, const char *name, const char *arch,
                            const char *const *extra_opts, void **image, size_t *size,
                            int *is_cubin) {
@@ -278,9 +320,15 @@ nb_status nb_nvrtc_compile(const char *source, const char *name, const char *arc
         opts[nopts++] = extra_opts[i];
     }
     const char *target = arch ? arch : "the architecture in the options";
+    /* system includes (Slang preludes): the toolkit's headers and an empty cuda.h (see the top) */
+    int sys = strstr(source, "#include <") != NULL;
+    const char *inc = sys ? nb_nvrtc_include_opt() : NULL;
+    if (inc && nopts < NB_NVRTC_MAX_OPTS) opts[nopts++] = inc;
+    static const char *const hdr_text[] = {"/* cuda.h: host-only driver API; not needed by device code (nabla) */\n"};
+    static const char *const hdr_name[] = {"cuda.h"};
 
     nvrtcProgram prog = NULL;
-    nvrtcResult r = rt->CreateProgram(&prog, source, name, 0, NULL, NULL);
+    nvrtcResult r = rt->CreateProgram(&prog, source, name, sys ? 1 : 0, sys ? hdr_text : NULL, sys ? hdr_name : NULL);
     if (r != NVRTC_SUCCESS)
         return nb_error(r == NVRTC_ERROR_OUT_OF_MEMORY ? NB_ERR_OUT_OF_MEMORY : NB_ERR_INTERNAL,
                         "nvrtcCreateProgram failed for %s: %s", name, rt->GetErrorString(r));
