@@ -34,12 +34,30 @@ static int is_value_shape(const nb_type *t) {
     return t && (t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX);
 }
 
+/* An initializer-list argument not checked yet: it takes its type from the parameter it is
+ * passed to (`f({1.0, 2.0})`, `DifferentialPair<S>({p, q}, {dp, dq})`), once the overload is
+ * chosen (check_args_defer, apply_args). */
+static int is_pending_list(const nb_expr *e) { return e && e->kind == NB_EX_INIT_LIST && !e->type; }
+
+/* Types an initializer list can stand for. */
+static int list_param_ok(const nb_type *t) {
+    return t && (t->kind == NB_TY_STRUCT || t->kind == NB_TY_ARRAY || t->kind == NB_TY_VECTOR ||
+                 t->kind == NB_TY_MATRIX || t->kind == NB_TY_DIFFPAIR || t->kind == NB_TY_SCALAR);
+}
+
+/* An argument converted to a parameter type: a pending list is checked as that type. */
+static void arg_to(nb_checker *c, nb_expr **slot, const nb_type *t, const char *what) {
+    if (is_pending_list(*slot)) ck_expr_to(c, slot, t, what);
+    else ck_coerce(c, slot, t, what);
+}
+
 /* "f(float3, int)" */
 static void describe_call(const char *name, nb_expr **args, int nargs, nb_strbuf *sb) {
     nb_strbuf_printf(sb, "%s(", name);
     for (int i = 0; i < nargs; i++) {
         if (i) nb_strbuf_append(sb, ", ");
-        nb_strbuf_append(sb, args[i] && args[i]->type ? args[i]->type->name : "?");
+        if (is_pending_list(args[i])) nb_strbuf_append(sb, "{…}");
+        else nb_strbuf_append(sb, args[i] && args[i]->type ? args[i]->type->name : "?");
     }
     nb_strbuf_append(sb, ")");
 }
@@ -137,6 +155,11 @@ static int cand_cost(ck_cand *k, nb_expr **args, const char **names, int nargs) 
         }
         const nb_type *at = args[k->map[i]]->type;
         const nb_type *pt = k->params[i].type;
+        if (is_pending_list(args[k->map[i]])) { /* `{…}`: any aggregate IN parameter, checked later */
+            if (k->params[i].dir != NB_DIR_IN || !list_param_ok(pt)) return -1;
+            cost += 1;
+            continue;
+        }
         if (k->params[i].dir != NB_DIR_IN) {
             if (at != pt && !ck_is_error(at) && !ck_is_error(pt)) return -1;
             continue;
@@ -157,7 +180,7 @@ static int resolve(nb_checker *c, nb_expr *call, const char *display, ck_cand *c
     nb_expr **args = call->u.call.args;
     int nargs = call->u.call.nargs;
     for (int a = 0; a < nargs; a++)
-        if (ck_is_error(args[a]->type)) return -1; /* an argument already failed: no cascade */
+        if (!is_pending_list(args[a]) && ck_is_error(args[a]->type)) return -1; /* no cascade */
     int best = -1, nbest = 0;
     for (int i = 0; i < ncands; i++) {
         cands[i].cost = cand_cost(&cands[i], args, call->u.call.arg_names, nargs);
@@ -199,7 +222,7 @@ static void apply_args(nb_checker *c, nb_expr *call, ck_cand *k, const char *fna
         }
         na[i] = old[k->map[i]];
         if (k->params[i].dir == NB_DIR_IN) {
-            ck_coerce(c, &na[i], k->params[i].type, what);
+            arg_to(c, &na[i], k->params[i].type, what);
         } else if (!na[i]->is_lvalue && !ck_is_error(na[i]->type)) {
             char msg[256];
             snprintf(msg, sizeof msg, "argument %d of '%s' must be assignable (it is an %s parameter)",
@@ -225,6 +248,21 @@ static void check_args(nb_checker *c, nb_expr *call) {
     }
 }
 
+/* As check_args, but initializer lists wait for the chosen overload's parameter types. */
+static void check_args_defer(nb_checker *c, nb_expr *call) {
+    for (int i = 0; i < call->u.call.nargs; i++) {
+        nb_expr *a = call->u.call.args[i];
+        if (!a || (a->kind == NB_EX_INIT_LIST && !a->type)) continue;
+        ck_expr(c, &call->u.call.args[i]);
+    }
+}
+
+/* After a failed resolution: pending lists get the error type (nothing reads them unchecked). */
+static void fail_pending(nb_checker *c, nb_expr *call) {
+    for (int i = 0; i < call->u.call.nargs; i++)
+        if (is_pending_list(call->u.call.args[i])) call->u.call.args[i]->type = c->tt->t_error;
+}
+
 /* Calls of user functions / methods. this_base: object expression for method calls. */
 static const nb_type *call_user(nb_checker *c, nb_expr *call, nb_decl **fns, int nfns, const char *name) {
     int n = nfns < CK_MAX_CANDS ? nfns : CK_MAX_CANDS;
@@ -233,6 +271,7 @@ static const nb_type *call_user(nb_checker *c, nb_expr *call, nb_decl **fns, int
     for (int i = 0; i < n; i++) cand_from_decl(c, &cands[i], fns[i], NULL, 0);
     int k = resolve(c, call, name, cands, n);
     if (k < 0) {
+        fail_pending(c, call);
         nb_free(cands, sizeof(ck_cand) * (size_t)n);
         return call->type = c->tt->t_error;
     }
@@ -274,10 +313,11 @@ static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) 
     call->ref = NB_REF_TYPE;
     int n = call->u.call.nargs;
     nb_expr **args = call->u.call.args;
-    check_args(c, call);
-    if (ck_is_error(t)) return call->type = t;
+    if (t->kind == NB_TY_STRUCT || t->kind == NB_TY_DIFFPAIR) check_args_defer(c, call); /* S({…}, …) */
+    else check_args(c, call);
+    if (ck_is_error(t)) { fail_pending(c, call); return call->type = t; }
     for (int i = 0; i < n; i++)
-        if (ck_is_error(args[i]->type)) return call->type = t;
+        if (!is_pending_list(args[i]) && ck_is_error(args[i]->type)) { fail_pending(c, call); return call->type = t; }
     call->type = t;
     switch (t->kind) {
     case NB_TY_SCALAR:
@@ -319,24 +359,26 @@ static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) 
         if (n != sd->u.strct.nfields) {
             ck_err(c, call->loc, "'%s' constructor takes %d arguments (one per field), got %d", t->name,
                    sd->u.strct.nfields, n);
+            fail_pending(c, call);
             return call->type = c->tt->t_error;
         }
         for (int i = 0; i < n; i++) {
             char what[128];
             snprintf(what, sizeof what, "field '%s' of '%s'", sd->u.strct.fields[i]->name, t->name);
-            ck_coerce(c, &args[i], sd->u.strct.fields[i]->u.var.type, what);
+            arg_to(c, &args[i], sd->u.strct.fields[i]->u.var.type, what);
         }
         return t;
     }
     case NB_TY_DIFFPAIR: {
         if (n < 1 || n > 2) {
             ck_err(c, call->loc, "'%s' constructor takes 1 or 2 arguments, got %d", t->name, n);
+            fail_pending(c, call);
             return call->type = c->tt->t_error;
         }
-        ck_coerce(c, &args[0], t->elem, "constructor");
+        arg_to(c, &args[0], t->elem, "constructor");
         if (n == 2) {
             const nb_type *dt = nb_type_differential(c->tt, t->elem);
-            ck_coerce(c, &args[1], dt ? dt : c->tt->t_error, "constructor");
+            arg_to(c, &args[1], dt ? dt : c->tt->t_error, "constructor");
         }
         call->ref = NB_REF_INTRINSIC;
         call->index = NB_INTR_DIFF_PAIR;
@@ -430,7 +472,15 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
         ck_err(c, call->loc, "'%s(f)' must be called with f's arguments: %s(f)(…)", name, name);
         return call->type = c->tt->t_error;
     }
-    check_args(c, call);
+    if (in->sig == NB_ISIG_DIFFPAIR && n == 2 && is_pending_list(args[1])) {
+        /* diffPair(a, {…}): the list is a's Differential */
+        const nb_type *pt = ck_expr(c, &args[0]);
+        const nb_type *dt = ck_is_error(pt) ? NULL : nb_type_differential(c->tt, pt);
+        if (dt) ck_expr_to(c, &args[1], dt, "argument 2 of 'diffPair'");
+        else fail_pending(c, call);
+    } else {
+        check_args(c, call);
+    }
     if (n < in->min_args || n > in->max_args) {
         if (in->min_args == in->max_args)
             ck_err(c, call->loc, "'%s' takes %d argument%s, got %d", name, in->min_args,
@@ -690,7 +740,7 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
     inner->type = c->tt->t_error;
     call->ref = NB_REF_INTRINSIC;
     call->index = id;
-    check_args(c, call);
+    check_args_defer(c, call);
     /* the operators, outermost first: fwd_diff(bwd_diff(f)) -> {fwd, bwd} */
     nb_expr *ops[CK_MAX_DIFF_ORDER];
     int ids[CK_MAX_DIFF_ORDER], nops = 0;
@@ -809,6 +859,7 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
     display[dl] = 0;
     int k = resolve(c, call, display, cands, nc);
     if (k < 0) {
+        fail_pending(c, call);
         nb_free(cands, sizeof(ck_cand) * (size_t)nf);
         return call->type = c->tt->t_error;
     }
@@ -845,9 +896,10 @@ static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee,
     int n;
     const char *mname = callee->u.member.member;
     struct_methods(sd, mname, ms, CK_MAX_CANDS, &n);
-    check_args(c, call);
+    check_args_defer(c, call);
     if (n == 0) {
         ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, sd->name);
+        fail_pending(c, call);
         return call->type = c->tt->t_error;
     }
     /* constructors are named after their type in diagnostics: 'S(float, float)' */
@@ -971,9 +1023,9 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
         if (nf > 0 && !ck_builtin_type_name(c, name) && ck_lookup_global(c, name, NB_DECL_STRUCT, d, 1) == 0 &&
             ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 1) == 0) {
-            check_args(c, call);
+            check_args_defer(c, call);
             nf = ck_generic_candidates(c, call, fns, nf, te, name);
-            if (nf <= 0) return call->type = c->tt->t_error;
+            if (nf <= 0) { fail_pending(c, call); return call->type = c->tt->t_error; }
             /* the callee becomes a plain function name */
             callee->kind = NB_EX_NAME;
             memset(&callee->u, 0, sizeof callee->u);
@@ -1036,9 +1088,9 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         int nf = ck_lookup_global(c, name, NB_DECL_FUNC, fns, CK_MAX_CANDS);
         if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
         if (nf > 0) {
-            check_args(c, call);
+            check_args_defer(c, call);
             nf = ck_generic_candidates(c, call, fns, nf, NULL, name);
-            if (nf <= 0) return call->type = c->tt->t_error;
+            if (nf <= 0) { fail_pending(c, call); return call->type = c->tt->t_error; }
             call->ref = NB_REF_FUNCTION;
             callee->ref = NB_REF_FUNCTION;
             const nb_type *r = call_user(c, call, fns, nf, name);

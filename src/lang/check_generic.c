@@ -926,7 +926,9 @@ int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb
         return -1;
     }
     for (int a = 0; a < call->u.call.nargs; a++)
-        if (!call->u.call.args[a] || ck_is_error(call->u.call.args[a]->type)) return -1; /* no cascade */
+        if (!call->u.call.args[a] ||
+            (ck_is_error(call->u.call.args[a]->type) && call->u.call.args[a]->kind != NB_EX_INIT_LIST))
+            return -1; /* no cascade (an unchecked `{…}` waits for its parameter's type) */
     int ngiven = explicit_args_te ? explicit_args_te->ntargs : 0;
     if (ngiven > CK_MAX_GPARAMS) {
         ck_err(c, explicit_args_te->loc, "too many generic arguments for '%s' (%d)", name, ngiven);
