@@ -118,6 +118,7 @@ struct nb_expr {
                  const char **arg_names; /* named argument labels or NULL entries; NULL if none */
                } call;
         struct { nb_expr *base; const char *member; int is_static; /* written with :: */
+                 nb_type_expr *targs; /* `obj.f<4>(…)`: the written generic arguments (named f) */
                  int swizzle[4]; int swizzle_len; /* [checker] component indices for swizzles */
                } member;
         struct { nb_expr *base; nb_expr **indices; int nindices; } index;

@@ -902,6 +902,9 @@ static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee,
         fail_pending(c, call);
         return call->type = c->tt->t_error;
     }
+    /* generic methods (`f<let N : int>`, `__init<T : IFoo>`): their instantiations for this call */
+    n = ck_generic_candidates(c, call, ms, n, callee->u.member.targs, mname);
+    if (n <= 0) return call->type = c->tt->t_error;
     /* constructors are named after their type in diagnostics: 'S(float, float)' */
     const nb_type *r = call_user(c, call, ms, n, strcmp(mname, "__init") == 0 && sd->name ? sd->name : mname);
     if (!call->decl) return r;
@@ -1019,6 +1022,26 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         nb_type_expr *te = callee->u.type.texpr;
         const char *name = te->name ? te->name : "";
         nb_decl *fns[CK_MAX_CANDS], *d[1];
+        if (c->strct && ck_has_method(c->strct, name)) {
+            /* `f<4>(…)` inside a struct: its generic method, on `this` (or the type when static) */
+            nb_expr *m = ck_new_expr(c, NB_EX_MEMBER, callee->loc);
+            nb_expr *base = ck_new_expr(c, NB_EX_NAME, callee->loc);
+            if (!m || !base) return call->type = c->tt->t_error;
+            base->u.name.name = "this";
+            int static_ctx = c->fn && (c->fn->mods & NB_MOD_STATIC) && !c->fn->u.func.is_init;
+            if (static_ctx) {
+                base->ref = NB_REF_TYPE;
+                base->type = ck_struct_type(c, c->strct);
+                base->u.name.name = c->strct->name;
+            } else {
+                ck_expr(c, &base);
+            }
+            m->u.member.base = base;
+            m->u.member.member = name;
+            m->u.member.targs = te;
+            call->u.call.callee = m;
+            return call_method(c, call, m, c->strct, static_ctx);
+        }
         int nf = ck_lookup_global(c, name, NB_DECL_FUNC, fns, CK_MAX_CANDS);
         if (nf > CK_MAX_CANDS) nf = CK_MAX_CANDS;
         if (nf > 0 && !ck_builtin_type_name(c, name) && ck_lookup_global(c, name, NB_DECL_STRUCT, d, 1) == 0 &&

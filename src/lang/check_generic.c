@@ -63,10 +63,6 @@ void ck_check_template(nb_checker *c, nb_decl *d) {
     int ng;
     nb_decl **gp = gparams_of(d, &ng);
     const char *name = d->name ? d->name : "?";
-    if (d->kind == NB_DECL_FUNC && d->u.func.parent) {
-        ck_err(c, d->loc, "generic methods are not supported ('%s'); make the struct generic instead", name);
-        return;
-    }
     ck_merge_wheres(c, d);
     if (ng > CK_MAX_GPARAMS)
         ck_err(c, d->loc, "'%s' has %d generic parameters (at most %d are supported)", name, ng, CK_MAX_GPARAMS);
@@ -304,7 +300,10 @@ static nb_expr *clone_expr(subst *s, const nb_expr *e) {
                 memcpy((void *)r->u.call.arg_names, e->u.call.arg_names, sizeof(char *) * (size_t)e->u.call.nargs);
         }
         break;
-    case NB_EX_MEMBER: r->u.member.base = clone_expr(s, e->u.member.base); break;
+    case NB_EX_MEMBER:
+        r->u.member.base = clone_expr(s, e->u.member.base);
+        r->u.member.targs = clone_te(s, e->u.member.targs);
+        break;
     case NB_EX_INDEX:
         r->u.index.base = clone_expr(s, e->u.index.base);
         r->u.index.indices = clone_exprs(s, e->u.index.indices, e->u.index.nindices);
@@ -545,7 +544,7 @@ static ck_inst *find_inst(nb_checker *c, const nb_decl *tmpl, const int64_t *val
 
 static const ck_inst *inst_of_clone(nb_checker *c, const nb_decl *d) {
     if (!d) return NULL;
-    if (d->kind == NB_DECL_FUNC && d->u.func.parent) d = d->u.func.parent;
+    if (d->kind == NB_DECL_FUNC && d->u.func.parent && !d->u.func.generic_of) d = d->u.func.parent;
     if ((d->kind == NB_DECL_FUNC && !d->u.func.generic_of) || (d->kind == NB_DECL_STRUCT && !d->u.strct.generic_of))
         return NULL;
     for (int i = 0; i < c->ninsts; i++)

@@ -1292,7 +1292,8 @@ nb_status nb_ir_lower_program(nb_program *p, nb_ir_module *m)
         for (int i = 0; i < mod->ndecls; i++) {
             nb_decl *d = mod->decls[i];
             if (d->kind == NB_DECL_FUNC && d->u.func.body && !d->u.func.ngparams) { /* (not a generic template) */
-                if (!declare_func(&c, d, NULL)) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory lowering IR");
+                /* (an instantiated generic method `S.f<4>` is a module decl with its struct as parent) */
+                if (!declare_func(&c, d, d->u.func.parent)) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory lowering IR");
             } else if (d->kind == NB_DECL_VAR && d->u.var.is_global) {
                 declare_global(&c, d, NULL);
             } else if (d->kind == NB_DECL_STRUCT) {

@@ -342,9 +342,15 @@ static nb_expr *parse_postfix(nb_parser *p, nb_expr *e) {
             }
             nb_expr *m = np_new_expr(p, NB_EX_MEMBER, np_loc(p));
             m->u.member.base = e;
-            m->u.member.member = np_tok_text(p);
             m->u.member.is_static = k == NB_TOK_COLONCOLON;
-            np_advance(p);
+            if (np_is_generic_name(p, np_cur(p)) && np_peek_kind(p, 1) == NB_TOK_LT) {
+                /* a generic method with explicit arguments: obj.f<4>(…), T::decode<4>(…) */
+                m->u.member.targs = np_parse_type(p, 0);
+                m->u.member.member = m->u.member.targs->name;
+            } else {
+                m->u.member.member = np_tok_text(p);
+                np_advance(p);
+            }
             e = m;
         } else if (k == NB_TOK_INC || k == NB_TOK_DEC) {
             np_advance(p);
