@@ -428,6 +428,20 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         }
         return is_m ? nb_type_matrix(c->tt, s->scalar, (int)a, (int)b) : nb_type_vector(c->tt, s->scalar, (int)a);
     }
+    if (strcmp(n, "Array") == 0) { /* Slang's Array<T, N> is T[N] */
+        if (na != 2) {
+            ck_err(c, te->loc, "'Array' takes 2 generic arguments (Array<T, N>), got %d", na);
+            return c->tt->t_error;
+        }
+        const nb_type *s = generic_type(c, te, 0);
+        if (ck_is_error(s)) return s;
+        if (!ck_generic_int(c, te, 1, &a)) return c->tt->t_error;
+        if (a < 1) {
+            ck_err(c, te->loc, "'Array' length must be at least 1, got %lld", (long long)a);
+            return c->tt->t_error;
+        }
+        return nb_type_array(c->tt, s, (int)a);
+    }
     if (strcmp(n, "Tensor") == 0 || strcmp(n, "DiffTensor") == 0 || strcmp(n, "RWTensor") == 0 ||
         strcmp(n, "NDBuffer") == 0 || strcmp(n, "RWNDBuffer") == 0 || /* (SlangPy's N-d buffers are Tensors) */
         (na == 2 && (strcmp(n, "TensorView") == 0 || strcmp(n, "DiffTensorView") == 0))) { /* (rank inferred: check_view.c) */

@@ -329,6 +329,13 @@ static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) 
         return t;
     case NB_TY_VECTOR:
     case NB_TY_MATRIX: {
+        if (t->kind == NB_TY_MATRIX && n == 1 && args[0]->type->kind == NB_TY_MATRIX &&
+            args[0]->type->rows >= t->rows && args[0]->type->cols >= t->cols &&
+            (args[0]->type->rows != t->rows || args[0]->type->cols != t->cols)) {
+            /* float2x2(m3x3): the top-left block (check_swizzle.c) */
+            if (!ck_matrix_truncate_args(c, call, t)) return call->type = c->tt->t_error;
+            return call_ctor(c, call, t);
+        }
         if (n == 1 && (args[0]->type->kind == NB_TY_SCALAR ||
                        (args[0]->type->kind == t->kind && nb_type_components(args[0]->type) == nb_type_components(t) &&
                         args[0]->type->cols == t->cols))) {

@@ -897,6 +897,9 @@ static void unify(infer *f, const nb_type_expr *te, const nb_type *at) {
                at->kind == NB_TY_TENSOR && te->ntargs == 2) {
         if (te->targs && te->targs[0]) unify(f, te->targs[0], at->elem);
         bind(f, targ_param(f, te, 1), at->rank);
+    } else if (!strcmp(n, "Array") && at->kind == NB_TY_ARRAY && te->ntargs == 2) { /* Array<T, N> */
+        if (te->targs && te->targs[0]) unify(f, te->targs[0], at->elem);
+        bind(f, targ_param(f, te, 1), at->length);
     } else if (!strcmp(n, "DifferentialPair") && at->kind == NB_TY_DIFFPAIR && te->ntargs == 1) {
         if (te->targs && te->targs[0]) unify(f, te->targs[0], at->elem);
     } else if (at->kind == NB_TY_STRUCT && at->decl && at->decl->u.strct.generic_of &&

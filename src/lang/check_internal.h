@@ -214,6 +214,9 @@ const nb_type *ck_enum_dotted_name(nb_checker *c, nb_expr *e);
 
 /* check_swizzle.c: `m._11` / `m._m00_m11` of a matrix (base already checked) */
 const nb_type *ck_matrix_swizzle(nb_checker *c, nb_expr **slot, const nb_type *mt);
+/* `float2x2(m)` of a larger matrix m (Slang keeps the top-left block): rewrites the call's
+ * arguments to the rows m[r].xy… (unchecked); 0 after a diagnostic. */
+int ck_matrix_truncate_args(nb_checker *c, nb_expr *call, const nb_type *t);
 
 /* check_expr.c */
 const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc); /* NULL if not a type */

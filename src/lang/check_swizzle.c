@@ -125,3 +125,33 @@ const nb_type *ck_matrix_swizzle(nb_checker *c, nb_expr **slot, const nb_type *m
     *slot = call;
     return ck_expr(c, slot);
 }
+
+int ck_matrix_truncate_args(nb_checker *c, nb_expr *call, const nb_type *t) {
+    nb_expr *src = call->u.call.args[0];
+    const nb_type *st = src->type;
+    static const char *const comps[] = {"x", "xy", "xyz", "xyzw"};
+    nb_expr **args = ck_alloc(c, sizeof *args * (size_t)t->rows);
+    if (!args) return 0;
+    for (int r = 0; r < t->rows; r++) {
+        nb_expr *b = copy_place(c, src);
+        if (!b) {
+            ck_err(c, src->loc, "a '%s' made from a larger '%s' needs a variable or a field as its argument; "
+                   "store the value in a variable first", t->name, st->name);
+            return 0;
+        }
+        nb_expr *row = ck_new_expr(c, NB_EX_INDEX, src->loc), *sw = ck_new_expr(c, NB_EX_MEMBER, src->loc);
+        nb_expr **ri = ck_alloc(c, sizeof *ri);
+        if (!row || !sw || !ri) return 0;
+        ri[0] = int_lit(c, src->loc, r);
+        row->u.index.base = b;
+        row->u.index.indices = ri;
+        row->u.index.nindices = 1;
+        sw->u.member.base = row;
+        sw->u.member.member = comps[t->cols - 1];
+        args[r] = sw;
+    }
+    call->u.call.args = args;
+    call->u.call.nargs = t->rows;
+    call->u.call.arg_names = NULL;
+    return 1;
+}

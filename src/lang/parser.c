@@ -407,7 +407,8 @@ static unsigned parse_mods(nb_parser *p) {
     }
 }
 
-/* One parameter: [attrs] (in|out|inout|no_diff|const|constexpr)* type [name] [dims] [= default] */
+/* One parameter: [attrs] (in|out|inout|no_diff|const|constexpr|__constref)* type [name] [dims]
+ * [= default] */
 static nb_decl *parse_param(nb_parser *p, int index) {
     nb_attr_list attrs = np_parse_attrs(p);
     nb_loc loc = np_loc(p);
@@ -420,6 +421,9 @@ static nb_decl *parse_param(nb_parser *p, int index) {
         else if (k == NB_TOK_KW_INOUT) in = out = 1;
         else if (k == NB_TOK_KW_NO_DIFF) mods |= NB_MOD_NO_DIFF;
         else if (k == NB_TOK_KW_CONST) mods |= NB_MOD_CONST;
+        else if (tok_is(np_cur(p), "__constref") && np_peek_kind(p, 1) != NB_TOK_COMMA &&
+                 np_peek_kind(p, 1) != NB_TOK_RPAREN)
+            mods |= NB_MOD_CONST; /* Slang's by-reference `in`: read-only, the same value semantics */
         else if (k == NB_TOK_IDENT && np_cur(p)->len == 9 && !memcmp(np_cur(p)->start, "constexpr", 9) &&
                  np_peek_kind(p, 1) == NB_TOK_IDENT)
             mods |= NB_MOD_CONSTEXPR; /* `constexpr int W` (Slang) */

@@ -34,6 +34,12 @@ static void expect_gt(nb_parser *p, nb_loc open) {
 
 static nb_expr *parse_binary_from(nb_parser *p, int minprec, nb_expr *lhs);
 
+/* `row_major` / `column_major` before a matrix type. */
+static int is_layout_word(const nb_token *a) {
+    return a->kind == NB_TOK_IDENT && ((a->len == 9 && !memcmp(a->start, "row_major", 9)) ||
+                                       (a->len == 12 && !memcmp(a->start, "column_major", 12)));
+}
+
 static void parse_generic_args(nb_parser *p, nb_type_expr *t) {
     nb_loc open = np_loc(p);
     np_advance(p); /* < */
@@ -41,7 +47,8 @@ static void parse_generic_args(nb_parser *p, nb_type_expr *t) {
     if (np_kind(p) != NB_TOK_GT) {
         for (;;) {
             const nb_token *a = np_cur(p);
-            if (a->kind == NB_TOK_IDENT && (np_is_type_name(p, a) || np_peek_kind(p, 1) == NB_TOK_LT)) {
+            if (a->kind == NB_TOK_IDENT && (np_is_type_name(p, a) || np_peek_kind(p, 1) == NB_TOK_LT ||
+                                            is_layout_word(a))) {
                 np_push(p, &targs, np_parse_type(p, 1));
                 np_push(p, &vargs, NULL);
             } else {
@@ -76,6 +83,12 @@ nb_type_expr *np_parse_type(nb_parser *p, int allow_array) {
     t->loc = np_loc(p);
     t->name = "<error>";
     if (!np_enter(p)) return t;
+    /* `row_major float3x3` / `column_major …`: the storage layout of a matrix in memory; a
+     * value's m[i] is row i either way, and host arrays bind row-major (docs/LANGUAGE.md) */
+    while (np_peek_kind(p, 1) == NB_TOK_IDENT && is_layout_word(np_cur(p))) {
+        np_advance(p);
+        t->loc = np_loc(p);
+    }
     if (np_kind(p) != NB_TOK_IDENT) {
         char found[64];
         found_desc(p, found, sizeof found);
