@@ -1008,6 +1008,26 @@ const nb_type *ck_call_operator(nb_checker *c, nb_expr **slot, const char *opnam
     return r;
 }
 
+/* `X.Differential` (X a type name, possibly itself `Y.Differential`) written as an expression
+ * (the base of `float3.Differential.dzero()`): the type, or NULL when X is not a type. */
+static const nb_type *differential_type_expr(nb_checker *c, nb_expr *e) {
+    nb_expr *root = e->u.member.base;
+    if (!root) return NULL;
+    const nb_type *bt = NULL;
+    if (root->kind == NB_EX_TYPE && root->u.type.texpr) bt = ck_resolve_type(c, root->u.type.texpr);
+    else if (root->kind == NB_EX_NAME && root->u.name.name && !ck_lookup_local(c, root->u.name.name))
+        bt = ck_name_as_type(c, root->u.name.name, root->loc);
+    else if (root->kind == NB_EX_MEMBER && root->u.member.member && !strcmp(root->u.member.member, "Differential"))
+        bt = differential_type_expr(c, root);
+    if (!bt || ck_is_error(bt)) return bt;
+    const nb_type *d = nb_type_is_differentiable(bt) ? nb_type_differential(c->tt, bt) : NULL;
+    if (!d) {
+        ck_err(c, e->loc, "'%s' is not differentiable, so it has no 'Differential' type", bt->name);
+        return c->tt->t_error;
+    }
+    return d;
+}
+
 const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
     nb_expr *call = *slot;
     nb_expr *callee = call->u.call.callee;
@@ -1160,6 +1180,9 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             if (ck_lookup_global(c, base->u.name.name, NB_DECL_VAR, g, 1) == 0 &&
                 !(c->strct && strcmp(base->u.name.name, "this") == 0))
                 st = ck_name_as_type(c, base->u.name.name, base->loc);
+        } else if (base->kind == NB_EX_MEMBER && base->u.member.member &&
+                   strcmp(base->u.member.member, "Differential") == 0) {
+            st = differential_type_expr(c, base); /* float3.Differential.dzero() */
         }
         if (st) {
             base->ref = NB_REF_TYPE;
@@ -1168,6 +1191,8 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             if (st->kind == NB_TY_SCALAR && strcmp(mname, "getPi") == 0 && call->u.call.nargs == 0 &&
                 ck_scalar_limit(c, call, st, mname))
                 return call->type; /* float.getPi() */
+            const nb_type *dt = ck_diff_static(c, slot, st, mname); /* float.dzero(), S.dadd(a, b) */
+            if (dt) return dt;
             if (st->kind != NB_TY_STRUCT) {
                 check_args(c, call);
                 ck_err(c, callee->loc, "type '%s' has no member function '%s'", st->name, mname);

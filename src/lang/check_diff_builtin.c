@@ -9,6 +9,7 @@
 
 #include "lang/check_internal.h"
 #include "lang/intrinsics.h"
+#include "lang/lexer.h"
 
 #define CK_WRAP_MAX_ARGS 8
 
@@ -146,4 +147,59 @@ nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call
     if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return NULL;
     ck_check_func_sig(c, fn);
     return fn;
+}
+
+/* ---- T.dzero() / T.dadd(a, b) / T.dmul(s, a) --------------------------------------------- */
+
+const nb_type *ck_diff_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *mname) {
+    int which = !strcmp(mname, "dzero") ? 0 : !strcmp(mname, "dadd") ? 1 : !strcmp(mname, "dmul") ? 2 : -1;
+    if (which < 0) return NULL;
+    if (st->kind == NB_TY_STRUCT && st->decl && ck_has_method(st->decl, mname)) return NULL; /* user-defined */
+    nb_expr *call = *slot;
+    const nb_type *d = nb_type_is_differentiable(st) ? nb_type_differential(c->tt, st) : NULL;
+    nb_loc loc = call->u.call.callee->loc;
+    if (!d) {
+        ck_err(c, loc, "'%s' is not differentiable, so it has no '%s'", st->name, mname);
+        return call->type = c->tt->t_error;
+    }
+    int want = which == 0 ? 0 : 2;
+    if (call->u.call.nargs != want) {
+        ck_err(c, call->loc, "'%s.%s' takes %d argument%s, got %d", st->name, mname, want, want == 1 ? "" : "s",
+               call->u.call.nargs);
+        return call->type = c->tt->t_error;
+    }
+    int value = d->kind == NB_TY_SCALAR || d->kind == NB_TY_VECTOR || d->kind == NB_TY_MATRIX;
+    char what[96];
+    if (which == 0) { /* the zero of the Differential: D(0), or {} for arrays and structs */
+        nb_expr *z;
+        if (value) {
+            z = ck_new_expr(c, NB_EX_CAST, call->loc);
+            nb_expr *zero = ck_new_expr(c, NB_EX_INT, call->loc);
+            if (!z || !zero) return call->type = c->tt->t_error;
+            z->u.cast.operand = zero;
+            z->u.cast.texpr = resolved_texpr(c, d, call->loc);
+            if (!z->u.cast.texpr) return call->type = c->tt->t_error;
+        } else {
+            z = ck_new_expr(c, NB_EX_INIT_LIST, call->loc);
+            if (!z) return call->type = c->tt->t_error;
+        }
+        *slot = z;
+        return value ? ck_expr(c, slot) : ck_init_list(c, z, d);
+    }
+    /* dadd(a, b) = a + b (aggregates member by member in the IR); dmul(s, a) = s * a */
+    nb_expr *bin = ck_new_expr(c, NB_EX_BINARY, call->loc);
+    if (!bin) return call->type = c->tt->t_error;
+    bin->u.binary.op = which == 1 ? NB_TOK_PLUS : NB_TOK_STAR;
+    bin->u.binary.lhs = call->u.call.args[0];
+    bin->u.binary.rhs = call->u.call.args[1];
+    *slot = bin;
+    if (which == 2 && !value) {
+        ck_err(c, loc, "'%s.dmul' of an array or struct Differential is not supported", st->name);
+        return bin->type = c->tt->t_error;
+    }
+    snprintf(what, sizeof what, "argument of '%s.%s'", st->name, mname);
+    /* (typed here, not by the operator's rules: a + b of structs is this one use) */
+    const nb_type *ta = ck_expr_to(c, &bin->u.binary.lhs, which == 2 ? nb_type_scalar(c->tt, d->scalar) : d, what);
+    const nb_type *tb = ck_expr_to(c, &bin->u.binary.rhs, d, what);
+    return bin->type = ck_is_error(ta) || ck_is_error(tb) ? c->tt->t_error : d;
 }

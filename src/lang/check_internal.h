@@ -237,6 +237,10 @@ int ck_append_decl(nb_checker *c, nb_decl *d);
 /* check_diff_builtin.c: the [Differentiable] wrapper of the built-in `iname` for a derivative
  * call (fwd_diff(sin)(…)): ids/nops the operators, outermost first; NULL after a diagnostic at
  * loc (dname: the operator as spelled). */
+/* `T.dzero()`, `T.dadd(a, b)`, `T.dmul(s, a)` of a differentiable type st without its own: *slot
+ * (the call) is rewritten to the Differential's zero / a + b / s * a and typed; NULL when
+ * mname is none of these or st's struct declares it. */
+const nb_type *ck_diff_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *mname);
 nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call, const int *ids, int nops,
                                  const char *dname, nb_loc loc);
 /* check_target.c: __target_switch / __intrinsic_asm / __requirePrelude statements, where
