@@ -271,6 +271,23 @@ static int lookup_in_module(nb_checker *c, nb_module_ast *m, const char *name, i
     return n;
 }
 
+int ck_check_member_access(nb_checker *c, const nb_decl *sd, const nb_decl *member, nb_loc loc) {
+    if (!sd || !member || sd->kind == NB_DECL_INTERFACE) return 1; /* requirements: the interface's */
+    const nb_module_ast *mm = sd->module;
+    const char *why = NULL;
+    if (member->mods & NB_MOD_PRIVATE) {
+        /* private: only inside the type itself (its methods) */
+        if (!c->strct || c->strct->module != mm || !c->strct->name || !sd->name || strcmp(c->strct->name, sd->name) != 0)
+            why = "private to";
+    } else if (mm && mm != c->mod && mm->access_control && !(member->mods & NB_MOD_PUBLIC)) {
+        why = (member->mods & NB_MOD_INTERNAL) ? "internal to the module of" : "internal (the default) to the module of";
+    }
+    if (!why) return 1;
+    ck_err(c, loc, "member '%s' is %s '%s'; mark it 'public' to use it here", member->name ? member->name : "?", why,
+           sd->name ? sd->name : "?");
+    return 0;
+}
+
 void ck_note_hidden(nb_checker *c, const char *name) {
     if (!name || !c->mod) return;
     ck_mod_index *x = mod_index(c, c->mod);

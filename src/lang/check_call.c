@@ -916,6 +916,7 @@ static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee,
     const nb_type *r = call_user(c, call, ms, n, strcmp(mname, "__init") == 0 && sd->name ? sd->name : mname);
     if (!call->decl) return r;
     nb_decl *m = call->decl;
+    if (!ck_check_member_access(c, sd, m, callee->loc)) return call->type = c->tt->t_error;
     int mstatic = (m->mods & NB_MOD_STATIC) != 0;
     if (is_static_call && !mstatic) {
         ck_err(c, callee->loc, "non-static method '%s' needs an object: obj.%s(…)", mname, mname);

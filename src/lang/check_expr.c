@@ -723,6 +723,7 @@ static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
         int fi = find_field(sd, m);
         if (fi >= 0) {
             nb_decl *fd = sd->u.strct.fields[fi];
+            if (!ck_check_member_access(c, sd, fd, e->loc)) return e->type = c->tt->t_error;
             e->ref = NB_REF_FIELD;
             e->index = fi;
             e->decl = fd;
@@ -731,6 +732,7 @@ static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
         }
         nb_decl *sv = find_static(sd, m);
         if (sv) {
+            if (!ck_check_member_access(c, sd, sv, e->loc)) return e->type = c->tt->t_error;
             ck_check_global_var(c, sv);
             e->ref = NB_REF_STATIC;
             e->decl = sv;

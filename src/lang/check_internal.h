@@ -125,6 +125,10 @@ nb_decl *ck_lookup_local(nb_checker *c, const char *name);
 int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, int max);
 /* After "undeclared": a note when `name` exists in an imported module but is not public there. */
 void ck_note_hidden(nb_checker *c, const char *name);
+/* Slang's access control of a struct member used at loc: `private` only inside the struct,
+ * non-`public` only inside its module when that module uses access control (a `module`
+ * declaration, `__include` or an access modifier). 0 after reporting an error. */
+int ck_check_member_access(nb_checker *c, const nb_decl *sd, const nb_decl *member, nb_loc loc);
 const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te);
 /* `Base.Member` type names (`float.Differential`): te for locations, name the dotted name. */
 const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name);

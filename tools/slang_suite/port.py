@@ -505,7 +505,8 @@ def main():
             cat, usable = classify(tests, ignore)
             counts[cat] = counts.get(cat, 0) + 1
             if cat != "runnable":
-                if cat == "no-test":  # a module other tests import: copied unchanged
+                if cat in ("no-test", "ignored"):  # a module other tests import (TEST_IGNORE_FILE
+                    # marks most of Slang's library halves): copied unchanged
                     with open(dst, "w") as f:
                         f.write(text)
                 continue
