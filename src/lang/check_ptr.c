@@ -32,8 +32,8 @@ const nb_type *ck_resolve_ptr_type(nb_checker *c, nb_type_expr *te) {
 /* Does the lvalue expression live in a variable (so that its address can be taken)? */
 static int addressable(const nb_expr *e) {
     switch (e->kind) {
-    case NB_EX_NAME:
-        return e->ref == NB_REF_LOCAL || e->ref == NB_REF_PARAM;
+    case NB_EX_NAME: /* (a writable global: a groupshared array or a shader parameter, check_kernel.c) */
+        return e->ref == NB_REF_LOCAL || e->ref == NB_REF_PARAM || (e->ref == NB_REF_GLOBAL && e->is_lvalue);
     case NB_EX_MEMBER:
         if (e->ref == NB_REF_SWIZZLE) return 0;
         return e->u.member.base && e->u.member.base->type && e->u.member.base->type->kind == NB_TY_STRUCT &&
