@@ -489,11 +489,17 @@ nb_token *nb_lex_text(nb_source_set *src, int file, const char *text, size_t len
             while (lx.i < lx.len && is_ident_char((unsigned char)t[lx.i])) lx.i++;
             nb_tok_kind kind = NB_TOK_IDENT;
             size_t n = lx.i - s;
-            for (size_t k = 0; k < sizeof keywords / sizeof keywords[0]; k++)
-                if (strlen(keywords[k].word) == n && memcmp(keywords[k].word, t + s, n) == 0) {
+            for (size_t k = 0; k < sizeof keywords / sizeof keywords[0]; k++) {
+                /* (no strlen: this runs for every identifier) */
+                const char *w = keywords[k].word;
+                if (w[0] != t[s]) continue;
+                size_t j = 1;
+                while (j < n && w[j] == t[s + j]) j++; /* stops at w's NUL: t[s + j] is never NUL */
+                if (j == n && w[n] == '\0') {
                     kind = keywords[k].kind;
                     break;
                 }
+            }
             push(&lx, kind, s, lx.i);
             continue;
         }
@@ -507,8 +513,10 @@ nb_token *nb_lex_text(nb_source_set *src, int file, const char *text, size_t len
         }
         int matched = 0;
         for (size_t k = 0; k < sizeof puncts / sizeof puncts[0]; k++) {
-            size_t n = strlen(puncts[k].text);
-            if (n <= lx.len - lx.i && memcmp(puncts[k].text, t + lx.i, n) == 0) {
+            const char *pt = puncts[k].text;
+            if (pt[0] != t[lx.i]) continue;
+            size_t n = pt[1] ? (pt[2] ? 3 : 2) : 1;
+            if (n <= lx.len - lx.i && memcmp(pt, t + lx.i, n) == 0) {
                 push(&lx, puncts[k].kind, lx.i, lx.i + n);
                 lx.i += n;
                 matched = 1;

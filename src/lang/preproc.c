@@ -1397,6 +1397,16 @@ static void define_builtin(pp *P, const char *name, int kind) {
     P->macros[mi].def.file = -1;
 }
 
+static void pp_free(pp *P) {
+    while (P->nctx > 0) pop_ctx(P);
+    nb_free(P->ctx, sizeof(pp_ctx) * (size_t)P->cap_ctx);
+    nb_free(P->macros, sizeof(pp_macro) * (size_t)P->cap_macros);
+    nb_free(P->table, sizeof(int) * (size_t)P->table_cap);
+    nb_free(P->conds, sizeof(pp_cond) * (size_t)P->cap_conds);
+    for (int i = 0; i < P->nseen; i++) nb_free(P->seen[i].canon, strlen(P->seen[i].canon) + 1);
+    nb_free(P->seen, sizeof(pp_seen) * (size_t)P->cap_seen);
+}
+
 nb_token *nb_preprocess(nb_source_set *src, int file, nb_arena *arena, int *count) {
     if (count) *count = 0;
     if (!src || !arena) return NULL;
@@ -1429,13 +1439,28 @@ nb_token *nb_preprocess(nb_source_set *src, int file, nb_arena *arena, int *coun
         int slot = canon ? add_seen(&P, canon, file) : -1;
         if (slot < 0 && canon) nb_free(canon, strlen(canon) + 1);
         if (push_file(&P, file, slot)) {
+            /* Fast path: while the output is the file's own tokens one for one (no directive, no
+             * expansion yet), nothing is copied; `same` counts them. */
+            const nb_token *raw = P.files[0].toks;
+            int raw_n = P.files[0].n, same = 0, diverged = 0;
             for (;;) {
                 nb_token t;
                 next(&P, &t);
                 if (t.kind == NB_TOK_EOF || P.oom) break;
                 if (t.kind == NB_TOK_HASH || t.kind == NB_TOK_HASHHASH) {
                     nb_diag_error(src, t.loc, "stray '%.*s' outside a preprocessor directive", t.len, t.start);
+                    diverged = 1;
                     continue;
+                }
+                if (!diverged && same < raw_n && t.start == raw[same].start && t.kind == raw[same].kind &&
+                    t.loc.file == raw[same].loc.file) {
+                    same++;
+                    continue;
+                }
+                if (!diverged) {
+                    diverged = 1;
+                    for (int k = 0; k < same && !P.oom; k++)
+                        if (!tv_push(&out, &raw[k])) P.oom = 1;
                 }
                 t.flags &= NB_TOKF_BOL | NB_TOKF_SPACE;
                 if (!tv_push(&out, &t)) {
@@ -1443,6 +1468,16 @@ nb_token *nb_preprocess(nb_source_set *src, int file, nb_arena *arena, int *coun
                     break;
                 }
             }
+            if (!diverged && !P.oom && same == raw_n - 1 && P.nfiles == 0) { /* untouched: the lexer's array */
+                nb_token *res = (nb_token *)raw;
+                if (count) *count = raw_n;
+                tv_free(&out);
+                pp_free(&P);
+                return res;
+            }
+            if (!diverged && !P.oom)
+                for (int k = 0; k < same && !P.oom; k++)
+                    if (!tv_push(&out, &raw[k])) P.oom = 1;
         }
     }
     nb_token eof = P.eof;
@@ -1463,12 +1498,6 @@ nb_token *nb_preprocess(nb_source_set *src, int file, nb_arena *arena, int *coun
         nb_diag_error(src, at, "out of memory while preprocessing the source");
     }
     tv_free(&out);
-    while (P.nctx > 0) pop_ctx(&P);
-    nb_free(P.ctx, sizeof(pp_ctx) * (size_t)P.cap_ctx);
-    nb_free(P.macros, sizeof(pp_macro) * (size_t)P.cap_macros);
-    nb_free(P.table, sizeof(int) * (size_t)P.table_cap);
-    nb_free(P.conds, sizeof(pp_cond) * (size_t)P.cap_conds);
-    for (int i = 0; i < P.nseen; i++) nb_free(P.seen[i].canon, strlen(P.seen[i].canon) + 1);
-    nb_free(P.seen, sizeof(pp_seen) * (size_t)P.cap_seen);
+    pp_free(&P);
     return res;
 }
