@@ -201,6 +201,9 @@ static nb_ir_inst *partial(nb_ir_builder *b, int id, nb_ir_inst *r, nb_ir_inst *
     case NB_INTR_SINH: return in1(b, NB_INTR_COSH, x[0]);
     case NB_INTR_COSH: return in1(b, NB_INTR_SINH, x[0]);
     case NB_INTR_TANH: return nb_ad_sub(b, K(1.0), nb_ad_mul(b, r, r));
+    case NB_INTR_ASINH: return in1(b, NB_INTR_RSQRT, nb_ad_add(b, nb_ad_mul(b, x[0], x[0]), K(1.0)));
+    case NB_INTR_ACOSH: return in1(b, NB_INTR_RSQRT, nb_ad_sub(b, nb_ad_mul(b, x[0], x[0]), K(1.0)));
+    case NB_INTR_ATANH: return divi(b, K(1.0), nb_ad_sub(b, K(1.0), nb_ad_mul(b, x[0], x[0])));
     case NB_INTR_FRAC: return K(1.0);
     case NB_INTR_SATURATE: return ind(b, cmp(b, NB_IR_EQ, r, x[0]), t); /* 1 inside [0, 1] */
     case NB_INTR_RADIANS: return K(M_PI / 180.0);
@@ -234,6 +237,9 @@ static nb_ir_inst *partial(nb_ir_builder *b, int id, nb_ir_inst *r, nb_ir_inst *
         nb_ir_inst *den = nb_ad_add(b, nb_ad_mul(b, x[0], x[0]), nb_ad_mul(b, x[1], x[1]));
         return i == 0 ? divi(b, x[1], den) : divi(b, nb_ir_unary(b, NB_IR_NEG, x[0]), den);
     }
+    case NB_INTR_COPYSIGN: /* |x| with y's sign: d/dx = sign(x) sign(y) (0 at x = 0, as Slang), d/dy = 0 */
+        if (i == 1) return NULL;
+        return nb_ad_mul(b, in1(b, NB_INTR_SIGN, x[0]), in1(b, NB_INTR_SIGN, x[1]));
     case NB_INTR_FMOD: /* a - trunc(a/b) b */
         if (i == 0) return K(1.0);
         return nb_ir_unary(b, NB_IR_NEG, in1(b, NB_INTR_TRUNC, divi(b, x[0], x[1])));

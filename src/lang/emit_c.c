@@ -799,6 +799,9 @@ static const char *libm_name(nb_emitter *e, int id)
     case NB_INTR_SINH: return "sinh";
     case NB_INTR_COSH: return "cosh";
     case NB_INTR_TANH: return "tanh";
+    case NB_INTR_ASINH: return "asinh";
+    case NB_INTR_ACOSH: return "acosh";
+    case NB_INTR_ATANH: return "atanh";
     case NB_INTR_FLOOR: return "floor";
     case NB_INTR_CEIL: return "ceil";
     case NB_INTR_ROUND: return "round";
@@ -806,6 +809,7 @@ static const char *libm_name(nb_emitter *e, int id)
     case NB_INTR_POW: return "pow";
     case NB_INTR_ATAN2: return "atan2";
     case NB_INTR_FMOD: return "fmod";
+    case NB_INTR_COPYSIGN: return "copysign";
     case NB_INTR_FMA: return "fma";
     default: return NULL;
     }

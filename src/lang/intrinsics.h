@@ -114,6 +114,9 @@ enum {
     X(SINH,        "sinh",        1, 1, FLOAT_UNARY,   RULE,    0)         \
     X(COSH,        "cosh",        1, 1, FLOAT_UNARY,   RULE,    0)         \
     X(TANH,        "tanh",        1, 1, FLOAT_UNARY,   RULE,    0)         \
+    X(ASINH,       "asinh",       1, 1, FLOAT_UNARY,   RULE,    0)         \
+    X(ACOSH,       "acosh",       1, 1, FLOAT_UNARY,   RULE,    0)         \
+    X(ATANH,       "atanh",       1, 1, FLOAT_UNARY,   RULE,    0)         \
     X(FLOOR,       "floor",       1, 1, FLOAT_UNARY,   ZERO,    0)         \
     X(CEIL,        "ceil",        1, 1, FLOAT_UNARY,   ZERO,    0)         \
     X(ROUND,       "round",       1, 1, FLOAT_UNARY,   ZERO,    0)         \
@@ -132,6 +135,7 @@ enum {
     X(POW,         "pow",         2, 2, FLOAT_BINARY,  RULE,    0)         \
     X(ATAN2,       "atan2",       2, 2, FLOAT_BINARY,  RULE,    0)         \
     X(FMOD,        "fmod",        2, 2, FLOAT_BINARY,  RULE,    0)         \
+    X(COPYSIGN,    "copysign",    2, 2, FLOAT_BINARY,  RULE,    0)         \
     X(STEP,        "step",        2, 2, FLOAT_BINARY,  ZERO,    0)         \
     X(LERP,        "lerp",        3, 3, FLOAT_TERNARY, RULE,    0)         \
     X(SMOOTHSTEP,  "smoothstep",  3, 3, FLOAT_TERNARY, RULE,    0)         \
