@@ -263,6 +263,8 @@ struct nb_decl {
             nb_decl **statics; int nstatics;  /* static const members (NB_DECL_VAR) */
             nb_decl **methods; int nmethods;  /* NB_DECL_FUNC */
             const char **conforms; int nconforms; /* `: IDifferentiable, …` */
+            int idiff;                        /* [checker] conforms to IDifferentiable through an
+                                                 interface that extends it (lang/types.c) */
             nb_decl **gparams; int ngparams;  /* generics `let W : int`, `T : IFoo` (NB_DECL_PARAM); a
                                                  struct with gparams is a template (type NULL) */
             nb_decl **types; int ntypes;      /* member typealias/typedef, interface associatedtype

@@ -656,6 +656,10 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
     if (ck_state(c, sd) != CK_TODO) return t;
     ck_set_state(c, sd, CK_BUSY);
     ctx_save s = ck_enter_global_ctx(c, sd->module);
+    for (int i = 0; i < sd->u.strct.nconforms && !sd->u.strct.idiff; i++) /* `S : IFoo` with IFoo : IDifferentiable */
+        if (sd->u.strct.conforms[i] && strcmp(sd->u.strct.conforms[i], "IDifferentiable") != 0 &&
+            ck_iface_extends(c, sd->u.strct.conforms[i], "IDifferentiable"))
+            sd->u.strct.idiff = 1;
     for (int i = 0; i < sd->u.strct.nfields; i++) {
         nb_decl *f = sd->u.strct.fields[i];
         if (!f) continue;

@@ -290,3 +290,5 @@ const nb_type *ck_struct_member_type(nb_checker *c, nb_decl *sd, const char *mem
     ck_set_state(c, td, CK_DONE);
     return t;
 }
+
+int ck_iface_extends(nb_checker *c, const char *have, const char *want) { return iface_extends(c, have, want, 0); }

@@ -238,6 +238,8 @@ void ck_declare(nb_checker *c, const char *name, nb_decl *d, nb_loc loc); /* in 
 /* check_generic.c: appends a checker-made declaration to the module being checked (its body is
  * checked with the module's other bodies) */
 int ck_append_decl(nb_checker *c, nb_decl *d);
+/* check_iface.c: whether interface `have` is `want` or inherits from it */
+int ck_iface_extends(nb_checker *c, const char *have, const char *want);
 /* check_diff_builtin.c: the [Differentiable] wrapper of the built-in `iname` for a derivative
  * call (fwd_diff(sin)(…)): ids/nops the operators, outermost first; NULL after a diagnostic at
  * loc (dname: the operator as spelled). */

@@ -245,6 +245,7 @@ int nb_type_is_float_based(const nb_type *t) {
 static int struct_is_idiff(const nb_type *t) {
     const nb_decl *d = t->decl;
     if (!d || d->kind != NB_DECL_STRUCT) return 0;
+    if (d->u.strct.idiff) return 1;
     for (int i = 0; i < d->u.strct.nconforms; i++)
         if (d->u.strct.conforms[i] && strcmp(d->u.strct.conforms[i], "IDifferentiable") == 0)
             return 1;
