@@ -270,6 +270,10 @@ struct nb_decl {
             nb_decl **types; int ntypes;      /* member typealias/typedef, interface associatedtype
                                                  (NB_DECL_TYPEDEF) */
             nb_decl **wheres; int nwheres;    /* `where T : IFoo` after the conformances */
+            /* [checker] dynamic dispatch (check_dyn.c): an interface's value type, and the flag
+             * on that synthesized struct */
+            struct nb_decl *existential;
+            int is_existential;
             const nb_type *type;              /* [checker] */
             /* [checker] an instantiation `MLP<16,3>` (an ordinary struct named "MLP<16,3>",
              * appended to the module's decls): its template and generic argument values */

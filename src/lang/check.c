@@ -602,9 +602,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
             } else if (c->strct && strcmp(name, "Differential") == 0) {
                 t = ck_member_type(c, te, "This.Differential"); /* inside S: S.Differential */
             } else if (ck_lookup_global(c, name, NB_DECL_INTERFACE, d, 2) > 0) {
-                ck_err(c, te->loc, "values of interface type '%s' are not supported (use a generic parameter "
-                       "'T : %s')", name, name);
-                t = c->tt->t_error;
+                t = ck_existential(c, d[0], te->loc); /* a value of interface type (check_dyn.c) */
             } else {
                 ck_err(c, te->loc, "unknown type '%s'", name);
                 t = c->tt->t_error;
@@ -1360,6 +1358,7 @@ static void check_duplicates(nb_checker *c, nb_module_ast *m) {
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
         if (!d || !d->name || d->kind == NB_DECL_IMPORT) continue;
+        if (d->kind == NB_DECL_STRUCT && d->u.strct.is_existential) continue; /* named as its interface */
         /* the earlier decls of the same name, in order (module index) */
         ck_mod_index *x = mod_index(c, m);
         nb_strmap_slot *sl = x ? nb_strmap_find(&x->names, d->name) : NULL;
@@ -1390,6 +1389,7 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
         nb_decl *d = m->decls[i];
         if (!d) continue;
         d->module = m;
+        if (d->kind == NB_DECL_STRUCT) ck_normalize_conforms(c, d);
         if (d->kind == NB_DECL_STRUCT || d->kind == NB_DECL_INTERFACE) {
             for (int k = 0; k < d->u.strct.ntypes; k++)
                 if (d->u.strct.types[k]) d->u.strct.types[k]->module = m;

@@ -87,6 +87,8 @@ int nb_check_conversion_cost(const nb_type *from, const nb_type *to) {
         if (to->kind == NB_TY_MATRIX && to->cols == from->cols && to->rows == from->rows)
             return scalar_cost(from->scalar, to->scalar);
         return -1;
+    case NB_TY_STRUCT: /* a conforming struct to a value of interface type (check_dyn.c) */
+        return ck_existential_index(from, to) >= 0 ? 5 : -1;
     case NB_TY_PTR: /* nullptr converts to every pointer type */
         return to->kind == NB_TY_PTR && from->elem && from->elem->kind == NB_TY_VOID ? 1 : -1;
     default: return -1;
@@ -150,6 +152,7 @@ int ck_coerce(nb_checker *c, nb_expr **slot, const nb_type *to, const char *what
         report_conv_error(c, e->loc, from, to, what);
         return 0;
     }
+    if (ck_box(c, slot, to)) return 1; /* A -> IFoo */
     wrap_cast(c, slot, to);
     return 1;
 }

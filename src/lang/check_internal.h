@@ -180,6 +180,12 @@ const nb_type *ck_builtin_type_name(nb_checker *c, const char *name); /* float3,
 /* A copy of method m (an interface's default implementation) as a method of struct sd. */
 nb_decl *ck_clone_method(nb_checker *c, const nb_decl *m, nb_decl *sd);
 
+/* check_dyn.c: values of interface type (dynamic dispatch) */
+void ck_normalize_conforms(nb_checker *c, nb_decl *sd); /* A : IFoo, IFoo : IDifferentiable -> A too */
+const nb_type *ck_existential(nb_checker *c, nb_decl *iface, nb_loc loc); /* IFoo as a value type */
+int ck_existential_index(const nb_type *from, const nb_type *to); /* tag of `from` in existential `to`, -1 */
+int ck_box(nb_checker *c, nb_expr **slot, const nb_type *to);      /* A -> IFoo; 0 if not one */
+
 /* check_iface.c: interfaces, conformance, constraints, member types */
 int ck_is_builtin_iface(const char *name);   /* IDifferentiable, IFloat, IArithmetic, … */
 int ck_conforms(nb_checker *c, const nb_type *t, const char *iface);

@@ -1129,6 +1129,10 @@ void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *
     case NB_ISIG_NUM_UNARY: case NB_ISIG_NUM_BINARY: case NB_ISIG_NUM_TERNARY:
     case NB_ISIG_FLOAT_TEST: case NB_ISIG_BITCAST: case NB_ISIG_DETACH:
         if (n < 1) break;
+        if (id == NB_INTR_DETACH) { /* the value itself, of any type (structs: no_diff(A(x))) */
+            APPEND(o, "%s", args[0]);
+            return;
+        }
         if (at[0]->kind == NB_TY_SCALAR) {
             nb_scalar_kind s = at[0]->scalar;
             if (id == NB_INTR_SMOOTHSTEP) need_smoothstep(e, s);
