@@ -232,6 +232,8 @@ struct nb_decl {
     nb_attr_list attrs;
     unsigned mods;
     struct nb_module_ast *module; /* the module that declares it */
+    const char *ns;               /* `namespace A.B { … }`: "A.B" (the name is then "A.B.f"), or NULL
+                                     (parser_enum.c); a method's is its struct's */
     union {
         struct {
             nb_type_expr *ret;
@@ -327,6 +329,8 @@ typedef struct nb_module_ast {
     int file;              /* source id in the nb_source_set */
     nb_decl **decls;       /* top-level declarations in order */
     int ndecls;
+    const char **usings;   /* `using namespace A.B;` / `using A.B;`: "A.B" (parser_enum.c) */
+    int nusings;
     nb_arena *arena;       /* owns every node */
     const char *declared;     /* `module NAME;` (NULL: none) */
     const char *implementing; /* `implementing NAME;` (a file of another module) */

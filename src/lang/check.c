@@ -164,7 +164,8 @@ static int scope_floor(nb_checker *c) {
 typedef ck_ctx_save ctx_save;
 
 ctx_save ck_enter_global_ctx(nb_checker *c, nb_module_ast *mod) {
-    ctx_save s = {c->fn, c->strct, c->loop_depth, c->break_depth, c->mod};
+    ctx_save s = {c->ns, c->fn, c->strct, c->loop_depth, c->break_depth, c->mod};
+    c->ns = NULL;
     if (c->nfloors < CK_MAX_FLOORS) c->floors[c->nfloors] = c->nsyms;
     c->nfloors++;
     c->fn = NULL;
@@ -176,6 +177,7 @@ ctx_save ck_enter_global_ctx(nb_checker *c, nb_module_ast *mod) {
 
 void ck_leave_global_ctx(nb_checker *c, ctx_save s) {
     c->nfloors--;
+    c->ns = s.ns;
     c->fn = s.fn;
     c->strct = s.strct;
     c->loop_depth = s.loop_depth;
@@ -305,8 +307,32 @@ void ck_note_hidden(nb_checker *c, const char *name) {
     }
 }
 
+static int lookup_global_plain(nb_checker *c, const char *name, int kind, nb_decl **out, int max);
+
+/* Inside `namespace A.B`, `f` is A.B.f, else A.f, else f; then the module's `using` namespaces. */
 int ck_lookup_global(nb_checker *c, const char *name, int kind, nb_decl **out, int max) {
     if (!name || !c->mod) return 0;
+    char buf[512];
+    if (c->ns && c->ns[0]) {
+        size_t len = strlen(c->ns);
+        for (;;) {
+            snprintf(buf, sizeof buf, "%.*s.%s", (int)len, c->ns, name);
+            int n = lookup_global_plain(c, buf, kind, out, max);
+            if (n > 0) return n;
+            while (len > 0 && c->ns[len - 1] != '.') len--;
+            if (len == 0) break;
+            len--; /* drop the '.' */
+        }
+    }
+    int n = lookup_global_plain(c, name, kind, out, max);
+    for (int i = 0; n == 0 && i < c->mod->nusings; i++) {
+        snprintf(buf, sizeof buf, "%s.%s", c->mod->usings[i], name);
+        n = lookup_global_plain(c, buf, kind, out, max);
+    }
+    return n;
+}
+
+static int lookup_global_plain(nb_checker *c, const char *name, int kind, nb_decl **out, int max) {
     int n = lookup_in_module(c, c->mod, name, kind, out, max, 0);
     /* local declarations shadow imported ones, except functions which overload */
     if (n > 0 && kind != NB_DECL_FUNC) return n;
@@ -593,6 +619,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                 } else {
                     ck_set_state(c, td, CK_BUSY);
                     ctx_save s = ck_enter_global_ctx(c, td->module);
+                    c->ns = td->ns;
                     t = ck_resolve_type(c, td->u.tdef.texpr);
                     ck_leave_global_ctx(c, s);
                     ck_set_state(c, td, CK_DONE);
@@ -654,6 +681,7 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
     if (ck_state(c, sd) != CK_TODO) return t;
     ck_set_state(c, sd, CK_BUSY);
     ctx_save s = ck_enter_global_ctx(c, sd->module);
+    c->ns = sd->ns;
     for (int i = 0; i < sd->u.strct.nconforms && !sd->u.strct.idiff; i++) /* `S : IFoo` with IFoo : IDifferentiable */
         if (sd->u.strct.conforms[i] && strcmp(sd->u.strct.conforms[i], "IDifferentiable") != 0 &&
             ck_iface_extends(c, sd->u.strct.conforms[i], "IDifferentiable"))
@@ -687,6 +715,7 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
     ck_leave_global_ctx(c, s);
     /* field initializers (defaults) after the type is complete */
     s = ck_enter_global_ctx(c, sd->module);
+    c->ns = sd->ns;
     c->strct = NULL;
     for (int i = 0; i < sd->u.strct.nfields; i++) {
         nb_decl *f = sd->u.strct.fields[i];
@@ -757,6 +786,7 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
     }
     ck_set_state(c, d, CK_BUSY);
     ctx_save s = ck_enter_global_ctx(c, d->module);
+    c->ns = ck_decl_ns(d);
     d->u.var.is_global = 1;
     const nb_type *t = d->u.var.texpr ? ck_resolve_type(c, d->u.var.texpr) : NULL;
     int is_extern = (d->mods & NB_MOD_EXTERN) != 0;
@@ -925,6 +955,7 @@ void ck_check_func_sig(nb_checker *c, nb_decl *fn) {
     ck_set_state(c, fn, CK_BUSY);
     ctx_save s = ck_enter_global_ctx(c, fn->module);
     c->strct = fn->u.func.parent;
+    c->ns = ck_decl_ns(fn);
     const nb_type *r = fn->u.func.ret ? ck_resolve_type(c, fn->u.func.ret) : c->tt->t_void;
     if (r->kind == NB_TY_TENSOR) {
         ck_err(c, fn->u.func.ret->loc, "functions cannot return '%s'", r->name);
@@ -1244,6 +1275,8 @@ static void check_func_body(nb_checker *c, nb_decl *fn) {
     if (!fn->u.func.body) return;
     c->fn = fn;
     c->strct = fn->u.func.parent;
+    const char *ns_saved = c->ns;
+    c->ns = ck_decl_ns(fn);
     c->loop_depth = c->break_depth = 0;
     push_scope(c);
     for (int i = 0; i < fn->u.func.nparams; i++) {
@@ -1265,6 +1298,7 @@ static void check_func_body(nb_checker *c, nb_decl *fn) {
                fn->name ? fn->name : "?");
     c->fn = NULL;
     c->strct = NULL;
+    c->ns = ns_saved;
 }
 
 /* ---- recursion ---------------------------------------------------------------------------- */

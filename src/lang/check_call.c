@@ -762,6 +762,7 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
             return call->type = c->tt->t_error;
         }
         nb_expr *arg = op->u.call.args[0];
+        if (arg->kind == NB_EX_MEMBER) ck_namespace_member(c, arg, NB_DECL_FUNC); /* fwd_diff(N.f) */
         int k = diff_op(c, arg);
         if (k < 0) {
             fe = arg;
@@ -1168,6 +1169,16 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         check_args(c, call);
         ck_err(c, callee->loc, "use of undeclared function '%s'", name);
         ck_note_hidden(c, name);
+        return call->type = c->tt->t_error;
+    }
+    if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.member &&
+        ck_namespace_member(c, callee, NB_DECL_FUNC)) /* N.f(…) / N::f(…) (check_namespace.c) */
+        return ck_call(c, slot);
+    if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.base->kind == NB_EX_MEMBER &&
+        !ck_namespace_member(c, callee->u.member.base, NB_DECL_STRUCT)) /* N.S.m(…) */
+        ck_namespace_member(c, callee->u.member.base, NB_DECL_TYPEDEF);
+    if (callee->kind == NB_EX_MEMBER && callee->u.member.base && ck_namespace_unknown_member(c, callee)) {
+        check_args(c, call);
         return call->type = c->tt->t_error;
     }
     if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.member) {

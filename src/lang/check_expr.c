@@ -703,6 +703,12 @@ static const char *accessor_name(nb_checker *c, const nb_type *t, const char *pr
 static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
     if (!e->u.member.base || !e->u.member.member) return e->type = c->tt->t_error;
+    /* `N.k` / `N::k` of a namespace N; `N.S.k` / `N.E.A` of a struct or enum in one (check_namespace.c) */
+    if (e->u.member.base->kind == NB_EX_MEMBER && ck_namespace_member(c, e, NB_DECL_VAR)) return ck_expr(c, slot);
+    if (e->u.member.base->kind == NB_EX_NAME && ck_namespace_member(c, e, NB_DECL_VAR)) return ck_expr(c, slot);
+    if (e->u.member.base->kind == NB_EX_MEMBER && !ck_namespace_member(c, e->u.member.base, NB_DECL_STRUCT))
+        ck_namespace_member(c, e->u.member.base, NB_DECL_TYPEDEF);
+    if (ck_namespace_unknown_member(c, e)) return e->type;
     const nb_type *st = check_static_member(c, e);
     if (st) return st;
     if (e->u.member.is_static) {

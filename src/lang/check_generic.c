@@ -704,6 +704,7 @@ static int fill_defaults(nb_checker *c, nb_decl *tmpl, int64_t *vals, int *bound
             nb_type_expr *te = clone_te(&s, g->u.param.default_type);
             if (s.oom || !te) return k;
             ck_ctx_save save = ck_enter_global_ctx(c, tmpl->module);
+            c->ns = tmpl->ns;
             const nb_type *t = ck_resolve_type(c, te);
             ck_leave_global_ctx(c, save);
             if (ck_is_error(t)) return k;
@@ -716,6 +717,7 @@ static int fill_defaults(nb_checker *c, nb_decl *tmpl, int64_t *vals, int *bound
         nb_expr *e = clone_expr(&s, g->u.param.default_value);
         if (s.oom || !e) return k;
         ck_ctx_save save = ck_enter_global_ctx(c, tmpl->module);
+        c->ns = tmpl->ns;
         int errors0 = c->src->nerrors;
         const nb_type *t = ck_expr(c, &e);
         int ok = !ck_is_error(t) && ck_const_int(e, &vals[k]);

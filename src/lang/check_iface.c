@@ -285,6 +285,7 @@ const nb_type *ck_struct_member_type(nb_checker *c, nb_decl *sd, const char *mem
     ck_set_state(c, td, CK_BUSY);
     ck_ctx_save s = ck_enter_global_ctx(c, base->decl->module);
     c->strct = base->decl;
+    c->ns = base->decl->ns;
     const nb_type *t = ck_resolve_type(c, td->u.tdef.texpr);
     ck_leave_global_ctx(c, s);
     ck_set_state(c, td, CK_DONE);

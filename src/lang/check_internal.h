@@ -92,10 +92,13 @@ typedef struct nb_checker {
     nb_module_ast *inst_mod; /* the module being checked: instantiations are appended to its decls */
     int inst_cap;            /* capacity of inst_mod->decls once grown (0: its parser-made exact size) */
     int inst_depth;          /* depth of the instantiation being checked (0: ordinary code) */
+    const char *ns;          /* namespace of the declaration being checked ("A.B"), or NULL:
+                                unqualified names are looked up in it first (ck_lookup_global) */
 } nb_checker;
 
 /* Context switch for checking a declaration out of line (signatures, globals, struct fields). */
 typedef struct ck_ctx_save {
+    const char *ns;
     nb_decl *fn, *strct;
     int loop_depth, break_depth;
     nb_module_ast *mod;
@@ -210,6 +213,17 @@ void ck_bind_shader_params(nb_checker *c);
  * tensor methods (load/store/size/GetDimensions), [TorchEntryPoint] host functions set aside. */
 void ck_prepare_views(nb_checker *c, nb_module_ast *m);
 const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
+
+/* check_enum.c: namespaces: the namespace a declaration's names are looked up in, and
+ * `N.f(…)` / `N::k` / `N.E.A` written with a namespace prefix */
+const char *ck_decl_ns(const nb_decl *d);
+/* The dotted path of a NAME / MEMBER chain (`A.B.f`), or NULL (ck_alloc'd). */
+const char *ck_dotted_path(nb_checker *c, const nb_expr *e);
+/* e (a MEMBER chain) names a global of kind `kind` through namespace prefixes: e becomes that
+ * NAME ("A.B.f") and 1 is returned. */
+int ck_namespace_member(nb_checker *c, nb_expr *e, int kind);
+/* `N.x` where N is a namespace of this module without an x: reported, 1 returned. */
+int ck_namespace_unknown_member(nb_checker *c, nb_expr *e);
 
 /* check_enum.c: enums (typedefs with cases) */
 void ck_check_enum(nb_checker *c, nb_decl *d);          /* case values, underlying type */

@@ -540,7 +540,7 @@ void np_parse_var_declarators(nb_parser *p, nb_pvec *out, nb_attr_list attrs, un
     if (!p->panic) np_expect_semi(p, "declaration");
 }
 
-static const char *const unsupported_decls[] = {"namespace", "extension", "class",
+static const char *const unsupported_decls[] = {"extension", "class",
                                                 "cbuffer", "template", "union", NULL};
 
 /* Reports `interface Foo {` and the like clearly; returns 1 if it did. */
@@ -1240,6 +1240,10 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
     }
     if (k == NB_TOK_ERROR) { /* already reported by the lexer */
         np_advance(p);
+        return;
+    }
+    if (np_at_namespace(p)) { /* namespace A.B { … } / using namespace A.B; (parser_namespace.c) */
+        np_parse_namespace(p, out, parse_toplevel);
         return;
     }
     nb_attr_list attrs = np_parse_attrs(p);

@@ -109,5 +109,9 @@ nb_stmt *np_parse_target_stmt(nb_parser *p, nb_loc loc);
 /* parser_enum.c: `enum [class] [Name] [: T] { A, B = 2 }` (at `enum`, np_at_enum) */
 int np_at_enum(nb_parser *p);
 void np_parse_enum(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods);
+/* parser_namespace.c: `namespace A.B { … }` (its declarations renamed "A.B.x", appended to out)
+ * and `using [namespace] A.B;` (at np_at_namespace) */
+int np_at_namespace(nb_parser *p);
+void np_parse_namespace(nb_parser *p, nb_pvec *out, void (*parse_toplevel)(nb_parser *, nb_pvec *));
 
 #endif
