@@ -332,8 +332,9 @@ static void test_error_messages(void) {
                  "float f<let N : int> g;\n                     ^\n");
     expect_diags("x = 1;", "t.nb:1:3: error: expected a name after type 'x', found '='\nx = 1;\n  ^\n");
     expect_diags("f(1);", "t.nb:1:1: error: expected a return type before function name 'f'\nf(1);\n^\n");
-    expect_diags("namespace N { float f(); }",
-                 "t.nb:1:1: error: 'namespace' declarations are not supported\nnamespace N { float f(); }\n^\n");
+    expect_diags("union N { float f; }",
+                 "t.nb:1:1: error: 'union' declarations are not supported\nunion N { float f; }\n^\n");
+    expect_diags("namespace N;", "t.nb:1:12: error: expected '{' after 'namespace N', found ';'\nnamespace N;\n           ^\n");
     expect_diags("void f() { case 1: ; }",
                  "t.nb:1:12: error: 'case' label outside of a 'switch'\nvoid f() { case 1: ; }\n           ^\n");
     expect_diags("void f() { else x; }", "t.nb:1:12: error: 'else' without a matching 'if'\nvoid f() { else x; }\n           ^\n");
