@@ -939,8 +939,9 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
         } else if (!strcmp(n, "PreferCheckpoint") ||
                    !strcmp(n, "TreatAsDifferentiable") || !strcmp(n, "AutoPyBindCUDA") ||
                    !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
-                   !strcmp(n, "shader") || !strcmp(n, "TorchEntryPoint")) {
-            /* accepted */
+                   !strcmp(n, "shader") || !strcmp(n, "TorchEntryPoint") ||
+                   !strcmp(n, "__unsafeForceInlineEarly") || !strcmp(n, "nonmutating")) {
+            /* accepted: inlining hints; [nonmutating] is a method's default (`this` is read-only) */
         } else if (!strcmp(n, "MaxIters") || !strcmp(n, "ForceUnroll") || !strcmp(n, "unroll") ||
                    !strcmp(n, "loop")) {
             ck_err(c, a->loc, "[%s] applies to loops, not functions", n);

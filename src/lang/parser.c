@@ -399,6 +399,9 @@ static unsigned parse_mods(nb_parser *p) {
             }
             /* slang-torch's `__extern_cpp` on host functions: no meaning here */
             if (tok_is(np_cur(p), "__extern_cpp") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
+            /* `uniform RWStructuredBuffer<float> b;`: a module-scope shader parameter is uniform
+             * already (check_kernel.c binds it from the host) */
+            if (tok_is(np_cur(p), "uniform") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
             return mods;
         default: return mods;
         }
@@ -407,7 +410,7 @@ static unsigned parse_mods(nb_parser *p) {
     }
 }
 
-/* One parameter: [attrs] (in|out|inout|no_diff|const|constexpr|__constref)* type [name] [dims]
+/* One parameter: [attrs] (in|out|inout|no_diff|const|constexpr|__constref|uniform)* type [name] [dims]
  * [= default] */
 static nb_decl *parse_param(nb_parser *p, int index) {
     nb_attr_list attrs = np_parse_attrs(p);
@@ -421,6 +424,9 @@ static nb_decl *parse_param(nb_parser *p, int index) {
         else if (k == NB_TOK_KW_INOUT) in = out = 1;
         else if (k == NB_TOK_KW_NO_DIFF) mods |= NB_MOD_NO_DIFF;
         else if (k == NB_TOK_KW_CONST) mods |= NB_MOD_CONST;
+        else if (tok_is(np_cur(p), "uniform") && np_peek_kind(p, 1) == NB_TOK_IDENT)
+            ; /* an entry point's `uniform` parameter: one value for every thread, as all host-bound
+                 scalars and arrays are */
         else if (tok_is(np_cur(p), "__constref") && np_peek_kind(p, 1) != NB_TOK_COMMA &&
                  np_peek_kind(p, 1) != NB_TOK_RPAREN)
             mods |= NB_MOD_CONST; /* Slang's by-reference `in`: read-only, the same value semantics */
