@@ -8,9 +8,9 @@
 
 static const nb_cli_command nb_commands[] = {
     {"devices", "list devices and their properties", nb_cmd_devices},
-    {"check", "parse and type-check .nb files, print diagnostics", nb_cmd_check},
-    {"emit", "print the C / CUDA code or IR generated for a .nb file", nb_cmd_emit},
-    {"call", "call a .nb function over JSON / .npy arrays, print JSON", nb_cmd_call},
+    {"check", "parse and type-check .nb / .slang files (-I DIR, -D NAME=V), print diagnostics", nb_cmd_check},
+    {"emit", "print the C / CUDA code or IR generated for a .nb / .slang file", nb_cmd_emit},
+    {"call", "call a .nb / .slang function over JSON / .npy arrays, print JSON", nb_cmd_call},
     {"cache", "show, list or clear the compiled-kernel cache", nb_cmd_cache},
     {"fit-image", "fit a neural field (hash grid + MLP) to an image", nb_cmd_fit_image},
     {"unet", "train / sample / benchmark a diffusion UNet (DDPM, CPU or CUDA)", nb_cmd_unet},
