@@ -587,8 +587,10 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                 ck_err(c, te->loc, "'%s' is not a generic type", name);
             else if (ck_lookup_global(c, name, NB_DECL_FUNC, d, 1) > 0)
                 ck_err(c, te->loc, "'%s' is a function, not a type", name);
-            else
+            else {
                 ck_err(c, te->loc, "unknown type '%s'", name);
+                ck_note_hidden(c, name);
+            }
             if (!t) t = c->tt->t_error;
         }
     } else if (strcmp(name, "vector") == 0 || strcmp(name, "matrix") == 0 || strcmp(name, "Tensor") == 0 ||
@@ -632,6 +634,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                 t = ck_existential(c, d[0], te->loc); /* a value of interface type (check_dyn.c) */
             } else {
                 ck_err(c, te->loc, "unknown type '%s'", name);
+                ck_note_hidden(c, name);
                 t = c->tt->t_error;
             }
         }
