@@ -1047,11 +1047,7 @@ static void check_local_var(nb_checker *c, nb_decl *d) {
         }
         if (d->u.var.init) ck_expr_to(c, &d->u.var.init, t, what);
     } else if (d->u.var.init && d->u.var.init->kind != NB_EX_INIT_LIST) {
-        t = ck_expr(c, &d->u.var.init);
-        if (t->kind == NB_TY_VOID) {
-            ck_err(c, d->loc, "cannot declare '%s' from a void expression", name);
-            t = c->tt->t_error;
-        }
+        t = ck_expr(c, &d->u.var.init); /* void: `let r = f();` runs f; r holds no value (Slang) */
     } else {
         ck_err(c, d->loc, "cannot infer the type of '%s'", name);
         t = c->tt->t_error;

@@ -434,6 +434,10 @@ static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
             e->ref = NB_REF_LOCAL;
             e->type = d->u.var.type ? d->u.var.type : c->tt->t_error;
             e->is_lvalue = !(d->mods & NB_MOD_CONST);
+            if (e->type->kind == NB_TY_VOID) { /* `let r = voidCall();` */
+                ck_err(c, e->loc, "'%s' was declared from a void expression: it holds no value", name);
+                return e->type = c->tt->t_error;
+            }
         }
         e->decl = d;
         return e->type;

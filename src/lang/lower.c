@@ -1076,6 +1076,10 @@ static void lower_var_decl(lower_ctx *c, nb_decl *d)
         lerr(c, d->loc, "internal: variable without type: ", d->name);
         return;
     }
+    if (t->kind == NB_TY_VOID) { /* `let r = f();` of a void f (Slang): only the call */
+        if (d->u.var.init) lower_expr(c, d->u.var.init);
+        return;
+    }
     nb_ir_var *v = nb_ir_var_new(c->b.f, d->name, t);
     if (!v) return;
     v->decl = d;
