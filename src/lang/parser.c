@@ -1254,6 +1254,11 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
     }
     nb_attr_list attrs = np_parse_attrs(p);
     unsigned mods = parse_mods(p);
+    if (np_kind(p) == NB_TOK_KW_NO_DIFF && np_peek_kind(p, 1) != NB_TOK_LPAREN) {
+        /* `no_diff static const float k = 1;`: constants carry no derivative anyway */
+        np_advance(p);
+        mods |= NB_MOD_NO_DIFF | parse_mods(p);
+    }
     nb_pvec generic_prefix = {0};
     if (tok_is(np_cur(p), "__generic") && np_peek_kind(p, 1) == NB_TOK_LT) {
         np_advance(p);
