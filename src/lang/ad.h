@@ -30,6 +30,14 @@
 /* The forward / backward derivative function of primal (declared, body maybe pending), or NULL
  * with a diagnostic at loc when primal is not differentiable. */
 nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);
+/* A struct with its own Differential (`typealias Differential = D;`): the index in D of s's field
+ * k (by [DerivativeMember(Differential.x)] or by name), -1 when it has no tangent; k itself when
+ * s's Differential is s. */
+int nb_ad_field_map(nb_type_table *tt, const nb_type *s, int k);
+/* Maps steps of a primal access path over a value of type t onto its tangent in place; 0 when
+ * the path reaches a field without a tangent. nb_ad_tangent_path: the same on a copy (*ok). */
+int nb_ad_tangent_steps(nb_type_table *tt, const nb_type *t, nb_ir_step *st, int n);
+nb_ir_step *nb_ad_tangent_path(nb_ir_module *m, const nb_type *t, const nb_ir_step *path, int n, int *ok);
 /* f's [PrimalSubstitute] (its derivatives are the substitute's), or NULL. */
 nb_ir_func *nb_ad_primal_subst(nb_ir_module *m, nb_ir_func *f);
 nb_ir_func *nb_ad_bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *primal, nb_loc loc);

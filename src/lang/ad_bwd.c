@@ -410,7 +410,8 @@ static void accum_step(bwd *B, nb_ir_inst *y, int field, nb_ir_inst *dyn, nb_ir_
     const nb_type *t = y->type;
     if (t->kind == NB_TY_STRUCT || t->kind == NB_TY_DIFFPAIR) {
         st.kind = NB_IR_STEP_FIELD;
-        st.index = field;
+        st.index = t->kind == NB_TY_STRUCT ? nb_ad_field_map(B->tt, t, field) : field;
+        if (st.index < 0) return; /* a field without a tangent */
     } else {
         st.kind = NB_IR_STEP_INDEX;
         idx[0] = dyn ? dyn : nb_ir_const_i(&B->rb, B->tt->t_int, field);
@@ -777,6 +778,7 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
         nb_ir_inst *idx[17];
         int swz[4], nswz;
         int n = rev_path(B, in, 1, st, idx, swz, &nswz);
+        if (!nb_ad_tangent_steps(B->tt, in->var->type, st, n)) return; /* a field without a tangent */
         if (nswz) { /* component by component */
             for (int k = 0; k < nswz; k++) {
                 memset(&st[n], 0, sizeof st[n]);
@@ -857,7 +859,11 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
             nb_ir_inst *g;
             if (in->type->kind == NB_TY_MATRIX && x[i]->type->kind == NB_TY_SCALAR)
                 g = nb_ir_extract(b, nb_ir_extract(b, a, i / in->type->cols), i % in->type->cols);
-            else g = nb_ir_extract(b, a, i);
+            else if (in->type->kind == NB_TY_STRUCT) {
+                int k = nb_ad_field_map(B->tt, in->type, i);
+                if (k < 0) continue;
+                g = nb_ir_extract(b, a, k);
+            } else g = nb_ir_extract(b, a, i);
             accum(B, x[i], g);
         }
         break;
@@ -899,6 +905,7 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
         nb_ir_inst *idx[17];
         int swz[4], nswz;
         int n = rev_path(B, in, 0, st, idx, swz, &nswz);
+        if (!nb_ad_tangent_steps(B->tt, in->var->type, st, n)) break; /* a field without a tangent */
         if (!nswz) {
             accum_var(B, av, st, n, idx, a, in->loc);
             break;

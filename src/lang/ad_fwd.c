@@ -28,6 +28,68 @@ const nb_type *nb_ad_dtype(nb_type_table *tt, const nb_type *t)
     return nb_type_differential(tt, t);
 }
 
+int nb_ad_field_map(nb_type_table *tt, const nb_type *s, int k)
+{
+    const nb_type *d = nb_type_differential(tt, s);
+    if (!d || d == s) return k;
+    if (!s->decl || k < 0 || k >= s->decl->u.strct.nfields || d->kind != NB_TY_STRUCT || !d->decl) return -1;
+    const nb_decl *f = s->decl->u.strct.fields[k];
+    if (!f || (f->mods & NB_MOD_NO_DIFF)) return -1;
+    const char *name = f->name;
+    for (int i = 0; i < f->attrs.count; i++) { /* [DerivativeMember(Differential.x)] */
+        const nb_attr *a = &f->attrs.items[i];
+        if (a->name && !strcmp(a->name, "DerivativeMember") && a->nargs == 1 && a->args[0]) {
+            const nb_expr *e = a->args[0];
+            if (e->kind == NB_EX_MEMBER && e->u.member.member) name = e->u.member.member;
+            else if (e->kind == NB_EX_NAME && e->u.name.name) name = e->u.name.name;
+        }
+    }
+    for (int j = 0; name && j < d->decl->u.strct.nfields; j++)
+        if (d->decl->u.strct.fields[j] && d->decl->u.strct.fields[j]->name &&
+            !strcmp(d->decl->u.strct.fields[j]->name, name))
+            return j;
+    return -1;
+}
+
+int nb_ad_tangent_steps(nb_type_table *tt, const nb_type *t, nb_ir_step *st, int n)
+{
+    for (int i = 0; i < n && t; i++) {
+        if (st[i].kind == NB_IR_STEP_SWIZZLE) break;
+        if (st[i].kind == NB_IR_STEP_FIELD) {
+            if (t->kind == NB_TY_STRUCT && t->decl) {
+                int f = st[i].index;
+                if (f < 0 || f >= t->decl->u.strct.nfields) return 0;
+                int k = nb_ad_field_map(tt, t, f);
+                if (k < 0) return 0;
+                t = t->decl->u.strct.fields[f]->u.var.type;
+                st[i].index = k;
+            } else if (t->kind == NB_TY_DIFFPAIR) {
+                t = st[i].index == 0 ? t->elem : nb_type_differential(tt, t->elem);
+            } else {
+                return 1;
+            }
+        } else { /* index: an array element, a vector component, a matrix row */
+            if (t->kind == NB_TY_ARRAY) t = t->elem;
+            else return 1;
+        }
+    }
+    return 1;
+}
+
+nb_ir_step *nb_ad_tangent_path(nb_ir_module *m, const nb_type *t, const nb_ir_step *path, int n, int *ok)
+{
+    *ok = 1;
+    if (!n) return (nb_ir_step *)path;
+    nb_ir_step *c = nb_arena_alloc(&m->arena, sizeof *c * (size_t)n, sizeof(void *));
+    if (!c) {
+        *ok = 0;
+        return NULL;
+    }
+    memcpy(c, path, sizeof *c * (size_t)n);
+    *ok = nb_ad_tangent_steps(m->types, t, c, n);
+    return c;
+}
+
 int nb_ad_param_is_diff(const nb_ir_var *p)
 {
     return !(p->flags & NB_IRF_NO_DIFF) && nb_type_is_differentiable(p->type); /* (`this` too) */
@@ -370,15 +432,34 @@ static void fwd_post(nb_ad_cloner *c, nb_ir_inst *in, nb_ir_inst *o)
         int any = 0;
         for (int i = 0; i < in->nops; i++) any |= T(F, in->ops[i]) != NULL;
         if (!fl || !any) break;
+        const nb_type *dt = nb_ad_dtype(F->tt, in->type);
+        if (in->type->kind == NB_TY_STRUCT && dt != in->type) { /* its own Differential: fields by name */
+            int nd = dt->kind == NB_TY_STRUCT && dt->decl ? dt->decl->u.strct.nfields : 0;
+            nb_ir_inst **dops = nb_arena_alloc(&F->m->arena, sizeof *dops * (size_t)(nd ? nd : 1), sizeof(void *));
+            if (!dops) break;
+            for (int j = 0; j < nd; j++) dops[j] = NULL;
+            for (int i = 0; i < in->nops; i++) {
+                int k = nb_ad_field_map(F->tt, in->type, i);
+                if (k >= 0 && k < nd) dops[k] = T(F, in->ops[i]);
+            }
+            for (int j = 0; j < nd; j++)
+                if (!dops[j]) dops[j] = nb_ir_zero(b, dt->decl->u.strct.fields[j]->u.var.type);
+            t = nb_ir_construct(b, dt, dops, nd);
+            break;
+        }
         nb_ir_inst **ops = nb_arena_alloc(&F->m->arena, sizeof *ops * (size_t)in->nops, sizeof(void *));
         if (!ops) break;
         for (int i = 0; i < in->nops; i++) ops[i] = zero_or(F, T(F, in->ops[i]), in->ops[i]->type);
-        t = nb_ir_construct(b, nb_ad_dtype(F->tt, in->type), ops, in->nops);
+        t = nb_ir_construct(b, dt, ops, in->nops);
         break;
     }
     case NB_IR_EXTRACT:
         if (fl && T(F, in->ops[0]))
-            t = in->nops > 1 ? nb_ir_extract_dyn(b, T(F, in->ops[0]), x[1]) : nb_ir_extract(b, T(F, in->ops[0]), in->field);
+        {
+            int k = in->ops[0]->type->kind == NB_TY_STRUCT ? nb_ad_field_map(F->tt, in->ops[0]->type, in->field) : in->field;
+            if (in->nops > 1) t = nb_ir_extract_dyn(b, T(F, in->ops[0]), x[1]);
+            else if (k >= 0) t = nb_ir_extract(b, T(F, in->ops[0]), k); /* (a field without a tangent: none) */
+        }
         break;
     case NB_IR_SWIZZLE:
         if (fl && T(F, in->ops[0])) t = nb_ir_swizzle(b, T(F, in->ops[0]), in->swz, in->nswz);
@@ -397,7 +478,9 @@ static void fwd_post(nb_ad_cloner *c, nb_ir_inst *in, nb_ir_inst *o)
     }
     case NB_IR_LOAD: {
         nb_ir_var *tv = F->tvmap[in->var->id];
-        if (fl && tv) t = nb_ir_load(b, tv, in->path, in->npath, x);
+        int ok;
+        const nb_ir_step *tp = fl && tv ? nb_ad_tangent_path(F->m, in->var->type, in->path, in->npath, &ok) : NULL;
+        if (fl && tv && ok) t = nb_ir_load(b, tv, tp, in->npath, x);
         break;
     }
     case NB_IR_TLOAD: /* a DiffTensor element's tangent is in its gradient buffer */
@@ -423,8 +506,10 @@ static void fwd_post(nb_ad_cloner *c, nb_ir_inst *in, nb_ir_inst *o)
     case NB_IR_STORE: {
         nb_ir_var *tv = F->tvmap[in->var->id];
         const nb_type *vt = in->ops[0]->type;
-        if (tv && nb_ad_dtype(F->tt, vt))
-            nb_ir_store(b, tv, in->path, in->npath, x + 1, zero_or(F, T(F, in->ops[0]), vt));
+        int ok = 0;
+        const nb_ir_step *tp = tv ? nb_ad_tangent_path(F->m, in->var->type, in->path, in->npath, &ok) : NULL;
+        if (tv && ok && nb_ad_dtype(F->tt, vt))
+            nb_ir_store(b, tv, tp, in->npath, x + 1, zero_or(F, T(F, in->ops[0]), vt));
         break;
     }
     default:

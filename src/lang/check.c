@@ -677,6 +677,108 @@ static const nb_type *innermost(const nb_type *t) {
     return t;
 }
 
+/* An IDifferentiable struct without `typealias Differential` whose differentiable fields include
+ * one whose Differential is another type (a user-defined one, somewhere inside) gets Slang's
+ * synthesized Differential: a struct "S.Differential" with one field per differentiable field,
+ * of that field's Differential type, same names (so the tangents map by name, nb_ad_field_map).
+ * (Structs whose fields are their own Differentials keep S itself.) */
+static void synthesize_differential(nb_checker *c, nb_decl *sd, const nb_type *t) {
+    if (!nb_type_is_differentiable(t) || nb_type_differential(c->tt, t) != t) return;
+    int need = 0, n = 0;
+    for (int i = 0; i < sd->u.strct.nfields; i++) {
+        nb_decl *f = sd->u.strct.fields[i];
+        const nb_type *ft = f ? f->u.var.type : NULL;
+        if (!ft || ck_is_error(ft) || (f->mods & NB_MOD_NO_DIFF) || !nb_type_is_differentiable(ft)) continue;
+        n++;
+        if (nb_type_differential(c->tt, ft) != ft) need = 1;
+    }
+    if (!need) return;
+    nb_decl *dd = ck_alloc(c, sizeof *dd);
+    nb_decl **fields = ck_alloc(c, sizeof(nb_decl *) * (size_t)n);
+    const char **conf = ck_alloc(c, sizeof(char *));
+    nb_decl *td = ck_alloc(c, sizeof *td);
+    nb_decl **types = ck_alloc(c, sizeof(nb_decl *) * (size_t)(sd->u.strct.ntypes + 1));
+    nb_type_expr *te = ck_alloc(c, sizeof *te);
+    size_t ln = strlen(sd->name ? sd->name : "S");
+    char *name = ck_alloc(c, ln + 14);
+    if (!dd || !fields || !conf || !td || !types || !te || !name) return;
+    memcpy(name, sd->name ? sd->name : "S", ln);
+    memcpy(name + ln, ".Differential", 14);
+    int k = 0;
+    for (int i = 0; i < sd->u.strct.nfields; i++) {
+        nb_decl *f = sd->u.strct.fields[i];
+        const nb_type *ft = f ? f->u.var.type : NULL;
+        if (!ft || ck_is_error(ft) || (f->mods & NB_MOD_NO_DIFF) || !nb_type_is_differentiable(ft)) continue;
+        nb_decl *g = ck_alloc(c, sizeof *g);
+        nb_type_expr *gt = ck_alloc(c, sizeof *gt);
+        if (!g || !gt) return;
+        g->kind = NB_DECL_VAR;
+        g->loc = f->loc;
+        g->name = f->name;
+        g->module = sd->module;
+        gt->loc = f->loc;
+        gt->resolved = nb_type_differential(c->tt, ft);
+        gt->name = gt->resolved->name;
+        g->u.var.texpr = gt;
+        g->u.var.type = gt->resolved;
+        fields[k++] = g;
+    }
+    conf[0] = "IDifferentiable";
+    dd->kind = NB_DECL_STRUCT;
+    dd->loc = sd->loc;
+    dd->name = name;
+    dd->module = sd->module;
+    dd->ns = sd->ns;
+    dd->u.strct.fields = fields;
+    dd->u.strct.nfields = k;
+    dd->u.strct.conforms = conf;
+    dd->u.strct.nconforms = 1;
+    const nb_type *dt = ck_struct_type(c, dd);
+    te->loc = sd->loc;
+    te->name = name;
+    te->resolved = dt;
+    td->kind = NB_DECL_TYPEDEF;
+    td->loc = sd->loc;
+    td->name = "Differential";
+    td->module = sd->module;
+    td->u.tdef.texpr = te;
+    for (int i = 0; i < sd->u.strct.ntypes; i++) types[i] = sd->u.strct.types[i];
+    types[sd->u.strct.ntypes] = td;
+    sd->u.strct.types = types;
+    sd->u.strct.ntypes++;
+}
+
+/* [DerivativeMember(Differential.x)] on a field of struct t: x must be a field of t's own
+ * Differential type (the tangent of the field lives there; lang/ad.h nb_ad_field_map). */
+static void check_derivative_members(nb_checker *c, nb_decl *sd, const nb_type *t) {
+    for (int i = 0; i < sd->u.strct.nfields; i++) {
+        nb_decl *f = sd->u.strct.fields[i];
+        for (int k = 0; f && k < f->attrs.count; k++) {
+            const nb_attr *a = &f->attrs.items[k];
+            if (!a->name || strcmp(a->name, "DerivativeMember") != 0) continue;
+            const nb_expr *e = a->nargs == 1 ? a->args[0] : NULL;
+            const char *m = e && e->kind == NB_EX_MEMBER ? e->u.member.member : NULL;
+            if (!m) {
+                ck_err(c, a->loc, "[DerivativeMember] takes one member of the Differential type: "
+                       "[DerivativeMember(Differential.x)]");
+                continue;
+            }
+            const nb_type *d = nb_type_differential(c->tt, t);
+            if (!d || d->kind != NB_TY_STRUCT || !d->decl) {
+                ck_err(c, a->loc, "[DerivativeMember] needs a struct Differential type in '%s'", sd->name);
+                continue;
+            }
+            int found = 0;
+            for (int j = 0; j < d->decl->u.strct.nfields; j++)
+                if (d->decl->u.strct.fields[j] && d->decl->u.strct.fields[j]->name &&
+                    !strcmp(d->decl->u.strct.fields[j]->name, m))
+                    found = 1;
+            if (!found)
+                ck_err(c, e->loc, "no member named '%s' in the Differential type '%s' of '%s'", m, d->name, sd->name);
+        }
+    }
+}
+
 const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
     if (ck_is_template(sd)) return c->tt->t_error; /* only its instantiations are types */
     const nb_type *t = nb_type_struct(c->tt, sd);
@@ -685,6 +787,16 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
     ck_set_state(c, sd, CK_BUSY);
     ctx_save s = ck_enter_global_ctx(c, sd->module);
     c->ns = sd->ns;
+    for (int i = 0; i < sd->u.strct.ntypes; i++) { /* `typealias Differential = D;`: D now (lang/types.c) */
+        nb_decl *td = sd->u.strct.types[i];
+        if (!td || !td->name || strcmp(td->name, "Differential") != 0 || !td->u.tdef.texpr) continue;
+        const nb_type *dt = ck_struct_member_type(c, sd, "Differential", td->u.tdef.texpr);
+        if (dt && !ck_is_error(dt) && dt != t && !nb_type_is_differentiable(dt)) {
+            ck_err(c, td->u.tdef.texpr->loc, "the Differential type '%s' of '%s' is not differentiable (make it "
+                   "conform to IDifferentiable)", dt->name, sd->name);
+            td->u.tdef.texpr->resolved = c->tt->t_error;
+        }
+    }
     for (int i = 0; i < sd->u.strct.nconforms && !sd->u.strct.idiff; i++) /* `S : IFoo` with IFoo : IDifferentiable */
         if (sd->u.strct.conforms[i] && strcmp(sd->u.strct.conforms[i], "IDifferentiable") != 0 &&
             ck_iface_extends(c, sd->u.strct.conforms[i], "IDifferentiable"))
@@ -715,6 +827,8 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
         }
     }
     ck_set_state(c, sd, CK_DONE);
+    synthesize_differential(c, sd, t);
+    check_derivative_members(c, sd, t);
     ck_leave_global_ctx(c, s);
     /* field initializers (defaults) after the type is complete */
     s = ck_enter_global_ctx(c, sd->module);

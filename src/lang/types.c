@@ -289,7 +289,18 @@ const nb_type *nb_type_differential(nb_type_table *tt, const nb_type *ty) {
         const nb_type *e = nb_type_differential(tt, ty->elem);
         return e ? nb_type_array(tt, e, ty->length) : NULL;
     }
-    case NB_TY_STRUCT: return struct_is_idiff(ty) ? ty : NULL;
+    case NB_TY_STRUCT: {
+        if (!struct_is_idiff(ty)) return NULL;
+        /* `typealias Differential = D;` inside the struct (resolved by the checker) */
+        const nb_decl *d = ty->decl;
+        for (int i = 0; d && i < d->u.strct.ntypes; i++) {
+            const nb_decl *td = d->u.strct.types[i];
+            if (td && td->name && strcmp(td->name, "Differential") == 0 && td->u.tdef.texpr &&
+                td->u.tdef.texpr->resolved && td->u.tdef.texpr->resolved->kind != NB_TY_ERROR)
+                return td->u.tdef.texpr->resolved;
+        }
+        return ty;
+    }
     case NB_TY_DIFFPAIR: {
         const nb_type *e = nb_type_differential(tt, ty->elem);
         return e ? nb_type_diffpair(tt, e) : NULL;
