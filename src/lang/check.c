@@ -642,7 +642,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
     for (int i = te->narray_dims - 1; i >= 0 && !ck_is_error(t); i--) {
         nb_expr *dim = te->array_dims ? te->array_dims[i] : NULL;
         if (!dim) {
-            ck_err(c, te->loc, "array size is missing (unsized arrays are not supported)");
+            ck_err(c, te->loc, "array size is missing (unsized arrays are not supported: give the length, let an initializer list give it, or make it a generic parameter: f<let N : int>(T b[N]))");
             t = c->tt->t_error;
             break;
         }
@@ -905,6 +905,7 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
     ctx_save s = ck_enter_global_ctx(c, d->module);
     c->ns = ck_decl_ns(d);
     d->u.var.is_global = 1;
+    ck_infer_array_size(c, d->u.var.texpr, d->u.var.init); /* static const int k[] = { … } */
     const nb_type *t = d->u.var.texpr ? ck_resolve_type(c, d->u.var.texpr) : NULL;
     int is_extern = (d->mods & NB_MOD_EXTERN) != 0;
     if (t && ck_kernel_global(c, d, t)) { /* `RWStructuredBuffer<float> out;` (check_kernel.c) */
@@ -1154,6 +1155,7 @@ static void check_local_var(nb_checker *c, nb_decl *d) {
     char what[128];
     snprintf(what, sizeof what, "initialization of '%s'", name);
     if (d->u.var.texpr) {
+        ck_infer_array_size(c, d->u.var.texpr, d->u.var.init); /* int a[] = { … } (check_array.c) */
         t = ck_resolve_type(c, d->u.var.texpr);
         if (t->kind == NB_TY_VOID) {
             ck_err(c, d->loc, "variable '%s' has type void", name);

@@ -1216,6 +1216,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
                                                               : ck_expr(c, &callee->u.member.base);
         if (ck_is_error(bt)) { check_args(c, call); return call->type = c->tt->t_error; }
         if (bt->kind == NB_TY_TENSOR) return ck_tensor_method(c, slot, bt); /* t.load(i) … (check_view.c) */
+        if (bt->kind == NB_TY_ARRAY && strcmp(mname, "getCount") == 0) return ck_array_get_count(c, slot, bt);
         if (bt->kind == NB_TY_DIFFPAIR &&
             (strcmp(mname, "getPrimal") == 0 || strcmp(mname, "getDifferential") == 0)) {
             check_args(c, call);

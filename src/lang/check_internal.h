@@ -236,6 +236,11 @@ const nb_type *ck_value_gparam_type(nb_checker *c, const char *name);
  * becomes the member expression E.A; returns its type, or NULL when it is not one. */
 const nb_type *ck_enum_dotted_name(nb_checker *c, nb_expr *e);
 
+/* check_array.c: `T a[] = { … }` (the outermost length from the list, before resolving te) and
+ * `a.getCount()` (the call at *slot becomes the constant length of array type at) */
+void ck_infer_array_size(nb_checker *c, nb_type_expr *te, nb_expr *init);
+const nb_type *ck_array_get_count(nb_checker *c, nb_expr **slot, const nb_type *at);
+
 /* check_swizzle.c: `m._11` / `m._m00_m11` of a matrix (base already checked) */
 const nb_type *ck_matrix_swizzle(nb_checker *c, nb_expr **slot, const nb_type *mt);
 /* `float2x2(m)` of a larger matrix m (Slang keeps the top-left block): rewrites the call's
