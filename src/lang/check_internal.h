@@ -222,7 +222,7 @@ const char *ck_dotted_path(nb_checker *c, const nb_expr *e);
 /* e (a MEMBER chain) names a global of kind `kind` through namespace prefixes: e becomes that
  * NAME ("A.B.f") and 1 is returned. */
 int ck_namespace_member(nb_checker *c, nb_expr *e, int kind);
-/* `N.x` where N is a namespace of this module without an x: reported, 1 returned. */
+/* `N.x` where N is a namespace (of this module or an import) without an x: reported, 1 returned. */
 int ck_namespace_unknown_member(nb_checker *c, nb_expr *e);
 
 /* check_enum.c: enums (typedefs with cases) */

@@ -72,13 +72,25 @@ int ck_namespace_member(nb_checker *c, nb_expr *e, int kind) {
     return 1;
 }
 
-/* Whether some declaration of the current module is in namespace ns (or one inside it). */
-static int is_namespace(nb_checker *c, const char *ns) {
-    size_t n = strlen(ns);
-    nb_module_ast *m = c->mod;
+static int module_has_namespace(const nb_module_ast *m, const char *ns, size_t n) {
     for (int i = 0; m && i < m->ndecls; i++) {
         const nb_decl *d = m->decls[i];
         if (d && d->ns && strncmp(d->ns, ns, n) == 0 && (d->ns[n] == 0 || d->ns[n] == '.')) return 1;
+    }
+    return 0;
+}
+
+/* Whether some declaration of the current module or of a module it imports is in namespace ns
+ * (or one inside it). */
+static int is_namespace(nb_checker *c, const char *ns) {
+    size_t n = strlen(ns);
+    nb_module_ast *m = c->mod;
+    if (module_has_namespace(m, ns, n)) return 1;
+    for (int i = 0; m && i < m->ndecls; i++) {
+        const nb_decl *d = m->decls[i];
+        if (d && d->kind == NB_DECL_IMPORT && d->u.import.target &&
+            module_has_namespace(d->u.import.target, ns, n))
+            return 1;
     }
     return 0;
 }
