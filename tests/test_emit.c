@@ -791,6 +791,26 @@ static void test_target_prelude_wmma(void)
     kern_free(&k);
 }
 
+/* A Ptr<T> parameter bound from the host gets the array's address (check_ptr.c): C run, CUDA compile. */
+static void test_pointer_param(void)
+{
+    const char *src = "void k(Ptr<float> p, int i, float v) { p[i] = v + *p; }\n";
+    nb_leaf_sig ls[3] = {L(0, "p", NB_BIND_TENSOR, NB_F32), L(1, "i", NB_BIND_ARRAY, NB_I32), L(2, "v", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("k", 0, 1, 0, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    float p[4] = {10, 0, 0, 0}, v[2] = {1, 2};
+    int32_t idx[2] = {2, 3};
+    long long shape[1] = {2}, ps[1] = {4}, pst[1] = {4}, st[1] = {4};
+    set_shape(&k, shape);
+    set_tensor(&k, 0, p, 1, ps, pst);
+    set_array(&k, 1, idx, st, NULL);
+    set_array(&k, 2, v, st, NULL);
+    run(&k, 2);
+    NB_EXPECT(p[0] == 10 && p[2] == 11 && p[3] == 12);
+    kern_free(&k);
+}
+
 static void test_bad_sigs(void)
 {
     nb_program *p = compile("float add(float a, float b) { return a + b; }\nvoid sink(out float o) { o = 1; }\n");
@@ -1015,5 +1035,5 @@ int main(int argc, char **argv)
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
                  test_kernel_tensor, test_compute_entry, test_tensor_view, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
-                 test_compile_time_linear, test_target_prelude_wmma);
+                 test_compile_time_linear, test_target_prelude_wmma, test_pointer_param);
 }

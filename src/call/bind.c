@@ -336,6 +336,14 @@ static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int 
         if (!contiguous)
             return nb_error(NB_ERR_LAYOUT, "%s: argument '%s' binds %s: its last %d dim%s (the element) must be "
                             "contiguous", in->name, l->path, leaf_type(in, l, ty, sizeof ty), vr, vr == 1 ? "" : "s");
+        if (l->pointer && shape_ok && a->kind == NB_ARGK_TENSOR && nb_tensor_shape(a->tensor)[0] > 1) {
+            /* a pointer parameter gets the data address: the whole array must be contiguous */
+            int64_t el = (int64_t)nb_dtype_size(have);
+            for (int k = 0; k < vr; k++) el *= l->value_shape[k];
+            if (nb_tensor_strides(a->tensor)[0] != el)
+                return nb_error(NB_ERR_LAYOUT, "%s: argument '%s' binds a pointer parameter and must be contiguous",
+                                in->name, l->path);
+        }
         b->bind = NB_BIND_TENSOR;
         b->storage = l->scalar;
         b->tensor_rank = l->tensor_rank;

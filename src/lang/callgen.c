@@ -196,7 +196,7 @@ static nb_status add_leaves(nb_emitter *e, leaves *L, int param, const nb_type *
     snprintf(l->path, sizeof l->path, "%s", path);
     snprintf(l->access, sizeof l->access, "%s", access);
     l->type = t;
-    if (t->kind == NB_TY_TENSOR) {
+    if (t->kind == NB_TY_TENSOR || t->kind == NB_TY_PTR) { /* (a pointer binds a whole array: check_ptr.c) */
         l->is_tensor = 1;
         l->scalar = nb_type_elem_scalar(t->elem);
     } else if (!value_shape(t, l->shape, &l->rank, &l->scalar)) {
@@ -645,7 +645,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                 APPEND(&ps, "    long long l%d_inner[%d];\n", i, l->rank);
             }
         } else {
-            int r = l->type->rank;
+            int r = l->type->kind == NB_TY_PTR ? 1 : l->type->rank;
             ll->offset = place_field(&off, &maxal, 8, 8);
             APPEND(&ps, "    unsigned long long l%d_data; /* %s (tensor) @%zu */\n", i, l->path, ll->offset);
             if (r > 0) {
@@ -743,6 +743,10 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             const nb_leaf_sig *ls = &sig->leaves[i];
             char lv[256];
             snprintf(lv, sizeof lv, "nb_v%d%s", pi, l->access);
+            if (ls->bind == NB_BIND_TENSOR && l->type->kind == NB_TY_PTR) { /* the array's address */
+                APPEND(&b, "    %s = (%s)nb_P->l%d_data;\n", lv, nb_emit_ctype(e, l->type), i);
+                continue;
+            }
             if (ls->bind == NB_BIND_TENSOR) {
                 int r = l->type->rank;
                 APPEND(&b, "    %s.data = (char *)nb_P->l%d_data; %s.oob = (struct nb_oob_rec *)nb_P->oob; %s.site = %d;\n", lv, i, lv,

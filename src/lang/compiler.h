@@ -59,6 +59,8 @@ typedef struct nb_fn_leaf {
     long long value_shape[8];
     int tensor_rank;         /* NB_LEAF_TENSOR */
     int diff_tensor;
+    int pointer;             /* NB_LEAF_TENSOR of a Ptr<T> parameter (check_ptr.c): the kernel gets
+                                the data address, so the array must be contiguous */
     int differentiable;      /* participates in derivatives (float-based, not no_diff) */
     int has_default;         /* the leaf's parameter has a default value (`float s = 2.0`) */
     const void *default_value; /* that value folded on the host: prod(value_shape) scalars of

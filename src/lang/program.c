@@ -804,8 +804,28 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     const nb_type *in = t;
     while (in->kind == NB_TY_ARRAY) in = in->elem;
     if (in->kind == NB_TY_PTR) { /* (check_ptr.c) */
-        b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s': parameter '%s' has type '%s' (pointers cannot be bound from the "
-                         "host; pass a Tensor or RWStructuredBuffer)", fname, path, t->name);
+        const nb_type *el = t->kind == NB_TY_PTR ? t->elem : NULL;
+        if (!el || (el->kind != NB_TY_SCALAR && el->kind != NB_TY_VECTOR && el->kind != NB_TY_MATRIX)) {
+            b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s': parameter '%s' has type '%s' (from the host, a pointer "
+                             "parameter to a scalar, vector or matrix binds a whole contiguous array; other "
+                             "pointers cannot be bound)", fname, path, t->name);
+            return;
+        }
+        if (b->n >= NB_CALL_MAX_LEAVES) {
+            b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s' has more than %d parameter leaves", fname, NB_CALL_MAX_LEAVES);
+            return;
+        }
+        nb_fn_leaf *l = &b->leaves[b->n++]; /* a whole array, like Tensor<T, 1> */
+        memset(l, 0, sizeof *l);
+        l->path = path;
+        l->param = param;
+        l->dir = dir;
+        l->kind = NB_LEAF_TENSOR;
+        l->pointer = 1;
+        l->scalar = scalar_dtype(el->scalar);
+        int r = nb_type_value_shape(el, l->value_shape);
+        l->value_rank = r < 0 ? 0 : r;
+        l->tensor_rank = 1;
         return;
     }
     if (in->kind == NB_TY_STRUCT || in->kind == NB_TY_DIFFPAIR) {
