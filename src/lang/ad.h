@@ -126,6 +126,9 @@ struct nb_ad_cloner {
 void nb_ad_clone_block(nb_ad_cloner *c, nb_ir_block *src);
 nb_ir_inst *nb_ad_map(nb_ad_cloner *c, nb_ir_inst *in);
 void nb_ad_error(nb_source_set *src, nb_loc loc, const char *fmt, ...);
+/* A function with a __target_switch or an __intrinsic_asm (lower_target.h) has no one body to
+ * differentiate: reports that (it needs a custom derivative) and returns 1 (emit_target.c). */
+int nb_ad_target_specific(nb_source_set *src, const nb_ir_func *f, nb_loc loc);
 
 /* small builders shared by the passes */
 nb_ir_inst *nb_ad_add(nb_ir_builder *b, nb_ir_inst *a, nb_ir_inst *c); /* NULL-aware */

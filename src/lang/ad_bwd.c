@@ -977,6 +977,7 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
         nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);
         return NULL;
     }
+    if (nb_ad_target_specific(src, primal, loc)) return NULL;
     nb_type_table *tt = m->types;
     char name[300];
     snprintf(name, sizeof name, "%s_bwd%s", primal->cname, with_result ? "r" : "");

@@ -128,6 +128,7 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
         nb_ad_error(src, loc, "'%s' is not differentiable (add [Differentiable])", primal->name);
         return NULL;
     }
+    if (nb_ad_target_specific(src, primal, loc)) return NULL;
     nb_type_table *tt = m->types;
     const nb_type *rt = primal->ret;
     if (rt->kind != NB_TY_VOID && nb_type_is_differentiable(rt)) rt = nb_type_diffpair(tt, rt);

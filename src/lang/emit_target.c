@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lang/ad.h"
 #include "lang/emit_c.h"
 #include "lang/source.h"
 #include "nabla/alloc.h"
@@ -208,4 +209,13 @@ void nb_emit_printf(nb_emitter *e, const char *format, const char *const *args, 
         k++;
     }
     nb_strbuf_append_char(out, ')');
+}
+
+int nb_ad_target_specific(nb_source_set *src, const nb_ir_func *f, nb_loc loc)
+{
+    if (!f->target && !f->asm_text) return 0;
+    nb_ad_error(src, loc, "cannot differentiate '%s': it is target-specific code (%s); give it a custom derivative "
+                "([ForwardDerivative(…)] / [BackwardDerivative(…)])", f->decl && f->decl->name ? f->decl->name : f->name,
+                f->asm_text ? "__intrinsic_asm" : "__target_switch");
+    return 1;
 }
