@@ -594,7 +594,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
             if (!t) t = c->tt->t_error;
         }
     } else if (strcmp(name, "vector") == 0 || strcmp(name, "matrix") == 0 || strcmp(name, "Tensor") == 0 ||
-               strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0) {
+               strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0 || strcmp(name, "Ptr") == 0) {
         ck_err(c, te->loc, "'%s' needs generic arguments", name);
         t = c->tt->t_error;
     } else if (te->subst) {

@@ -40,7 +40,11 @@ static void check_asm_text(nb_checker *c, nb_stmt *s) {
         else if (*d == '[') {
             int k = 0, any = 0;
             const char *e = d + 1;
-            while (*e >= '0' && *e <= '9') { k = k * 10 + (*e - '0'); e++; any = 1; }
+            while (*e >= '0' && *e <= '9') {
+                if (k < 100000) k = k * 10 + (*e - '0'); /* (larger is out of range anyway) */
+                e++;
+                any = 1;
+            }
             if (!any || *e != ']') {
                 ck_err(c, s->u.asm_s.text_loc, "malformed '$[' in __intrinsic_asm (write $[0], $[1], …)");
                 return;
@@ -193,15 +197,19 @@ void ck_check_asm_placement(nb_checker *c, nb_decl *fn) {
  * the offending conversion letter when one is not supported. */
 static int count_conversions(const char *fmt, char *bad, char *convs, int max) {
     int n = 0;
-    for (const char *q = fmt; *q; q++) {
+    size_t len = strlen(fmt);
+    const char *end = len >= 2 && fmt[len - 1] == '"' ? fmt + len - 1 : fmt + len; /* (without the quotes) */
+    for (const char *q = *fmt == '"' ? fmt + 1 : fmt; q < end; q++) {
         if (*q != '%') continue;
         q++;
+        if (q >= end) { *bad = 0; return -1; }
         if (*q == '%') continue;
-        while (*q && strchr("-+ #0", *q)) q++;
-        while (*q && (strchr("0123456789.", *q))) q++;
+        while (q < end && strchr("-+ #0", *q)) q++;
+        while (q < end && strchr("0123456789.", *q)) q++;
+        if (q >= end) { *bad = 0; return -1; }
         if (*q == '*') { *bad = '*'; return -1; }
-        if (*q && strchr("hlLqjzt", *q)) { *bad = *q; return -1; }
-        if (!*q || !strchr("diuxXocfFeEgGaA", *q)) { *bad = *q ? *q : '?'; return -1; }
+        if (strchr("hlLqjzt", *q)) { *bad = *q; return -1; }
+        if (!strchr("diuxXocfFeEgGaA", *q)) { *bad = *q; return -1; }
         if (n < max) convs[n] = *q;
         n++;
     }
@@ -223,7 +231,9 @@ const nb_type *ck_printf(nb_checker *c, nb_expr *call) {
     fmt->type = c->tt->t_void;
     char bad = 0, convs[64];
     int want = count_conversions(fmt->u.str.text, &bad, convs, 64);
-    if (want < 0)
+    if (want < 0 && !bad)
+        ck_err(c, fmt->loc, "printf format ends inside a conversion (write %%%% for a literal %%)");
+    else if (want < 0)
         ck_err(c, fmt->loc, "printf conversion '%%%c' is not supported (use %%d %%i %%u %%x %%X %%o %%c %%f %%e %%g %%a, "
                             "without length modifiers)", bad);
     for (int i = 1; i < n; i++) {

@@ -179,7 +179,10 @@ void nb_emit_asm_call(nb_emitter *e, nb_ir_func *c, const char *const *args, con
         } else if (*d == '[') {
             int i = 0;
             const char *x = d + 1;
-            while (*x >= '0' && *x <= '9') i = i * 10 + (*x++ - '0');
+            while (*x >= '0' && *x <= '9') {
+                if (i < 100000) i = i * 10 + (*x - '0');
+                x++;
+            }
             if (i < c->nasm) {
                 if (c->asm_types[i]) nb_strbuf_append(out, nb_emit_ctype(e, c->asm_types[i]));
                 else nb_strbuf_append(out, c->asm_vals[i] ? c->asm_vals[i] : "0");
