@@ -73,6 +73,9 @@ const nb_type *ck_ptr_unary(nb_checker *c, nb_expr **slot) {
                "cannot take the address of this expression (only of a variable, field, array element or *p)");
         return e->type = c->tt->t_error;
     }
+    if (c->fn && c->fn->u.func.differentiable && nb_type_is_differentiable(t))
+        ck_warn(c, e->loc, "derivatives do not flow through pointers: what is read or written through this address "
+                "has no derivative (give the function a custom derivative, or keep the value out of pointers)");
     return e->type = nb_type_ptr(c->tt, t);
 }
 
