@@ -42,6 +42,7 @@ enum {
     NB_TOKF_SPACE = 2,    /* whitespace or a comment precedes it */
     NB_TOKF_NOEXPAND = 4, /* preprocessor: an identifier that must never be macro-expanded again
                              (it named a macro being expanded: C's "painted blue" rule) */
+    NB_TOKF_REPORTED = 8, /* preprocessor: an NB_TOK_ERROR whose error was reported */
 };
 
 typedef struct nb_token {

@@ -295,8 +295,11 @@ static void next_raw(pp *P, nb_token *out) {
             continue;
         }
         f->pos++;
-        if (t->kind == NB_TOK_ERROR) nb_lex_report(P->src, t);
         *out = *t;
+        if (t->kind == NB_TOK_ERROR) {
+            nb_lex_report(P->src, t);
+            out->flags |= NB_TOKF_REPORTED;
+        }
         return;
     }
 }
@@ -986,7 +989,6 @@ static void dir_define(pp *P, pp_file *f, int i, int end) {
                     return;
                 }
             }
-    for (int k = 0; k < nbody; k++) nb_lex_report(P->src, &body[k]);
     int mi = macro_slot(P, name->start, name->len);
     if (mi < 0) {
         P->oom = 1;
@@ -1104,8 +1106,12 @@ static void dir_include(pp *P, pp_file *f, int i, int end, const nb_token *hash)
         name[ts[0].len - 2] = 0;
         ok = name[0] != 0;
     } else if (n >= 3 && ts[0].kind == NB_TOK_LT && ts[n - 1].kind == NB_TOK_GT) {
+        /* <a/b.h>: the text between the brackets, when the tokens are one run of one buffer */
         const char *s = ts[0].start + 1, *e = ts[n - 1].start;
-        if (e > s && (size_t)(e - s) < sizeof name && ts[0].loc.file == ts[n - 1].loc.file) {
+        int one_run = 1;
+        for (int k = 1; k < n && one_run; k++)
+            one_run = ts[k].start >= ts[k - 1].start + ts[k - 1].len && ts[k].start - ts[0].start < (long)sizeof name;
+        if (one_run && e > s && (size_t)(e - s) < sizeof name) {
             memcpy(name, s, (size_t)(e - s));
             name[e - s] = 0;
             ok = 1;
@@ -1371,7 +1377,7 @@ static int prelude_file(nb_source_set *src) {
             nb_strbuf_append_char(&sb, ' ');
             for (const char *c = d + n + 1; *c; c++) nb_strbuf_append_char(&sb, *c == '\n' || *c == '\r' ? ' ' : *c);
         }
-        nb_strbuf_append_char(&sb, '\n');
+        nb_strbuf_append(&sb, " \n"); /* (the blank: a value ending in '\\' does not continue the line) */
     }
     for (int b = 0; builtin_defines[b]; b++) {
         int n = define_name_len(builtin_defines[b]), given = 0;
@@ -1461,6 +1467,11 @@ nb_token *nb_preprocess(nb_source_set *src, int file, nb_arena *arena, int *coun
                     diverged = 1;
                     for (int k = 0; k < same && !P.oom; k++)
                         if (!tv_push(&out, &raw[k])) P.oom = 1;
+                }
+                if (t.kind == NB_TOK_ERROR && !(t.flags & NB_TOKF_REPORTED)) { /* from a macro body: */
+                    nb_token at = t;                                        /* reported where used */
+                    at.v.err.col = t.loc.col;
+                    nb_lex_report(src, &at);
                 }
                 t.flags &= NB_TOKF_BOL | NB_TOKF_SPACE;
                 if (!tv_push(&out, &t)) {
