@@ -249,6 +249,8 @@ struct nb_decl {
             nb_decl **gparams; int ngparams;  /* generics `float f<let N : int, T : IFoo>(…)`
                                                  (NB_DECL_PARAM); a function with gparams is a
                                                  template: never checked or lowered itself */
+            int nimplicit_gparams;            /* the last ones: lengths of unsized array parameters
+                                                 `int b[]` (parser.c implicit_length_gparams) */
             nb_decl **wheres; int nwheres;    /* `where T : IFoo` clauses (NB_DECL_PARAM named T
                                                  with constraints), merged into gparams */
             nb_decl *generic_of;              /* [checker] an instantiation (`f<4>`): its template */

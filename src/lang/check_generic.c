@@ -984,8 +984,12 @@ int ck_generic_candidates(nb_checker *c, nb_expr *call, nb_decl **fns, int n, nb
         if (k < ng) {
             failed++;
             last_fail = i;
-            snprintf(reason, sizeof reason, "cannot infer generic parameter '%s' of '%s' from the arguments (write "
-                     "%s<…>(…))", gp[k]->name, name, name);
+            if (gp[k]->name && strncmp(gp[k]->name, "__len_", 6) == 0) /* `int b[]` (parser.c) */
+                snprintf(reason, sizeof reason, "the argument for the unsized array parameter '%s' of '%s' must be "
+                         "an array", gp[k]->name + 6, name);
+            else
+                snprintf(reason, sizeof reason, "cannot infer generic parameter '%s' of '%s' from the arguments "
+                         "(write %s<…>(…))", gp[k]->name, name, name);
             continue;
         }
         int bad = 0;

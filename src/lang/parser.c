@@ -476,6 +476,51 @@ static void skip_params(nb_parser *p) {
 
 static void parse_wheres(nb_parser *p, nb_decl *fn);
 
+/* Slang's unsized array parameters `float f(int b[])`: each `[]` of a parameter becomes an
+ * implicit value generic parameter `let __len_b : int` (`int b[__len_b]`), so the function is
+ * instantiated per argument length like `f<let N : int>(int b[N])` (its length is inferred from
+ * the argument). Explicit generic parameters come first (merge_gparams). */
+static void implicit_length_gparams(nb_parser *p, nb_decl *fn) {
+    nb_pvec g = {0};
+    for (int i = 0; i < fn->u.func.nparams; i++) {
+        nb_decl *prm = fn->u.func.params[i];
+        nb_type_expr *te = prm ? prm->u.param.texpr : NULL;
+        for (int k = 0; te && k < te->narray_dims; k++) {
+            if (te->array_dims[k]) continue;
+            char nm[96];
+            if (k) snprintf(nm, sizeof nm, "__len_%s_%d", prm->name[0] ? prm->name : "arg", k);
+            else snprintf(nm, sizeof nm, "__len_%s", prm->name[0] ? prm->name : "arg");
+            const char *name = np_strndup(p, nm, strlen(nm));
+            nb_decl *gp = new_decl(p, NB_DECL_PARAM, te->loc, name);
+            nb_type_expr *it = np_alloc(p, sizeof *it);
+            it->loc = te->loc;
+            it->name = "int";
+            gp->u.param.texpr = it;
+            gp->u.param.index = g.n;
+            np_push(p, &g, gp);
+            nb_expr *v = np_new_expr(p, NB_EX_NAME, te->loc);
+            v->u.name.name = name;
+            te->array_dims[k] = v;
+        }
+    }
+    if (!g.n) return;
+    fn->u.func.gparams = (nb_decl **)np_finish(p, &g);
+    fn->u.func.ngparams = g.n;
+    fn->u.func.nimplicit_gparams = g.n;
+}
+
+/* fn's generic parameters become `explicit` followed by its implicit array lengths. */
+static void merge_gparams(nb_parser *p, nb_decl *fn, nb_pvec *explicit) {
+    int ni = fn->u.func.nimplicit_gparams;
+    nb_decl **imp = fn->u.func.gparams;
+    for (int i = 0; i < ni; i++) {
+        imp[i]->u.param.index = explicit->n;
+        np_push(p, explicit, imp[i]);
+    }
+    fn->u.func.gparams = (nb_decl **)np_finish(p, explicit);
+    fn->u.func.ngparams = explicit->n;
+}
+
 /* After `type name`, at `(`: parameters and a body or `;`. */
 static nb_decl *parse_function(nb_parser *p, nb_attr_list attrs, unsigned mods, nb_type_expr *ret,
                                nb_loc loc, const char *name, nb_decl *parent) {
@@ -508,6 +553,7 @@ static nb_decl *parse_function(nb_parser *p, nb_attr_list attrs, unsigned mods, 
     if (p->panic) skip_params(p);
     d->u.func.params = (nb_decl **)np_finish(p, &params);
     d->u.func.nparams = params.n;
+    implicit_length_gparams(p, d);
     if (tok_is(np_cur(p), "where")) parse_wheres(p, d);
     if (np_kind(p) == NB_TOK_LBRACE) {
         d->u.func.body = np_parse_block(p);
@@ -573,6 +619,10 @@ static void parse_constraints(nb_parser *p, nb_pvec *list);
 /* `__generic<T : IFoo> T f(T x)`: the prefix's parameters become d's (a function or struct). */
 static void attach_generic_prefix(nb_parser *p, nb_decl *d, nb_pvec *g) {
     if (!g->n || !d) return;
+    if (d->kind == NB_DECL_FUNC && d->u.func.ngparams == d->u.func.nimplicit_gparams) {
+        merge_gparams(p, d, g); /* (only implicit array lengths so far) */
+        return;
+    }
     int have = d->kind == NB_DECL_FUNC ? d->u.func.ngparams : d->u.strct.ngparams;
     if (have) {
         np_error_at(p, d->loc, "'%s' has both '__generic<…>' and '<…>' generic parameters", d->name);
@@ -1057,8 +1107,7 @@ static nb_decl *parse_generic_function(nb_parser *p, nb_attr_list attrs, unsigne
         d->u.func.ret = ret;
         d->u.func.parent = parent;
     }
-    d->u.func.gparams = (nb_decl **)np_finish(p, &gparams);
-    d->u.func.ngparams = gparams.n;
+    merge_gparams(p, d, &gparams);
     return d;
 }
 
