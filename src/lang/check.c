@@ -1558,6 +1558,7 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
         if (!d) continue;
+        c->ns = d->ns; /* `namespace A { … }`: names of its declarations are looked up in A first */
         switch (d->kind) {
         case NB_DECL_STRUCT:
             if (ck_is_template(d)) ck_check_template(c, d);
@@ -1586,6 +1587,7 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
         case NB_DECL_INTERFACE: ck_check_interface(c, d); break;
         default: break;
         }
+        c->ns = NULL;
     }
     check_duplicates(c, m);
     /* pass 2: bodies (instantiations requested meanwhile are appended to m->decls and checked

@@ -1172,7 +1172,8 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         return call->type = c->tt->t_error;
     }
     if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.member &&
-        ck_namespace_member(c, callee, NB_DECL_FUNC)) /* N.f(…) / N::f(…) (check_namespace.c) */
+        (ck_namespace_member(c, callee, NB_DECL_FUNC) || ck_namespace_member(c, callee, NB_DECL_STRUCT) ||
+         ck_namespace_member(c, callee, NB_DECL_TYPEDEF))) /* N.f(…) / N::f(…) / N.S(…) (check_namespace.c) */
         return ck_call(c, slot);
     if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.base->kind == NB_EX_MEMBER &&
         !ck_namespace_member(c, callee->u.member.base, NB_DECL_STRUCT)) /* N.S.m(…) */

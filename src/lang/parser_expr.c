@@ -125,7 +125,12 @@ nb_type_expr *np_parse_type(nb_parser *p, int allow_array) {
         memcpy(joined + n + 1, m->start, (size_t)m->len);
         joined[n + 1 + (size_t)m->len] = '\0';
         t->name = joined;
+        int generic = np_is_generic_name(p, m);
         np_advance(p);
+        if (generic && np_kind(p) == NB_TOK_LT) { /* `Lib.Box<2>`: a generic struct of a namespace */
+            parse_generic_args(p, t);
+            break;
+        }
     }
     if (allow_array && np_kind(p) == NB_TOK_LBRACKET) {
         nb_pvec dims = {0};
