@@ -653,6 +653,12 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
         ck_coerce(c, &args[1], c->tt->t_int, "dimension");
         return call->type = c->tt->t_uint;
     }
+    case NB_ISIG_TENSOR_DATA_PTR: /* t.data_ptr() (check_ptr.c) */
+        if (args[0]->type->kind != NB_TY_TENSOR) {
+            ck_err(c, call->loc, "'%s' takes a tensor", name);
+            return call->type = c->tt->t_error;
+        }
+        return call->type = nb_type_ptr(c->tt, args[0]->type->elem);
     case NB_ISIG_NN_MATVEC:
     case NB_ISIG_NN_OUTER: { /* (w, offset, vectors...): lib/nn.nb's building blocks */
         const nb_type *wt = args[0]->type;

@@ -528,6 +528,17 @@ const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt
         *slot = as;
         return ck_expr(c, slot);
     }
+    if (!strcmp(m, "data_ptr") && n == 0) { /* Ptr<T> to the data (check_ptr.c): __tensor_data_ptr(t) */
+        nb_expr *nm = ck_new_expr(c, NB_EX_NAME, call->loc);
+        nb_expr **a1 = ck_alloc(c, sizeof(nb_expr *));
+        if (!nm || !a1) return call->type = c->tt->t_error;
+        nm->u.name.name = "__tensor_data_ptr";
+        a1[0] = base;
+        call->u.call.callee = nm;
+        call->u.call.args = a1;
+        call->u.call.nargs = 1;
+        return ck_expr(c, slot);
+    }
     if (!strcmp(m, "size") || !strcmp(m, "GetDimensions")) {
         int gd = m[0] == 'G';
         for (int i = 0; i < n; i++) ck_expr(c, &args[i]);

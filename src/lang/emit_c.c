@@ -1180,6 +1180,9 @@ void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *
     case NB_ISIG_TENSOR_SIZE: /* args[1] is a constant */
         APPEND(o, "(unsigned)(%s).shape[%s]", args[0], args[1]);
         return;
+    case NB_ISIG_TENSOR_DATA_PTR: /* the element storage's address (contiguous data assumed, as slang-torch) */
+        APPEND(o, "((%s)(%s).data)", nb_emit_ctype(e, rt), args[0]);
+        return;
     case NB_ISIG_THREAD_ID: {
         const char *f = id == NB_INTR_DISPATCH_ID ? "dispatch_id" : id == NB_INTR_THREAD_IDX ? "thread_idx"
                         : id == NB_INTR_BLOCK_IDX ? "block_idx" : "block_dim";

@@ -76,6 +76,7 @@ typedef enum nb_isig {
     NB_ISIG_BWD_DIFF,      /* bwd_diff(f) -> callable */
     NB_ISIG_THREAD_ID,     /* uint3 f() */
     NB_ISIG_TENSOR_SIZE,   /* uint __tensor_size(tensor t, const int d): t's extent in dim d */
+    NB_ISIG_TENSOR_DATA_PTR, /* Ptr<T> __tensor_data_ptr(tensor t): its data's address (check_ptr.c) */
     NB_ISIG_NN_MATVEC,     /* float[16] f(Tensor<float,1> w, int offset, float[16] x) */
     NB_ISIG_NN_OUTER,      /* void f(DiffTensor<float,1> w, int offset, float[16] dy, float[16] x) */
 } nb_isig;
@@ -165,6 +166,7 @@ enum {
     /* tensors */                                                          \
     X(ATOMIC_ADD,  "atomicAdd",   2, 2, ATOMIC,        RULE,    0)         \
     X(TENSOR_SIZE, "__tensor_size", 2, 2, TENSOR_SIZE, NONE,    0) /* t.size(d) (check_view.c) */ \
+    X(TENSOR_DATA_PTR, "__tensor_data_ptr", 1, 1, TENSOR_DATA_PTR, NONE, 0) /* t.data_ptr() */ \
     /* autodiff */                                                         \
     X(DIFF_PAIR,   "diffPair",    1, 2, DIFFPAIR,      SPECIAL, 0)         \
     X(DETACH,      "detach",      1, 1, DETACH,        SPECIAL, 0)         \
