@@ -53,6 +53,8 @@ typedef struct nb_type_expr {
      * assoc_base float). Array dims still apply on top. */
     const nb_type *subst;
     const nb_type *assoc_base;
+    struct nb_type_expr *member_of; /* `S<float>.Differential`: name is the member ("Differential"),
+                                       member_of the instantiation `S<float>` */
     const nb_type *resolved;     /* [checker] */
 } nb_type_expr;
 

@@ -597,6 +597,23 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0 || strcmp(name, "Ptr") == 0) {
         ck_err(c, te->loc, "'%s' needs generic arguments", name);
         t = c->tt->t_error;
+    } else if (te->member_of) { /* `S<float>.Differential` */
+        const nb_type *bt = ck_resolve_type(c, te->member_of);
+        if (ck_is_error(bt)) {
+            t = bt;
+        } else {
+            size_t n1 = strlen(bt->name), n2 = strlen(name);
+            char *full = ck_alloc(c, n1 + n2 + 2);
+            nb_type_expr *m = ck_alloc(c, sizeof *m);
+            if (!full || !m) return c->tt->t_error;
+            memcpy(full, bt->name, n1);
+            full[n1] = '.';
+            memcpy(full + n1 + 1, name, n2 + 1);
+            m->loc = te->loc;
+            m->name = full;
+            m->assoc_base = bt;
+            t = ck_member_type(c, m, full);
+        }
     } else if (te->subst) {
         t = te->subst; /* a substituted type generic parameter */
     } else {
@@ -1149,6 +1166,15 @@ static void check_cond(nb_checker *c, nb_expr **slot, const char *what) {
     ck_coerce(c, slot, c->tt->t_bool, "condition");
 }
 
+/* Whether struct sd has a constructor without parameters (`__init()`). */
+static int has_default_init(const nb_decl *sd) {
+    for (int i = 0; sd && i < sd->u.strct.nmethods; i++) {
+        const nb_decl *m = sd->u.strct.methods[i];
+        if (m && m->u.func.is_init && m->u.func.nparams == 0 && !m->u.func.ngparams) return 1;
+    }
+    return 0;
+}
+
 static void check_local_var(nb_checker *c, nb_decl *d) {
     const char *name = d->name ? d->name : "?";
     const nb_type *t;
@@ -1160,6 +1186,23 @@ static void check_local_var(nb_checker *c, nb_decl *d) {
         if (t->kind == NB_TY_VOID) {
             ck_err(c, d->loc, "variable '%s' has type void", name);
             t = c->tt->t_error;
+        }
+        if (!d->u.var.init && t->kind == NB_TY_STRUCT && has_default_init(t->decl) &&
+            !(c->fn && c->fn->u.func.is_init && strcmp(name, "this") == 0)) {
+            /* `S s;` with a constructor `__init()`: Slang calls it */
+            nb_expr *call = ck_new_expr(c, NB_EX_CALL, d->loc);
+            nb_expr *callee = ck_new_expr(c, NB_EX_TYPE, d->loc);
+            nb_type_expr *te = ck_alloc(c, sizeof *te);
+            if (call && callee && te) {
+                te->loc = d->loc;
+                te->name = t->name;
+                te->subst = t;
+                callee->u.type.texpr = te;
+                callee->type = NULL;
+                call->u.call.callee = callee;
+                call->type = NULL;
+                d->u.var.init = call;
+            }
         }
         if (d->u.var.init) ck_expr_to(c, &d->u.var.init, t, what);
     } else if (d->u.var.init && d->u.var.init->kind != NB_EX_INIT_LIST) {

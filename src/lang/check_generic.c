@@ -195,6 +195,7 @@ static nb_type_expr *clone_te(subst *s, const nb_type_expr *t) {
     r->name = t->name;
     r->subst = t->subst;
     r->assoc_base = t->assoc_base;
+    r->member_of = clone_te(s, t->member_of);
     r->ntargs = t->ntargs;
     const char *rest = NULL;
     int kt = t->ntargs == 0 ? gparam_index(s, t->name) : -1;

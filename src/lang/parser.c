@@ -1139,8 +1139,10 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
                 np_error_here(p, "expected an interface name after ':'");
                 break;
             }
-            np_push(p, &conforms, (void *)np_tok_text(p));
-            np_advance(p);
+            /* `IData<T, D>`: the interface's name (generic interfaces are checked by their
+             * requirements' names, as non-generic ones) */
+            nb_type_expr *ct = np_parse_type(p, 0);
+            np_push(p, &conforms, (void *)ct->name);
         } while (np_accept(p, NB_TOK_COMMA));
     }
     s->u.strct.conforms = (const char **)np_finish(p, &conforms);
@@ -1327,6 +1329,7 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
 /* The declaration after the attributes and modifiers. */
 static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods) {
     nb_tok_kind k = np_kind(p);
+    if (tok_is(np_cur(p), "dyn") && tok_is(np_peek(p, 1), "interface")) np_advance(p); /* `dyn interface` */
     if (tok_is(np_cur(p), "interface") && np_peek_kind(p, 1) == NB_TOK_IDENT) {
         nb_decl *s = parse_struct(p, attrs, mods, 1);
         if (s) np_push(p, out, s);

@@ -132,6 +132,18 @@ nb_type_expr *np_parse_type(nb_parser *p, int allow_array) {
             break;
         }
     }
+    /* `ValueHolder<float, 2>.Differential`, `DifferentialPair<B>.Differential`: a member type of
+     * a generic instantiation (member_of holds the instantiation) */
+    while (allow_array && t->ntargs && (np_kind(p) == NB_TOK_DOT || np_kind(p) == NB_TOK_COLONCOLON) &&
+           np_peek_kind(p, 1) == NB_TOK_IDENT) {
+        np_advance(p);
+        nb_type_expr *m = np_alloc(p, sizeof *m);
+        m->loc = np_loc(p);
+        m->name = np_tok_text(p);
+        m->member_of = t;
+        np_advance(p);
+        t = m;
+    }
     if (allow_array && np_kind(p) == NB_TOK_LBRACKET) {
         nb_pvec dims = {0};
         np_parse_dims(p, &dims);
