@@ -42,6 +42,8 @@ void ck_check_enum(nb_checker *c, nb_decl *d) {
         is_signed = t->scalar == NB_SC_INT || t->scalar == NB_SC_INT64;
     }
     int64_t next = flags ? 1 : 0;
+    nb_decl *saved_ctx = c->enum_ctx;
+    c->enum_ctx = d;
     for (int i = 0; i < d->u.tdef.ncases; i++) {
         nb_decl *v = d->u.tdef.cases[i];
         for (int j = 0; j < i; j++)
@@ -71,6 +73,7 @@ void ck_check_enum(nb_checker *c, nb_decl *d) {
         }
         next = next_value(v->u.var.const_i, flags, bits, is_signed);
     }
+    c->enum_ctx = saved_ctx;
     ck_set_state(c, key, CK_DONE);
 }
 
@@ -125,4 +128,19 @@ const nb_type *ck_enum_dotted_name(nb_checker *c, nb_expr *e) {
     e->u.member.base = b;
     e->u.member.member = dot + 1;
     return ck_enum_member(c, e, ed);
+}
+
+const nb_type *ck_enum_bare_case(nb_checker *c, nb_expr *e) {
+    nb_decl *ed = c->enum_ctx;
+    const char *name = e->u.name.name;
+    if (!ed || !name) return NULL;
+    for (int i = 0; i < ed->u.tdef.ncases; i++) {
+        nb_decl *v = ed->u.tdef.cases[i];
+        if (strcmp(v->name, name) != 0) continue;
+        ck_check_global_var(c, v); /* (a later case: "depends on itself" if it needs this one) */
+        e->ref = NB_REF_STATIC;
+        e->decl = v;
+        return e->type = v->u.var.type ? v->u.var.type : c->tt->t_error;
+    }
+    return NULL;
 }

@@ -502,6 +502,7 @@ static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
     if (strcmp(name, "nullptr") == 0) return ck_nullptr(c, e); /* check_ptr.c */
     const nb_type *et = ck_enum_dotted_name(c, e); /* `f<E.A>`: the generic argument "E.A" */
     if (et) return et;
+    if ((et = ck_enum_bare_case(c, e))) return et; /* `enum E { V = 1, X = V + 2 }` */
     ck_err(c, e->loc, "use of undeclared identifier '%s'", name);
     ck_note_hidden(c, name);
     return e->type = c->tt->t_error;

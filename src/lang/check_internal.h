@@ -92,6 +92,8 @@ typedef struct nb_checker {
     nb_module_ast *inst_mod; /* the module being checked: instantiations are appended to its decls */
     int inst_cap;            /* capacity of inst_mod->decls once grown (0: its parser-made exact size) */
     int inst_depth;          /* depth of the instantiation being checked (0: ordinary code) */
+    nb_decl *enum_ctx;       /* the enum whose case values are being checked: its cases are
+                                in scope by their bare names (`enum E { V = 1, X = V + 2 }`) */
     const char *ns;          /* namespace of the declaration being checked ("A.B"), or NULL:
                                 unqualified names are looked up in it first (ck_lookup_global) */
 } nb_checker;
@@ -229,6 +231,9 @@ int ck_namespace_unknown_member(nb_checker *c, nb_expr *e);
 void ck_check_enum(nb_checker *c, nb_decl *d);          /* case values, underlying type */
 nb_decl *ck_find_enum(nb_checker *c, const char *name); /* the enum typedef named name, or NULL */
 const nb_type *ck_enum_member(nb_checker *c, nb_expr *e, nb_decl *ed); /* `E.A` / `E::A` */
+/* A bare NAME naming a case of the enum being checked (c->enum_ctx): resolved, its type
+ * returned; NULL otherwise. */
+const nb_type *ck_enum_bare_case(nb_checker *c, nb_expr *e);
 /* The type of a value generic parameter `let M : name`: a built-in scalar or an enum's
  * underlying type; NULL for other names. */
 const nb_type *ck_value_gparam_type(nb_checker *c, const char *name);
