@@ -33,6 +33,7 @@ static void expect_gt(nb_parser *p, nb_loc open) {
 }
 
 static nb_expr *parse_binary_from(nb_parser *p, int minprec, nb_expr *lhs);
+static nb_expr *parse_generic_bits(nb_parser *p, int level, nb_expr *first);
 
 /* `row_major` / `column_major` before a matrix type. */
 static int is_layout_word(const nb_token *a) {
@@ -49,11 +50,23 @@ static void parse_generic_args(nb_parser *p, nb_type_expr *t) {
             const nb_token *a = np_cur(p);
             if (a->kind == NB_TOK_IDENT && (np_is_type_name(p, a) || np_peek_kind(p, 1) == NB_TOK_LT ||
                                             is_layout_word(a))) {
-                np_push(p, &targs, np_parse_type(p, 1));
-                np_push(p, &vargs, NULL);
+                nb_type_expr *ty = np_parse_type(p, 1);
+                nb_tok_kind k = np_kind(p);
+                if (!ty->ntargs && !ty->narray_dims && strchr(ty->name, '.') &&
+                    (k == NB_TOK_PIPE || k == NB_TOK_AMP || k == NB_TOK_CARET || k == NB_TOK_PLUS ||
+                     k == NB_TOK_MINUS || k == NB_TOK_STAR || k == NB_TOK_SLASH || k == NB_TOK_PERCENT)) {
+                    /* `E.A | E.B`: the dotted name was a value (an enum case) */
+                    nb_expr *nm = np_new_expr(p, NB_EX_NAME, ty->loc);
+                    nm->u.name.name = ty->name;
+                    np_push(p, &targs, NULL);
+                    np_push(p, &vargs, parse_generic_bits(p, 3, nm));
+                } else {
+                    np_push(p, &targs, ty);
+                    np_push(p, &vargs, NULL);
+                }
             } else {
                 np_push(p, &targs, NULL);
-                np_push(p, &vargs, parse_binary_from(p, PREC_ADD, NULL));
+                np_push(p, &vargs, parse_generic_bits(p, 3, NULL));
             }
             if (p->panic || !np_accept(p, NB_TOK_COMMA)) break;
         }
@@ -525,7 +538,26 @@ nb_expr *np_parse_expr(nb_parser *p) { return parse_assign_from(p, NULL); }
 
 nb_expr *np_parse_ternary(nb_parser *p) { return parse_ternary_from(p, NULL); }
 
-nb_expr *np_parse_generic_value(nb_parser *p) { return parse_binary_from(p, PREC_ADD, NULL); }
+/* A generic value argument: additive expressions joined by `&`, `^`, `|` (C precedence among
+ * them), so `f<E.A | E.B>()` works while `<`, `>`, `<<`, `>>` and comparisons stay out (the `>`
+ * closes the list). level: 3 `|`, 4 `^`, 5 `&`; first: an already parsed leftmost operand. */
+static nb_expr *parse_generic_bits(nb_parser *p, int level, nb_expr *first) {
+    nb_expr *l = level == 5 ? parse_binary_from(p, PREC_ADD, first) : parse_generic_bits(p, level + 1, first);
+    while (!p->panic && binary_prec(np_kind(p)) == level) {
+        nb_tok_kind op = np_kind(p);
+        nb_loc loc = np_loc(p);
+        np_advance(p);
+        nb_expr *r = level == 5 ? parse_binary_from(p, PREC_ADD, NULL) : parse_generic_bits(p, level + 1, NULL);
+        nb_expr *b = np_new_expr(p, NB_EX_BINARY, loc);
+        b->u.binary.op = op;
+        b->u.binary.lhs = l;
+        b->u.binary.rhs = r;
+        l = b;
+    }
+    return l;
+}
+
+nb_expr *np_parse_generic_value(nb_parser *p) { return parse_generic_bits(p, 3, NULL); }
 
 nb_expr *np_parse_comma_expr(nb_parser *p) {
     nb_expr *e = np_parse_expr(p);
