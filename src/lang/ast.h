@@ -209,6 +209,8 @@ typedef enum nb_decl_kind {
                          interface (texpr NULL, constraint in u.tdef.constraints) */
     NB_DECL_INTERFACE, /* interface I : Base { requirements }: uses u.strct (methods are the
                           requirements, a body is a default implementation; conforms the bases) */
+    NB_DECL_EXTENSION, /* extension S [: I] { members }: uses u.strct; merged into struct S by the
+                          checker before S is checked (check_iface.c) */
 } nb_decl_kind;
 
 /* Parameter direction. */

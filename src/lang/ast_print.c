@@ -249,7 +249,8 @@ static void print_decl(const nb_decl *d, nb_strbuf *o) {
         return;
     case NB_DECL_STRUCT:
     case NB_DECL_INTERFACE:
-        nb_strbuf_append(o, d->kind == NB_DECL_STRUCT ? "(struct " : "(interface ");
+    case NB_DECL_EXTENSION:
+        nb_strbuf_append(o, d->kind == NB_DECL_STRUCT ? "(struct " : d->kind == NB_DECL_EXTENSION ? "(extension " : "(interface ");
         print_attrs(d->attrs, o);
         nb_strbuf_append(o, d->name);
         if (d->u.strct.ngparams) {

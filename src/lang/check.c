@@ -1552,6 +1552,7 @@ static void check_duplicates(nb_checker *c, nb_module_ast *m) {
         nb_decl *d = m->decls[i];
         if (!d || !d->name || d->kind == NB_DECL_IMPORT) continue;
         if (d->kind == NB_DECL_STRUCT && d->u.strct.is_existential) continue; /* named as its interface */
+        if (d->kind == NB_DECL_EXTENSION) continue;                             /* named as its struct */
         /* the earlier decls of the same name, in order (module index) */
         ck_mod_index *x = mod_index(c, m);
         nb_strmap_slot *sl = x ? nb_strmap_find(&x->names, d->name) : NULL;
@@ -1578,6 +1579,8 @@ static void check_module(nb_checker *c, nb_module_ast *m) {
     c->inst_mod = m;
     c->inst_cap = 0;
     ck_prepare_views(c, m); /* TensorView ranks, [TorchEntryPoint] host functions (check_view.c) */
+    for (int i = 0; i < m->ndecls; i++) /* `extension S { … }`: its members become S's */
+        if (m->decls[i] && m->decls[i]->kind == NB_DECL_EXTENSION) ck_merge_extension(c, m->decls[i]);
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
         if (!d) continue;

@@ -436,6 +436,7 @@ static nb_decl *clone_decl(subst *s, const nb_decl *d) {
         break;
     case NB_DECL_STRUCT:
     case NB_DECL_INTERFACE:
+    case NB_DECL_EXTENSION:
         r->u.strct.types = clone_decls(s, d->u.strct.types, d->u.strct.ntypes);
         r->u.strct.ntypes = r->u.strct.types ? d->u.strct.ntypes : 0;
         r->u.strct.fields = clone_decls(s, d->u.strct.fields, d->u.strct.nfields);

@@ -293,3 +293,57 @@ const nb_type *ck_struct_member_type(nb_checker *c, nb_decl *sd, const char *mem
 }
 
 int ck_iface_extends(nb_checker *c, const char *have, const char *want) { return iface_extends(c, have, want, 0); }
+
+/* ---- extensions ---------------------------------------------------------------------------- */
+
+/* Appends n items of src to *arr (count *na), arena-allocated. */
+static int append_items(nb_checker *c, nb_decl ***arr, int *na, nb_decl **src, int n) {
+    if (n <= 0) return 1;
+    nb_decl **a = ck_alloc(c, sizeof(nb_decl *) * (size_t)(*na + n));
+    if (!a) return 0;
+    if (*na) memcpy(a, *arr, sizeof(nb_decl *) * (size_t)*na);
+    memcpy(a + *na, src, sizeof(nb_decl *) * (size_t)n);
+    *arr = a;
+    *na += n;
+    return 1;
+}
+
+void ck_merge_extension(nb_checker *c, nb_decl *ext) {
+    const char *name = ext->name;
+    nb_decl *d[2];
+    nb_decl *target = NULL;
+    for (int i = 0; i < c->mod->ndecls && !target; i++) {
+        nb_decl *x = c->mod->decls[i];
+        if (x && x->kind == NB_DECL_STRUCT && x->name && strcmp(x->name, name) == 0) target = x;
+    }
+    if (!target) {
+        if (ck_builtin_type_name(c, name))
+            ck_err(c, ext->loc, "extensions of built-in types ('extension %s') are not supported", name);
+        else if (ck_lookup_global(c, name, NB_DECL_STRUCT, d, 2) > 0)
+            ck_err(c, ext->loc, "'extension %s': the struct is declared in another module (extend it there)", name);
+        else
+            ck_err(c, ext->loc, "unknown struct '%s' in 'extension'", name);
+        return;
+    }
+    if (ck_is_template(target)) {
+        ck_err(c, ext->loc, "extensions of generic structs ('%s') are not supported", name);
+        return;
+    }
+    if (ext->u.strct.nfields) {
+        ck_err(c, ext->u.strct.fields[0]->loc, "an extension cannot add fields to '%s'", name);
+        return;
+    }
+    append_items(c, &target->u.strct.methods, &target->u.strct.nmethods, ext->u.strct.methods, ext->u.strct.nmethods);
+    append_items(c, &target->u.strct.statics, &target->u.strct.nstatics, ext->u.strct.statics, ext->u.strct.nstatics);
+    append_items(c, &target->u.strct.types, &target->u.strct.ntypes, ext->u.strct.types, ext->u.strct.ntypes);
+    if (ext->u.strct.nconforms) {
+        int n = target->u.strct.nconforms + ext->u.strct.nconforms;
+        const char **cs = ck_alloc(c, sizeof(char *) * (size_t)n);
+        if (!cs) return;
+        for (int i = 0; i < target->u.strct.nconforms; i++) cs[i] = target->u.strct.conforms[i];
+        for (int i = 0; i < ext->u.strct.nconforms; i++) cs[target->u.strct.nconforms + i] = ext->u.strct.conforms[i];
+        target->u.strct.conforms = cs;
+        target->u.strct.nconforms = n;
+    }
+    ext->u.strct.nmethods = ext->u.strct.nstatics = ext->u.strct.ntypes = 0;
+}

@@ -200,6 +200,7 @@ void ck_merge_wheres(nb_checker *c, nb_decl *fn);  /* `where` clauses into the g
 int ck_satisfies(nb_checker *c, const nb_decl *tmpl, const int64_t *vals, char *why, size_t n);
 void ck_check_conformance(nb_checker *c, nb_decl *sd); /* struct S : IFoo requirements, defaults */
 void ck_check_interface(nb_checker *c, nb_decl *d);    /* pass 1 of an interface declaration */
+void ck_merge_extension(nb_checker *c, nb_decl *ext);  /* extension S { … } into struct S (same module) */
 /* Member type `member` of struct sd (te: the written type, for locations); NULL if none. */
 const nb_type *ck_struct_member_type(nb_checker *c, nb_decl *sd, const char *member, nb_type_expr *te);
 

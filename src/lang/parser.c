@@ -592,7 +592,7 @@ void np_parse_var_declarators(nb_parser *p, nb_pvec *out, nb_attr_list attrs, un
     if (!p->panic) np_expect_semi(p, "declaration");
 }
 
-static const char *const unsupported_decls[] = {"extension", "class",
+static const char *const unsupported_decls[] = {"class",
                                                 "cbuffer", "template", "union", NULL};
 
 /* Reports `interface Foo {` and the like clearly; returns 1 if it did. */
@@ -1115,7 +1115,12 @@ static nb_decl *parse_generic_function(nb_parser *p, nb_attr_list attrs, unsigne
  * interface Name [: Base, …] { requirements } [;] (is_interface) */
 static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, int is_interface) {
     nb_loc kwloc = np_loc(p);
-    const char *kw = is_interface ? "interface" : "struct";
+    int is_ext = is_interface == 2; /* extension S [: I] { members } */
+    const char *kw = is_ext ? "extension" : is_interface ? "interface" : "struct";
+    if (is_ext && np_peek_kind(p, 1) == NB_TOK_LT) {
+        np_error_at(p, np_peek(p, 1)->loc, "generic extensions ('extension<T : I> …') are not supported");
+        return NULL;
+    }
     np_advance(p); /* struct / interface */
     if (np_kind(p) != NB_TOK_IDENT) {
         char found[64];
@@ -1123,12 +1128,17 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
         np_error_here(p, "expected a name after '%s', found %s", kw, found);
         return NULL;
     }
-    nb_decl *s = new_decl(p, is_interface ? NB_DECL_INTERFACE : NB_DECL_STRUCT, np_loc(p), np_tok_text(p));
+    nb_decl *s = new_decl(p, is_ext ? NB_DECL_EXTENSION : is_interface ? NB_DECL_INTERFACE : NB_DECL_STRUCT, np_loc(p),
+                          np_tok_text(p));
     (void)kwloc;
     s->attrs = attrs;
     s->mods = mods;
     np_advance(p);
     nb_pvec gparams = {0};
+    if (is_ext && np_kind(p) == NB_TOK_LT) {
+        np_error_here(p, "extensions of generic instantiations ('extension S<…>') are not supported");
+        return NULL;
+    }
     if (np_kind(p) == NB_TOK_LT) parse_gparams(p, &gparams, 0);
     s->u.strct.gparams = (nb_decl **)np_finish(p, &gparams);
     s->u.strct.ngparams = gparams.n;
@@ -1330,6 +1340,11 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
 static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods) {
     nb_tok_kind k = np_kind(p);
     if (tok_is(np_cur(p), "dyn") && tok_is(np_peek(p, 1), "interface")) np_advance(p); /* `dyn interface` */
+    if (tok_is(np_cur(p), "extension") && (np_peek_kind(p, 1) == NB_TOK_IDENT || np_peek_kind(p, 1) == NB_TOK_LT)) {
+        nb_decl *s = parse_struct(p, attrs, mods, 2);
+        if (s) np_push(p, out, s);
+        return;
+    }
     if (tok_is(np_cur(p), "interface") && np_peek_kind(p, 1) == NB_TOK_IDENT) {
         nb_decl *s = parse_struct(p, attrs, mods, 1);
         if (s) np_push(p, out, s);
