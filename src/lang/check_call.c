@@ -1098,6 +1098,11 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             return r;
         }
     }
+    if (callee->kind == NB_EX_TYPE && callee->u.type.texpr && callee->u.type.texpr->ntargs > 0 &&
+        callee->u.type.texpr->narray_dims == 0) {
+        const nb_type *r = ck_builtin_generic_call(c, slot); /* pow<float>(…), diffPair<S>(…) (check_target.c) */
+        if (r) return r;
+    }
     if (callee->kind == NB_EX_TYPE) {
         const nb_type *t = ck_resolve_type(c, callee->u.type.texpr);
         callee->ref = NB_REF_TYPE;

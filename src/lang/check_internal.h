@@ -285,6 +285,9 @@ nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call
 void ck_check_target_stmt(nb_checker *c, nb_stmt *s);
 void ck_check_asm_placement(nb_checker *c, nb_decl *fn);
 const nb_type *ck_printf(nb_checker *c, nb_expr *call);
+/* `pow<float>(x, n)` / `reinterpret<int, uint>(x)` / `diffPair<S>(p, d)`: explicit generic arguments
+ * of built-in functions (the callee is a generic NB_EX_TYPE); NULL when the name is not one. */
+const nb_type *ck_builtin_generic_call(nb_checker *c, nb_expr **slot);
 /* Arguments of fn's constexpr parameters (call's arguments are in parameter order) must be
  * compile-time constants. */
 void ck_check_constexpr_args(nb_checker *c, nb_expr *call, nb_decl *fn);

@@ -264,3 +264,50 @@ void ck_check_constexpr_args(nb_checker *c, nb_expr *call, nb_decl *fn) {
                    p->name ? p->name : "?", fn->name ? fn->name : "?");
     }
 }
+
+/* ---- explicit generic arguments of built-in functions ------------------------------------------ */
+
+const nb_type *ck_builtin_generic_call(nb_checker *c, nb_expr **slot) {
+    nb_expr *call = *slot;
+    nb_expr *callee = call->u.call.callee;
+    nb_type_expr *te = callee->u.type.texpr;
+    const char *name = te->name ? te->name : "";
+    nb_decl *d[1];
+    if (ck_lookup_global(c, name, -1, d, 1) > 0 || ck_lookup_local(c, name)) return NULL; /* the user's */
+    if (!strcmp(name, "diffPair")) { /* DifferentialPair<T>(p [, d]) */
+        te->name = "DifferentialPair";
+        return NULL;
+    }
+    int is_reinterpret = !strcmp(name, "reinterpret");
+    if (!is_reinterpret && nb_intrinsic_lookup(name) < 0) return NULL;
+    const nb_type *t0 = NULL;
+    for (int i = 0; i < te->ntargs; i++) { /* the arguments must name types */
+        const nb_type *t = te->targs && te->targs[i] ? ck_resolve_type(c, te->targs[i]) : NULL;
+        if (!t) {
+            ck_err(c, te->loc, "generic argument %d of '%s' must be a type", i + 1, name);
+            return call->type = c->tt->t_error;
+        }
+        if (ck_is_error(t)) return call->type = t;
+        if (!i) t0 = t;
+    }
+    if (is_reinterpret) { /* reinterpret<To, From>(x): a 32-bit bit cast */
+        nb_scalar_kind k = t0 && (t0->kind == NB_TY_SCALAR || t0->kind == NB_TY_VECTOR) ? t0->scalar : NB_SC_BOOL;
+        const char *as = k == NB_SC_INT ? "asint" : k == NB_SC_UINT ? "asuint" : k == NB_SC_FLOAT ? "asfloat" : NULL;
+        if (!as || call->u.call.nargs != 1) {
+            ck_err(c, call->loc, "reinterpret<To, From>(x) is supported between 32-bit int, uint and float scalars and "
+                   "vectors, got '%s'", t0 ? t0->name : "?");
+            return call->type = c->tt->t_error;
+        }
+        name = as;
+    }
+    /* the built-in's own overload resolution picks the type from the arguments */
+    callee->kind = NB_EX_NAME;
+    memset(&callee->u, 0, sizeof callee->u);
+    callee->u.name.name = name;
+    const nb_type *r = ck_call(c, slot);
+    if (is_reinterpret && t0 && !ck_is_error(r) && r != t0) {
+        ck_err(c, call->loc, "reinterpret gives '%s', not '%s' (the sizes differ)", r->name, t0->name);
+        return (*slot)->type = c->tt->t_error;
+    }
+    return r;
+}

@@ -871,12 +871,22 @@ static void scalar_intrin_text(nb_emitter *e, int id, nb_scalar_kind s, const ch
     case NB_INTR_ISNAN: APPEND(o, "(%s != %s)", a[0], a[0]); return;
     case NB_INTR_ISINF: APPEND(o, "(%s(%s) == (%s)INFINITY_)", math_fn(s, "fabs", fn, sizeof fn), a[0], nb_emit_scalar_ctype(s)); return;
     case NB_INTR_ISFINITE: APPEND(o, "(%s - %s == %s - %s)", a[0], a[0], a[0], a[0]); return;
+    /* bit casts: between int and uint the value's bits are kept by the C conversion itself */
     case NB_INTR_ASFLOAT:
+        if (s == NB_SC_FLOAT) { APPEND(o, "%s", a[0]); return; }
         need_bits(e);
         APPEND(o, "nb_bits_f32((unsigned)%s)", a[0]);
         return;
-    case NB_INTR_ASINT: need_bits(e); APPEND(o, "(int)nb_f32_bits(%s)", a[0]); return;
-    case NB_INTR_ASUINT: need_bits(e); APPEND(o, "nb_f32_bits(%s)", a[0]); return;
+    case NB_INTR_ASINT:
+        if (s != NB_SC_FLOAT) { APPEND(o, "(int)%s", a[0]); return; }
+        need_bits(e);
+        APPEND(o, "(int)nb_f32_bits(%s)", a[0]);
+        return;
+    case NB_INTR_ASUINT:
+        if (s != NB_SC_FLOAT) { APPEND(o, "(unsigned)%s", a[0]); return; }
+        need_bits(e);
+        APPEND(o, "nb_f32_bits(%s)", a[0]);
+        return;
     case NB_INTR_DETACH: APPEND(o, "%s", a[0]); return;
     default:
         nb_emit_fail(e, "intrinsic '%s' is not supported by the C emitter", nb_intrinsic_name(id));

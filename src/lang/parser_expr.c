@@ -1,6 +1,7 @@
 /* Parser: expressions (C precedence), written types, attributes. */
 #include <string.h>
 
+#include "lang/intrinsics.h"
 #include "lang/parser_impl.h"
 
 enum { PREC_OROR = 1, PREC_ADD = 9 };
@@ -262,6 +263,30 @@ static int is_assign_op(nb_tok_kind k) {
 static nb_expr *parse_assign_from(nb_parser *p, nb_expr *first);
 static nb_expr *parse_unary(nb_parser *p);
 
+/* `pow<float>(x, n)`, `diffPair<S>(p, d)`, `reinterpret<int, uint>(x)`: explicit generic
+ * arguments of a built-in function (check_call.c). Only built-in names are tried (a variable is
+ * never named like one), and only when the tokens parse as `name<args>(`. */
+static int builtin_generic_call(nb_parser *p, const nb_token *t) {
+    static const char *const extra[] = {"diffPair", "reinterpret", "createDynamicObject", NULL};
+    char name[64];
+    if (t->kind != NB_TOK_IDENT || t->len >= (int)sizeof name || np_peek_kind(p, 1) != NB_TOK_LT) return 0;
+    memcpy(name, t->start, (size_t)t->len);
+    name[t->len] = '\0';
+    int known = nb_intrinsic_lookup(name) >= 0;
+    for (int i = 0; !known && extra[i]; i++) known = !strcmp(name, extra[i]);
+    if (!known) return 0;
+    nb_pstate st = np_save(p);
+    int saved_failed = p->spec_failed;
+    p->spec++;
+    p->spec_failed = 0;
+    (void)np_parse_type(p, 0);
+    int ok = !p->spec_failed && np_kind(p) == NB_TOK_LPAREN;
+    p->spec--;
+    p->spec_failed = saved_failed;
+    np_restore(p, st);
+    return ok;
+}
+
 static nb_expr *parse_primary(nb_parser *p) {
     const nb_token *t = np_cur(p);
     nb_loc loc = np_loc(p);
@@ -291,7 +316,7 @@ static nb_expr *parse_primary(nb_parser *p) {
         np_advance(p);
         return e;
     case NB_TOK_IDENT:
-        if (np_is_generic_name(p, t) && np_peek_kind(p, 1) == NB_TOK_LT) {
+        if ((np_is_generic_name(p, t) && np_peek_kind(p, 1) == NB_TOK_LT) || builtin_generic_call(p, t)) {
             e = np_new_expr(p, NB_EX_TYPE, loc);
             e->u.type.texpr = np_parse_type(p, 0);
             return e;
