@@ -330,3 +330,81 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
     *count = n;
     return NB_OK;
 }
+
+/* ---- [TreatAsDifferentiable]: trivial derivatives ----------------------------------------- */
+
+int nb_ad_treat_as_diff(const nb_ir_func *pf)
+{
+    return pf && pf->role == NB_IR_PRIMAL && pf->decl && pf->decl->kind == NB_DECL_FUNC &&
+           pf->decl->u.func.treat_as_diff;
+}
+
+/* The derivative df of a [TreatAsDifferentiable] primal: forward mode runs the primal and gives
+ * every tangent (result, out/inout pairs) zero; reverse mode sets every gradient to zero (and the
+ * fused form returns the primal result). Slang: "trivial forward and backward propagation
+ * functions that return 0". */
+int nb_ad_gen_trivial(nb_ir_module *m, nb_ir_func *df)
+{
+    nb_ir_func *pf = df->primal;
+    nb_type_table *tt = m->types;
+    nb_ir_builder bb = {m, df, df->body, pf->decl ? pf->decl->loc : (nb_loc){0}, NB_IRF_DERIV};
+    nb_ir_builder *b = &bb;
+    int bwd = df->role == NB_IR_BWD_DERIV;
+    int n = pf->nparams;
+    nb_ir_inst **args = nb_arena_zalloc(&m->arena, sizeof(void *) * (size_t)(n + 1), sizeof(void *));
+    nb_ir_var **refs = nb_arena_zalloc(&m->arena, sizeof(void *) * (size_t)(n + 1), sizeof(void *));
+    nb_ir_var **tmps = nb_arena_zalloc(&m->arena, sizeof(void *) * (size_t)(n + 1), sizeof(void *));
+    if (!args || !refs || !tmps) return 1;
+    nb_ir_step d1;
+    memset(&d1, 0, sizeof d1);
+    d1.kind = NB_IR_STEP_FIELD;
+    d1.index = 1;
+    int k = 0, run = !bwd || df->returns_primal;
+    for (int i = 0; i < n; i++) {
+        nb_ir_var *p = pf->params[i];
+        int diff = nb_ad_param_is_diff(p);
+        if (bwd && !diff && p->dir != NB_DIR_IN) continue; /* (dropped from f_bwd) */
+        nb_ir_var *q = k < df->nparams ? df->params[k++] : NULL;
+        if (!q) return 1;
+        if (bwd) {
+            if (diff && p->dir != NB_DIR_OUT) /* the gradient: zero */
+                nb_ir_store(b, q, &d1, 1, NULL, nb_ir_zero(b, nb_type_differential(tt, p->type)));
+            if (p->dir == NB_DIR_IN) args[i] = diff ? nb_ir_extract(b, nb_ir_load(b, q, NULL, 0, NULL), 0)
+                                                    : nb_ir_load(b, q, NULL, 0, NULL);
+            else run = 0; /* (out/inout: the fused form only runs primal-only signatures) */
+            continue;
+        }
+        if (!diff) {
+            if (p->dir == NB_DIR_IN) args[i] = nb_ir_load(b, q, NULL, 0, NULL);
+            else refs[i] = q;
+            continue;
+        }
+        nb_ir_var *t = nb_ir_var_new(df, p->name, p->type);
+        if (!t) return 1;
+        t->is_temp = 1;
+        if (p->dir != NB_DIR_OUT) nb_ir_store(b, t, NULL, 0, NULL, nb_ir_extract(b, nb_ir_load(b, q, NULL, 0, NULL), 0));
+        if (p->dir == NB_DIR_IN) args[i] = nb_ir_load(b, t, NULL, 0, NULL);
+        else refs[i] = t;
+        tmps[i] = t;
+    }
+    nb_ir_inst *r = run ? nb_ir_call(b, pf, args, refs) : NULL;
+    if (bwd) {
+        nb_ir_jump(b, NB_IR_RETURN, df->returns_primal ? (r ? r : nb_ir_zero(b, pf->ret)) : NULL);
+        return 0;
+    }
+    k = 0;
+    for (int i = 0; i < n; i++) {
+        nb_ir_var *q = df->params[i];
+        if (!tmps[i] || pf->params[i]->dir == NB_DIR_IN) continue;
+        nb_ir_inst *ops[2] = {nb_ir_load(b, tmps[i], NULL, 0, NULL),
+                              nb_ir_zero(b, nb_type_differential(tt, pf->params[i]->type))};
+        nb_ir_store(b, q, NULL, 0, NULL, nb_ir_construct(b, q->type, ops, 2));
+    }
+    if (df->ret->kind == NB_TY_DIFFPAIR && pf->ret != df->ret) {
+        nb_ir_inst *ops[2] = {r, nb_ir_zero(b, nb_type_differential(tt, pf->ret))};
+        nb_ir_jump(b, NB_IR_RETURN, nb_ir_construct(b, df->ret, ops, 2));
+    } else {
+        nb_ir_jump(b, NB_IR_RETURN, pf->ret->kind == NB_TY_VOID ? NULL : r);
+    }
+    return 0;
+}

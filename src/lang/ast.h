@@ -265,6 +265,7 @@ struct nb_decl {
                                                  group of a compute entry point (check_kernel.c) */
             nb_decl *fwd_derivative, *bwd_derivative; /* custom derivatives, resolved */
             nb_decl *primal_subst;            /* [PrimalSubstitute(g)]: derivatives are g's */
+            int treat_as_diff;                /* [TreatAsDifferentiable]: trivial (zero) derivatives */
         } func;
         struct {
             nb_decl **fields; int nfields;    /* NB_DECL_VAR (non-static) in order */

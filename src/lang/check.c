@@ -1071,8 +1071,10 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
         } else if (!strcmp(n, "NoDiffThis")) {
             if (!fn->u.func.parent || (fn->mods & NB_MOD_STATIC))
                 ck_err(c, a->loc, "[NoDiffThis] only applies to non-static struct methods");
-        } else if (!strcmp(n, "PreferCheckpoint") ||
-                   !strcmp(n, "TreatAsDifferentiable") || !strcmp(n, "AutoPyBindCUDA") ||
+        } else if (!strcmp(n, "TreatAsDifferentiable")) {
+            fn->u.func.treat_as_diff = 1;
+            fn->u.func.differentiable = 1;
+        } else if (!strcmp(n, "PreferCheckpoint") || !strcmp(n, "AutoPyBindCUDA") ||
                    !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
                    !strcmp(n, "shader") || !strcmp(n, "TorchEntryPoint") ||
                    !strcmp(n, "__unsafeForceInlineEarly") || !strcmp(n, "nonmutating")) {
