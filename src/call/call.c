@@ -493,7 +493,15 @@ static nb_status launch(nb_call *c, nb_kentry *e) {
     if (n == 0) return NB_OK;
     nb_status s;
     if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) s = nb_jit_launch_cpu(e->kernel, c->block, n);
-    else s = nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
+    else {
+        s = nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
+        /* device printf output is flushed to stdout by a synchronisation only: without one a call
+         * whose results stay on the device (or a process that exits) would lose it */
+        if (!s && e->layout.prints) {
+            fflush(stdout);
+            s = nb_device_synchronize(c->f->m->dev);
+        }
+    }
     return s || !e->layout.bounds_checked ? s : oob_check(c, e);
 }
 

@@ -11,8 +11,8 @@
  *                                path when numel < 2^31 (cheap unravel) and a 64-bit one otherwise.
  * [Kernel] functions use the same entry points; the kernel "shape" is the grid. They receive
  * nb_thread_ids: dispatch_id = the grid index with x = last (fastest) dimension, y, z the ones
- * before it; on CUDA thread_idx / block_idx / block_dim are the launch's threadIdx / blockIdx /
- * blockDim (1-D launch), on the CPU thread_idx = dispatch_id, block_idx = 0, block_dim = 1.
+ * before it; without [numthreads] thread_idx = dispatch_id, block_idx = 0, block_dim = 1 on both
+ * targets (so blockDim * blockIdx + threadIdx, slang-torch's global index, is the dispatch id).
  */
 #include <stdio.h>
 #include <string.h>
@@ -818,12 +818,9 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                 APPEND(&b, "    nb_tid.thread_idx.%c = nb_tid.dispatch_id.%c %% %du; nb_tid.block_idx.%c = nb_tid.dispatch_id.%c / %du; "
                            "nb_tid.block_dim.%c = %du;\n",
                        "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], f->numthreads[c]);
-        } else if (cuda)
-            APPEND(&b,
-                   "    nb_tid.thread_idx.x = threadIdx.x; nb_tid.thread_idx.y = threadIdx.y; nb_tid.thread_idx.z = threadIdx.z;\n"
-                   "    nb_tid.block_idx.x = blockIdx.x; nb_tid.block_idx.y = blockIdx.y; nb_tid.block_idx.z = blockIdx.z;\n"
-                   "    nb_tid.block_dim.x = blockDim.x; nb_tid.block_dim.y = blockDim.y; nb_tid.block_dim.z = blockDim.z;\n");
-        else
+        } else /* one thread per block on both targets: block_dim * block_idx + thread_idx is the
+                  dispatch id whatever the launch's real geometry (a grid-stride CUDA launch's
+                  threadIdx/blockIdx are not), so [CudaKernel] index arithmetic agrees with the CPU */
             APPEND(&b, "    nb_tid.thread_idx = nb_tid.dispatch_id;\n    nb_tid.block_idx.x = nb_tid.block_idx.y = nb_tid.block_idx.z = 0;\n"
                        "    nb_tid.block_dim.x = nb_tid.block_dim.y = nb_tid.block_dim.z = 1;\n");
         (void)u3;
@@ -971,6 +968,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     } else {
         layout->noob_sites = e->noob_sites;
         layout->bounds_checked = e->oob_used;
+        layout->prints = e->need_stdio;
         memcpy(layout->oob_sites, e->oob_sites, sizeof layout->oob_sites);
         nb_strbuf_clear(source);
         nb_emit_finish(e, source);

@@ -115,6 +115,8 @@ typedef struct nb_call_layout {
     size_t oob_offset;           /* uint64 address of the launch's nb_oob_rec (bounds checks) */
     int bounds_checked;          /* the kernel has bounds checks (else it cannot index out of
                                     range: no record, and no read-back after a CUDA launch) */
+    int prints;                  /* the kernel calls printf: a CUDA launch synchronises so that the
+                                    device's printf buffer reaches stdout before the call returns */
     int noob_sites;              /* local-array index sites (nb_oob_rec.kind == NB_OOB_ARRAY) */
     char oob_sites[NB_OOB_MAX_SITES][96]; /* "array 'a' of length 4 in function 'g'" */
 } nb_call_layout;
