@@ -10,7 +10,7 @@
  *          DifferentialPair<T> with the same direction; others unchanged. Returns
  *          DifferentialPair<R> when R is differentiable, else R.
  *   f_bwd: differentiable in/inout -> inout DifferentialPair<T>; differentiable out -> in
- *          T.Differential; non-differentiable in -> T; non-differentiable out/inout -> dropped;
+ *          T.Differential; non-differentiable in/inout -> in T; non-differentiable out -> dropped;
  *          then `in R.Differential _dout` when R is differentiable. Returns void.
  *          The .d of in parameters is SET to dL/dx (its incoming value is ignored); for inout
  *          the incoming .d is the gradient of the output value and is replaced by the gradient

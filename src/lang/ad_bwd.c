@@ -442,7 +442,7 @@ static int fwd_pre(nb_ad_cloner *c, nb_ir_inst *in)
     case NB_IR_CALL: {
         nb_ir_func *cf = in->callee;
         for (int i = 0; i < cf->nparams; i++) {
-            if (!in->refs[i] || cf->params[i]->dir != NB_DIR_INOUT || !nb_ad_param_is_diff(cf->params[i])) continue;
+            if (!in->refs[i] || cf->params[i]->dir != NB_DIR_INOUT) continue; /* (all inout: f_bwd takes them in) */
             if (!B->snapv[in->id])
                 B->snapv[in->id] = nb_arena_zalloc(&B->m->arena, sizeof(nb_ir_var *) * (size_t)cf->nparams, sizeof(void *));
             if (!B->snapv[in->id]) return 0;
@@ -642,6 +642,10 @@ static void rev_call(bwd *B, nb_ir_inst *in)
         nb_ir_var *av = in->refs[i] ? B->adjv[in->refs[i]->id] : NULL;
         if (!d) {
             if (p->dir == NB_DIR_IN) args[k++] = P(B, in->ops[i]);
+            else if (p->dir == NB_DIR_INOUT) { /* its value before the call */
+                nb_ir_var *sv = B->snapv[in->id] ? B->snapv[in->id][i] : NULL;
+                args[k++] = sv ? replay(B, sv, in) : nb_ir_zero(b, p->type);
+            }
             continue;
         }
         if (p->dir == NB_DIR_OUT) {
@@ -996,7 +1000,7 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
         if (nb_ad_param_is_diff(p)) {
             if (p->dir == NB_DIR_OUT) q = nb_ir_param_new(d, p->name, nb_ad_dtype(tt, p->type), NB_DIR_IN);
             else q = nb_ir_param_new(d, p->name, nb_type_diffpair(tt, p->type), NB_DIR_INOUT);
-        } else if (p->dir == NB_DIR_IN) {
+        } else if (p->dir != NB_DIR_OUT) { /* (a non-differentiable inout: its value going in) */
             q = nb_ir_param_new(d, p->name, p->type, NB_DIR_IN);
         } else continue;
         if (!q) return NULL;
@@ -1056,7 +1060,7 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
     int k = 0;
     for (int i = 0; i < pf->nparams; i++) {
         nb_ir_var *p = pf->params[i];
-        int keep = nb_ad_param_is_diff(p) || p->dir == NB_DIR_IN;
+        int keep = nb_ad_param_is_diff(p) || p->dir != NB_DIR_OUT;
         B.bparam[i] = keep ? k++ : -1;
     }
     if (k < df->nparams) B.dout = df->params[k];
@@ -1079,6 +1083,8 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
             B.pvar[v->param] = lv;
             if (nb_ad_param_is_diff(v) && v->dir != NB_DIR_OUT)
                 nb_ir_store(b, lv, NULL, 0, NULL, nb_ir_extract(b, nb_ir_load(b, df->params[B.bparam[v->param]], NULL, 0, NULL), 0));
+            else if (v->dir == NB_DIR_INOUT) /* non-differentiable inout: an in parameter of f_bwd */
+                nb_ir_store(b, lv, NULL, 0, NULL, nb_ir_load(b, df->params[B.bparam[v->param]], NULL, 0, NULL));
             else nb_ir_store(b, lv, NULL, 0, NULL, nb_ir_zero(b, v->type));
             if (!nb_ad_param_is_diff(v)) diff = 0;
         }

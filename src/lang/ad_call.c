@@ -84,7 +84,7 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
         int diff = nb_ad_param_is_diff(p);
         if (!diff) {
             if (bwd) {
-                if (p->dir == NB_DIR_IN) args[k++] = nb_ir_load(b, pv[i], NULL, 0, NULL);
+                if (p->dir != NB_DIR_OUT) args[k++] = nb_ir_load(b, pv[i], NULL, 0, NULL);
             } else if (p->dir == NB_DIR_IN) args[k++] = nb_ir_load(b, pv[i], NULL, 0, NULL);
             else refs[k++] = pv[i];
             continue;
@@ -363,7 +363,7 @@ int nb_ad_gen_trivial(nb_ir_module *m, nb_ir_func *df)
     for (int i = 0; i < n; i++) {
         nb_ir_var *p = pf->params[i];
         int diff = nb_ad_param_is_diff(p);
-        if (bwd && !diff && p->dir != NB_DIR_IN) continue; /* (dropped from f_bwd) */
+        if (bwd && !diff && p->dir == NB_DIR_OUT) continue; /* (dropped from f_bwd) */
         nb_ir_var *q = k < df->nparams ? df->params[k++] : NULL;
         if (!q) return 1;
         if (bwd) {

@@ -107,8 +107,10 @@ static void cand_from_decl(nb_checker *c, ck_cand *k, nb_decl *fn, const int *mo
             } else if (d) {
                 q.type = nb_type_diffpair(c->tt, q.type);
                 q.dir = NB_DIR_INOUT;
-            } else if (q.dir != NB_DIR_IN) {
-                continue; /* non-differentiable out/inout: no argument */
+            } else if (q.dir == NB_DIR_OUT) {
+                continue; /* non-differentiable out: no argument */
+            } else {
+                q.dir = NB_DIR_IN; /* non-differentiable inout: its value going in (Slang) */
             }
             k->params[n] = q;
             diff[n++] = d;
