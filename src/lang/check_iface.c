@@ -243,6 +243,7 @@ static void check_requirements(nb_checker *c, nb_decl *sd, nb_decl *id, nb_loc a
 }
 
 void ck_check_conformance(nb_checker *c, nb_decl *sd) {
+    if (sd->u.strct.is_existential) return; /* an interface's value type dispatches what it can */
     for (int i = 0; i < sd->u.strct.nconforms; i++) {
         const char *name = sd->u.strct.conforms[i];
         if (ck_is_builtin_iface(name)) continue;
