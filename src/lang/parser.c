@@ -825,6 +825,7 @@ static void parse_subscript(nb_parser *p, nb_decl *s, nb_attr_list attrs, unsign
         np_error_here(p, "expected '->' and the element type after the parameters of '__subscript'");
         return;
     }
+    if (np_accept(p, NB_TOK_KW_NO_DIFF)) mods |= NB_MOD_NO_DIFF; /* `-> no_diff float` */
     nb_type_expr *t = np_parse_type(p, 1);
     parse_accessors(p, s, attrs, mods, t, &params, "__subscript_get", "__subscript_set", methods);
 }
