@@ -811,6 +811,68 @@ static void test_pointer_param(void)
     kern_free(&k);
 }
 
+/* Thread groups (emit_group.c): groupshared memory, barriers and wave operations; the C
+ * kernel runs its groups as fibers (layout.group_size), the CUDA one a block per group. */
+static void test_group_kernel(void)
+{
+    const char *src =
+        "RWStructuredBuffer<float> data;\n"
+        "RWStructuredBuffer<float> res;\n"
+        "groupshared float tile[32];\n"
+        "float other(uint i) { static groupshared float s2[32]; s2[i] = float(i); GroupMemoryBarrierWithGroupSync(); return s2[31 - i]; }\n"
+        "[numthreads(32, 1, 1)]\n"
+        "void k(uint3 tid : SV_DispatchThreadID, uint gi : SV_GroupIndex) {\n"
+        "  tile[gi] = data[tid.x];\n"
+        "  GroupMemoryBarrierWithGroupSync();\n"
+        "  float mine = tile[31 - gi] + other(gi);\n"
+        "  res[tid.x] = mine + WaveActiveSum(1.0) * 100.0 + float(WaveActiveMax(int(gi))) * 1000.0\n"
+        "             + float(WaveActiveBitOr(1u << (gi & 3u))) * 10000.0 + (WaveActiveAllTrue(gi < 32u) ? 100000.0 : 0.0)\n"
+        "             + WaveReadLaneAt(float(gi), 3u) * 1000000.0;\n"
+        "}\n";
+    nb_leaf_sig ls[2] = {L(0, "data", NB_BIND_TENSOR, NB_F32), L(1, "res", NB_BIND_TENSOR, NB_F32)};
+    nb_call_sig sig = mksig("k", 0, 3, 0, 2, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(k.lay.group_size == 32);
+    float data[64], out[64] = {0};
+    for (int i = 0; i < 64; i++) data[i] = (float)i;
+    long long grid[3] = {1, 1, 64}, ds[1] = {64}, dst[1] = {4};
+    set_shape(&k, grid);
+    set_tensor(&k, 0, data, 1, ds, dst);
+    set_tensor(&k, 1, out, 1, ds, dst);
+    run(&k, 2); /* two groups */
+    for (int i = 0; i < 64; i++) {
+        int g = i / 32, gi = i % 32;
+        float want = (float)(g * 32 + 31 - gi) + (float)(31 - gi) + 3200 + 31000 + 150000 + 100000 + 3000000;
+        NB_EXPECT(out[i] == want);
+    }
+    kern_free(&k);
+    /* every wave operation compiles for CUDA (their C semantics: tests/lang/groupshared.nb) */
+    const char *src2 =
+        "RWStructuredBuffer<float> f;\n"
+        "RWStructuredBuffer<int> n;\n"
+        "[numthreads(64, 1, 1)]\n"
+        "void w(uint i : SV_DispatchThreadID) {\n"
+        "  float v = f[i];\n"
+        "  f[i] = WavePrefixSum(v) + WavePrefixProduct(v) + WaveActiveProduct(v) + WaveActiveMin(v) + WaveReadLaneFirst(v)\n"
+        "       + float(WaveActiveSum(2.0)) + float(WaveActiveMax(1.0l));\n"
+        "  uint4 b = WaveActiveBallot(v > 0.0);\n"
+        "  n[i] = int(b.x + WaveActiveCountBits(v > 1.0) + WaveGetLaneIndex() + WaveGetLaneCount()) + WaveActiveBitXor(int(i))\n"
+        "       + (WaveIsFirstLane() ? 1 : 0) + (WaveActiveAnyTrue(v > 2.0) ? 1 : 0) + (WaveReadLaneAt(v > 3.0, 1u) ? 1 : 0)\n"
+        "       + WaveActiveSum(int(i)) + int(WaveActiveMin(i));\n"
+        "  AllMemoryBarrierWithGroupSync(); DeviceMemoryBarrier(); GroupMemoryBarrier(); AllMemoryBarrier();\n"
+        "  DeviceMemoryBarrierWithGroupSync();\n"
+        "}\n";
+    nb_program *p2 = compile(src2);
+    NB_EXPECT(p2 != NULL);
+    if (p2) {
+        nb_leaf_sig ls2[2] = {L(0, "f", NB_BIND_TENSOR, NB_F32), L(1, "n", NB_BIND_TENSOR, NB_I32)};
+        nb_call_sig sig2 = mksig("w", 0, 3, 0, 2, ls2);
+        check_cuda(p2, &sig2);
+        nb_program_free(p2);
+    }
+}
+
 static void test_bad_sigs(void)
 {
     nb_program *p = compile("float add(float a, float b) { return a + b; }\nvoid sink(out float o) { o = 1; }\n");
@@ -1034,6 +1096,6 @@ int main(int argc, char **argv)
     atexit(cleanup);
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
-                 test_kernel_tensor, test_compute_entry, test_tensor_view, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
+                 test_kernel_tensor, test_compute_entry, test_tensor_view, test_group_kernel, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
                  test_compile_time_linear, test_target_prelude_wmma, test_pointer_param);
 }

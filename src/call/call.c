@@ -492,9 +492,13 @@ static nb_status launch(nb_call *c, nb_kentry *e) {
     for (int k = 0; k < c->kdim; k++) n *= c->kshape[k];
     if (n == 0) return NB_OK;
     nb_status s;
-    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) s = nb_jit_launch_cpu(e->kernel, c->block, n);
+    int gs = e->layout.group_size; /* [numthreads] thread groups: the launch counts groups */
+    if (gs > 0 && nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU)
+        s = nb_jit_launch_cpu_grain(e->kernel, c->block, n / gs, NB_JIT_CPU_GRAIN / gs > 0 ? NB_JIT_CPU_GRAIN / gs : 1);
+    else if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) s = nb_jit_launch_cpu(e->kernel, c->block, n);
     else {
-        s = nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
+        if (gs > 0) s = nb_jit_launch_cuda_groups(e->kernel, c->block, e->layout.size, n / gs, gs, NULL);
+        else s = nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
         /* device printf output is flushed to stdout by a synchronisation only: without one a call
          * whose results stay on the device (or a process that exits) would lose it */
         if (!s && e->layout.prints) {

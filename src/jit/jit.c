@@ -543,6 +543,20 @@ nb_status nb_jit_launch_cuda_grid(nb_jit_kernel *k, const void *params, size_t p
     return nb_cuda_launch(k->cu_fn, grid, block, 0, s, args);
 }
 
+nb_status nb_jit_launch_cuda_groups(nb_jit_kernel *k, const void *params, size_t params_size, int64_t ngroups,
+                                    int group_size, nb_stream *s) {
+    NB_TRY(nb_cuda_check(k, params, params_size));
+    if (ngroups < 0 || group_size < 1 || group_size > 1024)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_jit_launch_cuda_groups(%s): %lld groups of %d threads", k->entry,
+                        (long long)ngroups, group_size);
+    if (ngroups == 0) return NB_OK;
+    int64_t blocks = ngroups < (int64_t)k->max_blocks ? ngroups : (int64_t)k->max_blocks;
+    if (blocks < 1) blocks = 1;
+    const unsigned grid[3] = {(unsigned)blocks, 1, 1}, block[3] = {(unsigned)group_size, 1, 1};
+    void *args[1] = {(void *)params};
+    return nb_cuda_launch(k->cu_fn, grid, block, 0, s, args);
+}
+
 nb_status nb_jit_launch_cuda(nb_jit_kernel *k, const void *params, size_t params_size, int64_t n,
                              nb_stream *s) {
     return nb_jit_launch_cuda_n(k, params, params_size, n, 0, s);

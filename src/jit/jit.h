@@ -118,6 +118,10 @@ nb_status nb_jit_launch_cuda_n(nb_jit_kernel *k, const void *params, size_t para
                                nb_stream *s);
 nb_status nb_jit_launch_cuda(nb_jit_kernel *k, const void *params, size_t params_size, int64_t n,
                              nb_stream *s);
+/* [numthreads] kernels: ngroups thread groups of group_size threads, one block per group (at
+ * most SMs x 32 blocks, striding over the groups). */
+nb_status nb_jit_launch_cuda_groups(nb_jit_kernel *k, const void *params, size_t params_size, int64_t ngroups,
+                                    int group_size, nb_stream *s);
 /* Explicit grid, for [Kernel] functions. */
 nb_status nb_jit_launch_cuda_grid(nb_jit_kernel *k, const void *params, size_t params_size,
                                   const unsigned grid[3], const unsigned block[3], nb_stream *s);

@@ -226,6 +226,8 @@ enum {
     NB_MOD_INLINE = 1 << 5,
     NB_MOD_CONSTEXPR = 1 << 6, /* constexpr parameter: the argument must be a compile-time constant */
     NB_MOD_INTERNAL = 1 << 20, /* Slang's access modifiers (parser.c; the checker enforces   */
+    NB_MOD_GROUPSHARED = 1 << 24, /* `groupshared` (module scope) / `static groupshared` local:
+                                      one instance per thread group (check_kernel.c) */
     NB_MOD_PRIVATE = 1 << 21,  /* `internal`/no modifier across modules, see program.c)     */
 };
 

@@ -462,6 +462,8 @@ static void gen_acc_flush(nb_emitter *e, nb_strbuf *o, const leaves *L, const nb
 typedef struct warp_scan {
     const nb_ir_func *seen[256];
     int nseen, found;
+    unsigned flags;   /* intrinsic flags looked for (NB_IFLAG_WARP, NB_IFLAG_GROUP) */
+    int shared_vars;  /* also groupshared variables (NB_IRF_SHARED) */
 } warp_scan;
 
 static void warp_scan_func(warp_scan *w, const nb_ir_func *f);
@@ -472,7 +474,7 @@ static void warp_scan_inst(nb_ir_inst *in, void *ud)
     if (w->found) return;
     if (in->op == NB_IR_INTRIN) {
         const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);
-        if (ii && (ii->flags & NB_IFLAG_WARP)) w->found = 1;
+        if (ii && (ii->flags & w->flags)) w->found = 1;
     } else if (in->op == NB_IR_CALL && in->callee) warp_scan_func(w, in->callee);
 }
 
@@ -485,6 +487,8 @@ static void warp_scan_func(warp_scan *w, const nb_ir_func *f)
         return;
     }
     w->seen[w->nseen++] = f;
+    for (int i = 0; w->shared_vars && i < f->nvars; i++)
+        if (f->vars[i]->flags & NB_IRF_SHARED) w->found = 1;
     nb_ir_walk(f->body, warp_scan_inst, w);
 }
 
@@ -492,6 +496,19 @@ static int reaches_warp_intrinsic(const nb_ir_func *f)
 {
     warp_scan w;
     memset(&w, 0, sizeof w);
+    w.flags = NB_IFLAG_WARP;
+    warp_scan_func(&w, f);
+    return w.found;
+}
+
+/* A [numthreads] function that synchronizes its group (barriers, Wave*) or has groupshared
+ * memory: on the CPU its groups run as groups (emit_group.c). */
+static int needs_cpu_groups(const nb_ir_func *f)
+{
+    warp_scan w;
+    memset(&w, 0, sizeof w);
+    w.flags = NB_IFLAG_GROUP;
+    w.shared_vars = 1;
     warp_scan_func(&w, f);
     return w.found;
 }
@@ -551,6 +568,13 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     int cuda = sig->target == NB_TARGET_CUDA;
     int warp = cuda && reaches_warp_intrinsic(f); /* whole warps iterate (see warp_scan) */
     e->warp_kernel = warp;
+    /* [numthreads] kernels run as thread groups: on CUDA always (a block per group), on the CPU
+     * when they synchronize or share memory (fibers, emit_group.c) */
+    int gsize = f->is_kernel && f->numthreads[0] > 0 && sig->mode == NB_CALL_PRIMAL && !ad_kind && sig->ndim == 3 && !warp
+                    ? f->numthreads[0] * f->numthreads[1] * f->numthreads[2] : 0;
+    if (gsize && !cuda && !needs_cpu_groups(f)) gsize = 0;
+    e->group_kernel = gsize > 0;
+    layout->group_size = gsize;
     /* a bwds/bwdr wrapper's incoming gradients: its parameters after f's in/inout ones */
     int bwd_wrapper = ad_kind == NB_AD_BWDS || ad_kind == NB_AD_BWDR || (!ad_kind && sig->mode == NB_CALL_BWD);
     int nprim_in = 0;
@@ -891,7 +915,47 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
 #undef LEAF_AT
 
     /* ---- entry points ---- */
-    if (!cuda) {
+    const int *NT = f->numthreads;
+    if (gsize && !cuda) { /* thread groups on the CPU: indices [begin, end) are groups (emit_group.c) */
+        nb_emit_need_group_runtime(e);
+        APPEND(&b, "\nstatic __thread const nb_params_%s *nb_gP_%s;\nstatic __thread long long nb_gG_%s;\n", ename, ename, ename);
+        APPEND(&b, "static void nb_lane_%s(void) { /* one thread of group nb_gG */\n"
+                   "    const nb_params_%s *nb_P = nb_gP_%s;\n"
+                   "    const long long nb_g = nb_gG_%s, nb_t = nb_g_cur;\n"
+                   "    const long long nb_gx = nb_P->shape[2] / %d, nb_gy = nb_P->shape[1] / %d;\n"
+                   "    long long nb_idx[3];\n"
+                   "    nb_idx[2] = nb_g %% nb_gx * %d + nb_t %% %d;\n"
+                   "    nb_idx[1] = nb_g / nb_gx %% nb_gy * %d + nb_t / %d %% %d;\n"
+                   "    nb_idx[0] = nb_g / (nb_gx * nb_gy) * %d + nb_t / %d;\n"
+                   "    nb_body_%s(nb_P, nb_idx);\n"
+                   "    nb_g_lanes[nb_t].state = NB_LANE_DONE;\n"
+                   "}\n",
+               ename, ename, ename, ename, NT[0], NT[1], NT[0], NT[0], NT[1], NT[0], NT[1], NT[2], NT[0] * NT[1], ename);
+        APPEND(&b, "\n/* runs thread groups [begin, end) */\nvoid %s(const void *params, int64_t begin, int64_t end) {\n", ename);
+        if (e->oob_cur_used) nb_strbuf_append(&b, "    nb_oob_cur = (nb_oob_rec *)((const nb_params_");
+        if (e->oob_cur_used) APPEND(&b, "%s *)params)->oob;\n", ename);
+        APPEND(&b, "    nb_gP_%s = (const nb_params_%s *)params;\n"
+                   "    for (long long nb_g = begin; nb_g < end; nb_g++) {\n"
+                   "        nb_gG_%s = nb_g;\n"
+                   "        nb_run_group(%d, nb_lane_%s);\n"
+                   "    }\n}\n",
+               ename, ename, ename, gsize, ename);
+    } else if (gsize && cuda) { /* one block per thread group, blocks striding over the groups */
+        APPEND(&b, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(nb_params_%s params) {\n", gsize, ename, ename);
+        if (e->oob_cur_used)
+            nb_strbuf_append(&b, "    if (nb_oob_cur != (nb_oob_rec *)params.oob) nb_oob_cur = (nb_oob_rec *)params.oob;\n");
+        APPEND(&b, "    const long long nb_gx = params.shape[2] / %d, nb_gy = params.shape[1] / %d, nb_gz = params.shape[0] / %d;\n"
+                   "    const long long nb_ng = nb_gx * nb_gy * nb_gz, nb_t = threadIdx.x;\n"
+                   "    for (long long nb_g = blockIdx.x; nb_g < nb_ng; nb_g += gridDim.x) {\n"
+                   "        long long nb_idx[3];\n"
+                   "        nb_idx[2] = nb_g %% nb_gx * %d + nb_t %% %d;\n"
+                   "        nb_idx[1] = nb_g / nb_gx %% nb_gy * %d + nb_t / %d %% %d;\n"
+                   "        nb_idx[0] = nb_g / (nb_gx * nb_gy) * %d + nb_t / %d;\n"
+                   "        nb_body_%s(&params, nb_idx);\n"
+                   "        __syncthreads(); /* (the block's next group reuses its groupshared memory) */\n"
+                   "    }\n}\n",
+               NT[0], NT[1], NT[2], NT[0], NT[0], NT[1], NT[0], NT[1], NT[2], NT[0] * NT[1], ename);
+    } else if (!cuda) {
         APPEND(&b, "\n/* runs kernel indices [begin, end) */\nvoid %s(const void *params, int64_t begin, int64_t end) {\n", ename);
         APPEND(&b, "    const nb_params_%s *nb_P = (const nb_params_%s *)params;\n", ename, ename);
         APPEND(&b, "    long long nb_idx[%d];\n", nd_ > 0 ? nd_ : 1);

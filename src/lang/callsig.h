@@ -112,6 +112,9 @@ typedef struct nb_call_layout {
     int blocks_per_sm;           /* CUDA: cap on the grid-stride launch's blocks per SM (0: the
                                     default); kernels that reduce broadcast gradients per block run
                                     one wave of fewer, longer blocks (fewer block reductions) */
+    int group_size;              /* > 0: a [numthreads] kernel run as thread groups of this many
+                                    threads: the entry runs group indices [0, prod(shape) / group_size)
+                                    (CUDA: one block per group; CPU: a group's threads as fibers) */
     size_t oob_offset;           /* uint64 address of the launch's nb_oob_rec (bounds checks) */
     int bounds_checked;          /* the kernel has bounds checks (else it cannot index out of
                                     range: no record, and no read-back after a CUDA launch) */

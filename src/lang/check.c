@@ -1216,6 +1216,7 @@ static void check_local_var(nb_checker *c, nb_decl *d) {
     }
     d->u.var.type = t;
     d->u.var.is_global = 0;
+    if (d->mods & NB_MOD_GROUPSHARED) ck_kernel_shared_local(c, d); /* (check_kernel.c) */
     if ((d->mods & NB_MOD_CONST) && !d->u.var.init)
         ck_err(c, d->loc, "const variable '%s' needs an initializer", name);
     if (d->mods & NB_MOD_CONST) fold_var(d);

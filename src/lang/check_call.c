@@ -646,6 +646,8 @@ static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
         }
         return call->type = args[0]->type;
     case NB_ISIG_THREAD_ID: return call->type = nb_type_vector(c->tt, NB_SC_UINT, 3);
+    case NB_ISIG_BARRIER: return call->type = c->tt->t_void;
+    case NB_ISIG_WAVE: return call->type = ck_group_intrinsic(c, call, id, args, n, name);
     case NB_ISIG_TENSOR_SIZE: {
         int64_t d;
         if (args[0]->type->kind != NB_TY_TENSOR || !ck_const_int(args[1], &d) || d < 0 || d >= args[0]->type->rank) {

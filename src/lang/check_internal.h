@@ -96,6 +96,7 @@ typedef struct nb_checker {
                                 in scope by their bare names (`enum E { V = 1, X = V + 2 }`) */
     const char *ns;          /* namespace of the declaration being checked ("A.B"), or NULL:
                                 unqualified names are looked up in it first (ck_lookup_global) */
+    int saw_groupshared;     /* a `static groupshared` local was checked (check_kernel.c) */
 } nb_checker;
 
 /* Context switch for checking a declaration out of line (signatures, globals, struct fields). */
@@ -212,6 +213,8 @@ void ck_kernel_numthreads(nb_checker *c, nb_decl *fn, const nb_attr *a);
 void ck_kernel_semantics(nb_checker *c, nb_decl *fn);
 int ck_kernel_global(nb_checker *c, nb_decl *d, const nb_type *t);
 void ck_bind_shader_params(nb_checker *c);
+void ck_kernel_shared_local(nb_checker *c, nb_decl *d);
+const nb_type *ck_group_intrinsic(nb_checker *c, nb_expr *call, int id, nb_expr **args, int n, const char *name);
 /* check_view.c: slang-torch's TensorView / DiffTensorView (ranks inferred before checking),
  * tensor methods (load/store/size/GetDimensions), [TorchEntryPoint] host functions set aside. */
 void ck_prepare_views(nb_checker *c, nb_module_ast *m);

@@ -257,6 +257,19 @@ void ck_kernel_semantics(nb_checker *c, nb_decl *fn) {
 /* Called by ck_check_global_var for a global of buffer / tensor type without static/const:
  * returns 1 when it is a shader parameter (type set), 0 to let the caller report. */
 int ck_kernel_global(nb_checker *c, nb_decl *d, const nb_type *t) {
+    if (d->mods & NB_MOD_GROUPSHARED) { /* `groupshared float tile[64];`: one per thread group */
+        const char *name = d->name ? d->name : "?";
+        if (d->mods & (NB_MOD_CONST | NB_MOD_EXTERN))
+            ck_err(c, d->loc, "groupshared variable '%s' cannot be const or extern", name);
+        if (d->u.var.init) ck_err(c, d->u.var.init->loc, "groupshared variable '%s' cannot have an initializer", name);
+        if (t && !ck_is_error(t) && (t->kind == NB_TY_TENSOR || t->kind == NB_TY_VOID)) {
+            ck_err(c, d->loc, "groupshared variable '%s' cannot have type '%s'", name, t->name);
+            t = c->tt->t_error;
+        }
+        d->u.var.type = t ? t : c->tt->t_error;
+        d->u.var.shader_param = 2;
+        return 1;
+    }
     if (ck_is_error(t) && d->u.var.texpr && ck_is_buffer_type_name(d->u.var.texpr->name) &&
         !(d->mods & (NB_MOD_STATIC | NB_MOD_CONST | NB_MOD_EXTERN))) { /* (reported) */
         d->u.var.type = t;
@@ -276,10 +289,11 @@ int ck_kernel_global(nb_checker *c, nb_decl *d, const nb_type *t) {
 
 typedef struct sp_fn {
     nb_decl *fn;
-    uint64_t mask;       /* shader parameters it reaches */
+    uint64_t mask;       /* shader parameters (and groupshared globals) it reaches */
     nb_decl **callees;   /* user functions it calls (duplicates allowed) */
     int ncallees, cap;
-    int first_hidden;    /* index of its first added parameter */
+    nb_decl *hid[MAX_SP]; /* by global: the parameter or (groupshared in an entry) local standing for it */
+    int called, reached, local_shared;
 } sp_fn;
 
 typedef struct sp_ctx {
@@ -307,18 +321,21 @@ static sp_fn *sp_find(sp_ctx *x, nb_decl *fn) {
 static void sp_walk_stmt(sp_ctx *x, nb_stmt *s);
 
 static nb_expr *hidden_arg(sp_ctx *x, int g, nb_loc loc) {
-    sp_fn *f = x->cur;
-    int k = f->first_hidden;
-    for (int i = 0; i < g; i++)
-        if (f->mask >> i & 1) k++;
-    nb_decl *p = f->fn->u.func.params[k];
+    nb_decl *p = x->cur->hid[g];
+    if (!p) return NULL;
     nb_expr *e = ck_new_expr(x->c, NB_EX_NAME, loc);
     if (!e) return NULL;
     e->u.name.name = p->name;
-    e->ref = NB_REF_PARAM;
+    if (p->kind == NB_DECL_PARAM) {
+        e->ref = NB_REF_PARAM;
+        e->index = p->u.param.index;
+        e->type = p->u.param.type;
+    } else {
+        e->ref = NB_REF_LOCAL;
+        e->type = p->u.var.type;
+    }
     e->decl = p;
-    e->index = k;
-    e->type = p->u.param.type;
+    e->is_lvalue = x->sp[g]->u.var.shader_param == 2;
     return e;
 }
 
@@ -401,7 +418,10 @@ static void sp_walk_stmt(sp_ctx *x, nb_stmt *s) {
     case NB_ST_EXPR: sp_walk_expr(x, s->u.expr.expr); return;
     case NB_ST_VAR:
         for (int i = 0; i < s->u.var.count; i++)
-            if (s->u.var.vars[i]) sp_walk_expr(x, s->u.var.vars[i]->u.var.init);
+            if (s->u.var.vars[i]) {
+                if (s->u.var.vars[i]->mods & NB_MOD_GROUPSHARED) x->cur->local_shared = 1;
+                sp_walk_expr(x, s->u.var.vars[i]->u.var.init);
+            }
         return;
     case NB_ST_IF:
         sp_walk_expr(x, s->u.if_s.cond);
@@ -454,7 +474,7 @@ void ck_bind_shader_params(nb_checker *c) {
             }
         }
     }
-    if (!x.nsp) return; /* (the common case: nothing to do) */
+    if (!x.nsp && !c->saw_groupshared) return; /* (the common case: nothing to do) */
     for (int mi = 0; mi < p->nmodules; mi++) {
         nb_module_ast *m = p->modules[mi];
         for (int i = 0; m && i < m->ndecls; i++) {
@@ -482,18 +502,80 @@ void ck_bind_shader_params(nb_checker *c) {
                 }
             }
     }
-    /* the added parameters */
+    /* groupshared memory needs a thread group: every function using it is reached from an entry */
+    uint64_t shared_mask = 0;
+    for (int g = 0; g < x.nsp; g++)
+        if (x.sp[g]->u.var.shader_param == 2) shared_mask |= 1ull << g;
+    for (int i = 0; i < x.nfns; i++)
+        for (int j = 0; j < x.fns[i].ncallees; j++) {
+            sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
+            if (t && t != &x.fns[i]) t->called = 1;
+        }
+    for (int i = 0; i < x.nfns; i++) /* (a [Kernel] launch has no thread groups) */
+        x.fns[i].reached = x.fns[i].fn->u.func.is_kernel && x.fns[i].fn->u.func.numthreads[0] > 0;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < x.nfns; i++) {
+            if (!x.fns[i].reached) continue;
+            for (int j = 0; j < x.fns[i].ncallees; j++) {
+                sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
+                if (t && !t->reached) t->reached = changed = 1;
+            }
+        }
+    }
+    for (int i = 0; i < x.nfns; i++) {
+        sp_fn *f = &x.fns[i];
+        if (f->reached || (!(f->mask & shared_mask) && !f->local_shared)) continue;
+        const char *what = f->local_shared ? "a static groupshared variable" : NULL;
+        char buf[160];
+        if (!what) {
+            snprintf(buf, sizeof buf, "groupshared '%s'", x.sp[__builtin_ctzll(f->mask & shared_mask)]->name);
+            what = buf;
+        }
+        ck_err(c, f->fn->loc, "'%s' uses %s but is not called from a [numthreads] compute entry point: groupshared "
+               "memory belongs to a thread group (calls over arrays and [Kernel] launches have none)",
+               f->fn->name ? f->fn->name : "?", what);
+    }
+    /* the added parameters (groupshared globals: locals of the entry points, inout parameters elsewhere) */
     for (int i = 0; i < x.nfns; i++) {
         sp_fn *f = &x.fns[i];
         nb_decl *fn = f->fn;
-        f->first_hidden = fn->u.func.nparams;
         if (!f->mask) continue;
-        int nh = __builtin_popcountll(f->mask), np = fn->u.func.nparams;
+        int entry = fn->u.func.is_kernel && !f->called;
+        uint64_t as_param = entry ? f->mask & ~shared_mask : f->mask, as_local = entry ? f->mask & shared_mask : 0;
+        int nh = __builtin_popcountll(as_param), np = fn->u.func.nparams;
+        if (as_local) {
+            int nl = __builtin_popcountll(as_local), k = 0;
+            nb_decl **locals = ck_alloc(c, sizeof(nb_decl *) * (size_t)nl);
+            nb_stmt *body = fn->u.func.body, *st = ck_alloc(c, sizeof *st);
+            nb_stmt **items = body && body->kind == NB_ST_BLOCK ? ck_alloc(c, sizeof(nb_stmt *) * (size_t)(body->u.block.count + 1)) : NULL;
+            if (!locals || !st || !items) return;
+            for (int g = 0; g < x.nsp; g++) {
+                if (!(as_local >> g & 1)) continue;
+                nb_decl *v = ck_alloc(c, sizeof *v);
+                if (!v) return;
+                *v = *x.sp[g];
+                v->mods = NB_MOD_STATIC | NB_MOD_GROUPSHARED;
+                v->u.var.is_global = 0;
+                v->u.var.shader_param = 0;
+                v->module = fn->module;
+                f->hid[g] = locals[k++] = v;
+            }
+            st->kind = NB_ST_VAR;
+            st->loc = body->loc;
+            st->u.var.vars = locals;
+            st->u.var.count = nl;
+            items[0] = st;
+            for (int j = 0; j < body->u.block.count; j++) items[j + 1] = body->u.block.items[j];
+            body->u.block.items = items;
+            body->u.block.count++;
+        }
+        if (!nh) continue;
         nb_decl **ps = ck_alloc(c, sizeof(nb_decl *) * (size_t)(np + nh));
         if (!ps) return;
         for (int k = 0; k < np; k++) ps[k] = fn->u.func.params[k];
         for (int g = 0; g < x.nsp; g++) {
-            if (!(f->mask >> g & 1)) continue;
+            if (!(as_param >> g & 1)) continue;
             nb_decl *gd = x.sp[g];
             for (int k = 0; k < np; k++)
                 if (ps[k] && ps[k]->name && gd->name && !strcmp(ps[k]->name, gd->name))
@@ -507,8 +589,9 @@ void ck_bind_shader_params(nb_checker *c) {
             q->module = fn->module;
             q->u.param.texpr = gd->u.var.texpr;
             q->u.param.type = gd->u.var.type;
-            q->u.param.dir = NB_DIR_IN;
+            q->u.param.dir = gd->u.var.shader_param == 2 ? NB_DIR_INOUT : NB_DIR_IN;
             q->u.param.index = np;
+            f->hid[g] = q;
             ps[np++] = q;
         }
         fn->u.func.params = ps;
@@ -522,4 +605,49 @@ void ck_bind_shader_params(nb_checker *c) {
     }
     for (int i = 0; i < x.nfns; i++) nb_free(x.fns[i].callees, sizeof(nb_decl *) * (size_t)x.fns[i].cap);
     nb_free(x.fns, sizeof(sp_fn) * (size_t)x.cap);
+}
+
+/* ---- wave intrinsics ------------------------------------------------------------------------ */
+
+/* Types a Wave* call (intrinsics.h NB_ISIG_WAVE). Values are scalars (Slang also takes vectors:
+ * not supported yet); integer-only and bool-only operations as in HLSL. */
+const nb_type *ck_group_intrinsic(nb_checker *c, nb_expr *call, int id, nb_expr **args, int n, const char *name) {
+    (void)n;
+    switch (id) {
+    case NB_INTR_WAVE_LANE_INDEX: case NB_INTR_WAVE_LANE_COUNT: return c->tt->t_uint;
+    case NB_INTR_WAVE_IS_FIRST: return c->tt->t_bool;
+    case NB_INTR_WAVE_ALL_TRUE: case NB_INTR_WAVE_ANY_TRUE: case NB_INTR_WAVE_BALLOT: case NB_INTR_WAVE_COUNT_BITS:
+        if (!ck_coerce(c, &args[0], c->tt->t_bool, name)) return c->tt->t_error;
+        if (id == NB_INTR_WAVE_BALLOT) return nb_type_vector(c->tt, NB_SC_UINT, 4);
+        return id == NB_INTR_WAVE_COUNT_BITS ? c->tt->t_uint : c->tt->t_bool;
+    default: break;
+    }
+    const nb_type *t = args[0]->type;
+    int bits = id == NB_INTR_WAVE_BIT_AND || id == NB_INTR_WAVE_BIT_OR || id == NB_INTR_WAVE_BIT_XOR;
+    int any = id == NB_INTR_WAVE_READ_AT || id == NB_INTR_WAVE_READ_FIRST;
+    int ok = t->kind == NB_TY_SCALAR &&
+             (bits ? (t->scalar == NB_SC_INT || t->scalar == NB_SC_UINT)
+                   : (t->scalar == NB_SC_INT || t->scalar == NB_SC_UINT || t->scalar == NB_SC_FLOAT ||
+                      t->scalar == NB_SC_DOUBLE || (any && t->scalar == NB_SC_BOOL)));
+    if (!ok) {
+        ck_err(c, args[0]->loc, "'%s' takes %s, got '%s'%s", name,
+               bits ? "an int or uint" : any ? "an int, uint, float, double or bool" : "an int, uint, float or double",
+               t->name, t->kind == NB_TY_VECTOR ? " (vectors: call it per component)" : "");
+        return c->tt->t_error;
+    }
+    if (id == NB_INTR_WAVE_READ_AT && !ck_coerce(c, &args[1], c->tt->t_uint, name)) return c->tt->t_error;
+    (void)call;
+    return t;
+}
+
+/* ---- groupshared ------------------------------------------------------------------------------ */
+
+/* `static groupshared T x[N];` inside a function (check.c check_local_var). */
+void ck_kernel_shared_local(nb_checker *c, nb_decl *d) {
+    const char *name = d->name ? d->name : "?";
+    if (!(d->mods & NB_MOD_STATIC))
+        ck_err(c, d->loc, "groupshared variable '%s' inside a function must be 'static groupshared'", name);
+    if (d->u.var.init) ck_err(c, d->u.var.init->loc, "groupshared variable '%s' cannot have an initializer", name);
+    if (d->mods & NB_MOD_CONST) ck_err(c, d->loc, "groupshared variable '%s' cannot be const", name);
+    c->saw_groupshared = 1;
 }

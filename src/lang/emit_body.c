@@ -99,6 +99,10 @@ static int writes_memory(const nb_ir_inst *in)
     case NB_IR_STORE: case NB_IR_CALL: case NB_IR_TSTORE: case NB_IR_TATOMIC_ADD:
     case NB_IR_IF: case NB_IR_LOOP: case NB_IR_SWITCH: case NB_IR_PSTORE:
         return 1;
+    case NB_IR_INTRIN: { /* barriers and wave operations: other threads' writes become visible */
+        const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);
+        return ii && (ii->flags & (NB_IFLAG_WARP | NB_IFLAG_GROUP));
+    }
     default:
         return 0;
     }
@@ -885,6 +889,10 @@ void nb_emit_function(nb_emitter *e, nb_ir_func *f)
     for (int i = 0; i < f->nvars; i++) {
         nb_ir_var *v = f->vars[i];
         if (v->param >= 0) continue;
+        if (v->flags & NB_IRF_SHARED) /* groupshared: one per block (CUDA) / per worker thread running a group (C) */
+            APPEND(&body, "    %s %s %s;\n", e->target == NB_TARGET_CUDA ? "__shared__" : "static __thread",
+                   nb_emit_ctype(e, v->type), e->var_names[i]);
+        else
         APPEND(&body, "    %s %s;\n", nb_emit_ctype(e, v->type), e->var_names[i]);
     }
     emit_block(e, f->body, &body);

@@ -58,9 +58,17 @@ typedef struct nb_emitter {
     nb_strbuf preludes;       /* __requirePrelude texts, once each, at the top of the source */
     nb_strbuf prelude_keys;   /* the texts seen (each followed by \1) */
     int need_stdio;           /* printf is used (the C target includes <stdio.h>) */
+    /* thread groups (emit_group.c) */
+    int group_kernel;         /* the call kernel runs [numthreads] groups (CUDA: a block per group) */
+    int need_fibers;          /* the C target's group runtime is used (<ucontext.h>) */
+    int wave_sites;           /* Wave* call sites so far (each gets its own id) */
 } nb_emitter;
 
 void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target);
+/* Barriers and Wave* intrinsics (emit_group.c); the C target's group runtime (fibers). */
+void nb_emit_need_group_runtime(nb_emitter *e);
+void nb_emit_group_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, const char *const *args, int n,
+                             nb_strbuf *o);
 void nb_emit_free(nb_emitter *e);
 void nb_emit_fail(nb_emitter *e, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -77,6 +77,8 @@ typedef enum nb_isig {
     NB_ISIG_THREAD_ID,     /* uint3 f() */
     NB_ISIG_TENSOR_SIZE,   /* uint __tensor_size(tensor t, const int d): t's extent in dim d */
     NB_ISIG_TENSOR_DATA_PTR, /* Ptr<T> __tensor_data_ptr(tensor t): its data's address (check_ptr.c) */
+    NB_ISIG_BARRIER,       /* void f(): group barriers / memory fences (emit_group.c) */
+    NB_ISIG_WAVE,          /* wave (warp) operations, typed by check_kernel.c ck_group_intrinsic */
     NB_ISIG_NN_MATVEC,     /* float[16] f(Tensor<float,1> w, int offset, float[16] x) */
     NB_ISIG_NN_OUTER,      /* void f(DiffTensor<float,1> w, int offset, float[16] dy, float[16] x) */
 } nb_isig;
@@ -90,6 +92,9 @@ typedef enum nb_idiff {
 
 enum {
     NB_IFLAG_KERNEL = 1 << 0, /* only inside [Kernel] functions */
+    NB_IFLAG_GROUP = 1 << 2,  /* synchronizes the threads of a group / wave (barriers, Wave*): never
+                                 moved, merged or dropped; a [numthreads] kernel reaching it runs its
+                                 groups as groups on the CPU too (callgen.c, check_kernel.c) */
     NB_IFLAG_WARP = 1 << 1,   /* warp-cooperative on CUDA (lib/nn.nb, docs/NN.md "Inline MLP"): all 32
                                  lanes of a warp must call it together (the call kernel keeps whole
                                  warps iterating); never moved, merged or dropped by the optimizer */
@@ -177,6 +182,31 @@ enum {
     X(THREAD_IDX,  "cudaThreadIdx", 0, 0, THREAD_ID,   NONE,    NB_IFLAG_KERNEL) \
     X(BLOCK_IDX,   "cudaBlockIdx", 0, 0, THREAD_ID,    NONE,    NB_IFLAG_KERNEL) \
     X(BLOCK_DIM,   "cudaBlockDim", 0, 0, THREAD_ID,    NONE,    NB_IFLAG_KERNEL) \
+    /* thread groups and waves (check_kernel.c types them, emit_group.c emits them) */   \
+    X(GROUP_SYNC,    "GroupMemoryBarrierWithGroupSync",  0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \
+    X(GROUP_FENCE,   "GroupMemoryBarrier",               0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \
+    X(ALL_SYNC,      "AllMemoryBarrierWithGroupSync",    0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \
+    X(ALL_FENCE,     "AllMemoryBarrier",                 0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \
+    X(DEVICE_SYNC,   "DeviceMemoryBarrierWithGroupSync", 0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \
+    X(DEVICE_FENCE,  "DeviceMemoryBarrier",              0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_LANE_INDEX, "WaveGetLaneIndex",     0, 0, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_LANE_COUNT, "WaveGetLaneCount",     0, 0, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_IS_FIRST,   "WaveIsFirstLane",      0, 0, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_SUM,        "WaveActiveSum",        1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_PRODUCT,    "WaveActiveProduct",    1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_MIN,        "WaveActiveMin",        1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_MAX,        "WaveActiveMax",        1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_PREFIX_SUM, "WavePrefixSum",        1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_PREFIX_PRODUCT, "WavePrefixProduct", 1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_BIT_AND,    "WaveActiveBitAnd",     1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_BIT_OR,     "WaveActiveBitOr",      1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_BIT_XOR,    "WaveActiveBitXor",     1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_ALL_TRUE,   "WaveActiveAllTrue",    1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_ANY_TRUE,   "WaveActiveAnyTrue",    1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_BALLOT,     "WaveActiveBallot",     1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_COUNT_BITS, "WaveActiveCountBits",  1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_READ_AT,    "WaveReadLaneAt",       2, 2, WAVE, NONE, NB_IFLAG_GROUP) \
+    X(WAVE_READ_FIRST, "WaveReadLaneFirst",    1, 1, WAVE, NONE, NB_IFLAG_GROUP) \
     /* inline-MLP building blocks (lib/nn.nb): 16x16 row-major matrices at w[offset ..        \
      * offset + 256); CUDA: warp-cooperative mma.sync (f16 operands, f32 accumulation) */      \
     X(NN_MATVEC16,   "nn_matvec16",   3, 3, NN_MATVEC, NONE, NB_IFLAG_WARP) /* W x */       \

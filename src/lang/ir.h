@@ -103,6 +103,8 @@ enum {
                                 the bound array (atomically; lang/ad.h nb_ad_call_wrapper) */
     NB_IRF_TGRAD = 1 << 5,   /* TLOAD / TSTORE / TATOMIC_ADD on a DiffTensor's gradient buffer
                                 (derivative code; a NULL gradient reads 0 and ignores writes) */
+    NB_IRF_SHARED = 1 << 6,  /* var: groupshared, one instance per thread group (CUDA __shared__,
+                                C static __thread); never initialized, never a dead store */
 };
 
 /* One component of a constant: integers (bool, int, uint, int64, uint64) in i, floats in f. */

@@ -1084,6 +1084,10 @@ static void lower_var_decl(lower_ctx *c, nb_decl *d)
     if (!v) return;
     v->decl = d;
     map_put(&c->m->arena, &c->vars, &c->nvars, &c->cap_vars, d, v);
+    if (d->mods & NB_MOD_GROUPSHARED) { /* shared by the group's threads: no per-thread initialization */
+        v->flags |= NB_IRF_SHARED;
+        return;
+    }
     nb_ir_inst *init = d->u.var.init ? coerce(c, lower_expr(c, d->u.var.init), t, d->loc) : nb_ir_zero(&c->b, t);
     nb_ir_store(&c->b, v, NULL, 0, NULL, init);
 }

@@ -313,7 +313,7 @@ static int sweep(nb_ir_block *bl, int *reads)
         for (int i = 0; i < in->nblocks; i++) n += sweep(in->blocks[i], reads);
         int dead = 0;
         if (nb_ir_is_pure(in) && in->uses == 0) dead = 1;
-        else if (in->op == NB_IR_STORE && in->var && !reads[in->var->id]) dead = 1;
+        else if (in->op == NB_IR_STORE && in->var && !reads[in->var->id] && !(in->var->flags & NB_IRF_SHARED)) dead = 1;
         else if (in->op == NB_IR_IF && !in->blocks[0]->first && !in->blocks[1]->first) dead = 1;
         if (dead) {
             for (int i = 0; i < in->nops; i++)

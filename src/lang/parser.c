@@ -402,6 +402,10 @@ static unsigned parse_mods(nb_parser *p) {
             /* `uniform RWStructuredBuffer<float> b;`: a module-scope shader parameter is uniform
              * already (check_kernel.c binds it from the host) */
             if (tok_is(np_cur(p), "uniform") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
+            if (tok_is(np_cur(p), "groupshared") && np_peek_kind(p, 1) == NB_TOK_IDENT) { /* (check_kernel.c) */
+                mods |= NB_MOD_GROUPSHARED;
+                break;
+            }
             return mods;
         default: return mods;
         }

@@ -54,6 +54,9 @@ nb_stmt *np_parse_local_decl(nb_parser *p, nb_attr_list attrs) {
         if (k == NB_TOK_KW_STATIC) mods |= NB_MOD_STATIC;
         else if (k == NB_TOK_KW_CONST) mods |= NB_MOD_CONST;
         else if (k == NB_TOK_KW_EXTERN) mods |= NB_MOD_EXTERN;
+        else if (k == NB_TOK_IDENT && np_cur(p)->len == 11 && !memcmp(np_cur(p)->start, "groupshared", 11) &&
+                 np_peek_kind(p, 1) == NB_TOK_IDENT)
+            mods |= NB_MOD_GROUPSHARED;
         else break;
         np_advance(p);
     }
