@@ -576,7 +576,14 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
     const nb_type *t = NULL;
     const char *name = te->name ? te->name : "";
     if (te->ntargs > 0) {
-        t = resolve_generic(c, te);
+        nb_decl *own[1];
+        /* NDBuffer / RWNDBuffer are SlangPy's names, not Slang's: a module's own generic struct
+         * of that name is that struct (Slang code declares its own NDBuffer<T, N>). */
+        if ((strcmp(name, "NDBuffer") == 0 || strcmp(name, "RWNDBuffer") == 0) &&
+            ck_lookup_global(c, name, NB_DECL_STRUCT, own, 1) > 0 && ck_is_template(own[0]))
+            t = ck_instantiate_struct(c, own[0], te);
+        else
+            t = resolve_generic(c, te);
         if (!t) {
             const nb_type *plain = ck_builtin_type_name(c, name);
             nb_decl *d[1];

@@ -161,6 +161,14 @@ nb_type_expr *np_parse_type(nb_parser *p, int allow_array) {
     if (allow_array && np_kind(p) == NB_TOK_LBRACKET) {
         nb_pvec dims = {0};
         np_parse_dims(p, &dims);
+        /* Slang binds dims written after a TYPE left to right: `T[2][3]` is an array of 3
+         * arrays of 2 (std::array<std::array<T, 2>, 3>), the reverse of the C declarator
+         * `T x[2][3]`; array_dims holds the outermost first, so reverse them. */
+        for (int i = 0, j = dims.n - 1; i < j; i++, j--) {
+            void *tmp = dims.items[i];
+            dims.items[i] = dims.items[j];
+            dims.items[j] = tmp;
+        }
         t->array_dims = (nb_expr **)np_finish(p, &dims);
         t->narray_dims = dims.n;
     }
