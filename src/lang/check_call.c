@@ -820,6 +820,11 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
         if (!fns[0]) return call->type = c->tt->t_error;
         nf = 1;
     }
+    if (nf == 0 && !ck_lookup_local(c, fname) && !strcmp(fname, "sincos") && !explicit_te) {
+        fns[0] = ck_sincos_diff_wrapper(c, call, ids, nops, dname, fe->loc); /* (check_diff_builtin.c) */
+        if (!fns[0]) return call->type = c->tt->t_error;
+        nf = 1;
+    }
     if (nf == 0) {
         if (ck_lookup_local(c, fname) || nb_intrinsic_lookup(fname) >= 0)
             ck_err(c, fe->loc, "'%s' needs a user function; '%s' is not one", dname, fname);
@@ -1180,6 +1185,25 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             callee->ref = NB_REF_TYPE;
             callee->type = t;
             return call_ctor(c, call, t);
+        }
+        if (!strcmp(name, "sincos")) { /* Slang's sincos(x, out s, out c): a synthesized function */
+            check_args_defer(c, call);
+            if (call->u.call.nargs != 3) {
+                fail_pending(c, call);
+                ck_err(c, call->loc, "'sincos' takes 3 arguments (x, out s, out c), got %d", call->u.call.nargs);
+                return call->type = c->tt->t_error;
+            }
+            nb_decl *sc = ck_sincos_func(c, call->u.call.args[0] ? call->u.call.args[0]->type : NULL,
+                                         call->u.call.args[0] ? call->u.call.args[0]->loc : call->loc);
+            if (!sc) { fail_pending(c, call); return call->type = c->tt->t_error; }
+            call->ref = NB_REF_FUNCTION;
+            callee->ref = NB_REF_FUNCTION;
+            const nb_type *r = call_user(c, call, &sc, 1, name);
+            if (call->decl) {
+                callee->decl = call->decl;
+                callee->type = nb_type_func(c->tt, call->decl);
+            }
+            return r;
         }
         check_args(c, call);
         ck_err(c, callee->loc, "use of undeclared function '%s'", name);

@@ -149,6 +149,102 @@ nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call
     return fn;
 }
 
+/* ---- sincos(x, out s, out c) ---------------------------------------------------------------
+ * Slang's sincos is a library function with out parameters (no intrinsic has any): the checker
+ * makes `[Differentiable] void __sincos_T(T x, out T s, out T c) { s = sin(x); c = cos(x); }` for
+ * the float type T of x (int promotes to float) and calls it; `bwd_diff(sincos)(dpx, ds, dc)`
+ * applies to it as to any user function (dx += ds cos x - dc sin x). */
+
+static nb_stmt *assign_stmt(nb_checker *c, nb_decl *dst, const char *fn, nb_decl *x, nb_loc loc) {
+    nb_stmt *st = ck_alloc(c, sizeof *st);
+    nb_expr *as = ck_new_expr(c, NB_EX_ASSIGN, loc);
+    nb_expr *lhs = ck_new_expr(c, NB_EX_NAME, loc);
+    nb_expr *rhs = intrinsic_call(c, fn, &x, 1, loc);
+    if (!st || !as || !lhs || !rhs) return NULL;
+    lhs->u.name.name = dst->name;
+    as->u.assign.op = NB_TOK_ASSIGN;
+    as->u.assign.lhs = lhs;
+    as->u.assign.rhs = rhs;
+    st->kind = NB_ST_EXPR;
+    st->loc = loc;
+    st->u.expr.expr = as;
+    return st;
+}
+
+nb_decl *ck_sincos_func(nb_checker *c, const nb_type *t, nb_loc loc) {
+    if (t && t->kind == NB_TY_SCALAR && t->scalar != NB_SC_BOOL && !nb_type_is_float_based(t)) t = c->tt->t_float;
+    if (!t || ck_is_error(t)) return NULL;
+    if ((t->kind != NB_TY_SCALAR && t->kind != NB_TY_VECTOR && t->kind != NB_TY_MATRIX) || !nb_type_is_float_based(t)) {
+        ck_err(c, loc, "'sincos' needs a floating-point scalar, vector or matrix, got '%s'", t->name);
+        return NULL;
+    }
+    char name[128];
+    int len = snprintf(name, sizeof name, "__sincos_");
+    for (const char *s = t->name; *s && len < (int)sizeof name - 1; s++)
+        name[len++] = (char)(((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')) ? *s : '_');
+    name[len] = 0;
+    nb_module_ast *m = c->inst_mod;
+    if (!m) return NULL;
+    for (int i = m->ndecls - 1; i >= 0; i--) /* made before */
+        if (m->decls[i] && m->decls[i]->kind == NB_DECL_FUNC && m->decls[i]->name && !strcmp(m->decls[i]->name, name))
+            return m->decls[i];
+    static const char *const pnames[3] = {"__x", "__s", "__c"};
+    nb_decl *fn = ck_alloc(c, sizeof *fn);
+    nb_decl **params = ck_alloc(c, sizeof(nb_decl *) * 3);
+    if (!fn || !params) return NULL;
+    for (int i = 0; i < 3; i++) {
+        nb_decl *p = ck_alloc(c, sizeof *p);
+        if (!p) return NULL;
+        p->kind = NB_DECL_PARAM;
+        p->loc = loc;
+        p->name = pnames[i];
+        p->module = m;
+        p->u.param.texpr = resolved_texpr(c, t, loc);
+        p->u.param.type = t;
+        p->u.param.dir = i ? NB_DIR_OUT : NB_DIR_IN;
+        p->u.param.index = i;
+        if (!p->u.param.texpr) return NULL;
+        params[i] = p;
+    }
+    nb_stmt *body = ck_alloc(c, sizeof *body);
+    nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * 2);
+    if (!body || !items) return NULL;
+    items[0] = assign_stmt(c, params[1], "sin", params[0], loc);
+    items[1] = assign_stmt(c, params[2], "cos", params[0], loc);
+    if (!items[0] || !items[1]) return NULL;
+    body->kind = NB_ST_BLOCK;
+    body->loc = loc;
+    body->u.block.items = items;
+    body->u.block.count = 2;
+    fn->kind = NB_DECL_FUNC;
+    fn->loc = loc;
+    fn->name = nb_arena_strdup(c->arena, name);
+    fn->module = m;
+    fn->u.func.ret = resolved_texpr(c, c->tt->t_void, loc);
+    fn->u.func.params = params;
+    fn->u.func.nparams = 3;
+    fn->u.func.body = body;
+    fn->u.func.differentiable = 1;
+    if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return NULL;
+    ck_check_func_sig(c, fn);
+    return fn;
+}
+
+nb_decl *ck_sincos_diff_wrapper(nb_checker *c, nb_expr *call, const int *ids, int nops, const char *dname, nb_loc loc) {
+    (void)ids;
+    (void)nops;
+    /* x's primal type: the first argument, a pair standing for its primal (bwd_diff's gradients
+     * of s and c take the out parameters' places; there is no result gradient) */
+    if (call->u.call.nargs != 3) {
+        ck_err(c, call->loc, "'%s(sincos)' takes 3 arguments (x and the pairs or gradients of s and c), got %d", dname,
+               call->u.call.nargs);
+        return NULL;
+    }
+    const nb_type *t = call->u.call.args[0] ? call->u.call.args[0]->type : NULL;
+    while (t && t->kind == NB_TY_DIFFPAIR) t = t->elem;
+    return ck_sincos_func(c, t, loc);
+}
+
 /* ---- T.dzero() / T.dadd(a, b) / T.dmul(s, a) --------------------------------------------- */
 
 const nb_type *ck_diff_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *mname) {

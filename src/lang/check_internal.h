@@ -281,6 +281,10 @@ int ck_iface_extends(nb_checker *c, const char *have, const char *want);
  * (the call) is rewritten to the Differential's zero / a + b / s * a and typed; NULL when
  * mname is none of these or st's struct declares it. */
 const nb_type *ck_diff_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *mname);
+/* sincos(x, out s, out c) of Slang's library: a synthesized [Differentiable] function of x's
+ * float type (check_diff_builtin.c); NULL after a diagnostic */
+nb_decl *ck_sincos_func(nb_checker *c, const nb_type *t, nb_loc loc);
+nb_decl *ck_sincos_diff_wrapper(nb_checker *c, nb_expr *call, const int *ids, int nops, const char *dname, nb_loc loc);
 nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call, const int *ids, int nops,
                                  const char *dname, nb_loc loc);
 /* check_target.c: __target_switch / __intrinsic_asm / __requirePrelude statements, where
