@@ -62,6 +62,19 @@ static int is_struct_param(nb_func *f, int i)
 }
 
 /* Converts parsed values (f64 or i64) to f32 in place (the buffer is at least as large). */
+/* Whether the generated backward function fb ("f__bwdr") has a parameter leaf `path`: a struct
+ * argument's gradient `p_grad` has the fields of p's Differential, which leaves out p's int,
+ * bool and no_diff fields (Slang's synthesized Differential). */
+static int has_leaf(nb_func *fb, const char *path)
+{
+    if (!fb) return 1; /* unknown: let the binding decide */
+    for (int l = 0; l < nb_func_leaf_count(fb, 0); l++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(fb, 0, l, &li) == NB_OK && li.path && !strcmp(li.path, path)) return 1;
+    }
+    return 0;
+}
+
 static int to_f32(host *h)
 {
     float *o = (float *)h->data;
@@ -354,6 +367,15 @@ int nb_cmd_call_ad(int argc, char **argv)
         fprintf(stderr, "nabla: %s\n", nb_last_error());
         goto done;
     }
+    nb_func *fbwd = NULL; /* f__bwdr: the gradient leaves of struct arguments (has_leaf) */
+    if (bwd) {
+        char bname[300];
+        snprintf(bname, sizeof bname, "%s__bwdr", func);
+        if (nb_module_func(m, bname, &fbwd) != NB_OK) {
+            fbwd = NULL;
+            nb_clear_error();
+        }
+    }
     int np = nb_func_param_count(f, 0);
     /* which parameter each positional argument fills (not out) */
     const char *param_text[AD_MAX];
@@ -405,7 +427,7 @@ int nb_cmd_call_ad(int argc, char **argv)
         else { /* a struct field: the wrapper's gradient parameter is `p_grad`, with the same fields */
             char *gp = gpaths[ngp++]; /* (names given to setters are borrowed: kept until the run) */
             snprintf(gp, sizeof gpaths[0], "%s_grad%s", pname, li.path + strlen(pname));
-            s = nb_call_arg_named(c, gp, g);
+            s = has_leaf(fbwd, gp) ? nb_call_arg_named(c, gp, g) : NB_ERR_INVALID_ARG;
             if (s == NB_ERR_INVALID_ARG || s == NB_ERR_NOT_FOUND) s = NB_ERR_INVALID_ARG;
         }
         if (s == NB_ERR_INVALID_ARG && (strstr(nb_last_error(), "not differentiable") || strcmp(li.path, pname))) {

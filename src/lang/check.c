@@ -701,22 +701,24 @@ static const nb_type *innermost(const nb_type *t) {
     return t;
 }
 
-/* An IDifferentiable struct without `typealias Differential` whose differentiable fields include
- * one whose Differential is another type (a user-defined one, somewhere inside) gets Slang's
+/* An IDifferentiable struct without `typealias Differential` that has a non-differentiable field
+ * (int, bool, `no_diff`) or a differentiable field whose Differential is another type gets Slang's
  * synthesized Differential: a struct "S.Differential" with one field per differentiable field,
- * of that field's Differential type, same names (so the tangents map by name, nb_ad_field_map).
- * (Structs whose fields are their own Differentials keep S itself.) */
+ * of that field's Differential type, same names (so the tangents map by name, nb_ad_field_map);
+ * the other fields have no tangent. (Structs whose fields are all their own Differentials keep S
+ * itself.) */
 static void synthesize_differential(nb_checker *c, nb_decl *sd, const nb_type *t) {
     if (!nb_type_is_differentiable(t) || nb_type_differential(c->tt, t) != t) return;
     int need = 0, n = 0;
     for (int i = 0; i < sd->u.strct.nfields; i++) {
         nb_decl *f = sd->u.strct.fields[i];
         const nb_type *ft = f ? f->u.var.type : NULL;
-        if (!ft || ck_is_error(ft) || (f->mods & NB_MOD_NO_DIFF) || !nb_type_is_differentiable(ft)) continue;
+        if (!ft || ck_is_error(ft)) continue;
+        if ((f->mods & NB_MOD_NO_DIFF) || !nb_type_is_differentiable(ft)) { need = 1; continue; }
         n++;
         if (nb_type_differential(c->tt, ft) != ft) need = 1;
     }
-    if (!need) return;
+    if (!need || n == 0) return; /* no differentiable field: S stays its own (all-zero) Differential */
     nb_decl *dd = ck_alloc(c, sizeof *dd);
     nb_decl **fields = ck_alloc(c, sizeof(nb_decl *) * (size_t)n);
     const char **conf = ck_alloc(c, sizeof(char *));
