@@ -367,15 +367,7 @@ int nb_cmd_call_ad(int argc, char **argv)
         fprintf(stderr, "nabla: %s\n", nb_last_error());
         goto done;
     }
-    nb_func *fbwd = NULL; /* f__bwdr: the gradient leaves of struct arguments (has_leaf) */
-    if (bwd) {
-        char bname[300];
-        snprintf(bname, sizeof bname, "%s__bwdr", func);
-        if (nb_module_func(m, bname, &fbwd) != NB_OK) {
-            fbwd = NULL;
-            nb_clear_error();
-        }
-    }
+    nb_func *fbwd = NULL; /* f__bwdr, once a struct argument needs it: its gradient leaves (has_leaf) */
     int np = nb_func_param_count(f, 0);
     /* which parameter each positional argument fills (not out) */
     const char *param_text[AD_MAX];
@@ -427,6 +419,11 @@ int nb_cmd_call_ad(int argc, char **argv)
         else { /* a struct field: the wrapper's gradient parameter is `p_grad`, with the same fields */
             char *gp = gpaths[ngp++]; /* (names given to setters are borrowed: kept until the run) */
             snprintf(gp, sizeof gpaths[0], "%s_grad%s", pname, li.path + strlen(pname));
+            if (!fbwd) {
+                char bname[300];
+                snprintf(bname, sizeof bname, "%s__bwdr", func);
+                if (nb_module_func(m, bname, &fbwd) != NB_OK) goto fail_free; /* (its diagnostic) */
+            }
             s = has_leaf(fbwd, gp) ? nb_call_arg_named(c, gp, g) : NB_ERR_INVALID_ARG;
             if (s == NB_ERR_INVALID_ARG || s == NB_ERR_NOT_FOUND) s = NB_ERR_INVALID_ARG;
         }
