@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lang/check_internal.h"
+#include "lang/lexer.h"
 #include "nabla/alloc.h"
 
 
@@ -1045,6 +1046,52 @@ static const nb_type *differential_type_expr(nb_checker *c, nb_expr *e) {
     return d;
 }
 
+/* Slang's updatePrimal(inout p, v) / updateDiff(inout p, dv) / updatePair(inout p, v, dv) of a
+ * DifferentialPair: the call becomes the assignment `p.p = v` / `p.d = dv` / `p = diffPair(v, dv)`
+ * (p must be assignable: the assignment's diagnostics). */
+static const nb_type *update_pair(nb_checker *c, nb_expr **slot, const char *name) {
+    nb_expr *call = *slot;
+    int pair = name[6] == 'P' && name[7] == 'a';
+    int want = pair ? 3 : 2;
+    if (call->u.call.nargs != want) {
+        check_args(c, call);
+        ck_err(c, call->loc, "'%s' takes %d arguments (%s), got %d", name, want,
+               pair ? "inout pair, primal, differential" : name[6] == 'D' ? "inout pair, differential" : "inout pair, primal",
+               call->u.call.nargs);
+        return call->type = c->tt->t_error;
+    }
+    nb_expr *as = ck_new_expr(c, NB_EX_ASSIGN, call->loc);
+    if (!as) return call->type = c->tt->t_error;
+    as->u.assign.op = NB_TOK_ASSIGN;
+    if (pair) {
+        nb_expr *mk = ck_new_expr(c, NB_EX_CALL, call->loc);
+        nb_expr *callee = ck_new_expr(c, NB_EX_NAME, call->loc);
+        if (!mk || !callee) return call->type = c->tt->t_error;
+        callee->u.name.name = "diffPair";
+        mk->u.call.callee = callee;
+        mk->u.call.args = call->u.call.args + 1;
+        mk->u.call.nargs = 2;
+        as->u.assign.lhs = call->u.call.args[0];
+        as->u.assign.rhs = mk;
+    } else {
+        nb_expr *m = ck_new_expr(c, NB_EX_MEMBER, call->loc);
+        if (!m) return call->type = c->tt->t_error;
+        m->u.member.base = call->u.call.args[0];
+        m->u.member.member = name[6] == 'D' ? "d" : "p";
+        as->u.assign.lhs = m;
+        as->u.assign.rhs = call->u.call.args[1];
+    }
+    *slot = as;
+    nb_expr **ps = pair ? &as->u.assign.lhs : &as->u.assign.lhs->u.member.base;
+    const nb_type *pt = ck_expr(c, ps);
+    if (!ck_is_error(pt) && pt->kind != NB_TY_DIFFPAIR) {
+        ck_err(c, call->u.call.args[0]->loc, "'%s' needs a DifferentialPair, got '%s'", name, pt->name);
+        return as->type = c->tt->t_error;
+    }
+    if (ck_is_error(pt)) return as->type = pt;
+    return ck_expr(c, slot);
+}
+
 const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
     nb_expr *call = *slot;
     nb_expr *callee = call->u.call.callee;
@@ -1186,6 +1233,8 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             callee->type = t;
             return call_ctor(c, call, t);
         }
+        if (!strcmp(name, "updatePrimal") || !strcmp(name, "updateDiff") || !strcmp(name, "updatePair"))
+            return update_pair(c, slot, name);
         if (!strcmp(name, "sincos")) { /* Slang's sincos(x, out s, out c): a synthesized function */
             check_args_defer(c, call);
             if (call->u.call.nargs != 3) {
