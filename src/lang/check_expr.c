@@ -1158,7 +1158,75 @@ static int fill_struct_list(nb_checker *c, nb_expr *e, nb_decl *sd) {
     return 1;
 }
 
+/* ---- brace elision: `A a = {1.0, 2.0}` for struct A { B b; float y; } with B { float x; } ---- */
+
+/* A number (or a negated one): never an aggregate, so before a struct/array member it starts
+ * that member's elided braces. (Other expressions are not elided: only their type could say.) */
+static int is_number_literal(const nb_expr *x) {
+    while (x && x->kind == NB_EX_UNARY && !x->u.unary.postfix &&
+           (x->u.unary.op == NB_TOK_MINUS || x->u.unary.op == NB_TOK_PLUS))
+        x = x->u.unary.operand;
+    return x && (x->kind == NB_EX_INT || x->kind == NB_EX_FLOAT || x->kind == NB_EX_BOOL);
+}
+
+/* An aggregate whose members an init list lists: arrays and structs without constructors. */
+static int elidable(const nb_type *t) {
+    return t && (t->kind == NB_TY_ARRAY ||
+                 (t->kind == NB_TY_STRUCT && t->decl && !ck_has_method(t->decl, "__init")));
+}
+
+/* Members of aggregate `to` in order (shapes: an array's `length` elements, a struct's fields). */
+static int member_count(const nb_type *to) {
+    return to->kind == NB_TY_ARRAY ? to->length : to->decl->u.strct.nfields;
+}
+static const nb_type *member_type(const nb_type *to, int i) {
+    return to->kind == NB_TY_ARRAY ? to->elem : to->decl->u.strct.fields[i]->u.var.type;
+}
+
+/* Takes items[*pos..] for the members of `to` (as C/Slang do when braces are left out): a
+ * number before an aggregate member opens that member's braces; the list ends when the
+ * items do. Returns the init list for `to` (NULL: out of memory). */
+static nb_expr *elide_group(nb_checker *c, nb_expr **items, int n, int *pos, const nb_type *to, nb_loc loc) {
+    int m = member_count(to);
+    nb_expr *g = ck_new_expr(c, NB_EX_INIT_LIST, loc);
+    nb_expr **out = ck_alloc(c, sizeof(nb_expr *) * (size_t)(m > 0 ? m : 1));
+    if (!g || !out) return NULL;
+    int k = 0;
+    for (int i = 0; i < m && *pos < n; i++) {
+        const nb_type *mt = member_type(to, i);
+        if (elidable(mt) && is_number_literal(items[*pos])) {
+            if (mt->kind == NB_TY_STRUCT) ck_struct_type(c, mt->decl);
+            if (!(out[k++] = elide_group(c, items, n, pos, mt, items[*pos]->loc))) return NULL;
+        } else {
+            out[k++] = items[(*pos)++];
+        }
+    }
+    g->u.init_list.items = out;
+    g->u.init_list.nitems = k;
+    return g;
+}
+
+/* Rewrites e's items with the elided braces put back when a number stands where an aggregate
+ * member starts; leaves e alone otherwise (and when items are left over: the count error). */
+static int elide_braces(nb_checker *c, nb_expr *e, const nb_type *to) {
+    int n = e->u.init_list.nitems, m = member_count(to), need = 0;
+    for (int i = 0; i < n && i < m; i++)
+        if (elidable(member_type(to, i)) && is_number_literal(e->u.init_list.items[i])) need = 1;
+    if (!need) return 1;
+    int pos = 0;
+    nb_expr *g = elide_group(c, e->u.init_list.items, n, &pos, to, e->loc);
+    if (!g) return 0;
+    if (pos < n) return 1; /* too many: reported as written */
+    e->u.init_list.items = g->u.init_list.items;
+    e->u.init_list.nitems = g->u.init_list.nitems;
+    return 1;
+}
+
 const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to) {
+    if (!ck_is_error(to) && e->u.init_list.nitems > 0 && elidable(to)) {
+        if (to->kind == NB_TY_STRUCT) ck_struct_type(c, to->decl);
+        if (!elide_braces(c, e, to)) return e->type = c->tt->t_error;
+    }
     int n = e->u.init_list.nitems;
     nb_expr **items = e->u.init_list.items;
     e->type = to;
