@@ -703,6 +703,13 @@ static nb_ir_inst *lower_deriv_call(lower_ctx *c, nb_expr *e)
          (x->index == NB_INTR_FWD_DIFF || x->index == NB_INTR_BWD_DIFF);
          x = x->u.call.args[0])
         ids[n++] = x->index;
+    if (!pf && e->decl && e->decl->kind == NB_DECL_FUNC && n == 1) {
+        /* a declaration without a body (`[ForwardDerivative(f_jvp)] float f(float, float);`):
+         * its custom derivative of the operator's kind is the whole derivative */
+        nb_decl *cd = ids[0] == NB_INTR_FWD_DIFF ? e->decl->u.func.fwd_derivative : e->decl->u.func.bwd_derivative;
+        nb_ir_func *g = cd ? nb_ir_find_func(c->m, cd) : NULL;
+        if (g) return lower_call_to(c, e, cd, g, NULL);
+    }
     if (!pf) lerr(c, e->loc, "cannot differentiate a function without a body", NULL);
     d = pf;
     for (int i = n - 1; i >= 0 && d; i--)
