@@ -1326,6 +1326,7 @@ static void check_stmt(nb_checker *c, nb_stmt *s) {
         check_body(c, s->u.for_s.body, 0);
         pop_scope(c);
         if (s->max_iters < 0) s->max_iters = ck_for_trip_count(c, s);
+        if (s->max_iters < 0 && ck_loop_runs_once(s->u.for_s.body)) s->max_iters = 1;
         break;
     }
     case NB_ST_WHILE:
@@ -1333,6 +1334,7 @@ static void check_stmt(nb_checker *c, nb_stmt *s) {
         if (s->u.while_s.cond) check_cond(c, &s->u.while_s.cond, "loop");
         ck_check_loop_attrs(c, s);
         check_body(c, s->u.while_s.body, 0);
+        if (s->max_iters < 0 && ck_loop_runs_once(s->u.while_s.body)) s->max_iters = 1;
         break;
     case NB_ST_SWITCH: check_switch(c, s); break;
     case NB_ST_BREAK:

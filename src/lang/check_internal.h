@@ -151,6 +151,8 @@ void ck_check_func_sig(nb_checker *c, nb_decl *fn);
  * the trip count of a for loop with constant bounds (-1: unknown, with a warning if it overflows). */
 void ck_check_loop_attrs(nb_checker *c, nb_stmt *s);
 int64_t ck_for_trip_count(nb_checker *c, nb_stmt *s);
+/* a loop body that never reaches its next iteration (every path breaks or returns, none continues) */
+int ck_loop_runs_once(const nb_stmt *body);
 void ck_add_edge(nb_checker *c, nb_decl *to, nb_loc loc);
 const char *ck_func_sig_str(nb_checker *c, nb_decl *fn);
 void *ck_alloc(nb_checker *c, size_t size);

@@ -174,6 +174,50 @@ int64_t ck_for_trip_count(nb_checker *c, nb_stmt *s) {
     return n > (uint64_t)INT64_MAX ? -1 : (int64_t)n;
 }
 
+/* ---- loops whose body never reaches its next iteration ------------------------------------
+ * `for (;;) { …; break; }`: every path through the body ends in break or return and none
+ * continues, so the body runs at most once (trip bound 1; Slang differentiates these without
+ * [MaxIters]). Conservative: a nested loop or switch may complete. */
+
+/* Can s complete normally (reach the statement after it)? */
+static int may_complete(const nb_stmt *s) {
+    if (!s) return 1;
+    switch (s->kind) {
+    case NB_ST_BLOCK:
+        for (int i = 0; i < s->u.block.count; i++)
+            if (!may_complete(s->u.block.items[i])) return 0;
+        return 1;
+    case NB_ST_IF: return !s->u.if_s.else_s || may_complete(s->u.if_s.then_s) || may_complete(s->u.if_s.else_s);
+    case NB_ST_BREAK:
+    case NB_ST_CONTINUE:
+    case NB_ST_RETURN: return 0;
+    default: return 1;
+    }
+}
+
+/* Does s contain a `continue` of the loop it is in (not of a nested loop)? */
+static int has_continue(const nb_stmt *s) {
+    if (!s) return 0;
+    switch (s->kind) {
+    case NB_ST_CONTINUE: return 1;
+    case NB_ST_BLOCK:
+        for (int i = 0; i < s->u.block.count; i++)
+            if (has_continue(s->u.block.items[i])) return 1;
+        return 0;
+    case NB_ST_IF: return has_continue(s->u.if_s.then_s) || has_continue(s->u.if_s.else_s);
+    case NB_ST_SWITCH: /* (a continue in a switch continues the enclosing loop) */
+        for (int k = 0; k < s->u.switch_s.ncases; k++)
+            for (int j = 0; j < s->u.switch_s.cases[k].nbody; j++)
+                if (has_continue(s->u.switch_s.cases[k].body[j])) return 1;
+        return 0;
+    case NB_ST_FOR: case NB_ST_WHILE: case NB_ST_DO_WHILE: return 0;
+    case NB_ST_EXPR: case NB_ST_VAR: case NB_ST_BREAK: case NB_ST_RETURN: case NB_ST_EMPTY: return 0;
+    default: return 1; /* (unknown kinds: assume it may) */
+    }
+}
+
+int ck_loop_runs_once(const nb_stmt *body) { return !may_complete(body) && !has_continue(body); }
+
 void ck_check_loop_attrs(nb_checker *c, nb_stmt *s) {
     s->max_iters = -1;
     for (int i = 0; i < s->attrs.count; i++) {
