@@ -622,6 +622,9 @@ static void rev_call(bwd *B, nb_ir_inst *in)
         any_diff = 1;
         if (in->refs[i] && cf->params[i]->dir != NB_DIR_IN && B->adjv[in->refs[i]->id]) has_adj = 1;
     }
+    /* a user-given [BackwardDerivative] runs whenever a gradient flows back, also for a callee
+     * without differentiable parameters: it may write gradients to a buffer (Slang) */
+    if (cf->role == NB_IR_PRIMAL && cf->decl && cf->decl->u.func.bwd_derivative) any_diff = 1;
     /* a void callee's gradients may come from its side effects (buffer or DiffTensor writes that a
      * custom [BackwardDerivative] reads back): its backward derivative always runs */
     if (cf->ret->kind == NB_TY_VOID) has_adj = 1;
@@ -635,10 +638,12 @@ static void rev_call(bwd *B, nb_ir_inst *in)
     nb_ir_var **refs = nb_arena_zalloc(&B->m->arena, sizeof *refs * (size_t)(bf->nparams + 1), sizeof(void *));
     nb_ir_var **tmps = nb_arena_zalloc(&B->m->arena, sizeof *tmps * (size_t)(n + 1), sizeof(void *));
     if (!args || !refs || !tmps) return;
-    int k = 0;
+    int k = 0, nh = 0;
+    for (int i = 0; i < n; i++) nh += !!(cf->params[i]->flags & NB_IRF_HIDDEN);
     for (int i = 0; i < n && k < bf->nparams; i++) {
         nb_ir_var *p = cf->params[i];
         int d = nb_ad_param_is_diff(p);
+        if (p->flags & NB_IRF_HIDDEN) continue; /* (after the result gradient, below) */
         nb_ir_var *av = in->refs[i] ? B->adjv[in->refs[i]->id] : NULL;
         if (!d) {
             if (p->dir == NB_DIR_IN) args[k++] = P(B, in->ops[i]);
@@ -667,8 +672,13 @@ static void rev_call(bwd *B, nb_ir_inst *in)
         tmps[i] = t;
         refs[k++] = t;
     }
-    if (k < bf->nparams) /* result gradient */
+    if (k < bf->nparams - nh) /* result gradient */
         args[k++] = B->adji[in->id] ? nb_ir_load(b, B->adji[in->id], NULL, 0, NULL) : flt_zero(B, b, cf->ret);
+    for (int i = 0; i < n && k < bf->nparams; i++) /* module-scope buffers passed on */
+        if (cf->params[i]->flags & NB_IRF_HIDDEN) {
+            if (cf->params[i]->dir == NB_DIR_IN) args[k++] = P(B, in->ops[i]);
+            else refs[k++] = in->refs[i] ? B->cl.vmap[in->refs[i]->id] : NULL; /* (groupshared) */
+        }
     nb_ir_inst *call = nb_ir_new(b, NB_IR_CALL, bf->ret, bf->nparams);
     if (!call) return;
     call->callee = bf;
@@ -994,20 +1004,30 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
     primal->derivs[1 + !!with_result] = d;
     d->decl = primal->decl; /* (diagnostics in it belong to the primal; nb_ir_find_func skips it by role) */
     d->aux = (void *)1;
-    for (int i = 0; i < primal->nparams; i++) {
-        nb_ir_var *p = primal->params[i];
-        nb_ir_var *q;
-        if (nb_ad_param_is_diff(p)) {
-            if (p->dir == NB_DIR_OUT) q = nb_ir_param_new(d, p->name, nb_ad_dtype(tt, p->type), NB_DIR_IN);
-            else q = nb_ir_param_new(d, p->name, nb_type_diffpair(tt, p->type), NB_DIR_INOUT);
-        } else if (p->dir != NB_DIR_OUT) { /* (a non-differentiable inout: its value going in) */
-            q = nb_ir_param_new(d, p->name, p->type, NB_DIR_IN);
-        } else continue;
-        if (!q) return NULL;
-        q->flags = p->flags;
+    /* pass 0: the parameters; 1: _dout; 2: the module-scope buffers passed on (NB_IRF_HIDDEN,
+     * check_kernel.c), last as in every call that passes them */
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1) {
+            if (primal->ret->kind != NB_TY_VOID && nb_type_is_differentiable(primal->ret))
+                if (!nb_ir_param_new(d, "_dout", nb_ad_dtype(tt, primal->ret), NB_DIR_IN)) return NULL;
+            continue;
+        }
+        for (int i = 0; i < primal->nparams; i++) {
+            nb_ir_var *p = primal->params[i];
+            nb_ir_var *q;
+            if (!(p->flags & NB_IRF_HIDDEN) != (pass == 0)) continue;
+            if (nb_ad_param_is_diff(p)) {
+                if (p->dir == NB_DIR_OUT) q = nb_ir_param_new(d, p->name, nb_ad_dtype(tt, p->type), NB_DIR_IN);
+                else q = nb_ir_param_new(d, p->name, nb_type_diffpair(tt, p->type), NB_DIR_INOUT);
+            } else if (pass == 2) { /* (a groupshared array is passed inout: it stays so) */
+                q = nb_ir_param_new(d, p->name, p->type, p->dir);
+            } else if (p->dir != NB_DIR_OUT) { /* (a non-differentiable inout: its value going in) */
+                q = nb_ir_param_new(d, p->name, p->type, NB_DIR_IN);
+            } else continue;
+            if (!q) return NULL;
+            q->flags = p->flags;
+        }
     }
-    if (primal->ret->kind != NB_TY_VOID && nb_type_is_differentiable(primal->ret))
-        if (!nb_ir_param_new(d, "_dout", nb_ad_dtype(tt, primal->ret), NB_DIR_IN)) return NULL;
     return d;
 }
 
@@ -1057,20 +1077,23 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
     B.cl.pre = fwd_pre;
     B.cl.post = fwd_post;
     /* parameters */
-    int k = 0;
+    int k = 0, nh = 0;
     for (int i = 0; i < pf->nparams; i++) {
         nb_ir_var *p = pf->params[i];
-        int keep = nb_ad_param_is_diff(p) || p->dir != NB_DIR_OUT;
+        int keep = !(p->flags & NB_IRF_HIDDEN) && (nb_ad_param_is_diff(p) || p->dir != NB_DIR_OUT);
         B.bparam[i] = keep ? k++ : -1;
+        if (p->flags & NB_IRF_HIDDEN) nh++;
     }
-    if (k < df->nparams) B.dout = df->params[k];
+    if (k < df->nparams - nh) B.dout = df->params[k++];
+    for (int i = 0; i < pf->nparams; i++) /* the buffers passed on: after _dout (bwd_func) */
+        if (pf->params[i]->flags & NB_IRF_HIDDEN) B.bparam[i] = k++;
     B.ret_flag = tmpvar(&B, "nb_returned", B.tt->t_bool);
     nb_ir_store(b, B.ret_flag, NULL, 0, NULL, nb_ir_const_i(b, B.tt->t_bool, 0));
     if (pf->ret->kind != NB_TY_VOID) B.ret_var = tmpvar(&B, "nb_retval", pf->ret);
     for (int i = 0; i < pf->nvars; i++) {
         nb_ir_var *v = pf->vars[i];
         int diff = !(v->flags & NB_IRF_NO_DIFF) && nb_ad_dtype(B.tt, v->type) != NULL;
-        if (v->param >= 0 && !nb_ad_param_is_diff(v) && v->dir == NB_DIR_IN) {
+        if (v->param >= 0 && !nb_ad_param_is_diff(v) && (v->dir == NB_DIR_IN || (v->flags & NB_IRF_HIDDEN))) {
             B.cl.vmap[v->id] = df->params[B.bparam[v->param]];
             continue;
         }

@@ -315,6 +315,8 @@ struct nb_decl {
             nb_type_expr *default_type;
             const char *semantic;             /* `uint3 id : SV_DispatchThreadID`: the semantic, or NULL */
             nb_loc semantic_loc;
+            int hidden;                       /* [checker] a module-scope buffer passed on as a trailing
+                                                 parameter (check_kernel.c ck_bind_shader_params) */
         } param;
         struct { const char *path; /* module name as written: `import nn;` -> "nn" */
                  struct nb_module_ast *target; /* [loader] */

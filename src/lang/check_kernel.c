@@ -378,12 +378,8 @@ static void sp_walk_expr(sp_ctx *x, nb_expr *e) {
         }
         sp_fn *t = sp_find(x, fn);
         if (!t || !t->mask) return;
-        if (diff) {
-            ck_err(x->c, e->loc, "'%s' uses the shader parameter '%s' (a module-scope buffer): its derivative cannot "
-                   "be taken; pass the buffer as a parameter", fn->name ? fn->name : "?",
-                   x->sp[__builtin_ctzll(t->mask)]->name);
-            return;
-        }
+        /* (fwd_diff(f)(…) / bwd_diff(f)(…) pass them last too: the derivatives of f take them
+         * after every other parameter, bwd's result gradient included; ad_bwd.c bwd_func) */
         int nh = __builtin_popcountll(t->mask);
         nb_expr **na = ck_alloc(x->c, sizeof(nb_expr *) * (size_t)(e->u.call.nargs + nh));
         if (!na) return;
@@ -493,7 +489,7 @@ void ck_bind_shader_params(nb_checker *c) {
     }
     for (int changed = 1; changed;) {
         changed = 0;
-        for (int i = 0; i < x.nfns; i++)
+        for (int i = 0; i < x.nfns; i++) {
             for (int j = 0; j < x.fns[i].ncallees; j++) {
                 sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
                 if (t && (t->mask & ~x.fns[i].mask)) {
@@ -501,6 +497,18 @@ void ck_bind_shader_params(nb_checker *c) {
                     changed = 1;
                 }
             }
+            /* a function and its custom derivatives / primal substitute take the same buffers:
+             * a call of f's derivative, generated or user-given, passes f's (Slang: a derivative
+             * may write a global buffer, e.g. a gradient; the buffer itself is not differentiable) */
+            nb_decl *fd = x.fns[i].fn;
+            nb_decl *rel[3] = {fd->u.func.fwd_derivative, fd->u.func.bwd_derivative, fd->u.func.primal_subst};
+            for (int r = 0; r < 3; r++) {
+                sp_fn *t = rel[r] ? sp_find(&x, rel[r]) : NULL;
+                if (!t || t->mask == x.fns[i].mask) continue;
+                t->mask = x.fns[i].mask = t->mask | x.fns[i].mask;
+                changed = 1;
+            }
+        }
     }
     /* groupshared memory needs a thread group: every function using it is reached from an entry */
     uint64_t shared_mask = 0;
@@ -592,6 +600,7 @@ void ck_bind_shader_params(nb_checker *c) {
             q->u.param.dir = gd->u.var.shader_param == 2 ? NB_DIR_INOUT : NB_DIR_IN;
             q->u.param.index = np;
             f->hid[g] = q;
+            q->u.param.hidden = 1;
             ps[np++] = q;
         }
         fn->u.func.params = ps;

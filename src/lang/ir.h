@@ -105,6 +105,8 @@ enum {
                                 (derivative code; a NULL gradient reads 0 and ignores writes) */
     NB_IRF_SHARED = 1 << 6,  /* var: groupshared, one instance per thread group (CUDA __shared__,
                                 C static __thread); never initialized, never a dead store */
+    NB_IRF_HIDDEN = 1 << 7,  /* param: a module-scope buffer passed on (check_kernel.c); derivatives
+                                keep it, after every other parameter (also after bwd's _dout) */
 };
 
 /* One component of a constant: integers (bool, int, uint, int64, uint64) in i, floats in f. */

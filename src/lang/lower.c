@@ -1222,6 +1222,7 @@ static nb_ir_func *declare_func(lower_ctx *c, nb_decl *fd, nb_decl *parent)
         if (!pv) return NULL;
         pv->decl = pd;
         if (pd->mods & NB_MOD_NO_DIFF) pv->flags |= NB_IRF_NO_DIFF;
+        if (pd->u.param.hidden) pv->flags |= NB_IRF_HIDDEN | NB_IRF_NO_DIFF;
     }
     if (!c->declaring_alt && nb_lower_has_target_switch(fd->u.func.body)) {
         /* one variant per back end, same emitted name (lower_target.h) */
