@@ -156,11 +156,14 @@ static void prescan(nb_parser *p) {
         } else if (tok_is(t, "__generic") && n->kind == NB_TOK_LT) {
             prescan_generic_prefix(p, i);
         } else if (t->kind == NB_TOK_IDENT && n->kind == NB_TOK_LT && i + 3 < p->ntoks && i > 0 &&
-                   p->toks[i - 1].kind == NB_TOK_IDENT && p->toks[i + 2].kind == NB_TOK_IDENT &&
+                   (p->toks[i - 1].kind == NB_TOK_IDENT || p->toks[i - 1].kind == NB_TOK_GT ||
+                    p->toks[i - 1].kind == NB_TOK_SHR || p->toks[i - 1].kind == NB_TOK_RBRACKET) &&
+                   p->toks[i + 2].kind == NB_TOK_IDENT &&
                    (p->toks[i + 3].kind == NB_TOK_COLON ||
                     ((p->toks[i + 3].kind == NB_TOK_COMMA || p->toks[i + 3].kind == NB_TOK_GT) &&
-                     !tok_is(&p->toks[i - 1], "return")))) {
-            /* a type generic function `T sqr<T : IFoo>(…)` / `T f<T>(…)`: `sqr<float>(x)` is explicit */
+                     p->toks[i - 1].kind == NB_TOK_IDENT && !tok_is(&p->toks[i - 1], "return")))) {
+            /* a type generic function `T sqr<T : IFoo>(…)` / `T f<T>(…)` (also after a generic or
+             * array result type, with a constraint: `S<T> f<T : I>(…)`): `sqr<float>(x)` is explicit */
             nameset_add(p, &p->generics, t->start, (size_t)t->len);
         } else if ((t->kind == NB_TOK_KW_STRUCT || t->kind == NB_TOK_KW_TYPEALIAS) && n->kind == NB_TOK_IDENT) {
             nameset_add(p, &p->types, n->start, (size_t)n->len);
