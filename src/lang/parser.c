@@ -170,8 +170,12 @@ static void prescan(nb_parser *p) {
             if (t->kind == NB_TOK_KW_STRUCT && i + 2 < p->ntoks && p->toks[i + 2].kind == NB_TOK_LT)
                 nameset_add(p, &p->generics, n->start, (size_t)n->len);
         } else if (t->kind == NB_TOK_IDENT && n->kind == NB_TOK_LT && i + 2 < p->ntoks &&
-                   p->toks[i + 2].kind == NB_TOK_KW_LET && (i == 0 || p->toks[i - 1].kind != NB_TOK_KW_STRUCT)) {
-            /* a generic function `float sum<let N : int>(…)`: `sum<4>(x)` is an explicit instantiation */
+                   (p->toks[i + 2].kind == NB_TOK_KW_LET ||
+                    (i + 3 < p->ntoks && p->toks[i + 2].kind == NB_TOK_IDENT && p->toks[i + 3].kind == NB_TOK_IDENT &&
+                     is_builtin_type_name(p->toks[i + 2].start, (size_t)p->toks[i + 2].len))) &&
+                   (i == 0 || p->toks[i - 1].kind != NB_TOK_KW_STRUCT)) {
+            /* a generic function `float sum<let N : int>(…)` (or `sum<int N>`): `sum<4>(x)` is an
+             * explicit instantiation */
             nameset_add(p, &p->generics, t->start, (size_t)t->len);
         } else if (t->kind == NB_TOK_KW_TYPEDEF) {
             const nb_token *last = NULL;
@@ -995,7 +999,11 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
     nb_loc open = np_loc(p);
     np_advance(p);
     while (np_kind(p) != NB_TOK_GT && !p->panic) {
-        if (np_accept(p, NB_TOK_KW_LET)) {
+        /* `int N` (Slang's older spelling of `let N : int`): a value parameter of that type */
+        int typed = np_kind(p) == NB_TOK_IDENT && np_peek_kind(p, 1) == NB_TOK_IDENT &&
+                    is_builtin_type_name(np_cur(p)->start, (size_t)np_cur(p)->len);
+        nb_type_expr *typed_te = typed ? np_parse_type(p, 0) : NULL;
+        if (typed || np_accept(p, NB_TOK_KW_LET)) {
             if (np_kind(p) != NB_TOK_IDENT) {
                 np_error_here(p, "expected a name after 'let' in generic parameters");
                 break;
@@ -1003,7 +1011,9 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
             nb_decl *g = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
             np_advance(p);
             g->u.param.index = gparams->n;
-            if (np_accept(p, NB_TOK_COLON)) {
+            if (typed_te) {
+                g->u.param.texpr = typed_te;
+            } else if (np_accept(p, NB_TOK_COLON)) {
                 g->u.param.texpr = np_parse_type(p, 0);
             } else {
                 np_error_here(p, "expected ':' and a type after generic parameter '%s' (e.g. 'let %s : int')",
@@ -1092,6 +1102,8 @@ static int at_gparams(nb_parser *p) {
     if (np_peek_kind(p, 1) == NB_TOK_KW_LET) return 1;
     if (np_peek_kind(p, 1) != NB_TOK_IDENT) return 0;
     nb_tok_kind k = np_peek_kind(p, 2);
+    const nb_token *t1 = np_peek(p, 1);
+    if (k == NB_TOK_IDENT && is_builtin_type_name(t1->start, (size_t)t1->len)) return 1; /* <int N> */
     return k == NB_TOK_COLON || k == NB_TOK_COMMA || k == NB_TOK_GT || k == NB_TOK_ASSIGN;
 }
 
