@@ -1075,6 +1075,8 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
                 else f->u.func.primal_subst = g;
                 f->u.func.differentiable = 1;
             }
+        } else if (!strcmp(n, "shader")) {
+            ck_kernel_shader_stage(c, fn, a);
         } else if (!strcmp(n, "PreferRecompute")) {
             fn->u.func.prefer_recompute = 1;
         } else if (!strcmp(n, "NoDiffThis")) {
@@ -1085,7 +1087,7 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
             fn->u.func.differentiable = 1;
         } else if (!strcmp(n, "PreferCheckpoint") || !strcmp(n, "AutoPyBindCUDA") ||
                    !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
-                   !strcmp(n, "shader") || !strcmp(n, "TorchEntryPoint") ||
+                   !strcmp(n, "TorchEntryPoint") ||
                    !strcmp(n, "__unsafeForceInlineEarly") || !strcmp(n, "nonmutating")) {
             /* accepted: inlining hints; [nonmutating] is a method's default (`this` is read-only) */
         } else if (!strcmp(n, "MaxIters") || !strcmp(n, "ForceUnroll") || !strcmp(n, "unroll") ||

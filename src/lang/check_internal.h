@@ -214,6 +214,8 @@ const nb_type *ck_resolve_buffer_type(nb_checker *c, nb_type_expr *te);
 void ck_kernel_numthreads(nb_checker *c, nb_decl *fn, const nb_attr *a);
 void ck_kernel_semantics(nb_checker *c, nb_decl *fn);
 int ck_kernel_global(nb_checker *c, nb_decl *d, const nb_type *t);
+/* [shader("compute")]: an entry point; without [numthreads] its thread group is one thread. */
+void ck_kernel_shader_stage(nb_checker *c, nb_decl *fn, const nb_attr *a);
 void ck_bind_shader_params(nb_checker *c);
 void ck_kernel_shared_local(nb_checker *c, nb_decl *d);
 const nb_type *ck_group_intrinsic(nb_checker *c, nb_expr *call, int id, nb_expr **args, int n, const char *name);

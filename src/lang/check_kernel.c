@@ -76,6 +76,23 @@ void ck_kernel_numthreads(nb_checker *c, nb_decl *fn, const nb_attr *a) {
     fn->u.func.is_kernel = 1;
 }
 
+/* [shader("compute")] marks an entry point (Slang); without [numthreads] its thread group is
+ * 1×1×1 (one thread per group). Other stages ("vertex", "fragment", …) have no meaning here and
+ * are accepted without effect; the argument must be one string. */
+void ck_kernel_shader_stage(nb_checker *c, nb_decl *fn, const nb_attr *a) {
+    /* (the parser gives a string argument of an attribute as a NAME of its unquoted text) */
+    if (a->nargs != 1 || !a->args[0] || a->args[0]->kind != NB_EX_NAME || !a->args[0]->u.name.name) {
+        ck_err(c, a->nargs >= 1 && a->args[0] ? a->args[0]->loc : a->loc,
+               "[shader] takes the stage name as one string, e.g. [shader(\"compute\")]");
+        return;
+    }
+    if (strcmp(a->args[0]->u.name.name, "compute") != 0) return;
+    for (int i = 0; i < fn->attrs.count; i++) /* ([numthreads] sets the group itself) */
+        if (fn->attrs.items[i].name && !strcmp(fn->attrs.items[i].name, "numthreads")) return;
+    fn->u.func.is_kernel = 1;
+    for (int i = 0; i < 3; i++) fn->u.func.numthreads[i] = 1;
+}
+
 /* ---- system-value parameters --------------------------------------------------------------- */
 
 typedef enum { SV_DISPATCH, SV_GROUP_THREAD, SV_GROUP, SV_GROUP_INDEX } sv_kind;
