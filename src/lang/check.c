@@ -1032,6 +1032,13 @@ static int attr_functions(nb_checker *c, nb_decl *fn, const nb_attr *a, nb_decl 
         ck_err(c, a->args[0]->loc, "unknown function '%s' in [%s]", name, a->name);
         return 0;
     }
+    /* on an instantiation of a generic function, a generic function named by the attribute is
+     * instantiated with the same generic arguments (f<A>'s derivative is g<A>) */
+    for (int i = 0; i < n; i++)
+        if (ck_is_template(fns[i]) && fn->u.func.generic_of) {
+            nb_decl *in = ck_instantiate_like(c, fns[i], fn, a->args[0]->loc);
+            if (in) fns[i] = in;
+        }
     if (ck_is_template(fn)) {
         ck_err(c, a->args[0]->loc, "[%s] with generic functions is not supported", a->name);
         return 0;

@@ -554,6 +554,25 @@ static const ck_inst *inst_of_clone(nb_checker *c, const nb_decl *d) {
     return NULL;
 }
 
+static nb_decl *instantiate(nb_checker *c, nb_decl *tmpl, const int64_t *vals, nb_loc loc);
+
+/* The instantiation of template function tmpl with the generic arguments of the function
+ * instantiation inst (`[BackwardDerivative(m_bwd)]` on `m<let M : E>`: m<E.A>'s derivative is
+ * m_bwd<E.A>); NULL when inst is no function instantiation or the parameter lists differ in
+ * count or kind (type / value). */
+nb_decl *ck_instantiate_like(nb_checker *c, nb_decl *tmpl, const nb_decl *inst, nb_loc loc) {
+    if (!inst || inst->kind != NB_DECL_FUNC || !inst->u.func.generic_of || !ck_is_template(tmpl)) return NULL;
+    const ck_inst *k = inst_of_clone(c, inst);
+    if (!k) return NULL;
+    int ng, nk;
+    nb_decl **gp = gparams_of(tmpl, &ng);
+    nb_decl **kp = gparams_of(k->tmpl, &nk);
+    if (ng != nk || ng != k->nargs) return NULL;
+    for (int i = 0; i < ng; i++)
+        if (gp_is_type(gp[i]) != gp_is_type(kp[i])) return NULL;
+    return instantiate(c, tmpl, k->args, loc);
+}
+
 int ck_inst_depth(nb_checker *c, const nb_decl *d) {
     const ck_inst *k = inst_of_clone(c, d);
     return k ? k->depth : 0;

@@ -176,6 +176,7 @@ const nb_type *ck_instantiate_struct(nb_checker *c, nb_decl *sd, nb_type_expr *t
 int ck_inst_depth(nb_checker *c, const nb_decl *d);
 /* "in instantiation of 'X' requested here" when errors were reported since errors0. */
 void ck_inst_note(nb_checker *c, const nb_decl *d, int errors0);
+nb_decl *ck_instantiate_like(nb_checker *c, nb_decl *tmpl, const nb_decl *inst, nb_loc loc);
 /* Generic function candidates of a call: replaces each template among fns[0..n) by its
  * instantiation for this call (arguments inferred from the call's checked argument types;
  * explicit: the written `f<4>` arguments or NULL). Non-templates are kept unless explicit is
