@@ -618,6 +618,31 @@ static const char *inst_name(nb_checker *c, const nb_decl *tmpl, const int64_t *
     return nb_arena_strdup(c->arena, buf);
 }
 
+nb_decl *ck_instantiate_like(nb_checker *c, nb_decl *tmpl, const nb_decl *inst, nb_loc loc);
+
+/* After instantiating a generic function tmpl as clone: the generic functions of its module
+ * that name it in [ForwardDerivativeOf] / [BackwardDerivativeOf] / [PrimalSubstituteOf] are
+ * instantiated with the same arguments, so that their attributes link clone to them. */
+static void instantiate_derivatives_of(nb_checker *c, nb_decl *tmpl, nb_decl *clone, nb_loc loc) {
+    nb_module_ast *m = tmpl->module;
+    if (!m || !tmpl->name) return;
+    int n = m->ndecls; /* (instantiations append to m->decls: read it afresh each time) */
+    for (int i = 0; i < n; i++) {
+        nb_decl *d = m->decls[i];
+        if (!d || d->kind != NB_DECL_FUNC || d == tmpl || !ck_is_template(d)) continue;
+        for (int j = 0; j < d->attrs.count; j++) {
+            const nb_attr *a = &d->attrs.items[j];
+            size_t len = a->name ? strlen(a->name) : 0;
+            if (len < 3 || strcmp(a->name + len - 2, "Of") != 0 || a->nargs != 1 || !a->args[0] ||
+                a->args[0]->kind != NB_EX_NAME || !a->args[0]->u.name.name ||
+                strcmp(a->args[0]->u.name.name, tmpl->name) != 0)
+                continue;
+            ck_instantiate_like(c, d, clone, loc);
+            break;
+        }
+    }
+}
+
 /* The instantiation of tmpl for vals (all of its parameters), made and checked on first use;
  * NULL after an error. loc: where it is requested. */
 static nb_decl *instantiate(nb_checker *c, nb_decl *tmpl, const int64_t *vals, nb_loc loc) {
@@ -675,7 +700,10 @@ static nb_decl *instantiate(nb_checker *c, nb_decl *tmpl, const int64_t *vals, n
     int saved = c->inst_depth, errors0 = c->src->nerrors;
     c->inst_depth = depth;
     if (clone->kind == NB_DECL_STRUCT) ck_check_struct_decl(c, clone);
-    else ck_check_func_sig(c, clone);
+    else {
+        ck_check_func_sig(c, clone);
+        if (!tmpl->u.func.parent) instantiate_derivatives_of(c, tmpl, clone, loc);
+    }
     c->inst_depth = saved;
     /* one note, at the request from ordinary code (not one per level of a nested chain) */
     if (c->src->nerrors > errors0 && saved == 0) ck_note(c, loc, "in instantiation of '%s' requested here", name);
