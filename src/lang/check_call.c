@@ -1292,6 +1292,24 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             if (st->kind == NB_TY_SCALAR && strcmp(mname, "getPi") == 0 && call->u.call.nargs == 0 &&
                 ck_scalar_limit(c, call, st, mname))
                 return call->type; /* float.getPi() */
+            if (strcmp(mname, "Differential") == 0 && !(st->kind == NB_TY_STRUCT && ck_has_method(st->decl, mname))) {
+                /* S.Differential(…): a constructor of S's Differential type */
+                const nb_type *d = nb_type_is_differentiable(st) ? nb_type_differential(c->tt, st) : NULL;
+                if (!d) {
+                    check_args(c, call);
+                    ck_err(c, callee->loc, "'%s' is not differentiable, so it has no 'Differential' type", st->name);
+                    return call->type = c->tt->t_error;
+                }
+                nb_type_expr *te = ck_alloc(c, sizeof *te);
+                nb_expr *ne = ck_new_expr(c, NB_EX_TYPE, callee->loc);
+                if (!te || !ne) return call->type = c->tt->t_error;
+                te->loc = callee->loc;
+                te->name = d->name;
+                te->subst = d;
+                ne->u.type.texpr = te;
+                call->u.call.callee = ne;
+                return ck_call(c, slot);
+            }
             const nb_type *dt = ck_diff_static(c, slot, st, mname); /* float.dzero(), S.dadd(a, b) */
             if (dt) return dt;
             if (st->kind != NB_TY_STRUCT) {
