@@ -482,7 +482,19 @@ const char *nb_emit_make_helper(nb_emitter *e, const nb_type *t)
         }
     } else if (t->kind == NB_TY_DIFFPAIR) {
         const nb_type *dt = nb_type_differential(e->tt, t->elem);
-        APPEND(&p, "%s p, %s d", nb_emit_ctype(e, t->elem), nb_emit_ctype(e, dt ? dt : t->elem));
+        const char *pt = nb_emit_ctype(e, t->elem), *dtn = nb_emit_ctype(e, dt ? dt : t->elem);
+        if (e->target == NB_TARGET_CUDA) {
+            /* A macro on CUDA: NVRTC 13.0 miscompiles the inline function form `T r; r.p = p;
+             * r.d = d; return r;` when one kernel both passes such a pair by value and takes a
+             * pair's address (the fwd and bwd derivatives of one method): it drops the result
+             * (tests/lang/ad_cuda_pair_make.nb). The casts keep the conversions of the function
+             * form (no narrowing errors of `T{...}`). */
+            APPEND(&e->helpers, "#define %s(p_, d_) (%s{(%s)(p_), (%s)(d_)})\n", nm, tn, pt, dtn);
+            nb_strbuf_free(&p);
+            nb_strbuf_free(&b);
+            return registered(e, nm);
+        }
+        APPEND(&p, "%s p, %s d", pt, dtn);
         APPEND(&b, " r.p = p; r.d = d;");
     }
     if (!p.len) nb_strbuf_append(&p, "void");
