@@ -471,6 +471,29 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         }
         return is_m ? nb_type_matrix(c->tt, s->scalar, (int)a, (int)b) : nb_type_vector(c->tt, s->scalar, (int)a);
     }
+    if (strcmp(n, "CoopVec") == 0) {
+        /* Slang's cooperative vector CoopVec<T, N>: a value vector of N float or integer
+         * elements with element-wise arithmetic, math functions, subscripts and constructors
+         * (one value: splat; N values). nabla represents it as vector<T, N>, so N is 1 to 4;
+         * its load/store and matrix operations (coopVecMatMul…) are not supported. */
+        if (na != 2) {
+            ck_err(c, te->loc, "'CoopVec' takes 2 generic arguments (CoopVec<T, N>), got %d", na);
+            return c->tt->t_error;
+        }
+        const nb_type *s = generic_type(c, te, 0);
+        if (ck_is_error(s)) return s;
+        if (s->kind != NB_TY_SCALAR || s->scalar == NB_SC_BOOL) {
+            ck_err(c, te->loc, "'CoopVec' element must be a float or integer scalar type, got '%s'", s->name);
+            return c->tt->t_error;
+        }
+        if (!ck_generic_int(c, te, 1, &a)) return c->tt->t_error;
+        if (a < 1 || a > 4) {
+            ck_err(c, te->loc, "CoopVec<%s, %lld>: nabla supports cooperative vectors of 1 to 4 elements", s->name,
+                   (long long)a);
+            return c->tt->t_error;
+        }
+        return nb_type_vector(c->tt, s->scalar, (int)a);
+    }
     if (strcmp(n, "Array") == 0) { /* Slang's Array<T, N> is T[N] */
         if (na != 2) {
             ck_err(c, te->loc, "'Array' takes 2 generic arguments (Array<T, N>), got %d", na);
@@ -579,7 +602,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
         nb_decl *own[1];
         /* NDBuffer / RWNDBuffer are SlangPy's names, not Slang's: a module's own generic struct
          * of that name is that struct (Slang code declares its own NDBuffer<T, N>). */
-        if ((strcmp(name, "NDBuffer") == 0 || strcmp(name, "RWNDBuffer") == 0) &&
+        if ((strcmp(name, "NDBuffer") == 0 || strcmp(name, "RWNDBuffer") == 0 || strcmp(name, "CoopVec") == 0) &&
             ck_lookup_global(c, name, NB_DECL_STRUCT, own, 1) > 0 && ck_is_template(own[0]))
             t = ck_instantiate_struct(c, own[0], te);
         else

@@ -79,7 +79,7 @@ static void nameset_add(nb_parser *p, nb_nameset *s, const char *name, size_t n)
 static const char *const builtin_generics[] = {
     "vector", "matrix", "Tensor", "DiffTensor", "RWTensor", "TensorView", "DiffTensorView",
     "DifferentialPair", "Array", "StructuredBuffer", "RWStructuredBuffer", "TorchTensor", "NDBuffer", "RWNDBuffer",
-    "RasterizerOrderedStructuredBuffer", NULL};
+    "RasterizerOrderedStructuredBuffer", "CoopVec", NULL};
 
 static int is_builtin_type_name(const char *s, size_t n) {
     static const char *const scalars[] = {"bool", "int", "uint", "float", "double", "half", "int64_t",
