@@ -106,6 +106,8 @@ struct nb_expr {
     nb_loc loc;
     const nb_type *type; /* [checker] never NULL after a successful check */
     int is_lvalue;       /* [checker] assignable place (variable, field, element, swizzle w/o repeats) */
+    int pretyped;        /* [checker] checked ahead of its context (an item of a `{…}` argument
+                            while overloads are compared): ck_expr_to only converts it */
     union {
         struct { uint64_t value; int is_unsigned; } ilit;
         struct { double value; nb_scalar_kind kind; /* NB_SC_FLOAT / DOUBLE / HALF */ } flit;

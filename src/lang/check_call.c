@@ -174,6 +174,93 @@ static int cand_cost(ck_cand *k, nb_expr **args, const char **names, int nargs) 
     return cost;
 }
 
+/* The cost of a pending list `{…}` initializing t (the sum of its items' conversion costs), -1
+ * if it cannot, by ck_init_list's rules (array: as many items
+ * as elements; struct without __init: at most one per field; scalar: one; vector/matrix: one
+ * scalar per component, or one row vector per row), each typed item converting to the slot it
+ * fills, nested lists recursively. Items not typed yet cost 0; a struct with constructors or a
+ * DifferentialPair costs 0 (its own call decides). */
+static int list_cost(nb_checker *c, const nb_expr *e, const nb_type *t) {
+    int n = e->u.init_list.nitems, cost = 0;
+    if (!t || ck_is_error(t) || n == 0) return 0;
+    for (int i = 0; i < n; i++) {
+        const nb_type *el = NULL;
+        switch (t->kind) {
+        case NB_TY_ARRAY:
+            if (n != t->length) return -1;
+            el = t->elem;
+            break;
+        case NB_TY_STRUCT:
+            ck_struct_type(c, t->decl);
+            if (ck_has_method(t->decl, "__init")) return 0;
+            if (n > t->decl->u.strct.nfields) return -1;
+            el = t->decl->u.strct.fields[i]->u.var.type;
+            break;
+        case NB_TY_SCALAR:
+            if (n != 1) return -1;
+            el = t;
+            break;
+        case NB_TY_VECTOR:
+        case NB_TY_MATRIX:
+            if (t->kind == NB_TY_MATRIX && n == t->rows) el = nb_type_vector(c->tt, t->scalar, t->cols);
+            else if (n == nb_type_components(t)) el = nb_type_scalar(c->tt, t->scalar);
+            else return -1;
+            break;
+        case NB_TY_DIFFPAIR: return 0;
+        default: return -1;
+        }
+        const nb_expr *it = e->u.init_list.items[i];
+        int k = 0;
+        if (it->kind == NB_EX_INIT_LIST) k = list_cost(c, it, el);
+        else if (it->type && el && !ck_is_error(it->type)) k = nb_check_conversion_cost(it->type, el);
+        if (k < 0) return -1;
+        cost += k;
+    }
+    return cost;
+}
+
+/* Types the items of a pending list (not nested lists): they do not depend on the parameter
+ * (Slang checks them before choosing an overload); ck_expr_to does not check them again. */
+static void type_list_items(nb_checker *c, nb_expr *e) {
+    for (int i = 0; i < e->u.init_list.nitems; i++) {
+        nb_expr **it = &e->u.init_list.items[i];
+        if ((*it)->kind == NB_EX_INIT_LIST) type_list_items(c, *it);
+        else if (!(*it)->pretyped) {
+            ck_expr(c, it);
+            (*it)->pretyped = 1;
+        }
+    }
+}
+
+/* Overloads tied on cost where an argument is `{…}` (`f({a, b})` with f(float2) and f(AABB)):
+ * the items are typed; candidates whose parameter the list cannot initialize drop out (Slang
+ * coerces the list to each parameter type), the others add the items' conversion costs
+ * (`{s, s}` is a float2 rather than a struct of two float2 filled by splats). A candidate's parameter that is a struct with
+ * constructors keeps the tie (its constructor call would check the items again). */
+static void untie_lists(nb_checker *c, nb_expr **args, ck_cand *cands, int ncands, int best) {
+    int base = cands[best].cost;
+    for (int i = 0; i < ncands; i++) {
+        if (cands[i].cost != base) continue;
+        for (int p = 0; p < cands[i].nparams; p++) {
+            const nb_type *pt = cands[i].params[p].type;
+            if (cands[i].map[p] >= 0 && is_pending_list(args[cands[i].map[p]]) && pt &&
+                pt->kind == NB_TY_STRUCT && ck_has_method(pt->decl, "__init"))
+                return;
+        }
+    }
+    for (int i = 0; i < ncands; i++) {
+        if (cands[i].cost != base) continue;
+        for (int p = 0; p < cands[i].nparams; p++) {
+            int a = cands[i].map[p];
+            if (a < 0 || !is_pending_list(args[a])) continue;
+            type_list_items(c, args[a]);
+            int k = list_cost(c, args[a], cands[i].params[p].type);
+            if (k < 0) { cands[i].cost = -1; break; }
+            cands[i].cost += k;
+        }
+    }
+}
+
 static void note_candidate(nb_checker *c, ck_cand *k) {
     ck_note(c, k->decl->loc, "candidate: %s", ck_func_sig_str(c, k->decl));
 }
@@ -190,6 +277,20 @@ static int resolve(nb_checker *c, nb_expr *call, const char *display, ck_cand *c
         if (cands[i].cost < 0) continue;
         if (best < 0 || cands[i].cost < cands[best].cost) { best = i; nbest = 1; }
         else if (cands[i].cost == cands[best].cost) nbest++;
+    }
+    if (nbest > 1) {
+        int has_list = 0;
+        for (int a = 0; a < nargs; a++) has_list |= is_pending_list(args[a]);
+        if (has_list) {
+            untie_lists(c, args, cands, ncands, best);
+            best = -1;
+            nbest = 0;
+            for (int i = 0; i < ncands; i++) {
+                if (cands[i].cost < 0) continue;
+                if (best < 0 || cands[i].cost < cands[best].cost) { best = i; nbest = 1; }
+                else if (cands[i].cost == cands[best].cost) nbest++;
+            }
+        }
     }
     nb_strbuf sb;
     nb_strbuf_init(&sb);

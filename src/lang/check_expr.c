@@ -161,7 +161,7 @@ const nb_type *ck_expr_to(nb_checker *c, nb_expr **slot, const nb_type *to, cons
     nb_expr *e = *slot;
     if (!e) return c->tt->t_error;
     if (e->kind == NB_EX_INIT_LIST) return ck_init_list(c, e, to);
-    ck_expr(c, slot);
+    if (!e->pretyped) ck_expr(c, slot);
     ck_coerce(c, slot, to, what);
     return (*slot)->type;
 }

@@ -182,6 +182,11 @@ static nb_decl *find_callee(vi_ctx *x, const char *name, int nargs) {
         nb_decl *d = x->m->decls[i];
         if (d && d->kind == NB_DECL_FUNC && d->name && !strcmp(d->name, name) && d->u.func.nparams == nargs) return d;
     }
+    /* a function of an imported module (`import m;` then `m_helper(t, loc)`) */
+    nb_decl *g[16];
+    int ng = ck_lookup_global(x->c, name, NB_DECL_FUNC, g, 16);
+    for (int i = 0; i < ng && i < 16; i++)
+        if (g[i] && g[i]->u.func.nparams == nargs) return g[i];
     return NULL;
 }
 

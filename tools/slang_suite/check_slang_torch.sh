@@ -12,6 +12,9 @@
 #   examples/bezier2d/bezier.slang              NUM_CTRL_PTS=20 DIM=2  (bezier_curvefit.py)
 #   examples/inline-mlp-example/image-model.slang NUM_THREADS_PER_BLOCK=256 WARP_SIZE=32
 #                                               (image_model.py: 32*8*1 threads per block)
+#   examples/inline-mlp-example/inline-mlp.slang  the same: Python never loads it alone, only
+#                                               through image-model.slang's import, with those
+#                                               defines (it reads WARP_SIZE at its top)
 #   tests/multiply.slang                        FACTOR=2.0  (test.py)
 # tests/multiply_template.slang, tests/imported-module.slang and tests/import-module.slang are
 # templates: test.py replaces the text %FACTOR% with 2.0 and loads copies from a temporary
@@ -65,7 +68,7 @@ check examples/fwd-rasterizer-example/rasterizer2d.slang
 check examples/hard-rasterizer-example/hard-rasterizer2d.slang
 check examples/hard-rasterizer-example/unittest_bindings.slang
 check examples/inline-mlp-example/image-model.slang NUM_THREADS_PER_BLOCK=256 WARP_SIZE=32
-check examples/inline-mlp-example/inline-mlp.slang
+check examples/inline-mlp-example/inline-mlp.slang NUM_THREADS_PER_BLOCK=256 WARP_SIZE=32
 check examples/soft-rasterizer-example/soft-rasterizer2d.slang
 check tests/addarrays.slang
 check tests/autobind-multiply-struct.slang
