@@ -1489,12 +1489,16 @@ static void check_func_body(nb_checker *c, nb_decl *fn) {
         if (p) declare(c, p->name, p, p->loc);
     }
     nb_stmt *body = fn->u.func.body;
+    /* the body is a scope of its own inside the parameters' (Slang): a local there may shadow
+     * a parameter (`void k(DiffTensorView color) { float3 color = …; }`) */
+    push_scope(c);
     if (body->kind == NB_ST_BLOCK) {
         body->max_iters = -1;
         for (int i = 0; i < body->u.block.count; i++) check_stmt(c, body->u.block.items[i]);
     } else {
         check_stmt(c, body);
     }
+    pop_scope(c);
     pop_scope(c);
     ck_check_asm_placement(c, fn);
     const nb_type *r = fn->u.func.ret && fn->u.func.ret->resolved ? fn->u.func.ret->resolved : c->tt->t_void;
