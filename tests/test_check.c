@@ -656,12 +656,12 @@ static void test_generics(void) {
                  "t.nb:1:43: error: recursion is not supported: 's<2>' calls itself");
     EXPECT_FAILS("struct S<let W : int> { float get() { int W = 2; return W; } };\nvoid f() { S<2> s; }",
                  "t.nb:1:43: error: declaration of 'W' shadows a generic parameter of 'S'");
-    EXPECT_FAILS("struct S<let W : float> {};", "t.nb:1:18: error: generic parameter 'W' must have type 'int' or 'uint'");
+    EXPECT_FAILS("struct S<let W : float> {};", "t.nb:1:18: error: generic parameter 'W' must have type 'int', 'uint' or 'bool'");
     EXPECT_FAILS("struct S<let W : uint> {};\nvoid f() { S<-1> s; }",
                  "t.nb:2:14: error: generic argument 1 of 'S' is out of range for 'uint': -1");
     /* generic methods are checked like generic functions */
     EXPECT_FAILS("struct S { float g<let N : float>() { return 1.0; } };",
-                 "t.nb:1:28: error: generic parameter 'N' must have type 'int' or 'uint'");
+                 "t.nb:1:28: error: generic parameter 'N' must have type 'int', 'uint' or 'bool'");
     EXPECT_FAILS("float s<let N : int>(float x[N]) { return x[0]; }\nvoid f() { float a[2]; s<3>(a); }",
                  "t.nb:2:24: error: conflicting values for generic parameter 'N' of 's': 3 and 2");
     /* g is not generic, so `g<2>(1.0)` is `(g < 2) > 1.0` */

@@ -52,11 +52,12 @@ static nb_decl **gparams_of(const nb_decl *d, int *n) {
     return d->u.func.gparams;
 }
 
-/* The scalar kind of generic parameter g (int or uint; anything else was reported by
+/* The scalar kind of generic parameter g (int, uint or bool; anything else was reported by
  * ck_check_template and is treated as int). */
 static nb_scalar_kind gparam_kind(nb_checker *c, const nb_decl *g) {
     const nb_type *t = g->u.param.texpr ? ck_value_gparam_type(c, g->u.param.texpr->name) : NULL;
-    return t && t->kind == NB_TY_SCALAR && t->scalar == NB_SC_UINT ? NB_SC_UINT : NB_SC_INT;
+    if (t && t->kind == NB_TY_SCALAR && (t->scalar == NB_SC_UINT || t->scalar == NB_SC_BOOL)) return t->scalar;
+    return NB_SC_INT;
 }
 
 void ck_check_template(nb_checker *c, nb_decl *d) {
@@ -78,8 +79,9 @@ void ck_check_template(nb_checker *c, nb_decl *d) {
         }
         nb_type_expr *te = g->u.param.texpr;
         const nb_type *t = te && te->ntargs == 0 && te->narray_dims == 0 ? ck_value_gparam_type(c, te->name) : NULL;
-        if (te && (!t || t->kind != NB_TY_SCALAR || (t->scalar != NB_SC_INT && t->scalar != NB_SC_UINT)))
-            ck_err(c, te->loc, "generic parameter '%s' must have type 'int' or 'uint'", g->name);
+        if (te && (!t || t->kind != NB_TY_SCALAR ||
+                   (t->scalar != NB_SC_INT && t->scalar != NB_SC_UINT && t->scalar != NB_SC_BOOL)))
+            ck_err(c, te->loc, "generic parameter '%s' must have type 'int', 'uint' or 'bool'", g->name);
         for (int j = 0; j < i; j++)
             if (gp[j] && gp[j]->name && g->name && strcmp(gp[j]->name, g->name) == 0)
                 ck_err(c, g->loc, "redefinition of generic parameter '%s'", g->name);
@@ -117,7 +119,14 @@ static int gparam_index(const subst *s, const char *name) {
 /* The literal standing for generic parameter k (a negative int is -(literal)). */
 static nb_expr *param_literal(subst *s, int k, nb_loc loc) {
     int64_t v = s->vals[k];
-    int is_uint = gparam_kind(s->c, s->gparams[k]) == NB_SC_UINT;
+    nb_scalar_kind kind = gparam_kind(s->c, s->gparams[k]);
+    if (kind == NB_SC_BOOL) { /* `let colMajor : bool`: true / false */
+        nb_expr *b = ck_new_expr(s->c, NB_EX_BOOL, loc);
+        if (!b) { s->oom = 1; return NULL; }
+        b->u.blit = v != 0;
+        return b;
+    }
+    int is_uint = kind == NB_SC_UINT;
     nb_expr *lit = ck_new_expr(s->c, NB_EX_INT, loc);
     if (!lit) { s->oom = 1; return NULL; }
     lit->u.ilit.is_unsigned = is_uint;
@@ -729,6 +738,12 @@ static int check_arg_value(nb_checker *c, const nb_decl *tmpl, int i, int64_t v,
     int ng;
     nb_decl **gp = gparams_of(tmpl, &ng);
     if (gp_is_type(gp[i])) return 1;
+    if (gparam_kind(c, gp[i]) == NB_SC_BOOL) {
+        if (v == 0 || v == 1) return 1;
+        ck_err(c, loc, "generic argument %d of '%s' must be 'true' or 'false', got %lld", i + 1, tmpl->name,
+               (long long)v);
+        return 0;
+    }
     int is_uint = gparam_kind(c, gp[i]) == NB_SC_UINT;
     if (is_uint ? (v < 0 || v > (int64_t)UINT32_MAX) : (v < INT32_MIN || v > INT32_MAX)) {
         ck_err(c, loc, "generic argument %d of '%s' is out of range for '%s': %lld", i + 1, tmpl->name,
