@@ -1444,6 +1444,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             return callee->type;
         }
         if (bt->kind == NB_TY_STRUCT) return call_method(c, call, callee, bt->decl, 0);
+        if (bt->kind == NB_TY_VECTOR && strcmp(mname, "store") == 0) return ck_vector_store(c, slot, bt);
         check_args(c, call);
         ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, bt->name);
         return call->type = c->tt->t_error;

@@ -245,6 +245,134 @@ nb_decl *ck_sincos_diff_wrapper(nb_checker *c, nb_expr *call, const int *ids, in
     return ck_sincos_func(c, t, loc);
 }
 
+/* ---- CoopVec store: v.store(buffer, byteOffset = 0) ----------------------------------------
+ * CoopVec<T, N> is vector<T, N> here; Slang's store writes element i of v to
+ * buffer[byteOffset / sizeof(T) + i]. The checker makes `void __coopvec_store_<V>_<B>(V v, B b,
+ * int o) { b[o / S + 0] = v[0]; … }` (N statements) and calls it. */
+
+static nb_expr *name_expr(nb_checker *c, const char *n, nb_loc loc) {
+    nb_expr *e = ck_new_expr(c, NB_EX_NAME, loc);
+    if (e) e->u.name.name = n;
+    return e;
+}
+static nb_expr *int_expr(nb_checker *c, int v, nb_loc loc) {
+    nb_expr *e = ck_new_expr(c, NB_EX_INT, loc);
+    if (e) e->u.ilit.value = (unsigned long long)v;
+    return e;
+}
+static nb_expr *bin_expr(nb_checker *c, int op, nb_expr *l, nb_expr *r, nb_loc loc) {
+    nb_expr *e = ck_new_expr(c, NB_EX_BINARY, loc);
+    if (!e || !l || !r) return NULL;
+    e->u.binary.op = op;
+    e->u.binary.lhs = l;
+    e->u.binary.rhs = r;
+    return e;
+}
+static nb_expr *index_expr(nb_checker *c, nb_expr *base, nb_expr *i, nb_loc loc) {
+    nb_expr *e = ck_new_expr(c, NB_EX_INDEX, loc);
+    nb_expr **ix = ck_alloc(c, sizeof(nb_expr *));
+    if (!e || !ix || !base || !i) return NULL;
+    ix[0] = i;
+    e->u.index.base = base;
+    e->u.index.indices = ix;
+    e->u.index.nindices = 1;
+    return e;
+}
+
+const nb_type *ck_vector_store(nb_checker *c, nb_expr **slot, const nb_type *vt) {
+    nb_expr *call = *slot;
+    nb_expr *callee = call->u.call.callee;
+    nb_loc loc = callee->loc;
+    int na = call->u.call.nargs;
+    for (int i = 0; i < na; i++) ck_expr(c, &call->u.call.args[i]);
+    const nb_type *bt = na >= 1 && call->u.call.args[0] ? call->u.call.args[0]->type : NULL;
+    if (na < 1 || na > 2 || !bt || bt->kind != NB_TY_TENSOR || bt->buffer != 1 || bt->rank != 1 ||
+        bt->elem != nb_type_scalar(c->tt, vt->scalar)) {
+        ck_err(c, call->loc, "'%s.store' takes an RWStructuredBuffer<%s> and a byte offset (CoopVec's store)", vt->name,
+               nb_type_scalar(c->tt, vt->scalar)->name);
+        return call->type = c->tt->t_error;
+    }
+    if (na == 2) ck_coerce(c, &call->u.call.args[1], c->tt->t_int, "byte offset of 'store'");
+    int size = vt->scalar == NB_SC_HALF ? 2 : (vt->scalar == NB_SC_DOUBLE || vt->scalar == NB_SC_INT64 || vt->scalar == NB_SC_UINT64) ? 8 : 4;
+    char name[128];
+    snprintf(name, sizeof name, "__coopvec_store_%s", vt->name);
+    nb_module_ast *m = c->inst_mod;
+    if (!m) return call->type = c->tt->t_error;
+    nb_decl *fn = NULL;
+    for (int i = m->ndecls - 1; i >= 0 && !fn; i--)
+        if (m->decls[i] && m->decls[i]->kind == NB_DECL_FUNC && m->decls[i]->name && !strcmp(m->decls[i]->name, name))
+            fn = m->decls[i];
+    if (!fn) {
+        static const char *const pn[3] = {"__v", "__b", "__o"};
+        const nb_type *pt[3] = {vt, bt, c->tt->t_int};
+        fn = ck_alloc(c, sizeof *fn);
+        nb_decl **params = ck_alloc(c, sizeof(nb_decl *) * 3);
+        int n = nb_type_components(vt);
+        nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * (size_t)n);
+        nb_stmt *body = ck_alloc(c, sizeof *body);
+        if (!fn || !params || !items || !body) return call->type = c->tt->t_error;
+        for (int i = 0; i < 3; i++) {
+            nb_decl *p = ck_alloc(c, sizeof *p);
+            if (!p) return call->type = c->tt->t_error;
+            p->kind = NB_DECL_PARAM;
+            p->loc = loc;
+            p->name = pn[i];
+            p->module = m;
+            p->u.param.texpr = resolved_texpr(c, pt[i], loc);
+            p->u.param.type = pt[i];
+            p->u.param.index = i;
+            params[i] = p;
+        }
+        for (int i = 0; i < n; i++) { /* __b[__o / size + i] = __v[i]; */
+            nb_expr *at = bin_expr(c, NB_TOK_PLUS, bin_expr(c, NB_TOK_SLASH, name_expr(c, "__o", loc), int_expr(c, size, loc), loc),
+                                   int_expr(c, i, loc), loc);
+            nb_expr *as = ck_new_expr(c, NB_EX_ASSIGN, loc);
+            nb_stmt *st = ck_alloc(c, sizeof *st);
+            if (!as || !st) return call->type = c->tt->t_error;
+            as->u.assign.op = NB_TOK_ASSIGN;
+            as->u.assign.lhs = index_expr(c, name_expr(c, "__b", loc), at, loc);
+            as->u.assign.rhs = index_expr(c, name_expr(c, "__v", loc), int_expr(c, i, loc), loc);
+            if (!as->u.assign.lhs || !as->u.assign.rhs) return call->type = c->tt->t_error;
+            st->kind = NB_ST_EXPR;
+            st->loc = loc;
+            st->u.expr.expr = as;
+            items[i] = st;
+        }
+        body->kind = NB_ST_BLOCK;
+        body->loc = loc;
+        body->u.block.items = items;
+        body->u.block.count = n;
+        fn->kind = NB_DECL_FUNC;
+        fn->loc = loc;
+        fn->name = nb_arena_strdup(c->arena, name);
+        fn->module = m;
+        fn->u.func.ret = resolved_texpr(c, c->tt->t_void, loc);
+        fn->u.func.params = params;
+        fn->u.func.nparams = 3;
+        fn->u.func.body = body;
+        if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return call->type = c->tt->t_error;
+        ck_check_func_sig(c, fn);
+    }
+    /* the call: __coopvec_store_V(v, b, o) */
+    nb_expr **args = ck_alloc(c, sizeof(nb_expr *) * 3);
+    nb_expr *nc = name_expr(c, fn->name, loc);
+    if (!args || !nc) return call->type = c->tt->t_error;
+    args[0] = callee->u.member.base;
+    args[1] = call->u.call.args[0];
+    args[2] = na == 2 ? call->u.call.args[1] : int_expr(c, 0, loc);
+    if (na < 2) ck_expr(c, &args[2]);
+    call->u.call.callee = nc;
+    call->u.call.args = args;
+    call->u.call.nargs = 3;
+    nc->ref = NB_REF_FUNCTION;
+    nc->decl = fn;
+    nc->type = nb_type_func(c->tt, fn);
+    call->ref = NB_REF_FUNCTION;
+    call->decl = fn;
+    ck_add_edge(c, fn, call->loc);
+    return call->type = c->tt->t_void;
+}
+
 /* ---- T.dzero() / T.dadd(a, b) / T.dmul(s, a) --------------------------------------------- */
 
 const nb_type *ck_diff_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *mname) {

@@ -289,6 +289,8 @@ const nb_type *ck_diff_static(nb_checker *c, nb_expr **slot, const nb_type *st, 
 /* sincos(x, out s, out c) of Slang's library: a synthesized [Differentiable] function of x's
  * float type (check_diff_builtin.c); NULL after a diagnostic */
 nb_decl *ck_sincos_func(nb_checker *c, const nb_type *t, nb_loc loc);
+/* v.store(RWStructuredBuffer<T> b, int byteOffset = 0) of a vector (Slang's CoopVec store) */
+const nb_type *ck_vector_store(nb_checker *c, nb_expr **slot, const nb_type *vt);
 nb_decl *ck_sincos_diff_wrapper(nb_checker *c, nb_expr *call, const int *ids, int nops, const char *dname, nb_loc loc);
 nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call, const int *ids, int nops,
                                  const char *dname, nb_loc loc);
