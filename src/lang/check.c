@@ -431,6 +431,19 @@ int ck_generic_int(nb_checker *c, nb_type_expr *te, int i, int64_t *out) {
     return 1;
 }
 
+/* "unknown type 'X'"; a rankless view outside a parameter or struct field gets its own words
+ * (`DiffTensorView v; v.primal = t;` in a kernel is slang-torch style nabla does not support). */
+static void unknown_type(nb_checker *c, nb_type_expr *te, const char *name) {
+    if (strcmp(name, "TensorView") == 0 || strcmp(name, "DiffTensorView") == 0) {
+        ck_err(c, te->loc, "'%s' without a rank is only a function parameter or struct field (its rank is "
+               "inferred from its uses); a local one is not supported: pass the tensor to a function "
+               "taking a '%s' parameter", name, name);
+        return;
+    }
+    ck_err(c, te->loc, "unknown type '%s'", name);
+    ck_note_hidden(c, name);
+}
+
 static const nb_type *generic_type(nb_checker *c, nb_type_expr *te, int i) {
     nb_expr *v = te->vargs ? te->vargs[i] : NULL;
     if ((!te->targs || !te->targs[i]) && v && v->kind == NB_EX_NAME && v->u.name.name) {
@@ -617,10 +630,8 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
                 ck_err(c, te->loc, "'%s' is not a generic type", name);
             else if (ck_lookup_global(c, name, NB_DECL_FUNC, d, 1) > 0)
                 ck_err(c, te->loc, "'%s' is a function, not a type", name);
-            else {
-                ck_err(c, te->loc, "unknown type '%s'", name);
-                ck_note_hidden(c, name);
-            }
+            else
+                unknown_type(c, te, name);
             if (!t) t = c->tt->t_error;
         }
     } else if (strcmp(name, "vector") == 0 || strcmp(name, "matrix") == 0 || strcmp(name, "Tensor") == 0 ||
@@ -680,8 +691,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
             } else if (ck_lookup_global(c, name, NB_DECL_INTERFACE, d, 2) > 0) {
                 t = ck_existential(c, d[0], te->loc); /* a value of interface type (check_dyn.c) */
             } else {
-                ck_err(c, te->loc, "unknown type '%s'", name);
-                ck_note_hidden(c, name);
+                unknown_type(c, te, name);
                 t = c->tt->t_error;
             }
         }
