@@ -40,6 +40,7 @@ int nb_ad_tangent_steps(nb_type_table *tt, const nb_type *t, nb_ir_step *st, int
 nb_ir_step *nb_ad_tangent_path(nb_ir_module *m, const nb_type *t, const nb_ir_step *path, int n, int *ok);
 /* [TreatAsDifferentiable] primals get trivial derivatives (ad_call.c): zero tangents/gradients. */
 int nb_ad_treat_as_diff(const nb_ir_func *pf);
+int nb_ad_fwd_trivial(const nb_ir_func *pf); /* custom bwd only, not marked differentiable: trivial fwd */
 int nb_ad_gen_trivial(nb_ir_module *m, nb_ir_func *df);
 /* f's [PrimalSubstitute] (its derivatives are the substitute's), or NULL. */
 nb_ir_func *nb_ad_primal_subst(nb_ir_module *m, nb_ir_func *f);

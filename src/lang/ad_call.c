@@ -339,6 +339,22 @@ int nb_ad_treat_as_diff(const nb_ir_func *pf)
            pf->decl->u.func.treat_as_diff;
 }
 
+/* A primal with a custom backward derivative, no forward one, and no [Differentiable] /
+ * [ForwardDifferentiable] / [BackwardDifferentiable] of its own: Slang's forward mode gives it a
+ * trivial derivative (the primal value, zero tangents) rather than differentiating its body. */
+int nb_ad_fwd_trivial(const nb_ir_func *pf)
+{
+    if (!pf || pf->role != NB_IR_PRIMAL || !pf->decl || pf->decl->kind != NB_DECL_FUNC) return 0;
+    const nb_decl *d = pf->decl;
+    if (!d->u.func.bwd_derivative || d->u.func.fwd_derivative) return 0;
+    for (int i = 0; i < d->attrs.count; i++) {
+        const char *n = d->attrs.items[i].name ? d->attrs.items[i].name : "";
+        if (!strcmp(n, "Differentiable") || !strcmp(n, "ForwardDifferentiable") || !strcmp(n, "BackwardDifferentiable"))
+            return 0;
+    }
+    return 1;
+}
+
 /* The derivative df of a [TreatAsDifferentiable] primal: forward mode runs the primal and gives
  * every tangent (result, out/inout pairs) zero; reverse mode sets every gradient to zero (and the
  * fused form returns the primal result). Slang: "trivial forward and backward propagation

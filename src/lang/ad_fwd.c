@@ -162,7 +162,8 @@ int nb_ad_generate(nb_ir_module *m, nb_source_set *src)
             if (d->role == NB_IR_PRIMAL || d->aux != (void *)1) continue;
             d->aux = (void *)2;
             again = 1;
-            if (nb_ad_treat_as_diff(d->primal)) errors += nb_ad_gen_trivial(m, d);
+            if (nb_ad_treat_as_diff(d->primal) || (d->role == NB_IR_FWD_DERIV && nb_ad_fwd_trivial(d->primal)))
+                errors += nb_ad_gen_trivial(m, d);
             else errors += d->role == NB_IR_FWD_DERIV ? nb_ad_gen_fwd(m, src, d) : nb_ad_gen_bwd(m, src, d);
         }
     }
