@@ -299,7 +299,8 @@ struct nb_decl {
             const nb_type *type;              /* [checker] */
             int is_global;
             int shader_param;                 /* [checker] module-scope `RWStructuredBuffer<T> b;`:
-                                                 a parameter of every function using it (check_kernel.c) */
+                                                 a parameter of every function using it (check_kernel.c);
+                                                 2: groupshared, 3: a mutable `static` global (per thread) */
             /* [checker] value of a static const scalar/vector when constant-foldable */
             int has_const; double const_f; int64_t const_i;
             nb_decl *enum_of;                 /* an enum case: its enum (parser_enum.c) */

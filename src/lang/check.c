@@ -975,10 +975,10 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
     if (!(d->mods & NB_MOD_CONST) && !(d->mods & NB_MOD_STATIC) && !is_extern) {
         ck_err(c, d->loc, "global variable '%s' must be 'static const' (or 'extern static const' for a "
                "link-time constant)", d->name ? d->name : "?");
-    } else if (!(d->mods & NB_MOD_CONST) && !is_extern) {
-        ck_err(c, d->loc, "global variable '%s' must be 'const' (mutable globals are not supported)",
-               d->name ? d->name : "?");
     }
+    /* `static float g;` / `static S s = …;`: a thread-private global (Slang, HLSL): one copy per
+     * thread, a local of the entry point passed inout to the functions using it (check_kernel.c) */
+    int mutable_static = (d->mods & NB_MOD_STATIC) && !(d->mods & NB_MOD_CONST) && !is_extern;
     if (!t) {
         if (d->u.var.init && d->u.var.init->kind != NB_EX_INIT_LIST) t = ck_expr(c, &d->u.var.init);
         else {
@@ -1000,12 +1000,13 @@ void ck_check_global_var(nb_checker *c, nb_decl *d) {
         snprintf(what, sizeof what, "initialization of '%s'", d->name ? d->name : "?");
         if (d->u.var.init->kind == NB_EX_INIT_LIST || !d->u.var.init->type || d->u.var.init->type != t)
             ck_expr_to(c, &d->u.var.init, t, what);
-    } else if (!is_extern) {
+    } else if (!is_extern && !mutable_static) {
         ck_err(c, d->loc, "constant '%s' needs an initializer", d->name ? d->name : "?");
     }
     if (is_extern && t->kind != NB_TY_SCALAR && !ck_is_error(t))
         ck_err(c, d->loc, "link-time constant '%s' must be a scalar, got '%s'", d->name ? d->name : "?", t->name);
-    fold_var(d);
+    if (mutable_static) d->u.var.shader_param = 3; /* (never folded: its value changes) */
+    else fold_var(d);
     ck_leave_global_ctx(c, s);
     ck_set_state(c, d, CK_DONE);
 }

@@ -485,7 +485,7 @@ static const nb_type *check_name(nb_checker *c, nb_expr **slot) {
         e->ref = NB_REF_GLOBAL;
         e->decl = g[0];
         e->type = g[0]->u.var.type ? g[0]->u.var.type : c->tt->t_error;
-        e->is_lvalue = g[0]->u.var.shader_param == 2; /* (groupshared: check_kernel.c) */
+        e->is_lvalue = g[0]->u.var.shader_param >= 2; /* (groupshared: check_kernel.c) */
         return e->type;
     }
     if (ck_lookup_global(c, name, NB_DECL_FUNC, g, 4) > 0 || (c->strct && ck_has_method(c->strct, name))) {

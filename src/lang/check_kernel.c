@@ -352,7 +352,7 @@ static nb_expr *hidden_arg(sp_ctx *x, int g, nb_loc loc) {
         e->type = p->u.var.type;
     }
     e->decl = p;
-    e->is_lvalue = x->sp[g]->u.var.shader_param == 2;
+    e->is_lvalue = x->sp[g]->u.var.shader_param >= 2;
     return e;
 }
 
@@ -530,7 +530,7 @@ void ck_bind_shader_params(nb_checker *c) {
     /* groupshared memory needs a thread group: every function using it is reached from an entry */
     uint64_t shared_mask = 0;
     for (int g = 0; g < x.nsp; g++)
-        if (x.sp[g]->u.var.shader_param == 2) shared_mask |= 1ull << g;
+        if (x.sp[g]->u.var.shader_param >= 2) shared_mask |= 1ull << g; /* (and mutable statics: per thread) */
     for (int i = 0; i < x.nfns; i++)
         for (int j = 0; j < x.fns[i].ncallees; j++) {
             sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
@@ -554,7 +554,14 @@ void ck_bind_shader_params(nb_checker *c) {
         const char *what = f->local_shared ? "a static groupshared variable" : NULL;
         char buf[160];
         if (!what) {
-            snprintf(buf, sizeof buf, "groupshared '%s'", x.sp[__builtin_ctzll(f->mask & shared_mask)]->name);
+            nb_decl *gd = x.sp[__builtin_ctzll(f->mask & shared_mask)];
+            if (gd->u.var.shader_param == 3) {
+                ck_err(c, f->fn->loc, "'%s' uses the static variable '%s' but is not called from a [numthreads] compute "
+                       "entry point: a mutable static global is per thread of an entry point",
+                       f->fn->name ? f->fn->name : "?", gd->name ? gd->name : "?");
+                continue;
+            }
+            snprintf(buf, sizeof buf, "groupshared '%s'", gd->name);
             what = buf;
         }
         ck_err(c, f->fn->loc, "'%s' uses %s but is not called from a [numthreads] compute entry point: groupshared "
@@ -580,7 +587,7 @@ void ck_bind_shader_params(nb_checker *c) {
                 nb_decl *v = ck_alloc(c, sizeof *v);
                 if (!v) return;
                 *v = *x.sp[g];
-                v->mods = NB_MOD_STATIC | NB_MOD_GROUPSHARED;
+                v->mods = x.sp[g]->u.var.shader_param == 3 ? 0 : NB_MOD_STATIC | NB_MOD_GROUPSHARED; /* (static: a plain local with its initializer) */
                 v->u.var.is_global = 0;
                 v->u.var.shader_param = 0;
                 v->module = fn->module;
@@ -614,7 +621,7 @@ void ck_bind_shader_params(nb_checker *c) {
             q->module = fn->module;
             q->u.param.texpr = gd->u.var.texpr;
             q->u.param.type = gd->u.var.type;
-            q->u.param.dir = gd->u.var.shader_param == 2 ? NB_DIR_INOUT : NB_DIR_IN;
+            q->u.param.dir = gd->u.var.shader_param >= 2 ? NB_DIR_INOUT : NB_DIR_IN;
             q->u.param.index = np;
             f->hid[g] = q;
             q->u.param.hidden = 1;

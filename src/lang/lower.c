@@ -1310,8 +1310,8 @@ nb_status nb_ir_lower_program(nb_program *p, nb_ir_module *m)
             if (d->kind == NB_DECL_FUNC && d->u.func.body && !d->u.func.ngparams) { /* (not a generic template) */
                 /* (an instantiated generic method `S.f<4>` is a module decl with its struct as parent) */
                 if (!declare_func(&c, d, d->u.func.parent)) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory lowering IR");
-            } else if (d->kind == NB_DECL_VAR && d->u.var.is_global) {
-                declare_global(&c, d, NULL);
+            } else if (d->kind == NB_DECL_VAR && d->u.var.is_global && d->u.var.shader_param != 3) {
+                declare_global(&c, d, NULL); /* (a mutable static is a local of its entry points) */
             } else if (d->kind == NB_DECL_STRUCT) {
                 if (d->u.strct.ngparams && !d->u.strct.type) continue; /* uninstantiated generic */
                 for (int k = 0; k < d->u.strct.nstatics; k++) declare_global(&c, d->u.strct.statics[k], d);
