@@ -416,6 +416,31 @@ static nb_decl **clone_decls(subst *s, nb_decl *const *a, int n) {
     return r;
 }
 
+/* A parameter `T x` of a generic function whose type parameter T is constrained only by
+ * interfaces that do not inherit IDifferentiable (`f<T : IFoo>(T obj, …)`): Slang treats x as
+ * no_diff, whatever type T is instantiated with (the interface gives no Differential). An
+ * unconstrained T, or one with a `where` clause, is left differentiable as its argument type. */
+static int nondiff_type_param(subst *s, const nb_decl *d) {
+    const nb_type_expr *te = d->u.param.texpr;
+    if (!s->tmpl || s->tmpl->kind != NB_DECL_FUNC || !te || te->ntargs || te->narray_dims || te->member_of || !te->name)
+        return 0;
+    int k = gparam_index(s, te->name);
+    if (k < 0 || !gp_is_type(s->gparams[k])) return 0;
+    const nb_decl *g = s->gparams[k];
+    if (g->u.param.nconstraints == 0) return 0;
+    for (int i = 0; i < s->tmpl->u.func.nwheres; i++) /* (a where clause may add IDifferentiable) */
+        if (s->tmpl->u.func.wheres[i] && s->tmpl->u.func.wheres[i]->name &&
+            strncmp(s->tmpl->u.func.wheres[i]->name, te->name, strlen(te->name)) == 0)
+            return 0;
+    for (int i = 0; i < g->u.param.nconstraints; i++) {
+        const nb_type_expr *ce = g->u.param.constraints[i];
+        if (!ce || !ce->name || ce->ntargs || ck_is_builtin_iface(ce->name) ||
+            ck_iface_extends(s->c, ce->name, "IDifferentiable"))
+            return 0;
+    }
+    return 1;
+}
+
 /* Copies a declaration below the template (checker annotations are left empty). Names that
  * would hide a generic parameter are reported once per template by ck_instantiate. */
 static nb_decl *clone_decl(subst *s, const nb_decl *d) {
@@ -465,6 +490,7 @@ static nb_decl *clone_decl(subst *s, const nb_decl *d) {
         r->u.var.is_global = d->u.var.is_global;
         break;
     case NB_DECL_PARAM:
+        if (nondiff_type_param(s, d)) r->mods |= NB_MOD_NO_DIFF;
         r->u.param.texpr = clone_te(s, d->u.param.texpr);
         r->u.param.dir = d->u.param.dir;
         r->u.param.default_value = clone_expr(s, d->u.param.default_value);
