@@ -1475,6 +1475,7 @@ static int can_complete(const nb_stmt *s) {
     case NB_ST_TARGET_SWITCH: /* one case runs: completes when some case can */
         for (int i = 0; i < s->u.tswitch.ncases; i++) {
             const nb_target_case *k = &s->u.tswitch.cases[i];
+            if (k->targets == NB_TGT_OTHER && !k->is_default) continue; /* (never chosen; skipped unparsed) */
             int done = 1;
             for (int j = 0; j < k->nbody && done; j++) done = can_complete(k->body[j]);
             if (done) return 1;

@@ -137,6 +137,18 @@ static nb_stmt *parse_target_switch(nb_parser *p, nb_loc loc) {
                 np_describe(p, np_cur(p), found, sizeof found);
                 np_error_here(p, "expected ':' after the target label, found %s", found);
             }
+        } else if (cur && cur->targets == NB_TGT_OTHER && !cur->is_default) {
+            /* a case only for targets nabla never compiles (spirv, hlsl, …): its body may use their
+             * own syntax (`return spirv_asm { OpExtInst $$T result glsl450 27 $x };`), so it is
+             * skipped unparsed, braces balanced, up to the next label or the switch's end */
+            int depth = 0;
+            while (np_kind(p) != NB_TOK_EOF) {
+                nb_tok_kind t = np_kind(p);
+                if (depth == 0 && (t == NB_TOK_KW_CASE || t == NB_TOK_KW_DEFAULT || t == NB_TOK_RBRACE)) break;
+                if (t == NB_TOK_LBRACE) depth++;
+                else if (t == NB_TOK_RBRACE) depth--;
+                np_advance(p);
+            }
         } else {
             nb_stmt *st = np_parse_stmt(p);
             if (!cur) np_error_at(p, st->loc, "statement in '__target_switch' before the first 'case' label");
