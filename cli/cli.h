@@ -29,6 +29,22 @@ static inline int nb_cli_define_arg(int argc, char **argv, int *i, const char **
     return 1;
 }
 
+/* `--conformance TYPE:INTERFACE=ID` / `--conformance=…` (Slang's type conformance ids, which a
+ * Slang host gives the compiler: `createDynamicObject<INTERFACE>(ID, data)` makes a TYPE): like
+ * nb_cli_define_arg, 1 / 0 (not this option) / -1 (value missing). */
+static inline int nb_cli_conformance_arg(int argc, char **argv, int *i, const char **out) {
+    const char *a = argv[*i], *opt = "--conformance";
+    size_t n = 13;
+    if (a[0] != '-' || a[1] != '-' || 0 != __builtin_strncmp(a, opt, n) || (a[n] && a[n] != '=')) return 0;
+    if (a[n] == '=') {
+        *out = a + n + 1;
+        return a[n + 1] ? 1 : -1;
+    }
+    if (*i + 1 >= argc || !argv[*i + 1][0]) return -1;
+    *out = argv[++*i];
+    return 1;
+}
+
 int nb_cmd_devices(int argc, char **argv);
 int nb_cmd_check(int argc, char **argv);
 int nb_cmd_emit(int argc, char **argv);

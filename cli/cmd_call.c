@@ -58,6 +58,8 @@ static void call_help(FILE *to) {
            "  -o FILE.npy       write the result to FILE.npy instead of printing its values\n"
            "  -I DIR            search DIR for imported modules and #include files (repeatable)\n"
            "  -D NAME[=VALUE]   define a preprocessor macro (also -DNAME; repeatable)\n"
+           "  --conformance TYPE:INTERFACE=ID  a Slang type conformance id: the type that\n"
+           "                    createDynamicObject<INTERFACE>(ID, data) makes (repeatable)\n"
            "  --const NAME=V    set a link-time constant (extern static const)\n"
            "  --unchecked       no bounds checks on tensor / local-array indices (benchmarks\n"
            "                    only: an index out of range is then undefined behaviour)\n"
@@ -716,7 +718,8 @@ static void print_outputs(ctx *x) {
 
 int nb_cmd_call(int argc, char **argv) {
     const char *includes[CALL_MAX], *consts[CALL_MAX], *maps[CALL_MAX], *args[CALL_MAX], *defines[CALL_MAX];
-    int ndef = 0;
+    const char *confs[CALL_MAX];
+    int ndef = 0, nconf = 0;
     int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0, unchecked = 0;
     const char *file = NULL, *func = NULL, *device = "auto", *out_npy = NULL;
     int64_t grid[3] = {1, 1, 1};
@@ -747,6 +750,13 @@ int nb_cmd_call(int argc, char **argv) {
             if (dk > 0) {
                 if (ndef == CALL_MAX) return nb_cli_bad_usage("call: too many -D%s", "");
                 defines[ndef++] = def;
+                continue;
+            }
+            int ck = nb_cli_conformance_arg(argc, argv, &i, &def);
+            if (ck < 0) return nb_cli_bad_usage("call: --conformance needs TYPE:INTERFACE=ID%s", "");
+            if (ck > 0) {
+                if (nconf == CALL_MAX) return nb_cli_bad_usage("call: too many --conformance%s", "");
+                confs[nconf++] = def;
                 continue;
             }
             int takes = !strcmp(a, "--device") || !strcmp(a, "--map") || !strcmp(a, "-o") ||
@@ -794,6 +804,8 @@ int nb_cmd_call(int argc, char **argv) {
     opts.unchecked = unchecked;
     opts.defines = defines;
     opts.ndefines = ndef;
+    opts.conformances = confs;
+    opts.nconformances = nconf;
     if (nb_device_open(device, &x->dev) != NB_OK ||
         nb_module_load(x->dev, file, &opts, &x->m) != NB_OK) {
         fprintf(stderr, "%s\n", nb_last_error());

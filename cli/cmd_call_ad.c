@@ -296,6 +296,8 @@ int nb_cmd_call_ad(int argc, char **argv)
     const char *douts[AD_MAX]; /* --dout NAME=JSON: gradients of out parameters */
     int ndout = 0;
     const char *pos[AD_MAX], *named[AD_MAX], *tangents[AD_MAX], *incs[AD_MAX], *defs[AD_MAX];
+    const char *confs[AD_MAX];
+    int nconf = 0;
     int npos = 0, nnamed = 0, ntan = 0, ninc = 0, ndef = 0, bwd = -1, unchecked = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL, *def;
@@ -304,6 +306,13 @@ int nb_cmd_call_ad(int argc, char **argv)
         if (dk > 0) {
             if (ndef == AD_MAX) return nb_cli_bad_usage("call: too many -D%s", "");
             defs[ndef++] = def;
+            continue;
+        }
+        int ck = nb_cli_conformance_arg(argc, argv, &i, &def);
+        if (ck < 0) return nb_cli_bad_usage("call: --conformance needs TYPE:INTERFACE=ID%s", "");
+        if (ck > 0) {
+            if (nconf == AD_MAX) return nb_cli_bad_usage("call: too many --conformance%s", "");
+            confs[nconf++] = def;
             continue;
         }
         if (!strcmp(a, "--unchecked")) {
@@ -363,6 +372,8 @@ int nb_cmd_call_ad(int argc, char **argv)
     mo.unchecked = unchecked;
     mo.defines = defs;
     mo.ndefines = ndef;
+    mo.conformances = confs;
+    mo.nconformances = nconf;
     if (nb_module_load(dev, file, &mo, &m) != NB_OK || nb_module_func(m, func, &f) != NB_OK) {
         fprintf(stderr, "nabla: %s\n", nb_last_error());
         goto done;

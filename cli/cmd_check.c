@@ -19,12 +19,14 @@ static void check_help(void) {
            "\n"
            "  -I DIR     also search DIR for imported modules and #include files (repeatable)\n"
            "  -D NAME[=VALUE]  define a preprocessor macro (also -DNAME; repeatable;\n"
-           "             without a value NAME is defined empty, as in Slang)\n");
+           "             without a value NAME is defined empty, as in Slang)\n"
+           "  --conformance TYPE:INTERFACE=ID  Slang's type conformance id: the type\n"
+           "             createDynamicObject<INTERFACE>(ID, data) makes (repeatable)\n");
 }
 
 int nb_cmd_check(int argc, char **argv) {
-    const char *includes[CHECK_MAX_INCLUDES], *defines[CHECK_MAX_INCLUDES];
-    int ninc = 0, ndef = 0, nfiles = 0;
+    const char *includes[CHECK_MAX_INCLUDES], *defines[CHECK_MAX_INCLUDES], *confs[CHECK_MAX_INCLUDES];
+    int ninc = 0, ndef = 0, nconf = 0, nfiles = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -45,6 +47,13 @@ int nb_cmd_check(int argc, char **argv) {
             defines[ndef++] = def;
             continue;
         }
+        int ck = nb_cli_conformance_arg(argc, argv, &i, &def);
+        if (ck < 0) return nb_cli_bad_usage("check: --conformance needs TYPE:INTERFACE=ID%s", "");
+        if (ck > 0) {
+            if (nconf == CHECK_MAX_INCLUDES) return nb_cli_bad_usage("check: too many --conformance%s", "");
+            confs[nconf++] = def;
+            continue;
+        }
         if (a[0] == '-' && a[1]) return nb_cli_bad_usage("check: unknown argument '%s'", a);
         nfiles++;
     }
@@ -54,6 +63,8 @@ int nb_cmd_check(int argc, char **argv) {
     opts.ninclude_dirs = ninc;
     opts.defines = defines;
     opts.ndefines = ndef;
+    opts.conformances = confs;
+    opts.nconformances = nconf;
     int rc = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-I")) {
@@ -61,7 +72,7 @@ int nb_cmd_check(int argc, char **argv) {
             continue;
         }
         const char *def;
-        if (nb_cli_define_arg(argc, argv, &i, &def)) continue;
+        if (nb_cli_define_arg(argc, argv, &i, &def) || nb_cli_conformance_arg(argc, argv, &i, &def)) continue;
         nb_module *m = NULL;
         nb_status s = nb_module_load(NULL, argv[i], &opts, &m);
         if (s == NB_OK) {

@@ -16,12 +16,13 @@ static void emit_help(void) {
            "Prints the code generated for FILE: C (default) or CUDA C, or the compiler's IR\n"
            "with --ir. --entry limits it to one function and what it calls; --mode picks\n"
            "forward- or reverse-mode derivative code. -I adds a directory for imports and\n"
-           "#include files; -D NAME[=VALUE] (or -DNAME) defines a preprocessor macro.\n");
+           "#include files; -D NAME[=VALUE] (or -DNAME) defines a preprocessor macro;\n"
+           "--conformance TYPE:INTERFACE=ID gives a Slang type conformance id.\n");
 }
 
 int nb_cmd_emit(int argc, char **argv) {
-    const char *includes[EMIT_MAX], *consts[EMIT_MAX], *defines[EMIT_MAX];
-    int ninc = 0, nconst = 0, ndef = 0;
+    const char *includes[EMIT_MAX], *consts[EMIT_MAX], *defines[EMIT_MAX], *confs[EMIT_MAX];
+    int ninc = 0, nconst = 0, ndef = 0, nconf = 0;
     const char *file = NULL, *entry = NULL;
     nb_dump_format fmt = NB_DUMP_C;
     nb_diff_mode mode = NB_MODE_PRIMAL;
@@ -34,6 +35,13 @@ int nb_cmd_emit(int argc, char **argv) {
         if (dk > 0) {
             if (ndef == EMIT_MAX) return nb_cli_bad_usage("emit: too many -D%s", "");
             defines[ndef++] = def;
+            continue;
+        }
+        int ck = nb_cli_conformance_arg(argc, argv, &i, &def);
+        if (ck < 0) return nb_cli_bad_usage("emit: --conformance needs TYPE:INTERFACE=ID%s", "");
+        if (ck > 0) {
+            if (nconf == EMIT_MAX) return nb_cli_bad_usage("emit: too many --conformance%s", "");
+            confs[nconf++] = def;
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -85,6 +93,8 @@ int nb_cmd_emit(int argc, char **argv) {
     opts.ninclude_dirs = ninc;
     opts.defines = defines;
     opts.ndefines = ndef;
+    opts.conformances = confs;
+    opts.nconformances = nconf;
     nb_module *m = NULL;
     if (nb_module_load(NULL, file, &opts, &m) != NB_OK) {
         fprintf(stderr, "%s\n", nb_last_error());

@@ -96,6 +96,12 @@ typedef struct nb_module_options {
                                         Slang's -DNAME); like `nabla ... -D NAME=VALUE`. They
                                         change the generated code, and so the kernel-cache key */
     int ndefines;
+    const char *const *conformances; /* Slang's type conformance ids, "TYPE:INTERFACE=ID" (like
+                                        `nabla ... --conformance A:IFoo=0`): which conforming
+                                        type `createDynamicObject<INTERFACE>(ID, data)` makes.
+                                        Without any for an interface, its conforming structs
+                                        get 0, 1, … in declaration order */
+    int nconformances;
 } nb_module_options;
 
 /* Parses and checks `path` and its imports. dev is where calls run; it may be NULL for a module

@@ -124,22 +124,45 @@ def _define_list(defines):
     return [str(d) for d in defines]
 
 
-def load_module(path, device=None, include_dirs=None, unchecked=False, defines=None):
+def _conformance_list(conformances):
+    """conformances={"A:IFoo": 0} (or ["A:IFoo=0"]) -> ["A:IFoo=0"]: Slang's type conformance ids
+    (`nabla ... --conformance A:IFoo=0`), which createDynamicObject<IFoo>(id, data) reads."""
+    if conformances is None:
+        return None
+    if isinstance(conformances, dict):
+        out = []
+        for k, v in conformances.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError("conformances: expected {'TYPE:INTERFACE': int id}")
+            out.append(f"{k}={v}")
+        return out
+    if isinstance(conformances, str):
+        raise TypeError("conformances must be a dict {'TYPE:INTERFACE': id} or a list of "
+                        "'TYPE:INTERFACE=ID' strings")
+    return [str(c) for c in conformances]
+
+
+def load_module(path, device=None, include_dirs=None, unchecked=False, defines=None,
+                conformances=None):
     """Parses and checks a .nb / .slang file (CompileError carries the diagnostics); nothing is
     compiled until a function is first called with a new signature. include_dirs are searched by
     `import` and `#include`. defines={"N": 4} sets preprocessor macros (like `nabla ... -D N=4`;
     None as a value defines the name empty); they are part of the generated code and so of the
     kernel-cache key. unchecked=True drops the bounds checks of tensor and local-array indices
-    (for benchmarks: an index out of range is then undefined behaviour)."""
+    (for benchmarks: an index out of range is then undefined behaviour). conformances=
+    {"A:IFoo": 0} gives Slang's type conformance ids (the type createDynamicObject<IFoo>(0, data)
+    makes; like `nabla ... --conformance A:IFoo=0`)."""
     return Module(_nabla.load_module(str(path), device, include_dirs, unchecked=bool(unchecked),
-                                     defines=_define_list(defines)))
+                                     defines=_define_list(defines),
+                                     conformances=_conformance_list(conformances)))
 
 
 def load_module_from_source(source, name="inline.nb", device=None, include_dirs=None,
-                            unchecked=False, defines=None):
+                            unchecked=False, defines=None, conformances=None):
     """The same from a string; `name` is the file name used in diagnostics."""
     return Module(_nabla.load_module_source(source, name, device, include_dirs,
-                                            unchecked=bool(unchecked), defines=_define_list(defines)))
+                                            unchecked=bool(unchecked), defines=_define_list(defines),
+                                            conformances=_conformance_list(conformances)))
 
 
 # ---- Tensor ----------------------------------------------------------------------------------

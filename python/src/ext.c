@@ -247,21 +247,26 @@ static int fill_opts(PyObject *incs, PyObject *defs, nb_module_options *o, const
 }
 
 static PyObject *load_common(PyObject *args, PyObject *kw, int from_source) {
-    static char *kwl_file[] = {"path", "device", "include_dirs", "unchecked", "defines", NULL};
-    static char *kwl_src[] = {"source", "name", "device", "include_dirs", "unchecked", "defines", NULL};
+    static char *kwl_file[] = {"path", "device", "include_dirs", "unchecked", "defines", "conformances", NULL};
+    static char *kwl_src[] = {"source", "name", "device", "include_dirs", "unchecked", "defines", "conformances",
+                              NULL};
     const char *a = NULL, *name = "inline.nb";
-    PyObject *devo = Py_None, *incs = Py_None, *defs = Py_None;
+    PyObject *devo = Py_None, *incs = Py_None, *defs = Py_None, *confs = Py_None;
     int unchecked = 0;
-    int ok = from_source ? PyArg_ParseTupleAndKeywords(args, kw, "s|sOO$pO", kwl_src, &a, &name, &devo, &incs,
-                                                       &unchecked, &defs)
-                         : PyArg_ParseTupleAndKeywords(args, kw, "s|OO$pO", kwl_file, &a, &devo, &incs, &unchecked,
-                                                       &defs);
+    int ok = from_source ? PyArg_ParseTupleAndKeywords(args, kw, "s|sOO$pOO", kwl_src, &a, &name, &devo, &incs,
+                                                       &unchecked, &defs, &confs)
+                         : PyArg_ParseTupleAndKeywords(args, kw, "s|OO$pOO", kwl_file, &a, &devo, &incs, &unchecked,
+                                                       &defs, &confs);
     if (!ok) return NULL;
     nb_device *dev = nbp_device_ptr(devo);
     if (!dev) return NULL;
-    const char *dirs[256], *defv[256];
+    const char *dirs[256], *defv[256], *confv[256];
     nb_module_options opts;
     if (fill_opts(incs, defs, &opts, dirs, defv, 256) < 0) return NULL;
+    int nconf = str_items(confs, confv, 256, "conformances"); /* "TYPE:INTERFACE=ID" */
+    if (nconf < 0) return NULL;
+    opts.conformances = confv;
+    opts.nconformances = nconf;
     opts.unchecked = unchecked;
     nb_module *m = NULL;
     nb_status st;
@@ -386,9 +391,9 @@ static PyMethodDef ext_methods[] = {
     {"device", py_device, METH_O, "device(spec or None) -> Device"},
     {"set_default_device", py_set_default_device, METH_O, "set_default_device(device)"},
     {"load_module", (PyCFunction)(void (*)(void))py_load_module, METH_VARARGS | METH_KEYWORDS,
-     "load_module(path, device=None, include_dirs=None, *, unchecked=False, defines=None) -> CModule"},
+     "load_module(path, device=None, include_dirs=None, *, unchecked=False, defines=None, conformances=None) -> CModule"},
     {"load_module_source", (PyCFunction)(void (*)(void))py_load_module_source,
-     METH_VARARGS | METH_KEYWORDS, "load_module_source(source, name='inline.nb', device=None, include_dirs=None, *, unchecked=False, defines=None)"},
+     METH_VARARGS | METH_KEYWORDS, "load_module_source(source, name='inline.nb', device=None, include_dirs=None, *, unchecked=False, defines=None, conformances=None)"},
     {"_set_autograd_hook", py_set_autograd_hook, METH_O, "internal"},
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "number of usable CUDA devices"},
     {"cuda_unavailable_reason", py_cuda_unavailable_reason, METH_NOARGS, "why CUDA is unusable, or None"},

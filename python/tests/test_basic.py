@@ -388,3 +388,25 @@ def test_defines_preprocessor_and_slang_files(tmp_path):
     assert float(np.asarray(m.g())) == 1
     with pytest.raises(TypeError):
         nabla.load_module(src, device="cpu", defines="SCALE=1")
+
+
+def test_conformance_ids():
+    # Slang's type conformance ids, given by the host: which conforming type
+    # createDynamicObject<IFoo>(id, data) makes (the data's bits become its fields).
+    src = ("interface IFoo { float f(float x); }\n"
+           "struct A : IFoo { float k; float f(float x) { return k * x; } };\n"
+           "struct B : IFoo { float k; float f(float x) { return k + x; } };\n"
+           "float run(uint id, float x) { return createDynamicObject<IFoo>(id, 3.0).f(x); }\n")
+    x = np.array([2], np.float32)
+    m = nabla.load_module_from_source(src, name="dyn.slang", device="cpu")  # declaration order
+    assert float(np.asarray(m.run(0, x))[0]) == 6 and float(np.asarray(m.run(1, x))[0]) == 5
+    m = nabla.load_module_from_source(src, name="dyn.slang", device="cpu",
+                                      conformances={"A:IFoo": 5, "B:IFoo": 0})
+    assert float(np.asarray(m.run(5, x))[0]) == 6 and float(np.asarray(m.run(0, x))[0]) == 5
+    m = nabla.load_module_from_source(src, name="dyn.slang", device="cpu", conformances=["B:IFoo=9"])
+    assert float(np.asarray(m.run(9, x))[0]) == 5
+    with pytest.raises(nabla.CompileError) as e:
+        nabla.load_module_from_source(src, name="dyn.slang", device="cpu", conformances={"C:IFoo": 1})
+    assert "no struct named 'C'" in str(e.value)
+    with pytest.raises(TypeError):
+        nabla.load_module_from_source(src, name="dyn.slang", device="cpu", conformances="A:IFoo=1")

@@ -101,6 +101,8 @@ static void fill_copts(const nb_module_options *opts, nb_compile_opts *co) {
     co->unchecked = opts->unchecked;
     co->defines = opts->defines;
     co->ndefines = opts->ndefines;
+    co->conformances = opts->conformances;
+    co->nconformances = opts->nconformances;
 }
 
 nb_status nb_module_load(nb_device *dev, const char *path, const nb_module_options *opts,
@@ -112,6 +114,8 @@ nb_status nb_module_load(nb_device *dev, const char *path, const nb_module_optio
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_load: bad include_dirs/ninclude_dirs");
     if (opts && (opts->ndefines < 0 || (opts->ndefines > 0 && !opts->defines)))
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_load: bad defines/ndefines");
+    if (opts && (opts->nconformances < 0 || (opts->nconformances > 0 && !opts->conformances)))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_module_load: bad conformances/nconformances");
     nb_module *m = NULL;
     NB_TRY(module_new(dev, opts, path, &m));
     nb_compile_opts co;
@@ -135,6 +139,8 @@ nb_status nb_module_load_source(nb_device *dev, const char *name, const char *so
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_load_source: bad include_dirs/ninclude_dirs");
     if (opts && (opts->ndefines < 0 || (opts->ndefines > 0 && !opts->defines)))
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_load_source: bad defines/ndefines");
+    if (opts && (opts->nconformances < 0 || (opts->nconformances > 0 && !opts->conformances)))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_module_load_source: bad conformances/nconformances");
     nb_module *m = NULL;
     NB_TRY(module_new(dev, opts, name, &m));
     nb_compile_opts co;

@@ -1752,6 +1752,10 @@ nb_status nb_check_program(nb_program *p) {
     for (int i = 0; i < p->nmodules; i++)
         if (p->modules[i]) check_module(&c, p->modules[i]);
     find_recursion(&c);
+    if (p->nconformances) {
+        c.mod = p->main;
+        ck_check_conformance_ids(&c); /* --conformance TYPE:INTERFACE=ID (check_dyn_create.c) */
+    }
     if (p->src.nerrors == errors0) ck_bind_shader_params(&c); /* module-scope buffers (check_kernel.c) */
     ck_free_generics(&c);
     nb_free(c.syms, sizeof(ck_sym) * (size_t)c.cap_syms);

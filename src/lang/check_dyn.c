@@ -200,7 +200,7 @@ static nb_stmt *dispatch_body(nb_checker *c, nb_decl *m, nb_decl **confs, int n)
 }
 
 /* The requirements of interface id and its bases, as copies that become the existential's
- * methods (static requirements and constructors are left out: they need a type, not a value). */
+ * methods (constructors are left out: they need a type, not a value). */
 static void add_requirements(nb_checker *c, nb_decl *id, nb_decl *ex, nb_decl **confs, int n, nb_decl **out,
                              int *nout, int max, int depth) {
     if (depth > 32) return;
@@ -211,9 +211,13 @@ static void add_requirements(nb_checker *c, nb_decl *id, nb_decl *ex, nb_decl **
     }
     for (int i = 0; i < id->u.strct.nmethods && *nout < max; i++) {
         nb_decl *r = id->u.strct.methods[i];
-        if (!r || !r->name || (r->mods & NB_MOD_STATIC) || r->u.func.is_init || r->u.func.ngparams) continue;
+        if (!r || !r->name || r->u.func.is_init) continue;
         nb_decl *m = ck_clone_method(c, r, ex);
         if (!m) continue;
+        /* a static requirement called through a value (`obj.calc(x)`) dispatches on the value's
+         * tag like a method; a generic one (`bar<let N : int>(vector<float, N>)`) stays generic
+         * and is instantiated per use, its body calling each conformer's instantiation */
+        m->mods &= ~NB_MOD_STATIC;
         for (int p = 0; p < m->u.func.nparams; p++) { /* forwarded by name */
             nb_decl *pd = m->u.func.params[p];
             if (pd && (!pd->name || !pd->name[0])) {

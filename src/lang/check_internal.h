@@ -194,6 +194,10 @@ void ck_normalize_conforms(nb_checker *c, nb_decl *sd); /* A : IFoo, IFoo : IDif
 const nb_type *ck_existential(nb_checker *c, nb_decl *iface, nb_loc loc); /* IFoo as a value type */
 int ck_existential_index(const nb_type *from, const nb_type *to); /* tag of `from` in existential `to`, -1 */
 int ck_box(nb_checker *c, nb_expr **slot, const nb_type *to);      /* A -> IFoo; 0 if not one */
+/* check_dyn_create.c: `createDynamicObject<IFoo>(id, data)` (the call at *slot, its callee the
+ * generic NB_EX_TYPE), and the host's conformance ids (nb_program.conformances) checked once */
+const nb_type *ck_create_dynamic(nb_checker *c, nb_expr **slot);
+void ck_check_conformance_ids(nb_checker *c);
 
 /* check_iface.c: interfaces, conformance, constraints, member types */
 int ck_is_builtin_iface(const char *name);   /* IDifferentiable, IFloat, IArithmetic, … */

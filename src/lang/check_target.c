@@ -274,6 +274,7 @@ const nb_type *ck_builtin_generic_call(nb_checker *c, nb_expr **slot) {
     const char *name = te->name ? te->name : "";
     nb_decl *d[1];
     if (ck_lookup_global(c, name, -1, d, 1) > 0 || ck_lookup_local(c, name)) return NULL; /* the user's */
+    if (!strcmp(name, "createDynamicObject")) return ck_create_dynamic(c, slot); /* check_dyn_create.c */
     if (!strcmp(name, "diffPair")) { /* DifferentialPair<T>(p [, d]) */
         te->name = "DifferentialPair";
         return NULL;

@@ -27,6 +27,8 @@ typedef struct nb_compile_opts {
     int unchecked;                   /* emit no bounds checks (nb_module_options.unchecked) */
     const char *const *defines;      /* preprocessor defines, "NAME" or "NAME=VALUE" (copied) */
     int ndefines;
+    const char *const *conformances; /* "TYPE:INTERFACE=ID" (nb_module_options; copied) */
+    int nconformances;
 } nb_compile_opts;
 
 nb_status nb_program_compile_file(const char *path, const nb_compile_opts *opts, nb_program **out);

@@ -572,6 +572,19 @@ static nb_status compile(const char *path, const char *text, const nb_compile_op
             }
         }
     }
+    int nc = opts && opts->conformances && opts->nconformances > 0 ? opts->nconformances : 0;
+    if (nc > 0) { /* type conformance ids (check_dyn.c) */
+        p->conformances = nb_alloc(sizeof(char *) * (size_t)nc, 16);
+        oom |= !p->conformances;
+        if (p->conformances) {
+            memset(p->conformances, 0, sizeof(char *) * (size_t)nc);
+            p->nconformances = nc;
+            for (int i = 0; i < nc; i++) {
+                p->conformances[i] = heap_strdup(opts->conformances[i] ? opts->conformances[i] : "");
+                if (!p->conformances[i]) oom = 1;
+            }
+        }
+    }
     if (!p->main_path || (text && !p->main_text) || oom) {
         nb_program_free(p);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -619,6 +632,8 @@ void nb_program_free(nb_program *p) {
     nb_free(p->search_paths, sizeof(char *) * (size_t)p->nsearch);
     for (int i = 0; i < p->ndefines; i++) heap_strfree(p->defines[i]);
     nb_free(p->defines, sizeof(char *) * (size_t)p->ndefines);
+    for (int i = 0; i < p->nconformances; i++) heap_strfree(p->conformances[i]);
+    nb_free(p->conformances, sizeof(char *) * (size_t)p->nconformances);
     nb_free(p, sizeof *p);
 }
 

@@ -50,6 +50,7 @@ struct nb_program {
     char *main_text;          /* compile_source's text (NULL for files) */
     char **search_paths; int nsearch;
     char **defines; int ndefines; /* preprocessor defines "NAME[=VALUE]" (preproc.h) */
+    char **conformances; int nconformances; /* "TYPE:INTERFACE=ID" (check_dyn.c) */
     int max_errors;
     int unchecked; /* emit no bounds checks */
     nb_program_gen *old;      /* earlier generations (freed by nb_program_free) */

@@ -4,7 +4,8 @@
     tools/slang_suite/run.py DIR [--nabla build/nabla] [--device cpu[,cuda]] [--timeout 30]
                              [--jobs 2] [--filter SUBSTR] [--json] [--show-fail N]
 
-Each test is `nabla call DIR/<file> computeMain NAME=[...]... --grid X,Y,Z --device D`, with every
+Each test is `nabla call DIR/<file> computeMain NAME=[...]... [--conformance A:IFoo=0]... --grid X,Y,Z
+--device D` (a `//TEST_INPUT: type_conformance A:IFoo = 0` line becomes --conformance), with every
 TEST_INPUT buffer passed by name as an array of its element type (render-test's data words:
 integers are bit patterns, so `data=[1]` in a float buffer is the float with bits 0x00000001), and
 the grid of the one thread group render-test dispatches (computeMain's [numthreads]).
@@ -310,6 +311,8 @@ def run_one(args, test, device):
             r.update(outcome="port error", cause="harness: buffer element type " + b["elem"])
             return r
         cmd.append("%s=%s" % (b["name"], json.dumps(v)))
+    for conf in test.get("type_conformances") or []:  # `type_conformance A:IFoo = 0`: the host's ids
+        cmd += ["--conformance", conf]
     cmd += ["--grid", ",".join(str(g) for g in test["grid"]), "--device", device]
     r["cmd"] = " ".join(("'%s'" % c if re.search(r"[\s\[\]\"]", c) else c) for c in cmd)
     t0 = time.time()
