@@ -1208,6 +1208,27 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         int did = ck_lookup_local(c, iname) ? -1 : diff_name(iname);
         if (did >= 0) return call_diff(c, call, callee, did);
     }
+    if (callee->kind == NB_EX_MEMBER && callee->u.member.member && !strcmp(callee->u.member.member, "Differential")) {
+        /* `S.Differential(…)` / `float3.Differential(…)`: a constructor of the type's Differential */
+        const nb_type *t = differential_type_expr(c, callee);
+        if (t && ck_is_error(t)) {
+            check_args(c, call);
+            return call->type = t;
+        }
+        nb_type_expr *te = t ? ck_alloc(c, sizeof *te) : NULL;
+        if (te) {
+            te->loc = callee->loc;
+            te->name = t->name;
+            te->subst = t;
+            te->resolved = t;
+            callee->kind = NB_EX_TYPE;
+            memset(&callee->u, 0, sizeof callee->u);
+            callee->u.type.texpr = te;
+            callee->ref = NB_REF_TYPE;
+            callee->type = t;
+            return call_ctor(c, call, t);
+        }
+    }
     if (callee->kind == NB_EX_TYPE && callee->u.type.texpr && callee->u.type.texpr->ntargs > 0 &&
         callee->u.type.texpr->narray_dims == 0) {
         /* `sum<4>(x)`: an explicit instantiation of a generic function */
