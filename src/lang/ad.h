@@ -94,6 +94,15 @@ nb_status nb_program_get_ir(struct nb_program *p, nb_ir_module **out);
 
 /* Is parameter p differentiable (takes part in derivatives)? */
 int nb_ad_param_is_diff(const nb_ir_var *p);
+/* A pointer-type parameter (IDifferentiablePtrType; lang/types.h nb_type_ptr_pair): not
+ * differentiable, but its derivatives take DifferentialPtrPair<P> for it (same direction in
+ * f_fwd, `in` in f_bwd): the derivative pointer `.d` is carried along like a forward tangent, also
+ * in reverse mode, and is never accumulated. */
+int nb_ad_param_is_ptr(const nb_ir_var *p);
+/* The DifferentialPtrPair argument for a pointer-type parameter of a call: the pair of the caller's
+ * own pointer-type parameter passed directly (pairv: primal var id -> the derivative's pair
+ * parameter; in->refs[i] or a plain load of it in in->ops[i]); NULL with a diagnostic otherwise. */
+nb_ir_inst *nb_ad_ptr_arg(nb_ir_builder *b, nb_source_set *src, nb_ir_var **pairv, nb_ir_inst *in, int i);
 /* Tangent / adjoint type of t (NULL: no derivative). */
 const nb_type *nb_ad_dtype(nb_type_table *tt, const nb_type *t);
 

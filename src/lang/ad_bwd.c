@@ -58,6 +58,7 @@ typedef struct bwd {
     loopinfo **loops;     /* primal LOOP id -> info */
     nb_ir_var *ret_var, *ret_flag;
     nb_ir_var **pvar;     /* primal param index -> local primal var */
+    nb_ir_var **pairv;    /* primal var id -> DifferentialPtrPair parameter (pointer-type params) */
     int *bparam;          /* primal param index -> df param index (-1: dropped) */
     nb_ir_var *dout;      /* df param of the result gradient */
     nb_ir_inst *mark;     /* adjoint zero-inits go before this */
@@ -618,6 +619,7 @@ static void rev_call(bwd *B, nb_ir_inst *in)
     for (int i = 0; i < n; i++) {
         const nb_type *pt = cf->params[i]->type;
         if (pt->kind == NB_TY_TENSOR && pt->diff_tensor) any_diff = 1; /* its reads add into the gradient array */
+        if (nb_ad_param_is_ptr(cf->params[i])) any_diff = 1; /* (accesses through .d write gradients) */
         if (!nb_ad_param_is_diff(cf->params[i])) continue;
         any_diff = 1;
         if (in->refs[i] && cf->params[i]->dir != NB_DIR_IN && B->adjv[in->refs[i]->id]) has_adj = 1;
@@ -645,6 +647,13 @@ static void rev_call(bwd *B, nb_ir_inst *in)
         int d = nb_ad_param_is_diff(p);
         if (p->flags & NB_IRF_HIDDEN) continue; /* (after the result gradient, below) */
         nb_ir_var *av = in->refs[i] ? B->adjv[in->refs[i]->id] : NULL;
+        if (nb_ad_param_is_ptr(p)) {
+            if (!(args[k++] = nb_ad_ptr_arg(b, B->src, B->pairv, in, i))) {
+                B->errors++;
+                return;
+            }
+            continue;
+        }
         if (!d) {
             if (p->dir == NB_DIR_IN) args[k++] = P(B, in->ops[i]);
             else if (p->dir == NB_DIR_INOUT) { /* its value before the call */
@@ -1021,6 +1030,8 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
                 else q = nb_ir_param_new(d, p->name, nb_type_diffpair(tt, p->type), NB_DIR_INOUT);
             } else if (pass == 2) { /* (a groupshared array is passed inout: it stays so) */
                 q = nb_ir_param_new(d, p->name, p->type, p->dir);
+            } else if (nb_ad_param_is_ptr(p)) { /* DifferentialPtrPair<P>, in (lang/ad.h) */
+                q = nb_ir_param_new(d, p->name, nb_type_ptr_pair(p->type), NB_DIR_IN);
             } else if (p->dir != NB_DIR_OUT) { /* (a non-differentiable inout: its value going in) */
                 q = nb_ir_param_new(d, p->name, p->type, NB_DIR_IN);
             } else continue;
@@ -1064,8 +1075,9 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
     B.loops = nb_arena_zalloc(a, sizeof(void *) * ni, sizeof(void *));
     B.pvar = nb_arena_zalloc(a, sizeof(void *) * (size_t)(pf->nparams + 1), sizeof(void *));
     B.bparam = nb_arena_zalloc(a, sizeof(int) * (size_t)(pf->nparams + 1), sizeof(int));
+    B.pairv = nb_arena_zalloc(a, sizeof(void *) * nv, sizeof(void *));
     if (!B.cl.pmap || !B.cl.vmap || !B.adjv || !B.adji || !B.spill || !B.guardv || !B.snapv || !B.loops || !B.pvar ||
-        !B.bparam)
+        !B.bparam || !B.pairv)
         return 1;
     nb_ir_builder *b = &B.cl.b;
     b->m = m;
@@ -1093,6 +1105,15 @@ int nb_ad_gen_bwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
     for (int i = 0; i < pf->nvars; i++) {
         nb_ir_var *v = pf->vars[i];
         int diff = !(v->flags & NB_IRF_NO_DIFF) && nb_ad_dtype(B.tt, v->type) != NULL;
+        if (v->param >= 0 && nb_ad_param_is_ptr(v)) { /* its primal: a local copy of the pair's .p */
+            nb_ir_var *q = df->params[B.bparam[v->param]];
+            nb_ir_var *lv = nb_ir_var_new(df, v->name, v->type);
+            if (!lv) return 1;
+            nb_ir_store(b, lv, NULL, 0, NULL, nb_ir_extract(b, nb_ir_load(b, q, NULL, 0, NULL), 0));
+            B.cl.vmap[v->id] = lv;
+            B.pairv[v->id] = q;
+            continue;
+        }
         if (v->param >= 0 && !nb_ad_param_is_diff(v) && (v->dir == NB_DIR_IN || (v->flags & NB_IRF_HIDDEN))) {
             B.cl.vmap[v->id] = df->params[B.bparam[v->param]];
             continue;

@@ -95,6 +95,24 @@ int nb_ad_param_is_diff(const nb_ir_var *p)
     return !(p->flags & NB_IRF_NO_DIFF) && nb_type_is_differentiable(p->type); /* (`this` too) */
 }
 
+int nb_ad_param_is_ptr(const nb_ir_var *p)
+{
+    return !(p->flags & (NB_IRF_NO_DIFF | NB_IRF_HIDDEN)) && p->dir != NB_DIR_OUT && nb_type_ptr_pair(p->type);
+}
+
+nb_ir_inst *nb_ad_ptr_arg(nb_ir_builder *b, nb_source_set *src, nb_ir_var **pairv, nb_ir_inst *in, int i)
+{
+    nb_ir_var *v = in->refs ? in->refs[i] : NULL;
+    nb_ir_inst *a = in->ops[i];
+    if (!v && a && a->op == NB_IR_LOAD && a->npath == 0) v = a->var;
+    nb_ir_var *pv = v ? pairv[v->id] : NULL;
+    if (pv) return nb_ir_load(b, pv, NULL, 0, NULL);
+    nb_ad_error(src, in->loc, "cannot differentiate this call to '%s': its pointer-type argument %d must be a "
+                "pointer-type parameter of the calling function (its derivative pointer is not known here)",
+                in->callee->name, i + 1);
+    return NULL;
+}
+
 /* ---- registry ---------------------------------------------------------------------------- */
 
 /* Generated derivatives are differentiable (higher order); their decl is the primal's, so its
@@ -144,7 +162,8 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
     d->aux = (void *)1;
     for (int i = 0; i < primal->nparams; i++) {
         nb_ir_var *p = primal->params[i];
-        const nb_type *t = nb_ad_param_is_diff(p) ? nb_type_diffpair(tt, p->type) : p->type;
+        const nb_type *t = nb_ad_param_is_diff(p) ? nb_type_diffpair(tt, p->type)
+                           : nb_ad_param_is_ptr(p) ? nb_type_ptr_pair(p->type) : p->type;
         nb_ir_var *q = nb_ir_param_new(d, p->name, t, p->dir);
         if (!q) return NULL;
         q->flags = p->flags;
@@ -255,6 +274,7 @@ typedef struct fwd {
     nb_ir_inst **tmap;   /* primal inst id -> tangent */
     nb_ir_var **tvmap;   /* primal var id -> tangent var */
     nb_ir_var **pvar;    /* primal param index -> local primal var (differentiable params) */
+    nb_ir_var **pairv;   /* primal var id -> DifferentialPtrPair parameter (pointer-type params) */
     int errors;
 } fwd;
 
@@ -299,6 +319,8 @@ static int fwd_call(fwd *F, nb_ir_inst *in)
         if (!nb_ad_param_is_diff(cf->params[i])) continue;
         if (in->refs[i] ? F->tvmap[in->refs[i]->id] != NULL : T(F, in->ops[i]) != NULL) active = 1;
     }
+    for (int i = 0; i < n; i++) /* a pointer-type argument: its derivative pointer flows in */
+        if (nb_ad_param_is_ptr(cf->params[i])) active = 1;
     if (in->flags & NB_IRF_NO_DIFF) active = 0;
     int diff_out = nb_type_is_differentiable(cf->ret);
     for (int i = 0; i < n; i++)
@@ -335,6 +357,22 @@ static int fwd_call(fwd *F, nb_ir_inst *in)
     for (int i = 0; i < n; i++) {
         nb_ir_var *p = cf->params[i];
         int d = nb_ad_param_is_diff(p);
+        if (nb_ad_param_is_ptr(p)) {
+            nb_ir_inst *a = nb_ad_ptr_arg(b, F->src, F->pairv, in, i);
+            if (!a) {
+                F->errors++;
+                return 1;
+            }
+            if (!in->refs[i]) args[i] = a;
+            else { /* (an inout pointer: a copy of the pair) */
+                nb_ir_var *tmp = nb_ir_var_new(F->df, p->name, df->params[i]->type);
+                if (!tmp) return 1;
+                tmp->is_temp = 1;
+                nb_ir_store(b, tmp, NULL, 0, NULL, a);
+                refs[i] = tmp;
+            }
+            continue;
+        }
         if (!in->refs[i]) {
             nb_ir_inst *a = nb_ad_map(&F->cl, in->ops[i]);
             if (d) {
@@ -538,7 +576,8 @@ int nb_ad_gen_fwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
     F.cl.vmap = nb_arena_zalloc(&m->arena, sizeof(void *) * nv, sizeof(void *));
     F.tvmap = nb_arena_zalloc(&m->arena, sizeof(void *) * nv, sizeof(void *));
     F.pvar = nb_arena_zalloc(&m->arena, sizeof(void *) * (size_t)(pf->nparams + 1), sizeof(void *));
-    if (!F.tmap || !F.cl.pmap || !F.cl.vmap || !F.tvmap || !F.pvar) return 1;
+    F.pairv = nb_arena_zalloc(&m->arena, sizeof(void *) * nv, sizeof(void *));
+    if (!F.tmap || !F.cl.pmap || !F.cl.vmap || !F.tvmap || !F.pvar || !F.pairv) return 1;
     nb_ir_builder *b = &F.cl.b;
     b->m = m;
     b->f = df;
@@ -553,6 +592,14 @@ int nb_ad_gen_fwd(nb_ir_module *m, nb_source_set *src, nb_ir_func *df)
         int diff = !(v->flags & NB_IRF_NO_DIFF) && nb_ad_dtype(F.tt, v->type) != NULL;
         if (v->param >= 0) {
             nb_ir_var *q = df->params[v->param];
+            if (nb_ad_param_is_ptr(v)) { /* its primal: a local copy of the pair's .p */
+                nb_ir_var *lv = nb_ir_var_new(df, v->name, v->type);
+                if (!lv) return 1;
+                nb_ir_store(b, lv, NULL, 0, NULL, nb_ir_extract(b, nb_ir_load(b, q, NULL, 0, NULL), 0));
+                F.cl.vmap[v->id] = lv;
+                F.pairv[v->id] = q;
+                continue;
+            }
             if (!nb_ad_param_is_diff(v)) {
                 F.cl.vmap[v->id] = q;
                 continue;

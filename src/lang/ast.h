@@ -287,6 +287,7 @@ struct nb_decl {
              * on that synthesized struct */
             struct nb_decl *existential;
             int is_existential;
+            struct nb_decl *ptr_pair;         /* [checker] DifferentialPtrPair<this> (check_ptr.c) */
             const nb_type *type;              /* [checker] */
             /* [checker] an instantiation `MLP<16,3>` (an ordinary struct named "MLP<16,3>",
              * appended to the module's decls): its template and generic argument values */

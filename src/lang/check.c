@@ -553,6 +553,15 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         return c->tt->t_error;
     }
     if (strcmp(n, "Ptr") == 0) return ck_resolve_ptr_type(c, te); /* check_ptr.c */
+    if (strcmp(n, "DifferentialPtrPair") == 0) {
+        if (na != 1) {
+            ck_err(c, te->loc, "'DifferentialPtrPair' takes 1 generic argument, got %d", na);
+            return c->tt->t_error;
+        }
+        const nb_type *e = generic_type(c, te, 0);
+        if (ck_is_error(e)) return e;
+        return ck_resolve_ptr_pair(c, te, e);
+    }
     if (strcmp(n, "DifferentialPair") == 0) {
         if (na != 1) {
             ck_err(c, te->loc, "'DifferentialPair' takes 1 generic argument, got %d", na);
@@ -635,7 +644,8 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
             if (!t) t = c->tt->t_error;
         }
     } else if (strcmp(name, "vector") == 0 || strcmp(name, "matrix") == 0 || strcmp(name, "Tensor") == 0 ||
-               strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0 || strcmp(name, "Ptr") == 0) {
+               strcmp(name, "DiffTensor") == 0 || strcmp(name, "DifferentialPair") == 0 || strcmp(name, "Ptr") == 0 ||
+               strcmp(name, "DifferentialPtrPair") == 0) {
         ck_err(c, te->loc, "'%s' needs generic arguments", name);
         t = c->tt->t_error;
     } else if (te->member_of) { /* `S<float>.Differential` */
@@ -888,6 +898,9 @@ const nb_type *ck_struct_type(nb_checker *c, nb_decl *sd) {
     ck_set_state(c, sd, CK_DONE);
     synthesize_differential(c, sd, t);
     check_derivative_members(c, sd, t);
+    if (ck_is_ptr_type(c, t)) /* its DifferentialPtrPair now: derivative signatures use it (lang/ad.h) */
+        (void)ck_resolve_ptr_pair(c, sd->u.strct.fields && sd->u.strct.nfields ? sd->u.strct.fields[0]->u.var.texpr
+                                                                                 : NULL, t);
     ck_leave_global_ctx(c, s);
     /* field initializers (defaults) after the type is complete */
     s = ck_enter_global_ctx(c, sd->module);

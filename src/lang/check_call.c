@@ -91,6 +91,13 @@ static void cand_from_decl(nb_checker *c, ck_cand *k, nb_decl *fn, const int *mo
     if (!r) r = c->tt->t_error;
     for (int m = 0; m < nmodes; m++) {
         int rdiff = r->kind != NB_TY_VOID && r->kind != NB_TY_ERROR && nb_type_is_differentiable(r);
+        /* a pointer-type parameter (IDifferentiablePtrType) takes its DifferentialPtrPair in both
+         * modes, an `in` parameter in reverse mode (the pair is not accumulated: lang/ad.h) */
+        for (int i = 0; i < k->nparams; i++)
+            if (!diff[i] && k->params[i].dir != NB_DIR_OUT && nb_type_ptr_pair(k->params[i].type) && !(m == 0 && (fn->u.func.params[i]->mods & NB_MOD_NO_DIFF))) {
+                k->params[i].type = nb_type_ptr_pair(k->params[i].type);
+                if (modes[m] == 2) k->params[i].dir = NB_DIR_IN;
+            }
         if (modes[m] == 1) {
             for (int i = 0; i < k->nparams; i++)
                 if (diff[i]) k->params[i].type = nb_type_diffpair(c->tt, k->params[i].type);

@@ -41,7 +41,8 @@ static const struct builtin_iface *builtin_iface(const char *name) {
 }
 
 int ck_is_builtin_iface(const char *name) {
-    return builtin_iface(name) != NULL || (name && strcmp(name, "IDifferentiable") == 0);
+    return builtin_iface(name) != NULL ||
+           (name && (strcmp(name, "IDifferentiable") == 0 || strcmp(name, "IDifferentiablePtrType") == 0));
 }
 
 static int builtin_conforms(const nb_type *t, const struct builtin_iface *b) {

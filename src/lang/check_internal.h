@@ -311,6 +311,10 @@ const nb_type *ck_builtin_generic_call(nb_checker *c, nb_expr **slot);
 void ck_check_constexpr_args(nb_checker *c, nb_expr *call, nb_decl *fn);
 /* check_ptr.c: pointers (Ptr<T>, T*, *p, &x, p[i], p->f, nullptr, __getAddress) */
 const nb_type *ck_resolve_ptr_type(nb_checker *c, nb_type_expr *te);
+/* IDifferentiablePtrType structs and DifferentialPtrPair<P> (check_ptr.c) */
+int ck_is_ptr_type(nb_checker *c, const nb_type *t);
+const nb_type *ck_ptr_differential(nb_checker *c, const nb_type *t);
+const nb_type *ck_resolve_ptr_pair(nb_checker *c, nb_type_expr *te, const nb_type *e);
 const nb_type *ck_ptr_unary(nb_checker *c, nb_expr **slot);  /* *p and &x */
 const nb_type *ck_ptr_index(nb_checker *c, nb_expr **slot);  /* p[i] (base checked) */
 const nb_type *ck_ptr_binary(nb_checker *c, nb_expr **slot, const nb_type *a, const nb_type *b);

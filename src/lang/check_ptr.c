@@ -10,6 +10,7 @@
  *
  * Pointers are not differentiable (derivatives of values loaded through them are zero).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "lang/check_internal.h"
@@ -157,4 +158,72 @@ const nb_type *ck_get_address(nb_checker *c, nb_expr **slot) {
     u->u.unary.operand = call->u.call.args[0];
     *slot = u;
     return ck_ptr_unary(c, slot);
+}
+
+/* ---- differentiable pointer types (Slang's IDifferentiablePtrType) ------------------------
+ * `struct P : IDifferentiablePtrType { typealias Differential = D; … }` is a pointer-like type: a
+ * handle to memory (a buffer and an offset), not a value with tangent arithmetic. It is not
+ * IDifferentiable (no zero/add); its derivative is another handle, `D` (P itself when no
+ * Differential is given), that points at the gradient memory. DifferentialPtrPair<P> holds both:
+ * `.p` (P) and `.d` (P.Differential), built as `DifferentialPtrPair<P>(p, d)`. */
+
+int ck_is_ptr_type(nb_checker *c, const nb_type *t) {
+    return t && t->kind == NB_TY_STRUCT && t->decl && ck_conforms(c, t, "IDifferentiablePtrType");
+}
+
+/* P.Differential of a pointer type P (its `typealias Differential`, else P). */
+const nb_type *ck_ptr_differential(nb_checker *c, const nb_type *t) {
+    nb_decl *sd = (nb_decl *)t->decl;
+    for (int i = 0; i < sd->u.strct.ntypes; i++) {
+        nb_decl *td = sd->u.strct.types[i];
+        if (!td || !td->name || strcmp(td->name, "Differential") != 0 || !td->u.tdef.texpr) continue;
+        const nb_type *dt = ck_struct_member_type(c, sd, "Differential", td->u.tdef.texpr);
+        return dt ? dt : c->tt->t_error;
+    }
+    return t;
+}
+
+/* DifferentialPtrPair<P>: a struct "DifferentialPtrPair<P>" { P p; P.Differential d; } made once
+ * per P (kept on P's declaration), so its implicit constructor takes (p, d) and `.p` / `.d` are
+ * ordinary fields. */
+const nb_type *ck_resolve_ptr_pair(nb_checker *c, nb_type_expr *te, const nb_type *e) {
+    if (!ck_is_ptr_type(c, e)) {
+        ck_err(c, te->loc, "'DifferentialPtrPair' needs a type conforming to IDifferentiablePtrType, got '%s'%s",
+               e->name, nb_type_is_differentiable(e) ? " (use DifferentialPair for IDifferentiable types)" : "");
+        return c->tt->t_error;
+    }
+    nb_decl *pd = (nb_decl *)e->decl;
+    if (pd->u.strct.ptr_pair) return ck_struct_type(c, pd->u.strct.ptr_pair);
+    const nb_type *dt = ck_ptr_differential(c, e);
+    if (ck_is_error(dt)) return dt;
+    nb_decl *sd = ck_alloc(c, sizeof *sd);
+    nb_decl **fields = ck_alloc(c, 2 * sizeof(nb_decl *));
+    size_t ln = strlen(e->name);
+    char *name = ck_alloc(c, ln + 22);
+    if (!sd || !fields || !name) return c->tt->t_error;
+    snprintf(name, ln + 22, "DifferentialPtrPair<%s>", e->name);
+    for (int k = 0; k < 2; k++) {
+        nb_decl *f = ck_alloc(c, sizeof *f);
+        nb_type_expr *ft = ck_alloc(c, sizeof *ft);
+        if (!f || !ft) return c->tt->t_error;
+        ft->loc = pd->loc;
+        ft->resolved = k ? dt : e;
+        ft->name = ft->resolved->name;
+        f->kind = NB_DECL_VAR;
+        f->loc = pd->loc;
+        f->name = k ? "d" : "p";
+        f->module = pd->module;
+        f->u.var.texpr = ft;
+        f->u.var.type = ft->resolved;
+        fields[k] = f;
+    }
+    sd->kind = NB_DECL_STRUCT;
+    sd->loc = pd->loc;
+    sd->name = name;
+    sd->module = pd->module;
+    sd->ns = pd->ns;
+    sd->u.strct.fields = fields;
+    sd->u.strct.nfields = 2;
+    pd->u.strct.ptr_pair = sd;
+    return ck_struct_type(c, sd);
 }

@@ -78,7 +78,7 @@ static void nameset_add(nb_parser *p, nb_nameset *s, const char *name, size_t n)
 
 static const char *const builtin_generics[] = {
     "vector", "matrix", "Tensor", "DiffTensor", "RWTensor", "TensorView", "DiffTensorView",
-    "DifferentialPair", "Array", "StructuredBuffer", "RWStructuredBuffer", "TorchTensor", "NDBuffer", "RWNDBuffer",
+    "DifferentialPair", "DifferentialPtrPair", "Array", "StructuredBuffer", "RWStructuredBuffer", "TorchTensor", "NDBuffer", "RWNDBuffer",
     "RasterizerOrderedStructuredBuffer", "CoopVec", NULL};
 
 static int is_builtin_type_name(const char *s, size_t n) {

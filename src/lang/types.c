@@ -252,6 +252,11 @@ static int struct_is_idiff(const nb_type *t) {
     return 0;
 }
 
+const nb_type *nb_type_ptr_pair(const nb_type *t) {
+    const nb_decl *d = t && t->kind == NB_TY_STRUCT ? t->decl : NULL;
+    return d && d->kind == NB_DECL_STRUCT && d->u.strct.ptr_pair ? d->u.strct.ptr_pair->u.strct.type : NULL;
+}
+
 int nb_type_is_differentiable(const nb_type *t) {
     if (!t) return 0;
     switch (t->kind) {

@@ -88,6 +88,9 @@ const nb_type *nb_type_ptr(nb_type_table *t, const nb_type *elem);
 int nb_type_is_numeric(const nb_type *t);        /* scalar (not bool), vector, matrix of such */
 int nb_type_is_float_based(const nb_type *t);    /* half/float/double scalar, vector, matrix */
 int nb_type_is_differentiable(const nb_type *t); /* float-based, arrays/structs of such, diffpair */
+/* DifferentialPtrPair<t> of a pointer-like struct t (IDifferentiablePtrType: not differentiable
+ * itself; its derivative is a pointer to the gradient memory, check_ptr.c), else NULL. */
+const nb_type *nb_type_ptr_pair(const nb_type *t);
 nb_scalar_kind nb_type_elem_scalar(const nb_type *t); /* scalar of scalar/vector/matrix */
 int nb_type_components(const nb_type *t);        /* 1, N, R*C; 0 for others */
 /* The type's tangent ("Differential") type: itself for float-based types, arrays/structs of the
