@@ -603,6 +603,9 @@ const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name)
         const nb_type *mt = ck_struct_member_type(c, bt->decl, member, te);
         if (mt) return mt;
     }
+    /* `RWStructuredBuffer<T>.Handle` (Slang: a DescriptorHandle, a bindless reference to the
+     * buffer): a buffer value here already is a handle (data pointer + shape), so it is the buffer */
+    if (bt->kind == NB_TY_TENSOR && bt->buffer && strcmp(member, "Handle") == 0) return bt;
     if (strcmp(member, "Differential") == 0) {
         const nb_type *d = nb_type_differential(c->tt, bt);
         if (!d || !nb_type_is_differentiable(bt)) {

@@ -401,6 +401,7 @@ const nb_type *ck_name_as_type(nb_checker *c, const char *name, nb_loc loc) {
     te.loc = loc;
     te.name = name;
     /* quiet probe: only builtin spellings and user types */
+    if (strcmp(name, "This") == 0 && c->strct) return ck_struct_type(c, c->strct); /* `G<This>` inside S */
     nb_decl *d[2];
     if (ck_lookup_global(c, name, NB_DECL_STRUCT, d, 2) > 0 || ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 2) > 0) {
         nb_type_expr *copy = ck_alloc(c, sizeof *copy);
