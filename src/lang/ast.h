@@ -288,6 +288,7 @@ struct nb_decl {
             struct nb_decl *existential;
             int is_existential;
             struct nb_decl *ptr_pair;         /* [checker] DifferentialPtrPair<this> (check_ptr.c) */
+            int is_ptr_pair;                  /* [checker] this is a DifferentialPtrPair<P> { P p; P.Differential d; } */
             const nb_type *type;              /* [checker] */
             /* [checker] an instantiation `MLP<16,3>` (an ordinary struct named "MLP<16,3>",
              * appended to the module's decls): its template and generic argument values */

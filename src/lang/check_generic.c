@@ -994,6 +994,9 @@ static void unify(infer *f, const nb_type_expr *te, const nb_type *at) {
         bind(f, targ_param(f, te, 1), at->length);
     } else if (!strcmp(n, "DifferentialPair") && at->kind == NB_TY_DIFFPAIR && te->ntargs == 1) {
         if (te->targs && te->targs[0]) unify(f, te->targs[0], at->elem);
+    } else if (!strcmp(n, "DifferentialPtrPair") && at->kind == NB_TY_STRUCT && at->decl &&
+               at->decl->u.strct.is_ptr_pair && te->ntargs == 1) { /* its field p is the P */
+        if (te->targs && te->targs[0]) unify(f, te->targs[0], at->decl->u.strct.fields[0]->u.var.type);
     } else if (at->kind == NB_TY_STRUCT && at->decl && at->decl->u.strct.generic_of &&
                at->decl->u.strct.generic_of->name && strcmp(at->decl->u.strct.generic_of->name, n) == 0) {
         const nb_decl *sd = at->decl;

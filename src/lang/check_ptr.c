@@ -224,6 +224,7 @@ const nb_type *ck_resolve_ptr_pair(nb_checker *c, nb_type_expr *te, const nb_typ
     sd->ns = pd->ns;
     sd->u.strct.fields = fields;
     sd->u.strct.nfields = 2;
+    sd->u.strct.is_ptr_pair = 1;
     pd->u.strct.ptr_pair = sd;
     return ck_struct_type(c, sd);
 }
