@@ -261,6 +261,8 @@ struct nb_decl {
                                                  `int b[]` (parser.c implicit_length_gparams) */
             nb_decl **wheres; int nwheres;    /* `where T : IFoo` clauses (NB_DECL_PARAM named T
                                                  with constraints), merged into gparams */
+            nb_decl **assoc_wheres; int nassoc_wheres; /* [checker] `where T.A : IFoo` (an associated
+                                                 type of a type generic parameter), checked per instantiation */
             nb_decl *generic_of;              /* [checker] an instantiation (`f<4>`): its template */
             /* [checker] */
             int differentiable;               /* [Differentiable] / [BackwardDifferentiable] */

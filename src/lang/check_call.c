@@ -955,6 +955,8 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
             fvals[a] = *call->u.call.args[a];
             const nb_type *at = fvals[a].type;
             if (at && at->kind == NB_TY_DIFFPAIR) fvals[a].type = at->elem;
+            else if (at && at->kind == NB_TY_STRUCT && at->decl && at->decl->u.strct.is_ptr_pair)
+                fvals[a].type = at->decl->u.strct.fields[0]->u.var.type; /* DifferentialPtrPair<P>: a P */
             fargs_store[a] = &fvals[a];
         }
         fake.u.call.args = fargs_store;

@@ -435,7 +435,8 @@ static int nondiff_type_param(subst *s, const nb_decl *d) {
     for (int i = 0; i < g->u.param.nconstraints; i++) {
         const nb_type_expr *ce = g->u.param.constraints[i];
         if (!ce || !ce->name || ce->ntargs || ck_is_builtin_iface(ce->name) ||
-            ck_iface_extends(s->c, ce->name, "IDifferentiable"))
+            ck_iface_extends(s->c, ce->name, "IDifferentiable") ||
+            ck_iface_extends(s->c, ce->name, "IDifferentiablePtrType")) /* (a pointer type: its pair) */
             return 0;
     }
     return 1;

@@ -118,6 +118,19 @@ void ck_merge_wheres(nb_checker *c, nb_decl *d) {
         nb_decl *g = NULL;
         for (int k = 0; k < ng && !g; k++)
             if (gp[k] && gp[k]->name && w->name && strcmp(gp[k]->name, w->name) == 0) g = gp[k];
+        const char *dot = w->name ? strchr(w->name, '.') : NULL;
+        for (int k = 0; k < ng && !g && dot && is_f; k++) /* `where T.Differential : IFoo` */
+            if (gp[k] && gp[k]->name && gp[k]->u.param.is_type && strlen(gp[k]->name) == (size_t)(dot - w->name) &&
+                strncmp(gp[k]->name, w->name, (size_t)(dot - w->name)) == 0 && !strchr(dot + 1, '.')) {
+                nb_decl **aw = ck_alloc(c, sizeof(nb_decl *) * (size_t)(d->u.func.nassoc_wheres + 1));
+                if (!aw) return;
+                for (int j = 0; j < d->u.func.nassoc_wheres; j++) aw[j] = d->u.func.assoc_wheres[j];
+                aw[d->u.func.nassoc_wheres] = w;
+                d->u.func.assoc_wheres = aw;
+                d->u.func.nassoc_wheres++;
+                g = gp[k];
+            }
+        if (dot && g) continue;
         if (!g || !g->u.param.is_type) {
             ck_err(c, w->loc, "'%s' in a 'where' clause is not a type generic parameter of '%s'", w->name, d->name);
             continue;
@@ -146,6 +159,34 @@ int ck_satisfies(nb_checker *c, const nb_decl *tmpl, const int64_t *vals, char *
             if (!ce || !ce->name || ck_conforms(c, t, ce->name)) continue;
             snprintf(why, n, "type '%s' does not conform to interface '%s' (required by generic parameter '%s' of "
                      "'%s')", t->name, ce->name, g->name, tmpl->name);
+            return 0;
+        }
+    }
+    for (int i = 0; tmpl->kind == NB_DECL_FUNC && i < tmpl->u.func.nassoc_wheres; i++) {
+        const nb_decl *w = tmpl->u.func.assoc_wheres[i]; /* `where T.A : IFoo` */
+        const char *dot = strchr(w->name, '.');
+        const nb_type *t = NULL;
+        for (int k = 0; k < ng && !t; k++)
+            if (gp[k] && gp[k]->name && strlen(gp[k]->name) == (size_t)(dot - w->name) &&
+                strncmp(gp[k]->name, w->name, (size_t)(dot - w->name)) == 0 && vals[k] >= 0 && vals[k] < c->tt->count)
+                t = c->tt->types[vals[k]];
+        if (!t) continue;
+        const nb_type *mt = NULL;
+        if (!strcmp(dot + 1, "Differential"))
+            mt = ck_is_ptr_type(c, t) ? ck_ptr_differential(c, t) : nb_type_differential(c->tt, t);
+        else if (t->kind == NB_TY_STRUCT && t->decl) {
+            nb_type_expr te;
+            memset(&te, 0, sizeof te);
+            te.loc = w->loc;
+            te.name = dot + 1;
+            mt = ck_struct_member_type(c, (nb_decl *)t->decl, dot + 1, &te);
+        }
+        for (int j = 0; j < w->u.param.nconstraints; j++) {
+            const nb_type_expr *ce = w->u.param.constraints[j];
+            if (!ce || !ce->name || (mt && ck_conforms(c, mt, ce->name))) continue;
+            snprintf(why, n, "'%s' of type '%s' %s interface '%s' (required by a 'where' clause of '%s')", w->name,
+                     t->name, mt ? "does not conform to" : "has no such member type, so it cannot conform to",
+                     ce->name, tmpl->name);
             return 0;
         }
     }
