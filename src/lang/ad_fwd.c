@@ -100,6 +100,30 @@ int nb_ad_param_is_ptr(const nb_ir_var *p)
     return !(p->flags & (NB_IRF_NO_DIFF | NB_IRF_HIDDEN)) && p->dir != NB_DIR_OUT && nb_type_ptr_pair(p->type);
 }
 
+/* The pair of a pointer value a: a pointer parameter's pair, or for an array literal of such
+ * (`{a, a}`: construct) the pair of the arrays of their .p and .d; NULL when not known. */
+static nb_ir_inst *ptr_pair_of(nb_ir_builder *b, nb_ir_var **pairv, nb_ir_inst *a, int depth)
+{
+    if (!a || depth > 8) return NULL;
+    if (a->op == NB_IR_LOAD && a->npath == 0 && a->var && pairv[a->var->id])
+        return nb_ir_load(b, pairv[a->var->id], NULL, 0, NULL);
+    const nb_type *pt = nb_type_ptr_pair(a->type);
+    if (a->op != NB_IR_CONSTRUCT || a->type->kind != NB_TY_ARRAY || !pt || a->nops != a->type->length ||
+        a->nops > 64)
+        return NULL;
+    nb_ir_inst *ps[64], *ds[64];
+    for (int k = 0; k < a->nops; k++) {
+        nb_ir_inst *e = ptr_pair_of(b, pairv, a->ops[k], depth + 1);
+        if (!e) return NULL;
+        ps[k] = nb_ir_extract(b, e, 0);
+        ds[k] = nb_ir_extract(b, e, 1);
+    }
+    nb_ir_inst *two[2];
+    two[0] = nb_ir_construct(b, pt->decl->u.strct.fields[0]->u.var.type, ps, a->nops);
+    two[1] = nb_ir_construct(b, pt->decl->u.strct.fields[1]->u.var.type, ds, a->nops);
+    return nb_ir_construct(b, pt, two, 2);
+}
+
 nb_ir_inst *nb_ad_ptr_arg(nb_ir_builder *b, nb_source_set *src, nb_ir_var **pairv, nb_ir_inst *in, int i)
 {
     nb_ir_var *v = in->refs ? in->refs[i] : NULL;
@@ -107,6 +131,8 @@ nb_ir_inst *nb_ad_ptr_arg(nb_ir_builder *b, nb_source_set *src, nb_ir_var **pair
     if (!v && a && a->op == NB_IR_LOAD && a->npath == 0) v = a->var;
     nb_ir_var *pv = v ? pairv[v->id] : NULL;
     if (pv) return nb_ir_load(b, pv, NULL, 0, NULL);
+    nb_ir_inst *r = !(in->refs && in->refs[i]) ? ptr_pair_of(b, pairv, a, 0) : NULL;
+    if (r) return r;
     nb_ad_error(src, in->loc, "cannot differentiate this call to '%s': its pointer-type argument %d must be a "
                 "pointer-type parameter of the calling function (its derivative pointer is not known here)",
                 in->callee->name, i + 1);

@@ -1179,6 +1179,7 @@ void ck_check_func_sig(nb_checker *c, nb_decl *fn) {
             t = c->tt->t_error;
         }
         p->u.param.type = t;
+        if (t->kind == NB_TY_ARRAY) (void)ck_ptr_pair_type(c, t); /* (an array of pointers: its pair, for derivatives) */
         if (p->u.param.default_value) {
             seen_default = 1;
             if (p->u.param.dir != NB_DIR_IN)

@@ -94,8 +94,8 @@ static void cand_from_decl(nb_checker *c, ck_cand *k, nb_decl *fn, const int *mo
         /* a pointer-type parameter (IDifferentiablePtrType) takes its DifferentialPtrPair in both
          * modes, an `in` parameter in reverse mode (the pair is not accumulated: lang/ad.h) */
         for (int i = 0; i < k->nparams; i++)
-            if (!diff[i] && k->params[i].dir != NB_DIR_OUT && nb_type_ptr_pair(k->params[i].type) && !(m == 0 && (fn->u.func.params[i]->mods & NB_MOD_NO_DIFF))) {
-                k->params[i].type = nb_type_ptr_pair(k->params[i].type);
+            if (!diff[i] && k->params[i].dir != NB_DIR_OUT && ck_ptr_pair_type(c, k->params[i].type) && !(m == 0 && (fn->u.func.params[i]->mods & NB_MOD_NO_DIFF))) {
+                k->params[i].type = ck_ptr_pair_type(c, k->params[i].type);
                 if (modes[m] == 2) k->params[i].dir = NB_DIR_IN;
             }
         if (modes[m] == 1) {

@@ -315,6 +315,8 @@ const nb_type *ck_resolve_ptr_type(nb_checker *c, nb_type_expr *te);
 int ck_is_ptr_type(nb_checker *c, const nb_type *t);
 const nb_type *ck_ptr_differential(nb_checker *c, const nb_type *t);
 const nb_type *ck_resolve_ptr_pair(nb_checker *c, nb_type_expr *te, const nb_type *e);
+/* DifferentialPtrPair<t> of a pointer type or an array of them (made on first use), else NULL. */
+const nb_type *ck_ptr_pair_type(nb_checker *c, const nb_type *t);
 const nb_type *ck_ptr_unary(nb_checker *c, nb_expr **slot);  /* *p and &x */
 const nb_type *ck_ptr_index(nb_checker *c, nb_expr **slot);  /* p[i] (base checked) */
 const nb_type *ck_ptr_binary(nb_checker *c, nb_expr **slot, const nb_type *a, const nb_type *b);

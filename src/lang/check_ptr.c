@@ -186,15 +186,33 @@ const nb_type *ck_ptr_differential(nb_checker *c, const nb_type *t) {
 /* DifferentialPtrPair<P>: a struct "DifferentialPtrPair<P>" { P p; P.Differential d; } made once
  * per P (kept on P's declaration), so its implicit constructor takes (p, d) and `.p` / `.d` are
  * ordinary fields. */
+const nb_type *ck_ptr_pair_type(nb_checker *c, const nb_type *t) {
+    const nb_type *in = t;
+    while (in && in->kind == NB_TY_ARRAY) in = in->elem;
+    if (!in || !ck_is_ptr_type(c, in)) return NULL;
+    return ck_resolve_ptr_pair(c, NULL, t);
+}
+
+/* The Differential of a pointer type or an array of them (P.Differential[n]). */
+static const nb_type *ptr_diff_of(nb_checker *c, const nb_type *t) {
+    if (t->kind != NB_TY_ARRAY) return ck_ptr_differential(c, t);
+    const nb_type *e = ptr_diff_of(c, t->elem);
+    return ck_is_error(e) ? e : nb_type_array(c->tt, e, t->length);
+}
+
 const nb_type *ck_resolve_ptr_pair(nb_checker *c, nb_type_expr *te, const nb_type *e) {
-    if (!ck_is_ptr_type(c, e)) {
+    const nb_type *in = e;
+    while (in->kind == NB_TY_ARRAY) in = in->elem; /* DifferentialPtrPair<P[2]>: an array of pointers */
+    if (e->kind == NB_TY_ARRAY && ck_is_ptr_type(c, in)) {
+        if (e->ptr_pair) return e->ptr_pair;
+    } else if (!ck_is_ptr_type(c, e)) {
         ck_err(c, te->loc, "'DifferentialPtrPair' needs a type conforming to IDifferentiablePtrType, got '%s'%s",
                e->name, nb_type_is_differentiable(e) ? " (use DifferentialPair for IDifferentiable types)" : "");
         return c->tt->t_error;
     }
-    nb_decl *pd = (nb_decl *)e->decl;
-    if (pd->u.strct.ptr_pair) return ck_struct_type(c, pd->u.strct.ptr_pair);
-    const nb_type *dt = ck_ptr_differential(c, e);
+    nb_decl *pd = (nb_decl *)in->decl;
+    if (e == in && pd->u.strct.ptr_pair) return ck_struct_type(c, pd->u.strct.ptr_pair);
+    const nb_type *dt = ptr_diff_of(c, e);
     if (ck_is_error(dt)) return dt;
     nb_decl *sd = ck_alloc(c, sizeof *sd);
     nb_decl **fields = ck_alloc(c, 2 * sizeof(nb_decl *));
@@ -225,6 +243,8 @@ const nb_type *ck_resolve_ptr_pair(nb_checker *c, nb_type_expr *te, const nb_typ
     sd->u.strct.fields = fields;
     sd->u.strct.nfields = 2;
     sd->u.strct.is_ptr_pair = 1;
-    pd->u.strct.ptr_pair = sd;
-    return ck_struct_type(c, sd);
+    const nb_type *pt = ck_struct_type(c, sd);
+    if (e == in) pd->u.strct.ptr_pair = sd;
+    else ((nb_type *)e)->ptr_pair = pt; /* (interned: every use of P[n] sees it) */
+    return pt;
 }

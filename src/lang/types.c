@@ -100,7 +100,7 @@ void nb_types_init(nb_type_table *t, nb_arena *arena) {
     memset(&proto, 0, sizeof proto);
     proto.kind = NB_TY_ERROR;
     /* t_error must exist before anything can fail; make it by hand. */
-    static nb_type g_oom_error = {NB_TY_ERROR, -1, NB_SC_FLOAT, 0, 0, 0, NULL, 0, 0, NULL, "<error>", 0};
+    static nb_type g_oom_error = {NB_TY_ERROR, -1, NB_SC_FLOAT, 0, 0, 0, NULL, 0, 0, NULL, "<error>", 0, NULL};
     t->t_error = &g_oom_error;
     t->t_error = find_or_add(t, &proto);
     proto.kind = NB_TY_VOID;
@@ -253,6 +253,7 @@ static int struct_is_idiff(const nb_type *t) {
 }
 
 const nb_type *nb_type_ptr_pair(const nb_type *t) {
+    if (t && t->kind == NB_TY_ARRAY) return t->ptr_pair;
     const nb_decl *d = t && t->kind == NB_TY_STRUCT ? t->decl : NULL;
     return d && d->kind == NB_DECL_STRUCT && d->u.strct.ptr_pair ? d->u.strct.ptr_pair->u.strct.type : NULL;
 }

@@ -58,6 +58,7 @@ typedef struct nb_type {
     int buffer;                   /* TENSOR: 1 RWStructuredBuffer, 2 StructuredBuffer (rank 1): an
                                      index out of range reads 0 and drops a store without an error
                                      (D3D/Vulkan robust buffer access; check_kernel.c) */
+    const struct nb_type *ptr_pair; /* ARRAY of pointer types: its DifferentialPtrPair (check_ptr.c) */
 } nb_type;
 
 typedef struct nb_type_table {
