@@ -273,8 +273,13 @@ const nb_type *ck_common_type(nb_checker *c, nb_loc loc, const nb_type *a, const
                               const char *op, int keep_bool);
 const nb_type *ck_with_kind(nb_checker *c, const nb_type *t, nb_scalar_kind k);
 const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to);
-/* check.c: a statement, and scopes, for the checkers in other files */
+/* check_stmt.c: a statement, and a function's body (signature, parameters, statements, missing
+ * return) */
 void ck_check_stmt(nb_checker *c, nb_stmt *s);
+void ck_check_func_body(nb_checker *c, nb_decl *fn);
+/* check.c: folds a variable's constant initializer into d->u.var.has_const/const_i/const_f */
+void ck_fold_var(nb_decl *d);
+/* check.c: scopes, for the checkers in other files */
 void ck_push_scope(nb_checker *c);
 void ck_pop_scope(nb_checker *c);
 void ck_declare(nb_checker *c, const char *name, nb_decl *d, nb_loc loc); /* in the innermost scope */
