@@ -1,5 +1,7 @@
-/* Parser core (tokens, errors, recovery, known names) and declarations. Expressions and types are
- * in parser_expr.c, statements in parser_stmt.c, the debug printer in ast_print.c. */
+/* Parser declarations (functions, structs and their members, generics, imports, typedefs, the
+ * top level) and the entry point. The core (tokens, errors, recovery, known names) is in
+ * parser_core.c, expressions and types in parser_expr.c, statements in parser_stmt.c, the debug
+ * printer in ast_print.c. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,368 +10,6 @@
 #include "lang/parser_impl.h"
 #include "lang/preproc.h"
 #include "nabla/alloc.h"
-
-/* ---- allocation (arena; out of memory jumps out of the parse) ------------------------------ */
-
-void *np_alloc(nb_parser *p, size_t size) {
-    void *x = nb_arena_zalloc(p->arena, size ? size : 1, 16);
-    if (!x) {
-        p->oom = 1;
-        longjmp(p->oom_jmp, 1);
-    }
-    return x;
-}
-
-const char *np_strndup(nb_parser *p, const char *s, size_t n) {
-    char *x = np_alloc(p, n + 1);
-    memcpy(x, s, n);
-    x[n] = '\0';
-    return x;
-}
-
-void np_push(nb_parser *p, nb_pvec *v, void *x) {
-    if (v->n == v->cap) {
-        int cap = v->cap ? v->cap * 2 : 4;
-        void **items = np_alloc(p, sizeof(void *) * (size_t)cap);
-        if (v->n) memcpy(items, v->items, sizeof(void *) * (size_t)v->n);
-        v->items = items;
-        v->cap = cap;
-    }
-    v->items[v->n++] = x;
-}
-
-void **np_finish(nb_parser *p, const nb_pvec *v) {
-    if (!v->n) return NULL;
-    void **items = np_alloc(p, sizeof(void *) * (size_t)v->n);
-    memcpy(items, v->items, sizeof(void *) * (size_t)v->n);
-    return items;
-}
-
-/* ---- name sets ------------------------------------------------------------------------------ */
-
-static int nameset_find(const nb_nameset *s, const char *name, size_t n) {
-    if (!s->cap) return -1;
-    uint64_t h = nb_hash64(name, n, 0);
-    int mask = s->cap - 1;
-    for (int i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask) {
-        const char *x = s->slots[i];
-        if (!x) return -1 - i;
-        if (strlen(x) == n && memcmp(x, name, n) == 0) return i;
-    }
-}
-
-static void nameset_add(nb_parser *p, nb_nameset *s, const char *name, size_t n) {
-    if ((s->count + 1) * 2 > s->cap) {
-        int cap = s->cap ? s->cap * 2 : 64;
-        nb_nameset ns = {np_alloc(p, sizeof(char *) * (size_t)cap), cap, 0};
-        for (int i = 0; i < s->cap; i++)
-            if (s->slots[i]) {
-                int at = nameset_find(&ns, s->slots[i], strlen(s->slots[i]));
-                ns.slots[-1 - at] = s->slots[i];
-                ns.count++;
-            }
-        *s = ns;
-    }
-    int at = nameset_find(s, name, n);
-    if (at >= 0) return;
-    s->slots[-1 - at] = np_strndup(p, name, n);
-    s->count++;
-}
-
-static const char *const builtin_generics[] = {
-    "vector", "matrix", "Tensor", "DiffTensor", "RWTensor", "TensorView", "DiffTensorView",
-    "DifferentialPair", "DifferentialPtrPair", "Array", "StructuredBuffer", "RWStructuredBuffer", "TorchTensor", "NDBuffer", "RWNDBuffer",
-    "RasterizerOrderedStructuredBuffer", "CoopVec", NULL};
-
-static int is_builtin_type_name(const char *s, size_t n) {
-    static const char *const scalars[] = {"bool", "int", "uint", "float", "double", "half", "int64_t",
-                                          "uint64_t", "int32_t", "uint32_t", "int16_t", "uint16_t",
-                                          "int8_t", "uint8_t", "float16_t", "float32_t", "float64_t",
-                                          NULL};
-    if (n == 4 && memcmp(s, "void", 4) == 0) return 1;
-    for (int k = 0; scalars[k]; k++) {
-        size_t m = strlen(scalars[k]);
-        if (n < m || memcmp(s, scalars[k], m) != 0) continue;
-        const char *r = s + m;
-        size_t rn = n - m;
-        if (rn == 0) return 1;
-        if (rn == 1 && r[0] >= '1' && r[0] <= '4') return 1;
-        if (rn == 3 && r[0] >= '1' && r[0] <= '4' && r[1] == 'x' && r[2] >= '1' && r[2] <= '4') return 1;
-    }
-    return 0;
-}
-
-int np_is_generic_name(nb_parser *p, const nb_token *t) {
-    if (t->kind != NB_TOK_IDENT) return 0;
-    return nameset_find(&p->generics, t->start, (size_t)t->len) >= 0;
-}
-
-int np_is_type_name(nb_parser *p, const nb_token *t) {
-    if (t->kind != NB_TOK_IDENT) return 0;
-    return is_builtin_type_name(t->start, (size_t)t->len) ||
-           nameset_find(&p->types, t->start, (size_t)t->len) >= 0;
-}
-
-static int tok_is(const nb_token *t, const char *word) {
-    return t->kind == NB_TOK_IDENT && (size_t)t->len == strlen(word) && memcmp(t->start, word, (size_t)t->len) == 0;
-}
-
-/* After `__generic` at toks[i] (`<` next): the name the generic parameters belong to (the struct
- * after `struct`, or the function name before the first `(`), marked generic. */
-static void prescan_generic_prefix(nb_parser *p, int i) {
-    int depth = 0, j = i + 1;
-    for (; j < p->ntoks; j++) { /* skip <…> */
-        nb_tok_kind k = p->toks[j].kind;
-        if (k == NB_TOK_LT) depth++;
-        else if (k == NB_TOK_GT && --depth == 0) break;
-        else if (k == NB_TOK_SHR && (depth -= 2) <= 0) break;
-        else if (k == NB_TOK_LBRACE || k == NB_TOK_SEMI || k == NB_TOK_EOF) return;
-    }
-    for (j++; j + 1 < p->ntoks && j < i + 64; j++) {
-        nb_tok_kind k = p->toks[j].kind;
-        if (k == NB_TOK_KW_STRUCT && p->toks[j + 1].kind == NB_TOK_IDENT) {
-            nameset_add(p, &p->generics, p->toks[j + 1].start, (size_t)p->toks[j + 1].len);
-            return;
-        }
-        if (k == NB_TOK_LPAREN && p->toks[j - 1].kind == NB_TOK_IDENT) {
-            nameset_add(p, &p->generics, p->toks[j - 1].start, (size_t)p->toks[j - 1].len);
-            return;
-        }
-        if (k == NB_TOK_LBRACE || k == NB_TOK_SEMI) return;
-    }
-}
-
-/* Collects struct/typedef/typealias names of the whole file, so that use before declaration works. */
-static void prescan(nb_parser *p) {
-    for (int k = 0; builtin_generics[k]; k++) {
-        nameset_add(p, &p->generics, builtin_generics[k], strlen(builtin_generics[k]));
-        nameset_add(p, &p->types, builtin_generics[k], strlen(builtin_generics[k]));
-    }
-    for (int i = 0; i + 1 < p->ntoks; i++) {
-        const nb_token *t = &p->toks[i], *n = &p->toks[i + 1];
-        if (tok_is(t, "interface") && n->kind == NB_TOK_IDENT) {
-            nameset_add(p, &p->types, n->start, (size_t)n->len);
-        } else if (tok_is(t, "enum") && n->kind == NB_TOK_IDENT) { /* enum E / enum class E */
-            const nb_token *e = (tok_is(n, "class") && i + 2 < p->ntoks && p->toks[i + 2].kind == NB_TOK_IDENT)
-                                    ? &p->toks[i + 2] : n;
-            nameset_add(p, &p->types, e->start, (size_t)e->len);
-        } else if (tok_is(t, "__generic") && n->kind == NB_TOK_LT) {
-            prescan_generic_prefix(p, i);
-        } else if (t->kind == NB_TOK_IDENT && n->kind == NB_TOK_LT && i + 3 < p->ntoks && i > 0 &&
-                   (p->toks[i - 1].kind == NB_TOK_IDENT || p->toks[i - 1].kind == NB_TOK_GT ||
-                    p->toks[i - 1].kind == NB_TOK_SHR || p->toks[i - 1].kind == NB_TOK_RBRACKET) &&
-                   p->toks[i + 2].kind == NB_TOK_IDENT &&
-                   (p->toks[i + 3].kind == NB_TOK_COLON ||
-                    ((p->toks[i + 3].kind == NB_TOK_COMMA || p->toks[i + 3].kind == NB_TOK_GT) &&
-                     p->toks[i - 1].kind == NB_TOK_IDENT && !tok_is(&p->toks[i - 1], "return")))) {
-            /* a type generic function `T sqr<T : IFoo>(…)` / `T f<T>(…)` (also after a generic or
-             * array result type, with a constraint: `S<T> f<T : I>(…)`): `sqr<float>(x)` is explicit */
-            nameset_add(p, &p->generics, t->start, (size_t)t->len);
-        } else if ((t->kind == NB_TOK_KW_STRUCT || t->kind == NB_TOK_KW_TYPEALIAS) && n->kind == NB_TOK_IDENT) {
-            nameset_add(p, &p->types, n->start, (size_t)n->len);
-            if (t->kind == NB_TOK_KW_STRUCT && i + 2 < p->ntoks && p->toks[i + 2].kind == NB_TOK_LT)
-                nameset_add(p, &p->generics, n->start, (size_t)n->len);
-        } else if (t->kind == NB_TOK_IDENT && n->kind == NB_TOK_LT && i + 2 < p->ntoks &&
-                   (p->toks[i + 2].kind == NB_TOK_KW_LET ||
-                    (i + 3 < p->ntoks && p->toks[i + 2].kind == NB_TOK_IDENT && p->toks[i + 3].kind == NB_TOK_IDENT &&
-                     is_builtin_type_name(p->toks[i + 2].start, (size_t)p->toks[i + 2].len))) &&
-                   (i == 0 || p->toks[i - 1].kind != NB_TOK_KW_STRUCT)) {
-            /* a generic function `float sum<let N : int>(…)` (or `sum<int N>`): `sum<4>(x)` is an
-             * explicit instantiation */
-            nameset_add(p, &p->generics, t->start, (size_t)t->len);
-        } else if (t->kind == NB_TOK_KW_TYPEDEF) {
-            const nb_token *last = NULL;
-            int depth = 0;
-            for (int j = i + 1; j < p->ntoks; j++) {
-                nb_tok_kind k = p->toks[j].kind;
-                if (k == NB_TOK_SEMI || k == NB_TOK_LBRACE || k == NB_TOK_RBRACE || k == NB_TOK_EOF ||
-                    k == NB_TOK_KW_TYPEDEF) /* (so the pre-scan stays linear) */
-                    break;
-                if (k == NB_TOK_LBRACKET || k == NB_TOK_LT) depth++;
-                else if ((k == NB_TOK_RBRACKET || k == NB_TOK_GT) && depth > 0) depth--;
-                else if (k == NB_TOK_SHR) depth = depth > 2 ? depth - 2 : 0;
-                else if (k == NB_TOK_IDENT && depth == 0) last = &p->toks[j];
-            }
-            if (last) nameset_add(p, &p->types, last->start, (size_t)last->len);
-        }
-    }
-}
-
-/* ---- tokens --------------------------------------------------------------------------------- */
-
-const nb_token *np_cur(nb_parser *p) {
-    if (p->stop) return &p->toks[p->ntoks - 1];
-    return &p->toks[p->pos];
-}
-
-const nb_token *np_peek(nb_parser *p, int k) {
-    if (p->stop) return &p->toks[p->ntoks - 1];
-    int i = p->pos + k;
-    if (i >= p->ntoks) i = p->ntoks - 1;
-    return &p->toks[i];
-}
-
-nb_tok_kind np_kind(nb_parser *p) {
-    if (p->split_gt && !p->stop) return NB_TOK_GT;
-    return np_cur(p)->kind;
-}
-
-nb_tok_kind np_peek_kind(nb_parser *p, int k) { return np_peek(p, k)->kind; }
-
-nb_loc np_loc(nb_parser *p) {
-    nb_loc l = np_cur(p)->loc;
-    if (p->split_gt && !p->stop) l.col++;
-    return l;
-}
-
-nb_loc np_prev_end(nb_parser *p) {
-    if (p->pos == 0) return np_loc(p);
-    const nb_token *t = &p->toks[p->pos - 1];
-    nb_loc l = t->loc;
-    l.col += t->len;
-    return l;
-}
-
-void np_advance(nb_parser *p) {
-    if (p->stop) return;
-    p->split_gt = 0;
-    if (p->pos < p->ntoks - 1) p->pos++;
-}
-
-int np_accept(nb_parser *p, nb_tok_kind k) {
-    if (np_kind(p) != k) return 0;
-    np_advance(p);
-    return 1;
-}
-
-const char *np_tok_text(nb_parser *p) {
-    const nb_token *t = np_cur(p);
-    return np_strndup(p, t->start, (size_t)t->len);
-}
-
-void np_describe(nb_parser *p, const nb_token *t, char *buf, size_t n) {
-    (void)p;
-    if (t->kind == NB_TOK_EOF) {
-        snprintf(buf, n, "end of file");
-        return;
-    }
-    int len = t->len > 32 ? 32 : t->len;
-    snprintf(buf, n, "'%.*s%s'", len, t->start, t->len > 32 ? "..." : "");
-}
-
-nb_pstate np_save(nb_parser *p) {
-    nb_pstate s = {p->pos, p->split_gt};
-    return s;
-}
-
-void np_restore(nb_parser *p, nb_pstate s) {
-    p->pos = s.pos;
-    p->split_gt = s.split_gt;
-}
-
-/* ---- errors and recovery -------------------------------------------------------------------- */
-
-static void verror(nb_parser *p, nb_loc loc, const char *fmt, va_list ap) {
-    if (p->spec) {
-        p->spec_failed = 1;
-        return;
-    }
-    if (p->panic || p->stop) return;
-    p->panic = 1;
-    char buf[512];
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    nb_diag_error(p->src, loc, "%s", buf);
-    if (p->src->max_errors > 0 && p->src->nerrors >= p->src->max_errors) p->stop = 1;
-}
-
-void np_error_at(nb_parser *p, nb_loc loc, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    verror(p, loc, fmt, ap);
-    va_end(ap);
-}
-
-void np_error_here(nb_parser *p, const char *fmt, ...) {
-    if (np_kind(p) == NB_TOK_ERROR) { /* the lexer reported it */
-        if (p->spec) p->spec_failed = 1;
-        else p->panic = 1;
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    verror(p, np_loc(p), fmt, ap);
-    va_end(ap);
-}
-
-int np_expect_close(nb_parser *p, nb_tok_kind close, nb_loc open) {
-    if (np_accept(p, close)) return 1;
-    const char *opener = close == NB_TOK_RPAREN ? "'('" : close == NB_TOK_RBRACKET ? "'['"
-                         : close == NB_TOK_RBRACE ? "'{'" : "'<'";
-    char found[64];
-    np_describe(p, np_cur(p), found, sizeof found);
-    np_error_here(p, "expected %s to close %s opened at %d:%d, found %s", nb_tok_name(close), opener,
-                  open.line, open.col, found);
-    return 0;
-}
-
-int np_expect_semi(nb_parser *p, const char *after) {
-    if (np_accept(p, NB_TOK_SEMI)) return 1;
-    if (p->panic) return 0;
-    if (np_kind(p) == NB_TOK_ERROR) { /* already reported by the lexer: just recover */
-        np_error_here(p, "expected ';' after %s", after);
-        return 0;
-    }
-    if (np_kind(p) == NB_TOK_RPAREN || np_kind(p) == NB_TOK_RBRACKET) { /* x = (x)); */
-        np_error_here(p, "unexpected %s (no matching %s)", nb_tok_name(np_kind(p)),
-                      np_kind(p) == NB_TOK_RPAREN ? "'('" : "'['");
-        return 0;
-    }
-    nb_loc at = np_prev_end(p);
-    int same_line = p->pos > 0 && np_cur(p)->loc.line == p->toks[p->pos - 1].loc.line &&
-                    np_kind(p) != NB_TOK_RBRACE && np_kind(p) != NB_TOK_EOF;
-    np_error_at(p, at, "expected ';' after %s", after);
-    if (!same_line && !p->spec) p->panic = 0; /* assume it was forgotten at the end of the line */
-    return 0;
-}
-
-int np_enter(nb_parser *p) {
-    if (p->depth >= NB_PARSE_MAX_DEPTH) {
-        if (!p->stop && !p->spec) {
-            p->panic = 0;
-            np_error_here(p, "nesting is too deep (more than %d levels); giving up", NB_PARSE_MAX_DEPTH);
-            p->stop = 1;
-        } else if (p->spec) {
-            p->spec_failed = 1;
-        }
-        return 0;
-    }
-    p->depth++;
-    return 1;
-}
-
-void np_leave(nb_parser *p) { p->depth--; }
-
-void np_sync(nb_parser *p) {
-    int depth = 0;
-    for (;;) {
-        nb_tok_kind k = np_kind(p);
-        if (k == NB_TOK_EOF) break;
-        if (k == NB_TOK_SEMI && depth == 0) {
-            np_advance(p);
-            break;
-        }
-        if (k == NB_TOK_RBRACE) {
-            if (depth == 0) break;
-            np_advance(p);
-            if (--depth == 0) break;
-            continue;
-        }
-        if (k == NB_TOK_LBRACE || k == NB_TOK_LPAREN || k == NB_TOK_LBRACKET) depth++;
-        else if ((k == NB_TOK_RPAREN || k == NB_TOK_RBRACKET) && depth > 0) depth--;
-        np_advance(p);
-    }
-    p->panic = 0;
-}
 
 /* ---- declarations --------------------------------------------------------------------------- */
 
@@ -398,18 +38,18 @@ static unsigned parse_mods(nb_parser *p) {
         case NB_TOK_KW_PUBLIC: mods |= NB_MOD_PUBLIC; break;
         case NB_TOK_KW_INLINE: mods |= NB_MOD_INLINE; break;
         case NB_TOK_IDENT: /* Slang's `internal` / `private` (not keywords of nabla) */
-            if ((tok_is(np_cur(p), "internal") || tok_is(np_cur(p), "private")) &&
+            if ((np_tok_is(np_cur(p), "internal") || np_tok_is(np_cur(p), "private")) &&
                 (np_peek_kind(p, 1) == NB_TOK_IDENT || (np_peek_kind(p, 1) >= NB_TOK_KW_STRUCT &&
                                                         np_peek_kind(p, 1) < NB_TOK_LPAREN))) {
-                mods |= tok_is(np_cur(p), "private") ? NB_MOD_PRIVATE : NB_MOD_INTERNAL;
+                mods |= np_tok_is(np_cur(p), "private") ? NB_MOD_PRIVATE : NB_MOD_INTERNAL;
                 break;
             }
             /* slang-torch's `__extern_cpp` on host functions: no meaning here */
-            if (tok_is(np_cur(p), "__extern_cpp") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
+            if (np_tok_is(np_cur(p), "__extern_cpp") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
             /* `uniform RWStructuredBuffer<float> b;`: a module-scope shader parameter is uniform
              * already (check_kernel.c binds it from the host) */
-            if (tok_is(np_cur(p), "uniform") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
-            if (tok_is(np_cur(p), "groupshared") && np_peek_kind(p, 1) == NB_TOK_IDENT) { /* (check_kernel.c) */
+            if (np_tok_is(np_cur(p), "uniform") && np_peek_kind(p, 1) == NB_TOK_IDENT) break;
+            if (np_tok_is(np_cur(p), "groupshared") && np_peek_kind(p, 1) == NB_TOK_IDENT) { /* (check_kernel.c) */
                 mods |= NB_MOD_GROUPSHARED;
                 break;
             }
@@ -435,10 +75,10 @@ static nb_decl *parse_param(nb_parser *p, int index) {
         else if (k == NB_TOK_KW_INOUT) in = out = 1;
         else if (k == NB_TOK_KW_NO_DIFF) mods |= NB_MOD_NO_DIFF;
         else if (k == NB_TOK_KW_CONST) mods |= NB_MOD_CONST;
-        else if (tok_is(np_cur(p), "uniform") && np_peek_kind(p, 1) == NB_TOK_IDENT)
+        else if (np_tok_is(np_cur(p), "uniform") && np_peek_kind(p, 1) == NB_TOK_IDENT)
             ; /* an entry point's `uniform` parameter: one value for every thread, as all host-bound
                  scalars and arrays are */
-        else if (tok_is(np_cur(p), "__constref") && np_peek_kind(p, 1) != NB_TOK_COMMA &&
+        else if (np_tok_is(np_cur(p), "__constref") && np_peek_kind(p, 1) != NB_TOK_COMMA &&
                  np_peek_kind(p, 1) != NB_TOK_RPAREN)
             mods |= NB_MOD_CONST; /* Slang's by-reference `in`: read-only, the same value semantics */
         else if (k == NB_TOK_IDENT && np_cur(p)->len == 9 && !memcmp(np_cur(p)->start, "constexpr", 9) &&
@@ -565,7 +205,7 @@ static nb_decl *parse_function(nb_parser *p, nb_attr_list attrs, unsigned mods, 
     d->u.func.params = (nb_decl **)np_finish(p, &params);
     d->u.func.nparams = params.n;
     implicit_length_gparams(p, d);
-    if (tok_is(np_cur(p), "where")) parse_wheres(p, d);
+    if (np_tok_is(np_cur(p), "where")) parse_wheres(p, d);
     if (np_kind(p) == NB_TOK_LBRACE) {
         d->u.func.body = np_parse_block(p);
     } else if (!np_accept(p, NB_TOK_SEMI)) {
@@ -657,7 +297,7 @@ static nb_decl *parse_assoctype(nb_parser *p) {
         return NULL;
     }
     nb_decl *d = new_decl(p, NB_DECL_TYPEDEF, np_loc(p), np_tok_text(p));
-    nameset_add(p, &p->types, np_cur(p)->start, (size_t)np_cur(p)->len);
+    np_nameset_add(p, &p->types, np_cur(p)->start, (size_t)np_cur(p)->len);
     np_advance(p);
     nb_pvec cons = {0};
     if (np_accept(p, NB_TOK_COLON)) parse_constraints(p, &cons);
@@ -738,7 +378,7 @@ static void parse_accessors(nb_parser *p, nb_decl *s, nb_attr_list outer, unsign
         nb_attr_list attrs = np_parse_attrs(p);
         if (!attrs.count) attrs = outer;
         nb_loc loc = np_loc(p);
-        int is_get = tok_is(np_cur(p), "get"), is_set = tok_is(np_cur(p), "set");
+        int is_get = np_tok_is(np_cur(p), "get"), is_set = np_tok_is(np_cur(p), "set");
         if (!is_get && !is_set) {
             char found[64];
             np_describe(p, np_cur(p), found, sizeof found);
@@ -914,13 +554,13 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
         np_push(p, types, td);
         return;
     }
-    if (tok_is(np_cur(p), "associatedtype")) {
+    if (np_tok_is(np_cur(p), "associatedtype")) {
         nb_decl *td = parse_assoctype(p);
         if (td) np_push(p, types, td);
         return;
     }
     nb_pvec generic_prefix = {0};
-    if (tok_is(np_cur(p), "__generic") && np_peek_kind(p, 1) == NB_TOK_LT) {
+    if (np_tok_is(np_cur(p), "__generic") && np_peek_kind(p, 1) == NB_TOK_LT) {
         np_advance(p);
         parse_gparams(p, &generic_prefix, 1);
         nb_attr_list more = np_parse_attrs(p);
@@ -933,15 +573,15 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
         np_error_here(p, "nested struct declarations are not supported");
         return;
     }
-    if (tok_is(np_cur(p), "property") && np_peek_kind(p, 1) != NB_TOK_LPAREN) {
+    if (np_tok_is(np_cur(p), "property") && np_peek_kind(p, 1) != NB_TOK_LPAREN) {
         parse_property(p, s, attrs, mods, methods);
         return;
     }
-    if (tok_is(np_cur(p), "__subscript")) {
+    if (np_tok_is(np_cur(p), "__subscript")) {
         parse_subscript(p, s, attrs, mods, methods);
         return;
     }
-    if (tok_is(np_cur(p), "__init") && (np_peek_kind(p, 1) == NB_TOK_LPAREN || np_peek_kind(p, 1) == NB_TOK_LT)) {
+    if (np_tok_is(np_cur(p), "__init") && (np_peek_kind(p, 1) == NB_TOK_LPAREN || np_peek_kind(p, 1) == NB_TOK_LT)) {
         nb_decl *fn = parse_init(p, s, attrs, mods);
         if (fn) {
             attach_generic_prefix(p, fn, &generic_prefix);
@@ -1001,7 +641,7 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
     while (np_kind(p) != NB_TOK_GT && !p->panic) {
         /* `int N` (Slang's older spelling of `let N : int`): a value parameter of that type */
         int typed = np_kind(p) == NB_TOK_IDENT && np_peek_kind(p, 1) == NB_TOK_IDENT &&
-                    is_builtin_type_name(np_cur(p)->start, (size_t)np_cur(p)->len);
+                    np_is_builtin_type_name(np_cur(p)->start, (size_t)np_cur(p)->len);
         nb_type_expr *typed_te = typed ? np_parse_type(p, 0) : NULL;
         if (typed || np_accept(p, NB_TOK_KW_LET)) {
             if (np_kind(p) != NB_TOK_IDENT) {
@@ -1024,7 +664,7 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
         } else if (np_kind(p) == NB_TOK_IDENT) {
             const nb_token *t = np_cur(p);
             nb_decl *g = new_decl(p, NB_DECL_PARAM, np_loc(p), np_tok_text(p));
-            nameset_add(p, &p->types, t->start, (size_t)t->len);
+            np_nameset_add(p, &p->types, t->start, (size_t)t->len);
             np_advance(p);
             g->u.param.index = gparams->n;
             g->u.param.is_type = 1;
@@ -1054,7 +694,7 @@ static void parse_gparams(nb_parser *p, nb_pvec *gparams, int is_func) {
  * each a PARAM named T (or "T.Differential") with its constraints; an equality is kept in
  * default_type (parsed, not enforced: instantiations are checked as ordinary code). */
 static void parse_wheres_into(nb_parser *p, nb_pvec *ws) {
-    while (tok_is(np_cur(p), "where") && !p->panic) {
+    while (np_tok_is(np_cur(p), "where") && !p->panic) {
         np_advance(p);
         for (;;) {
             if (np_kind(p) != NB_TOK_IDENT) {
@@ -1103,7 +743,7 @@ static int at_gparams(nb_parser *p) {
     if (np_peek_kind(p, 1) != NB_TOK_IDENT) return 0;
     nb_tok_kind k = np_peek_kind(p, 2);
     const nb_token *t1 = np_peek(p, 1);
-    if (k == NB_TOK_IDENT && is_builtin_type_name(t1->start, (size_t)t1->len)) return 1; /* <int N> */
+    if (k == NB_TOK_IDENT && np_is_builtin_type_name(t1->start, (size_t)t1->len)) return 1; /* <int N> */
     return k == NB_TOK_COLON || k == NB_TOK_COMMA || k == NB_TOK_GT || k == NB_TOK_ASSIGN;
 }
 
@@ -1177,7 +817,7 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
     }
     s->u.strct.conforms = (const char **)np_finish(p, &conforms);
     s->u.strct.nconforms = conforms.n;
-    if (tok_is(np_cur(p), "where")) {
+    if (np_tok_is(np_cur(p), "where")) {
         nb_pvec ws = {0};
         parse_wheres_into(p, &ws);
         s->u.strct.wheres = (nb_decl **)np_finish(p, &ws);
@@ -1341,7 +981,7 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
         mods |= NB_MOD_NO_DIFF | parse_mods(p);
     }
     nb_pvec generic_prefix = {0};
-    if (tok_is(np_cur(p), "__generic") && np_peek_kind(p, 1) == NB_TOK_LT) {
+    if (np_tok_is(np_cur(p), "__generic") && np_peek_kind(p, 1) == NB_TOK_LT) {
         np_advance(p);
         parse_gparams(p, &generic_prefix, 1);
         nb_attr_list more = np_parse_attrs(p);
@@ -1359,13 +999,13 @@ static void parse_toplevel(nb_parser *p, nb_pvec *out) {
 /* The declaration after the attributes and modifiers. */
 static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods) {
     nb_tok_kind k = np_kind(p);
-    if (tok_is(np_cur(p), "dyn") && tok_is(np_peek(p, 1), "interface")) np_advance(p); /* `dyn interface` */
-    if (tok_is(np_cur(p), "extension") && (np_peek_kind(p, 1) == NB_TOK_IDENT || np_peek_kind(p, 1) == NB_TOK_LT)) {
+    if (np_tok_is(np_cur(p), "dyn") && np_tok_is(np_peek(p, 1), "interface")) np_advance(p); /* `dyn interface` */
+    if (np_tok_is(np_cur(p), "extension") && (np_peek_kind(p, 1) == NB_TOK_IDENT || np_peek_kind(p, 1) == NB_TOK_LT)) {
         nb_decl *s = parse_struct(p, attrs, mods, 2);
         if (s) np_push(p, out, s);
         return;
     }
-    if (tok_is(np_cur(p), "interface") && np_peek_kind(p, 1) == NB_TOK_IDENT) {
+    if (np_tok_is(np_cur(p), "interface") && np_peek_kind(p, 1) == NB_TOK_IDENT) {
         nb_decl *s = parse_struct(p, attrs, mods, 1);
         if (s) np_push(p, out, s);
         return;
@@ -1374,21 +1014,21 @@ static void parse_toplevel_decl(nb_parser *p, nb_pvec *out, nb_attr_list attrs, 
         np_push(p, out, parse_import(p, 0, 0));
         return;
     }
-    if (tok_is(np_cur(p), "__exported") && np_peek_kind(p, 1) == NB_TOK_KW_IMPORT) {
+    if (np_tok_is(np_cur(p), "__exported") && np_peek_kind(p, 1) == NB_TOK_KW_IMPORT) {
         np_advance(p);
         np_push(p, out, parse_import(p, 0, 1));
         return;
     }
-    if (tok_is(np_cur(p), "__include") && (np_peek_kind(p, 1) == NB_TOK_IDENT || np_peek_kind(p, 1) == NB_TOK_STRING)) {
+    if (np_tok_is(np_cur(p), "__include") && (np_peek_kind(p, 1) == NB_TOK_IDENT || np_peek_kind(p, 1) == NB_TOK_STRING)) {
         p->mod->access_control = 1;
         np_push(p, out, parse_import(p, 1, 0));
         return;
     }
-    if ((tok_is(np_cur(p), "module") || tok_is(np_cur(p), "implementing")) &&
+    if ((np_tok_is(np_cur(p), "module") || np_tok_is(np_cur(p), "implementing")) &&
         (np_peek_kind(p, 1) == NB_TOK_STRING ||
          (np_peek_kind(p, 1) == NB_TOK_IDENT && (np_peek_kind(p, 2) == NB_TOK_SEMI || np_peek_kind(p, 2) == NB_TOK_DOT)))) {
         /* `module NAME;` (this file is a module's primary file) / `implementing NAME;` */
-        int is_module = tok_is(np_cur(p), "module"), quoted = 0;
+        int is_module = np_tok_is(np_cur(p), "module"), quoted = 0;
         np_advance(p);
         const char *name = parse_module_ref(p, is_module ? "module" : "implementing", &quoted);
         if (!name) return;
@@ -1523,7 +1163,7 @@ nb_status nb_parse_module(nb_source_set *src, int file, nb_arena *arena, nb_modu
     m->file = file;
     m->arena = arena;
     p->mod = m;
-    prescan(p);
+    np_prescan(p);
     int capped = src->max_errors > 0 && src->nerrors >= src->max_errors;
     if (capped) p->stop = 1; /* too many errors already: an empty module */
     nb_pvec decls = {0};

@@ -1,4 +1,4 @@
-/* Private to the parser (parser.c, parser_expr.c, parser_stmt.c). */
+/* Private to the parser (parser.c, parser_core.c, parser_expr.c, parser_stmt.c, …). */
 #ifndef NB_LANG_PARSER_IMPL_H
 #define NB_LANG_PARSER_IMPL_H
 
@@ -45,7 +45,11 @@ typedef struct nb_pstate {
     int pos, split_gt;
 } nb_pstate;
 
-/* parser.c: tokens, errors, allocation */
+/* parser_core.c: tokens, errors, allocation, known names */
+void np_prescan(nb_parser *p); /* records the file's type and generic names before parsing */
+void np_nameset_add(nb_parser *p, nb_nameset *s, const char *name, size_t n);
+int np_is_builtin_type_name(const char *s, size_t n);
+int np_tok_is(const nb_token *t, const char *word); /* an identifier spelled `word` */
 void *np_alloc(nb_parser *p, size_t size);
 const char *np_strndup(nb_parser *p, const char *s, size_t n);
 void np_push(nb_parser *p, nb_pvec *v, void *x);
@@ -80,7 +84,7 @@ void np_leave(nb_parser *p);
 nb_pstate np_save(nb_parser *p);
 void np_restore(nb_parser *p, nb_pstate s);
 void np_sync(nb_parser *p); /* skip to after `;` / a closed `{…}`, or before an unmatched `}` */
-/* Declarators after a type: name [dims] [= init] {, name [dims] [= init]} ; -> NB_DECL_VARs. */
+/* parser.c: declarators after a type: name [dims] [= init] {, name [dims] [= init]} ; -> NB_DECL_VARs. */
 void np_parse_var_declarators(nb_parser *p, nb_pvec *out, nb_attr_list attrs, unsigned mods,
                               nb_type_expr *t, nb_loc loc, const char *name, int global);
 int np_is_type_name(nb_parser *p, const nb_token *t);
