@@ -86,6 +86,7 @@ const char *nb_emit_ctype(nb_emitter *e, const nb_type *t);
 const char *nb_emit_scalar_ctype(nb_scalar_kind s);
 /* Suffix to access component k of a vector/matrix value (".x", ".r[1].y"); "" for scalars. */
 void nb_emit_comp(const nb_type *t, int k, nb_strbuf *out);
+extern const char *const nb_emit_comp_name[4]; /* "x", "y", "z", "w" */
 /* Registers helper `name`: returns 1 if the caller must now append its definition to
  * e->helpers (after registering what it depends on), 0 if it exists already. */
 int nb_emit_need_helper(nb_emitter *e, const char *name);
@@ -109,6 +110,15 @@ const char *nb_emit_get_helper(nb_emitter *e, const nb_type *t);
 /* Renders intrinsic `id` with result type rt over rendered args (types in at[]). */
 void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, const char *const *args,
                        int n, nb_strbuf *out);
+/* emit_c.c, shared with the intrinsics (emit_intrin.c). */
+const char *nb_emit_registered(nb_emitter *e, const char *name); /* the module's copy of a helper name */
+/* "nb_<prefix>_<t>[_<t2>]" in buf (returned) */
+const char *nb_emit_helper_name(nb_emitter *e, const char *prefix, const nb_type *t, const nb_type *t2,
+                                char *buf, size_t cap);
+int nb_emit_is_float_scalar(nb_scalar_kind s); /* float, half or double */
+/* libm name of `base` for s in buf: "sinf", "sin" for double */
+const char *nb_emit_math_fn(nb_scalar_kind s, const char *base, char *buf, size_t cap);
+void nb_emit_need_bits(nb_emitter *e); /* defines nb_f32_bits / nb_bits_f32 once */
 /* The inline-MLP intrinsics (intrinsics.h NN_*; emit_nn.c): C loops, warp-cooperative CUDA. */
 void nb_emit_nn_intrinsic(nb_emitter *e, int id, const nb_type *const *at, const char *const *args, int n,
                           nb_strbuf *out);
