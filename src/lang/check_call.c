@@ -1,5 +1,6 @@
 /* Call checking: overload resolution, user functions, methods, constructors, intrinsics and
- * fwd_diff / bwd_diff (conventions in check.h and intrinsics.h). */
+ * fwd_diff / bwd_diff (conventions in check.h and intrinsics.h). Intrinsic calls are in
+ * check_call_intrin.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -27,18 +28,18 @@ typedef struct ck_cand {
     const nb_type *dret; /* result type (of the derivative, for fwd_diff / bwd_diff) */
 } ck_cand;
 
-static int is_float_kind(nb_scalar_kind s) {
+int ck_is_float_kind(nb_scalar_kind s) {
     return s == NB_SC_HALF || s == NB_SC_FLOAT || s == NB_SC_DOUBLE;
 }
 
-static int is_value_shape(const nb_type *t) {
+int ck_is_value_shape(const nb_type *t) {
     return t && (t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX);
 }
 
 /* An initializer-list argument not checked yet: it takes its type from the parameter it is
  * passed to (`f({1.0, 2.0})`, `DifferentialPair<S>({p, q}, {dp, dq})`), once the overload is
  * chosen (check_args_defer, apply_args). */
-static int is_pending_list(const nb_expr *e) { return e && e->kind == NB_EX_INIT_LIST && !e->type; }
+int ck_is_pending_list(const nb_expr *e) { return e && e->kind == NB_EX_INIT_LIST && !e->type; }
 
 /* Types an initializer list can stand for. */
 static int list_param_ok(const nb_type *t) {
@@ -48,16 +49,16 @@ static int list_param_ok(const nb_type *t) {
 
 /* An argument converted to a parameter type: a pending list is checked as that type. */
 static void arg_to(nb_checker *c, nb_expr **slot, const nb_type *t, const char *what) {
-    if (is_pending_list(*slot)) ck_expr_to(c, slot, t, what);
+    if (ck_is_pending_list(*slot)) ck_expr_to(c, slot, t, what);
     else ck_coerce(c, slot, t, what);
 }
 
 /* "f(float3, int)" */
-static void describe_call(const char *name, nb_expr **args, int nargs, nb_strbuf *sb) {
+void ck_describe_call(const char *name, nb_expr **args, int nargs, nb_strbuf *sb) {
     nb_strbuf_printf(sb, "%s(", name);
     for (int i = 0; i < nargs; i++) {
         if (i) nb_strbuf_append(sb, ", ");
-        if (is_pending_list(args[i])) nb_strbuf_append(sb, "{…}");
+        if (ck_is_pending_list(args[i])) nb_strbuf_append(sb, "{…}");
         else nb_strbuf_append(sb, args[i] && args[i]->type ? args[i]->type->name : "?");
     }
     nb_strbuf_append(sb, ")");
@@ -165,7 +166,7 @@ static int cand_cost(ck_cand *k, nb_expr **args, const char **names, int nargs) 
         }
         const nb_type *at = args[k->map[i]]->type;
         const nb_type *pt = k->params[i].type;
-        if (is_pending_list(args[k->map[i]])) { /* `{…}`: any aggregate IN parameter, checked later */
+        if (ck_is_pending_list(args[k->map[i]])) { /* `{…}`: any aggregate IN parameter, checked later */
             if (k->params[i].dir != NB_DIR_IN || !list_param_ok(pt)) return -1;
             cost += 1;
             continue;
@@ -250,7 +251,7 @@ static void untie_lists(nb_checker *c, nb_expr **args, ck_cand *cands, int ncand
         if (cands[i].cost != base) continue;
         for (int p = 0; p < cands[i].nparams; p++) {
             const nb_type *pt = cands[i].params[p].type;
-            if (cands[i].map[p] >= 0 && is_pending_list(args[cands[i].map[p]]) && pt &&
+            if (cands[i].map[p] >= 0 && ck_is_pending_list(args[cands[i].map[p]]) && pt &&
                 pt->kind == NB_TY_STRUCT && ck_has_method(pt->decl, "__init"))
                 return;
         }
@@ -259,7 +260,7 @@ static void untie_lists(nb_checker *c, nb_expr **args, ck_cand *cands, int ncand
         if (cands[i].cost != base) continue;
         for (int p = 0; p < cands[i].nparams; p++) {
             int a = cands[i].map[p];
-            if (a < 0 || !is_pending_list(args[a])) continue;
+            if (a < 0 || !ck_is_pending_list(args[a])) continue;
             type_list_items(c, args[a]);
             int k = list_cost(c, args[a], cands[i].params[p].type);
             if (k < 0) { cands[i].cost = -1; break; }
@@ -277,7 +278,7 @@ static int resolve(nb_checker *c, nb_expr *call, const char *display, ck_cand *c
     nb_expr **args = call->u.call.args;
     int nargs = call->u.call.nargs;
     for (int a = 0; a < nargs; a++)
-        if (!is_pending_list(args[a]) && ck_is_error(args[a]->type)) return -1; /* no cascade */
+        if (!ck_is_pending_list(args[a]) && ck_is_error(args[a]->type)) return -1; /* no cascade */
     int best = -1, nbest = 0;
     for (int i = 0; i < ncands; i++) {
         cands[i].cost = cand_cost(&cands[i], args, call->u.call.arg_names, nargs);
@@ -287,7 +288,7 @@ static int resolve(nb_checker *c, nb_expr *call, const char *display, ck_cand *c
     }
     if (nbest > 1) {
         int has_list = 0;
-        for (int a = 0; a < nargs; a++) has_list |= is_pending_list(args[a]);
+        for (int a = 0; a < nargs; a++) has_list |= ck_is_pending_list(args[a]);
         if (has_list) {
             untie_lists(c, args, cands, ncands, best);
             best = -1;
@@ -301,7 +302,7 @@ static int resolve(nb_checker *c, nb_expr *call, const char *display, ck_cand *c
     }
     nb_strbuf sb;
     nb_strbuf_init(&sb);
-    describe_call(display, args, nargs, &sb);
+    ck_describe_call(display, args, nargs, &sb);
     if (best < 0) {
         ck_err(c, call->loc, "no matching function for call to '%s'", nb_strbuf_cstr(&sb));
         for (int i = 0; i < ncands; i++) note_candidate(c, &cands[i]);
@@ -352,14 +353,14 @@ static const nb_type *ret_type(nb_checker *c, nb_decl *fn) {
     return r ? r : c->tt->t_error;
 }
 
-static void check_args(nb_checker *c, nb_expr *call) {
+void ck_check_args(nb_checker *c, nb_expr *call) {
     for (int i = 0; i < call->u.call.nargs; i++) {
         if (!call->u.call.args[i]) continue;
         ck_expr(c, &call->u.call.args[i]);
     }
 }
 
-/* As check_args, but initializer lists wait for the chosen overload's parameter types. */
+/* As ck_check_args, but initializer lists wait for the chosen overload's parameter types. */
 static void check_args_defer(nb_checker *c, nb_expr *call) {
     for (int i = 0; i < call->u.call.nargs; i++) {
         nb_expr *a = call->u.call.args[i];
@@ -369,9 +370,9 @@ static void check_args_defer(nb_checker *c, nb_expr *call) {
 }
 
 /* After a failed resolution: pending lists get the error type (nothing reads them unchecked). */
-static void fail_pending(nb_checker *c, nb_expr *call) {
+void ck_fail_pending(nb_checker *c, nb_expr *call) {
     for (int i = 0; i < call->u.call.nargs; i++)
-        if (is_pending_list(call->u.call.args[i])) call->u.call.args[i]->type = c->tt->t_error;
+        if (ck_is_pending_list(call->u.call.args[i])) call->u.call.args[i]->type = c->tt->t_error;
 }
 
 /* Calls of user functions / methods. this_base: object expression for method calls. */
@@ -382,7 +383,7 @@ static const nb_type *call_user(nb_checker *c, nb_expr *call, nb_decl **fns, int
     for (int i = 0; i < n; i++) cand_from_decl(c, &cands[i], fns[i], NULL, 0);
     int k = resolve(c, call, name, cands, n);
     if (k < 0) {
-        fail_pending(c, call);
+        ck_fail_pending(c, call);
         nb_free(cands, sizeof(ck_cand) * (size_t)n);
         return call->type = c->tt->t_error;
     }
@@ -425,10 +426,10 @@ static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) 
     int n = call->u.call.nargs;
     nb_expr **args = call->u.call.args;
     if (t->kind == NB_TY_STRUCT || t->kind == NB_TY_DIFFPAIR) check_args_defer(c, call); /* S({…}, …) */
-    else check_args(c, call);
-    if (ck_is_error(t)) { fail_pending(c, call); return call->type = t; }
+    else ck_check_args(c, call);
+    if (ck_is_error(t)) { ck_fail_pending(c, call); return call->type = t; }
     for (int i = 0; i < n; i++)
-        if (!is_pending_list(args[i]) && ck_is_error(args[i]->type)) { fail_pending(c, call); return call->type = t; }
+        if (!ck_is_pending_list(args[i]) && ck_is_error(args[i]->type)) { ck_fail_pending(c, call); return call->type = t; }
     call->type = t;
     switch (t->kind) {
     case NB_TY_SCALAR:
@@ -477,7 +478,7 @@ static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) 
         if (n != sd->u.strct.nfields) {
             ck_err(c, call->loc, "'%s' constructor takes %d arguments (one per field), got %d", t->name,
                    sd->u.strct.nfields, n);
-            fail_pending(c, call);
+            ck_fail_pending(c, call);
             return call->type = c->tt->t_error;
         }
         for (int i = 0; i < n; i++) {
@@ -490,7 +491,7 @@ static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) 
     case NB_TY_DIFFPAIR: {
         if (n < 1 || n > 2) {
             ck_err(c, call->loc, "'%s' constructor takes 1 or 2 arguments, got %d", t->name, n);
-            fail_pending(c, call);
+            ck_fail_pending(c, call);
             return call->type = c->tt->t_error;
         }
         arg_to(c, &args[0], t->elem, "constructor");
@@ -506,297 +507,6 @@ static const nb_type *call_ctor(nb_checker *c, nb_expr *call, const nb_type *t) 
         ck_err(c, call->loc, "cannot construct a value of type '%s'", t->name);
         return call->type = c->tt->t_error;
     }
-}
-
-/* ---- intrinsics --------------------------------------------------------------------------- */
-
-/* Common elementwise type of all args; float: promote to a float kind. NULL after an error. */
-static const nb_type *elementwise_type(nb_checker *c, nb_expr *call, const char *name, int want_float) {
-    nb_expr **args = call->u.call.args;
-    const nb_type *t = args[0]->type;
-    for (int i = 0; i < call->u.call.nargs; i++) {
-        if (!is_value_shape(args[i]->type)) {
-            nb_strbuf sb;
-            nb_strbuf_init(&sb);
-            describe_call(name, args, call->u.call.nargs, &sb);
-            ck_err(c, call->loc, "no matching function for call to '%s' (arguments must be scalars, "
-                   "vectors or matrices)", nb_strbuf_cstr(&sb));
-            nb_strbuf_free(&sb);
-            return NULL;
-        }
-        if (i > 0) {
-            char op[64];
-            snprintf(op, sizeof op, "call to '%s'", name);
-            t = ck_common_type(c, call->loc, t, args[i]->type, op, 0);
-            if (!t) return NULL;
-        }
-    }
-    if (t->scalar == NB_SC_BOOL) t = ck_with_kind(c, t, want_float ? NB_SC_FLOAT : NB_SC_INT);
-    if (want_float && !is_float_kind(t->scalar)) t = ck_with_kind(c, t, NB_SC_FLOAT);
-    return t;
-}
-
-static void coerce_all(nb_checker *c, nb_expr *call, const nb_type *t, const char *name) {
-    for (int i = 0; i < call->u.call.nargs; i++) {
-        char what[96];
-        snprintf(what, sizeof what, "argument %d of '%s'", i + 1, name);
-        ck_coerce(c, &call->u.call.args[i], t, what);
-    }
-}
-
-static int in_tensor_element(const nb_expr *e) {
-    return e && e->kind == NB_EX_INDEX && e->u.index.base && e->u.index.base->type &&
-           e->u.index.base->type->kind == NB_TY_TENSOR;
-}
-
-static const nb_type *call_mul(nb_checker *c, nb_expr *call) {
-    nb_expr **args = call->u.call.args;
-    const nb_type *a = args[0]->type, *b = args[1]->type;
-    if (!is_value_shape(a) || !is_value_shape(b)) goto bad;
-    nb_scalar_kind k = ck_scalar_rank(a->scalar) >= ck_scalar_rank(b->scalar) ? a->scalar : b->scalar;
-    if (k == NB_SC_BOOL) k = NB_SC_INT;
-    const nb_type *ta = ck_with_kind(c, a, k), *tb = ck_with_kind(c, b, k), *r = NULL;
-    if (a->kind == NB_TY_SCALAR) r = tb;
-    else if (b->kind == NB_TY_SCALAR) r = ta;
-    else if (a->kind == NB_TY_VECTOR && b->kind == NB_TY_VECTOR) {
-        if (a->cols != b->cols) goto bad;
-        r = nb_type_scalar(c->tt, k);
-    } else if (a->kind == NB_TY_VECTOR && b->kind == NB_TY_MATRIX) {
-        if (a->cols != b->rows) goto bad;
-        r = nb_type_vector(c->tt, k, b->cols);
-    } else if (a->kind == NB_TY_MATRIX && b->kind == NB_TY_VECTOR) {
-        if (a->cols != b->cols) goto bad;
-        r = nb_type_vector(c->tt, k, a->rows);
-    } else {
-        if (a->cols != b->rows) goto bad;
-        r = nb_type_matrix(c->tt, k, a->rows, b->cols);
-    }
-    ck_coerce(c, &args[0], ta, "argument 1 of 'mul'");
-    ck_coerce(c, &args[1], tb, "argument 2 of 'mul'");
-    return call->type = r;
-bad:
-    ck_err(c, call->loc, "mul: incompatible operands '%s' and '%s'", a->name, b->name);
-    return call->type = c->tt->t_error;
-}
-
-static const nb_type *call_intrinsic(nb_checker *c, nb_expr *call, int id) {
-    const nb_intrinsic_info *in = nb_intrinsic_get(id);
-    const char *name = in->name;
-    int n = call->u.call.nargs;
-    nb_expr **args = call->u.call.args;
-    call->ref = NB_REF_INTRINSIC;
-    call->index = id;
-    if (in->sig == NB_ISIG_FWD_DIFF || in->sig == NB_ISIG_BWD_DIFF) {
-        ck_err(c, call->loc, "'%s(f)' must be called with f's arguments: %s(f)(…)", name, name);
-        return call->type = c->tt->t_error;
-    }
-    if (in->sig == NB_ISIG_DIFFPAIR && n == 2 && is_pending_list(args[1])) {
-        /* diffPair(a, {…}): the list is a's Differential */
-        const nb_type *pt = ck_expr(c, &args[0]);
-        const nb_type *dt = ck_is_error(pt) ? NULL : nb_type_differential(c->tt, pt);
-        if (dt) ck_expr_to(c, &args[1], dt, "argument 2 of 'diffPair'");
-        else fail_pending(c, call);
-    } else {
-        check_args(c, call);
-    }
-    if (n < in->min_args || n > in->max_args) {
-        if (in->min_args == in->max_args)
-            ck_err(c, call->loc, "'%s' takes %d argument%s, got %d", name, in->min_args,
-                   in->min_args == 1 ? "" : "s", n);
-        else
-            ck_err(c, call->loc, "'%s' takes %d to %d arguments, got %d", name, in->min_args, in->max_args, n);
-        return call->type = c->tt->t_error;
-    }
-    if (call->u.call.arg_names)
-        for (int i = 0; i < n; i++)
-            if (call->u.call.arg_names[i]) {
-                ck_err(c, call->loc, "built-in '%s' does not take named arguments", name);
-                return call->type = c->tt->t_error;
-            }
-    for (int i = 0; i < n; i++)
-        if (ck_is_error(args[i]->type)) return call->type = c->tt->t_error;
-    if ((in->flags & NB_IFLAG_KERNEL) && !(c->fn && c->fn->u.func.is_kernel)) {
-        ck_err(c, call->loc, "'%s()' is only allowed in [Kernel] functions", name);
-        return call->type = c->tt->t_error;
-    }
-    const nb_type *t;
-    switch (in->sig) {
-    case NB_ISIG_FLOAT_UNARY:
-    case NB_ISIG_FLOAT_BINARY:
-    case NB_ISIG_FLOAT_TERNARY:
-    case NB_ISIG_NUM_UNARY:
-    case NB_ISIG_NUM_BINARY:
-    case NB_ISIG_NUM_TERNARY: {
-        int want_float = in->sig == NB_ISIG_FLOAT_UNARY || in->sig == NB_ISIG_FLOAT_BINARY ||
-                         in->sig == NB_ISIG_FLOAT_TERNARY;
-        t = elementwise_type(c, call, name, want_float);
-        if (!t) return call->type = c->tt->t_error;
-        coerce_all(c, call, t, name);
-        return call->type = t;
-    }
-    case NB_ISIG_VEC_UNARY:
-    case NB_ISIG_VEC_BINARY:
-    case NB_ISIG_DOT:
-    case NB_ISIG_DISTANCE:
-    case NB_ISIG_CROSS:
-    case NB_ISIG_LENGTH: {
-        int want_float = in->sig != NB_ISIG_DOT;
-        t = elementwise_type(c, call, name, want_float);
-        if (!t) return call->type = c->tt->t_error;
-        if (t->kind == NB_TY_MATRIX || (t->kind == NB_TY_SCALAR && in->sig != NB_ISIG_LENGTH &&
-                                        in->sig != NB_ISIG_DOT && in->sig != NB_ISIG_DISTANCE)) {
-            ck_err(c, call->loc, "'%s' needs vector arguments, got '%s'", name, args[0]->type->name);
-            return call->type = c->tt->t_error;
-        }
-        if (in->sig == NB_ISIG_CROSS && t->cols != 3) {
-            ck_err(c, call->loc, "'cross' needs 3-component vectors, got '%s'", t->name);
-            return call->type = c->tt->t_error;
-        }
-        coerce_all(c, call, t, name);
-        if (in->sig == NB_ISIG_DOT || in->sig == NB_ISIG_LENGTH || in->sig == NB_ISIG_DISTANCE)
-            return call->type = nb_type_scalar(c->tt, t->scalar);
-        return call->type = t;
-    }
-    case NB_ISIG_SELECT: {
-        const nb_type *ct = args[0]->type;
-        if (ct->kind != NB_TY_SCALAR && ct->kind != NB_TY_VECTOR) {
-            ck_err(c, args[0]->loc, "select condition must be bool or a bool vector, got '%s'", ct->name);
-            return call->type = c->tt->t_error;
-        }
-        if (args[1]->type == args[2]->type && !is_value_shape(args[1]->type) && ct->kind == NB_TY_SCALAR) {
-            ck_coerce(c, &args[0], c->tt->t_bool, "select condition");
-            return call->type = args[1]->type;
-        }
-        t = ck_common_type(c, call->loc, args[1]->type, args[2]->type, "call to 'select'", 1);
-        if (!t) return call->type = c->tt->t_error;
-        if (ct->kind == NB_TY_VECTOR) {
-            if (t->kind == NB_TY_SCALAR) t = nb_type_vector(c->tt, t->scalar, ct->cols);
-            if (t->kind != NB_TY_VECTOR || t->cols != ct->cols) {
-                ck_err(c, call->loc, "select: condition '%s' and values '%s' have different sizes",
-                       ct->name, t->name);
-                return call->type = c->tt->t_error;
-            }
-        }
-        ck_coerce(c, &args[0], ck_with_kind(c, ct, NB_SC_BOOL), "select condition");
-        ck_coerce(c, &args[1], t, "argument 2 of 'select'");
-        ck_coerce(c, &args[2], t, "argument 3 of 'select'");
-        return call->type = t;
-    }
-    case NB_ISIG_MUL: return call_mul(c, call);
-    case NB_ISIG_TRANSPOSE:
-        if (args[0]->type->kind != NB_TY_MATRIX) {
-            ck_err(c, call->loc, "'transpose' needs a matrix, got '%s'", args[0]->type->name);
-            return call->type = c->tt->t_error;
-        }
-        return call->type = nb_type_matrix(c->tt, args[0]->type->scalar, args[0]->type->cols, args[0]->type->rows);
-    case NB_ISIG_DETERMINANT: {
-        const nb_type *m = args[0]->type;
-        if (m->kind != NB_TY_MATRIX || m->rows != m->cols) {
-            ck_err(c, call->loc, "'determinant' needs a square matrix, got '%s'", m->name);
-            return call->type = c->tt->t_error;
-        }
-        if (!is_float_kind(m->scalar)) ck_coerce(c, &args[0], ck_with_kind(c, m, NB_SC_FLOAT), "argument 1 of 'determinant'");
-        return call->type = nb_type_scalar(c->tt, args[0]->type->scalar);
-    }
-    case NB_ISIG_ANY_ALL:
-        if (!is_value_shape(args[0]->type)) {
-            ck_err(c, call->loc, "'%s' needs a scalar or vector, got '%s'", name, args[0]->type->name);
-            return call->type = c->tt->t_error;
-        }
-        return call->type = c->tt->t_bool;
-    case NB_ISIG_FLOAT_TEST:
-        t = elementwise_type(c, call, name, 1);
-        if (!t) return call->type = c->tt->t_error;
-        coerce_all(c, call, t, name);
-        return call->type = ck_with_kind(c, t, NB_SC_BOOL);
-    case NB_ISIG_BITCAST: {
-        const nb_type *a = args[0]->type;
-        if ((a->kind != NB_TY_SCALAR && a->kind != NB_TY_VECTOR) ||
-            (a->scalar != NB_SC_INT && a->scalar != NB_SC_UINT && a->scalar != NB_SC_FLOAT)) {
-            ck_err(c, call->loc, "'%s' needs a 32-bit int, uint or float value, got '%s'", name, a->name);
-            return call->type = c->tt->t_error;
-        }
-        nb_scalar_kind k = id == NB_INTR_ASFLOAT ? NB_SC_FLOAT : id == NB_INTR_ASINT ? NB_SC_INT : NB_SC_UINT;
-        return call->type = ck_with_kind(c, a, k);
-    }
-    case NB_ISIG_ATOMIC: {
-        if (!in_tensor_element(args[0])) {
-            ck_err(c, args[0]->loc, "the first argument of '%s' must be a tensor element (t[i, …])", name);
-            return call->type = c->tt->t_error;
-        }
-        const nb_type *et = args[0]->type;
-        if (et->kind != NB_TY_SCALAR || et->scalar == NB_SC_BOOL) {
-            ck_err(c, args[0]->loc, "'%s' needs a tensor of int, uint or float scalars, got '%s'", name, et->name);
-            return call->type = c->tt->t_error;
-        }
-        ck_coerce(c, &args[1], et, "argument 2 of 'atomicAdd'");
-        return call->type = et;
-    }
-    case NB_ISIG_DIFFPAIR: {
-        const nb_type *pt = args[0]->type;
-        if (is_value_shape(pt) && !is_float_kind(pt->scalar)) {
-            pt = ck_with_kind(c, pt, NB_SC_FLOAT);
-            ck_coerce(c, &args[0], pt, "argument 1 of 'diffPair'");
-        }
-        if (!nb_type_is_differentiable(pt)) { /* (pairs of pairs: higher-order derivatives) */
-            ck_err(c, call->loc, "'diffPair' needs a differentiable value, got '%s'", pt->name);
-            return call->type = c->tt->t_error;
-        }
-        if (n == 2) {
-            const nb_type *dt = nb_type_differential(c->tt, pt);
-            ck_coerce(c, &args[1], dt ? dt : c->tt->t_error, "argument 2 of 'diffPair'");
-        }
-        return call->type = nb_type_diffpair(c->tt, pt);
-    }
-    case NB_ISIG_DETACH:
-        if (args[0]->type->kind == NB_TY_VOID) {
-            ck_err(c, call->loc, "'%s' needs a value", name);
-            return call->type = c->tt->t_error;
-        }
-        return call->type = args[0]->type;
-    case NB_ISIG_THREAD_ID: return call->type = nb_type_vector(c->tt, NB_SC_UINT, 3);
-    case NB_ISIG_BARRIER: return call->type = c->tt->t_void;
-    case NB_ISIG_WAVE: return call->type = ck_group_intrinsic(c, call, id, args, n, name);
-    case NB_ISIG_TENSOR_SIZE: {
-        int64_t d;
-        if (args[0]->type->kind != NB_TY_TENSOR || !ck_const_int(args[1], &d) || d < 0 || d >= args[0]->type->rank) {
-            ck_err(c, call->loc, "'%s' takes a tensor and a constant dimension below its rank", name);
-            return call->type = c->tt->t_error;
-        }
-        ck_coerce(c, &args[1], c->tt->t_int, "dimension");
-        return call->type = c->tt->t_uint;
-    }
-    case NB_ISIG_TENSOR_DATA_PTR: /* t.data_ptr() (check_ptr.c) */
-        if (args[0]->type->kind != NB_TY_TENSOR) {
-            ck_err(c, call->loc, "'%s' takes a tensor", name);
-            return call->type = c->tt->t_error;
-        }
-        return call->type = nb_type_ptr(c->tt, args[0]->type->elem);
-    case NB_ISIG_NN_MATVEC:
-    case NB_ISIG_NN_OUTER: { /* (w, offset, vectors...): lib/nn.nb's building blocks */
-        const nb_type *wt = args[0]->type;
-        int outer = in->sig == NB_ISIG_NN_OUTER;
-        if (wt->kind != NB_TY_TENSOR || wt->rank != 1 || wt->elem != c->tt->t_float || (outer && !wt->diff_tensor)) {
-            ck_err(c, args[0]->loc, "the first argument of '%s' must be a %s<float,1> of weights, got '%s'", name,
-                   outer ? "DiffTensor" : "Tensor or DiffTensor", wt->name ? wt->name : "?");
-            return call->type = c->tt->t_error;
-        }
-        char what[64];
-        snprintf(what, sizeof what, "argument 2 of '%s'", name);
-        ck_coerce(c, &args[1], c->tt->t_int, what);
-        const nb_type *v16 = nb_type_array(c->tt, c->tt->t_float, 16);
-        for (int i = 2; i < n; i++) {
-            snprintf(what, sizeof what, "argument %d of '%s'", i + 1, name);
-            ck_coerce(c, &args[i], v16, what);
-        }
-        return call->type = outer ? c->tt->t_void : v16;
-    }
-    case NB_ISIG_FWD_DIFF:
-    case NB_ISIG_BWD_DIFF:
-        ck_err(c, call->loc, "'%s(f)' must be called with f's arguments: %s(f)(…)", name, name);
-        return call->type = c->tt->t_error;
-    }
-    return call->type = c->tt->t_error;
 }
 
 /* ---- fwd_diff(f)(…) / bwd_diff(f)(…) ------------------------------------------------------ */
@@ -993,7 +703,7 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
     display[dl] = 0;
     int k = resolve(c, call, display, cands, nc);
     if (k < 0) {
-        fail_pending(c, call);
+        ck_fail_pending(c, call);
         nb_free(cands, sizeof(ck_cand) * (size_t)nf);
         return call->type = c->tt->t_error;
     }
@@ -1033,7 +743,7 @@ static const nb_type *call_method(nb_checker *c, nb_expr *call, nb_expr *callee,
     check_args_defer(c, call);
     if (n == 0) {
         ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, sd->name);
-        fail_pending(c, call);
+        ck_fail_pending(c, call);
         return call->type = c->tt->t_error;
     }
     /* generic methods (`f<let N : int>`, `__init<T : IFoo>`): their instantiations for this call */
@@ -1086,7 +796,7 @@ static const nb_type *call_object(nb_checker *c, nb_expr *call) {
         call->u.call.callee = m;
         return call_method(c, call, m, t->decl, 0);
     }
-    check_args(c, call);
+    ck_check_args(c, call);
     if (!ck_is_error(t)) ck_err(c, callee->loc, "called object of type '%s' is not a function", t->name);
     return call->type = c->tt->t_error;
 }
@@ -1164,7 +874,7 @@ static const nb_type *update_pair(nb_checker *c, nb_expr **slot, const char *nam
     int pair = name[6] == 'P' && name[7] == 'a';
     int want = pair ? 3 : 2;
     if (call->u.call.nargs != want) {
-        check_args(c, call);
+        ck_check_args(c, call);
         ck_err(c, call->loc, "'%s' takes %d arguments (%s), got %d", name, want,
                pair ? "inout pair, primal, differential" : name[6] == 'D' ? "inout pair, differential" : "inout pair, primal",
                call->u.call.nargs);
@@ -1221,7 +931,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         /* `S.Differential(…)` / `float3.Differential(…)`: a constructor of the type's Differential */
         const nb_type *t = differential_type_expr(c, callee);
         if (t && ck_is_error(t)) {
-            check_args(c, call);
+            ck_check_args(c, call);
             return call->type = t;
         }
         nb_type_expr *te = t ? ck_alloc(c, sizeof *te) : NULL;
@@ -1270,7 +980,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             ck_lookup_global(c, name, NB_DECL_TYPEDEF, d, 1) == 0) {
             check_args_defer(c, call);
             nf = ck_generic_candidates(c, call, fns, nf, te, name);
-            if (nf <= 0) { fail_pending(c, call); return call->type = c->tt->t_error; }
+            if (nf <= 0) { ck_fail_pending(c, call); return call->type = c->tt->t_error; }
             /* the callee becomes a plain function name */
             callee->kind = NB_EX_NAME;
             memset(&callee->u, 0, sizeof callee->u);
@@ -1311,7 +1021,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             const nb_type *lt = lv->kind == NB_DECL_PARAM ? lv->u.param.type : lv->u.var.type;
             if (lt && lt->kind == NB_TY_STRUCT && ck_has_method(lt->decl, "operator()"))
                 return call_object(c, call); /* f(x) with f a struct value: f.operator()(x) */
-            check_args(c, call);
+            ck_check_args(c, call);
             ck_err(c, callee->loc, "'%s' is a variable, not a function", name);
             return call->type = c->tt->t_error;
         }
@@ -1340,7 +1050,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         if (nf > 0) {
             check_args_defer(c, call);
             nf = ck_generic_candidates(c, call, fns, nf, NULL, name);
-            if (nf <= 0) { fail_pending(c, call); return call->type = c->tt->t_error; }
+            if (nf <= 0) { ck_fail_pending(c, call); return call->type = c->tt->t_error; }
             call->ref = NB_REF_FUNCTION;
             callee->ref = NB_REF_FUNCTION;
             const nb_type *r = call_user(c, call, fns, nf, name);
@@ -1356,7 +1066,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             callee->ref = NB_REF_INTRINSIC;
             callee->index = id;
             callee->type = c->tt->t_void;
-            return call_intrinsic(c, call, id);
+            return ck_call_intrinsic(c, call, id);
         }
         const nb_type *t = ck_name_as_type(c, name, callee->loc);
         if (t) {
@@ -1369,13 +1079,13 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         if (!strcmp(name, "sincos")) { /* Slang's sincos(x, out s, out c): a synthesized function */
             check_args_defer(c, call);
             if (call->u.call.nargs != 3) {
-                fail_pending(c, call);
+                ck_fail_pending(c, call);
                 ck_err(c, call->loc, "'sincos' takes 3 arguments (x, out s, out c), got %d", call->u.call.nargs);
                 return call->type = c->tt->t_error;
             }
             nb_decl *sc = ck_sincos_func(c, call->u.call.args[0] ? call->u.call.args[0]->type : NULL,
                                          call->u.call.args[0] ? call->u.call.args[0]->loc : call->loc);
-            if (!sc) { fail_pending(c, call); return call->type = c->tt->t_error; }
+            if (!sc) { ck_fail_pending(c, call); return call->type = c->tt->t_error; }
             call->ref = NB_REF_FUNCTION;
             callee->ref = NB_REF_FUNCTION;
             const nb_type *r = call_user(c, call, &sc, 1, name);
@@ -1385,7 +1095,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             }
             return r;
         }
-        check_args(c, call);
+        ck_check_args(c, call);
         ck_err(c, callee->loc, "use of undeclared function '%s'", name);
         ck_note_hidden(c, name);
         return call->type = c->tt->t_error;
@@ -1398,7 +1108,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         !ck_namespace_member(c, callee->u.member.base, NB_DECL_STRUCT)) /* N.S.m(…) */
         ck_namespace_member(c, callee->u.member.base, NB_DECL_TYPEDEF);
     if (callee->kind == NB_EX_MEMBER && callee->u.member.base && ck_namespace_unknown_member(c, callee)) {
-        check_args(c, call);
+        ck_check_args(c, call);
         return call->type = c->tt->t_error;
     }
     if (callee->kind == NB_EX_MEMBER && callee->u.member.base && callee->u.member.member) {
@@ -1419,7 +1129,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         if (st) {
             base->ref = NB_REF_TYPE;
             base->type = st;
-            if (ck_is_error(st)) { check_args(c, call); return call->type = st; }
+            if (ck_is_error(st)) { ck_check_args(c, call); return call->type = st; }
             if (st->kind == NB_TY_SCALAR && strcmp(mname, "getPi") == 0 && call->u.call.nargs == 0 &&
                 ck_scalar_limit(c, call, st, mname))
                 return call->type; /* float.getPi() */
@@ -1427,7 +1137,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
                 /* S.Differential(…): a constructor of S's Differential type */
                 const nb_type *d = nb_type_is_differentiable(st) ? nb_type_differential(c->tt, st) : NULL;
                 if (!d) {
-                    check_args(c, call);
+                    ck_check_args(c, call);
                     ck_err(c, callee->loc, "'%s' is not differentiable, so it has no 'Differential' type", st->name);
                     return call->type = c->tt->t_error;
                 }
@@ -1444,7 +1154,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             const nb_type *dt = ck_diff_static(c, slot, st, mname); /* float.dzero(), S.dadd(a, b) */
             if (dt) return dt;
             if (st->kind != NB_TY_STRUCT) {
-                check_args(c, call);
+                ck_check_args(c, call);
                 ck_err(c, callee->loc, "type '%s' has no member function '%s'", st->name, mname);
                 return call->type = c->tt->t_error;
             }
@@ -1452,12 +1162,12 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         }
         const nb_type *bt = ck_checked(callee->u.member.base) ? callee->u.member.base->type
                                                               : ck_expr(c, &callee->u.member.base);
-        if (ck_is_error(bt)) { check_args(c, call); return call->type = c->tt->t_error; }
+        if (ck_is_error(bt)) { ck_check_args(c, call); return call->type = c->tt->t_error; }
         if (bt->kind == NB_TY_TENSOR) return ck_tensor_method(c, slot, bt); /* t.load(i) … (check_view.c) */
         if (bt->kind == NB_TY_ARRAY && strcmp(mname, "getCount") == 0) return ck_array_get_count(c, slot, bt);
         if (bt->kind == NB_TY_DIFFPAIR &&
             (strcmp(mname, "getPrimal") == 0 || strcmp(mname, "getDifferential") == 0)) {
-            check_args(c, call);
+            ck_check_args(c, call);
             if (call->u.call.nargs != 0) {
                 ck_err(c, call->loc, "'%s' takes no arguments", mname);
                 return call->type = c->tt->t_error;
@@ -1475,7 +1185,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         }
         if (bt->kind == NB_TY_STRUCT) return call_method(c, call, callee, bt->decl, 0);
         if (bt->kind == NB_TY_VECTOR && strcmp(mname, "store") == 0) return ck_vector_store(c, slot, bt);
-        check_args(c, call);
+        ck_check_args(c, call);
         ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, bt->name);
         return call->type = c->tt->t_error;
     }

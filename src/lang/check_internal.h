@@ -273,6 +273,15 @@ const nb_type *ck_common_type(nb_checker *c, nb_loc loc, const nb_type *a, const
                               const char *op, int keep_bool);
 const nb_type *ck_with_kind(nb_checker *c, const nb_type *t, nb_scalar_kind k);
 const nb_type *ck_init_list(nb_checker *c, nb_expr *e, const nb_type *to);
+/* check_call.c, shared with check_call_intrin.c */
+int ck_is_float_kind(nb_scalar_kind s);           /* half, float or double */
+int ck_is_value_shape(const nb_type *t);          /* scalar, vector or matrix */
+int ck_is_pending_list(const nb_expr *e);         /* an initializer-list argument not checked yet */
+void ck_describe_call(const char *name, nb_expr **args, int nargs, nb_strbuf *sb); /* "f(float3, int)" */
+void ck_check_args(nb_checker *c, nb_expr *call); /* checks every argument */
+void ck_fail_pending(nb_checker *c, nb_expr *call); /* pending lists get the error type */
+/* check_call_intrin.c: a call of intrinsic `id` (intrinsics.h) */
+const nb_type *ck_call_intrinsic(nb_checker *c, nb_expr *call, int id);
 /* check_stmt.c: a statement, and a function's body (signature, parameters, statements, missing
  * return) */
 void ck_check_stmt(nb_checker *c, nb_stmt *s);
