@@ -57,7 +57,8 @@ void ck_normalize_conforms(nb_checker *c, nb_decl *sd) {
 
 /* ---- small AST builders (checked later as ordinary code) ------------------------------------ */
 
-static nb_expr *ex_name(nb_checker *c, const char *name, nb_loc loc) {
+/* Tree builders for checker-synthesized code (also check_dyn_create.c); the checker types them. */
+nb_expr *ck_syn_name(nb_checker *c, const char *name, nb_loc loc) {
     nb_expr *e = ck_new_expr(c, NB_EX_NAME, loc);
     if (e) {
         e->u.name.name = name;
@@ -66,7 +67,7 @@ static nb_expr *ex_name(nb_checker *c, const char *name, nb_loc loc) {
     return e;
 }
 
-static nb_expr *ex_member(nb_checker *c, nb_expr *base, const char *m, nb_loc loc) {
+nb_expr *ck_syn_member(nb_checker *c, nb_expr *base, const char *m, nb_loc loc) {
     nb_expr *e = ck_new_expr(c, NB_EX_MEMBER, loc);
     if (e) {
         e->u.member.base = base;
@@ -76,7 +77,7 @@ static nb_expr *ex_member(nb_checker *c, nb_expr *base, const char *m, nb_loc lo
     return e;
 }
 
-static nb_stmt *st_new(nb_checker *c, nb_stmt_kind k, nb_loc loc) {
+nb_stmt *ck_syn_stmt(nb_checker *c, nb_stmt_kind k, nb_loc loc) {
     nb_stmt *s = ck_alloc(c, sizeof *s);
     if (s) {
         s->kind = k;
@@ -86,7 +87,7 @@ static nb_stmt *st_new(nb_checker *c, nb_stmt_kind k, nb_loc loc) {
     return s;
 }
 
-static nb_type_expr *te_of(nb_checker *c, const nb_type *t, nb_loc loc) {
+nb_type_expr *ck_syn_type(nb_checker *c, const nb_type *t, nb_loc loc) {
     nb_type_expr *te = ck_alloc(c, sizeof *te);
     if (te) {
         te->loc = loc;
@@ -118,7 +119,7 @@ static int has_field(nb_decl *sd, const char *name) {
  * has nothing for r (its conformance error was reported). */
 static nb_stmt *dispatch_one(nb_checker *c, nb_decl *m, nb_decl *conf, const char *field, int is_void) {
     nb_loc loc = m->loc;
-    nb_expr *target = ex_member(c, ex_name(c, "this", loc), field, loc);
+    nb_expr *target = ck_syn_member(c, ck_syn_name(c, "this", loc), field, loc);
     nb_expr *val = NULL;
     const char *r = m->name;
     int np = m->u.func.nparams;
@@ -127,30 +128,30 @@ static nb_stmt *dispatch_one(nb_checker *c, nb_decl *m, nb_decl *conf, const cha
         nb_expr **args = ck_alloc(c, sizeof(nb_expr *) * (size_t)(np ? np : 1));
         if (!call || !args) return NULL;
         call->type = NULL;
-        for (int i = 0; i < np; i++) args[i] = ex_name(c, m->u.func.params[i]->name, loc);
-        call->u.call.callee = ex_member(c, target, r, loc);
+        for (int i = 0; i < np; i++) args[i] = ck_syn_name(c, m->u.func.params[i]->name, loc);
+        call->u.call.callee = ck_syn_member(c, target, r, loc);
         call->u.call.args = args;
         call->u.call.nargs = np;
         val = call;
     } else if (strncmp(r, "__get_", 6) == 0 && has_field(conf, r + 6)) {
-        val = ex_member(c, target, r + 6, loc);
+        val = ck_syn_member(c, target, r + 6, loc);
     } else if (strncmp(r, "__set_", 6) == 0 && np == 1 && has_field(conf, r + 6)) {
         val = ck_new_expr(c, NB_EX_ASSIGN, loc);
         if (!val) return NULL;
         val->type = NULL;
         val->u.assign.op = NB_TOK_ASSIGN;
-        val->u.assign.lhs = ex_member(c, target, r + 6, loc);
-        val->u.assign.rhs = ex_name(c, m->u.func.params[0]->name, loc);
+        val->u.assign.lhs = ck_syn_member(c, target, r + 6, loc);
+        val->u.assign.rhs = ck_syn_name(c, m->u.func.params[0]->name, loc);
     } else {
         return NULL;
     }
     if (!is_void) {
-        nb_stmt *ret = st_new(c, NB_ST_RETURN, loc);
+        nb_stmt *ret = ck_syn_stmt(c, NB_ST_RETURN, loc);
         if (ret) ret->u.ret.value = val;
         return ret;
     }
-    nb_stmt *blk = st_new(c, NB_ST_BLOCK, loc);
-    nb_stmt *ex = st_new(c, NB_ST_EXPR, loc), *ret = st_new(c, NB_ST_RETURN, loc);
+    nb_stmt *blk = ck_syn_stmt(c, NB_ST_BLOCK, loc);
+    nb_stmt *ex = ck_syn_stmt(c, NB_ST_EXPR, loc), *ret = ck_syn_stmt(c, NB_ST_RETURN, loc);
     nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * 2);
     if (!blk || !ex || !ret || !items) return NULL;
     ex->u.expr.expr = val;
@@ -167,7 +168,7 @@ static nb_stmt *dispatch_body(nb_checker *c, nb_decl *m, nb_decl **confs, int n)
     int is_void = !m->u.func.ret || (m->u.func.ret->name && strcmp(m->u.func.ret->name, "void") == 0 &&
                                      !m->u.func.ret->ntargs && !m->u.func.ret->narray_dims);
     nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * (size_t)(n + 1));
-    nb_stmt *blk = st_new(c, NB_ST_BLOCK, loc);
+    nb_stmt *blk = ck_syn_stmt(c, NB_ST_BLOCK, loc);
     if (!items || !blk) return NULL;
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -179,10 +180,10 @@ static nb_stmt *dispatch_body(nb_checker *c, nb_decl *m, nb_decl **confs, int n)
             items[k++] = one;
             break;
         }
-        nb_expr *tag = ex_member(c, ex_name(c, "this", loc), "tag", loc);
+        nb_expr *tag = ck_syn_member(c, ck_syn_name(c, "this", loc), "tag", loc);
         nb_expr *lit = ck_new_expr(c, NB_EX_INT, loc);
         nb_expr *cmp = ck_new_expr(c, NB_EX_BINARY, loc);
-        nb_stmt *iff = st_new(c, NB_ST_IF, loc);
+        nb_stmt *iff = ck_syn_stmt(c, NB_ST_IF, loc);
         if (!tag || !lit || !cmp || !iff) return NULL;
         lit->type = NULL;
         lit->u.ilit.value = (uint64_t)i;
@@ -280,12 +281,12 @@ const nb_type *ck_existential(nb_checker *c, nb_decl *iface, nb_loc loc) {
         if (i == 0) {
             f->name = "tag";
             f->mods = NB_MOD_NO_DIFF;
-            f->u.var.texpr = te_of(c, c->tt->t_int, iface->loc);
+            f->u.var.texpr = ck_syn_type(c, c->tt->t_int, iface->loc);
         } else {
             char nm[160];
             snprintf(nm, sizeof nm, "as_%s", confs[i - 1]->name);
             f->name = nb_arena_strdup(c->arena, nm);
-            f->u.var.texpr = te_of(c, ck_struct_type(c, confs[i - 1]), iface->loc);
+            f->u.var.texpr = ck_syn_type(c, ck_struct_type(c, confs[i - 1]), iface->loc);
         }
         fields[i] = f;
     }
@@ -340,7 +341,7 @@ int ck_box(nb_checker *c, nb_expr **slot, const nb_type *to) {
         z->type = ex->u.strct.fields[i]->u.var.type;
         args[i] = z;
     }
-    callee->u.type.texpr = te_of(c, to, e->loc);
+    callee->u.type.texpr = ck_syn_type(c, to, e->loc);
     callee->ref = NB_REF_TYPE;
     callee->type = to;
     call->u.call.callee = callee;

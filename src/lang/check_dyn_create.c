@@ -147,11 +147,6 @@ static nb_expr *ex_new(nb_checker *c, nb_expr_kind k, nb_loc loc) {
     return e;
 }
 
-static nb_expr *ex_name(nb_checker *c, const char *name, nb_loc loc) {
-    nb_expr *e = ex_new(c, NB_EX_NAME, loc);
-    if (e) e->u.name.name = name;
-    return e;
-}
 
 static nb_expr *ex_uint(nb_checker *c, uint64_t v, nb_loc loc) {
     nb_expr *e = ex_new(c, NB_EX_INT, loc);
@@ -162,14 +157,6 @@ static nb_expr *ex_uint(nb_checker *c, uint64_t v, nb_loc loc) {
     return e;
 }
 
-static nb_expr *ex_member(nb_checker *c, nb_expr *base, const char *m, nb_loc loc) {
-    nb_expr *e = ex_new(c, NB_EX_MEMBER, loc);
-    if (e) {
-        e->u.member.base = base;
-        e->u.member.member = m;
-    }
-    return e;
-}
 
 static nb_expr *ex_call1(nb_checker *c, nb_expr *callee, nb_expr *arg, nb_loc loc) {
     nb_expr *e = ex_new(c, NB_EX_CALL, loc);
@@ -192,18 +179,9 @@ static nb_expr *ex_binary(nb_checker *c, int op, nb_expr *a, nb_expr *b, nb_loc 
     return e;
 }
 
-static nb_stmt *st_new(nb_checker *c, nb_stmt_kind k, nb_loc loc) {
-    nb_stmt *s = ck_alloc(c, sizeof *s);
-    if (s) {
-        s->kind = k;
-        s->loc = loc;
-        s->max_iters = -1;
-    }
-    return s;
-}
 
 static nb_stmt *st_expr(nb_checker *c, nb_expr *e, nb_loc loc) {
-    nb_stmt *s = st_new(c, NB_ST_EXPR, loc);
+    nb_stmt *s = ck_syn_stmt(c, NB_ST_EXPR, loc);
     if (s) s->u.expr.expr = e;
     return e ? s : NULL;
 }
@@ -217,15 +195,6 @@ static nb_stmt *st_assign(nb_checker *c, nb_expr *lhs, nb_expr *rhs, nb_loc loc)
     return st_expr(c, a, loc);
 }
 
-static nb_type_expr *te_of(nb_checker *c, const nb_type *t, nb_loc loc) {
-    nb_type_expr *te = ck_alloc(c, sizeof *te);
-    if (te) {
-        te->loc = loc;
-        te->name = t->name;
-        te->subst = t;
-    }
-    return te;
-}
 
 /* ---- flattening a value into its 32-bit scalars --------------------------------------------- */
 
@@ -308,7 +277,7 @@ static nb_expr *leaf_expr(nb_checker *c, nb_expr *root, const cdo_leaf *l, nb_lo
     nb_expr *e = root;
     for (int i = 0; e && i < l->n; i++) {
         if (l->steps[i].field) {
-            e = ex_member(c, e, l->steps[i].field, loc);
+            e = ck_syn_member(c, e, l->steps[i].field, loc);
             continue;
         }
         nb_expr *ix = ex_new(c, NB_EX_INDEX, loc);
@@ -327,7 +296,7 @@ static nb_expr *leaf_expr(nb_checker *c, nb_expr *root, const cdo_leaf *l, nb_lo
 
 static nb_expr *type_callee(nb_checker *c, const nb_type *t, nb_loc loc) {
     nb_expr *e = ex_new(c, NB_EX_TYPE, loc);
-    if (e) e->u.type.texpr = te_of(c, t, loc);
+    if (e) e->u.type.texpr = ck_syn_type(c, t, loc);
     return e;
 }
 
@@ -335,12 +304,12 @@ static nb_expr *type_callee(nb_checker *c, const nb_type *t, nb_loc loc) {
 static nb_expr *convert_word(nb_checker *c, nb_expr *w, nb_scalar_kind from, nb_scalar_kind to, nb_loc loc) {
     if (from == to || !w) return w;
     if (from == NB_SC_BOOL) w = ex_call1(c, type_callee(c, c->tt->t_uint, loc), w, loc); /* 0 / 1 */
-    else if (from != NB_SC_UINT) w = ex_call1(c, ex_name(c, "asuint", loc), w, loc);
+    else if (from != NB_SC_UINT) w = ex_call1(c, ck_syn_name(c, "asuint", loc), w, loc);
     switch (to) {
     case NB_SC_UINT: return w;
     case NB_SC_BOOL: return ex_binary(c, NB_TOK_NE, w, ex_uint(c, 0, loc), loc);
-    case NB_SC_INT: return ex_call1(c, ex_name(c, "asint", loc), w, loc);
-    default: return ex_call1(c, ex_name(c, "asfloat", loc), w, loc);
+    case NB_SC_INT: return ex_call1(c, ck_syn_name(c, "asint", loc), w, loc);
+    default: return ex_call1(c, ck_syn_name(c, "asfloat", loc), w, loc);
     }
 }
 
@@ -364,21 +333,21 @@ static nb_stmt *conformer_branch(nb_checker *c, const nb_decl *ex, int k, long l
     }
     int n = 1 + (T.n < src->n ? T.n : src->n);
     nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * (size_t)n);
-    nb_stmt *blk = st_new(c, NB_ST_BLOCK, loc), *iff = st_new(c, NB_ST_IF, loc);
+    nb_stmt *blk = ck_syn_stmt(c, NB_ST_BLOCK, loc), *iff = ck_syn_stmt(c, NB_ST_IF, loc);
     nb_expr *tag = ex_new(c, NB_EX_INT, loc);
     if (!items || !blk || !iff || !tag) ok = 0;
     if (ok) {
         tag->u.ilit.value = (uint64_t)k;
-        items[0] = st_assign(c, ex_member(c, ex_name(c, "r", loc), "tag", loc), tag, loc);
+        items[0] = st_assign(c, ck_syn_member(c, ck_syn_name(c, "r", loc), "tag", loc), tag, loc);
         for (int j = 0; j + 1 < n; j++) {
-            nb_expr *to = leaf_expr(c, ex_member(c, ex_name(c, "r", loc), field->name, loc), &T.v[j], loc);
-            nb_expr *from = leaf_expr(c, ex_name(c, "data", loc), &src->v[j], loc);
+            nb_expr *to = leaf_expr(c, ck_syn_member(c, ck_syn_name(c, "r", loc), field->name, loc), &T.v[j], loc);
+            nb_expr *from = leaf_expr(c, ck_syn_name(c, "data", loc), &src->v[j], loc);
             items[j + 1] = st_assign(c, to, convert_word(c, from, src->v[j].k, T.v[j].k, loc), loc);
             if (!items[j + 1]) ok = 0;
         }
         blk->u.block.items = items;
         blk->u.block.count = n;
-        iff->u.if_s.cond = ex_binary(c, NB_TOK_EQ, ex_name(c, "id", loc), ex_uint(c, (uint64_t)id, loc), loc);
+        iff->u.if_s.cond = ex_binary(c, NB_TOK_EQ, ck_syn_name(c, "id", loc), ex_uint(c, (uint64_t)id, loc), loc);
         iff->u.if_s.then_s = blk;
     }
     nb_free(tv, sizeof(cdo_leaf) * CDO_MAX_LEAVES);
@@ -392,7 +361,7 @@ static nb_decl *make_param(nb_checker *c, const char *name, const nb_type *t, in
     p->loc = loc;
     p->name = name;
     p->module = c->inst_mod;
-    p->u.param.texpr = te_of(c, t, loc);
+    p->u.param.texpr = ck_syn_type(c, t, loc);
     p->u.param.dir = NB_DIR_IN;
     p->u.param.index = index;
     return p->u.param.texpr ? p : NULL;
@@ -425,7 +394,7 @@ static nb_decl *create_func(nb_checker *c, const nb_type *et, const nb_type *dt,
     const nb_decl *ex = et->decl;
     int nconf = ex->u.strct.nfields - 1;
     nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * (size_t)(nconf + 2));
-    nb_stmt *body = st_new(c, NB_ST_BLOCK, loc), *var = st_new(c, NB_ST_VAR, loc), *ret = st_new(c, NB_ST_RETURN, loc);
+    nb_stmt *body = ck_syn_stmt(c, NB_ST_BLOCK, loc), *var = ck_syn_stmt(c, NB_ST_VAR, loc), *ret = ck_syn_stmt(c, NB_ST_RETURN, loc);
     nb_decl *r = ck_alloc(c, sizeof *r), **vars = ck_alloc(c, sizeof(nb_decl *));
     nb_expr *zero = ex_new(c, NB_EX_INIT_LIST, loc);
     fn = ck_alloc(c, sizeof *fn);
@@ -438,7 +407,7 @@ static nb_decl *create_func(nb_checker *c, const nb_type *et, const nb_type *dt,
     r->loc = loc;
     r->name = "r";
     r->module = c->inst_mod;
-    r->u.var.texpr = te_of(c, et, loc);
+    r->u.var.texpr = ck_syn_type(c, et, loc);
     r->u.var.init = zero;
     vars[0] = r;
     var->u.var.vars = vars;
@@ -456,7 +425,7 @@ static nb_decl *create_func(nb_checker *c, const nb_type *et, const nb_type *dt,
         }
         items[n++] = b;
     }
-    ret->u.ret.value = ex_name(c, "r", loc);
+    ret->u.ret.value = ck_syn_name(c, "r", loc);
     items[n++] = ret;
     body->u.block.items = items;
     body->u.block.count = n;
@@ -470,7 +439,7 @@ static nb_decl *create_func(nb_checker *c, const nb_type *et, const nb_type *dt,
     fn->loc = loc;
     fn->name = nb_arena_strdup(c->arena, name);
     fn->module = c->inst_mod;
-    fn->u.func.ret = te_of(c, et, loc);
+    fn->u.func.ret = ck_syn_type(c, et, loc);
     fn->u.func.params = params;
     fn->u.func.nparams = 2;
     fn->u.func.body = body;

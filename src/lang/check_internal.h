@@ -353,6 +353,12 @@ const nb_type *ck_expr_to(nb_checker *c, nb_expr **slot, const nb_type *to, cons
  * conversion is impossible. Returns 1 on success. */
 int ck_coerce(nb_checker *c, nb_expr **slot, const nb_type *to, const char *what);
 nb_expr *ck_new_expr(nb_checker *c, nb_expr_kind kind, nb_loc loc);
+/* Untyped tree nodes for synthesized code (check_dyn.c): a name, base.member, a statement of a
+ * kind, a type expression standing for an already-resolved type. */
+nb_expr *ck_syn_name(nb_checker *c, const char *name, nb_loc loc);
+nb_expr *ck_syn_member(nb_checker *c, nb_expr *base, const char *m, nb_loc loc);
+nb_stmt *ck_syn_stmt(nb_checker *c, nb_stmt_kind k, nb_loc loc);
+nb_type_expr *ck_syn_type(nb_checker *c, const nb_type *t, nb_loc loc);
 int ck_is_error(const nb_type *t);
 int ck_checked(const nb_expr *e);
 int ck_scalar_limit(nb_checker *c, nb_expr *e, const nb_type *t, const char *member); /* int.maxValue, … */ /* checked with success (a type other than the error type) */

@@ -13,7 +13,7 @@
  * Unlike libcuda, a failed load is retried once a new search path has been added.
  *
  * Sources that include system headers (a Slang __requirePrelude with `#include <mma.h>`) get the
- * toolkit's include directory ($NABLA_CUDA_INCLUDE, $CUDA_HOME/include, $CUDA_PATH/include, beside
+ * toolkit's include directory ($CUDA_HOME/include, $CUDA_PATH/include, beside
  * the loaded libnvrtc, /usr/local/cuda/include: the first holding cuda_runtime_api.h) and an empty
  * "cuda.h": the driver API header is host code that NVRTC cannot compile, and device code does
  * not need it.
@@ -266,11 +266,10 @@ static const char *nb_nvrtc_include_opt(void) {
     pthread_mutex_lock(&nb_nvrtc_lock);
     if (!done) {
         done = 1;
-        char cand[6][1024];
+        char cand[4][1024];
         int nc = 0;
-        const char *env[3] = {getenv("NABLA_CUDA_INCLUDE"), getenv("CUDA_HOME"), getenv("CUDA_PATH")};
-        if (env[0] && env[0][0]) snprintf(cand[nc++], sizeof cand[0], "%s", env[0]);
-        for (int i = 1; i < 3; i++)
+        const char *env[2] = {getenv("CUDA_HOME"), getenv("CUDA_PATH")}; /* as the libnvrtc search */
+        for (int i = 0; i < 2; i++)
             if (env[i] && env[i][0]) snprintf(cand[nc++], sizeof cand[0], "%s/include", env[i]);
         const char *slash = strrchr(nb_nvrtc_where, '/');
         if (slash) { /* <root>/lib64/libnvrtc.so -> <root>/include */
