@@ -223,10 +223,21 @@ def _autograd_hook(fn, args, kwargs):
 _nabla._set_autograd_hook(_autograd_hook)
 
 
+# slang-torch's names on nabla itself (`import nabla as slangtorch`, the tutorial's
+# `import nabla as slangpy`; slangpy.loadModule(...)): nabla.slangtorch, imported on first use
+_SLANGTORCH_NAMES = ("loadModule", "clearSessionShaderCache", "clearPersistentShaderCache",
+                     "clearShaderCaches")
+
+
 def __getattr__(name):
-    # nabla.nn (neural-network layers) is imported on first use: `import nabla` stays small
-    if name == "nn":
+    # nabla.nn (neural-network layers) and nabla.slangtorch are imported on first use: `import
+    # nabla` stays small
+    if name in ("nn", "slangtorch"):
         import importlib
 
-        return importlib.import_module(".nn", __name__)
+        return importlib.import_module("." + name, __name__)
+    if name in _SLANGTORCH_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(".slangtorch", __name__), name)
     raise AttributeError(f"module 'nabla' has no attribute {name!r}")

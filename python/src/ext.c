@@ -387,6 +387,15 @@ static PyObject *py_cuda_unavailable_reason(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(r);
 }
 
+/* kernel_cache_clear() -> number of files removed from the on-disk kernel cache (nabla cache clear;
+ * slangtorch.clearPersistentShaderCache). */
+static PyObject *py_kernel_cache_clear(PyObject *self, PyObject *unused) {
+    size_t removed = 0;
+    nb_status st = nb_kernel_cache_clear(&removed);
+    if (st) return nbp_raise(st);
+    return PyLong_FromSize_t(removed);
+}
+
 static PyMethodDef ext_methods[] = {
     {"device", py_device, METH_O, "device(spec or None) -> Device"},
     {"set_default_device", py_set_default_device, METH_O, "set_default_device(device)"},
@@ -396,6 +405,7 @@ static PyMethodDef ext_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "load_module_source(source, name='inline.nb', device=None, include_dirs=None, *, unchecked=False, defines=None, conformances=None)"},
     {"_set_autograd_hook", py_set_autograd_hook, METH_O, "internal"},
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "number of usable CUDA devices"},
+    {"kernel_cache_clear", py_kernel_cache_clear, METH_NOARGS, "deletes the on-disk kernel cache; returns the files removed"},
     {"cuda_unavailable_reason", py_cuda_unavailable_reason, METH_NOARGS, "why CUDA is unusable, or None"},
     {NULL},
 };
@@ -429,7 +439,9 @@ PyMODINIT_FUNC PyInit__nabla(void) {
 #define EXC(var, name, b1, b2, doc)                                                             \
     if (!(var = new_exc(mod, name, b1, b2, doc))) goto fail
     EXC(nbp_Error, "NablaError", PyExc_Exception, NULL, "Base of nabla's errors.");
-    EXC(nbp_CompileError, "CompileError", nbp_Error, NULL, "A .nb file or kernel failed to compile; the message has the diagnostics.");
+    /* CompileError is also a RuntimeError: what torch.utils.cpp_extension and slang-torch raise for a
+     * failed build, so `except RuntimeError` code moves over (slang-torch's tests/test.py) */
+    EXC(nbp_CompileError, "CompileError", nbp_Error, PyExc_RuntimeError, "A .nb file or kernel failed to compile; the message has the diagnostics.");
     EXC(nbp_ShapeError, "ShapeError", nbp_Error, PyExc_ValueError, "Shapes that do not fit together.");
     EXC(nbp_DtypeError, "DtypeError", nbp_Error, PyExc_TypeError, "Dtypes that do not fit together or are not supported.");
     EXC(nbp_LayoutError, "LayoutError", nbp_Error, PyExc_ValueError, "A memory layout nabla cannot use here (stride-0 outputs, …).");
