@@ -214,6 +214,55 @@ nb_status nb_call_arg_alloc(nb_call *c, int index, nb_tensor **slot);
 /* By name: an out parameter or one field of a struct out parameter ("s.pos"). */
 nb_status nb_call_arg_alloc_named(nb_call *c, const char *name, nb_tensor **slot);
 
+/* ---- generators (SlangPy's call_id / thread_id / grid / wang_hash / rand_float) -----------
+ * A generator argument computes its value in the kernel, per kernel index, instead of reading
+ * it from memory. nb_generator_init(&g, kind) sets the defaults below; then change fields.
+ *   NB_GEN_CALL_ID    the kernel index. An int/uint parameter of the kernel's rank K: a vector
+ *                     intK gets x = the LAST (fastest) dim, y the one before, …; an array int[K]
+ *                     gets the dims in order; a scalar needs K == 1; a vector of K+1 components
+ *                     gets a zero last component. Adds no dims to the kernel (another argument or
+ *                     the result array must give the shape).
+ *   NB_GEN_GRID       offset[i] + index[i] * stride[i] over its own call shape `shape` (ndim =
+ *                     dims): it broadcasts like an array of that shape (-1: 1, i.e. taken from
+ *                     the other arguments); components as for CALL_ID with K = dims.
+ *   NB_GEN_THREAD_ID  the linear kernel index (row-major) as x, 0 for y, z: int/uint scalar or
+ *                     vector of 1..3 components. Adds no dims.
+ *   NB_GEN_WANG_HASH  SlangPy's hash of the thread index: h = tid * n (n = components, 1 for a
+ *                     scalar), `warmup` times h = wang(h), h ^= seed, then each component h =
+ *                     wang(h). int/uint scalar or vector of 1..3. seed is hashed once on the host
+ *                     first when hash_seed is set (SlangPy's default).
+ *   NB_GEN_RAND_FLOAT the same hashes as floats in [min, max): min + (max-min) * (h & 0x7fffff)
+ *                     / 2^23; float/double scalar or vector of 1..3.
+ * dims (all but GRID) = -1: any size the parameter has; else it must be the parameter's size.
+ * A parameter type a generator cannot fill (a float for call_id, a struct, an out parameter) is
+ * NB_ERR_INVALID_ARG naming the parameter, its type and the generator. */
+typedef enum nb_generator_kind {
+    NB_GEN_CALL_ID = 1,
+    NB_GEN_THREAD_ID = 2,
+    NB_GEN_GRID = 3,
+    NB_GEN_WANG_HASH = 4,
+    NB_GEN_RAND_FLOAT = 5,
+} nb_generator_kind;
+
+typedef struct nb_generator {
+    nb_generator_kind kind;
+    int dims;              /* -1: from the parameter's type; GRID: the number of grid dims (<= 8) */
+    int64_t shape[8];      /* GRID: extents (-1: inferred from the other arguments) */
+    int64_t offset[8];     /* GRID: default 0 */
+    int64_t stride[8];     /* GRID: default 1 */
+    uint32_t seed;         /* WANG_HASH, RAND_FLOAT: default 2640457667 */
+    int hash_seed;         /* hash the seed on the host first (default 1) */
+    int warmup;            /* extra hash rounds of the thread index (default 0) */
+    float min, max;        /* RAND_FLOAT: default 0, 1 */
+} nb_generator;
+
+void nb_generator_init(nb_generator *g, nb_generator_kind kind);
+/* SlangPy's 32-bit wang hash (the one generators use). */
+uint32_t nb_wang_hash(uint32_t x);
+/* Argument `index` (or the parameter / field `name`) is generated. g is copied. */
+nb_status nb_call_arg_generator(nb_call *c, int index, const nb_generator *g);
+nb_status nb_call_arg_generator_named(nb_call *c, const char *name, const nb_generator *g);
+
 /* Maps argument `index`'s call dims to kernel dims: call dim i goes to kernel dim dims[i]
  * (distinct, 0..7). ndims must equal the argument's call rank. */
 nb_status nb_call_map(nb_call *c, int index, int ndims, const int *dims);

@@ -134,6 +134,8 @@ static const char *llshape_s(int n, const long long *s, char *buf, size_t cap) {
     return nb_shape_str(n, t, buf, cap);
 }
 
+static const char *gen_name(nb_generator_kind k);
+
 /* The argument as the user gave it: "f32[4,3]" (tensor or host value). */
 static const char *arg_desc(const nb_call_arg_rec *a, char *buf, size_t cap) {
     char sh[160];
@@ -145,6 +147,8 @@ static const char *arg_desc(const nb_call_arg_rec *a, char *buf, size_t cap) {
     else if (a->kind == NB_ARGK_VALUE)
         snprintf(buf, cap, "%s%s", nb_dtype_name(a->dtype),
                  a->ndim ? shape_s(a->ndim, a->shape, sh, sizeof sh) : "");
+    else if (a->kind == NB_ARGK_GEN)
+        snprintf(buf, cap, "%s", gen_name(a->gen.kind));
     else
         snprintf(buf, cap, "(allocated)");
     return buf;
@@ -423,6 +427,124 @@ static nb_status bind_leaf(nb_call *c, const nb_fn_info *in, int j, int ai, int 
     return NB_OK;
 }
 
+/* ---- generators (module.h nb_generator) ----------------------------------------------------- */
+
+static const char *gen_name(nb_generator_kind k) {
+    switch (k) {
+    case NB_GEN_CALL_ID: return "call_id()";
+    case NB_GEN_THREAD_ID: return "thread_id()";
+    case NB_GEN_GRID: return "grid()";
+    case NB_GEN_WANG_HASH: return "wang_hash()";
+    case NB_GEN_RAND_FLOAT: return "rand_float()";
+    }
+    return "a generator";
+}
+
+/* Components a generator fills in leaf l: 1 for a scalar, n for a vector / 1-d array; -1 when
+ * the leaf is neither. */
+static int gen_leaf_count(const nb_fn_leaf *l) {
+    if (l->kind != NB_LEAF_VALUE) return -1;
+    if (l->value_rank == 0) return 1;
+    if (l->value_rank == 1) return (int)l->value_shape[0];
+    return -1;
+}
+
+/* Binds a generator argument to leaf j: checks that the parameter's type is one the generator can
+ * fill (SlangPy's rules, module.h); GRID also gets a call shape (its `shape`, -1 -> 1). */
+static nb_status bind_gen(nb_call *c, const nb_fn_info *in, int j, const nb_call_arg_rec *a, int *score) {
+    const nb_fn_leaf *l = &in->leaves[j];
+    nb_leaf_bind *b = &c->leaves[j];
+    const nb_generator *g = &a->gen;
+    char ty[128];
+    int n = gen_leaf_count(l);
+    dcat cat = cat_of(l->scalar);
+    const char *why = NULL;
+    char buf[160];
+    if (l->dir != 0) why = "it is written by the call (generators are inputs)";
+    else if (n < 0 || l->scalar == NB_F16 || l->scalar == NB_BF16)
+        why = "its type is not a scalar, vector or 1-d array of int, uint or float";
+    else if (g->kind == NB_GEN_RAND_FLOAT ? cat != CAT_FLOAT : cat != CAT_INT)
+        why = g->kind == NB_GEN_RAND_FLOAT ? "rand_float() fills float types only" : "it fills integer (int/uint) types only";
+    else if (g->kind != NB_GEN_CALL_ID && g->kind != NB_GEN_GRID && l->value_rank == 1 && !l->is_vector)
+        why = "it fills scalars and vectors, not arrays";
+    else if (g->kind != NB_GEN_CALL_ID && g->kind != NB_GEN_GRID && n > 3) {
+        snprintf(buf, sizeof buf, "it fills at most 3 components, the parameter has %d", n);
+        why = buf;
+    } else if (g->kind == NB_GEN_GRID && n != g->dims && !(n == 1 && l->value_rank == 0 && g->dims == 1)) {
+        snprintf(buf, sizeof buf, "a grid of %d dim%s fills a vector or array of %d (or a scalar for 1 dim), "
+                 "the parameter has %d", g->dims, g->dims == 1 ? "" : "s", g->dims, n);
+        why = buf;
+    } else if (g->kind != NB_GEN_GRID && g->dims >= 0 && g->dims != n) {
+        snprintf(buf, sizeof buf, "the generator was given dims=%d, the parameter has %d component%s", g->dims,
+                 n, n == 1 ? "" : "s");
+        why = buf;
+    }
+    if (why)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %s cannot fill parameter '%s' (%s): %s", in->name,
+                        gen_name(g->kind), l->path, leaf_type(in, l, ty, sizeof ty), why);
+    memset(b, 0, sizeof *b);
+    b->arg = (int)(a - c->args);
+    b->dir = 0;
+    b->value_rank = l->value_rank;
+    b->bind = NB_BIND_GEN;
+    b->storage = l->scalar;
+    b->gen = g->kind == NB_GEN_CALL_ID || g->kind == NB_GEN_GRID ? NB_GEN_SIG_INDEX
+             : g->kind == NB_GEN_THREAD_ID                      ? NB_GEN_SIG_THREAD
+             : g->kind == NB_GEN_WANG_HASH                      ? NB_GEN_SIG_HASH
+                                                                : NB_GEN_SIG_RAND;
+    if (g->kind == NB_GEN_GRID) {
+        b->call_rank = g->dims;
+        for (int i = 0; i < g->dims; i++) {
+            b->call_shape[i] = g->shape[i] < 0 ? 1 : g->shape[i];
+            b->call_strides[i] = 0;
+        }
+        const nb_call_map_rec *map = find_map(c, in, l->param);
+        if (map) {
+            if (map->ndims != g->dims)
+                return nb_error(NB_ERR_SHAPE, "%s: the map of argument '%s' has %d dims but its grid has %d",
+                                in->name, l->path, map->ndims, g->dims);
+            b->mapped = 1;
+            memcpy(b->map_dims, map->dims, sizeof(int) * (size_t)g->dims);
+        }
+    } else if (find_map(c, in, l->param)) {
+        return nb_error(NB_ERR_INVALID_ARG, "%s: argument '%s' is %s, which has no call dims to map",
+                        in->name, l->path, gen_name(g->kind));
+    }
+    *score += 3;
+    return NB_OK;
+}
+
+/* Once the kernel shape is known: which kernel dim each component of an index generator reads
+ * (gen_kdim), and call_id's check that the parameter matches the kernel's rank. */
+static nb_status finish_gens(nb_call *c, const nb_fn_info *in) {
+    for (int j = 0; j < c->nleaves; j++) {
+        nb_leaf_bind *b = &c->leaves[j];
+        if (b->bind != NB_BIND_GEN || b->gen != NB_GEN_SIG_INDEX) continue;
+        const nb_fn_leaf *l = &in->leaves[j];
+        const nb_generator *g = &c->args[b->arg].gen;
+        int n = gen_leaf_count(l), K = c->kdim;
+        if (g->kind == NB_GEN_GRID) {
+            for (int i = 0; i < n; i++) b->gen_kdim[i] = b->mapped ? b->map_dims[i] : K - g->dims + i;
+            continue;
+        }
+        /* call_id: intK / int[K] (int for K == 1); a vector of K+1 gets a zero last component */
+        int ok = (l->value_rank == 0 && K == 1) || (l->value_rank == 1 && n == K) ||
+                 (l->is_vector && n == K + 1);
+        if (!ok) {
+            char ty[128], ks[160];
+            return nb_error(NB_ERR_SHAPE,
+                            "%s: call_id() for parameter '%s' (%s) needs a call of rank %d%s, but the "
+                            "kernel shape is %s (rank %d; call_id adds no dims: another argument or the "
+                            "result array gives the shape)",
+                            in->name, l->path, leaf_type(in, l, ty, sizeof ty), n,
+                            l->is_vector && n > 1 ? " (or one less, the last component then 0)" : "",
+                            shape_s(K, c->kshape, ks, sizeof ks), K);
+        }
+        for (int i = 0; i < n; i++) b->gen_kdim[i] = n == K + 1 ? i - 1 : i;
+    }
+    return NB_OK;
+}
+
 /* "argument 'a' (f32[3], call shape [3])" */
 static const char *leaf_desc(const nb_call *c, const nb_fn_info *in, int j, char *buf, size_t cap) {
     const nb_leaf_bind *b = &c->leaves[j];
@@ -458,7 +580,7 @@ static nb_status kernel_shape(nb_call *c, const nb_fn_info *in, int nl) {
     int K = 0;
     for (int j = 0; j < nl; j++) {
         nb_leaf_bind *b = &c->leaves[j];
-        if (b->bind != NB_BIND_ARRAY || b->call_rank < 0) continue;
+        if ((b->bind != NB_BIND_ARRAY && b->bind != NB_BIND_GEN) || b->call_rank < 0) continue;
         if (b->mapped) {
             for (int i = 0; i < b->call_rank; i++) {
                 int d = b->map_dims[i];
@@ -480,7 +602,7 @@ static nb_status kernel_shape(nb_call *c, const nb_fn_info *in, int nl) {
     for (int k = 0; k < K; k++) owner[k] = -1;
     for (int j = 0; j < nl; j++) {
         nb_leaf_bind *b = &c->leaves[j];
-        if (b->bind != NB_BIND_ARRAY || b->call_rank < 0) continue;
+        if ((b->bind != NB_BIND_ARRAY && b->bind != NB_BIND_GEN) || b->call_rank < 0) continue;
         int64_t ext[NB_MAX_DIMS], st[NB_MAX_DIMS];
         for (int k = 0; k < K; k++) ext[k] = 1, st[k] = 0;
         for (int i = 0; i < b->call_rank; i++) {
@@ -613,6 +735,14 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
                                                              "or nb_call_arg_alloc)" : "",
                             in->signature, given, given == 1 ? "" : "s");
         }
+        if (c->args[leaf_arg[j]].kind == NB_ARGK_GEN) {
+            if (grid)
+                return nb_error(NB_ERR_INVALID_ARG, "%s: [Kernel] functions take no generators ('%s' is %s); "
+                                "they read their thread index with dispatch_id()", in->name,
+                                in->leaves[j].path, gen_name(c->args[leaf_arg[j]].gen.kind));
+            if ((s = bind_gen(c, in, j, &c->args[leaf_arg[j]], score))) return s;
+            continue;
+        }
         if ((s = bind_leaf(c, in, j, leaf_arg[j], score))) return s;
         if (grid && c->leaves[j].bind == NB_BIND_ARRAY)
             return nb_error(NB_ERR_INVALID_ARG,
@@ -709,7 +839,7 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
                                 in->name, (long long)grid[0], (long long)grid[1], (long long)grid[2],
                                 in->numthreads[0], in->numthreads[1], in->numthreads[2]);
         }
-    } else if ((s = kernel_shape(c, in, nl + nres))) {
+    } else if ((s = kernel_shape(c, in, nl + nres)) || (s = finish_gens(c, in))) {
         return s;
     }
 
@@ -727,6 +857,7 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
         sig->leaves[j].bind = c->leaves[j].bind;
         sig->leaves[j].storage = c->leaves[j].storage;
         sig->leaves[j].vec4 = 0; /* (decided once the data addresses are known: nb_call_vec4_rows) */
+        sig->leaves[j].gen = c->leaves[j].bind == NB_BIND_GEN ? c->leaves[j].gen : 0;
     }
     return NB_OK;
 }
@@ -920,7 +1051,7 @@ nb_status nb_call_materialize(nb_call *c, int want_result) {
     nb_status s;
     for (int j = 0; j < c->sig.nleaves; j++) {
         nb_leaf_bind *b = &c->leaves[j];
-        if (b->bind == NB_BIND_UNIFORM) continue;
+        if (b->bind == NB_BIND_UNIFORM || b->bind == NB_BIND_GEN) continue;
         const nb_call_arg_rec *a = b->arg >= 0 ? &c->args[b->arg] : NULL;
         if (a && a->kind == NB_ARGK_VALUE) {
             if ((s = upload_value(c, b, a))) return s;

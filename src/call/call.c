@@ -209,6 +209,66 @@ nb_status nb_call_arg_alloc_named(nb_call *c, const char *name, nb_tensor **slot
     return arg_alloc(c, "nb_call_arg_alloc_named", -1, name, slot);
 }
 
+/* ---- generators ------------------------------------------------------------------------------ */
+
+void nb_generator_init(nb_generator *g, nb_generator_kind kind) {
+    if (!g) return;
+    memset(g, 0, sizeof *g);
+    g->kind = kind;
+    g->dims = -1;
+    for (int i = 0; i < 8; i++) g->shape[i] = -1, g->stride[i] = 1;
+    g->seed = 2640457667u; /* SlangPy's default seed */
+    g->hash_seed = 1;
+    g->min = 0.0f;
+    g->max = 1.0f;
+}
+
+uint32_t nb_wang_hash(uint32_t s) {
+    s = (s ^ 61u) ^ (s >> 16);
+    s *= 9u;
+    s = s ^ (s >> 4);
+    s *= 0x27d4eb2du;
+    s = s ^ (s >> 15);
+    return s;
+}
+
+static nb_status arg_gen(nb_call *c, const char *who, int index, const char *name, const nb_generator *g) {
+    nb_call_arg_rec *a = NULL;
+    nb_status s = new_arg(c, who, index, name, &a);
+    if (s) return s;
+    c->nargs--; /* committed below once valid */
+    if (!g) return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: the generator is NULL", who));
+    if (g->kind < NB_GEN_CALL_ID || g->kind > NB_GEN_RAND_FLOAT)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: unknown generator kind %d", who, (int)g->kind));
+    if (g->kind == NB_GEN_GRID) {
+        if (g->dims < 1 || g->dims > 8)
+            return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: a grid needs 1 to 8 dims (got %d)", who, g->dims));
+        for (int i = 0; i < g->dims; i++)
+            if (g->shape[i] < -1)
+                return fail(c, nb_error(NB_ERR_SHAPE, "%s: grid shape[%d] is %lld (an extent, or -1 to infer it)",
+                                        who, i, (long long)g->shape[i]));
+    } else if (g->dims < -1 || g->dims == 0 || g->dims > 8) {
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: dims=%d (-1, or 1 to 8)", who, g->dims));
+    }
+    if (g->warmup < 0)
+        return fail(c, nb_error(NB_ERR_INVALID_ARG, "%s: warmup=%d is negative", who, g->warmup));
+    c->nargs++;
+    a->kind = NB_ARGK_GEN;
+    a->gen = *g;
+    if (g->hash_seed) a->gen.seed = nb_wang_hash(g->seed);
+    a->gen.hash_seed = 0;
+    return NB_OK;
+}
+
+nb_status nb_call_arg_generator(nb_call *c, int index, const nb_generator *g) {
+    return arg_gen(c, "nb_call_arg_generator", index, NULL, g);
+}
+
+nb_status nb_call_arg_generator_named(nb_call *c, const char *name, const nb_generator *g) {
+    if (!name) return fail(c, nb_error(NB_ERR_INVALID_ARG, "nb_call_arg_generator_named: name is NULL"));
+    return arg_gen(c, "nb_call_arg_generator_named", -1, name, g);
+}
+
 static nb_status add_map(nb_call *c, const char *who, int index, const char *name, int ndims,
                          const int *dims) {
     if (!c) return nb_error(NB_ERR_INVALID_ARG, "%s: argument 'c' is NULL", who);
@@ -298,7 +358,7 @@ static void make_key(const nb_call *c, nb_sig_key *k) {
         k->leaves[j].bind = (uint8_t)s->leaves[j].bind;
         k->leaves[j].storage = (uint8_t)s->leaves[j].storage;
         k->leaves[j].vec4 = (uint8_t)s->leaves[j].vec4;
-        k->leaves[j].pad_ = 0;
+        k->leaves[j].gen = (uint8_t)s->leaves[j].gen;
     }
 }
 
@@ -393,6 +453,27 @@ static nb_status fill_block(nb_call *c, const nb_call_layout *L) {
             if (b->value_rank)
                 memcpy(blk + ll->inner_offset, b->inner, sizeof(int64_t) * (size_t)b->value_rank);
             break;
+        case NB_BIND_GEN: { /* the generator's block (lang/callsig.h) */
+            const nb_generator *g = &c->args[b->arg].gen;
+            if (b->gen == NB_GEN_SIG_INDEX) {
+                int n = (int)(ll->value_bytes / 24);
+                int64_t *q = (int64_t *)(blk + ll->offset);
+                for (int i = 0; i < n; i++) {
+                    int grid = g->kind == NB_GEN_GRID;
+                    q[i] = grid ? g->offset[i] : 0;
+                    q[n + i] = grid ? g->stride[i] : 1;
+                    q[2 * n + i] = b->gen_kdim[i];
+                }
+            } else if (b->gen == NB_GEN_SIG_HASH || b->gen == NB_GEN_SIG_RAND) {
+                unsigned char *q = blk + ll->offset;
+                int32_t warm = g->warmup;
+                memcpy(q, &g->seed, 4);
+                memcpy(q + 4, &warm, 4);
+                memcpy(q + 8, &g->min, 4);
+                memcpy(q + 12, &g->max, 4);
+            }
+            break;
+        }
         case NB_BIND_TENSOR:
             memcpy(blk + ll->offset, &b->data, sizeof b->data);
             memcpy(blk + ll->strides_offset, b->tshape, sizeof(int64_t) * (size_t)b->tensor_rank);

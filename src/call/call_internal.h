@@ -31,7 +31,7 @@ typedef struct nb_sig_key {
         uint8_t bind;
         uint8_t storage;
         uint8_t vec4;
-        uint8_t pad_;
+        uint8_t gen;        /* NB_BIND_GEN: nb_gen_sig */
     } leaves[NB_CALL_MAX_LEAVES];
 } nb_sig_key;
 
@@ -90,6 +90,7 @@ typedef enum nb_arg_kind {
     NB_ARGK_TENSOR,
     NB_ARGK_VALUE,
     NB_ARGK_ALLOC,
+    NB_ARGK_GEN,            /* a generator (nb_call_arg_generator) */
 } nb_arg_kind;
 
 typedef struct nb_call_arg_rec {
@@ -102,6 +103,7 @@ typedef struct nb_call_arg_rec {
     int64_t shape[NB_MAX_DIMS];
     const void *data;
     nb_tensor **slot;       /* ALLOC */
+    nb_generator gen;       /* GEN */
 } nb_call_arg_rec;
 
 typedef struct nb_call_map_rec {
@@ -132,6 +134,9 @@ typedef struct nb_leaf_bind {
     int owns_tensor;        /* uploaded host value or allocated out: freed / handed out by us */
     int tensor_rank;        /* TENSOR */
     int64_t tshape[NB_MAX_DIMS], tstrides[NB_MAX_DIMS];
+    int gen;                /* GEN: nb_gen_sig */
+    int64_t gen_kdim[NB_MAX_DIMS]; /* GEN (index kinds): the kernel dim of each array-order
+                               component (-1: none, the value is its offset) */
 } nb_leaf_bind;
 
 struct nb_call {

@@ -513,6 +513,103 @@ static int needs_cpu_groups(const nb_ir_func *f)
     return w.found;
 }
 
+/* ---- generators (callsig.h NB_BIND_GEN) ----------------------------------------------------- */
+
+/* Scalars of a generator leaf (1 for a scalar, n for a vector or a 1-d array). */
+static int gen_count(const leaf *l) { return l->rank == 0 ? 1 : (int)l->shape[0]; }
+
+/* Bytes of a generator leaf's block in the parameter block. */
+static size_t gen_block_bytes(int gen, int n)
+{
+    if (gen == NB_GEN_SIG_INDEX) return 24 * (size_t)n;
+    if (gen == NB_GEN_SIG_HASH || gen == NB_GEN_SIG_RAND) return 16;
+    return 0;
+}
+
+/* The generator leaf's type is one the kind can fill (the call layer checks this with a message
+ * for the user; this is the compiler's own guard). */
+static int gen_type_ok(int gen, const leaf *l)
+{
+    const nb_type *t = l->type;
+    int integer = l->scalar == NB_SC_INT || l->scalar == NB_SC_UINT || l->scalar == NB_SC_INT64 || l->scalar == NB_SC_UINT64;
+    int flt = l->scalar == NB_SC_FLOAT || l->scalar == NB_SC_DOUBLE;
+    if (l->is_tensor || l->rank > 1) return 0;
+    if (t->kind == NB_TY_ARRAY && (t->elem->kind != NB_TY_SCALAR || gen != NB_GEN_SIG_INDEX)) return 0;
+    if (t->kind != NB_TY_SCALAR && t->kind != NB_TY_VECTOR && t->kind != NB_TY_ARRAY) return 0;
+    if (gen == NB_GEN_SIG_RAND) return flt;
+    return integer && gen >= NB_GEN_SIG_INDEX && gen <= NB_GEN_SIG_HASH;
+}
+
+static const char *gen_scalar_ctype(nb_scalar_kind s)
+{
+    switch (s) {
+    case NB_SC_INT: return "int";
+    case NB_SC_UINT: return "unsigned";
+    case NB_SC_INT64: return "long long";
+    case NB_SC_UINT64: return "unsigned long long";
+    case NB_SC_DOUBLE: return "double";
+    default: return "float";
+    }
+}
+
+/* SlangPy's wang hash (slangpy/slang/wanghasharg.slang), on 32-bit unsigned. */
+static void gen_wang_helper(nb_emitter *e, int cuda)
+{
+    if (!nb_emit_need_helper(e, "nb_wang_hash")) return;
+    APPEND(&e->helpers,
+           "/* Thomas Wang's 32-bit integer hash, as SlangPy's wang_hash generator */\n"
+           "static %s unsigned nb_wang_hash(unsigned s) {\n"
+           "    s = (s ^ 61u) ^ (s >> 16); s *= 9u; s = s ^ (s >> 4); s *= 0x27d4eb2du; s = s ^ (s >> 15);\n"
+           "    return s;\n}\n", cuda ? "__device__ __forceinline__" : "inline");
+}
+
+/* Loads a generator leaf into lvalue lv in the body; its block is at byte `off` of the parameter
+ * block; nb_lin is the linear kernel index. */
+static void gen_load(nb_emitter *e, nb_strbuf *b, const leaf *l, const nb_leaf_sig *ls, size_t off, const char *lv, int cuda)
+{
+    int n = gen_count(l), vec = l->type->kind == NB_TY_VECTOR, arr = l->type->kind == NB_TY_ARRAY;
+    const char *ct = gen_scalar_ctype(l->scalar);
+    APPEND(b, "    { /* %s: generated */\n", l->path);
+    if (ls->gen == NB_GEN_SIG_INDEX)
+        APPEND(b, "        const long long *nb_g = (const long long *)((const char *)nb_P + %zu);\n", off);
+    else if (ls->gen == NB_GEN_SIG_HASH || ls->gen == NB_GEN_SIG_RAND) {
+        gen_wang_helper(e, cuda);
+        APPEND(b, "        const char *nb_g = (const char *)nb_P + %zu;\n"
+                  "        unsigned nb_h = (unsigned)nb_lin * %du;\n"
+                  "        const int nb_warm = *(const int *)(nb_g + 4);\n"
+                  "        for (int nb_w = 0; nb_w < nb_warm; nb_w++) nb_h = nb_wang_hash(nb_h);\n"
+                  "        nb_h ^= *(const unsigned *)nb_g;\n", off, n > 1 ? n : 1);
+    }
+    for (int k = 0; k < n; k++) {
+        nb_strbuf c;
+        nb_strbuf_init(&c);
+        nb_strbuf_append(&c, lv);
+        if (arr) APPEND(&c, ".a[%d]", k);
+        else if (vec) nb_emit_comp(l->type, k, &c);
+        int ai = vec ? n - 1 - k : k; /* array-order index: a vector's x is the last dim */
+        switch (ls->gen) {
+        case NB_GEN_SIG_INDEX:
+            APPEND(b, "        %s = (%s)(nb_g[%d] + (nb_g[%d] >= 0 ? (long long)nb_idx[nb_g[%d]] : 0LL) * nb_g[%d]);\n",
+                   nb_strbuf_cstr(&c), ct, ai, 2 * n + ai, 2 * n + ai, n + ai);
+            break;
+        case NB_GEN_SIG_THREAD:
+            APPEND(b, "        %s = (%s)%s;\n", nb_strbuf_cstr(&c), ct, k == 0 ? "nb_lin" : "0");
+            break;
+        case NB_GEN_SIG_HASH:
+            APPEND(b, "        nb_h = nb_wang_hash(nb_h); %s = (%s)nb_h;\n", nb_strbuf_cstr(&c), ct);
+            break;
+        default: /* RAND: lerp(min, max, u), u = 23 hash bits / 2^23 in [0, 1) */
+            APPEND(b, "        nb_h = nb_wang_hash(nb_h);\n"
+                      "        { const float nb_mn = *(const float *)(nb_g + 8), nb_mx = *(const float *)(nb_g + 12);\n"
+                      "          const float nb_u = (float)(nb_h & 0x7fffffu) / 8388608.0f;\n"
+                      "          %s = (%s)(nb_mn + (nb_mx - nb_mn) * nb_u); }\n", nb_strbuf_cstr(&c), ct);
+            break;
+        }
+        nb_strbuf_free(&c);
+    }
+    nb_strbuf_append(b, "    }\n");
+}
+
 nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf *source, nb_call_layout *layout)
 {
     NB_CHECK_ARG(p);
@@ -614,6 +711,11 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         const leaf *l = LEAF_AT(i);
         if (!nb_dtype_is_valid((int)ls->storage))
             st = nb_error(NB_ERR_DTYPE, "%s: leaf '%s' has an invalid storage dtype", sig->func, l->path);
+        else if (ls->bind == NB_BIND_GEN && (i >= L.n || leaf_writes_back(f, l) || !gen_type_ok(ls->gen, l)))
+            st = nb_error(NB_ERR_INVALID_ARG, "%s: leaf '%s' (of type '%s') cannot be bound to a generator of kind %d", sig->func,
+                          l->path, l->type->name ? l->type->name : "?", ls->gen);
+        else if (ls->bind == NB_BIND_GEN)
+            st = NB_OK;
         else if (l->is_tensor != (ls->bind == NB_BIND_TENSOR))
             st = nb_error(NB_ERR_INVALID_ARG, "%s: leaf '%s' %s", sig->func, l->path,
                           l->is_tensor ? "is a Tensor parameter and must be bound to a whole array" : "cannot be bound as a tensor");
@@ -657,6 +759,13 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             ll->value_bytes = es * cnt;
             ll->offset = place_field(&off, &maxal, es * cnt, es);
             APPEND(&ps, "    %s l%d_value[%zu]; /* %s @%zu */\n", storage_ctype(ls->storage), i, cnt, l->path, ll->offset);
+        } else if (ls->bind == NB_BIND_GEN) {
+            size_t gb = gen_block_bytes(ls->gen, gen_count(l));
+            ll->value_bytes = gb;
+            if (gb) {
+                ll->offset = place_field(&off, &maxal, gb, 8);
+                APPEND(&ps, "    long long l%d_gen[%zu]; /* %s (generator) @%zu */\n", i, gb / 8, l->path, ll->offset);
+            }
         } else if (ls->bind == NB_BIND_ARRAY) {
             ll->offset = place_field(&off, &maxal, 8, 8);
             APPEND(&ps, "    unsigned long long l%d_data; /* %s @%zu */\n", i, l->path, ll->offset);
@@ -751,6 +860,13 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         for (int d = 0; d < nd_; d++) APPEND(&b, " + (long long)nb_idx[%d] * nb_P->l%d_strides[%d]", d, i, d);
         nb_strbuf_append(&b, ";\n");
     }
+    /* the linear kernel index (row-major), for thread-id and hash generators */
+    int need_lin = 0;
+    for (int i = 0; i < L.n; i++) need_lin |= sig->leaves[i].bind == NB_BIND_GEN && sig->leaves[i].gen >= NB_GEN_SIG_THREAD;
+    if (need_lin) {
+        nb_strbuf_append(&b, "    long long nb_lin = 0;\n");
+        for (int d = 0; d < nd_; d++) APPEND(&b, "    nb_lin = nb_lin * nb_P->shape[%d] + (long long)nb_idx[%d];\n", d, d);
+    }
     /* parameter values */
     for (int pi = 0; pi < f->nparams; pi++) {
         nb_ir_var *pv = f->params[pi];
@@ -767,6 +883,10 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             const nb_leaf_sig *ls = &sig->leaves[i];
             char lv[256];
             snprintf(lv, sizeof lv, "nb_v%d%s", pi, l->access);
+            if (ls->bind == NB_BIND_GEN) {
+                gen_load(e, &b, l, ls, layout->leaves[i].offset, lv, cuda);
+                continue;
+            }
             if (ls->bind == NB_BIND_TENSOR && l->type->kind == NB_TY_PTR) { /* the array's address */
                 APPEND(&b, "    %s = (%s)nb_P->l%d_data;\n", lv, nb_emit_ctype(e, l->type), i);
                 continue;

@@ -62,7 +62,26 @@ typedef enum nb_bind_kind {
     NB_BIND_UNIFORM, /* one value for every thread, passed inline */
     NB_BIND_ARRAY,   /* one value per kernel index, read/written through strides */
     NB_BIND_TENSOR,  /* a whole array given to a Tensor<T,N>/DiffTensor<T,N> parameter */
+    NB_BIND_GEN,     /* a generator (nb_leaf_sig.gen): the value is computed per kernel index */
 } nb_bind_kind;
+
+/* Generators (SlangPy's call_id / thread_id / grid / wang_hash / rand_float; module.h
+ * nb_generator): a leaf's value computed in the kernel from the kernel index. Their GEN block in
+ * the parameter block (at nb_leaf_layout.offset, n = the leaf's scalar count, 1 for a scalar):
+ *   INDEX kinds (NB_GEN_SIG_INDEX):  int64 off[n]; int64 stride[n]; int64 kdim[n]
+ *       component i in array order (vectors: x is the LAST one, i = n-1) is
+ *       off[i] + (kdim[i] >= 0 ? idx[kdim[i]] : 0) * stride[i]
+ *   THREAD:                         (none) x = the linear kernel index (row-major), y = z = 0
+ *   HASH / RAND (NB_GEN_SIG_HASH, _RAND): uint32 seed; int32 warmup; float min; float max
+ *       h = tid * (n > 1 ? n : 1); warmup x h = wang(h); h ^= seed; component i: h = wang(h)
+ *       (RAND: min + (max - min) * (h & 0x7fffff) / 2^23), tid the linear kernel index */
+typedef enum nb_gen_sig {
+    NB_GEN_SIG_NONE = 0,
+    NB_GEN_SIG_INDEX = 1,
+    NB_GEN_SIG_THREAD = 2,
+    NB_GEN_SIG_HASH = 3,
+    NB_GEN_SIG_RAND = 4,
+} nb_gen_sig;
 
 typedef enum nb_call_target { NB_TARGET_C = 0, NB_TARGET_CUDA = 1 } nb_call_target;
 
@@ -81,6 +100,7 @@ typedef struct nb_leaf_sig {
                            row is contiguous and 16-byte aligned (checked by the call layer):
                            read with 16-byte loads (a quarter of the load instructions; each
                            thread reading its own row is bound by L1 requests otherwise) */
+    int gen;            /* NB_BIND_GEN: nb_gen_sig */
 } nb_leaf_sig;
 
 typedef struct nb_call_sig {
@@ -95,7 +115,7 @@ typedef struct nb_call_sig {
 } nb_call_sig;
 
 typedef struct nb_leaf_layout {
-    size_t offset;          /* UNIFORM: value bytes; ARRAY/TENSOR: the data pointer */
+    size_t offset;          /* UNIFORM: value bytes; ARRAY/TENSOR: the data pointer; GEN: its block */
     size_t strides_offset;  /* ARRAY: int64[ndim]; TENSOR: int64 shape[rank] then strides[rank] */
     size_t inner_offset;    /* ARRAY: int64[value_rank] */
     size_t grad_offset;     /* DiffTensor: uint64 grad, then int64 grad_strides[rank]; 0: none */

@@ -59,6 +59,7 @@ typedef struct nb_fn_leaf {
     nb_dtype scalar;         /* scalar element type (f32 for float, f64, f16, i32, u32, bool, …) */
     int value_rank;          /* float -> 0, float3 -> 1, float3x4 -> 2, float[4] -> 1, float3[4] -> 2 */
     long long value_shape[8];
+    int is_vector;           /* the value is a vector (float3), not an array (float[3]) */
     int tensor_rank;         /* NB_LEAF_TENSOR */
     int diff_tensor;
     int pointer;             /* NB_LEAF_TENSOR of a Ptr<T> parameter (check_ptr.c): the kernel gets

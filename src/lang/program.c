@@ -869,6 +869,7 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     }
     l->kind = NB_LEAF_VALUE;
     l->scalar = scalar_dtype(in->scalar);
+    l->is_vector = t->kind == NB_TY_VECTOR;
     int r = nb_type_value_shape(t, l->value_shape);
     l->value_rank = r < 0 ? 0 : r;
     l->differentiable = !nodiff && nb_type_is_float_based(in);
