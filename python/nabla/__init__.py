@@ -223,6 +223,13 @@ def _autograd_hook(fn, args, kwargs):
 _nabla._set_autograd_hook(_autograd_hook)
 
 
+# ---- SlangPy spelling, part 2: generators, instance lists, command encoders (docs/PYTHON.md) ----
+from ._spy_generators import (  # noqa: E402,F401
+    CallIdArg, GridArg, RandFloatArg, ThreadIdArg, WangHashArg, calc_wang_hash, call_id, grid,
+    rand_float, thread_id, wang_hash,
+)
+
+
 # slang-torch's names on nabla itself (`import nabla as slangtorch`, the tutorial's
 # `import nabla as slangpy`; slangpy.loadModule(...)): nabla.slangtorch, imported on first use
 _SLANGTORCH_NAMES = ("loadModule", "clearSessionShaderCache", "clearPersistentShaderCache",

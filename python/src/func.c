@@ -182,6 +182,8 @@ static int bind(call_state *s, int index, const char *name, PyObject *o);
 static int bind_field(call_state *s, const char *path, PyObject *v) { return bind(s, -1, path, v); }
 
 static int bind(call_state *s, int index, const char *name, PyObject *o) {
+    int gr = nbp_bind_generator(s->c, index, name, o); /* call_id(), grid(), … (spy_gen.c) */
+    if (gr) return gr < 0 ? -1 : 0;
     if (PyDict_Check(o) || is_namespace(o)) { /* struct parameter: field by field */
         const char *base = name ? name : (index < s->fn->nparams ? s->fn->pnames[index] : NULL);
         if (!base) {

@@ -168,6 +168,12 @@ int nbp_nn_init(PyObject *mod);
 /* ---- functions (func.c) ----------------------------------------------------------------- */
 
 int nbp_func_init_type(PyObject *mod);
+/* spy_gen.c: SlangPy generators (call_id, grid, …) as call arguments. nbp_bind_generator binds o
+ * to parameter index / name when it is one: 1 bound, 0 not a generator, -1 error set. */
+int nbp_spy_gen_init(PyObject *mod);
+int nbp_is_generator(PyObject *o);
+int nbp_generator_spec(PyObject *o, nb_generator *g);
+int nbp_bind_generator(nb_call *c, int index, const char *name, PyObject *o);
 PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps);
 
 #endif
