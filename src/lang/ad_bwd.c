@@ -1010,6 +1010,7 @@ static nb_ir_func *bwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *pri
     d->role = NB_IR_BWD_DERIV;
     d->returns_primal = with_result;
     d->primal = primal;
+    d->has_tid = primal->has_tid; /* (it reads the thread ids where the primal does) */
     primal->derivs[1 + !!with_result] = d;
     d->decl = primal->decl; /* (diagnostics in it belong to the primal; nb_ir_find_func skips it by role) */
     d->aux = (void *)1;

@@ -52,6 +52,7 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
     nb_ir_func *w = nb_ir_func_new(m, name, bwd && !with_result ? tt->t_void : f->ret);
     if (!w) return NULL;
     w->primal = f; /* (role stays primal: it is an ordinary function calling f's derivative) */
+    w->has_tid = f->has_tid;
     nb_ir_var *pv[64] = {0}, *gv[64] = {0}, *rd = NULL;
     if (n > 64) return NULL;
     for (int i = 0; i < n; i++) {

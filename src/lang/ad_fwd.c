@@ -183,6 +183,7 @@ nb_ir_func *nb_ad_fwd_func(nb_ir_module *m, nb_source_set *src, nb_ir_func *prim
     if (!d) return NULL;
     d->role = NB_IR_FWD_DERIV;
     d->primal = primal;
+    d->has_tid = primal->has_tid; /* (it reads the thread ids where the primal does) */
     primal->derivs[0] = d;
     d->decl = primal->decl; /* (diagnostics in it belong to the primal; nb_ir_find_func skips it by role) */
     d->aux = (void *)1;

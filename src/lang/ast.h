@@ -267,6 +267,9 @@ struct nb_decl {
             /* [checker] */
             int differentiable;               /* [Differentiable] / [BackwardDifferentiable] */
             int is_kernel;                    /* [Kernel] / [CudaKernel] / [numthreads] */
+            int uses_tid;                     /* [checker] reads the thread indices (cudaThreadIdx(), …)
+                                                 directly or through a callee: takes the kernel's
+                                                 hidden thread-id parameter (check_kernel.c) */
             int numthreads[3];                /* [numthreads(x,y,z)] (0 0 0 without): the thread
                                                  group of a compute entry point (check_kernel.c) */
             nb_decl *fwd_derivative, *bwd_derivative; /* custom derivatives, resolved */

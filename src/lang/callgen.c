@@ -948,7 +948,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_strbuf_init(&call);
     APPEND(&call, "%s(", nb_emit_safe_name(e, f->cname));
     int first = 1;
-    if (f->is_kernel) {
+    if (f->has_tid) { /* (a function reading thread ids called over arrays: ids from the grid index) */
         nb_emit_thread_ids_type(e);
         const char *u3 = nb_emit_ctype(e, nb_type_vector(e->tt, NB_SC_UINT, 3));
         APPEND(&b, "    nb_thread_ids nb_tid;\n");

@@ -432,13 +432,12 @@ int ck_generic_int(nb_checker *c, nb_type_expr *te, int i, int64_t *out) {
     return 1;
 }
 
-/* "unknown type 'X'"; a rankless view outside a parameter or struct field gets its own words
- * (`DiffTensorView v; v.primal = t;` in a kernel is slang-torch style nabla does not support). */
+/* "unknown type 'X'"; a rankless view where its rank cannot be inferred (a return type, a generic
+ * argument: check_view_rank.c) gets its own words. */
 static void unknown_type(nb_checker *c, nb_type_expr *te, const char *name) {
     if (strcmp(name, "TensorView") == 0 || strcmp(name, "DiffTensorView") == 0) {
-        ck_err(c, te->loc, "'%s' without a rank is only a function parameter or struct field (its rank is "
-               "inferred from its uses); a local one is not supported: pass the tensor to a function "
-               "taking a '%s' parameter", name, name);
+        ck_err(c, te->loc, "'%s' without a rank is a parameter, field or local (its rank is inferred from its "
+               "uses); here write %s<T, N>", name, name);
         return;
     }
     ck_err(c, te->loc, "unknown type '%s'", name);
@@ -549,8 +548,8 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
     }
     if (ck_is_buffer_type_name(n)) return ck_resolve_buffer_type(c, te);
     if (strcmp(n, "TensorView") == 0 || strcmp(n, "DiffTensorView") == 0) {
-        ck_err(c, te->loc, "'%s' without a rank is only a function parameter (its rank is inferred from how the "
-               "function indexes it); elsewhere write Tensor<T, N>", n);
+        ck_err(c, te->loc, "'%s' without a rank is a parameter, field or local (its rank is inferred from its "
+               "uses); here write %s<T, N>", n, n);
         return c->tt->t_error;
     }
     if (strcmp(n, "Ptr") == 0) return ck_resolve_ptr_type(c, te); /* check_ptr.c */
@@ -597,7 +596,14 @@ const nb_type *ck_member_type(nb_checker *c, nb_type_expr *te, const char *name)
     bte->loc = te->loc;
     bte->name = bname;
     /* `T.A` in an instantiation: the base is the substituted type (check_generic.c) */
-    const nb_type *bt = te->assoc_base && !memchr(name, '.', bn) ? te->assoc_base : ck_resolve_type(c, bte);
+    const nb_type *bt = NULL;
+    if (te->assoc_base && !memchr(name, '.', bn)) bt = te->assoc_base;
+    else if (!memchr(bname, '.', bn)) { /* `mlp.Output` with mlp a local or parameter: a member type of its type (Slang) */
+        nb_decl *v = ck_lookup_local(c, bname);
+        if (v && v->kind == NB_DECL_VAR && v->u.var.type) bt = v->u.var.type;
+        else if (v && v->kind == NB_DECL_PARAM && !v->u.param.is_type && v->u.param.type) bt = v->u.param.type;
+    }
+    if (!bt) bt = ck_resolve_type(c, bte);
     if (ck_is_error(bt)) return bt;
     if (bt->kind == NB_TY_STRUCT && bt->decl && strcmp(member, "Differential") != 0) {
         /* a member typealias / typedef (an interface's associated type) */
@@ -730,7 +736,7 @@ const nb_type *ck_resolve_type(nb_checker *c, nb_type_expr *te) {
             t = c->tt->t_error;
             break;
         }
-        if (t->kind == NB_TY_VOID || t->kind == NB_TY_TENSOR) {
+        if (t->kind == NB_TY_VOID) { /* (arrays of tensors: slang-torch's `DiffTensorView weights[N]`) */
             ck_err(c, te->loc, "cannot make an array of '%s'", t->name);
             t = c->tt->t_error;
             break;

@@ -115,8 +115,14 @@ const nb_type *ck_call_intrinsic(nb_checker *c, nb_expr *call, int id) {
     for (int i = 0; i < n; i++)
         if (ck_is_error(args[i]->type)) return call->type = c->tt->t_error;
     if ((in->flags & NB_IFLAG_KERNEL) && !(c->fn && c->fn->u.func.is_kernel)) {
-        ck_err(c, call->loc, "'%s()' is only allowed in [Kernel] functions", name);
-        return call->type = c->tt->t_error;
+        /* any function may read the thread indices; it then takes the kernel's thread ids and must
+         * be reached from a kernel (check_kernel.c ck_bind_shader_params) */
+        if (!c->fn) {
+            ck_err(c, call->loc, "'%s()' is only allowed in functions called from a [Kernel] / [CudaKernel]", name);
+            return call->type = c->tt->t_error;
+        }
+        c->fn->u.func.uses_tid = 1;
+        c->saw_tid = 1;
     }
     const nb_type *t;
     switch (in->sig) {
@@ -264,6 +270,20 @@ const nb_type *ck_call_intrinsic(nb_checker *c, nb_expr *call, int id) {
         }
         ck_coerce(c, &args[1], c->tt->t_int, "dimension");
         return call->type = c->tt->t_uint;
+    }
+    case NB_ISIG_TENSOR_PART: { /* v.primal, v.diff.diff, v.primal = t (check_view.c) */
+        const nb_type *dt = args[0]->type;
+        if (dt->kind != NB_TY_TENSOR || !dt->diff_tensor || dt->buffer) {
+            ck_err(c, call->loc, "'%s' takes a DiffTensor", name);
+            return call->type = c->tt->t_error;
+        }
+        const nb_type *pt = nb_type_tensor(c->tt, dt->elem, dt->rank, 0);
+        if (id != NB_INTR_TENSOR_WITH_PRIMAL) return call->type = pt;
+        const nb_type *at = args[1]->type;
+        if (at->kind == NB_TY_TENSOR && !at->buffer && at->elem == dt->elem && at->rank == dt->rank) return call->type = dt;
+        ck_err(c, args[1]->loc, "the primal of '%s' must be a '%s' (a view of the same element type and rank), got '%s'",
+               dt->name, pt->name, at->name ? at->name : "?");
+        return call->type = c->tt->t_error;
     }
     case NB_ISIG_TENSOR_DATA_PTR: /* t.data_ptr() (check_ptr.c) */
         if (args[0]->type->kind != NB_TY_TENSOR) {

@@ -722,6 +722,8 @@ static const nb_type *check_member(nb_checker *c, nb_expr **slot) {
         ck_err(c, e->loc, "'::' needs a type on its left");
         return e->type = c->tt->t_error;
     }
+    const nb_type *vm = ck_view_member(c, slot); /* DiffTensorView .primal / .diff.diff (check_view.c) */
+    if (vm) return vm;
     const nb_type *bt = ck_checked(e->u.member.base) ? e->u.member.base->type /* (by check_assign) */
                                                      : ck_expr(c, &e->u.member.base);
     const char *m = e->u.member.member;
@@ -1030,6 +1032,8 @@ static const nb_type *check_assign(nb_checker *c, nb_expr **slot) {
         /* `s.p = v` with p a property: s.__set_p(v) */
         const nb_type *bt = ck_expr(c, &lhs->u.member.base);
         if (ck_is_error(bt)) return e->type = bt;
+        const nb_type *pa = ck_view_primal_assign(c, slot, bt); /* DiffTensorView `v.primal = t` */
+        if (pa) return pa;
         const char *setter = accessor_name(c, bt, "__set_", lhs->u.member.member);
         if (setter) {
             if (e->u.assign.op != NB_TOK_ASSIGN) {

@@ -97,6 +97,7 @@ typedef struct nb_checker {
     const char *ns;          /* namespace of the declaration being checked ("A.B"), or NULL:
                                 unqualified names are looked up in it first (ck_lookup_global) */
     int saw_groupshared;     /* a `static groupshared` local was checked (check_kernel.c) */
+    int saw_tid;             /* a non-kernel function reads the thread indices (check_kernel.c) */
 } nb_checker;
 
 /* Context switch for checking a declaration out of line (signatures, globals, struct fields). */
@@ -227,6 +228,9 @@ const nb_type *ck_group_intrinsic(nb_checker *c, nb_expr *call, int id, nb_expr 
 /* check_view.c: slang-torch's TensorView / DiffTensorView (ranks inferred before checking),
  * tensor methods (load/store/size/GetDimensions), [TorchEntryPoint] host functions set aside. */
 void ck_prepare_views(nb_checker *c, nb_module_ast *m);
+void ck_infer_view_ranks(nb_checker *c, nb_module_ast *m); /* check_view_rank.c */
+const nb_type *ck_view_member(nb_checker *c, nb_expr **slot); /* v.primal, v.diff.diff (check_view.c) */
+const nb_type *ck_view_primal_assign(nb_checker *c, nb_expr **slot, const nb_type *bt); /* v.primal = t */
 const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
 
 /* check_enum.c: namespaces: the namespace a declaration's names are looked up in, and

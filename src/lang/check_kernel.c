@@ -487,7 +487,7 @@ void ck_bind_shader_params(nb_checker *c) {
             }
         }
     }
-    if (!x.nsp && !c->saw_groupshared) return; /* (the common case: nothing to do) */
+    if (!x.nsp && !c->saw_groupshared && !c->saw_tid) return; /* (the common case: nothing to do) */
     for (int mi = 0; mi < p->nmodules; mi++) {
         nb_module_ast *m = p->modules[mi];
         for (int i = 0; m && i < m->ndecls; i++) {
@@ -525,6 +525,49 @@ void ck_bind_shader_params(nb_checker *c) {
                 t->mask = x.fns[i].mask = t->mask | x.fns[i].mask;
                 changed = 1;
             }
+        }
+    }
+    /* thread indices: a function calling one that reads them reads them too (and so do a function
+     * and its custom derivatives: a call of f's derivative passes f's thread ids); each must be
+     * reached from a kernel, which has them */
+    for (int changed = c->saw_tid; changed;) {
+        changed = 0;
+        for (int i = 0; i < x.nfns; i++) {
+            nb_decl *fd = x.fns[i].fn;
+            for (int j = 0; j < x.fns[i].ncallees && !fd->u.func.uses_tid; j++)
+                if (x.fns[i].callees[j]->u.func.uses_tid && !x.fns[i].callees[j]->u.func.is_kernel)
+                    fd->u.func.uses_tid = changed = 1;
+            nb_decl *rel[3] = {fd->u.func.fwd_derivative, fd->u.func.bwd_derivative, fd->u.func.primal_subst};
+            for (int r = 0; r < 3; r++)
+                if (rel[r] && rel[r]->u.func.uses_tid != fd->u.func.uses_tid)
+                    rel[r]->u.func.uses_tid = fd->u.func.uses_tid = changed = 1;
+        }
+    }
+    if (c->saw_tid) {
+        for (int i = 0; i < x.nfns; i++) x.fns[i].reached = x.fns[i].fn->u.func.is_kernel;
+        for (int changed = 1; changed;) {
+            changed = 0;
+            for (int i = 0; i < x.nfns; i++) {
+                if (!x.fns[i].reached) continue;
+                for (int j = 0; j < x.fns[i].ncallees; j++) {
+                    sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
+                    if (t && !t->reached) t->reached = changed = 1;
+                }
+                /* (a reached function's custom derivatives run in its derivatives' kernels) */
+                nb_decl *fd = x.fns[i].fn;
+                nb_decl *rel[2] = {fd->u.func.fwd_derivative, fd->u.func.bwd_derivative};
+                for (int r = 0; r < 2; r++) {
+                    sp_fn *t = rel[r] ? sp_find(&x, rel[r]) : NULL;
+                    if (t && !t->reached) t->reached = changed = 1;
+                }
+            }
+        }
+        for (int i = 0; i < x.nfns; i++) {
+            nb_decl *fd = x.fns[i].fn;
+            if (!x.fns[i].reached && fd->u.func.uses_tid && !fd->u.func.is_kernel)
+                ck_err(c, fd->loc, "'%s' reads the thread indices (cudaThreadIdx(), cudaBlockIdx(), cudaBlockDim() or "
+                       "dispatch_id(), directly or through a callee) but is not called from a [Kernel] / [CudaKernel] "
+                       "function: thread indices exist only in a kernel launch", fd->name ? fd->name : "?");
         }
     }
     /* groupshared memory needs a thread group: every function using it is reached from an entry */

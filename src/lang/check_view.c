@@ -1,15 +1,6 @@
 /* slang-torch's kernel style (issue #14): TensorView<T> / DiffTensorView<T> parameters, their
- * methods, and [TorchEntryPoint] host functions.
- *
- * TensorView<T> has no rank in its type (slang-torch reads the rank from the bound tensor at
- * run time). nabla compiles a kernel per signature, so before checking, each TensorView
- * parameter gets the rank the function uses it with (ck_infer_view_ranks):
- *   t[i, j]            2           t[uint2(...)] / t[loc] with `uint2 loc`   2
- *   t.load(i, j)       2           t.store(i, j, v) / t.storeOnce(uint3(...), v)   2 / 3
- *   g(..., t, ...)     the rank g's parameter gets     t.size(d)   at least d + 1
- * and becomes Tensor<T, R> (DiffTensorView: DiffTensor<T, R>; bare DiffTensorView is float).
- * Uses that disagree are an error; a view that is never indexed gets the rank its size() calls
- * need, else 1. A bound array of another rank is then a binding error naming both shapes.
+ * methods, and [TorchEntryPoint] host functions. The ranks of rankless views are inferred before
+ * a module is checked (check_view_rank.c).
  *
  * Methods (ck_tensor_method, for Tensor, TensorView and structured buffers alike):
  *   t.load(i…) / t.loadOnce(i…)            t[i…]
@@ -27,351 +18,6 @@
 
 #include "lang/check_internal.h"
 #include "lang/lexer.h"
-
-/* ---- rank inference ------------------------------------------------------------------------ */
-
-static int is_view_name(const char *n) { return n && (!strcmp(n, "TensorView") || !strcmp(n, "DiffTensorView")); }
-
-/* Component count of a written vector type name (uint2 -> 2, int3 -> 3, vector<int,2> -> 2), 1 for
- * anything else. */
-static int type_width(const nb_type_expr *te) {
-    if (!te || !te->name) return 1;
-    const char *n = te->name;
-    if (!strcmp(n, "vector") && te->ntargs == 2 && te->vargs && te->vargs[1] && te->vargs[1]->kind == NB_EX_INT)
-        return (int)te->vargs[1]->u.ilit.value;
-    size_t l = strlen(n);
-    if (l > 1 && n[l - 1] >= '2' && n[l - 1] <= '4' && (!strncmp(n, "int", 3) || !strncmp(n, "uint", 4)) &&
-        !strchr(n, 'x'))
-        return n[l - 1] - '0';
-    return 1;
-}
-
-typedef struct vi_ctx {
-    nb_checker *c;
-    nb_decl *fn;
-    nb_module_ast *m;
-    int depth;
-} vi_ctx;
-
-static int infer_param_rank(vi_ctx *x, nb_decl *fn, int pi);
-
-/* The declared width of a local or parameter named `name` in fn (1 when unknown). */
-static int name_width(vi_ctx *x, nb_stmt *s, const char *name, int *found);
-
-static int name_width_in_params(nb_decl *fn, const char *name) {
-    for (int i = 0; i < fn->u.func.nparams; i++) {
-        nb_decl *p = fn->u.func.params[i];
-        if (p && p->name && !strcmp(p->name, name)) return type_width(p->u.param.texpr);
-    }
-    return 0;
-}
-
-static int name_width(vi_ctx *x, nb_stmt *s, const char *name, int *found) {
-    if (!s || *found) return 1;
-    switch (s->kind) {
-    case NB_ST_BLOCK:
-        for (int i = 0; i < s->u.block.count && !*found; i++) {
-            int w = name_width(x, s->u.block.items[i], name, found);
-            if (*found) return w;
-        }
-        return 1;
-    case NB_ST_VAR:
-        for (int i = 0; i < s->u.var.count; i++) {
-            nb_decl *v = s->u.var.vars[i];
-            if (v && v->name && !strcmp(v->name, name)) {
-                *found = 1;
-                if (v->u.var.texpr) return type_width(v->u.var.texpr);
-                return 1;
-            }
-        }
-        return 1;
-    case NB_ST_IF: {
-        int w = name_width(x, s->u.if_s.then_s, name, found);
-        if (*found) return w;
-        return name_width(x, s->u.if_s.else_s, name, found);
-    }
-    case NB_ST_FOR: {
-        int w = name_width(x, s->u.for_s.init, name, found);
-        if (*found) return w;
-        return name_width(x, s->u.for_s.body, name, found);
-    }
-    case NB_ST_WHILE: case NB_ST_DO_WHILE: return name_width(x, s->u.while_s.body, name, found);
-    default: return 1;
-    }
-}
-
-/* Components of an index expression, judged from how it is written. */
-static int expr_width(vi_ctx *x, const nb_expr *e) {
-    if (!e) return 1;
-    switch (e->kind) {
-    case NB_EX_CALL: {
-        const nb_expr *cal = e->u.call.callee;
-        if (cal && cal->kind == NB_EX_TYPE) return type_width(cal->u.type.texpr);
-        if (cal && cal->kind == NB_EX_NAME) {
-            nb_type_expr te;
-            memset(&te, 0, sizeof te);
-            te.name = cal->u.name.name;
-            int w = type_width(&te);
-            if (w > 1) return w;
-            if (!strcmp(cal->u.name.name, "dispatch_id") || !strcmp(cal->u.name.name, "cudaThreadIdx") ||
-                !strcmp(cal->u.name.name, "cudaBlockIdx") || !strcmp(cal->u.name.name, "cudaBlockDim"))
-                return 3;
-        }
-        return 1;
-    }
-    case NB_EX_CAST: return type_width(e->u.cast.texpr);
-    case NB_EX_MEMBER: {
-        const char *m = e->u.member.member;
-        size_t l = m ? strlen(m) : 0;
-        if (l < 1 || l > 4) return 1;
-        for (size_t i = 0; i < l; i++)
-            if (!strchr("xyzwrgba", m[i])) return 1;
-        return (int)l;
-    }
-    case NB_EX_BINARY: {
-        int a = expr_width(x, e->u.binary.lhs), b = expr_width(x, e->u.binary.rhs);
-        return a > b ? a : b;
-    }
-    case NB_EX_TERNARY: {
-        int a = expr_width(x, e->u.ternary.then_e), b = expr_width(x, e->u.ternary.else_e);
-        return a > b ? a : b;
-    }
-    case NB_EX_NAME: {
-        const char *n = e->u.name.name ? e->u.name.name : "";
-        int found = 0;
-        int w = name_width(x, x->fn->u.func.body, n, &found);
-        if (found) return w;
-        w = name_width_in_params(x->fn, n);
-        return w ? w : 1;
-    }
-    default: return 1;
-    }
-}
-
-typedef struct vi_use {
-    const char *name;
-    int rank;        /* 0: not known yet */
-    nb_loc loc;      /* where it was fixed */
-    int min_rank;    /* from size(d) */
-    int conflict;
-    int field;       /* a struct field: uses are `anything.name` */
-} vi_use;
-
-static void use_rank(vi_ctx *x, vi_use *u, int r, nb_loc loc) {
-    if (r <= 0 || u->conflict) return;
-    if (!u->rank) {
-        u->rank = r;
-        u->loc = loc;
-    } else if (u->rank != r) {
-        ck_err(x->c, loc, "'%s' is used here with %d ind%s but with %d at %d:%d (a TensorView has one rank in a function)",
-               u->name, r, r == 1 ? "ex" : "ices", u->rank, u->loc.line, u->loc.col);
-        u->conflict = 1;
-    }
-}
-
-static int g_vi_field; /* (is_view_ref matches `x.name` instead of `name`) */
-
-static int is_view_ref(const nb_expr *e, const char *name) {
-    if (g_vi_field) return e && e->kind == NB_EX_MEMBER && e->u.member.member && !strcmp(e->u.member.member, name);
-    return e && e->kind == NB_EX_NAME && e->u.name.name && !strcmp(e->u.name.name, name);
-}
-
-/* The functions of module m named `name` with nargs parameters. */
-static nb_decl *find_callee(vi_ctx *x, const char *name, int nargs) {
-    for (int i = 0; i < x->m->ndecls; i++) {
-        nb_decl *d = x->m->decls[i];
-        if (d && d->kind == NB_DECL_FUNC && d->name && !strcmp(d->name, name) && d->u.func.nparams == nargs) return d;
-    }
-    /* a function of an imported module (`import m;` then `m_helper(t, loc)`) */
-    nb_decl *g[16];
-    int ng = ck_lookup_global(x->c, name, NB_DECL_FUNC, g, 16);
-    for (int i = 0; i < ng && i < 16; i++)
-        if (g[i] && g[i]->u.func.nparams == nargs) return g[i];
-    return NULL;
-}
-
-static void vi_expr(vi_ctx *x, vi_use *u, nb_expr *e);
-
-static void vi_stmt(vi_ctx *x, vi_use *u, nb_stmt *s) {
-    if (!s) return;
-    switch (s->kind) {
-    case NB_ST_BLOCK:
-        for (int i = 0; i < s->u.block.count; i++) vi_stmt(x, u, s->u.block.items[i]);
-        return;
-    case NB_ST_EXPR: vi_expr(x, u, s->u.expr.expr); return;
-    case NB_ST_VAR:
-        for (int i = 0; i < s->u.var.count; i++)
-            if (s->u.var.vars[i]) vi_expr(x, u, s->u.var.vars[i]->u.var.init);
-        return;
-    case NB_ST_IF:
-        vi_expr(x, u, s->u.if_s.cond);
-        vi_stmt(x, u, s->u.if_s.then_s);
-        vi_stmt(x, u, s->u.if_s.else_s);
-        return;
-    case NB_ST_FOR:
-        vi_stmt(x, u, s->u.for_s.init);
-        vi_expr(x, u, s->u.for_s.cond);
-        vi_expr(x, u, s->u.for_s.step);
-        vi_stmt(x, u, s->u.for_s.body);
-        return;
-    case NB_ST_WHILE: case NB_ST_DO_WHILE:
-        vi_expr(x, u, s->u.while_s.cond);
-        vi_stmt(x, u, s->u.while_s.body);
-        return;
-    case NB_ST_SWITCH:
-        vi_expr(x, u, s->u.switch_s.value);
-        for (int i = 0; i < s->u.switch_s.ncases; i++)
-            for (int j = 0; j < s->u.switch_s.cases[i].nbody; j++) vi_stmt(x, u, s->u.switch_s.cases[i].body[j]);
-        return;
-    case NB_ST_RETURN: vi_expr(x, u, s->u.ret.value); return;
-    default: return;
-    }
-}
-
-static void vi_expr(vi_ctx *x, vi_use *u, nb_expr *e) {
-    if (!e) return;
-    switch (e->kind) {
-    case NB_EX_INDEX:
-        if (is_view_ref(e->u.index.base, u->name))
-            use_rank(x, u, e->u.index.nindices == 1 ? expr_width(x, e->u.index.indices[0]) : e->u.index.nindices, e->loc);
-        else vi_expr(x, u, e->u.index.base);
-        for (int i = 0; i < e->u.index.nindices; i++) vi_expr(x, u, e->u.index.indices[i]);
-        return;
-    case NB_EX_CALL: {
-        nb_expr *cal = e->u.call.callee;
-        int n = e->u.call.nargs;
-        if (cal && cal->kind == NB_EX_MEMBER && is_view_ref(cal->u.member.base, u->name)) {
-            const char *m = cal->u.member.member ? cal->u.member.member : "";
-            if (!strcmp(m, "load") || !strcmp(m, "loadOnce"))
-                use_rank(x, u, n == 1 ? expr_width(x, e->u.call.args[0]) : n, e->loc);
-            else if ((!strcmp(m, "InterlockedAdd") || !strcmp(m, "interlockedAdd")) && n >= 2)
-                use_rank(x, u, expr_width(x, e->u.call.args[0]), e->loc);
-            else if ((!strcmp(m, "store") || !strcmp(m, "storeOnce")) && n >= 2)
-                use_rank(x, u, n == 2 ? expr_width(x, e->u.call.args[0]) : n - 1, e->loc);
-            else if (!strcmp(m, "size") && n == 1 && e->u.call.args[0]->kind == NB_EX_INT &&
-                     (int)e->u.call.args[0]->u.ilit.value + 1 > u->min_rank)
-                u->min_rank = (int)e->u.call.args[0]->u.ilit.value + 1;
-        } else if (cal && cal->kind == NB_EX_NAME && cal->u.name.name && x->depth < 16) {
-            for (int i = 0; i < n; i++) {
-                if (!is_view_ref(e->u.call.args[i], u->name)) continue;
-                nb_decl *g = find_callee(x, cal->u.name.name, n);
-                if (!g || g == x->fn) continue;
-                nb_decl *gp = g->u.func.params[i];
-                if (!gp || !gp->u.param.texpr) continue;
-                int r = 0;
-                nb_type_expr *gt = gp->u.param.texpr;
-                if (is_view_name(gt->name)) {
-                    vi_ctx y = *x;
-                    y.fn = g;
-                    y.depth = x->depth + 1;
-                    r = infer_param_rank(&y, g, i);
-                } else if ((!strcmp(gt->name, "Tensor") || !strcmp(gt->name, "DiffTensor")) && gt->ntargs == 2 &&
-                           gt->vargs && gt->vargs[1] && gt->vargs[1]->kind == NB_EX_INT) {
-                    r = (int)gt->vargs[1]->u.ilit.value;
-                }
-                use_rank(x, u, r, e->loc);
-            }
-        }
-        if (cal && cal->kind != NB_EX_NAME) vi_expr(x, u, cal);
-        for (int i = 0; i < n; i++) vi_expr(x, u, e->u.call.args[i]);
-        return;
-    }
-    case NB_EX_UNARY: vi_expr(x, u, e->u.unary.operand); return;
-    case NB_EX_BINARY: vi_expr(x, u, e->u.binary.lhs); vi_expr(x, u, e->u.binary.rhs); return;
-    case NB_EX_ASSIGN: vi_expr(x, u, e->u.assign.lhs); vi_expr(x, u, e->u.assign.rhs); return;
-    case NB_EX_TERNARY:
-        vi_expr(x, u, e->u.ternary.cond);
-        vi_expr(x, u, e->u.ternary.then_e);
-        vi_expr(x, u, e->u.ternary.else_e);
-        return;
-    case NB_EX_MEMBER: vi_expr(x, u, e->u.member.base); return;
-    case NB_EX_CAST: vi_expr(x, u, e->u.cast.operand); return;
-    case NB_EX_INIT_LIST:
-        for (int i = 0; i < e->u.init_list.nitems; i++) vi_expr(x, u, e->u.init_list.items[i]);
-        return;
-    default: return;
-    }
-}
-
-static int set_view_rank(vi_ctx *x, nb_type_expr *te, int r);
-
-/* Gives view parameter pi of fn its rank (its written type becomes TensorView<T, R>); returns R. */
-static int infer_param_rank(vi_ctx *x, nb_decl *fn, int pi) {
-    nb_decl *p = fn->u.func.params[pi];
-    nb_type_expr *te = p->u.param.texpr;
-    if (te->ntargs == 2) { /* (already done, or written with a rank) */
-        if (te->vargs && te->vargs[1] && te->vargs[1]->kind == NB_EX_INT) return (int)te->vargs[1]->u.ilit.value;
-        return 0;
-    }
-    if (te->narray_dims || te->ntargs > 1) return 0; /* (reported by the type's resolution) */
-    vi_use u;
-    memset(&u, 0, sizeof u);
-    u.name = p->name ? p->name : "";
-    vi_ctx y = *x;
-    y.fn = fn;
-    int saved = g_vi_field;
-    g_vi_field = 0;
-    vi_stmt(&y, &u, fn->u.func.body);
-    g_vi_field = saved;
-    return set_view_rank(x, te, u.rank ? u.rank : u.min_rank ? u.min_rank : 1);
-}
-
-/* A struct field of view type: its uses `s.name` in every function of the module. */
-static void infer_field_rank(vi_ctx *x, nb_decl *fd) {
-    nb_type_expr *te = fd->u.var.texpr;
-    if (!te || te->ntargs >= 2 || te->narray_dims) return;
-    vi_use u;
-    memset(&u, 0, sizeof u);
-    u.name = fd->name ? fd->name : "";
-    u.field = 1;
-    g_vi_field = 1;
-    for (int i = 0; i < x->m->ndecls; i++) {
-        nb_decl *d = x->m->decls[i];
-        if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body) continue;
-        vi_ctx y = *x;
-        y.fn = d;
-        vi_stmt(&y, &u, d->u.func.body);
-    }
-    g_vi_field = 0;
-    set_view_rank(x, te, u.rank ? u.rank : u.min_rank ? u.min_rank : 1);
-}
-
-static int set_view_rank(vi_ctx *x, nb_type_expr *te, int r) {
-    if (r > 8) r = 8;
-    /* rewrite: TensorView<T> -> TensorView<T, r>; DiffTensorView -> DiffTensorView<float, r> */
-    nb_type_expr **targs = ck_alloc(x->c, sizeof(nb_type_expr *) * 2);
-    nb_expr **vargs = ck_alloc(x->c, sizeof(nb_expr *) * 2);
-    nb_expr *rank = ck_new_expr(x->c, NB_EX_INT, te->loc);
-    if (!targs || !vargs || !rank) return r;
-    if (te->ntargs == 1) {
-        targs[0] = te->targs ? te->targs[0] : NULL;
-        vargs[0] = te->vargs ? te->vargs[0] : NULL;
-    } else {
-        nb_type_expr *fl = ck_alloc(x->c, sizeof *fl);
-        if (!fl) return r;
-        fl->loc = te->loc;
-        fl->name = "float";
-        targs[0] = fl;
-    }
-    rank->u.ilit.value = (uint64_t)r;
-    vargs[1] = rank;
-    te->targs = targs;
-    te->vargs = vargs;
-    te->ntargs = 2;
-    te->resolved = NULL;
-    return r;
-}
-
-static void infer_fn(vi_ctx *x, nb_decl *fn) {
-    if (!fn || fn->kind != NB_DECL_FUNC) return;
-    for (int i = 0; i < fn->u.func.nparams; i++) {
-        nb_decl *p = fn->u.func.params[i];
-        if (p && p->u.param.texpr && is_view_name(p->u.param.texpr->name)) {
-            x->fn = fn;
-            infer_param_rank(x, fn, i);
-        }
-    }
-}
 
 /* ---- [TorchEntryPoint] host functions ------------------------------------------------------- */
 
@@ -428,10 +74,6 @@ static void te_expr(nb_checker *c, nb_module_ast *m, nb_expr *e) {
 
 /* Before a module is checked: view ranks, and host functions checked and set aside. */
 void ck_prepare_views(nb_checker *c, nb_module_ast *m) {
-    vi_ctx x;
-    memset(&x, 0, sizeof x);
-    x.c = c;
-    x.m = m;
     for (int i = 0; i < m->ndecls; i++) {
         nb_decl *d = m->decls[i];
         if (!d || d->kind != NB_DECL_FUNC || !nb_attr_find(&d->attrs, "TorchEntryPoint")) continue;
@@ -442,30 +84,19 @@ void ck_prepare_views(nb_checker *c, nb_module_ast *m) {
         d->u.func.ret = NULL;
         d->u.func.nparams = 0;
     }
-    for (int i = 0; i < m->ndecls; i++) { /* host structs (TorchTensor fields) and view fields */
+    for (int i = 0; i < m->ndecls; i++) { /* host structs (TorchTensor fields) */
         nb_decl *d = m->decls[i];
         if (!d || d->kind != NB_DECL_STRUCT) continue;
-        int host = 0;
         for (int k = 0; k < d->u.strct.nfields; k++) {
             nb_decl *f = d->u.strct.fields[k];
-            if (f && f->u.var.texpr && f->u.var.texpr->name && !strcmp(f->u.var.texpr->name, "TorchTensor")) host = 1;
-        }
-        if (host) { /* slang-torch's host-side structs: only [TorchEntryPoint] code uses them (issue #15) */
-            d->u.strct.nfields = 0;
-            continue;
-        }
-        for (int k = 0; k < d->u.strct.nfields; k++) {
-            nb_decl *f = d->u.strct.fields[k];
-            if (f && f->u.var.texpr && is_view_name(f->u.var.texpr->name)) infer_field_rank(&x, f);
+            if (f && f->u.var.texpr && f->u.var.texpr->name && !strcmp(f->u.var.texpr->name, "TorchTensor")) {
+                /* slang-torch's host-side structs: only [TorchEntryPoint] code uses them (issue #15) */
+                d->u.strct.nfields = 0;
+                break;
+            }
         }
     }
-    for (int i = 0; i < m->ndecls; i++) {
-        nb_decl *d = m->decls[i];
-        if (!d) continue;
-        if (d->kind == NB_DECL_FUNC) infer_fn(&x, d);
-        else if (d->kind == NB_DECL_STRUCT)
-            for (int k = 0; k < d->u.strct.nmethods; k++) infer_fn(&x, d->u.strct.methods[k]);
-    }
+    ck_infer_view_ranks(c, m);
 }
 
 /* ---- methods of tensors, views and buffers ---------------------------------------------------- */
@@ -590,4 +221,76 @@ const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt
     ck_err(c, callee->loc, "'%s' has no method '%s' (tensors have load, store, loadOnce, storeOnce, size, InterlockedAdd%s)", bt->name, m,
            bt->buffer ? ", GetDimensions" : "");
     return call->type = c->tt->t_error;
+}
+
+/* ---- DiffTensorView members: .primal, .diff.diff ---------------------------------------------- */
+
+static nb_expr *part_call(nb_checker *c, const char *fname, nb_expr *a, nb_expr *b, nb_loc loc) {
+    nb_expr *call = ck_new_expr(c, NB_EX_CALL, loc);
+    nb_expr *nm = ck_new_expr(c, NB_EX_NAME, loc);
+    nb_expr **args = ck_alloc(c, sizeof(nb_expr *) * 2);
+    if (!call || !nm || !args) return NULL;
+    nm->u.name.name = fname;
+    args[0] = a;
+    args[1] = b;
+    call->u.call.callee = nm;
+    call->u.call.args = args;
+    call->u.call.nargs = b ? 2 : 1;
+    return call;
+}
+
+static int is_diff_view(const nb_type *t) { return t && t->kind == NB_TY_TENSOR && t->diff_tensor && !t->buffer; }
+
+/* slang-torch's DiffTensorView is { TensorView<T> primal; AtomicAdd diff; } with the gradient view
+ * in diff.diff. Here a DiffTensor carries both: v.primal is __tensor_primal(v) and v.diff.diff
+ * __tensor_grad(v), Tensors of v's element type and rank (so .primal.data_ptr(), .diff.diff.
+ * InterlockedAdd(…) are tensor methods). The AtomicAdd wrapper itself (v.diff alone) is not a
+ * value in nabla. Returns NULL when *slot is not such a member. */
+const nb_type *ck_view_member(nb_checker *c, nb_expr **slot) {
+    nb_expr *e = *slot;
+    const char *m = e->u.member.member;
+    nb_expr *base = e->u.member.base;
+    if (!m || !base || e->u.member.is_static) return NULL;
+    if (!strcmp(m, "diff") && base->kind == NB_EX_MEMBER && base->u.member.member &&
+        !strcmp(base->u.member.member, "diff") && base->u.member.base) {
+        const nb_type *vt = ck_checked(base->u.member.base) ? base->u.member.base->type : ck_expr(c, &base->u.member.base);
+        if (!is_diff_view(vt)) return NULL;
+        nb_expr *call = part_call(c, "__tensor_grad", base->u.member.base, NULL, e->loc);
+        if (!call) return e->type = c->tt->t_error;
+        *slot = call;
+        return ck_expr(c, slot);
+    }
+    if (strcmp(m, "primal") && strcmp(m, "diff")) return NULL;
+    const nb_type *vt = ck_checked(base) ? base->type : ck_expr(c, &e->u.member.base);
+    if (!is_diff_view(vt)) return NULL;
+    if (m[0] == 'd') {
+        ck_err(c, e->loc, "'.diff' of '%s' is slang-torch's AtomicAdd wrapper, which nabla has only through its "
+               "gradient view '.diff.diff'", vt->name);
+        return e->type = c->tt->t_error;
+    }
+    nb_expr *call = part_call(c, "__tensor_primal", e->u.member.base, NULL, e->loc);
+    if (!call) return e->type = c->tt->t_error;
+    *slot = call;
+    return ck_expr(c, slot);
+}
+
+/* `v.primal = t` with v a DiffTensor: v = __tensor_with_primal(v, t) (its gradient stays). Returns
+ * NULL when *slot is not such an assignment. */
+const nb_type *ck_view_primal_assign(nb_checker *c, nb_expr **slot, const nb_type *bt) {
+    nb_expr *e = *slot;
+    nb_expr *lhs = e->u.assign.lhs;
+    if (!is_diff_view(bt) || strcmp(lhs->u.member.member, "primal")) return NULL;
+    if (e->u.assign.op != NB_TOK_ASSIGN) {
+        ck_err(c, e->loc, "'.primal' of a DiffTensorView is assigned a whole view: use '='");
+        return e->type = c->tt->t_error;
+    }
+    if (!lhs->u.member.base->is_lvalue) {
+        ck_err(c, lhs->loc, "'.primal' of this DiffTensorView is not assignable");
+        return e->type = c->tt->t_error;
+    }
+    nb_expr *call = part_call(c, "__tensor_with_primal", lhs->u.member.base, e->u.assign.rhs, e->loc);
+    if (!call) return e->type = c->tt->t_error;
+    e->u.assign.lhs = lhs->u.member.base;
+    e->u.assign.rhs = call;
+    return ck_expr(c, slot);
 }

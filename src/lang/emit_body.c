@@ -426,7 +426,7 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
         }
         APPEND(o, "%s(", func_name(e, c));
         int first = 1;
-        if (c->is_kernel) {
+        if (c->has_tid) {
             nb_strbuf_append(o, "nb_tid");
             first = 0;
         }
@@ -835,7 +835,7 @@ static void signature(nb_emitter *e, nb_ir_func *f, nb_strbuf *o)
     APPEND(o, "%s %s %s(", e->target == NB_TARGET_CUDA ? "static __device__" : "static", nb_emit_ctype(e, f->ret),
            func_name(e, f));
     int first = 1;
-    if (f->is_kernel) {
+    if (f->has_tid) {
         APPEND(o, "const %s *nb_tid", nb_emit_thread_ids_type(e));
         first = 0;
     }

@@ -877,6 +877,31 @@ void nb_emit_checked_index(nb_emitter *e, const char *index, int length, const c
     APPEND(o, "nb_aidx((long long)(%s), %d, %d)", index, length, site);
 }
 
+const char *nb_emit_tensor_part(nb_emitter *e, int which, const nb_type *dt, const nb_type *rt)
+{
+    char nm[160];
+    nb_emit_helper_name(e, which == 0 ? "tprimal" : which == 1 ? "tgrad" : "twith_primal", dt, NULL, nm, sizeof nm);
+    if (!nb_emit_need_helper(e, nm)) return nb_emit_registered(e, nm);
+    const char *dn = nb_emit_ctype(e, dt);
+    const char *tn = nb_emit_ctype(e, nb_type_tensor(e->tt, dt->elem, dt->rank, 0));
+    const char *kw = nb_emit_inline_kw(e);
+    if (which == 2) {
+        APPEND(&e->helpers, "%s %s %s(%s v, %s t) {\n    v.data = t.data;\n", kw, dn, nm, dn, tn);
+        for (int d = 0; d < dt->rank; d++) APPEND(&e->helpers, "    v.shape[%d] = t.shape[%d]; v.strides[%d] = t.strides[%d];\n", d, d, d, d);
+        APPEND(&e->helpers, "    v.oob = t.oob; v.site = t.site;\n    return v;\n}\n");
+    } else {
+        /* (no gradient bound: an empty view, so that an access is a reported out-of-range index, not a
+         * write through a null pointer) */
+        APPEND(&e->helpers, "%s %s %s(%s v) {\n    %s r;\n    r.data = v.%s;\n", kw, tn, nm, dn, tn, which ? "grad" : "data");
+        for (int d = 0; d < dt->rank; d++)
+            APPEND(&e->helpers, "    r.shape[%d] = %sv.shape[%d]; r.strides[%d] = v.%s[%d];\n", d, which ? "!v.grad ? 0 : " : "", d, d,
+                   which ? "grad_strides" : "strides", d);
+        APPEND(&e->helpers, "    r.oob = v.oob; r.site = v.site;\n    return r;\n}\n");
+    }
+    (void)rt;
+    return nb_emit_registered(e, nm);
+}
+
 const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, int grad)
 {
     if (grad && !t->diff_tensor) grad = 0; /* (only DiffTensors carry a gradient buffer) */

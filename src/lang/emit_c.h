@@ -131,6 +131,9 @@ const char *nb_emit_nn_warp_red_helper(nb_emitter *e);
 /* grad: the DiffTensor's gradient buffer (t.grad, t.grad_strides; NULL: loads give 0, stores and
  * atomic adds do nothing) instead of its data. */
 const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *tensor, int grad);
+/* A DiffTensor's parts (check_view.c): which 0 = its primal Tensor, 1 = its gradient as a Tensor,
+ * 2 = (dt, t) -> dt with t as its primal. Returns the helper's name. */
+const char *nb_emit_tensor_part(nb_emitter *e, int which, const nb_type *dt, const nb_type *rt);
 
 /* Scalar C expression of an IR operator over rendered operands (no outer parentheses). */
 void nb_emit_scalar_op(nb_ir_op op, nb_scalar_kind s, nb_scalar_kind to, const char *a, const char *b, nb_strbuf *o);

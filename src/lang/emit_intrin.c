@@ -428,6 +428,10 @@ void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *
     case NB_ISIG_TENSOR_SIZE: /* args[1] is a constant */
         APPEND(o, "(unsigned)(%s).shape[%s]", args[0], args[1]);
         return;
+    case NB_ISIG_TENSOR_PART:
+        APPEND(o, "%s(%s%s%s)", nb_emit_tensor_part(e, id == NB_INTR_TENSOR_PRIMAL ? 0 : id == NB_INTR_TENSOR_GRAD ? 1 : 2,
+                                                   at[0], rt), args[0], n > 1 ? ", " : "", n > 1 ? args[1] : "");
+        return;
     case NB_ISIG_TENSOR_DATA_PTR: /* the element storage's address (contiguous data assumed, as slang-torch) */
         APPEND(o, "((%s)(%s).data)", nb_emit_ctype(e, rt), args[0]);
         return;

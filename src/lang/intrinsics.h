@@ -77,6 +77,7 @@ typedef enum nb_isig {
     NB_ISIG_THREAD_ID,     /* uint3 f() */
     NB_ISIG_TENSOR_SIZE,   /* uint __tensor_size(tensor t, const int d): t's extent in dim d */
     NB_ISIG_TENSOR_DATA_PTR, /* Ptr<T> __tensor_data_ptr(tensor t): its data's address (check_ptr.c) */
+    NB_ISIG_TENSOR_PART,   /* a DiffTensor's primal / gradient view, or it with another primal (check_view.c) */
     NB_ISIG_BARRIER,       /* void f(): group barriers / memory fences (emit_group.c) */
     NB_ISIG_WAVE,          /* wave (warp) operations, typed by check_kernel.c ck_group_intrinsic */
     NB_ISIG_NN_MATVEC,     /* float[16] f(Tensor<float,1> w, int offset, float[16] x) */
@@ -172,6 +173,9 @@ enum {
     X(ATOMIC_ADD,  "atomicAdd",   2, 2, ATOMIC,        RULE,    0)         \
     X(TENSOR_SIZE, "__tensor_size", 2, 2, TENSOR_SIZE, NONE,    0) /* t.size(d) (check_view.c) */ \
     X(TENSOR_DATA_PTR, "__tensor_data_ptr", 1, 1, TENSOR_DATA_PTR, NONE, 0) /* t.data_ptr() */ \
+    X(TENSOR_PRIMAL, "__tensor_primal", 1, 1, TENSOR_PART, NONE, 0) /* v.primal (a Tensor) */ \
+    X(TENSOR_GRAD, "__tensor_grad", 1, 1, TENSOR_PART, NONE, 0) /* v.diff.diff (a Tensor) */ \
+    X(TENSOR_WITH_PRIMAL, "__tensor_with_primal", 2, 2, TENSOR_PART, NONE, 0) /* v.primal = t */ \
     /* autodiff */                                                         \
     X(DIFF_PAIR,   "diffPair",    1, 2, DIFFPAIR,      SPECIAL, 0)         \
     X(DETACH,      "detach",      1, 1, DETACH,        SPECIAL, 0)         \

@@ -203,7 +203,9 @@ struct nb_ir_func {
     int nvars, cap_vars;
     nb_ir_block *body;
     int next_id;
-    int is_kernel;            /* [Kernel]: has the hidden thread-id parameter */
+    int is_kernel;            /* [Kernel] / [CudaKernel] / [numthreads] entry */
+    int has_tid;              /* has the hidden thread-id parameter `nb_tid`: a kernel, or a function
+                                 reading the thread indices (directly or through callees) */
     int numthreads[3];        /* [numthreads(x,y,z)] thread group (0 0 0: none; callgen.c) */
     int differentiable;
     nb_ir_func_role role;

@@ -1207,6 +1207,7 @@ static nb_ir_func *declare_func(lower_ctx *c, nb_decl *fd, nb_decl *parent)
     f->cname = nb_arena_strdup(&c->m->arena, cname);
     f->decl = fd;
     f->is_kernel = fd->u.func.is_kernel;
+    f->has_tid = fd->u.func.is_kernel || fd->u.func.uses_tid;
     memcpy(f->numthreads, fd->u.func.numthreads, sizeof f->numthreads);
     f->differentiable = fd->u.func.differentiable;
     if (parent && !(fd->mods & NB_MOD_STATIC)) {
