@@ -131,7 +131,7 @@ static void test_type_names(void) {
                  "t.nb:2:20: error: array size must be a constant integer expression");
     EXPECT_FAILS("void f(int n) { float a[n]; }", "t.nb:1:25: error: array size must be a constant integer expression");
     EXPECT_FAILS("void f() { float a[0]; }", "error: array size must be positive, got 0");
-    EXPECT_FAILS("void f() { vector<float, 5> v; }", "error: 'vector' sizes must be 1 to 4");
+    EXPECT_FAILS("void f() { vector<float, 5> v; }", "error: 'vector' size must be 1 to 4, got 5");
 }
 
 static void test_conversions(void) {

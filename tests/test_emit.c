@@ -337,6 +337,38 @@ static void test_matrices(void)
     kern_free(&k);
 }
 
+/* A matrix of more than 4 rows (slang-torch's bezier2d: matrix<float, 20, 2>) as a uniform
+ * parameter and through a reverse-mode derivative; the same call compiles for CUDA (check_cuda). */
+static void test_tall_matrix(void)
+{
+    const char *src =
+        "[Differentiable] float energy(matrix<float, 20, 2> m) {\n"
+        "    float s = 0; for (int i = 0; i < 20; i++) s += m[i][0] * m[i][1]; return s; }\n"
+        "float2 grad_row(matrix<float, 20, 2> m, int i) {\n"
+        "    var p = diffPair(m); bwd_diff(energy)(p, 1.0); matrix<float, 5, 2> t = {}; t[4] = p.d[i];\n"
+        "    return mul(t, float2x2(1, 0, 0, 1))[4]; }\n";
+    nb_leaf_sig ls[3] = {L(0, "m", NB_BIND_UNIFORM, NB_F32), L(1, "i", NB_BIND_ARRAY, NB_I32), L(-1, "_result", NB_BIND_ARRAY, NB_F32)};
+    nb_call_sig sig = mksig("grad_row", 0, 1, 1, 3, ls);
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(k.lay.leaves[0].value_rank == 2 && k.lay.leaves[0].value_bytes == 20 * 2 * 4);
+    float m[40], r[4];
+    for (int j = 0; j < 40; j++) m[j] = (float)j;
+    int idx[2] = {3, 19};
+    long long shape[1] = {2}, si[1] = {4}, sr[1] = {8}, ir[1] = {4};
+    set_shape(&k, shape);
+    set_uniform(&k, 0, m);
+    set_array(&k, 1, idx, si, NULL);
+    set_array(&k, 2, r, sr, ir);
+    run(&k, 2);
+    /* d/dm[i][0] = m[i][1], d/dm[i][1] = m[i][0] */
+    NB_EXPECT_NEAR(r[0], 7, 1e-6);
+    NB_EXPECT_NEAR(r[1], 6, 1e-6);
+    NB_EXPECT_NEAR(r[2], 39, 1e-6);
+    NB_EXPECT_NEAR(r[3], 38, 1e-6);
+    kern_free(&k);
+}
+
 static void test_arrays(void)
 {
     const char *src =
@@ -1094,7 +1126,7 @@ static void cleanup(void)
 int main(int argc, char **argv)
 {
     atexit(cleanup);
-    NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_arrays, test_structs_methods,
+    NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_tall_matrix, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
                  test_kernel_tensor, test_compute_entry, test_tensor_view, test_group_kernel, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
                  test_compile_time_linear, test_target_prelude_wmma, test_pointer_param);

@@ -183,3 +183,30 @@ def test_bounds_checked_by_default_and_unchecked_on_request(dev):
     np.testing.assert_array_equal(u.lut(np.array([0, 3], np.int32)), [1, 4])
     assert "nb_oob_report" not in u.dump("c", entry="gather")
     assert "nb_oob_report" not in u.dump("cuda", entry="lut")
+
+
+TALL_SRC = """
+[Differentiable]
+float energy(matrix<float, 20, 2> m)
+{
+    float s = 0;
+    for (int i = 0; i < 20; i++) s += m[i][0] * m[i][1] * (i + 1);
+    return s;
+}
+"""
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_tall_matrix_binds_20x2_values_and_gradients(dev):
+    # slang-torch's bezier2d holds 20 control points in a matrix<float, 20, 2>: a batch of them
+    # binds as [..., 20, 2]; energy = sum (i + 1) m[i][0] m[i][1], d/dm[i] = (i + 1) (m[i][1], m[i][0])
+    m = nabla.load_module_from_source(TALL_SRC, "tall.slang", device=dev)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 20, 2)).astype(np.float32)
+    w = np.arange(1, 21, dtype=np.float32)
+    np.testing.assert_allclose(m.energy(x), (x[..., 0] * x[..., 1] * w).sum(-1), rtol=1e-5, atol=1e-5)
+    g = np.zeros_like(x)
+    m.energy.bwds(x, _grads={"m": g}, _dout=np.ones(3, np.float32))
+    np.testing.assert_allclose(g, np.stack([x[..., 1] * w, x[..., 0] * w], -1), rtol=1e-5, atol=1e-6)
+    with pytest.raises(nabla.ShapeError, match=r"shape \[3,19,2\] but parameter .m. is matrix<float,20,2>"):
+        m.energy(x[:, :19])

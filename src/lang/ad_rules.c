@@ -423,7 +423,10 @@ int nb_ad_vjp(nb_ir_builder *b, int id, nb_ir_inst *res, nb_ir_inst **x, int n, 
             g[1] = mulm(b, adj, x[0], bt);
         } else { /* A[MxK] B[KxN] */
             g[0] = mulm(b, adj, transp(b, x[1]), at);
-            g[1] = mulm(b, transp(b, x[0]), adj, bt);
+            if (at->rows <= 4) g[1] = mulm(b, transp(b, x[0]), adj, bt);
+            else /* A^T (KxM) would need M-component rows: sum the rows' outer products instead */
+                for (int i = 0; i < at->rows; i++)
+                    g[1] = nb_ad_add(b, g[1], outer(b, nb_ir_extract(b, x[0], i), nb_ir_extract(b, adj, i), bt));
         }
         return 0;
     }

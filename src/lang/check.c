@@ -478,8 +478,14 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         }
         if (!ck_generic_int(c, te, 1, &a)) return c->tt->t_error;
         if (is_m && !ck_generic_int(c, te, 2, &b)) return c->tt->t_error;
-        if (a < 1 || a > 4 || (is_m && (b < 1 || b > 4))) {
-            ck_err(c, te->loc, "'%s' sizes must be 1 to 4", n);
+        if (!is_m && (a < 1 || a > 4)) {
+            ck_err(c, te->loc, "'vector' size must be 1 to 4, got %lld", (long long)a);
+            return c->tt->t_error;
+        }
+        if (is_m && (a < 1 || a > NB_MATRIX_MAX_ROWS || b < 1 || b > 4)) {
+            /* Slang's CPU/CUDA matrices are arrays of row vectors: any row count, 1-4 columns */
+            ck_err(c, te->loc, "'matrix' has 1 to %d rows of 1 to 4 columns, got %lldx%lld", NB_MATRIX_MAX_ROWS,
+                   (long long)a, (long long)b);
             return c->tt->t_error;
         }
         return is_m ? nb_type_matrix(c->tt, s->scalar, (int)a, (int)b) : nb_type_vector(c->tt, s->scalar, (int)a);

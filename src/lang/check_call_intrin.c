@@ -65,6 +65,12 @@ static const nb_type *call_mul(nb_checker *c, nb_expr *call) {
         r = nb_type_vector(c->tt, k, b->cols);
     } else if (a->kind == NB_TY_MATRIX && b->kind == NB_TY_VECTOR) {
         if (a->cols != b->cols) goto bad;
+        if (a->rows > 4) {
+            /* vectors have 1 to 4 components, as Slang's CPU/CUDA Vector<T, N> */
+            ck_err(c, call->loc, "mul: '%s' times a vector gives %d components, but a vector has 1 to 4; "
+                   "take dot(m[i], v) row by row", a->name, a->rows);
+            return call->type = c->tt->t_error;
+        }
         r = nb_type_vector(c->tt, k, a->rows);
     } else {
         if (a->cols != b->rows) goto bad;
@@ -191,6 +197,12 @@ const nb_type *ck_call_intrinsic(nb_checker *c, nb_expr *call, int id) {
     case NB_ISIG_TRANSPOSE:
         if (args[0]->type->kind != NB_TY_MATRIX) {
             ck_err(c, call->loc, "'transpose' needs a matrix, got '%s'", args[0]->type->name);
+            return call->type = c->tt->t_error;
+        }
+        if (args[0]->type->rows > 4) {
+            /* the transpose would have rows of more than 4 columns (Slang's CPU/CUDA matrices too) */
+            ck_err(c, call->loc, "'transpose' of '%s' would have %d columns, but a matrix has 1 to 4 columns",
+                   args[0]->type->name, args[0]->type->rows);
             return call->type = c->tt->t_error;
         }
         return call->type = nb_type_matrix(c->tt, args[0]->type->scalar, args[0]->type->cols, args[0]->type->rows);

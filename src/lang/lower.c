@@ -614,9 +614,11 @@ static nb_ir_inst *build_value(lower_ctx *c, const nb_type *t, nb_ir_inst **vals
         if (nvals == 1 && vals[0]->type->kind == NB_TY_SCALAR && want > 1) return coerce(c, vals[0], t, loc);
         if (nvals == 1 && nb_type_components(vals[0]->type) == want && vals[0]->type->kind == t->kind)
             return coerce(c, vals[0], t, loc);
-        nb_ir_inst *comps[16];
+        /* want + 1 slots: one more component than the type holds is a count error below */
+        nb_ir_inst **comps = nb_arena_alloc(&c->m->arena, sizeof *comps * (size_t)(want + 1), sizeof(void *));
+        if (!comps) return NULL;
         int n = 0;
-        for (int i = 0; i < nvals; i++) push_components(c, vals[i], t->scalar, comps, &n, 16);
+        for (int i = 0; i < nvals; i++) push_components(c, vals[i], t->scalar, comps, &n, want + 1);
         if (n != want) {
             lerr(c, loc, "wrong number of components in constructor", NULL);
             return nb_ir_zero(&c->b, t);

@@ -144,7 +144,7 @@ const nb_type *nb_type_vector(nb_type_table *t, nb_scalar_kind s, int n) {
 }
 
 const nb_type *nb_type_matrix(nb_type_table *t, nb_scalar_kind s, int rows, int cols) {
-    if (rows < 1 || rows > 4 || cols < 1 || cols > 4) return t->t_error;
+    if (rows < 1 || rows > NB_MATRIX_MAX_ROWS || cols < 1 || cols > 4) return t->t_error;
     nb_type p;
     memset(&p, 0, sizeof p);
     p.kind = NB_TY_MATRIX;
@@ -346,7 +346,9 @@ void nb_type_print(const nb_type *t, nb_strbuf *out) {
     case NB_TY_SCALAR: nb_strbuf_append(out, nb_scalar_name(t->scalar)); break;
     case NB_TY_VECTOR: nb_strbuf_printf(out, "%s%d", nb_scalar_name(t->scalar), t->cols); break;
     case NB_TY_MATRIX:
-        nb_strbuf_printf(out, "%s%dx%d", nb_scalar_name(t->scalar), t->rows, t->cols);
+        if (t->rows > 4) /* no floatNxM spelling past 4 rows: Slang's own */
+            nb_strbuf_printf(out, "matrix<%s,%d,%d>", nb_scalar_name(t->scalar), t->rows, t->cols);
+        else nb_strbuf_printf(out, "%s%dx%d", nb_scalar_name(t->scalar), t->rows, t->cols);
         break;
     case NB_TY_ARRAY: {
         const nb_type *base = t;

@@ -76,6 +76,10 @@ void nb_types_free(nb_type_table *t);
 
 const nb_type *nb_type_scalar(nb_type_table *t, nb_scalar_kind s);
 const nb_type *nb_type_vector(nb_type_table *t, nb_scalar_kind s, int n);   /* n = 1 -> scalar */
+/* Matrices are rows of vectors (Slang's CPU/CUDA layout): 1 to NB_MATRIX_MAX_ROWS rows of 1 to 4
+ * columns (vectors stay 1 to 4 components, so a column count or a transposed shape past 4 is
+ * refused where an operation would need it). */
+#define NB_MATRIX_MAX_ROWS 256
 const nb_type *nb_type_matrix(nb_type_table *t, nb_scalar_kind s, int rows, int cols);
 const nb_type *nb_type_array(nb_type_table *t, const nb_type *elem, int length);
 const nb_type *nb_type_struct(nb_type_table *t, struct nb_decl *decl); /* one per decl */
