@@ -356,6 +356,23 @@ int nb_ad_fwd_trivial(const nb_ir_func *pf)
     return 1;
 }
 
+/* The zero tangent of a value of primal type t: the type's own `static Differential dzero()` where
+ * a struct declares one (Slang's IDifferentiable.dzero: a type may represent its additive identity
+ * other than by all-zero bits), else all-zero. */
+static nb_ir_inst *dzero_of(nb_ir_builder *b, const nb_type *t)
+{
+    const nb_type *dt = nb_type_differential(b->m->types, t);
+    if (t->kind == NB_TY_STRUCT && t->decl && t->decl->kind == NB_DECL_STRUCT)
+        for (int i = 0; i < t->decl->u.strct.nmethods; i++) {
+            nb_decl *md = t->decl->u.strct.methods[i];
+            if (!md || !md->name || strcmp(md->name, "dzero") || !(md->mods & NB_MOD_STATIC) || md->u.func.nparams)
+                continue;
+            nb_ir_func *f = nb_ir_find_func(b->m, md);
+            if (f && f->ret == dt) return nb_ir_call(b, f, NULL, NULL);
+        }
+    return nb_ir_zero(b, dt);
+}
+
 /* The derivative df of a [TreatAsDifferentiable] primal: forward mode runs the primal and gives
  * every tangent (result, out/inout pairs) zero; reverse mode sets every gradient to zero (and the
  * fused form returns the primal result). Slang: "trivial forward and backward propagation
@@ -363,7 +380,6 @@ int nb_ad_fwd_trivial(const nb_ir_func *pf)
 int nb_ad_gen_trivial(nb_ir_module *m, nb_ir_func *df)
 {
     nb_ir_func *pf = df->primal;
-    nb_type_table *tt = m->types;
     nb_ir_builder bb = {m, df, df->body, pf->decl ? pf->decl->loc : (nb_loc){0}, NB_IRF_DERIV};
     nb_ir_builder *b = &bb;
     int bwd = df->role == NB_IR_BWD_DERIV;
@@ -385,7 +401,7 @@ int nb_ad_gen_trivial(nb_ir_module *m, nb_ir_func *df)
         if (!q) return 1;
         if (bwd) {
             if (diff && p->dir != NB_DIR_OUT) /* the gradient: zero */
-                nb_ir_store(b, q, &d1, 1, NULL, nb_ir_zero(b, nb_type_differential(tt, p->type)));
+                nb_ir_store(b, q, &d1, 1, NULL, dzero_of(b, p->type));
             if (p->dir == NB_DIR_IN) args[i] = diff ? nb_ir_extract(b, nb_ir_load(b, q, NULL, 0, NULL), 0)
                                                     : nb_ir_load(b, q, NULL, 0, NULL);
             else run = 0; /* (out/inout: the fused form only runs primal-only signatures) */
@@ -413,12 +429,11 @@ int nb_ad_gen_trivial(nb_ir_module *m, nb_ir_func *df)
     for (int i = 0; i < n; i++) {
         nb_ir_var *q = df->params[i];
         if (!tmps[i] || pf->params[i]->dir == NB_DIR_IN) continue;
-        nb_ir_inst *ops[2] = {nb_ir_load(b, tmps[i], NULL, 0, NULL),
-                              nb_ir_zero(b, nb_type_differential(tt, pf->params[i]->type))};
+        nb_ir_inst *ops[2] = {nb_ir_load(b, tmps[i], NULL, 0, NULL), dzero_of(b, pf->params[i]->type)};
         nb_ir_store(b, q, NULL, 0, NULL, nb_ir_construct(b, q->type, ops, 2));
     }
     if (df->ret->kind == NB_TY_DIFFPAIR && pf->ret != df->ret) {
-        nb_ir_inst *ops[2] = {r, nb_ir_zero(b, nb_type_differential(tt, pf->ret))};
+        nb_ir_inst *ops[2] = {r, dzero_of(b, pf->ret)};
         nb_ir_jump(b, NB_IR_RETURN, nb_ir_construct(b, df->ret, ops, 2));
     } else {
         nb_ir_jump(b, NB_IR_RETURN, pf->ret->kind == NB_TY_VOID ? NULL : r);

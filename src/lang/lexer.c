@@ -132,6 +132,7 @@ const char *nb_tok_name(nb_tok_kind k) {
     case NB_TOK_ARROW: return "'->'";
     case NB_TOK_HASH: return "'#'";
     case NB_TOK_HASHHASH: return "'##'";
+    case NB_TOK_DOLLAR: return "'$'";
     case NB_TOK_COUNT: break;
     }
     return "unknown token";
@@ -456,6 +457,7 @@ static const struct {
     {"%=", NB_TOK_PERCENT_ASSIGN}, {"&=", NB_TOK_AMP_ASSIGN}, {"|=", NB_TOK_PIPE_ASSIGN},
     {"^=", NB_TOK_CARET_ASSIGN}, {"++", NB_TOK_INC},        {"--", NB_TOK_DEC},
     {"->", NB_TOK_ARROW},       {"##", NB_TOK_HASHHASH},    {"#", NB_TOK_HASH},
+    {"$", NB_TOK_DOLLAR},
     {"(", NB_TOK_LPAREN},       {")", NB_TOK_RPAREN},
     {"{", NB_TOK_LBRACE},       {"}", NB_TOK_RBRACE},       {"[", NB_TOK_LBRACKET},
     {"]", NB_TOK_RBRACKET},     {";", NB_TOK_SEMI},         {",", NB_TOK_COMMA},

@@ -33,6 +33,8 @@ typedef enum nb_tok_kind {
     NB_TOK_CARET_ASSIGN, NB_TOK_SHL_ASSIGN, NB_TOK_SHR_ASSIGN,
     NB_TOK_INC, NB_TOK_DEC, NB_TOK_ARROW,
     NB_TOK_HASH, NB_TOK_HASHHASH, /* `#` `##`: directives and macro bodies (preproc.c) */
+    NB_TOK_DOLLAR,                /* `$`: only in other targets' code (`spirv_asm { … $x }` in a
+                                     skipped __target_switch case); a parse error anywhere else */
     NB_TOK_COUNT
 } nb_tok_kind;
 
