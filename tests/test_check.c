@@ -392,7 +392,9 @@ static void test_kernels_and_tensors(void) {
     NB_EXPECT(as->kind == NB_EX_ASSIGN && as->u.assign.lhs->is_lvalue && type_is(as->u.assign.lhs, "float"));
     NB_EXPECT(as->u.assign.lhs->u.index.indices[0]->kind == NB_EX_CAST); /* uint -> int */
     nb_program_free(p);
-    EXPECT_FAILS("void f() { uint3 i = dispatch_id(); }", "t.nb:1:22: error: 'dispatch_id()' is only allowed in [Kernel] functions");
+    EXPECT_FAILS("void f() { uint3 i = dispatch_id(); }",
+                 "t.nb:1:6: error: 'f' reads the thread indices (cudaThreadIdx(), cudaBlockIdx(), cudaBlockDim() or "
+                 "dispatch_id(), directly or through a callee) but is not called from a [Kernel] / [CudaKernel] function");
     EXPECT_FAILS("[Kernel] float k(Tensor<float, 1> t) { return 1; }", "error: [Kernel] function 'k' must return void");
     EXPECT_FAILS("void f(Tensor<float, 2> t) { float x = t[0]; }", "t.nb:1:41: error: 'Tensor<float,2>' needs 2 indices, got 1");
     EXPECT_FAILS("void f(Tensor<float, 1> t, float y) { atomicAdd(y, 1); }",
