@@ -74,7 +74,14 @@ const nb_type *ck_ptr_unary(nb_checker *c, nb_expr **slot) {
                "cannot take the address of this expression (only of a variable, field, array element or *p)");
         return e->type = c->tt->t_error;
     }
-    if (c->fn && c->fn->u.func.differentiable && nb_type_is_differentiable(t))
+    /* (a function whose derivatives are all user-given — a [BackwardDerivative] without
+     * [Differentiable], or custom forward and backward ones — is never differentiated itself:
+     * inline-mlp's Linear.eval passes shared-memory pointers to a matmul) */
+    const nb_decl *f = c->fn;
+    int body_diff = f && f->u.func.differentiable &&
+                    !(f->u.func.bwd_derivative && (f->u.func.fwd_derivative || (!nb_attr_find(&f->attrs, "Differentiable") &&
+                                                                                !nb_attr_find(&f->attrs, "BackwardDifferentiable"))));
+    if (body_diff && nb_type_is_differentiable(t))
         ck_warn(c, e->loc, "derivatives do not flow through pointers: what is read or written through this address "
                 "has no derivative (give the function a custom derivative, or keep the value out of pointers)");
     return e->type = nb_type_ptr(c->tt, t);
