@@ -19,6 +19,7 @@
  * view. A slot with no rank-fixing use gets the rank its size() calls need, else 1. Uses that
  * disagree are an error naming both places; a bound array of another rank is a binding error.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,7 +72,41 @@ typedef struct vr_ctx {
     int nsc, capsc;
     nb_decl *fn;    /* the function walked */
     nb_decl *owner; /* its struct (methods), or NULL */
+    nb_decl **structs; /* the module's structs by name (open addressing, nstructs a power of 2) */
+    int nstructs;
+    int *smap;         /* slot index + 1 by written type address (open addressing, nsmap a power of 2) */
+    int nsmap;
 } vr_ctx;
+
+static unsigned ptr_hash(const void *p) { return (unsigned)(((uintptr_t)p >> 4) * 2654435761u); }
+
+/* The slot of te in the map, or the empty entry where it goes. */
+static int *smap_entry(vr_ctx *x, const nb_type_expr *te) {
+    unsigned m = (unsigned)x->nsmap - 1;
+    for (unsigned i = ptr_hash(te) & m;; i = (i + 1) & m)
+        if (!x->smap[i] || x->s[x->smap[i] - 1].te == te) return &x->smap[i];
+}
+
+static int smap_grow(vr_ctx *x) {
+    int nc = x->nsmap ? x->nsmap * 2 : 64;
+    int *old = x->smap, on = x->nsmap;
+    x->smap = calloc((size_t)nc, sizeof *x->smap);
+    if (!x->smap) {
+        x->smap = old;
+        return 0;
+    }
+    x->nsmap = nc;
+    for (int i = 0; i < on; i++)
+        if (old[i]) *smap_entry(x, x->s[old[i] - 1].te) = old[i];
+    free(old);
+    return 1;
+}
+
+static unsigned name_hash(const char *s) {
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
 
 static int slot_find(vr_ctx *x, int i) {
     while (x->s[i].parent != i) i = x->s[i].parent = x->s[x->s[i].parent].parent;
@@ -82,8 +117,9 @@ static int slot_find(vr_ctx *x, int i) {
  * ranks (TensorView<T, 2>, Tensor<T, 2>) are fixed slots. */
 static int slot_of(vr_ctx *x, nb_type_expr *te, const char *name) {
     if (!te || !(is_view_name(te->name) || (is_tensor_name(te->name) && te->ntargs == 2))) return -1;
-    for (int i = 0; i < x->n; i++)
-        if (x->s[i].te == te) return i;
+    if (2 * (x->n + 1) > x->nsmap && !smap_grow(x)) return -1;
+    int *ent = smap_entry(x, te);
+    if (*ent) return *ent - 1;
     if (x->n == x->cap) {
         int nc = x->cap ? x->cap * 2 : 32;
         vslot *ns = realloc(x->s, sizeof *ns * (size_t)nc);
@@ -97,6 +133,7 @@ static int slot_of(vr_ctx *x, nb_type_expr *te, const char *name) {
     s->name = name ? name : "";
     s->parent = x->n;
     s->loc = te->loc;
+    *ent = x->n + 1;
     if (te->ntargs == 2) { /* a written rank (or one set by an earlier module's inference) */
         if (te->vargs && te->vargs[1] && te->vargs[1]->kind == NB_EX_INT) s->rank = (int)te->vargs[1]->u.ilit.value, s->written = 1;
         else s->conflict = 1; /* (a generic rank: nothing to infer) */
@@ -154,10 +191,12 @@ static void push_name(vr_ctx *x, const char *name, nb_type_expr *te) {
 
 static nb_decl *find_struct(vr_ctx *x, const char *name) {
     if (!name) return NULL;
-    for (int i = 0; i < x->m->ndecls; i++) {
-        nb_decl *d = x->m->decls[i];
-        if (d && d->kind == NB_DECL_STRUCT && d->name && !strcmp(d->name, name)) return d;
-    }
+    if (x->nstructs)
+        for (unsigned i = name_hash(name) & (unsigned)(x->nstructs - 1);; i = (i + 1) & (unsigned)(x->nstructs - 1)) {
+            nb_decl *d = x->structs[i];
+            if (!d) break;
+            if (!strcmp(d->name, name)) return d;
+        }
     nb_decl *g[1];
     return ck_lookup_global(x->c, name, NB_DECL_STRUCT, g, 1) > 0 ? g[0] : NULL;
 }
@@ -578,13 +617,88 @@ static void set_view_rank(nb_checker *c, nb_type_expr *te, int r) {
     te->resolved = NULL;
 }
 
+/* Whether a statement declares a local of view type (the quick test before the walk). */
+static int has_view_local(const nb_stmt *s) {
+    if (!s) return 0;
+    switch (s->kind) {
+    case NB_ST_BLOCK:
+        for (int i = 0; i < s->u.block.count; i++)
+            if (has_view_local(s->u.block.items[i])) return 1;
+        return 0;
+    case NB_ST_VAR:
+        for (int i = 0; i < s->u.var.count; i++)
+            if (s->u.var.vars[i] && s->u.var.vars[i]->u.var.texpr && is_view_name(s->u.var.vars[i]->u.var.texpr->name))
+                return 1;
+        return 0;
+    case NB_ST_IF: return has_view_local(s->u.if_s.then_s) || has_view_local(s->u.if_s.else_s);
+    case NB_ST_FOR: return has_view_local(s->u.for_s.init) || has_view_local(s->u.for_s.body);
+    case NB_ST_WHILE: case NB_ST_DO_WHILE: return has_view_local(s->u.while_s.body);
+    case NB_ST_SWITCH:
+        for (int i = 0; i < s->u.switch_s.ncases; i++)
+            for (int j = 0; j < s->u.switch_s.cases[i].nbody; j++)
+                if (has_view_local(s->u.switch_s.cases[i].body[j])) return 1;
+        return 0;
+    case NB_ST_TARGET_SWITCH:
+        for (int i = 0; i < s->u.tswitch.ncases; i++)
+            for (int j = 0; j < s->u.tswitch.cases[i].nbody; j++)
+                if (has_view_local(s->u.tswitch.cases[i].body[j])) return 1;
+        return 0;
+    default: return 0;
+    }
+}
+
+static int fn_has_view(const nb_decl *f) {
+    if (!f || f->kind != NB_DECL_FUNC) return 0;
+    for (int i = 0; i < f->u.func.nparams; i++)
+        if (f->u.func.params[i] && f->u.func.params[i]->u.param.texpr &&
+            is_view_name(f->u.func.params[i]->u.param.texpr->name))
+            return 1;
+    return has_view_local(f->u.func.body);
+}
+
+/* Whether the module writes a rankless-capable view type anywhere (most modules: no, and the
+ * walk is skipped). */
+static int module_has_views(const nb_module_ast *m) {
+    for (int i = 0; i < m->ndecls; i++) {
+        const nb_decl *d = m->decls[i];
+        if (!d) continue;
+        if (d->kind == NB_DECL_FUNC && fn_has_view(d)) return 1;
+        if (d->kind != NB_DECL_STRUCT) continue;
+        for (int k = 0; k < d->u.strct.nfields; k++)
+            if (d->u.strct.fields[k] && d->u.strct.fields[k]->u.var.texpr &&
+                is_view_name(d->u.strct.fields[k]->u.var.texpr->name))
+                return 1;
+        for (int k = 0; k < d->u.strct.nmethods; k++)
+            if (fn_has_view(d->u.strct.methods[k])) return 1;
+    }
+    return 0;
+}
+
 /* Before a module is checked (check_view.c ck_prepare_views): every rankless view type written in
  * it gets its rank. */
 void ck_infer_view_ranks(nb_checker *c, nb_module_ast *m) {
+    if (!module_has_views(m)) return;
     vr_ctx x;
     memset(&x, 0, sizeof x);
     x.c = c;
     x.m = m;
+    int ns = 0;
+    for (int i = 0; i < m->ndecls; i++) ns += m->decls[i] && m->decls[i]->kind == NB_DECL_STRUCT && m->decls[i]->name;
+    if (ns) { /* the struct table: find_struct is called for every member expression */
+        int cap = 16;
+        while (cap < 2 * ns) cap *= 2;
+        x.structs = calloc((size_t)cap, sizeof *x.structs);
+        if (x.structs) {
+            x.nstructs = cap;
+            for (int i = 0; i < m->ndecls; i++) {
+                nb_decl *d = m->decls[i];
+                if (!d || d->kind != NB_DECL_STRUCT || !d->name) continue;
+                unsigned h = name_hash(d->name) & (unsigned)(cap - 1);
+                while (x.structs[h] && strcmp(x.structs[h]->name, d->name)) h = (h + 1) & (unsigned)(cap - 1);
+                if (!x.structs[h]) x.structs[h] = d; /* (the first of a name, as the scan found it) */
+            }
+        }
+    }
     for (int i = 0; i < m->ndecls; i++) { /* struct fields first: their slots exist before uses */
         nb_decl *d = m->decls[i];
         if (!d || d->kind != NB_DECL_STRUCT) continue;
@@ -608,4 +722,6 @@ void ck_infer_view_ranks(nb_checker *c, nb_module_ast *m) {
     }
     free(x.s);
     free(x.sc);
+    free(x.structs);
+    free(x.smap);
 }
