@@ -656,6 +656,100 @@ static void print_result_object(nb_tensor **res, const nb_leaf_info *li, int n, 
     fputc('}', stdout);
 }
 
+/* ---- host functions ([TorchEntryPoint]) ----------------------------------------------------- */
+
+/* One JSON value (a list/number for a TorchTensor leaf, a number for a scalar) into leaf j. */
+static int host_leaf(ctx *x, const nb_json *v, const nb_leaf_info *li, nb_host_value *hv) {
+    memset(hv, 0, sizeof *hv);
+    if (li->is_tensor) {
+        if (v->kind != NB_JSON_ARRAY) {
+            snprintf(x->err, sizeof x->err, "argument '%s' is a TorchTensor<%s>: give a list", li->path,
+                     nb_dtype_name(li->dtype));
+            return 0;
+        }
+        return json_to_tensor(x, v, li->dtype, &hv->tensor);
+    }
+    if (v->kind != NB_JSON_NUMBER && !(v->kind == NB_JSON_BOOL)) {
+        snprintf(x->err, sizeof x->err, "argument '%s' is a %s number", li->path, nb_dtype_name(li->dtype));
+        return 0;
+    }
+    hv->number = json_number(v);
+    return 1;
+}
+
+/* Runs a host function: one JSON argument per parameter (a struct parameter: a list of its leaves
+ * in order, or an object of its fields); prints {"result": …}. 0 ok, 1 with x->err, -1 with
+ * nb_last_error(). */
+static int call_host(ctx *x, const char *const *args, int nargs, const char *out_npy, int *usage) {
+    nb_host_value hv[CALL_MAX], res[CALL_MAX];
+    int nl = nb_func_leaf_count(x->f, 0), np = nb_func_param_count(x->f, 0), k = 0, rc = 1;
+    if (nargs != np) {
+        snprintf(x->err, sizeof x->err, "%s takes %d argument%s, %d given: %s", nb_func_name(x->f), np,
+                 np == 1 ? "" : "s", nargs, nb_func_signature(x->f, 0));
+        *usage = 1;
+        return 1;
+    }
+    for (int p = 0; p < np; p++) {
+        char err[256];
+        nb_json *v = nb_json_parse(args[p], err, sizeof err);
+        if (!v) {
+            snprintf(x->err, sizeof x->err, "argument %d: %s", p + 1, err);
+            *usage = 1;
+            return 1;
+        }
+        int first = k, cnt = 0;
+        nb_leaf_info li, lj;
+        for (int j = k; j < nl && nb_func_leaf(x->f, 0, j, &lj) == NB_OK && lj.param == p; j++) cnt++;
+        int ok = 1;
+        if (cnt > 0) nb_func_leaf(x->f, 0, first, &li);
+        if (cnt == 1 && !strcmp(li.path, nb_func_param_name(x->f, 0, p))) {
+            ok = host_leaf(x, v, &li, &hv[k++]);
+        } else { /* a struct: [leaf, …] or {"field": …} */
+            for (int j = 0; j < cnt && ok; j++) {
+                nb_func_leaf(x->f, 0, first + j, &li);
+                const nb_json *item = NULL;
+                if (v->kind == NB_JSON_ARRAY && v->count == cnt) item = &v->items[j];
+                else if (v->kind == NB_JSON_OBJECT) {
+                    const char *field = strrchr(li.path, '.');
+                    for (int q = 0; q < v->count && field; q++)
+                        if (!strcmp(v->keys[q], field + 1)) item = &v->items[q];
+                }
+                if (!item) {
+                    snprintf(x->err, sizeof x->err, "argument '%s' is a struct of %d leaves: give a list of %d values "
+                             "or an object of its fields (missing '%s')", nb_func_param_name(x->f, 0, p), cnt, cnt,
+                             li.path);
+                    ok = 0;
+                } else ok = host_leaf(x, item, &li, &hv[k++]);
+            }
+        }
+        nb_json_free(v);
+        if (!ok) return 1;
+    }
+    int nres = 0;
+    if (nb_host_call(x->f, k, hv, res, CALL_MAX, &nres) != NB_OK) return -1;
+    nb_tensor *rt[CALL_MAX] = {0};
+    nb_leaf_info rli[CALL_MAX];
+    int print_ok = 1;
+    for (int i = 0; i < nres; i++) { /* numbers print as 0-d arrays */
+        if (nb_func_result_leaf(x->f, 0, i, &rli[i]) != NB_OK) print_ok = 0;
+        rt[i] = res[i].tensor;
+        if (!rt[i] && nb_tensor_from_host(x->dev, NB_F64, 0, NULL, &res[i].number, &rt[i]) != NB_OK) print_ok = 0;
+    }
+    if (print_ok) {
+        fputs("{\"result\": ", stdout);
+        if (nres == 0) fputs("null", stdout);
+        else if (nres == 1 && !strcmp(rli[0].path, "_result")) print_ok = print_result_leaf(rt[0], "_result", out_npy);
+        else {
+            int kk = 0;
+            print_result_object(rt, rli, nres, &kk, "_result", out_npy, &print_ok);
+        }
+        fputs("}\n", stdout);
+        rc = print_ok ? 0 : -1;
+    } else rc = -1;
+    for (int i = 0; i < nres; i++) nb_tensor_free(rt[i]);
+    return rc;
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static int parse_dims(const char *s, int *dims, int max) {
@@ -825,8 +919,14 @@ int nb_cmd_call(int argc, char **argv) {
         name[n] = '\0';
         if (nb_module_set_constant(x->m, name, v) != NB_OK) goto fail_lib;
     }
-    if (nb_module_func(x->m, func, &x->f) != NB_OK || nb_call_begin(x->f, &x->c) != NB_OK)
-        goto fail_lib;
+    if (nb_module_func(x->m, func, &x->f) != NB_OK) goto fail_lib;
+    if (nb_func_is_host(x->f, 0)) { /* [TorchEntryPoint]: nb_host_call */
+        int hr = call_host(x, args, nargs, out_npy, &usage);
+        if (hr == 0) { rc = 0; goto done; }
+        if (hr < 0) goto fail_lib;
+        goto fail;
+    }
+    if (nb_call_begin(x->f, &x->c) != NB_OK) goto fail_lib;
     g_ov = choose_overload(x->f, args, nargs);
     int used_ov = -1;
     if (nb_call_report_overload(x->c, &used_ov) != NB_OK) goto fail_lib;

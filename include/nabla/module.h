@@ -156,7 +156,7 @@ typedef struct nb_leaf_info {
     int param;               /* parameter index; -1 for the result */
     nb_arg_dir dir;
     int is_tensor;           /* a Tensor<T,N> parameter: takes a whole array */
-    int tensor_rank;         /* N of Tensor<T,N> */
+    int tensor_rank;         /* N of Tensor<T,N>; 0 for a host function's TorchTensor<T> (any rank) */
     int is_diff_tensor;      /* DiffTensor<T,N>: also takes a gradient array (nb_call_grad) */
     nb_dtype dtype;          /* scalar type: float -> NB_F32, int -> NB_I32, bool -> NB_BOOL, … */
     int value_rank;          /* float -> 0, float3 -> 1, float3x4 -> 2, float[4] -> 1 */
@@ -177,6 +177,9 @@ int nb_func_is_kernel(const nb_func *f, int overload); /* [Kernel]: nb_call_run_
 /* [numthreads(x,y,z)] entry points: 1 and out = {x, y, z} (the thread group; a grid given to
  * nb_call_run_grid counts threads and must be a multiple of it), else 0. */
 int nb_func_numthreads(const nb_func *f, int overload, int out[3]);
+/* Host functions (slang-torch's [TorchEntryPoint]): run on the host CPU, allocate tensors and
+ * launch the module's kernels; called with nb_host_call, not nb_call_*. */
+int nb_func_is_host(const nb_func *f, int overload);
 /* Leaves of all parameters in order (struct fields depth-first). */
 int nb_func_leaf_count(const nb_func *f, int overload);
 nb_status nb_func_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out);
@@ -298,6 +301,30 @@ void nb_call_free(nb_call *c);
 
 /* One-line form: f(args[0], …, args[n-1]) with every argument an array. */
 nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor **result);
+
+/* ---- host functions ([TorchEntryPoint]; docs/LANGUAGE.md "slang-torch host code") -------------
+ *   [TorchEntryPoint] TorchTensor<float> square_fwd(TorchTensor<float> input) { … alloc,
+ *   __dispatch_kernel(square_fwd_kernel, uint3(1), uint3(n, m, 1))(input, result); … }
+ * runs on the host CPU for a module on any device (compiled to C once per module), allocating its
+ * tensors on the module's device and launching the module's kernels there, in order, on the
+ * device's main stream (asynchronous on CUDA, like every call).
+ *
+ * Arguments and results are leaves (nb_func_leaf / nb_func_result_leaf order: struct fields
+ * depth-first, "inputs.input", "_result.v0"): a TorchTensor<T> leaf is a tensor (is_tensor,
+ * tensor_rank 0: any rank) of dtype T on the module's device; a scalar leaf is a number. */
+typedef struct nb_host_value {
+    nb_tensor *tensor; /* TorchTensor leaves (borrowed in args; new in results: nb_tensor_free) */
+    double number;     /* scalar leaves (converted to the leaf's type; ints must be whole) */
+} nb_host_value;
+/* Runs host function f (the overload with nargs parameter leaves) with args[0 .. nargs); the
+ * result leaves go to results[0 .. *count) (max slots; a void function gives 0). A result that
+ * is an argument tensor comes back as a new handle on it. Errors: NB_ERR_INVALID_ARG for the
+ * wrong number of arguments or a tensor given for a number or vice versa, NB_ERR_DTYPE for a
+ * tensor of another dtype, NB_ERR_DEVICE for one on another device, and what a TorchTensor
+ * operation or a launch reports (named by the host function and the kernel); nothing it
+ * allocated survives a failure. */
+nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host_value *results, int max,
+                       int *count);
 
 /* ---- derivatives over arrays (docs/AUTODIFF.md) --------------------------------------------
  * A function marked [Differentiable] can be called in forward or reverse mode over arrays (the

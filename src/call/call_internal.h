@@ -68,6 +68,8 @@ struct nb_module {
     nb_buffer *oob_dev;     /* CUDA: the nb_oob_rec its launches report out-of-range indices in */
     nb_func **funcs;
     int nfuncs, cap_funcs;
+    nb_jit_kernel *host;    /* the host unit's entry (host.c), compiled on the first host call */
+    int host_gen;           /* generation it was compiled for */
 };
 
 struct nb_func {

@@ -334,6 +334,11 @@ int nb_func_is_kernel(const nb_func *f, int overload) {
     return in ? in->is_kernel : 0;
 }
 
+int nb_func_is_host(const nb_func *f, int overload) {
+    const nb_fn_info *in = info_of(f, overload);
+    return in ? in->is_host : 0;
+}
+
 int nb_func_numthreads(const nb_func *f, int overload, int out[3]) {
     const nb_fn_info *in = info_of(f, overload);
     if (!in || in->numthreads[0] <= 0) return 0;
@@ -353,7 +358,7 @@ static void leaf_info(const nb_fn_leaf *l, nb_leaf_info *out) {
     out->dir = (nb_arg_dir)l->dir;
     out->is_tensor = l->kind == NB_LEAF_TENSOR;
     out->is_diff_tensor = l->kind == NB_LEAF_TENSOR && l->diff_tensor;
-    out->tensor_rank = l->tensor_rank;
+    out->tensor_rank = l->torch ? 0 : l->tensor_rank; /* a TorchTensor: any rank */
     out->dtype = l->scalar;
     out->value_rank = l->value_rank;
     for (int i = 0; i < l->value_rank && i < 8; i++) out->value_shape[i] = l->value_shape[i];

@@ -91,6 +91,8 @@ struct nb_fn_info;
 nb_status nb_ad_reflect_wrappers(struct nb_program *p, const char *name, const struct nb_fn_info **infos, int *count);
 /* The program's lowered IR (callgen.c's cache). */
 nb_status nb_program_get_ir(struct nb_program *p, nb_ir_module **out);
+/* NB_OK when nothing f reaches failed to lower (callgen.c). */
+nb_status nb_program_ir_scope(struct nb_program *p, nb_ir_module *m, nb_ir_func *f);
 
 /* Is parameter p differentiable (takes part in derivatives)? */
 int nb_ad_param_is_diff(const nb_ir_var *p);

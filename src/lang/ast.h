@@ -270,6 +270,9 @@ struct nb_decl {
             int uses_tid;                     /* [checker] reads the thread indices (cudaThreadIdx(), …)
                                                  directly or through a callee: takes the kernel's
                                                  hidden thread-id parameter (check_kernel.c) */
+            int is_host;                      /* host code: [TorchEntryPoint], or TorchTensor in the
+                                                 signature (check_host.c); emitted as C for the host
+                                                 only (emit_host.c), never part of a kernel */
             int numthreads[3];                /* [numthreads(x,y,z)] (0 0 0 without): the thread
                                                  group of a compute entry point (check_kernel.c) */
             nb_decl *fwd_derivative, *bwd_derivative; /* custom derivatives, resolved */

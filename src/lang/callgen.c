@@ -127,6 +127,7 @@ static nb_status check_scope(nb_program *p, nb_ir_module *m, nb_ir_func *f)
 }
 
 nb_status nb_program_get_ir(nb_program *p, nb_ir_module **out) { return get_ir(p, out); }
+nb_status nb_program_ir_scope(nb_program *p, nb_ir_module *m, nb_ir_func *f) { return check_scope(p, m, f); }
 
 /* ---- leaves ------------------------------------------------------------------------------ */
 

@@ -553,6 +553,21 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         return nb_type_tensor(c->tt, e, (int)a, diff);
     }
     if (ck_is_buffer_type_name(n)) return ck_resolve_buffer_type(c, te);
+    if (strcmp(n, "TorchTensor") == 0) { /* host code only (check_host.c) */
+        if (na != 1) {
+            ck_err(c, te->loc, "'TorchTensor' takes 1 generic argument (TorchTensor<T>), got %d", na);
+            return c->tt->t_error;
+        }
+        const nb_type *e = generic_type(c, te, 0);
+        if (ck_is_error(e)) return e;
+        if (e->kind != NB_TY_SCALAR || e->scalar == NB_SC_BOOL) {
+            ck_err(c, te->loc, "TorchTensor<%s>: nabla supports TorchTensor of number scalars (float, half, double, "
+                   "int, uint, …)", e->name);
+            return c->tt->t_error;
+        }
+        if (!ck_host_type_allowed(c, te->loc)) return c->tt->t_error;
+        return nb_type_torch(c->tt, e);
+    }
     if (strcmp(n, "TensorView") == 0 || strcmp(n, "DiffTensorView") == 0) {
         ck_err(c, te->loc, "'%s' without a rank is a parameter, field or local (its rank is inferred from its "
                "uses); here write %s<T, N>", n, n);

@@ -924,6 +924,8 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
     if (callee->kind == NB_EX_CALL && callee->u.call.callee && callee->u.call.callee->kind == NB_EX_NAME &&
         callee->u.call.callee->u.name.name) {
         const char *iname = callee->u.call.callee->u.name.name;
+        if (!strcmp(iname, "__dispatch_kernel") && !ck_lookup_local(c, iname))
+            return ck_dispatch_kernel(c, slot); /* host code (check_host.c) */
         int did = ck_lookup_local(c, iname) ? -1 : diff_name(iname);
         if (did >= 0) return call_diff(c, call, callee, did);
     }
@@ -1096,6 +1098,11 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             return r;
         }
         ck_check_args(c, call);
+        if (!strcmp(name, "__dispatch_kernel")) {
+            ck_err(c, callee->loc, "__dispatch_kernel(kernel, gridDim, blockDim) is called with the kernel's arguments: "
+                   "__dispatch_kernel(k, g, b)(arguments…)");
+            return call->type = c->tt->t_error;
+        }
         ck_err(c, callee->loc, "use of undeclared function '%s'", name);
         ck_note_hidden(c, name);
         return call->type = c->tt->t_error;
@@ -1153,6 +1160,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             }
             const nb_type *dt = ck_diff_static(c, slot, st, mname); /* float.dzero(), S.dadd(a, b) */
             if (dt) return dt;
+            if (st->kind == NB_TY_TORCH) return ck_torch_static(c, slot, st, mname); /* check_host.c */
             if (st->kind != NB_TY_STRUCT) {
                 ck_check_args(c, call);
                 ck_err(c, callee->loc, "type '%s' has no member function '%s'", st->name, mname);
@@ -1164,6 +1172,7 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
                                                               : ck_expr(c, &callee->u.member.base);
         if (ck_is_error(bt)) { ck_check_args(c, call); return call->type = c->tt->t_error; }
         if (bt->kind == NB_TY_TENSOR) return ck_tensor_method(c, slot, bt); /* t.load(i) … (check_view.c) */
+        if (bt->kind == NB_TY_TORCH) return ck_torch_method(c, slot, bt);   /* t.size(d) … (check_host.c) */
         if (bt->kind == NB_TY_ARRAY && strcmp(mname, "getCount") == 0) return ck_array_get_count(c, slot, bt);
         if (bt->kind == NB_TY_DIFFPAIR &&
             (strcmp(mname, "getPrimal") == 0 || strcmp(mname, "getDifferential") == 0)) {

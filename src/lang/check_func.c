@@ -181,6 +181,7 @@ void ck_check_func_sig(nb_checker *c, nb_decl *fn) {
         }
     }
     check_func_attrs(c, fn);
+    ck_host_signature(c, fn, r); /* [TorchEntryPoint] / TorchTensor: host code (check_host.c) */
     ck_kernel_semantics(c, fn); /* `uint3 id : SV_DispatchThreadID` (check_kernel.c) */
     if (fn->u.func.is_kernel) {
         if (r->kind != NB_TY_VOID && !ck_is_error(r))

@@ -232,6 +232,13 @@ void ck_infer_view_ranks(nb_checker *c, nb_module_ast *m); /* check_view_rank.c 
 const nb_type *ck_view_member(nb_checker *c, nb_expr **slot); /* v.primal, v.diff.diff (check_view.c) */
 const nb_type *ck_view_primal_assign(nb_checker *c, nb_expr **slot, const nb_type *bt); /* v.primal = t */
 const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
+/* [TorchEntryPoint] host code (check_host.c). */
+int ck_type_has_torch(const nb_type *t);
+void ck_host_signature(nb_checker *c, nb_decl *fn, const nb_type *ret);
+int ck_host_type_allowed(nb_checker *c, nb_loc loc);
+const nb_type *ck_torch_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *m);
+const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
+const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot);
 
 /* check_enum.c: namespaces: the namespace a declaration's names are looked up in, and
  * `N.f(…)` / `N::k` / `N.E.A` written with a namespace prefix */

@@ -1,5 +1,5 @@
 /* slang-torch's kernel style (issue #14): TensorView<T> / DiffTensorView<T> parameters, their
- * methods, and [TorchEntryPoint] host functions. The ranks of rankless views are inferred before
+ * methods. The ranks of rankless views are inferred before
  * a module is checked (check_view_rank.c).
  *
  * Methods (ck_tensor_method, for Tensor, TensorView and structured buffers alike):
@@ -8,10 +8,7 @@
  *   t.size(d)                              the extent of dim d (uint; d constant)
  *   b.GetDimensions(out uint n)            n = the buffer's length (StructuredBuffer)
  *
- * [TorchEntryPoint] functions are host code (TorchTensor<T>, __dispatch_kernel): slang-torch
- * runs them on the CPU to launch kernels; the host side is issue #15. Here they are checked for
- * what the kernels need (every __dispatch_kernel names a [CudaKernel] function and passes it as
- * many arguments as it has parameters) and then left out of the program.
+ * [TorchEntryPoint] host functions (TorchTensor<T>, __dispatch_kernel) are check_host.c's.
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,85 +16,8 @@
 #include "lang/check_internal.h"
 #include "lang/lexer.h"
 
-/* ---- [TorchEntryPoint] host functions ------------------------------------------------------- */
-
-static void te_expr(nb_checker *c, nb_module_ast *m, nb_expr *e);
-
-static void te_stmt(nb_checker *c, nb_module_ast *m, nb_stmt *s) {
-    if (!s) return;
-    switch (s->kind) {
-    case NB_ST_BLOCK:
-        for (int i = 0; i < s->u.block.count; i++) te_stmt(c, m, s->u.block.items[i]);
-        return;
-    case NB_ST_EXPR: te_expr(c, m, s->u.expr.expr); return;
-    case NB_ST_VAR:
-        for (int i = 0; i < s->u.var.count; i++)
-            if (s->u.var.vars[i]) te_expr(c, m, s->u.var.vars[i]->u.var.init);
-        return;
-    case NB_ST_IF: te_stmt(c, m, s->u.if_s.then_s); te_stmt(c, m, s->u.if_s.else_s); return;
-    case NB_ST_FOR: te_stmt(c, m, s->u.for_s.body); return;
-    case NB_ST_WHILE: case NB_ST_DO_WHILE: te_stmt(c, m, s->u.while_s.body); return;
-    case NB_ST_RETURN: te_expr(c, m, s->u.ret.value); return;
-    default: return;
-    }
-}
-
-static void te_expr(nb_checker *c, nb_module_ast *m, nb_expr *e) {
-    if (!e || e->kind != NB_EX_CALL) return;
-    nb_expr *cal = e->u.call.callee;
-    if (!cal || cal->kind != NB_EX_CALL || !cal->u.call.callee || cal->u.call.callee->kind != NB_EX_NAME ||
-        strcmp(cal->u.call.callee->u.name.name, "__dispatch_kernel"))
-        return;
-    if (cal->u.call.nargs != 3 || cal->u.call.args[0]->kind != NB_EX_NAME) {
-        ck_err(c, cal->loc, "__dispatch_kernel takes a kernel function, the block count and the group size");
-        return;
-    }
-    const char *kn = cal->u.call.args[0]->u.name.name;
-    nb_decl *k = NULL;
-    for (int i = 0; i < m->ndecls && !k; i++) {
-        nb_decl *d = m->decls[i];
-        if (d && d->kind == NB_DECL_FUNC && d->name && !strcmp(d->name, kn)) k = d;
-    }
-    if (!k) {
-        ck_err(c, cal->u.call.args[0]->loc, "__dispatch_kernel: no function named '%s' in this module", kn);
-        return;
-    }
-    if (!nb_attr_find(&k->attrs, "CudaKernel") && !nb_attr_find(&k->attrs, "CUDAKernel") &&
-        !nb_attr_find(&k->attrs, "Kernel")) {
-        ck_err(c, cal->u.call.args[0]->loc, "__dispatch_kernel: '%s' is not a [CudaKernel] function", kn);
-        return;
-    }
-    if (e->u.call.nargs != k->u.func.nparams)
-        ck_err(c, e->loc, "__dispatch_kernel: '%s' takes %d argument%s, %d given", kn, k->u.func.nparams,
-               k->u.func.nparams == 1 ? "" : "s", e->u.call.nargs);
-}
-
-/* Before a module is checked: view ranks, and host functions checked and set aside. */
-void ck_prepare_views(nb_checker *c, nb_module_ast *m) {
-    for (int i = 0; i < m->ndecls; i++) {
-        nb_decl *d = m->decls[i];
-        if (!d || d->kind != NB_DECL_FUNC || !nb_attr_find(&d->attrs, "TorchEntryPoint")) continue;
-        te_stmt(c, m, d->u.func.body);
-        /* host code, not part of the kernel program (issue #15 runs it): kept as a bodiless void
-         * declaration, which nothing lowers, emits or reflects */
-        d->u.func.body = NULL;
-        d->u.func.ret = NULL;
-        d->u.func.nparams = 0;
-    }
-    for (int i = 0; i < m->ndecls; i++) { /* host structs (TorchTensor fields) */
-        nb_decl *d = m->decls[i];
-        if (!d || d->kind != NB_DECL_STRUCT) continue;
-        for (int k = 0; k < d->u.strct.nfields; k++) {
-            nb_decl *f = d->u.strct.fields[k];
-            if (f && f->u.var.texpr && f->u.var.texpr->name && !strcmp(f->u.var.texpr->name, "TorchTensor")) {
-                /* slang-torch's host-side structs: only [TorchEntryPoint] code uses them (issue #15) */
-                d->u.strct.nfields = 0;
-                break;
-            }
-        }
-    }
-    ck_infer_view_ranks(c, m);
-}
+/* Before a module is checked: view ranks (check_view_rank.c). */
+void ck_prepare_views(nb_checker *c, nb_module_ast *m) { ck_infer_view_ranks(c, m); }
 
 /* ---- methods of tensors, views and buffers ---------------------------------------------------- */
 

@@ -62,6 +62,7 @@ typedef struct nb_fn_leaf {
     int is_vector;           /* the value is a vector (float3), not an array (float[3]) */
     int tensor_rank;         /* NB_LEAF_TENSOR */
     int diff_tensor;
+    int torch;               /* NB_LEAF_TENSOR of a host function's TorchTensor<T>: any rank */
     int pointer;             /* NB_LEAF_TENSOR of a Ptr<T> parameter (check_ptr.c): the kernel gets
                                 the data address, so the array must be contiguous */
     int differentiable;      /* participates in derivatives (float-based, not no_diff) */
@@ -87,6 +88,7 @@ typedef struct nb_fn_info {
                                 one per field of a struct result, depth-first ("_result.pos") */
     const nb_fn_leaf *results;
     int is_kernel;           /* [Kernel]: launched over an explicit grid, not broadcast */
+    int is_host;             /* host code ([TorchEntryPoint]): run by nb_program_emit_host's unit */
     int numthreads[3];       /* [numthreads(x,y,z)] thread group; 0 0 0 without the attribute */
     int differentiable;
     const char *signature;   /* "float add(float a, float b)" for messages */
@@ -107,6 +109,11 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
  * `nabla emit`. mode selects primal / forward / backward derivative code. */
 nb_status nb_program_emit(nb_program *p, nb_call_target target, const char *entry, nb_call_mode mode,
                           nb_strbuf *out);
+
+/* The host unit: C for the host CPU with the program's [TorchEntryPoint] host functions and
+ * their entry `nb_host_entry` (emit_host.c describes its ABI). *nhost gets the number of host
+ * functions (0: the unit has only an empty entry). */
+nb_status nb_program_emit_host(nb_program *p, nb_strbuf *out, int *nhost);
 
 /* Textual IR of the program (for `nabla emit --ir` and tests). */
 nb_status nb_program_dump_ir(nb_program *p, const char *entry, nb_strbuf *out);

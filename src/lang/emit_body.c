@@ -101,7 +101,7 @@ static int writes_memory(const nb_ir_inst *in)
         return 1;
     case NB_IR_INTRIN: { /* barriers and wave operations: other threads' writes become visible */
         const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);
-        return ii && (ii->flags & (NB_IFLAG_WARP | NB_IFLAG_GROUP));
+        return ii && (ii->flags & (NB_IFLAG_WARP | NB_IFLAG_GROUP | NB_IFLAG_EFFECT));
     }
     default:
         return 0;
@@ -385,17 +385,24 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
         APPEND(o, "%s(%s)", nb_emit_swizzle_helper(e, x->ops[0]->type, x->swz, x->nswz), nb_strbuf_cstr(&a));
         break;
     case NB_IR_INTRIN: {
-        const nb_type *at[8];
-        const char *args[8];
-        char *store[8];
-        int n = x->nops < 8 ? x->nops : 8;
+        const nb_type *at8[8], **at = at8;
+        const char *args8[8], **args = args8;
+        const nb_intrinsic_info *ii = nb_intrinsic_get(x->intrinsic);
+        int host = ii && ii->sig == NB_ISIG_TORCH; /* host code: all operands (emit_host.c) */
+        int n = x->nops < 8 || host ? x->nops : 8;
+        if (n > 8) {
+            at = nb_arena_alloc(&e->m->arena, sizeof *at * (size_t)n, sizeof(void *));
+            args = nb_arena_alloc(&e->m->arena, sizeof *args * (size_t)n, sizeof(void *));
+            if (!at || !args) { e->ok = 0; break; }
+        }
         for (int i = 0; i < n; i++) {
             render_str(e, x->ops[i], &a, 0);
-            store[i] = nb_arena_strdup(&e->m->arena, nb_strbuf_cstr(&a));
-            args[i] = store[i] ? store[i] : "";
+            char *st = nb_arena_strdup(&e->m->arena, nb_strbuf_cstr(&a));
+            args[i] = st ? st : "";
             at[i] = x->ops[i]->type;
         }
-        nb_emit_intrinsic(e, x->intrinsic, t, at, args, n, o);
+        if (host) nb_emit_host_intrinsic(e, x, t, at, args, n, o);
+        else nb_emit_intrinsic(e, x->intrinsic, t, at, args, n, o);
         break;
     }
     case NB_IR_CALL: {
@@ -909,6 +916,6 @@ void nb_emit_all(nb_emitter *e)
         nb_ir_func *f = e->m->funcs[i];
         int is_init = 0;
         for (int g = 0; g < e->m->nglobals; g++) is_init |= e->m->globals[g]->init == f;
-        if (!is_init) nb_emit_function(e, f);
+        if (!is_init && !f->is_host) nb_emit_function(e, f); /* (host code: emit_host.c) */
     }
 }

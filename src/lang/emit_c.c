@@ -312,6 +312,10 @@ const char *nb_emit_ctype(nb_emitter *e, const nb_type *t)
         APPEND(&def, " struct nb_oob_rec *oob; int site; } %s; /* strides in bytes */\n", n);
         break;
     }
+    case NB_TY_TORCH: /* TorchTensor<T>: a handle the host runtime gives out (emit_host.c) */
+        APPEND(&name, "nb_torch_%s", scalar_token(t->scalar));
+        APPEND(&def, "typedef struct %s { long long h; } %s;\n", nb_strbuf_cstr(&name), nb_strbuf_cstr(&name));
+        break;
     case NB_TY_PTR: { /* Ptr<T>: a pointer typedef, so that every type has a one-word C name */
         const char *en = nb_emit_ctype(e, t->elem);
         nb_strbuf_append(&name, "nb_ptr_");

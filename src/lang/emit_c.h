@@ -65,6 +65,10 @@ typedef struct nb_emitter {
 } nb_emitter;
 
 void nb_emit_init(nb_emitter *e, nb_ir_module *m, nb_call_target target);
+/* [TorchEntryPoint] host code's intrinsics (TorchTensor methods, __dispatch_kernel; emit_host.c):
+ * calls through the host runtime table of the host unit's prelude. */
+void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *rt, const nb_type *const *at,
+                            const char *const *args, int n, nb_strbuf *o);
 /* Barriers and Wave* intrinsics (emit_group.c); the C target's group runtime (fibers). */
 void nb_emit_need_group_runtime(nb_emitter *e);
 void nb_emit_group_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *const *at, const char *const *args, int n,

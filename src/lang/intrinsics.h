@@ -82,6 +82,8 @@ typedef enum nb_isig {
     NB_ISIG_WAVE,          /* wave (warp) operations, typed by check_kernel.c ck_group_intrinsic */
     NB_ISIG_NN_MATVEC,     /* float[16] f(Tensor<float,1> w, int offset, float[16] x) */
     NB_ISIG_NN_OUTER,      /* void f(DiffTensor<float,1> w, int offset, float[16] dy, float[16] x) */
+    NB_ISIG_TORCH,         /* [TorchEntryPoint] host code (check_host.c, emit_host.c): TorchTensor<T>
+                              methods and __dispatch_kernel; never written by name */
 } nb_isig;
 
 typedef enum nb_idiff {
@@ -99,6 +101,8 @@ enum {
     NB_IFLAG_WARP = 1 << 1,   /* warp-cooperative on CUDA (lib/nn.nb, docs/NN.md "Inline MLP"): all 32
                                  lanes of a warp must call it together (the call kernel keeps whole
                                  warps iterating); never moved, merged or dropped by the optimizer */
+    NB_IFLAG_EFFECT = 1 << 3, /* has a side effect (host code: allocates a tensor, launches a kernel):
+                                 never dropped, merged or moved past another effect */
 };
 
 /* X(ID, name, min_args, max_args, SIG, DIFF, FLAGS) */
@@ -176,6 +180,15 @@ enum {
     X(TENSOR_PRIMAL, "__tensor_primal", 1, 1, TENSOR_PART, NONE, 0) /* v.primal (a Tensor) */ \
     X(TENSOR_GRAD, "__tensor_grad", 1, 1, TENSOR_PART, NONE, 0) /* v.diff.diff (a Tensor) */ \
     X(TENSOR_WITH_PRIMAL, "__tensor_with_primal", 2, 2, TENSOR_PART, NONE, 0) /* v.primal = t */ \
+    /* [TorchEntryPoint] host code (check_host.c): TorchTensor<T>.alloc(d…) ops[i] = the extents; \
+       zerosLike/emptyLike(t); t.size(d); t.dims(); __dispatch_kernel(k, grid, block)(args…): \
+       ops = grid, block, args…, the kernel's name in the IR instruction's text */             \
+    X(TORCH_ALLOC, "TorchTensor.alloc",     0, 8, TORCH, NONE, NB_IFLAG_EFFECT) \
+    X(TORCH_ZEROS_LIKE, "TorchTensor.zerosLike", 1, 1, TORCH, NONE, NB_IFLAG_EFFECT) \
+    X(TORCH_EMPTY_LIKE, "TorchTensor.emptyLike", 1, 1, TORCH, NONE, NB_IFLAG_EFFECT) \
+    X(TORCH_SIZE,  "TorchTensor.size",      2, 2, TORCH, NONE, 0) \
+    X(TORCH_DIMS,  "TorchTensor.dims",      1, 1, TORCH, NONE, 0) \
+    X(DISPATCH_KERNEL, "__dispatch_kernel()", 2, 64, TORCH, NONE, NB_IFLAG_EFFECT) \
     /* autodiff */                                                         \
     X(DIFF_PAIR,   "diffPair",    1, 2, DIFFPAIR,      SPECIAL, 0)         \
     X(DETACH,      "detach",      1, 1, DETACH,        SPECIAL, 0)         \

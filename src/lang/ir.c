@@ -501,7 +501,7 @@ int nb_ir_is_pure(const nb_ir_inst *in)
         return 0;
     case NB_IR_INTRIN: { /* warp-cooperative intrinsics stay where they are (intrinsics.h) */
         const nb_intrinsic_info *ii = nb_intrinsic_get(in->intrinsic);
-        return !(ii && (ii->flags & (NB_IFLAG_WARP | NB_IFLAG_GROUP)));
+        return !(ii && (ii->flags & (NB_IFLAG_WARP | NB_IFLAG_GROUP | NB_IFLAG_EFFECT)));
     }
     default:
         return 1;

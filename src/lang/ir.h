@@ -206,6 +206,7 @@ struct nb_ir_func {
     int is_kernel;            /* [Kernel] / [CudaKernel] / [numthreads] entry */
     int has_tid;              /* has the hidden thread-id parameter `nb_tid`: a kernel, or a function
                                  reading the thread indices (directly or through callees) */
+    int is_host;              /* host code ([TorchEntryPoint]; emit_host.c): only in the host unit */
     int numthreads[3];        /* [numthreads(x,y,z)] thread group (0 0 0: none; callgen.c) */
     int differentiable;
     nb_ir_func_role role;

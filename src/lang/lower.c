@@ -801,13 +801,17 @@ static nb_ir_inst *lower_intrinsic(lower_ctx *c, nb_expr *e)
     default:
         break;
     }
-    nb_ir_inst *ops[8];
-    if (n > 8) {
+    nb_ir_inst *ops8[8], **ops = ops8;
+    if (n > 8 && id == NB_INTR_DISPATCH_KERNEL) /* grid, block, the kernel's arguments */
+        ops = nb_arena_alloc(&c->m->arena, sizeof *ops * (size_t)n, sizeof(void *));
+    else if (n > 8) {
         lerr(c, e->loc, "too many intrinsic arguments", NULL);
         return nb_ir_zero(&c->b, e->type);
     }
+    if (!ops) return NULL;
     for (int i = 0; i < n; i++) ops[i] = lower_expr(c, e->u.call.args[i]);
     nb_ir_inst *in = nb_ir_intrin(&c->b, id, e->type, ops, n);
+    if (in && id == NB_INTR_DISPATCH_KERNEL) in->text = e->decl && e->decl->name ? e->decl->name : "?"; /* the kernel */
     if (in && id == NB_INTR_DETACH) {
         in->flags |= NB_IRF_NO_DIFF;
         if (n == 1 && ops[0]->op == NB_IR_CALL) ops[0]->flags |= NB_IRF_NO_DIFF; /* no_diff f(x) */
@@ -1210,6 +1214,7 @@ static nb_ir_func *declare_func(lower_ctx *c, nb_decl *fd, nb_decl *parent)
     f->decl = fd;
     f->is_kernel = fd->u.func.is_kernel;
     f->has_tid = fd->u.func.is_kernel || fd->u.func.uses_tid;
+    f->is_host = fd->u.func.is_host;
     memcpy(f->numthreads, fd->u.func.numthreads, sizeof f->numthreads);
     f->differentiable = fd->u.func.differentiable;
     if (parent && !(fd->mods & NB_MOD_STATIC)) {

@@ -783,6 +783,7 @@ static nb_dtype scalar_dtype(nb_scalar_kind s) {
 
 typedef struct leaf_builder {
     nb_program *p;
+    int host; /* leaves of a host function: TorchTensor, scalars, structs of those */
     nb_fn_leaf leaves[NB_CALL_MAX_LEAVES];
     int n;
     nb_status st;
@@ -857,6 +858,17 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     l->path = path;
     l->param = param;
     l->dir = dir;
+    if (t->kind == NB_TY_TORCH) { /* host code: a whole tensor of any rank (check_host.c) */
+        l->kind = NB_LEAF_TENSOR;
+        l->torch = 1;
+        l->scalar = scalar_dtype(t->scalar);
+        return;
+    }
+    if (in->kind == NB_TY_TORCH || (t->kind != NB_TY_SCALAR && b->host)) {
+        b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s': parameter '%s' has type '%s' (host functions take and return "
+                         "TorchTensor<T>, scalars and structs of those)", fname, path, t->name);
+        return;
+    }
     if (t->kind == NB_TY_TENSOR) {
         l->kind = NB_LEAF_TENSOR;
         l->scalar = scalar_dtype(t->elem->scalar);
@@ -899,6 +911,7 @@ static void reflect_struct_result(nb_program *p, const nb_type *r, const char *f
     if (!rb) return;
     memset(rb, 0, sizeof *rb);
     rb->p = p;
+    rb->host = info->is_host;
     add_leaves(rb, r, "_result", -1, 1, 0, fname);
     nb_fn_leaf *res = rb->st == NB_OK && rb->n ? nb_arena_zalloc(&p->arena, sizeof(nb_fn_leaf) * (size_t)rb->n, 16) : NULL;
     if (res) {
@@ -936,6 +949,7 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
     if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
     memset(b, 0, sizeof *b);
     b->p = p;
+    b->host = info->is_host = fn->u.func.is_host;
     const char **names = nb_arena_zalloc(A, sizeof(char *) * (size_t)(np + 1), 16);
     int *dirs = nb_arena_zalloc(A, sizeof(int) * (size_t)(np + 1), 16);
     int *first = nb_arena_zalloc(A, sizeof(int) * (size_t)(np + 1), 16);
@@ -978,11 +992,12 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
         l->path = "_result";
         l->param = -1;
         l->dir = 1;
-        l->kind = NB_LEAF_VALUE;
+        l->kind = r->kind == NB_TY_TORCH ? NB_LEAF_TENSOR : NB_LEAF_VALUE;
+        l->torch = r->kind == NB_TY_TORCH;
         const nb_type *in = r;
         while (in->kind == NB_TY_ARRAY) in = in->elem;
         l->scalar = scalar_dtype(in->scalar);
-        int rank = nb_type_value_shape(r, l->value_shape);
+        int rank = l->torch ? 0 : nb_type_value_shape(r, l->value_shape);
         l->value_rank = rank; /* -1 for struct results: their fields are `results` */
         l->differentiable = nb_type_is_float_based(in);
         if (rank >= 0) {

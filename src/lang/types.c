@@ -185,6 +185,16 @@ const nb_type *nb_type_tensor(nb_type_table *t, const nb_type *elem, int rank, i
     return find_or_add(t, &p);
 }
 
+const nb_type *nb_type_torch(nb_type_table *t, const nb_type *elem) {
+    if (!elem || elem->kind != NB_TY_SCALAR) return t->t_error;
+    nb_type p;
+    memset(&p, 0, sizeof p);
+    p.kind = NB_TY_TORCH;
+    p.elem = elem;
+    p.scalar = elem->scalar;
+    return find_or_add(t, &p);
+}
+
 const nb_type *nb_type_buffer(nb_type_table *t, const nb_type *elem, int kind) {
     if (!elem || elem->kind == NB_TY_ERROR) return t->t_error;
     nb_type p;
@@ -378,6 +388,11 @@ void nb_type_print(const nb_type *t, nb_strbuf *out) {
         break;
     case NB_TY_FUNC:
         nb_strbuf_printf(out, "function '%s'", t->decl && t->decl->name ? t->decl->name : "?");
+        break;
+    case NB_TY_TORCH:
+        nb_strbuf_append(out, "TorchTensor<");
+        nb_type_print(t->elem, out);
+        nb_strbuf_append(out, ">");
         break;
     case NB_TY_PTR:
         nb_strbuf_append(out, "Ptr<");

@@ -40,6 +40,8 @@ typedef enum nb_type_kind {
     NB_TY_DIFFPAIR,
     NB_TY_FUNC,   /* a function used as a value (argument of fwd_diff/bwd_diff) */
     NB_TY_PTR,    /* Ptr<T> / T* (Slang): elem; Ptr<void> is nullptr's type (check_ptr.c) */
+    NB_TY_TORCH,  /* TorchTensor<T> (slang-torch): a host handle on a tensor of any rank, only in
+                     [TorchEntryPoint] host code (check_host.c); elem = T (a scalar) */
 } nb_type_kind;
 
 struct nb_decl;
@@ -88,6 +90,7 @@ const nb_type *nb_type_buffer(nb_type_table *t, const nb_type *elem, int kind); 
 const nb_type *nb_type_diffpair(nb_type_table *t, const nb_type *primal);
 const nb_type *nb_type_func(nb_type_table *t, struct nb_decl *fn);
 const nb_type *nb_type_ptr(nb_type_table *t, const nb_type *elem);
+const nb_type *nb_type_torch(nb_type_table *t, const nb_type *elem); /* TorchTensor<elem> */
 
 /* Queries. */
 int nb_type_is_numeric(const nb_type *t);        /* scalar (not bool), vector, matrix of such */

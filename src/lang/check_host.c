@@ -1,0 +1,248 @@
+/* slang-torch's host code (issue #15): [TorchEntryPoint] functions, TorchTensor<T> and
+ * __dispatch_kernel.
+ *
+ *   [TorchEntryPoint]
+ *   TorchTensor<float> square_fwd(TorchTensor<float> input)
+ *   {
+ *       var result = TorchTensor<float>.alloc(input.size(0), input.size(1));
+ *       __dispatch_kernel(square_fwd_kernel, uint3(1), uint3(result.size(0), result.size(1), 1))(input, result);
+ *       return result;
+ *   }
+ *
+ * A function is host code (nb_decl.func.is_host) when it is a [TorchEntryPoint] or takes or returns
+ * a TorchTensor (directly or in a struct). Host code runs on the host CPU, also for a module on
+ * CUDA: it is emitted as C into the module's host unit (emit_host.c), with TorchTensor<T> a handle
+ * and its operations calls into the runtime the call layer passes in (src/call/host.c).
+ *
+ * What the checker makes of it (intrinsics.h, ISIG TORCH; ref = NB_REF_INTRINSIC):
+ *   TorchTensor<T>.alloc(d0, …)       TORCH_ALLOC, args = the extents (uint; 0 to 8 of them)
+ *   TorchTensor<T>.zerosLike(t)       TORCH_ZEROS_LIKE (t a TorchTensor<T>); emptyLike: TORCH_EMPTY_LIKE
+ *   t.size(d)                         TORCH_SIZE (t, d as int) -> uint
+ *   t.dims()                          TORCH_DIMS (t) -> uint
+ *   __dispatch_kernel(k, g, b)(a…)    DISPATCH_KERNEL, decl = k, args = g, b (uint3), a… converted to
+ *                                     k's parameters: a TorchTensor<T> for a TensorView<T> /
+ *                                     Tensor<T,N> (the view's rank is checked when it runs), values
+ *                                     converted like a call's arguments.
+ * Errors (Slang: "TorchTensor not allowed in device functions"): TorchTensor in a kernel's
+ * signature or in the body of a function that is not host code, __dispatch_kernel outside host
+ * code, of a function that is not a [CudaKernel], with the wrong number of arguments.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "lang/check_internal.h"
+#include "lang/intrinsics.h"
+
+int ck_type_has_torch(const nb_type *t) {
+    if (!t) return 0;
+    if (t->kind == NB_TY_TORCH) return 1;
+    if (t->kind == NB_TY_ARRAY) return ck_type_has_torch(t->elem);
+    if (t->kind == NB_TY_STRUCT && t->decl)
+        for (int i = 0; i < t->decl->u.strct.nfields; i++) {
+            nb_decl *f = t->decl->u.strct.fields[i];
+            if (f && f->u.var.type && f->u.var.type != t && ck_type_has_torch(f->u.var.type)) return 1;
+        }
+    return 0;
+}
+
+/* After a function's signature and attributes: is it host code, and is that allowed. */
+void ck_host_signature(nb_checker *c, nb_decl *fn, const nb_type *ret) {
+    int entry = nb_attr_find(&fn->attrs, "TorchEntryPoint") != NULL;
+    int torch = ck_type_has_torch(ret);
+    for (int i = 0; i < fn->u.func.nparams; i++) {
+        nb_decl *p = fn->u.func.params[i];
+        if (!p || !ck_type_has_torch(p->u.param.type)) continue;
+        torch = 1;
+        if (fn->u.func.is_kernel)
+            ck_err(c, p->loc, "TorchTensor is not allowed in device functions: parameter '%s' of kernel '%s' (take a "
+                   "TensorView<T>; host code passes a TorchTensor to it with __dispatch_kernel)",
+                   p->name ? p->name : "?", fn->name ? fn->name : "?");
+        if (p->u.param.dir != NB_DIR_IN)
+            ck_err(c, p->loc, "host function parameter '%s' must be 'in' (return tensors instead)", p->name ? p->name : "?");
+    }
+    if (fn->u.func.is_kernel && ck_type_has_torch(ret))
+        ck_err(c, fn->loc, "TorchTensor is not allowed in device functions: kernel '%s' returns one", fn->name ? fn->name : "?");
+    if (entry && fn->u.func.is_kernel)
+        ck_err(c, fn->loc, "'%s' cannot be both a [TorchEntryPoint] (host code) and a kernel", fn->name ? fn->name : "?");
+    if (entry && ck_is_template(fn))
+        ck_err(c, fn->loc, "generic [TorchEntryPoint] functions are not supported");
+    fn->u.func.is_host = (entry || torch) && !fn->u.func.is_kernel;
+}
+
+/* TorchTensor<T> written in a body: only in host code. 0 after a diagnostic. */
+int ck_host_type_allowed(nb_checker *c, nb_loc loc) {
+    if (!c->fn || c->fn->u.func.is_host) return 1;
+    if (c->fn->u.func.is_kernel)
+        ck_err(c, loc, "TorchTensor is not allowed in device functions (kernel '%s'): use TensorView<T>",
+               c->fn->name ? c->fn->name : "?");
+    else
+        ck_err(c, loc, "TorchTensor is host code: it may be used in [TorchEntryPoint] functions and functions taking or "
+               "returning a TorchTensor, not in '%s'", c->fn->name ? c->fn->name : "?");
+    return 0;
+}
+
+static nb_expr **new_args(nb_checker *c, int n) {
+    return ck_alloc(c, sizeof(nb_expr *) * (size_t)(n ? n : 1));
+}
+
+static const nb_type *as_intrinsic(nb_checker *c, nb_expr *call, int id, nb_expr **args, int n, const nb_type *t) {
+    call->ref = NB_REF_INTRINSIC;
+    call->index = id;
+    call->u.call.args = args;
+    call->u.call.nargs = n;
+    return call->type = t;
+}
+
+/* TorchTensor<T>.alloc(…) / .zerosLike(t) / .emptyLike(t). */
+const nb_type *ck_torch_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *m) {
+    nb_expr *call = *slot;
+    int n = call->u.call.nargs;
+    if (!ck_host_type_allowed(c, call->loc)) {
+        ck_check_args(c, call);
+        return call->type = c->tt->t_error;
+    }
+    if (!strcmp(m, "alloc")) {
+        if (n > 8) {
+            ck_err(c, call->loc, "TorchTensor.alloc takes at most 8 extents, got %d", n);
+            ck_check_args(c, call);
+            return call->type = c->tt->t_error;
+        }
+        for (int i = 0; i < n; i++) ck_expr_to(c, &call->u.call.args[i], c->tt->t_uint, "an extent of TorchTensor.alloc");
+        return as_intrinsic(c, call, NB_INTR_TORCH_ALLOC, call->u.call.args, n, st);
+    }
+    if (!strcmp(m, "zerosLike") || !strcmp(m, "emptyLike")) {
+        if (n != 1) {
+            ck_err(c, call->loc, "TorchTensor.%s takes one tensor, got %d arguments", m, n);
+            ck_check_args(c, call);
+            return call->type = c->tt->t_error;
+        }
+        ck_expr_to(c, &call->u.call.args[0], st, m);
+        return as_intrinsic(c, call, m[0] == 'z' ? NB_INTR_TORCH_ZEROS_LIKE : NB_INTR_TORCH_EMPTY_LIKE, call->u.call.args,
+                            1, st);
+    }
+    ck_check_args(c, call);
+    ck_err(c, call->u.call.callee->loc, "'%s' has no static member function '%s' (alloc, zerosLike, emptyLike)", st->name, m);
+    return call->type = c->tt->t_error;
+}
+
+/* t.size(d) / t.dims(). */
+const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt) {
+    nb_expr *call = *slot;
+    nb_expr *base = call->u.call.callee->u.member.base;
+    const char *m = call->u.call.callee->u.member.member;
+    int n = call->u.call.nargs;
+    if (!strcmp(m, "size")) {
+        if (n != 1) {
+            ck_err(c, call->loc, "'size' takes the dimension, got %d arguments", n);
+            ck_check_args(c, call);
+            return call->type = c->tt->t_error;
+        }
+        nb_expr **a = new_args(c, 2);
+        if (!a) return call->type = c->tt->t_error;
+        a[0] = base;
+        a[1] = call->u.call.args[0];
+        ck_expr_to(c, &a[1], c->tt->t_int, "the dimension of size()");
+        return as_intrinsic(c, call, NB_INTR_TORCH_SIZE, a, 2, c->tt->t_uint);
+    }
+    if (!strcmp(m, "dims")) {
+        if (n != 0) {
+            ck_err(c, call->loc, "'dims' takes no arguments");
+            ck_check_args(c, call);
+            return call->type = c->tt->t_error;
+        }
+        nb_expr **a = new_args(c, 1);
+        if (!a) return call->type = c->tt->t_error;
+        a[0] = base;
+        return as_intrinsic(c, call, NB_INTR_TORCH_DIMS, a, 1, c->tt->t_uint);
+    }
+    (void)bt;
+    ck_check_args(c, call);
+    ck_err(c, call->u.call.callee->loc, "no member function named '%s' in '%s' (size, dims)", m, bt->name);
+    return call->type = c->tt->t_error;
+}
+
+/* __dispatch_kernel(kernel, gridDim, blockDim)(args…). */
+const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot) {
+    nb_expr *call = *slot;
+    nb_expr *inner = call->u.call.callee;
+    const nb_type *err = c->tt->t_error;
+    if (!c->fn || !c->fn->u.func.is_host) {
+        ck_err(c, inner->loc, "__dispatch_kernel is host code: only [TorchEntryPoint] functions launch kernels");
+        ck_check_args(c, call);
+        return call->type = err;
+    }
+    if (inner->u.call.nargs != 3 || inner->u.call.args[0]->kind != NB_EX_NAME) {
+        ck_err(c, inner->loc, "__dispatch_kernel takes a kernel function, the grid size (blocks) and the block size "
+               "(threads): __dispatch_kernel(k, uint3(…), uint3(…))(arguments…)");
+        ck_check_args(c, call);
+        return call->type = err;
+    }
+    nb_expr *kx = inner->u.call.args[0];
+    const char *kn = kx->u.name.name;
+    nb_decl *ks[4];
+    int nk = ck_lookup_global(c, kn, NB_DECL_FUNC, ks, 4);
+    if (nk <= 0) {
+        ck_err(c, kx->loc, "__dispatch_kernel: no function named '%s'", kn);
+        ck_check_args(c, call);
+        return call->type = err;
+    }
+    nb_decl *k = ks[0];
+    ck_check_func_sig(c, k);
+    if (nk > 1) {
+        ck_err(c, kx->loc, "__dispatch_kernel: '%s' is overloaded; launch a kernel with one definition", kn);
+        ck_check_args(c, call);
+        return call->type = err;
+    }
+    if (!k->u.func.is_kernel || k->u.func.numthreads[0] > 0) {
+        ck_err(c, kx->loc, "__dispatch_kernel: '%s' is not a [CudaKernel] function", kn);
+        ck_check_args(c, call);
+        return call->type = err;
+    }
+    int np = k->u.func.nparams, n = call->u.call.nargs;
+    if (n != np) {
+        ck_err(c, call->loc, "__dispatch_kernel: '%s' takes %d argument%s, %d given", kn, np, np == 1 ? "" : "s", n);
+        ck_check_args(c, call);
+        return call->type = err;
+    }
+    nb_expr **a = new_args(c, 2 + n);
+    if (!a) return call->type = err;
+    const nb_type *u3 = nb_type_vector(c->tt, NB_SC_UINT, 3);
+    a[0] = inner->u.call.args[1];
+    a[1] = inner->u.call.args[2];
+    ck_expr_to(c, &a[0], u3, "the grid size of __dispatch_kernel");
+    ck_expr_to(c, &a[1], u3, "the block size of __dispatch_kernel");
+    for (int i = 0; i < n; i++) {
+        nb_decl *p = k->u.func.params[i];
+        const nb_type *pt = p ? p->u.param.type : NULL;
+        a[2 + i] = call->u.call.args[i];
+        if (!pt || ck_is_error(pt)) { ck_expr(c, &a[2 + i]); continue; }
+        if (pt->kind == NB_TY_TENSOR) {
+            const nb_type *at = ck_expr(c, &a[2 + i]);
+            if (ck_is_error(at)) continue;
+            if (pt->buffer || pt->diff_tensor || pt->elem->kind != NB_TY_SCALAR) {
+                ck_err(c, a[2 + i]->loc, "__dispatch_kernel: parameter '%s' of '%s' is '%s'; host code passes "
+                       "TorchTensor<T> to TensorView<T> parameters only", p->name ? p->name : "?", kn, pt->name);
+                continue;
+            }
+            if (at->kind != NB_TY_TORCH || at->scalar != pt->scalar)
+                ck_err(c, a[2 + i]->loc, "__dispatch_kernel: argument %d of '%s' is '%s' but parameter '%s' is a "
+                       "TensorView<%s> (pass a TorchTensor<%s>)", i + 1, kn, at->name, p->name ? p->name : "?",
+                       pt->elem->name, pt->elem->name);
+            continue;
+        }
+        if (pt->kind != NB_TY_SCALAR && pt->kind != NB_TY_VECTOR) {
+            ck_err(c, a[2 + i]->loc, "__dispatch_kernel: parameter '%s' of '%s' is '%s'; host code passes tensors, "
+                   "scalars and vectors to kernels", p->name ? p->name : "?", kn, pt->name);
+            ck_expr(c, &a[2 + i]);
+            continue;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "argument '%s' of kernel '%s'", p->name ? p->name : "?", kn);
+        ck_expr_to(c, &a[2 + i], pt, what);
+    }
+    kx->ref = NB_REF_FUNCTION;
+    kx->decl = k;
+    kx->type = nb_type_func(c->tt, k);
+    call->decl = k;
+    return as_intrinsic(c, call, NB_INTR_DISPATCH_KERNEL, a, 2 + n, c->tt->t_void);
+}

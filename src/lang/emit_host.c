@@ -1,0 +1,209 @@
+/* The host unit of a module: its [TorchEntryPoint] functions (and the host code they call) as C
+ * for the host CPU, whatever device the module's kernels run on (check_host.c says what host
+ * code is). src/call/host.c compiles it with the CPU JIT and calls its one entry:
+ *
+ *   void nb_host_entry(const char *name, int overload, const nb_host_rt *rt,
+ *                      const nb_host_val *args, nb_host_val *results, int *found);
+ *
+ * args / results hold the function's parameter / result leaves in reflection order (struct
+ * fields depth-first, compiler.h nb_fn_leaf): a TorchTensor is a handle (.h), a float scalar .f,
+ * an integer or bool scalar .i. TorchTensor operations call the runtime table rt (a thread-local
+ * pointer while the entry runs, so that host helpers need no extra parameter):
+ *
+ *   alloc(ctx, dtype, ndim, shape, zero) -> handle     like(ctx, h, zero) -> handle
+ *   size(ctx, h, d) / dims(ctx, h)                     (0 for a bad handle or dimension)
+ *   dispatch(ctx, kernel, grid xyz, block xyz, nargs, args): launch a kernel of the module
+ *
+ * A runtime call that fails records its error in ctx and returns 0; the runtime ignores the
+ * calls after the first error and reports it when the entry returns (so generated code needs no
+ * error paths). Handles are indices into the runtime's table of the call's tensors; 0 is none.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "lang/ad.h"
+#include "lang/compiler.h"
+#include "lang/emit_c.h"
+#include "lang/intrinsics.h"
+#include "lang/program.h"
+
+#define APPEND(sb, ...) nb_strbuf_printf((sb), __VA_ARGS__)
+
+static const char host_runtime[] =
+    "/* host runtime (emit_host.c) */\n"
+    "typedef struct nb_host_karg { int is_tensor; int n; long long tensor; double v[4]; } nb_host_karg;\n"
+    "typedef union nb_host_val { long long h; long long i; double f; } nb_host_val;\n"
+    "typedef struct nb_host_rt {\n"
+    "    void *ctx;\n"
+    "    long long (*alloc)(void *ctx, int dtype, int ndim, const long long *shape, int zero);\n"
+    "    long long (*like)(void *ctx, long long h, int zero);\n"
+    "    long long (*size)(void *ctx, long long h, int dim);\n"
+    "    long long (*dims)(void *ctx, long long h);\n"
+    "    void (*dispatch)(void *ctx, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,\n"
+    "                     unsigned by, unsigned bz, int nargs, const nb_host_karg *args);\n"
+    "} nb_host_rt;\n"
+    "static __thread const nb_host_rt *nb_hrt;\n"
+    "static nb_host_karg nb_ka_t(long long h) { nb_host_karg a; memset(&a, 0, sizeof a); a.is_tensor = 1; "
+    "a.tensor = h; return a; }\n"
+    "static nb_host_karg nb_ka_v(int n, double x, double y, double z, double w) { nb_host_karg a; "
+    "memset(&a, 0, sizeof a); a.n = n; a.v[0] = x; a.v[1] = y; a.v[2] = z; a.v[3] = w; return a; }\n";
+
+void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *rt, const nb_type *const *at,
+                            const char *const *args, int n, nb_strbuf *o)
+{
+    const char *tn = rt && rt->kind == NB_TY_TORCH ? nb_emit_ctype(e, rt) : "";
+    switch (x->intrinsic) {
+    case NB_INTR_TORCH_ALLOC:
+        APPEND(o, "((%s){nb_hrt->alloc(nb_hrt->ctx, %d, %d, ", tn, (int)nb_emit_natural_dtype(rt->scalar), n);
+        if (!n) nb_strbuf_append(o, "(const long long *)0");
+        else {
+            nb_strbuf_append(o, "(const long long[]){");
+            for (int i = 0; i < n; i++) APPEND(o, "%s(long long)%s", i ? ", " : "", args[i]);
+            nb_strbuf_append(o, "}");
+        }
+        nb_strbuf_append(o, ", 0)})");
+        return;
+    case NB_INTR_TORCH_ZEROS_LIKE: case NB_INTR_TORCH_EMPTY_LIKE:
+        APPEND(o, "((%s){nb_hrt->like(nb_hrt->ctx, (%s).h, %d)})", tn, args[0], x->intrinsic == NB_INTR_TORCH_ZEROS_LIKE);
+        return;
+    case NB_INTR_TORCH_SIZE:
+        APPEND(o, "((unsigned)nb_hrt->size(nb_hrt->ctx, (%s).h, %s))", args[0], args[1]);
+        return;
+    case NB_INTR_TORCH_DIMS:
+        APPEND(o, "((unsigned)nb_hrt->dims(nb_hrt->ctx, (%s).h))", args[0]);
+        return;
+    case NB_INTR_DISPATCH_KERNEL: {
+        if (n < 2) break;
+        APPEND(o, "nb_hrt->dispatch(nb_hrt->ctx, \"%s\", (%s).x, (%s).y, (%s).z, (%s).x, (%s).y, (%s).z, %d, ",
+               x->text ? x->text : "?", args[0], args[0], args[0], args[1], args[1], args[1], n - 2);
+        if (n == 2) nb_strbuf_append(o, "(const nb_host_karg *)0)");
+        else {
+            nb_strbuf_append(o, "(const nb_host_karg[]){");
+            for (int i = 2; i < n; i++) {
+                const nb_type *t = at[i];
+                if (i > 2) nb_strbuf_append(o, ", ");
+                if (t->kind == NB_TY_TORCH) APPEND(o, "nb_ka_t((%s).h)", args[i]);
+                else if (t->kind == NB_TY_SCALAR) APPEND(o, "nb_ka_v(1, (double)(%s), 0, 0, 0)", args[i]);
+                else if (t->kind == NB_TY_VECTOR) {
+                    APPEND(o, "nb_ka_v(%d", t->cols);
+                    for (int k = 0; k < 4; k++)
+                        if (k < t->cols) APPEND(o, ", (double)(%s).%c", args[i], "xyzw"[k]);
+                        else nb_strbuf_append(o, ", 0");
+                    nb_strbuf_append(o, ")");
+                } else {
+                    nb_emit_fail(e, "__dispatch_kernel: cannot pass a '%s' to a kernel", t->name ? t->name : "?");
+                    return;
+                }
+            }
+            nb_strbuf_append(o, "})");
+        }
+        return;
+    }
+    default: break;
+    }
+    nb_emit_fail(e, "internal: host intrinsic %d", x->intrinsic);
+    nb_strbuf_append(o, "0");
+}
+
+/* ---- the entry ------------------------------------------------------------------------------ */
+
+/* Reads (in) or writes (out) the leaves of a value of type t at C lvalue `lv`, counting *k. */
+static void leaves_io(nb_emitter *e, const nb_type *t, const char *lv, int out, const char *arr, int *k, nb_strbuf *o)
+{
+    if (t->kind == NB_TY_STRUCT && t->decl) {
+        for (int i = 0; i < t->decl->u.strct.nfields; i++) {
+            nb_decl *f = t->decl->u.strct.fields[i];
+            char sub[512];
+            snprintf(sub, sizeof sub, "%s.%s", lv, nb_emit_safe_name(e, f->name ? f->name : "?"));
+            leaves_io(e, f->u.var.type, sub, out, arr, k, o);
+        }
+        return;
+    }
+    const char *fld = t->kind == NB_TY_TORCH ? "h" : t->kind == NB_TY_SCALAR && (t->scalar == NB_SC_FLOAT ||
+                                                                               t->scalar == NB_SC_DOUBLE ||
+                                                                               t->scalar == NB_SC_HALF) ? "f" : "i";
+    if (t->kind != NB_TY_TORCH && t->kind != NB_TY_SCALAR) {
+        nb_emit_fail(e, "host functions take and return TorchTensor<T>, scalars and structs of those, not '%s'",
+                     t->name ? t->name : "?");
+        return;
+    }
+    if (t->kind == NB_TY_TORCH) {
+        if (out) APPEND(o, "    %s[%d].h = %s.h;\n", arr, *k, lv);
+        else APPEND(o, "    %s.h = %s[%d].h;\n", lv, arr, *k);
+    } else if (out) APPEND(o, "    %s[%d].%s = %s;\n", arr, *k, fld, lv);
+    else APPEND(o, "    %s = (%s)%s[%d].%s;\n", lv, nb_emit_ctype(e, t), arr, *k, fld);
+    (*k)++;
+}
+
+nb_status nb_program_emit_host(nb_program *p, nb_strbuf *out, int *nhost)
+{
+    NB_CHECK_ARG(p);
+    NB_CHECK_ARG(out);
+    if (nhost) *nhost = 0;
+    nb_ir_module *m;
+    NB_TRY(nb_program_get_ir(p, &m));
+    nb_emitter E;
+    nb_emit_init(&E, m, NB_TARGET_C);
+    E.unchecked = p->unchecked;
+    E.src = &p->src;
+    nb_strbuf_append(&E.helpers, host_runtime);
+    nb_strbuf entry;
+    nb_strbuf_init(&entry);
+    nb_strbuf_append(&entry, "\nvoid nb_host_entry(const char *name, int overload, const nb_host_rt *rt, "
+                             "const nb_host_val *a, nb_host_val *r, int *found)\n{\n"
+                             "    const nb_host_rt *saved = nb_hrt;\n    *found = 0;\n    nb_hrt = rt;\n");
+    nb_status st = NB_OK;
+    int count = 0;
+    /* entry points in the order nb_program_find_functions numbers their overloads */
+    for (int mi = 0; mi < p->nmodules && st == NB_OK; mi++) {
+        nb_module_ast *mod = p->modules[mi];
+        for (int di = 0; di < mod->ndecls && st == NB_OK; di++) {
+            nb_decl *d = mod->decls[di];
+            if (!d || d->kind != NB_DECL_FUNC || !d->u.func.is_host || !d->u.func.body || !d->name) continue;
+            nb_decl *all[64];
+            int nd = nb_program_find_functions(p, d->name, all, 64), ov = -1;
+            for (int i = 0; i < nd && i < 64; i++)
+                if (all[i] == d) ov = i;
+            if (ov < 0) continue; /* not callable by name (a generic instance, …) */
+            nb_ir_func *f = nb_ir_find_func(m, d);
+            if (!f) continue;
+            st = nb_program_ir_scope(p, m, f);
+            if (st != NB_OK) break;
+            nb_emit_function(&E, f);
+            if (!E.ok) break;
+            const char *fname = nb_emit_safe_name(&E, f->cname);
+            APPEND(&entry, "    if (!strcmp(name, \"%s\") && overload == %d) {\n", d->name, ov);
+            int k = 0;
+            nb_strbuf call;
+            nb_strbuf_init(&call);
+            for (int i = 0; i < f->nparams; i++) {
+                char lv[32];
+                snprintf(lv, sizeof lv, "p%d", i);
+                APPEND(&entry, "    %s p%d;\n", nb_emit_ctype(&E, f->params[i]->type), i);
+                leaves_io(&E, f->params[i]->type, lv, 0, "a", &k, &entry);
+                APPEND(&call, "%sp%d", i ? ", " : "", i);
+            }
+            if (f->ret && f->ret->kind != NB_TY_VOID) {
+                int kr = 0;
+                APPEND(&entry, "    %s res = %s(%s);\n", nb_emit_ctype(&E, f->ret), fname, nb_strbuf_cstr(&call));
+                leaves_io(&E, f->ret, "res", 1, "r", &kr, &entry);
+            } else
+                APPEND(&entry, "    %s(%s);\n", fname, nb_strbuf_cstr(&call));
+            nb_strbuf_free(&call);
+            nb_strbuf_append(&entry, "    *found = 1;\n    }\n");
+            count++;
+        }
+    }
+    nb_strbuf_append(&entry, "    nb_hrt = saved;\n}\n");
+    nb_strbuf_append(&E.tail, nb_strbuf_cstr(&entry));
+    nb_strbuf_free(&entry);
+    if (st == NB_OK && !E.ok) st = nb_error(NB_ERR_UNSUPPORTED, "%s", E.err);
+    if (st == NB_OK) {
+        nb_emit_finish(&E, out);
+        if (!nb_strbuf_ok(out)) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory emitting host code");
+    }
+    nb_emit_free(&E);
+    if (nhost) *nhost = count;
+    return st;
+}
