@@ -1,4 +1,4 @@
-/* `nabla emit FILE [--target c|cuda] [--entry F] [--mode primal|fwd|bwd] [--ir] [-I DIR]
+/* `nabla emit FILE [--target c|cuda|host] [--host] [--entry F] [--mode primal|fwd|bwd] [--ir] [-I DIR]
  *  [--const NAME=VALUE]`: prints the generated C or CUDA code, or the IR, to stdout. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,11 +10,12 @@
 #define EMIT_MAX 32
 
 static void emit_help(void) {
-    printf("usage: nabla emit FILE [--target c|cuda] [--entry FUNC] [--mode primal|fwd|bwd | --fwd | --bwd]\n"
+    printf("usage: nabla emit FILE [--target c|cuda|host] [--entry FUNC] [--mode primal|fwd|bwd | --fwd | --bwd]\n"
            "                 [--ir] [-I DIR]... [-D NAME[=VALUE]]... [--const NAME=VALUE]...\n"
            "\n"
            "Prints the code generated for FILE: C (default) or CUDA C, or the compiler's IR\n"
-           "with --ir. --entry limits it to one function and what it calls; --mode picks\n"
+           "with --ir; --host (--target host) prints the host unit: C for the host CPU with the\n"
+           "[TorchEntryPoint] functions. --entry limits it to one function and what it calls; --mode picks\n"
            "forward- or reverse-mode derivative code. -I adds a directory for imports and\n"
            "#include files; -D NAME[=VALUE] (or -DNAME) defines a preprocessor macro;\n"
            "--conformance TYPE:INTERFACE=ID gives a Slang type conformance id.\n");
@@ -49,11 +50,14 @@ int nb_cmd_emit(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--ir")) {
             ir = 1;
+        } else if (!strcmp(a, "--host")) {
+            fmt = NB_DUMP_HOST;
         } else if (!strcmp(a, "--target")) {
-            if (!next) return nb_cli_bad_usage("emit: --target needs c or cuda%s", "");
+            if (!next) return nb_cli_bad_usage("emit: --target needs c, cuda or host%s", "");
             if (!strcmp(next, "c")) fmt = NB_DUMP_C;
             else if (!strcmp(next, "cuda")) fmt = NB_DUMP_CUDA;
-            else return nb_cli_bad_usage("emit: unknown target '%s' (c or cuda)", next);
+            else if (!strcmp(next, "host")) fmt = NB_DUMP_HOST;
+            else return nb_cli_bad_usage("emit: unknown target '%s' (c, cuda or host)", next);
             i++;
         } else if (!strcmp(a, "--fwd")) { /* the spelling: same as --mode fwd */
             mode = NB_MODE_FWD;

@@ -124,6 +124,8 @@ typedef enum nb_dump_format {
     NB_DUMP_C = 0,    /* the C the CPU path compiles */
     NB_DUMP_CUDA = 1, /* the CUDA C NVRTC compiles */
     NB_DUMP_IR = 2,   /* the compiler's IR, as text */
+    NB_DUMP_HOST = 3, /* the host unit: [TorchEntryPoint] host functions as C for the host CPU
+                         (whole module; entry and mode are ignored) */
 } nb_dump_format;
 
 typedef enum nb_diff_mode {

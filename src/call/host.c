@@ -36,6 +36,7 @@ typedef struct nb_host_rt {
     long long (*like)(void *ctx, long long h, int zero);
     long long (*size)(void *ctx, long long h, int dim);
     long long (*dims)(void *ctx, long long h);
+    long long (*stride)(void *ctx, long long h, int dim);
     void (*dispatch)(void *ctx, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                      unsigned bz, int nargs, const nb_host_karg *args);
 } nb_host_rt;
@@ -146,6 +147,17 @@ static long long rt_size(void *ctx, long long h, int d) {
     return nb_tensor_shape(t)[d];
 }
 
+static long long rt_stride(void *ctx, long long h, int d) {
+    host_ctx *x = ctx;
+    nb_tensor *t = get(x, h, "stride()");
+    if (!t) return 0;
+    if (d < 0 || d >= nb_tensor_ndim(t)) {
+        fail(x, NB_ERR_SHAPE, "%s: stride(%d) of a %d-dimensional tensor", x->fname, d, nb_tensor_ndim(t));
+        return 0;
+    }
+    return nb_tensor_strides(t)[d] / (int64_t)nb_dtype_size(nb_tensor_dtype(t)); /* elements, as torch */
+}
+
 static long long rt_dims(void *ctx, long long h) {
     host_ctx *x = ctx;
     nb_tensor *t = get(x, h, "dims()");
@@ -214,7 +226,7 @@ static void rt_dispatch(void *ctx, const char *kernel, unsigned gx, unsigned gy,
     if (s != NB_OK) fail(x, s, "%s: __dispatch_kernel(%s): %s", x->fname, kernel, nb_last_error());
 }
 
-static const nb_host_rt host_table = {NULL, rt_alloc, rt_like, rt_size, rt_dims, rt_dispatch};
+static const nb_host_rt host_table = {NULL, rt_alloc, rt_like, rt_size, rt_dims, rt_stride, rt_dispatch};
 
 /* The host unit's entry, compiled once per module generation. */
 static nb_status host_entry(nb_module *m, host_entry_fn *out) {

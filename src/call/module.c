@@ -194,7 +194,7 @@ nb_status nb_module_dump(nb_module *m, nb_dump_format format, const char *entry,
     NB_CHECK_ARG(text);
     *text = NULL;
     NB_CHECK_ARG(m);
-    if ((int)format < 0 || format > NB_DUMP_IR)
+    if ((int)format < 0 || format > NB_DUMP_HOST)
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_dump: bad format %d", (int)format);
     if ((int)mode < 0 || mode > NB_MODE_BWD)
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_dump: bad mode %d", (int)mode);
@@ -204,6 +204,8 @@ nb_status nb_module_dump(nb_module *m, nb_dump_format format, const char *entry,
     nb_status s;
     if (format == NB_DUMP_IR)
         s = nb_program_dump_ir(m->prog, entry, &sb);
+    else if (format == NB_DUMP_HOST)
+        s = nb_program_emit_host(m->prog, &sb, NULL);
     else
         s = nb_program_emit(m->prog, format == NB_DUMP_CUDA ? NB_TARGET_CUDA : NB_TARGET_C, entry,
                             (nb_call_mode)mode, &sb);

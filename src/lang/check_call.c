@@ -1097,12 +1097,12 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
             }
             return r;
         }
-        ck_check_args(c, call);
         if (!strcmp(name, "__dispatch_kernel")) {
             ck_err(c, callee->loc, "__dispatch_kernel(kernel, gridDim, blockDim) is called with the kernel's arguments: "
                    "__dispatch_kernel(k, g, b)(arguments…)");
             return call->type = c->tt->t_error;
         }
+        ck_check_args(c, call);
         ck_err(c, callee->loc, "use of undeclared function '%s'", name);
         ck_note_hidden(c, name);
         return call->type = c->tt->t_error;

@@ -297,6 +297,9 @@ const nb_type *ck_call_intrinsic(nb_checker *c, nb_expr *call, int id) {
                dt->name, pt->name, at->name ? at->name : "?");
         return call->type = c->tt->t_error;
     }
+    case NB_ISIG_TORCH: /* host code: typed where it is made (check_host.c), never called by name */
+        ck_err(c, call->loc, "'%s' is not a function", name);
+        return call->type = c->tt->t_error;
     case NB_ISIG_TENSOR_DATA_PTR: /* t.data_ptr() (check_ptr.c) */
         if (args[0]->type->kind != NB_TY_TENSOR) {
             ck_err(c, call->loc, "'%s' takes a tensor", name);

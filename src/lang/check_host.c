@@ -19,6 +19,7 @@
  *   TorchTensor<T>.zerosLike(t)       TORCH_ZEROS_LIKE (t a TorchTensor<T>); emptyLike: TORCH_EMPTY_LIKE
  *   t.size(d)                         TORCH_SIZE (t, d as int) -> uint
  *   t.dims()                          TORCH_DIMS (t) -> uint
+ *   t.stride(d)                       TORCH_STRIDE (t, d as int) -> uint: in elements, as torch
  *   __dispatch_kernel(k, g, b)(a…)    DISPATCH_KERNEL, decl = k, args = g, b (uint3), a… converted to
  *                                     k's parameters: a TorchTensor<T> for a TensorView<T> /
  *                                     Tensor<T,N> (the view's rank is checked when it runs), values
@@ -131,9 +132,9 @@ const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt)
     nb_expr *base = call->u.call.callee->u.member.base;
     const char *m = call->u.call.callee->u.member.member;
     int n = call->u.call.nargs;
-    if (!strcmp(m, "size")) {
+    if (!strcmp(m, "size") || !strcmp(m, "stride")) {
         if (n != 1) {
-            ck_err(c, call->loc, "'size' takes the dimension, got %d arguments", n);
+            ck_err(c, call->loc, "'%s' takes the dimension, got %d arguments", m, n);
             ck_check_args(c, call);
             return call->type = c->tt->t_error;
         }
@@ -141,8 +142,8 @@ const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt)
         if (!a) return call->type = c->tt->t_error;
         a[0] = base;
         a[1] = call->u.call.args[0];
-        ck_expr_to(c, &a[1], c->tt->t_int, "the dimension of size()");
-        return as_intrinsic(c, call, NB_INTR_TORCH_SIZE, a, 2, c->tt->t_uint);
+        ck_expr_to(c, &a[1], c->tt->t_int, m[1] == 'i' ? "the dimension of size()" : "the dimension of stride()");
+        return as_intrinsic(c, call, m[1] == 'i' ? NB_INTR_TORCH_SIZE : NB_INTR_TORCH_STRIDE, a, 2, c->tt->t_uint);
     }
     if (!strcmp(m, "dims")) {
         if (n != 0) {
@@ -157,7 +158,7 @@ const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt)
     }
     (void)bt;
     ck_check_args(c, call);
-    ck_err(c, call->u.call.callee->loc, "no member function named '%s' in '%s' (size, dims)", m, bt->name);
+    ck_err(c, call->u.call.callee->loc, "no member function named '%s' in '%s' (size, stride, dims)", m, bt->name);
     return call->type = c->tt->t_error;
 }
 

@@ -11,7 +11,7 @@
  * pointer while the entry runs, so that host helpers need no extra parameter):
  *
  *   alloc(ctx, dtype, ndim, shape, zero) -> handle     like(ctx, h, zero) -> handle
- *   size(ctx, h, d) / dims(ctx, h)                     (0 for a bad handle or dimension)
+ *   size(ctx, h, d) / dims(ctx, h) / stride(ctx, h, d) (elements; 0 for a bad handle or dimension)
  *   dispatch(ctx, kernel, grid xyz, block xyz, nargs, args): launch a kernel of the module
  *
  * A runtime call that fails records its error in ctx and returns 0; the runtime ignores the
@@ -23,6 +23,7 @@
 
 #include "core/util.h"
 #include "lang/ad.h"
+#include "lang/check.h"
 #include "lang/compiler.h"
 #include "lang/emit_c.h"
 #include "lang/intrinsics.h"
@@ -40,6 +41,7 @@ static const char host_runtime[] =
     "    long long (*like)(void *ctx, long long h, int zero);\n"
     "    long long (*size)(void *ctx, long long h, int dim);\n"
     "    long long (*dims)(void *ctx, long long h);\n"
+    "    long long (*stride)(void *ctx, long long h, int dim);\n"
     "    void (*dispatch)(void *ctx, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,\n"
     "                     unsigned by, unsigned bz, int nargs, const nb_host_karg *args);\n"
     "} nb_host_rt;\n"
@@ -69,6 +71,9 @@ void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *r
         return;
     case NB_INTR_TORCH_SIZE:
         APPEND(o, "((unsigned)nb_hrt->size(nb_hrt->ctx, (%s).h, %s))", args[0], args[1]);
+        return;
+    case NB_INTR_TORCH_STRIDE:
+        APPEND(o, "((unsigned)nb_hrt->stride(nb_hrt->ctx, (%s).h, %s))", args[0], args[1]);
         return;
     case NB_INTR_TORCH_DIMS:
         APPEND(o, "((unsigned)nb_hrt->dims(nb_hrt->ctx, (%s).h))", args[0]);
@@ -160,7 +165,9 @@ nb_status nb_program_emit_host(nb_program *p, nb_strbuf *out, int *nhost)
         nb_module_ast *mod = p->modules[mi];
         for (int di = 0; di < mod->ndecls && st == NB_OK; di++) {
             nb_decl *d = mod->decls[di];
-            if (!d || d->kind != NB_DECL_FUNC || !d->u.func.is_host || !d->u.func.body || !d->name) continue;
+            if (!d || d->kind != NB_DECL_FUNC || !d->u.func.is_host || !d->u.func.body || !d->name ||
+                !nb_attr_find(&d->attrs, "TorchEntryPoint")) /* (helpers: emitted as what entries call) */
+                continue;
             nb_decl *all[64];
             int nd = nb_program_find_functions(p, d->name, all, 64), ov = -1;
             for (int i = 0; i < nd && i < 64; i++)

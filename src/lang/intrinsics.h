@@ -181,13 +181,14 @@ enum {
     X(TENSOR_GRAD, "__tensor_grad", 1, 1, TENSOR_PART, NONE, 0) /* v.diff.diff (a Tensor) */ \
     X(TENSOR_WITH_PRIMAL, "__tensor_with_primal", 2, 2, TENSOR_PART, NONE, 0) /* v.primal = t */ \
     /* [TorchEntryPoint] host code (check_host.c): TorchTensor<T>.alloc(d…) ops[i] = the extents; \
-       zerosLike/emptyLike(t); t.size(d); t.dims(); __dispatch_kernel(k, grid, block)(args…): \
+       zerosLike/emptyLike(t); t.size(d); t.dims(); t.stride(d); __dispatch_kernel(k, grid, block)(args…): \
        ops = grid, block, args…, the kernel's name in the IR instruction's text */             \
     X(TORCH_ALLOC, "TorchTensor.alloc",     0, 8, TORCH, NONE, NB_IFLAG_EFFECT) \
     X(TORCH_ZEROS_LIKE, "TorchTensor.zerosLike", 1, 1, TORCH, NONE, NB_IFLAG_EFFECT) \
     X(TORCH_EMPTY_LIKE, "TorchTensor.emptyLike", 1, 1, TORCH, NONE, NB_IFLAG_EFFECT) \
     X(TORCH_SIZE,  "TorchTensor.size",      2, 2, TORCH, NONE, 0) \
     X(TORCH_DIMS,  "TorchTensor.dims",      1, 1, TORCH, NONE, 0) \
+    X(TORCH_STRIDE, "TorchTensor.stride",   2, 2, TORCH, NONE, 0) \
     X(DISPATCH_KERNEL, "__dispatch_kernel()", 2, 64, TORCH, NONE, NB_IFLAG_EFFECT) \
     /* autodiff */                                                         \
     X(DIFF_PAIR,   "diffPair",    1, 2, DIFFPAIR,      SPECIAL, 0)         \

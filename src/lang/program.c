@@ -950,6 +950,11 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
     memset(b, 0, sizeof *b);
     b->p = p;
     b->host = info->is_host = fn->u.func.is_host;
+    if (fn->u.func.is_host && !nb_attr_find(&fn->attrs, "TorchEntryPoint")) {
+        nb_free(b, sizeof *b);
+        return nb_error(NB_ERR_UNSUPPORTED, "'%s' is host code (it takes or returns a TorchTensor) for [TorchEntryPoint] "
+                        "functions to call; mark it [TorchEntryPoint] to call it from the host", fn->name);
+    }
     const char **names = nb_arena_zalloc(A, sizeof(char *) * (size_t)(np + 1), 16);
     int *dirs = nb_arena_zalloc(A, sizeof(int) * (size_t)(np + 1), 16);
     int *first = nb_arena_zalloc(A, sizeof(int) * (size_t)(np + 1), 16);
