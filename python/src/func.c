@@ -376,6 +376,7 @@ static int wants_autograd(PyObject *args, PyObject *kw) {
 
 static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int64_t *grid) {
     FunctionObject *fn = (FunctionObject *)self;
+    if (!grid && nb_func_is_host(fn->f, 0)) return nbp_host_call(fn, args, kw); /* host.c */
     PyObject *res = NULL, *grads = NULL, *dout = NULL, *tangents = NULL, *galloc = NULL;
     int autograd = 1;
     if (kw) {
@@ -750,6 +751,9 @@ static PyObject *func_get_signature(PyObject *self, void *c) {
     const char *s = nb_func_signature(((FunctionObject *)self)->f, 0);
     return PyUnicode_FromString(s ? s : "");
 }
+static PyObject *func_get_is_host(PyObject *self, void *c) {
+    return PyBool_FromLong(nb_func_is_host(((FunctionObject *)self)->f, 0));
+}
 static PyObject *func_get_mode(PyObject *self, void *c) {
     static const char *m[] = {"primal", "fwds", "bwds"};
     return PyUnicode_FromString(m[((FunctionObject *)self)->mode]);
@@ -815,6 +819,7 @@ static PyGetSetDef func_getset[] = {
     {"name", func_get_name, NULL, "function name", NULL},
     {"signature", func_get_signature, NULL, "signature of overload 0", NULL},
     {"mode", func_get_mode, NULL, "\"primal\", \"fwds\" or \"bwds\"", NULL},
+    {"is_host", func_get_is_host, NULL, "a [TorchEntryPoint] host function (called with tensors and numbers)", NULL},
     {"param_names", func_get_params, NULL, "parameter names (overload 0)", NULL},
     {"param_dirs", func_get_param_dirs, NULL, "\"in\"/\"out\"/\"inout\" per parameter", NULL},
     {"differentiable_params", func_get_diff, NULL, "bools per parameter, or None", NULL},

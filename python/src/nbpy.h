@@ -2,7 +2,8 @@
  *
  * Files: ext.c (module init, errors, devices, modules), tensor.c (nabla.Tensor, buffer protocol,
  * DLPack), convert.c (Python objects -> call arguments: scalars, lists, buffers, torch tensors),
- * func.c (nabla functions: calls, .map, .bwds, .fwds, results), nn_*.c (nabla.nn: fused MLP,
+ * func.c (nabla functions: calls, .map, .bwds, .fwds, results), host.c ([TorchEntryPoint] host
+ * functions), nn_*.c (nabla.nn: fused MLP,
  * encodings, Adam, losses, images, tape, UNet / DDPM; see nn_common.h).
  *
  * Nothing here imports numpy or torch: an object is a torch tensor only if "torch" is already in
@@ -175,5 +176,7 @@ int nbp_is_generator(PyObject *o);
 int nbp_generator_spec(PyObject *o, nb_generator *g);
 int nbp_bind_generator(nb_call *c, int index, const char *name, PyObject *o);
 PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps);
+/* host.c: calls a [TorchEntryPoint] host function (nb_host_call). */
+PyObject *nbp_host_call(FunctionObject *fn, PyObject *args, PyObject *kw);
 
 #endif
