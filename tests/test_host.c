@@ -1,0 +1,144 @@
+/* [TorchEntryPoint] host functions from C (include/nabla/module.h nb_host_call): reflection, the
+ * tutorial's square_fwd / square_bwd, struct arguments and results, results that are arguments,
+ * freeing on failure, and every argument error. CPU, and the same on CUDA when there is a GPU. */
+#include <string.h>
+
+#include "nabla/module.h"
+#include "nb_test.h"
+
+static const char *SRC =
+    "[BackwardDifferentiable] float square(float x) { return x * x; }\n"
+    "[CudaKernel] void sq_k(TensorView<float> input, TensorView<float> output) {\n"
+    "  uint3 i = cudaBlockIdx() * cudaBlockDim() + cudaThreadIdx();\n"
+    "  if (i.x >= input.size(0) || i.y >= input.size(1)) return;\n"
+    "  output.store(i.x, i.y, square(input.load(i.x, i.y))); }\n"
+    "[CudaKernel] void sq_bwd_k(TensorView<float> input, TensorView<float> grad_in, TensorView<float> grad_out) {\n"
+    "  uint3 i = cudaBlockIdx() * cudaBlockDim() + cudaThreadIdx();\n"
+    "  if (i.x >= input.size(0) || i.y >= input.size(1)) return;\n"
+    "  var dp = diffPair(input.load(i.x, i.y));\n"
+    "  __bwd_diff(square)(dp, grad_in.load(i.x, i.y));\n"
+    "  grad_out.store(i.x, i.y, dp.d); }\n"
+    "[TorchEntryPoint] TorchTensor<float> square_fwd(TorchTensor<float> input) {\n"
+    "  var result = TorchTensor<float>.alloc(input.size(0), input.size(1));\n"
+    "  __dispatch_kernel(sq_k, uint3(1), uint3(result.size(0), result.size(1), 1))(input, result);\n"
+    "  return result; }\n"
+    "[TorchEntryPoint] TorchTensor<float> square_bwd(TorchTensor<float> input, TorchTensor<float> grad_in) {\n"
+    "  var g = TorchTensor<float>.zerosLike(input);\n"
+    "  __dispatch_kernel(sq_bwd_k, uint3(1), uint3(input.size(0), input.size(1), 1))(input, grad_in, g);\n"
+    "  return g; }\n"
+    "struct In { TorchTensor<float> t; float s; };\n"
+    "struct Out { TorchTensor<float> same; TorchTensor<float> sq; uint n; float s2; };\n"
+    "[TorchEntryPoint] Out pack(In a) {\n"
+    "  Out o; o.same = a.t; o.sq = square_fwd(a.t); o.n = a.t.dims(); o.s2 = a.s * 2; return o; }\n"
+    "[TorchEntryPoint] TorchTensor<float> leaky(TorchTensor<float> a) {\n"
+    "  var keep = TorchTensor<float>.alloc(4);\n"
+    "  var r = TorchTensor<float>.alloc(a.size(0), a.size(3));\n"
+    "  return r; }\n"
+    "float plain(float x) { return x; }\n";
+
+static nb_tensor *arr2(nb_device *dev, const float *v, int64_t r, int64_t c) {
+    nb_tensor *t = NULL;
+    int64_t sh[2] = {r, c};
+    return nb_tensor_from_host(dev, NB_F32, 2, sh, v, &t) == NB_OK ? t : NULL;
+}
+
+static void run(nb_device *dev) {
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "host.slang", SRC, NULL, &m));
+    nb_func *fwd, *bwd, *pack, *leaky, *plain;
+    NB_REQUIRE_OK(nb_module_func(m, "square_fwd", &fwd));
+    NB_REQUIRE_OK(nb_module_func(m, "square_bwd", &bwd));
+    NB_REQUIRE_OK(nb_module_func(m, "pack", &pack));
+    NB_REQUIRE_OK(nb_module_func(m, "leaky", &leaky));
+    NB_REQUIRE_OK(nb_module_func(m, "plain", &plain));
+    NB_EXPECT(nb_func_is_host(fwd, 0) && !nb_func_is_host(plain, 0));
+    nb_leaf_info li;
+    NB_REQUIRE_OK(nb_func_leaf(fwd, 0, 0, &li));
+    NB_EXPECT(li.is_tensor && li.tensor_rank == 0 && li.dtype == NB_F32 && !strcmp(li.path, "input"));
+    NB_EXPECT(nb_func_result_count(pack, 0) == 4 && nb_func_leaf_count(pack, 0) == 2);
+    NB_REQUIRE_OK(nb_func_result_leaf(pack, 0, 2, &li));
+    NB_EXPECT(!li.is_tensor && !strcmp(li.path, "_result.n") && li.dtype == NB_U32);
+
+    const float x[4] = {3, 4, 0, 1}, ones[4] = {1, 1, 1, 1};
+    nb_tensor *tx = arr2(dev, x, 2, 2), *t1 = arr2(dev, ones, 2, 2);
+    nb_host_value a[2] = {{tx, 0}, {t1, 0}}, r[4];
+    int n = -1;
+    NB_REQUIRE_OK(nb_host_call(fwd, 1, a, r, 4, &n));
+    float y[4] = {0};
+    NB_EXPECT(n == 1 && r[0].tensor && nb_tensor_device(r[0].tensor) == dev);
+    NB_REQUIRE_OK(nb_tensor_to_host(r[0].tensor, y, sizeof y));
+    NB_EXPECT(y[0] == 9 && y[1] == 16 && y[2] == 0 && y[3] == 1);
+    nb_tensor_free(r[0].tensor);
+    NB_REQUIRE_OK(nb_host_call(bwd, 2, a, r, 4, &n));
+    NB_REQUIRE_OK(nb_tensor_to_host(r[0].tensor, y, sizeof y));
+    NB_EXPECT(y[0] == 6 && y[1] == 8 && y[2] == 0 && y[3] == 2);
+    nb_tensor_free(r[0].tensor);
+
+    /* a struct argument (leaves t, s) and a struct result; a host entry calling another */
+    nb_host_value sa[2] = {{tx, 0}, {NULL, 1.5}};
+    NB_REQUIRE_OK(nb_host_call(pack, 2, sa, r, 4, &n));
+    NB_EXPECT(n == 4 && r[0].tensor && r[0].tensor != tx && r[1].tensor && !r[2].tensor);
+    NB_EXPECT(r[2].number == 2 && r[3].number == 3);
+    NB_EXPECT(nb_tensor_data(r[0].tensor) == nb_tensor_data(tx)); /* the argument's memory */
+    NB_REQUIRE_OK(nb_tensor_to_host(r[1].tensor, y, sizeof y));
+    NB_EXPECT(y[0] == 9 && y[3] == 1);
+    nb_tensor_free(r[0].tensor);
+    nb_tensor_free(r[1].tensor);
+
+    /* errors */
+    NB_EXPECT_ERR(nb_host_call(fwd, 2, a, r, 4, &n), NB_ERR_INVALID_ARG, "square_fwd: 2 arguments given");
+    NB_EXPECT(n == 0);
+    NB_EXPECT_ERR(nb_host_call(plain, 1, a, r, 4, &n), NB_ERR_INVALID_ARG, "plain is not a host function");
+    nb_host_value num = {NULL, 2};
+    NB_EXPECT_ERR(nb_host_call(fwd, 1, &num, r, 4, &n), NB_ERR_INVALID_ARG, "is a TorchTensor<f32>; a number was given");
+    NB_EXPECT_ERR(nb_host_call(pack, 2, a, r, 4, &n), NB_ERR_INVALID_ARG, "argument 'a.s' is a f32 number; a tensor");
+    nb_tensor *ti = NULL;
+    int32_t iv[2] = {1, 2};
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_I32, 1, (int64_t[]){2}, iv, &ti));
+    nb_host_value wrong = {ti, 0};
+    NB_EXPECT_ERR(nb_host_call(fwd, 1, &wrong, r, 4, &n), NB_ERR_DTYPE,
+                  "square_fwd: argument 'input' is i32 but parameter 'input' is TorchTensor<f32>");
+    NB_EXPECT_ERR(nb_host_call(pack, 2, sa, r, 2, &n), NB_ERR_INVALID_ARG, "4 result leaves, room for 2");
+    /* a failure after allocations: nothing leaks, nothing is returned */
+    NB_EXPECT_ERR(nb_host_call(leaky, 1, a, r, 4, &n), NB_ERR_SHAPE, "leaky: size(3) of a 2-dimensional tensor");
+    NB_EXPECT(n == 0);
+    char *text = NULL;
+    NB_REQUIRE_OK(nb_module_dump(m, NB_DUMP_HOST, NULL, NB_MODE_PRIMAL, &text));
+    NB_EXPECT(text && strstr(text, "void nb_host_entry(") && strstr(text, "nb_hrt->alloc("));
+    nb_module_free_text(text);
+    nb_tensor_free(ti);
+    nb_tensor_free(tx);
+    nb_tensor_free(t1);
+    nb_module_free(m);
+}
+
+static void test_host_cpu(void) {
+    nb_device *d = NULL;
+    NB_REQUIRE_OK(nb_device_open("cpu", &d));
+    run(d);
+    nb_device_close(d);
+}
+
+static void test_host_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *g = NULL, *c = NULL;
+    NB_REQUIRE_OK(nb_device_open("cuda", &g));
+    run(g);
+    /* a tensor on another device than the module: an error, never a copy */
+    NB_REQUIRE_OK(nb_device_open("cpu", &c));
+    nb_module *m = NULL;
+    nb_func *f = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(g, "host.slang", SRC, NULL, &m));
+    NB_REQUIRE_OK(nb_module_func(m, "square_fwd", &f));
+    const float x[4] = {1, 2, 3, 4};
+    nb_tensor *t = arr2(c, x, 2, 2);
+    nb_host_value a = {t, 0}, r[1];
+    int n = 0;
+    NB_EXPECT_ERR(nb_host_call(f, 1, &a, r, 1, &n), NB_ERR_DEVICE, "argument 'input' is on cpu but the module runs on cuda:0");
+    nb_tensor_free(t);
+    nb_module_free(m);
+    nb_device_close(c);
+    nb_device_close(g);
+}
+
+int main(int argc, char **argv) { NB_TEST_MAIN(argc, argv, test_host_cpu, test_host_cuda); }
