@@ -46,6 +46,22 @@ int ck_type_has_torch(const nb_type *t) {
     return 0;
 }
 
+/* A type an entry point's parameter or result may have: TorchTensor<T>, a scalar, a struct of those
+ * (the call layer passes them as leaves); *bad gets the first other type. */
+static int entry_type_ok(const nb_type *t, const nb_type **bad) {
+    if (!t || t->kind == NB_TY_ERROR || t->kind == NB_TY_VOID || t->kind == NB_TY_TORCH || t->kind == NB_TY_SCALAR)
+        return 1;
+    if (t->kind == NB_TY_STRUCT && t->decl) {
+        for (int i = 0; i < t->decl->u.strct.nfields; i++) {
+            nb_decl *f = t->decl->u.strct.fields[i];
+            if (f && f->u.var.type && !entry_type_ok(f->u.var.type, bad)) return 0;
+        }
+        return 1;
+    }
+    *bad = t;
+    return 0;
+}
+
 /* After a function's signature and attributes: is it host code, and is that allowed. */
 void ck_host_signature(nb_checker *c, nb_decl *fn, const nb_type *ret) {
     int entry = nb_attr_find(&fn->attrs, "TorchEntryPoint") != NULL;
@@ -67,6 +83,17 @@ void ck_host_signature(nb_checker *c, nb_decl *fn, const nb_type *ret) {
         ck_err(c, fn->loc, "'%s' cannot be both a [TorchEntryPoint] (host code) and a kernel", fn->name ? fn->name : "?");
     if (entry && ck_is_template(fn))
         ck_err(c, fn->loc, "generic [TorchEntryPoint] functions are not supported");
+    const nb_type *bad = NULL;
+    for (int i = 0; entry && !fn->u.func.is_kernel && i < fn->u.func.nparams; i++) {
+        nb_decl *p = fn->u.func.params[i];
+        if (p && !entry_type_ok(p->u.param.type, &bad))
+            ck_err(c, p->loc, "[TorchEntryPoint] parameter '%s': nabla passes TorchTensor<T>, number scalars and structs "
+                   "of those to host functions, not '%s'", p->name ? p->name : "?", bad->name);
+    }
+    if (entry && !fn->u.func.is_kernel && !entry_type_ok(ret, &bad))
+        ck_err(c, fn->u.func.ret ? fn->u.func.ret->loc : fn->loc, "[TorchEntryPoint] '%s' returns '%s': nabla returns "
+               "TorchTensor<T>, number scalars and structs of those from host functions", fn->name ? fn->name : "?",
+               bad->name);
     fn->u.func.is_host = (entry || torch) && !fn->u.func.is_kernel;
 }
 
