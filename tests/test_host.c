@@ -3,6 +3,8 @@
  * freeing on failure, and every argument error. CPU, and the same on CUDA when there is a GPU. */
 #include <string.h>
 
+#include "device/cuda/cuda_api.h"
+#include "nabla/alloc.h"
 #include "nabla/module.h"
 #include "nb_test.h"
 
@@ -141,4 +143,26 @@ static void test_host_cuda(void) {
     nb_device_close(g);
 }
 
-int main(int argc, char **argv) { NB_TEST_MAIN(argc, argv, test_host_cpu, test_host_cuda); }
+/* The module's CUDA code (its kernels; host code is not part of it) compiles with NVRTC, and the
+ * host unit is plain C with the runtime table (no GPU needed). */
+static void test_cuda_source_compiles(void) {
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(NULL, "host.slang", SRC, NULL, &m));
+    char *cu = NULL, *host = NULL;
+    NB_REQUIRE_OK(nb_module_dump(m, NB_DUMP_CUDA, NULL, NB_MODE_PRIMAL, &cu));
+    NB_REQUIRE_OK(nb_module_dump(m, NB_DUMP_HOST, NULL, NB_MODE_PRIMAL, &host));
+    NB_EXPECT(strstr(cu, "sq_k(") && !strstr(cu, "square_fwd(") && !strstr(cu, "nb_hrt"));
+    NB_EXPECT(strstr(host, "square_fwd(") && strstr(host, "pack(") && !strstr(host, "__global__"));
+    void *img = NULL;
+    size_t size = 0;
+    int cubin = 0;
+    nb_status s = nb_nvrtc_compile(cu, "host_kernels.cu", "compute_90", NULL, &img, &size, &cubin);
+    nb_module_free_text(cu);
+    nb_module_free_text(host);
+    nb_module_free(m);
+    if (s == NB_ERR_UNSUPPORTED) NB_SKIP("no NVRTC");
+    NB_EXPECT_OK(s);
+    if (img) nb_free(img, size);
+}
+
+int main(int argc, char **argv) { NB_TEST_MAIN(argc, argv, test_host_cpu, test_host_cuda, test_cuda_source_compiles); }
