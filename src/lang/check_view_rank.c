@@ -61,6 +61,8 @@ typedef struct vslot {
 typedef struct vname { /* a name in scope: its written type (NULL: `var x = …`) */
     const char *name;
     nb_type_expr *te;
+    const nb_expr *init; /* `var x = init;`: what its width is judged from */
+    int busy;            /* (being judged: `var a = a + 1` loops no further) */
 } vname;
 
 typedef struct vr_ctx {
@@ -184,6 +186,8 @@ static void push_name(vr_ctx *x, const char *name, nb_type_expr *te) {
     }
     x->sc[x->nsc].name = name;
     x->sc[x->nsc].te = te;
+    x->sc[x->nsc].init = NULL;
+    x->sc[x->nsc].busy = 0;
     x->nsc++;
 }
 
@@ -308,7 +312,17 @@ static int expr_slot(vr_ctx *x, const nb_expr *e, int *dims) {
 }
 
 /* The declared width of what an index expression names (uint2 loc -> 2). */
+static int expr_width(vr_ctx *x, const nb_expr *e);
+
 static int name_width(vr_ctx *x, const char *n) {
+    for (int i = x->nsc - 1; i >= 0; i--) /* `var loc = uint2(…)`: the initializer's width */
+        if (!strcmp(x->sc[i].name, n)) {
+            if (x->sc[i].te || !x->sc[i].init || x->sc[i].busy) break;
+            x->sc[i].busy = 1;
+            int w = expr_width(x, x->sc[i].init);
+            x->sc[i].busy = 0;
+            return w;
+        }
     nb_expr e;
     memset(&e, 0, sizeof e);
     e.kind = NB_EX_NAME;
@@ -529,6 +543,7 @@ static void vr_stmt(vr_ctx *x, nb_stmt *s) {
             vr_expr(x, v->u.var.init);
             nb_type_expr *te = v->u.var.texpr;
             push_name(x, v->name, te);
+            if (!te && x->nsc > mark && x->sc[x->nsc - 1].name == v->name) x->sc[x->nsc - 1].init = v->u.var.init;
             if (te) slot_of(x, te, v->name); /* (every view local gets a rank, used or not) */
             if (te && v->u.var.init)
                 flow(x, te, te->narray_dims, slot_of(x, te, v->name), v->u.var.init, v->loc);
