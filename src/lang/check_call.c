@@ -1078,6 +1078,27 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         }
         if (!strcmp(name, "updatePrimal") || !strcmp(name, "updateDiff") || !strcmp(name, "updatePair"))
             return update_pair(c, slot, name);
+        if (!strcmp(name, "__mul_p_d") || !strcmp(name, "__mul_d_p")) {
+            /* Slang's core-module helpers of custom derivatives: a primal times a differential
+             * (either order), a differential; for float scalars/vectors/matrices that is `*` */
+            if (call->u.call.nargs != 2) {
+                ck_check_args(c, call);
+                ck_err(c, call->loc, "'%s' takes 2 arguments, got %d", name, call->u.call.nargs);
+                return call->type = c->tt->t_error;
+            }
+            nb_expr *m = ck_new_expr(c, NB_EX_BINARY, call->loc);
+            if (!m) return call->type = c->tt->t_error;
+            m->u.binary.op = NB_TOK_STAR;
+            m->u.binary.lhs = call->u.call.args[0];
+            m->u.binary.rhs = call->u.call.args[1];
+            *slot = m;
+            const nb_type *r = ck_expr(c, slot);
+            if (!ck_is_error(r) && !nb_type_is_float_based(r)) {
+                ck_err(c, call->loc, "'%s' needs floating-point operands, got '%s'", name, r->name);
+                return m->type = c->tt->t_error;
+            }
+            return r;
+        }
         if (!strcmp(name, "sincos")) { /* Slang's sincos(x, out s, out c): a synthesized function */
             check_args_defer(c, call);
             if (call->u.call.nargs != 3) {

@@ -41,14 +41,46 @@ const char *ck_func_sig_str(nb_checker *c, nb_decl *fn) {
 
 #define CK_ATTR_MAX_OVERLOADS 16
 
+/* Whether the generic arguments written in te (`d_f<T, N>`) are fn's own generic parameters in
+ * order (fn: the template, or an instantiation of it). */
+static int own_generic_args(const nb_decl *fn, const nb_attr *a) {
+    const nb_decl *t = fn->u.func.generic_of ? fn->u.func.generic_of : fn;
+    /* the template's own attribute: an instantiation's has the parameters substituted */
+    long ai = a - fn->attrs.items;
+    if (ai < 0 || ai >= t->attrs.count || t->attrs.items[ai].nargs != 1 || !t->attrs.items[ai].args[0] ||
+        t->attrs.items[ai].args[0]->kind != NB_EX_TYPE || !t->attrs.items[ai].args[0]->u.type.texpr)
+        return 0;
+    const nb_type_expr *te = t->attrs.items[ai].args[0]->u.type.texpr;
+    int n = t->u.func.ngparams - t->u.func.nimplicit_gparams;
+    if (te->ntargs != n) return 0;
+    for (int i = 0; i < n; i++) {
+        const char *want = t->u.func.gparams[i]->name, *got = NULL;
+        if (te->targs && te->targs[i] && !te->targs[i]->ntargs && !te->targs[i]->narray_dims) got = te->targs[i]->name;
+        else if (te->vargs && te->vargs[i] && te->vargs[i]->kind == NB_EX_NAME) got = te->vargs[i]->u.name.name;
+        if (!want || !got || strcmp(want, got)) return 0;
+    }
+    return 1;
+}
+
 /* The overloads of the function an attribute names ([ForwardDerivative(g)] …): globals, or the
  * methods of fn's struct; 0 after a diagnostic. */
+static int attr_functions_in_ns(nb_checker *c, nb_decl *fn, const nb_attr *a, const char *name, nb_decl **fns,
+                                int max, int n);
+
 static int attr_functions(nb_checker *c, nb_decl *fn, const nb_attr *a, nb_decl **fns, int max) {
-    if (a->nargs != 1 || !a->args || !a->args[0] || a->args[0]->kind != NB_EX_NAME) {
+    if (a->nargs == 1 && a->args && a->args[0] && a->args[0]->kind == NB_EX_TYPE && a->args[0]->u.type.texpr &&
+        !a->args[0]->u.type.texpr->narray_dims && !own_generic_args(fn, a)) {
+        ck_err(c, a->args[0]->loc, "[%s(%s<…>)]: the generic arguments must be the function's own generic "
+               "parameters, in order", a->name, a->args[0]->u.type.texpr->name);
+        return 0;
+    }
+    if (a->nargs != 1 || !a->args || !a->args[0] ||
+        (a->args[0]->kind != NB_EX_NAME && !(a->args[0]->kind == NB_EX_TYPE && a->args[0]->u.type.texpr))) {
         ck_err(c, a->loc, "[%s] needs one function name", a->name);
         return 0;
     }
-    const char *name = a->args[0]->u.name.name;
+    /* `[ForwardDerivative(d_f<T>)]` on `f<T>`: g<T> is what a bare `g` means already (below) */
+    const char *name = a->args[0]->kind == NB_EX_NAME ? a->args[0]->u.name.name : a->args[0]->u.type.texpr->name;
     int n = 0;
     if (fn->u.func.parent) { /* a method's derivative is first looked for among the methods */
         nb_decl *sd = fn->u.func.parent;
@@ -56,6 +88,17 @@ static int attr_functions(nb_checker *c, nb_decl *fn, const nb_attr *a, nb_decl 
             if (sd->u.strct.methods[i]->name && strcmp(sd->u.strct.methods[i]->name, name) == 0)
                 fns[n++] = sd->u.strct.methods[i];
     }
+    /* looked up (and generic ones instantiated) from fn's namespace: an instantiation of fn is
+     * checked from where it is used */
+    const char *ns = c->ns;
+    c->ns = fn->ns ? fn->ns : fn->u.func.generic_of ? fn->u.func.generic_of->ns : NULL;
+    n = attr_functions_in_ns(c, fn, a, name, fns, max, n);
+    c->ns = ns;
+    return n;
+}
+
+static int attr_functions_in_ns(nb_checker *c, nb_decl *fn, const nb_attr *a, const char *name, nb_decl **fns,
+                                int max, int n) {
     if (n == 0) {
         n = ck_lookup_global(c, name, NB_DECL_FUNC, fns, max);
         if (n > max) n = max;
@@ -126,7 +169,7 @@ static void check_func_attrs(nb_checker *c, nb_decl *fn) {
             fn->u.func.differentiable = 1;
         } else if (!strcmp(n, "PreferCheckpoint") || !strcmp(n, "AutoPyBindCUDA") ||
                    !strcmp(n, "CudaDeviceExport") || !strcmp(n, "ForceInline") || !strcmp(n, "noinline") ||
-                   !strcmp(n, "TorchEntryPoint") ||
+                   !strcmp(n, "TorchEntryPoint") || !strcmp(n, "__target_intrinsic") ||
                    !strcmp(n, "__unsafeForceInlineEarly") || !strcmp(n, "nonmutating")) {
             /* accepted: inlining hints; [nonmutating] is a method's default (`this` is read-only) */
         } else if (!strcmp(n, "MaxIters") || !strcmp(n, "ForceUnroll") || !strcmp(n, "unroll") ||

@@ -15,6 +15,7 @@ const char *ck_decl_ns(const nb_decl *d) {
     if (!d) return NULL;
     if (d->ns) return d->ns;
     if (d->kind == NB_DECL_FUNC && d->u.func.parent) return d->u.func.parent->ns;
+    if (d->kind == NB_DECL_FUNC && d->u.func.generic_of) return ck_decl_ns(d->u.func.generic_of); /* f<float> */
     if (d->kind == NB_DECL_VAR && d->u.var.enum_of) return d->u.var.enum_of->ns;
     return NULL;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "lang/check_internal.h"
+#include "lang/intrinsics.h"
 
 static int nparams_with_this(const nb_decl *fn) {
     int n = fn->u.func.nparams;
@@ -37,6 +38,27 @@ static void check_asm_text(nb_checker *c, nb_stmt *s) {
         if (*d >= '0' && *d <= '9') idx = *d - '0';
         else if (*d == 'T' && d[1] >= '0' && d[1] <= '9') idx = d[1] - '0';
         else if (*d == 'T' && d[1] == 'R') { q = d + 1; continue; }
+        else if (*d == 'P') { /* `$P_exp`: the math function of $0's type (float / double) */
+            const char *nm = d + 1 + (d[1] == '_');
+            size_t len = 0;
+            while ((nm[len] >= 'a' && nm[len] <= 'z') || (nm[len] >= '0' && nm[len] <= '9')) len++;
+            const nb_type *t0 = fn && fn->u.func.nparams > 0 && fn->u.func.params[0]->u.param.type
+                                    ? fn->u.func.params[0]->u.param.type : NULL;
+            if (d[1] != '_' || !len) {
+                ck_err(c, s->u.asm_s.text_loc, "malformed '$P' in __intrinsic_asm (write $P_ and a math function: "
+                       "$P_exp($0))");
+                return;
+            }
+            /* a name nabla does not map is an error where the function is emitted (only then: a
+             * function with a C or CUDA case of its own may never be called) */
+            if (!t0 || t0->kind != NB_TY_SCALAR || (t0->scalar != NB_SC_FLOAT && t0->scalar != NB_SC_DOUBLE)) {
+                ck_err(c, s->u.asm_s.text_loc, "'$P_%.*s' in __intrinsic_asm needs a float or double first parameter, "
+                       "'%s' has '%s'", (int)len, nm, fn && fn->name ? fn->name : "?", t0 ? t0->name : "none");
+                return;
+            }
+            q = nm + len - 1;
+            continue;
+        }
         else if (*d == '[') {
             int k = 0, any = 0;
             const char *e = d + 1;
@@ -56,7 +78,7 @@ static void check_asm_text(nb_checker *c, nb_stmt *s) {
             continue;
         } else {
             ck_err(c, s->u.asm_s.text_loc,
-                   "unsupported '$%c' in __intrinsic_asm (supported: $0-$9, $T0-$T9, $TR, $[i])", *d ? *d : ' ');
+                   "unsupported '$%c' in __intrinsic_asm (supported: $0-$9, $T0-$T9, $TR, $[i], $P_fn)", *d ? *d : ' ');
             return;
         }
         if (idx >= np) {

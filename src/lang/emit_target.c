@@ -20,6 +20,7 @@
 
 #include "lang/ad.h"
 #include "lang/emit_c.h"
+#include "lang/intrinsics.h"
 #include "lang/source.h"
 #include "nabla/alloc.h"
 #include "nabla/file.h"
@@ -172,6 +173,19 @@ void nb_emit_asm_call(nb_emitter *e, nb_ir_func *c, const char *const *args, con
         } else if (*d == 'T' && d[1] == 'R') {
             nb_strbuf_append(out, nb_emit_ctype(e, c->ret));
             q = d + 1;
+        } else if (*d == 'P' && d[1] == '_') { /* `$P_exp`: expf / exp by $0's type (checked) */
+            const char *nm = d + 2;
+            size_t len = 0;
+            while ((nm[len] >= 'a' && nm[len] <= 'z') || (nm[len] >= '0' && nm[len] <= '9')) len++;
+            int dbl = n > 0 && at[0] && at[0]->kind == NB_TY_SCALAR && at[0]->scalar == NB_SC_DOUBLE;
+            const char *fnm = nb_asm_prefixed_math(nm, len, dbl);
+            if (fnm) nb_strbuf_append(out, fnm);
+            else
+                nb_emit_fail(e, "__intrinsic_asm of '%s': '$P_%.*s' has no %s function in nabla (mapped: exp, exp2, "
+                             "log, log2, log10, sin, cos, tan, asin, acos, atan, sinh, cosh, tanh, sqrt, ceil, floor, "
+                             "round, trunc, abs, pow, fmod, atan2, min, max, fma)", c->name, (int)len, nm,
+                             e->target == NB_TARGET_CUDA ? "CUDA" : "C");
+            q = nm + len - 1;
         } else if (*d == 'T' && d[1] >= '0' && d[1] <= '9') {
             int i = d[1] - '0';
             if (i < n) nb_strbuf_append(out, nb_emit_ctype(e, at[i]));

@@ -22,3 +22,22 @@ int nb_intrinsic_lookup(const char *name)
         if (strcmp(g_intrinsics[i].name, name) == 0) return i;
     return -1;
 }
+
+const char *nb_asm_prefixed_math(const char *name, size_t len, int is_double)
+{
+    /* {Slang's name, float function, double function}: the same names in C (math.h) and CUDA */
+    static const char *const map[][3] = {
+        {"exp", "expf", "exp"},       {"exp2", "exp2f", "exp2"},    {"log", "logf", "log"},
+        {"log2", "log2f", "log2"},    {"log10", "log10f", "log10"}, {"sin", "sinf", "sin"},
+        {"cos", "cosf", "cos"},       {"tan", "tanf", "tan"},       {"asin", "asinf", "asin"},
+        {"acos", "acosf", "acos"},    {"atan", "atanf", "atan"},    {"sinh", "sinhf", "sinh"},
+        {"cosh", "coshf", "cosh"},    {"tanh", "tanhf", "tanh"},    {"sqrt", "sqrtf", "sqrt"},
+        {"ceil", "ceilf", "ceil"},    {"floor", "floorf", "floor"}, {"round", "roundf", "round"},
+        {"trunc", "truncf", "trunc"}, {"abs", "fabsf", "fabs"},     {"pow", "powf", "pow"},
+        {"fmod", "fmodf", "fmod"},    {"atan2", "atan2f", "atan2"}, {"min", "fminf", "fmin"},
+        {"max", "fmaxf", "fmax"},     {"fma", "fmaf", "fma"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strlen(map[i][0]) == len && !memcmp(map[i][0], name, len)) return map[i][is_double ? 2 : 1];
+    return NULL;
+}

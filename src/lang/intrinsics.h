@@ -49,6 +49,8 @@
 #ifndef NB_LANG_INTRINSICS_H
 #define NB_LANG_INTRINSICS_H
 
+#include <stddef.h>
+
 typedef enum nb_isig {
     NB_ISIG_FLOAT_UNARY,   /* T f(T), T float-based (ints promote to float) */
     NB_ISIG_FLOAT_BINARY,  /* T f(T, T) */
@@ -255,5 +257,10 @@ static inline const char *nb_intrinsic_name(int id)
     const nb_intrinsic_info *i = nb_intrinsic_get(id);
     return i ? i->name : "?";
 }
+
+/* `$P_name` in an __intrinsic_asm text (Slang's type-prefixed prelude functions, `$P_exp($0)` ->
+ * F32_exp): the C / CUDA math function for `name` (len bytes) on a float (is_double 0) or double
+ * value, e.g. expf / exp; NULL for a name nabla does not map. */
+const char *nb_asm_prefixed_math(const char *name, size_t len, int is_double);
 
 #endif

@@ -213,6 +213,7 @@ static nb_decl *parse_function(nb_parser *p, nb_attr_list attrs, unsigned mods, 
         np_describe(p, np_cur(p), found, sizeof found);
         np_error_here(p, "expected '{' or ';' after the parameter list of '%s', found %s", name, found);
     }
+    np_apply_target_intrinsics(p, d); /* __target_intrinsic(cuda, "…") (parser_target.c) */
     return d;
 }
 

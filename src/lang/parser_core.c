@@ -127,6 +127,19 @@ static void prescan_generic_prefix(nb_parser *p, int i) {
     }
     for (j++; j + 1 < p->ntoks && j < i + 64; j++) {
         nb_tok_kind k = p->toks[j].kind;
+        if (k == NB_TOK_LBRACKET || (k == NB_TOK_IDENT && np_tok_is(&p->toks[j], "__target_intrinsic"))) {
+            /* `[ForwardDerivative(d_f<T>)]` / `__target_intrinsic(cuda, "…")` before the name: skipped */
+            nb_tok_kind open = k == NB_TOK_LBRACKET ? NB_TOK_LBRACKET : NB_TOK_LPAREN;
+            nb_tok_kind close = k == NB_TOK_LBRACKET ? NB_TOK_RBRACKET : NB_TOK_RPAREN;
+            if (k != NB_TOK_LBRACKET) j++;
+            int d = 0;
+            for (; j < p->ntoks; j++) {
+                if (p->toks[j].kind == open) d++;
+                else if (p->toks[j].kind == close && --d == 0) break;
+                else if (p->toks[j].kind == NB_TOK_LBRACE || p->toks[j].kind == NB_TOK_SEMI || p->toks[j].kind == NB_TOK_EOF) return;
+            }
+            continue;
+        }
         if (k == NB_TOK_KW_STRUCT && p->toks[j + 1].kind == NB_TOK_IDENT) {
             np_nameset_add(p, &p->generics, p->toks[j + 1].start, (size_t)p->toks[j + 1].len);
             return;

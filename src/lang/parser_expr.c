@@ -193,7 +193,12 @@ nb_type_expr *np_type_with_dims(nb_parser *p, const nb_type_expr *base, nb_pvec 
 
 nb_attr_list np_parse_attrs(nb_parser *p) {
     nb_pvec items = {0};
-    while (np_kind(p) == NB_TOK_LBRACKET && !p->panic) {
+    for (;;) {
+        if (np_tok_is(np_cur(p), "__target_intrinsic") && np_peek_kind(p, 1) == NB_TOK_LPAREN && !p->panic) {
+            np_push(p, &items, np_parse_target_intrinsic(p)); /* (parser_target.c) */
+            continue;
+        }
+        if (np_kind(p) != NB_TOK_LBRACKET || p->panic) break;
         nb_loc open = np_loc(p);
         np_advance(p);
         for (;;) {

@@ -109,6 +109,8 @@ nb_stmt *np_parse_local_decl(nb_parser *p, nb_attr_list attrs);
 /* parser_target.c: __target_switch / __intrinsic_asm / __requirePrelude at the current token,
  * or NULL (nothing consumed) when it is none of them. */
 nb_stmt *np_parse_target_stmt(nb_parser *p, nb_loc loc);
+nb_attr *np_parse_target_intrinsic(nb_parser *p);           /* `__target_intrinsic(t, "…")` */
+void np_apply_target_intrinsics(nb_parser *p, nb_decl *fn); /* its body for those attributes */
 
 /* parser_enum.c: `enum [class] [Name] [: T] { A, B = 2 }` (at `enum`, np_at_enum) */
 int np_at_enum(nb_parser *p);

@@ -3,6 +3,8 @@
  *   __target_switch { case cuda: … case cpp: case c: … default: … }
  *   __intrinsic_asm "text" [, operand…];
  *   __requirePrelude("text");
+ *   __target_intrinsic(cuda, "text") before a function (Slang's older spelling): the function's
+ *   body becomes `__target_switch { case cuda: __intrinsic_asm "text"; default: body }`
  *
  * These are identifiers in Slang (not keywords), recognised at the start of a statement. The
  * string texts are decoded here (C escapes) so later passes see the text as it will be emitted.
@@ -199,6 +201,94 @@ static nb_stmt *parse_prelude(nb_parser *p, nb_loc loc) {
     if (!np_expect_close(p, NB_TOK_RPAREN, open)) return s;
     np_expect_semi(p, "'__requirePrelude(…)'");
     return s;
+}
+
+/* `__target_intrinsic(target[, "text"])` (np_parse_attrs, the cursor on it): an attribute named
+ * __target_intrinsic with the target as a NAME and the decoded text as a second NAME. */
+nb_attr *np_parse_target_intrinsic(nb_parser *p) {
+    nb_attr *a = np_alloc(p, sizeof *a);
+    a->loc = np_loc(p);
+    a->name = "__target_intrinsic";
+    np_advance(p);
+    nb_loc open = np_loc(p);
+    np_advance(p); /* ( (checked by the caller) */
+    nb_expr **args = np_alloc(p, sizeof *args * 2);
+    if (np_kind(p) != NB_TOK_IDENT) {
+        char found[64];
+        np_describe(p, np_cur(p), found, sizeof found);
+        np_error_here(p, "expected a target name (cuda, cpp, hlsl, …) after '__target_intrinsic(', found %s", found);
+        return a;
+    }
+    args[0] = np_new_expr(p, NB_EX_NAME, np_loc(p));
+    args[0]->u.name.name = np_tok_text(p);
+    np_advance(p);
+    a->args = args;
+    a->nargs = 1;
+    if (np_accept(p, NB_TOK_COMMA)) {
+        nb_loc tl = np_loc(p);
+        const char *t = expect_string(p, "__target_intrinsic(target,");
+        if (!t) return a;
+        args[1] = np_new_expr(p, NB_EX_NAME, tl);
+        args[1]->u.name.name = t;
+        a->nargs = 2;
+    }
+    np_expect_close(p, NB_TOK_RPAREN, open);
+    return a;
+}
+
+/* Rewrites fn's body for its __target_intrinsic attributes (see the top of this file). A target
+ * nabla never compiles is dropped; a C/CUDA one needs its text. */
+void np_apply_target_intrinsics(nb_parser *p, nb_decl *fn) {
+    if (p->spec) return; /* (a speculative parse: done again for real) */
+    nb_pvec cases = {0};
+    for (int i = 0; i < fn->attrs.count; i++) {
+        const nb_attr *a = &fn->attrs.items[i];
+        if (!a->name || strcmp(a->name, "__target_intrinsic") || a->nargs < 1) continue;
+        unsigned b = target_bits(a->args[0]->u.name.name);
+        if (!b) {
+            /* (the declaration itself parsed: reported without the parser's error recovery) */
+            nb_diag_error(p->src, a->args[0]->loc, "unknown target '%s' in __target_intrinsic (the CPU back end is 'cpp' or "
+                        "'c', CUDA is 'cuda')", a->args[0]->u.name.name);
+            continue;
+        }
+        if (b == NB_TGT_OTHER) continue;
+        if (a->nargs < 2) {
+            nb_diag_error(p->src, a->loc, "__target_intrinsic(%s) without a text (the same-named target function) is not "
+                        "supported: write __target_intrinsic(%s, \"f($0)\")", a->args[0]->u.name.name,
+                        a->args[0]->u.name.name);
+            continue;
+        }
+        nb_stmt *as = new_stmt(p, NB_ST_ASM, a->loc);
+        as->u.asm_s.text = a->args[1]->u.name.name;
+        as->u.asm_s.text_loc = a->args[1]->loc;
+        nb_target_case *tc = np_alloc(p, sizeof *tc);
+        nb_stmt **body = np_alloc(p, sizeof *body);
+        body[0] = as;
+        tc->loc = a->loc;
+        tc->targets = b;
+        tc->body = body;
+        tc->nbody = 1;
+        np_push(p, &cases, tc);
+    }
+    if (!cases.n) return;
+    if (fn->u.func.body) {
+        nb_target_case *dc = np_alloc(p, sizeof *dc);
+        dc->loc = fn->u.func.body->loc;
+        dc->is_default = 1;
+        dc->body = fn->u.func.body->u.block.items;
+        dc->nbody = fn->u.func.body->u.block.count;
+        np_push(p, &cases, dc);
+    }
+    nb_stmt *sw = new_stmt(p, NB_ST_TARGET_SWITCH, fn->loc);
+    sw->u.tswitch.cases = np_alloc(p, sizeof(nb_target_case) * (size_t)cases.n);
+    for (int i = 0; i < cases.n; i++) sw->u.tswitch.cases[i] = *(nb_target_case *)cases.items[i];
+    sw->u.tswitch.ncases = cases.n;
+    nb_stmt *blk = new_stmt(p, NB_ST_BLOCK, fn->u.func.body ? fn->u.func.body->loc : fn->loc);
+    nb_stmt **items = np_alloc(p, sizeof *items);
+    items[0] = sw;
+    blk->u.block.items = items;
+    blk->u.block.count = 1;
+    fn->u.func.body = blk;
 }
 
 nb_stmt *np_parse_target_stmt(nb_parser *p, nb_loc loc) {
