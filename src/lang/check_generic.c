@@ -420,10 +420,13 @@ static nb_decl **clone_decls(subst *s, nb_decl *const *a, int n) {
  * interfaces that do not inherit IDifferentiable (`f<T : IFoo>(T obj, …)`): Slang treats x as
  * no_diff, whatever type T is instantiated with (the interface gives no Differential). An
  * unconstrained T, or one with a `where` clause, is left differentiable as its argument type. */
+static int nondiff_assoc_param(subst *s, const nb_type_expr *te);
+
 static int nondiff_type_param(subst *s, const nb_decl *d) {
     const nb_type_expr *te = d->u.param.texpr;
     if (!s->tmpl || s->tmpl->kind != NB_DECL_FUNC || !te || te->ntargs || te->narray_dims || te->member_of || !te->name)
         return 0;
+    if (strchr(te->name, '.')) return nondiff_assoc_param(s, te);
     int k = gparam_index(s, te->name);
     if (k < 0 || !gp_is_type(s->gparams[k])) return 0;
     const nb_decl *g = s->gparams[k];
@@ -440,6 +443,37 @@ static int nondiff_type_param(subst *s, const nb_decl *d) {
             return 0;
     }
     return 1;
+}
+
+/* A parameter `T.A x` (`T::A`) whose associated type A is declared in T's constraint interface
+ * with constraints none of which inherits IDifferentiable (`associatedtype Params : IParams;`):
+ * Slang treats x as no_diff through that view, whatever A is for the argument type. */
+static int nondiff_assoc_param(subst *s, const nb_type_expr *te) {
+    const char *rest = NULL;
+    int k = assoc_param(s, te->name, &rest);
+    if (k < 0 || !gp_is_type(s->gparams[k]) || !rest || strchr(rest + 1, '.') || !strcmp(rest, ".Differential"))
+        return 0;
+    const nb_decl *g = s->gparams[k];
+    int found = 0;
+    for (int i = 0; i < g->u.param.nconstraints; i++) {
+        const nb_type_expr *ce = g->u.param.constraints[i];
+        nb_decl *iface[1];
+        if (!ce || !ce->name || ce->ntargs || ck_lookup_global(s->c, ce->name, NB_DECL_INTERFACE, iface, 1) <= 0)
+            continue;
+        for (int j = 0; j < iface[0]->u.strct.ntypes; j++) {
+            const nb_decl *at = iface[0]->u.strct.types[j];
+            if (!at || at->kind != NB_DECL_TYPEDEF || at->u.tdef.texpr || !at->name || strcmp(at->name, rest + 1))
+                continue;
+            found = 1;
+            for (int q = 0; q < at->u.tdef.nconstraints; q++) {
+                const nb_type_expr *ac = at->u.tdef.constraints[q];
+                if (!ac || !ac->name || ck_is_builtin_iface(ac->name) || ck_iface_extends(s->c, ac->name, "IDifferentiable") ||
+                    ck_iface_extends(s->c, ac->name, "IDifferentiablePtrType"))
+                    return 0;
+            }
+        }
+    }
+    return found;
 }
 
 /* Copies a declaration below the template (checker annotations are left empty). Names that
