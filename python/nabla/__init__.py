@@ -228,6 +228,7 @@ from ._spy_generators import (  # noqa: E402,F401
     CallIdArg, GridArg, RandFloatArg, ThreadIdArg, WangHashArg, calc_wang_hash, call_id, grid,
     rand_float, thread_id, wang_hash,
 )
+from ._spy_instances import InstanceList, InstanceTensor  # noqa: E402,F401
 
 
 # slang-torch's names on nabla itself (`import nabla as slangtorch`, the tutorial's

@@ -748,6 +748,39 @@ nb_status nb_program_set_constant(nb_program *p, const char *name, double value)
 
 /* ---- reflection --------------------------------------------------------------------------- */
 
+/* Methods of a (non-generic) struct by "Struct.method" (and "A.B.Struct.method"): found when no
+ * function has that name. Both the host's reflection and the call kernel's emitter look them up
+ * here; a method that is not static takes `this` as its first parameter (reflect_one). */
+static int find_methods(nb_program *p, const char *name, nb_decl **out, int max) {
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name || !dot[1]) return 0;
+    size_t sl = (size_t)(dot - name);
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < p->nmodules; i++) {
+            nb_module_ast *m = p->modules[i];
+            if ((pass == 0) != (m == p->main)) continue;
+            for (int k = 0; k < m->ndecls; k++) {
+                nb_decl *sd = m->decls[k];
+                if (!sd || sd->kind != NB_DECL_STRUCT || !sd->name || strlen(sd->name) != sl ||
+                    strncmp(sd->name, name, sl) != 0 || sd->u.strct.ngparams || !sd->u.strct.type)
+                    continue;
+                for (int j = 0; j < sd->u.strct.nmethods; j++) {
+                    nb_decl *d = sd->u.strct.methods[j];
+                    if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name || strcmp(d->name, dot + 1) != 0 ||
+                        d->u.func.ngparams || d->u.func.generic_of)
+                        continue;
+                    if (n < max) out[n] = d;
+                    n++;
+                }
+            }
+        }
+    return n;
+}
+
+/* 1 when fn is a method with a `this` (not static): reflected as its first parameter. */
+static int has_this(const nb_decl *fn) { return fn->u.func.parent && !(fn->mods & NB_MOD_STATIC); }
+
 int nb_program_find_functions(nb_program *p, const char *name, nb_decl **out, int max) {
     if (!p || !name || !p->main) return 0;
     int n = 0;
@@ -764,7 +797,7 @@ int nb_program_find_functions(nb_program *p, const char *name, nb_decl **out, in
                 n++;
             }
         }
-    return n;
+    return n ? n : find_methods(p, name, out, max);
 }
 
 static nb_dtype scalar_dtype(nb_scalar_kind s) {
@@ -926,7 +959,11 @@ static const char *sig_string(nb_program *p, nb_decl *fn) {
     nb_strbuf sb;
     nb_strbuf_init(&sb);
     const nb_type *r = fn->u.func.ret && fn->u.func.ret->resolved ? fn->u.func.ret->resolved : p->types.t_void;
-    nb_strbuf_printf(&sb, "%s %s(", r->name, fn->name);
+    const nb_decl *st = fn->u.func.parent;
+    if (st) nb_strbuf_printf(&sb, "%s%s %s.%s(", fn->mods & NB_MOD_STATIC ? "static " : "", r->name, st->name, fn->name);
+    else nb_strbuf_printf(&sb, "%s %s(", r->name, fn->name);
+    if (has_this(fn))
+        nb_strbuf_printf(&sb, "%s%s this%s", fn->u.func.is_mutating ? "inout " : "", st->name, fn->u.func.nparams ? ", " : "");
     for (int i = 0; i < fn->u.func.nparams; i++) {
         nb_decl *q = fn->u.func.params[i];
         if (i) nb_strbuf_append(&sb, ", ");
@@ -944,7 +981,8 @@ static const char *sig_string(nb_program *p, nb_decl *fn) {
 static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_info *info) {
     nb_arena *A = &p->arena;
     memset(info, 0, sizeof *info);
-    int np = fn->u.func.nparams;
+    int self = has_this(fn); /* a method's `this`: parameter 0 (inout when [mutating]) */
+    int np = fn->u.func.nparams + self;
     leaf_builder *b = nb_alloc(sizeof *b, 16);
     if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
     memset(b, 0, sizeof *b);
@@ -967,8 +1005,14 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
         nb_free(b, sizeof *b);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    for (int i = 0; i < np; i++) {
-        nb_decl *q = fn->u.func.params[i];
+    if (self) {
+        names[0] = "this";
+        dirs[0] = fn->u.func.is_mutating ? (int)NB_DIR_INOUT : (int)NB_DIR_IN;
+        first[0] = 0;
+        add_leaves(b, fn->u.func.parent->u.strct.type, "this", 0, dirs[0], 0, fn->name);
+    }
+    for (int i = self; i < np; i++) {
+        nb_decl *q = fn->u.func.params[i - self];
         names[i] = q->name ? q->name : "";
         dirs[i] = (int)q->u.param.dir;
         first[i] = b->n;
@@ -1015,6 +1059,14 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
     nb_free(b, sizeof *b);
     if (st != NB_OK) return st;
     info->name = fn->name;
+    if (fn->u.func.parent) { /* "Particle.update": the name it is found and called by */
+        nb_strbuf nm;
+        nb_strbuf_init(&nm);
+        nb_strbuf_printf(&nm, "%s.%s", fn->u.func.parent->name, fn->name);
+        info->name = nb_arena_strdup(A, nb_strbuf_cstr(&nm));
+        nb_strbuf_free(&nm);
+        if (!info->name) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     info->overload = overload;
     info->nparams = np;
     info->param_names = names;

@@ -1,0 +1,112 @@
+"""SlangPy's InstanceList / InstanceTensor on nabla: a struct's methods called over an array of
+instances (`this` bound per element; [mutating] methods write back), and struct methods called
+as functions ("Particle.update"). CPU, and CUDA with a GPU."""
+import numpy as np
+import pytest
+
+import nabla as spy
+from nbtest import devices
+
+SRC = """
+struct Material { float3 color; float3 emission; };
+struct Particle {
+    float2 position;
+    float2 velocity;
+    float size;
+    Material material;
+    __init(float2 p, float2 v) {
+        position = p; velocity = v; size = 0.5;
+        material.color = float3(1, 1, 1); material.emission = float3(0, 0, 0);
+    }
+    [mutating] void reset(float2 p, float2 v) { position = p; velocity = v; }
+    [mutating] void update_position(float dt) { position += velocity * dt; }
+    float speed() { return length(velocity); }
+    static float twice(float x) { return 2 * x; }
+};
+float not_a_method(float x) { return x; }
+"""
+
+_mods = {}
+
+
+def mod(dev):
+    if dev not in _mods:
+        _mods[dev] = spy.load_module_from_source(SRC, "inst.slang", device=dev)
+    return _mods[dev]
+
+
+def soa(n, dev):
+    return {
+        "position": np.zeros((n, 2), np.float32),
+        "velocity": np.zeros((n, 2), np.float32),
+        "size": np.zeros((n,), np.float32),
+        "material": {"color": np.zeros((n, 3), np.float32), "emission": np.zeros((n, 3), np.float32)},
+    }
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_methods_as_functions(dev):
+    m = mod(dev)
+    f = m.require_function("Particle.speed")
+    assert "Particle.speed(Particle this)" in repr(f)
+    sp = f({"position": [0, 0], "velocity": np.array([[3, 4], [0, 2]], np.float32), "size": 1.0,
+            "material": {"color": [1, 1, 1], "emission": [0, 0, 0]}})
+    assert np.allclose(sp, [5, 2])
+    assert m.require_function("Particle.twice")(np.array([1.0, 2.0], np.float32)).tolist() == [2.0, 4.0]
+    with pytest.raises(spy.NotFoundError, match="Particle.fly"):
+        m.require_function("Particle.fly")
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_instance_list_soa(dev):
+    m = mod(dev)
+    data = soa(3, dev)
+    pl = spy.InstanceList("Particle", data, module=m)
+    pl.construct(np.array([[1, 2], [3, 4], [5, 6]], np.float32), np.array([3, 4], np.float32))
+    assert pl.position.tolist() == [[1, 2], [3, 4], [5, 6]]
+    assert pl.velocity.tolist() == [[3, 4]] * 3
+    assert pl.size.tolist() == [0.5] * 3
+    assert pl.material["color"].tolist() == [[1, 1, 1]] * 3
+    pl.reset(np.zeros(2, np.float32), np.array([0, 1], np.float32))  # broadcast to every instance
+    pl.update_position(1.0)
+    pl.update_position(np.array([1.0, 2.0, 3.0], np.float32))  # one dt per instance
+    assert pl.position.tolist() == [[0, 2], [0, 3], [0, 4]]
+    assert np.allclose(pl.speed(), [1, 1, 1])
+    # the same arrays seen through the dict (written in place)
+    assert data["position"].tolist() == [[0, 2], [0, 3], [0, 4]]
+    # a field set through the list
+    pl.velocity = np.array([[1, 0], [2, 0], [3, 0]], np.float32)
+    assert np.allclose(pl.speed(), [1, 2, 3])
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_instance_list_nabla_tensors(dev):
+    m = mod(dev)
+    n = 1000
+    data = {k: spy.Tensor.from_numpy(v, device=dev) if not isinstance(v, dict) else
+            {k2: spy.Tensor.from_numpy(v2, device=dev) for k2, v2 in v.items()} for k, v in soa(n, dev).items()}
+    pl = spy.InstanceList("Particle", data, module=m)
+    vel = np.random.default_rng(0).standard_normal((n, 2)).astype(np.float32)
+    pl.reset(np.zeros((n, 2), np.float32), vel)
+    for _ in range(4):
+        pl.update_position(0.25)
+    assert np.allclose(pl.position.to_numpy(), vel, atol=1e-6)
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_instance_errors(dev):
+    m = mod(dev)
+    with pytest.raises(spy.ArgumentError, match="not a struct type"):
+        spy.InstanceList("float3", {}, module=m)
+    with pytest.raises(spy.ArgumentError, match="module is unknown"):
+        spy.InstanceList("Particle", {})
+    pl = spy.InstanceList("Particle", soa(2, dev), module=m)
+    with pytest.raises(AttributeError, match="no field or method 'fly'"):
+        pl.fly(1.0)
+    # a mutating method writes every field: a field given as one value cannot be written
+    one = soa(2, dev)
+    one["size"] = 0.5
+    with pytest.raises(spy.ArgumentError, match="'this.size' is inout"):
+        spy.InstanceList("Particle", one, module=m).update_position(1.0)
+    with pytest.raises(spy.ArgumentError, match="_type"):
+        spy.InstanceList("Particle", {"_type": "Material"}, module=m)
