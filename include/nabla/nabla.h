@@ -5,6 +5,7 @@
 
 #include "nabla/alloc.h"
 #include "nabla/cache.h"
+#include "nabla/cmdlist.h"
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/file.h"

@@ -377,7 +377,7 @@ static int wants_autograd(PyObject *args, PyObject *kw) {
 static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int64_t *grid) {
     FunctionObject *fn = (FunctionObject *)self;
     if (!grid && nb_func_is_host(fn->f, 0)) return nbp_host_call(fn, args, kw); /* host.c */
-    PyObject *res = NULL, *grads = NULL, *dout = NULL, *tangents = NULL, *galloc = NULL;
+    PyObject *res = NULL, *grads = NULL, *dout = NULL, *tangents = NULL, *galloc = NULL, *append_to = NULL;
     int autograd = 1;
     if (kw) {
         Py_ssize_t pos = 0;
@@ -392,8 +392,18 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
             else if (!strcmp(ks, "_tangents")) tangents = v;
             else if (!strcmp(ks, "_autograd")) autograd = PyObject_IsTrue(v);
             else if (!strcmp(ks, "_grads_alloc")) galloc = v;
-            else return PyErr_Format(nbp_ArgumentError, "unknown option %s= (options: _result, _grads, _grads_alloc, _dout, _tangents, _autograd)", ks);
+            else if (!strcmp(ks, "_append_to")) append_to = v;
+            else return PyErr_Format(nbp_ArgumentError, "unknown option %s= (options: _result, _grads, _grads_alloc, _dout, _tangents, _autograd, _append_to)", ks);
         }
+    }
+    /* _append_to=encoder (f.append_to): recorded into its command list, not run (spy_enc.c) */
+    nb_cmdlist *rec = NULL;
+    if (append_to && append_to != Py_None) {
+        if (!(rec = nbp_cmdlist_of(append_to))) return NULL;
+        autograd = 0;
+        if (res && PyUnicode_Check(res) && strcmp(PyUnicode_AsUTF8AndSize(res, NULL), "tensor") != 0)
+            return PyErr_Format(nbp_ArgumentError, "append_to: results of a recorded call are nabla.Tensors filled "
+                                "at submit (_result='tensor' or an array), not _result='%U'", res);
     }
     if (fn->mode == NBP_PRIMAL && autograd && !grid) {
         int ag = wants_autograd(args, kw);
@@ -531,17 +541,46 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
         if (check(nb_call_tangent_alloc(s->c, &tan)) < 0) goto done;
     }
     if (!grid && check(nb_call_report_overload(s->c, &ov)) < 0) goto done;
+    if (rec) { /* a recorded call runs later: nothing may need copying back after it */
+        for (int i = 0; i < s->na; i++)
+            if (s->a[i].user) {
+                PyErr_Format(nbp_ArgumentError, "append_to: an output of %s lives on another device than the "
+                             "module (%s) and would be copied back only after a run; pass an array on that device",
+                             nb_func_name(fn->f), nb_device_name(s->cx.dev));
+                goto done;
+            }
+        kind = SRC_TENSOR;
+    }
     {
         nb_status st;
         nb_call *c = s->c;
         s->c = NULL; /* run frees it */
         Py_BEGIN_ALLOW_THREADS
-        st = grid ? nb_call_run_grid(c, grid) : nb_call_run_results(c, R, 16, &count);
+        if (rec) st = grid ? nb_cmdlist_append_grid(rec, c, grid) : nb_cmdlist_append(rec, c, R, 16, &count);
+        else st = grid ? nb_call_run_grid(c, grid) : nb_call_run_results(c, R, 16, &count);
         Py_END_ALLOW_THREADS
         if (nbp_torch_after(&s->cx) < 0) {
             if (!st) goto done;
         }
         if (check(st) < 0) goto done;
+    }
+    if (rec) { /* the arrays the recorded call binds live as long as the list */
+        for (int i = 0; i < s->na; i++)
+            if (s->a[i].t) {
+                if (check(nb_cmdlist_keep(rec, s->a[i].t)) < 0) goto done;
+                s->a[i].t = NULL;
+            }
+        for (int i = 0; i < count && i < 16; i++) { /* (results: a handle of the list's own) */
+            nb_tensor *h = NULL;
+            if (R[i] && (check(nb_tensor_broadcast_to(R[i], nb_tensor_ndim(R[i]), nb_tensor_shape(R[i]), &h)) < 0 ||
+                         check(nb_cmdlist_keep(rec, h)) < 0)) {
+                if (h) nb_tensor_free(h);
+                goto done;
+            }
+        }
+        PyObject *held = PyObject_CallMethod(append_to, "_hold", "OOO", self, args, kw ? kw : Py_None);
+        if (!held) goto done;
+        Py_DECREF(held);
     }
     for (int i = 0; i < s->na; i++)
         if (nbp_arg_writeback(&s->a[i]) < 0) goto done;

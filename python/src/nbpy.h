@@ -175,6 +175,10 @@ int nbp_spy_gen_init(PyObject *mod);
 int nbp_is_generator(PyObject *o);
 int nbp_generator_spec(PyObject *o, nb_generator *g);
 int nbp_bind_generator(nb_call *c, int index, const char *name, PyObject *o);
+/* spy_enc.c: command encoders (SlangPy's append_to) over nb_cmdlist; nbp_cmdlist_of: the list of
+ * an encoder object (its `_list` capsule), NULL with TypeError set otherwise. */
+int nbp_spy_enc_init(PyObject *mod);
+nb_cmdlist *nbp_cmdlist_of(PyObject *enc);
 PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps);
 /* host.c: calls a [TorchEntryPoint] host function (nb_host_call). */
 PyObject *nbp_host_call(FunctionObject *fn, PyObject *args, PyObject *kw);

@@ -568,32 +568,48 @@ static nb_status oob_check(nb_call *c, const nb_kentry *e) {
     return s;
 }
 
-static nb_status launch(nb_call *c, nb_kentry *e) {
+/* The launch alone: nothing that waits for the device (so a CUDA graph can capture it). */
+static nb_status launch_only(nb_call *c, nb_kentry *e) {
     int64_t n = 1;
     for (int k = 0; k < c->kdim; k++) n *= c->kshape[k];
     if (n == 0) return NB_OK;
-    nb_status s;
     int gs = e->layout.group_size; /* [numthreads] thread groups: the launch counts groups */
-    if (gs > 0 && nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU)
-        s = nb_jit_launch_cpu_grain(e->kernel, c->block, n / gs, NB_JIT_CPU_GRAIN / gs > 0 ? NB_JIT_CPU_GRAIN / gs : 1);
-    else if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) s = nb_jit_launch_cpu(e->kernel, c->block, n);
-    else {
-        if (gs > 0) s = nb_jit_launch_cuda_groups(e->kernel, c->block, e->layout.size, n / gs, gs, NULL);
-        else s = nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
-        /* device printf output is flushed to stdout by a synchronisation only: without one a call
-         * whose results stay on the device (or a process that exits) would lose it */
-        if (!s && e->layout.prints) {
-            fflush(stdout);
-            s = nb_device_synchronize(c->f->m->dev);
-        }
+    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) {
+        c->oob.flag = 0; /* (a recorded call runs again: its record starts clean) */
+        if (gs > 0)
+            return nb_jit_launch_cpu_grain(e->kernel, c->block, n / gs, NB_JIT_CPU_GRAIN / gs > 0 ? NB_JIT_CPU_GRAIN / gs : 1);
+        return nb_jit_launch_cpu(e->kernel, c->block, n);
+    }
+    if (gs > 0) return nb_jit_launch_cuda_groups(e->kernel, c->block, e->layout.size, n / gs, gs, NULL);
+    return nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
+}
+
+/* After the launch: device printf reaches stdout, and the first out-of-range index is an error. */
+static nb_status after_launch(nb_call *c, nb_kentry *e) {
+    nb_status s = NB_OK;
+    int64_t n = 1;
+    for (int k = 0; k < c->kdim; k++) n *= c->kshape[k];
+    if (n == 0) return NB_OK;
+    /* device printf output is flushed to stdout by a synchronisation only: without one a call
+     * whose results stay on the device (or a process that exits) would lose it */
+    if (nb_jit_kernel_kind(e->kernel) != NB_DEVICE_CPU && e->layout.prints) {
+        fflush(stdout);
+        s = nb_device_synchronize(c->f->m->dev);
     }
     return s || !e->layout.bounds_checked ? s : oob_check(c, e);
 }
 
-/* Binds, launches and hands out the results: `single` (nb_call_run) wants *results = the one
- * non-struct result; otherwise (nb_call_run_results) up to max result leaves and *count. */
-static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int single,
-                     const int64_t *grid) {
+static nb_status launch(nb_call *c, nb_kentry *e) {
+    nb_status s = launch_only(c, e);
+    return s ? s : after_launch(c, e);
+}
+
+nb_status nb_call_launch_only(nb_call *c, nb_kentry *e) { return launch_only(c, e); }
+nb_status nb_call_after_launch(nb_call *c, nb_kentry *e) { return after_launch(c, e); }
+
+/* Everything before the launch: binding, uploads and allocations, the kernel, the parameter
+ * block and its bounds-check record. */
+static nb_status prepare(nb_call *c, nb_tensor **results, int max, int single, const int64_t *grid, nb_kentry **out) {
     nb_status s = nb_call_ad_fuse(c, results != NULL);
     if (s) return s;
     s = nb_call_bind(c, results != NULL, grid);
@@ -622,8 +638,13 @@ static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int s
     uint64_t oob = 0; /* (a kernel without bounds checks gets no record and no read-back) */
     if (e->layout.bounds_checked && (s = oob_record(c, e, &oob))) return s;
     memcpy(c->block + e->layout.oob_offset, &oob, sizeof oob);
-    if ((s = launch(c, e))) return s;
-    /* Hand out what the caller asked for. */
+    *out = e;
+    return NB_OK;
+}
+
+/* Hands out what the caller asked for: allocated out parameters, and the results. */
+static nb_status hand_out(nb_call *c, nb_tensor **results, int *count) {
+    nb_status s = NB_OK;
     for (int j = 0; j < c->nleaves; j++) {
         nb_leaf_bind *b = &c->leaves[j];
         if (b->arg >= 0 && c->args[b->arg].kind == NB_ARGK_ALLOC) {
@@ -647,6 +668,17 @@ static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int s
     return s;
 }
 
+/* Binds, launches and hands out the results: `single` (nb_call_run) wants *results = the one
+ * non-struct result; otherwise (nb_call_run_results) up to max result leaves and *count. */
+static nb_status run(nb_call *c, nb_tensor **results, int max, int *count, int single,
+                     const int64_t *grid) {
+    nb_kentry *e = NULL;
+    nb_status s = prepare(c, results, max, single, grid, &e);
+    if (s) return s;
+    if ((s = launch(c, e))) return s;
+    return hand_out(c, results, count);
+}
+
 static nb_status finish(nb_call *c, nb_status s) {
     if (s) {
         for (int i = 0; i < c->nargs; i++)
@@ -658,6 +690,30 @@ static nb_status finish(nb_call *c, nb_status s) {
     nb_call_release_temps(c);
     nb_call_free(c);
     return s;
+}
+
+/* Command lists (cmdlist.c): prepares c and hands out its results without launching; c stays
+ * alive for the launches (released here on failure). */
+nb_status nb_call_record(nb_call *c, nb_tensor **results, int max, int *count, const int64_t *grid, nb_kentry **entry) {
+    if (count) *count = 0;
+    for (int i = 0; i < max && results; i++) results[i] = NULL;
+    if (c->err) {
+        nb_status s = nb_error(c->err, "%s", c->errmsg);
+        nb_call_free(c);
+        return s;
+    }
+    c->sig.nleaves = 0;
+    nb_status s = prepare(c, grid ? NULL : results, max, 0, grid, entry);
+    if (!s) s = hand_out(c, grid ? NULL : results, count);
+    if (s) {
+        for (int i = 0; i < max && results; i++) {
+            if (results[i]) nb_tensor_free(results[i]);
+            results[i] = NULL;
+        }
+        if (count) *count = 0;
+        return finish(c, s);
+    }
+    return NB_OK;
 }
 
 nb_status nb_call_run(nb_call *c, nb_tensor **result) {

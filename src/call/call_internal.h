@@ -180,6 +180,15 @@ void nb_call_vec4_rows(nb_call *c);
 /* Frees the temporaries of a bound call (uploads; allocations unless handed out). */
 void nb_call_release_temps(nb_call *c);
 
+/* call.c, for command lists (cmdlist.c): nb_call_record does everything a run does but the
+ * launch (bind .. parameter block, results handed out) and keeps c (freed on failure);
+ * nb_call_launch_only queues the kernel without waiting (capturable in a CUDA graph);
+ * nb_call_after_launch flushes device printf and reads the bounds-check record. */
+nb_status nb_call_record(nb_call *c, nb_tensor **results, int max, int *count, const int64_t *grid,
+                         nb_kentry **entry);
+nb_status nb_call_launch_only(nb_call *c, nb_kentry *e);
+nb_status nb_call_after_launch(nb_call *c, nb_kentry *e);
+
 /* Messages: "float add(float a, float b)" of the chosen overload, "f" when unknown. */
 const char *nb_call_fname(const nb_call *c);
 
