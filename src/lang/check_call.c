@@ -566,6 +566,128 @@ static int static_methods(nb_checker *c, nb_expr *fe, const char *dname, nb_decl
     return n;
 }
 
+/* Whether `base` in fwd_diff(base.m) is a value (a local, a field, a call…), not a type or a
+ * namespace. */
+static int is_value_base(nb_checker *c, const nb_expr *base) {
+    if (base->kind == NB_EX_NAME && base->u.name.name) return ck_lookup_local(c, base->u.name.name) != NULL;
+    return base->kind == NB_EX_MEMBER || base->kind == NB_EX_INDEX || base->kind == NB_EX_CALL;
+}
+
+/* fwd_diff(obj.m)(args) with m an instance method of a struct without a Differential (an
+ * interface value of a non-differentiable interface, a plain struct): a synthesized
+ *     [Differentiable] R __diff_this_S_m(no_diff S self, P… p) { return self.m(p…); }
+ * (one per S.m), and obj becomes the call's first argument. A differentiable `this` is refused:
+ * Slang gives it a pair, which this spelling has no place for. */
+static nb_decl *this_wrapper(nb_checker *c, nb_expr *call, nb_expr *fe, const char *dname) {
+    nb_expr *base = fe->u.member.base;
+    const char *mname = fe->u.member.member;
+    const nb_type *st = ck_expr(c, &fe->u.member.base);
+    base = fe->u.member.base;
+    if (ck_is_error(st)) return NULL;
+    nb_decl *sd = st->kind == NB_TY_STRUCT ? st->decl : NULL;
+    nb_decl *m = NULL;
+    for (int i = 0; sd && i < sd->u.strct.nmethods; i++)
+        if (sd->u.strct.methods[i] && sd->u.strct.methods[i]->name && !strcmp(sd->u.strct.methods[i]->name, mname)) {
+            if (m) {
+                ck_err(c, fe->loc, "'%s(%s.%s)': '%s' has several overloads named '%s'", dname, "obj", mname, st->name, mname);
+                return NULL;
+            }
+            m = sd->u.strct.methods[i];
+        }
+    if (!m) {
+        ck_err(c, fe->loc, "'%s': no member function named '%s' in '%s'", dname, mname, st->name);
+        return NULL;
+    }
+    if (call->u.call.arg_names || call->u.call.nargs + 1 > CK_MAX_PARAMS) {
+        ck_err(c, call->loc, "'%s(obj.%s)(…)' takes positional arguments only", dname, mname);
+        return NULL;
+    }
+    ck_check_func_sig(c, m);
+    if (m->mods & NB_MOD_STATIC) return m; /* obj.m of a static method: S.m itself, obj unused */
+    if (nb_type_differential(c->tt, st) || m->u.func.is_mutating) {
+        ck_err(c, fe->loc, "'%s(obj.%s)' of a %s is not supported: make '%s' static with the object as a "
+               "parameter", dname, mname, m->u.func.is_mutating ? "[mutating] method" : "differentiable struct's method", mname);
+        return NULL;
+    }
+    char nm[300];
+    snprintf(nm, sizeof nm, "__diff_this_%s_%s", st->name, mname);
+    for (char *q = nm; *q; q++)
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9'))) *q = '_';
+    nb_decl *w = NULL;
+    for (int i = 0; i < c->mod->ndecls && !w; i++)
+        if (c->mod->decls[i] && c->mod->decls[i]->kind == NB_DECL_FUNC && c->mod->decls[i]->name &&
+            !strcmp(c->mod->decls[i]->name, nm))
+            w = c->mod->decls[i];
+    if (!w) {
+        nb_loc loc = m->loc;
+        int np = m->u.func.nparams;
+        w = ck_alloc(c, sizeof *w);
+        nb_decl **ps = ck_alloc(c, sizeof(nb_decl *) * (size_t)(np + 1));
+        nb_expr **args = ck_alloc(c, sizeof(nb_expr *) * (size_t)(np ? np : 1));
+        nb_attr *at = ck_alloc(c, sizeof *at);
+        nb_expr *inner = ck_new_expr(c, NB_EX_CALL, loc);
+        nb_stmt *blk = ck_syn_stmt(c, NB_ST_BLOCK, loc);
+        nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * 2);
+        if (!w || !ps || !args || !at || !inner || !blk || !items) return NULL;
+        w->kind = NB_DECL_FUNC;
+        w->loc = loc;
+        w->name = nb_arena_strdup(c->arena, nm);
+        w->module = c->mod;
+        at->loc = loc;
+        at->name = "Differentiable";
+        w->attrs.items = at;
+        w->attrs.count = 1;
+        const nb_type *rt = m->u.func.ret && m->u.func.ret->resolved ? m->u.func.ret->resolved : c->tt->t_void;
+        w->u.func.ret = ck_syn_type(c, rt, loc);
+        for (int i = 0; i <= np; i++) {
+            nb_decl *src = i ? m->u.func.params[i - 1] : NULL;
+            nb_decl *p = ck_alloc(c, sizeof *p);
+            if (!p) return NULL;
+            p->kind = NB_DECL_PARAM;
+            p->loc = loc;
+            p->module = c->mod;
+            p->name = i ? src->name : "__self";
+            p->mods = i ? src->mods : NB_MOD_NO_DIFF;
+            p->u.param.texpr = ck_syn_type(c, i ? (src->u.param.type ? src->u.param.type : c->tt->t_error) : st, loc);
+            p->u.param.dir = i ? src->u.param.dir : NB_DIR_IN;
+            p->u.param.index = i;
+            ps[i] = p;
+            if (i) args[i - 1] = ck_syn_name(c, src->name, loc);
+        }
+        w->u.func.params = ps;
+        w->u.func.nparams = np + 1;
+        inner->type = NULL;
+        inner->u.call.callee = ck_syn_member(c, ck_syn_name(c, "__self", loc), mname, loc);
+        inner->u.call.args = args;
+        inner->u.call.nargs = np;
+        nb_stmt *ret = ck_syn_stmt(c, NB_ST_RETURN, loc);
+        if (!ret) return NULL;
+        int n = 0;
+        if (rt->kind == NB_TY_VOID) {
+            nb_stmt *ex = ck_syn_stmt(c, NB_ST_EXPR, loc);
+            if (!ex) return NULL;
+            ex->u.expr.expr = inner;
+            items[n++] = ex;
+        } else {
+            ret->u.ret.value = inner;
+        }
+        items[n++] = ret;
+        blk->u.block.items = items;
+        blk->u.block.count = n;
+        w->u.func.body = blk;
+        if (!ck_append_decl(c, w)) return NULL;
+    }
+    /* obj becomes the first argument (already checked: only converted from here on) */
+    nb_expr **na = ck_alloc(c, sizeof(nb_expr *) * (size_t)(call->u.call.nargs + 1));
+    if (!na) return NULL;
+    base->pretyped = 1;
+    na[0] = base;
+    for (int i = 0; i < call->u.call.nargs; i++) na[i + 1] = call->u.call.args[i];
+    call->u.call.args = na;
+    call->u.call.nargs++;
+    return w;
+}
+
 /* fwd_diff(f)(…), bwd_diff(f)(…) and higher orders: fwd_diff(fwd_diff(f))(…) (pairs of pairs),
  * fwd_diff(bwd_diff(f))(…) (Hessian-vector products), bwd_diff(fwd_diff(f))(…) (reverse over
  * forward), bwd_diff(bwd_diff(f))(…). The inner operators are typed like the outer one (ref NB_REF_INTRINSIC, index). */
@@ -618,7 +740,16 @@ static const nb_type *call_diff(nb_checker *c, nb_expr *call, nb_expr *inner, in
     }
     nb_decl *fns[CK_MAX_CANDS];
     int nf = 0;
-    if (fe->kind == NB_EX_MEMBER && fe->u.member.base && fe->u.member.member) {
+    if (fe->kind == NB_EX_MEMBER && fe->u.member.base && fe->u.member.member && nops == 1 &&
+        is_value_base(c, fe->u.member.base)) {
+        /* fwd_diff(obj.m)(args): fwd_diff(wrapper)(obj, args), the wrapper taking `this` no_diff */
+        nb_decl *w = this_wrapper(c, call, fe, dname);
+        if (!w) return call->type = c->tt->t_error;
+        fns[nf++] = w;
+        fe->kind = NB_EX_NAME;
+        memset(&fe->u, 0, sizeof fe->u);
+        fe->u.name.name = w->name;
+    } else if (fe->kind == NB_EX_MEMBER && fe->u.member.base && fe->u.member.member) {
         /* fwd_diff(S.m) / fwd_diff(S::m): a static method */
         nf = static_methods(c, fe, dname, fns, CK_MAX_CANDS);
         if (nf <= 0) return call->type = c->tt->t_error;
@@ -919,6 +1050,19 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
     if (call->u.call.nargs > CK_MAX_PARAMS) {
         ck_err(c, call->loc, "too many arguments (%d; at most %d)", call->u.call.nargs, CK_MAX_PARAMS);
         return call->type = c->tt->t_error;
+    }
+    if (callee->kind == NB_EX_MEMBER && callee->u.member.member && !callee->u.member.targs &&
+        diff_name(callee->u.member.member) >= 0 && callee->u.member.base) {
+        /* `f.fwd_diff(…)`, `obj.m.bwd_diff(…)`: Slang's member spelling of fwd_diff(f)(…) */
+        nb_expr *inner = ck_new_expr(c, NB_EX_CALL, callee->loc);
+        nb_expr **a = ck_alloc(c, sizeof *a);
+        if (!inner || !a) return call->type = c->tt->t_error;
+        inner->type = NULL;
+        a[0] = callee->u.member.base;
+        inner->u.call.callee = ck_syn_name(c, callee->u.member.member, callee->loc);
+        inner->u.call.args = a;
+        inner->u.call.nargs = 1;
+        call->u.call.callee = callee = inner;
     }
     /* fwd_diff(f)(…) */
     if (callee->kind == NB_EX_CALL && callee->u.call.callee && callee->u.call.callee->kind == NB_EX_NAME &&
