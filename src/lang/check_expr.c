@@ -1027,6 +1027,8 @@ static const nb_type *check_unary(nb_checker *c, nb_expr **slot) {
 static const nb_type *check_assign(nb_checker *c, nb_expr **slot) {
     nb_expr *e = *slot;
     nb_expr *lhs = e->u.assign.lhs;
+    const nb_type *ga = ck_view_grad_assign(c, slot); /* DiffTensorView `v.diff.diff = g` (check_view.c) */
+    if (ga) return ga;
     if (lhs && lhs->kind == NB_EX_MEMBER && !lhs->u.member.is_static && lhs->u.member.base && !ck_checked(lhs) &&
         !check_static_member_probe(c, lhs)) {
         /* `s.p = v` with p a property: s.__set_p(v) */

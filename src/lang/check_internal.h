@@ -231,6 +231,7 @@ void ck_prepare_views(nb_checker *c, nb_module_ast *m);
 void ck_infer_view_ranks(nb_checker *c, nb_module_ast *m); /* check_view_rank.c */
 const nb_type *ck_view_member(nb_checker *c, nb_expr **slot); /* v.primal, v.diff.diff (check_view.c) */
 const nb_type *ck_view_primal_assign(nb_checker *c, nb_expr **slot, const nb_type *bt); /* v.primal = t */
+const nb_type *ck_view_grad_assign(nb_checker *c, nb_expr **slot); /* v.diff.diff = g: diagnostic */
 const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
 /* [TorchEntryPoint] host code (check_host.c). */
 int ck_type_has_torch(const nb_type *t);

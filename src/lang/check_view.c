@@ -194,6 +194,23 @@ const nb_type *ck_view_member(nb_checker *c, nb_expr **slot) {
     return ck_expr(c, slot);
 }
 
+/* `v.diff.diff = g` (or `v.diff = …`): a DiffTensor's gradient comes with it from the host (a
+ * (tensor, grad) pair), so assigning it is a diagnostic. Returns NULL when *slot is not that. */
+const nb_type *ck_view_grad_assign(nb_checker *c, nb_expr **slot) {
+    nb_expr *e = *slot;
+    nb_expr *lhs = e->u.assign.lhs;
+    if (!lhs || lhs->kind != NB_EX_MEMBER || !lhs->u.member.member || strcmp(lhs->u.member.member, "diff")) return NULL;
+    nb_expr **vs = &lhs->u.member.base; /* v in `v.diff`, or in `v.diff.diff` */
+    if (*vs && (*vs)->kind == NB_EX_MEMBER && (*vs)->u.member.member && !strcmp((*vs)->u.member.member, "diff"))
+        vs = &(*vs)->u.member.base;
+    if (!*vs || ck_checked(*vs)) return NULL;
+    const nb_type *vt = ck_expr(c, vs); /* (checked in place: the rest of the assignment sees it checked) */
+    if (!is_diff_view(vt)) return NULL;
+    ck_err(c, e->loc, "the gradient of '%s' ('.diff' / '.diff.diff') cannot be assigned: it is bound with the tensor "
+           "(a (tensor, grad) pair from the host)", vt->name);
+    return e->type = c->tt->t_error;
+}
+
 /* `v.primal = t` with v a DiffTensor: v = __tensor_with_primal(v, t) (its gradient stays). Returns
  * NULL when *slot is not such an assignment. */
 const nb_type *ck_view_primal_assign(nb_checker *c, nb_expr **slot, const nb_type *bt) {
