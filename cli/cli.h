@@ -49,6 +49,11 @@ int nb_cmd_devices(int argc, char **argv);
 int nb_cmd_check(int argc, char **argv);
 int nb_cmd_emit(int argc, char **argv);
 int nb_cmd_call(int argc, char **argv);
+/* gen_arg.c: `nabla call` generator arguments (call_id(), grid(4,4), rand_float(0,1), …): 1 when
+ * text is spelled as one; parse fills g (0 and a message in err on a bad spelling). */
+struct nb_generator;
+int cli_is_generator(const char *text);
+int cli_parse_generator(const char *text, struct nb_generator *g, char *err, size_t cap);
 int nb_cmd_call_ad(int argc, char **argv); /* call --fwd / --bwd (cmd_call_ad.c) */
 int nb_cmd_cache(int argc, char **argv);
 int nb_cmd_fit_image(int argc, char **argv); /* cmd_fit_image.c */

@@ -43,6 +43,9 @@ static void call_help(FILE *to) {
            "  JSON          a number, true/false, a nested list, or {\"field\": value, ...} for a\n"
            "                struct parameter\n"
            "  @FILE.npy     a NumPy array\n"
+           "  GENERATOR     a value made per thread (SlangPy's generators): call_id(),\n"
+           "                thread_id(), grid(4,4) or grid([4,4], stride=[2,2], offset=[0,0]),\n"
+           "                wang_hash(seed=7, warmup=0), rand_float(0, 1)\n"
            "  NAME=VALUE    bind by parameter name, struct field path (s.pos) or _result (write\n"
            "                into that array; _result.FIELD for a field of a struct result)\n"
            "Positional ARGs fill the parameters that are not 'out'; parameters with a default\n"
@@ -521,6 +524,23 @@ static int bind_arg_text(ctx *x, const char *text, int *next_pos, int *usage) {
     }
     nb_json *v = NULL;
     const char *npy = NULL;
+    if (p >= 0 && cli_is_generator(val)) { /* call_id(), grid(4,4), … (gen_arg.c) */
+        nb_generator g;
+        if (!cli_parse_generator(val, &g, x->err, sizeof x->err)) {
+            *usage = 1;
+            return 0;
+        }
+        const char *gp = path;
+        if (path == text) {
+            char *keep = malloc(strlen(name) + 1); /* the call borrows the name until it runs */
+            if (!keep || !keep_buf(x, keep)) return 0;
+            strcpy(keep, name);
+            gp = keep;
+        }
+        nb_status s = nb_call_arg_generator_named(x->c, gp, &g);
+        if (s) snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+        return s == NB_OK;
+    }
     if (val[0] == '@') {
         npy = val + 1;
     } else {
