@@ -202,3 +202,17 @@ def test_generator_errors(dev):
         spy.call_id("x")
     with pytest.raises(ValueError):
         spy.wang_hash(warmup=-1)
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_generators_in_derivative_calls(dev):
+    m = spy.load_module_from_source(
+        "[Differentiable] float f(float x, no_diff float r, int i) { return x * x * r + float(i); }",
+        "d.slang", device=dev)
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    assert m.f(x, spy.rand_float(1, 1), spy.call_id()).tolist() == [1.0, 5.0, 11.0]
+    gx = spy.Tensor.zeros((3,), device=dev)
+    m.f.bwds(spy.Tensor.from_numpy(x, device=dev), spy.rand_float(2, 2), spy.call_id(), _grads={"x": gx})
+    assert gx.to_numpy().tolist() == [4.0, 8.0, 12.0]
+    y, dy = m.f.fwds(x, spy.rand_float(2, 2), spy.call_id(), _tangents={"x": np.ones(3, np.float32)})
+    assert y.tolist() == [2.0, 9.0, 20.0] and dy.tolist() == [4.0, 8.0, 12.0]
