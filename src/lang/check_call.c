@@ -1359,6 +1359,31 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         }
         if (bt->kind == NB_TY_STRUCT) return call_method(c, call, callee, bt->decl, 0);
         if (bt->kind == NB_TY_VECTOR && strcmp(mname, "store") == 0) return ck_vector_store(c, slot, bt);
+        if (bt->kind == NB_TY_SCALAR && bt->scalar != NB_SC_BOOL) {
+            /* IInteger's / IFloat's conversions: i.toInt(), .toUInt(), .toInt64(), .toUInt64(),
+             * x.toFloat(), .toDouble() -- a cast */
+            static const struct { const char *m; nb_scalar_kind k; int from_int; } conv[] = {
+                {"toInt", NB_SC_INT, 1},     {"toUInt", NB_SC_UINT, 1},  {"toInt64", NB_SC_INT64, 1},
+                {"toUInt64", NB_SC_UINT64, 1}, {"toFloat", NB_SC_FLOAT, 0}, {"toDouble", NB_SC_DOUBLE, 0},
+            };
+            int is_int = bt->scalar == NB_SC_INT || bt->scalar == NB_SC_UINT || bt->scalar == NB_SC_INT64 ||
+                         bt->scalar == NB_SC_UINT64;
+            for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++) {
+                if (strcmp(mname, conv[i].m) != 0 || conv[i].from_int != is_int) continue;
+                if (call->u.call.nargs != 0) {
+                    ck_check_args(c, call);
+                    ck_err(c, call->loc, "'%s' takes no arguments", mname);
+                    return call->type = c->tt->t_error;
+                }
+                nb_expr *cast = ck_new_expr(c, NB_EX_CAST, call->loc);
+                if (!cast) return call->type = c->tt->t_error;
+                cast->type = NULL;
+                cast->u.cast.texpr = ck_syn_type(c, nb_type_scalar(c->tt, conv[i].k), call->loc);
+                cast->u.cast.operand = callee->u.member.base;
+                *slot = cast;
+                return ck_expr(c, slot);
+            }
+        }
         ck_check_args(c, call);
         ck_err(c, callee->loc, "no member function named '%s' in '%s'", mname, bt->name);
         return call->type = c->tt->t_error;

@@ -579,7 +579,10 @@ static void parse_member(nb_parser *p, nb_decl *s, nb_pvec *fields, nb_pvec *sta
         return;
     }
     if (np_tok_is(np_cur(p), "__subscript")) {
+        int n0 = methods->n;
         parse_subscript(p, s, attrs, mods, methods);
+        /* `__generic<I : IInteger> __subscript(I i)`: every accessor is generic over I */
+        for (int mk = n0; mk < methods->n; mk++) attach_generic_prefix(p, methods->items[mk], &generic_prefix);
         return;
     }
     if (np_tok_is(np_cur(p), "__init") && (np_peek_kind(p, 1) == NB_TOK_LPAREN || np_peek_kind(p, 1) == NB_TOK_LT)) {
