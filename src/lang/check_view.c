@@ -1,11 +1,15 @@
-/* slang-torch's kernel style (issue #14): TensorView<T> / DiffTensorView<T> parameters, their
- * methods. The ranks of rankless views are inferred before
- * a module is checked (check_view_rank.c).
+/* slang-torch's kernel style (issue #14): TensorView<T> / DiffTensorView<T> methods and
+ * DiffTensorView's .primal / .diff.diff. The ranks of rankless views are inferred before a module
+ * is checked (check_view_rank.c).
  *
  * Methods (ck_tensor_method, for Tensor, TensorView and structured buffers alike):
  *   t.load(i…) / t.loadOnce(i…)            t[i…]
  *   t.store(i…, v) / t.storeOnce(i…, v)    t[i…] = v
  *   t.size(d)                              the extent of dim d (uint; d constant)
+ *   t.stride(d)                            dim d's stride in bytes (uint; Slang's TensorView)
+ *   t.dims()                               the rank (a constant)
+ *   t.InterlockedAdd(i, v [, out old])     atomicAdd(t[i], v)
+ *   t.data_ptr()                           Ptr<T> to the (contiguous) data
  *   b.GetDimensions(out uint n)            n = the buffer's length (StructuredBuffer)
  *
  * [TorchEntryPoint] host functions (TorchTensor<T>, __dispatch_kernel) are check_host.c's.
@@ -95,12 +99,24 @@ const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt
         call->u.call.nargs = 1;
         return ck_expr(c, slot);
     }
-    if (!strcmp(m, "size") || !strcmp(m, "GetDimensions")) {
+    if (!strcmp(m, "dims") && !bt->buffer) { /* t.dims(): the rank (a constant here) */
+        if (n) {
+            ck_err(c, call->loc, "'dims' takes no arguments");
+            return call->type = c->tt->t_error;
+        }
+        nb_expr *r = ck_new_expr(c, NB_EX_INT, call->loc);
+        if (!r) return call->type = c->tt->t_error;
+        r->u.ilit.value = (uint64_t)bt->rank;
+        r->u.ilit.is_unsigned = 1;
+        *slot = r;
+        return ck_expr(c, slot);
+    }
+    if (!strcmp(m, "size") || !strcmp(m, "GetDimensions") || (!strcmp(m, "stride") && !bt->buffer)) {
         int gd = m[0] == 'G';
         for (int i = 0; i < n; i++) ck_expr(c, &args[i]);
         int64_t d = 0;
         if (!gd && (n != 1 || !ck_const_int(args[0], &d))) {
-            ck_err(c, call->loc, "'size' takes one constant dimension index");
+            ck_err(c, call->loc, "'%s' takes one constant dimension index", m);
             return call->type = c->tt->t_error;
         }
         if (gd && (n != 1 || bt->rank != 1)) {
@@ -118,7 +134,7 @@ const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt
         nb_expr **a2 = ck_alloc(c, sizeof(nb_expr *) * 2);
         nb_expr *dl = ck_new_expr(c, NB_EX_INT, call->loc);
         if (!sz || !nm || !a2 || !dl) return call->type = c->tt->t_error;
-        nm->u.name.name = "__tensor_size";
+        nm->u.name.name = m[1] == 't' ? "__tensor_stride" : "__tensor_size"; /* (t.stride(d): in bytes, as Slang's) */
         dl->u.ilit.value = (uint64_t)d;
         a2[0] = base;
         a2[1] = dl;
@@ -139,7 +155,7 @@ const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt
     }
     for (int i = 0; i < n; i++) ck_expr(c, &args[i]);
     ck_err(c, callee->loc, "'%s' has no method '%s' (tensors have load, store, loadOnce, storeOnce, size, InterlockedAdd%s)", bt->name, m,
-           bt->buffer ? ", GetDimensions" : "");
+           bt->buffer ? ", GetDimensions" : ", stride, dims, data_ptr");
     return call->type = c->tt->t_error;
 }
 

@@ -463,7 +463,7 @@ static void vr_call(vr_ctx *x, nb_expr *e) {
                 fix_rank(x, s, expr_width(x, args[0]), e->loc);
             else if ((!strcmp(m, "store") || !strcmp(m, "storeOnce")) && n >= 2)
                 fix_rank(x, s, n == 2 ? expr_width(x, args[0]) : n - 1, e->loc);
-            else if (!strcmp(m, "size") && n == 1 && args[0]->kind == NB_EX_INT) {
+            else if ((!strcmp(m, "size") || !strcmp(m, "stride")) && n == 1 && args[0]->kind == NB_EX_INT) {
                 vslot *r = &x->s[slot_find(x, s)];
                 if ((int)args[0]->u.ilit.value + 1 > r->min_rank) r->min_rank = (int)args[0]->u.ilit.value + 1;
             }

@@ -426,7 +426,7 @@ void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *
         nb_emit_group_intrinsic(e, id, rt, at, args, n, o);
         return;
     case NB_ISIG_TENSOR_SIZE: /* args[1] is a constant */
-        APPEND(o, "(unsigned)(%s).shape[%s]", args[0], args[1]);
+        APPEND(o, "(unsigned)(%s).%s[%s]", args[0], id == NB_INTR_TENSOR_STRIDE ? "strides" : "shape", args[1]);
         return;
     case NB_ISIG_TENSOR_PART:
         APPEND(o, "%s(%s%s%s)", nb_emit_tensor_part(e, id == NB_INTR_TENSOR_PRIMAL ? 0 : id == NB_INTR_TENSOR_GRAD ? 1 : 2,

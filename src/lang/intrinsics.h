@@ -178,6 +178,7 @@ enum {
     /* tensors */                                                          \
     X(ATOMIC_ADD,  "atomicAdd",   2, 2, ATOMIC,        RULE,    0)         \
     X(TENSOR_SIZE, "__tensor_size", 2, 2, TENSOR_SIZE, NONE,    0) /* t.size(d) (check_view.c) */ \
+    X(TENSOR_STRIDE, "__tensor_stride", 2, 2, TENSOR_SIZE, NONE, 0) /* t.stride(d): bytes (check_view.c) */ \
     X(TENSOR_DATA_PTR, "__tensor_data_ptr", 1, 1, TENSOR_DATA_PTR, NONE, 0) /* t.data_ptr() */ \
     X(TENSOR_PRIMAL, "__tensor_primal", 1, 1, TENSOR_PART, NONE, 0) /* v.primal (a Tensor) */ \
     X(TENSOR_GRAD, "__tensor_grad", 1, 1, TENSOR_PART, NONE, 0) /* v.diff.diff (a Tensor) */ \
