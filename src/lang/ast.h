@@ -291,6 +291,8 @@ struct nb_decl {
             nb_decl **types; int ntypes;      /* member typealias/typedef, interface associatedtype
                                                  (NB_DECL_TYPEDEF) */
             nb_decl **wheres; int nwheres;    /* `where T : IFoo` after the conformances */
+            int ext_of_iface;                 /* NB_DECL_EXTENSION written `extension<T : I> T`:
+                                                 named I; its members become I's (defaults) */
             /* [checker] dynamic dispatch (check_dyn.c): an interface's value type, and the flag
              * on that synthesized struct */
             struct nb_decl *existential;

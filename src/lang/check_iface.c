@@ -355,9 +355,16 @@ void ck_merge_extension(nb_checker *c, nb_decl *ext) {
     const char *name = ext->name;
     nb_decl *d[2];
     nb_decl *target = NULL;
+    nb_decl_kind want = ext->u.strct.ext_of_iface ? NB_DECL_INTERFACE : NB_DECL_STRUCT;
     for (int i = 0; i < c->mod->ndecls && !target; i++) {
         nb_decl *x = c->mod->decls[i];
-        if (x && x->kind == NB_DECL_STRUCT && x->name && strcmp(x->name, name) == 0) target = x;
+        if (x && x->kind == want && x->name && strcmp(x->name, name) == 0) target = x;
+    }
+    if (!target && ext->u.strct.ext_of_iface) {
+        ck_err(c, ext->loc, ck_lookup_global(c, name, NB_DECL_INTERFACE, d, 2) > 0
+                                ? "'extension<T : %s> T': the interface is declared in another module (extend it there)"
+                                : "unknown interface '%s' in 'extension<T : %s> T'", name, name);
+        return;
     }
     if (!target) {
         if (ck_builtin_type_name(c, name))

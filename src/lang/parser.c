@@ -781,11 +781,28 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
     nb_loc kwloc = np_loc(p);
     int is_ext = is_interface == 2; /* extension S [: I] { members } */
     const char *kw = is_ext ? "extension" : is_interface ? "interface" : "struct";
+    const char *ext_iface = NULL;
     if (is_ext && np_peek_kind(p, 1) == NB_TOK_LT) {
-        np_error_at(p, np_peek(p, 1)->loc, "generic extensions ('extension<T : I> …') are not supported");
-        return NULL;
+        /* `extension<T : I> T { members }`: every type conforming to I (and I's values) gets the
+         * members: they become members of I with their bodies as defaults (a conformer's own
+         * member of the same name wins). Other generic extensions are refused. */
+        nb_loc lt = np_peek(p, 1)->loc;
+        np_advance(p);
+        nb_pvec gp = {0};
+        parse_gparams(p, &gp, 1);
+        nb_decl *g = gp.n == 1 ? gp.items[0] : NULL;
+        if (p->panic) return NULL;
+        if (!g || !g->u.param.is_type || g->u.param.nconstraints != 1 || !g->u.param.constraints[0]->name ||
+            g->u.param.constraints[0]->ntargs || np_kind(p) != NB_TOK_IDENT || !np_tok_is(np_cur(p), g->name) ||
+            np_peek_kind(p, 1) == NB_TOK_LT || np_peek_kind(p, 1) == NB_TOK_COLON) {
+            np_error_at(p, lt, "generic extensions other than 'extension<T : I> T { … }' (members for every "
+                               "type conforming to one interface) are not supported");
+            return NULL;
+        }
+        ext_iface = g->u.param.constraints[0]->name;
+    } else {
+        np_advance(p); /* struct / interface */
     }
-    np_advance(p); /* struct / interface */
     if (np_kind(p) != NB_TOK_IDENT) {
         char found[64];
         np_describe(p, np_cur(p), found, sizeof found);
@@ -793,7 +810,8 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
         return NULL;
     }
     nb_decl *s = new_decl(p, is_ext ? NB_DECL_EXTENSION : is_interface ? NB_DECL_INTERFACE : NB_DECL_STRUCT, np_loc(p),
-                          np_tok_text(p));
+                          ext_iface ? ext_iface : np_tok_text(p));
+    s->u.strct.ext_of_iface = ext_iface != NULL;
     (void)kwloc;
     s->attrs = attrs;
     s->mods = mods;
