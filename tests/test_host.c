@@ -153,6 +153,11 @@ static void test_cuda_source_compiles(void) {
     NB_REQUIRE_OK(nb_module_dump(m, NB_DUMP_HOST, NULL, NB_MODE_PRIMAL, &host));
     NB_EXPECT(strstr(cu, "sq_k(") && !strstr(cu, "square_fwd(") && !strstr(cu, "nb_hrt"));
     NB_EXPECT(strstr(host, "square_fwd(") && strstr(host, "pack(") && !strstr(host, "__global__"));
+    nb_func *f = NULL; /* a module loaded without a device runs nothing */
+    NB_REQUIRE_OK(nb_module_func(m, "square_fwd", &f));
+    nb_host_value none = {NULL, 0}, res[1];
+    int n = 0;
+    NB_EXPECT_ERR(nb_host_call(f, 1, &none, res, 1, &n), NB_ERR_NO_DEVICE, "loaded without a device");
     void *img = NULL;
     size_t size = 0;
     int cubin = 0;
