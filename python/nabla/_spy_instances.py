@@ -12,12 +12,27 @@ writes must be arrays) or as one tensor of the struct in the flat layout (`Tenso
 dtype=module.Particle, shape=...)`, whose fields are bound as strided views). InstanceTensor is
 the tensor-backed form.
 """
-import re
-
 from . import _nabla
 
-# scalar / vector / matrix / array type names: not structs
-_BUILTIN = re.compile(r"^(bool|half|float|double|u?int|u?int(8|16|32|64)_t|float(16|32|64)_t)([1-4](x[1-4])?)?(\[\d*\])*$")
+# scalar names: a name made of one of these, a vector / matrix suffix and [N] dims is not a struct
+_SCALARS = ("bool", "half", "float", "double", "int", "uint", "int8_t", "int16_t", "int32_t", "int64_t",
+            "uint8_t", "uint16_t", "uint32_t", "uint64_t", "float16_t", "float32_t", "float64_t")
+
+
+def _is_builtin(name):
+    """float, int3, float3x4, uint[4], float2[3][2]: scalar / vector / matrix / array names (no re:
+    `import nabla` stays small)."""
+    name = name.replace(" ", "")
+    while name.endswith("]") and "[" in name:
+        name = name[:name.rindex("[")]
+    for sc in _SCALARS:
+        if name.startswith(sc):
+            rest = name[len(sc):]
+            if rest == "" or (rest[0] in "1234" and (len(rest) == 1 or (len(rest) == 3 and rest[1] == "x"
+                                                                         and rest[2] in "1234"))):
+                return True
+    return False
+
 
 __all__ = ["InstanceList", "InstanceTensor"]
 
@@ -36,7 +51,7 @@ def _struct_info(struct, module):
     fields = getattr(st, "fields", None) if st is not None else None
     if st is not None and not fields:
         raise _nabla.ArgumentError(f"InstanceList: {name} is not a struct type (it has no fields)")
-    if st is None and _BUILTIN.match(name.replace(" ", "")):
+    if st is None and _is_builtin(name):
         raise _nabla.ArgumentError(f"InstanceList: {name} is not a struct type")
     if st is None:  # a name: check it names a struct with fields
         try:
