@@ -110,3 +110,35 @@ def test_instance_errors(dev):
         spy.InstanceList("Particle", one, module=m).update_position(1.0)
     with pytest.raises(spy.ArgumentError, match="_type"):
         spy.InstanceList("Particle", {"_type": "Material"}, module=m)
+
+
+FLAT_SRC = """
+struct Body {
+    float2 position;
+    float2 velocity;
+    float mass;
+    [mutating] void reset(float2 p, float2 v) { position = p; velocity = v; mass = 1; }
+    [mutating] void step(float dt) { position += velocity * dt; }
+    float energy() { return 0.5 * mass * dot(velocity, velocity); }
+};
+"""
+
+
+@pytest.mark.skipif(not hasattr(spy, "SlangType"), reason="needs module.Struct dtypes (SlangPy part 1)")
+@pytest.mark.parametrize("dev", devices())
+def test_instance_tensor(dev):
+    m = spy.load_module_from_source(FLAT_SRC, "flat.slang", device=dev)
+    body = m.Body  # a SlangType: the flat layout (position, velocity, mass) = 5 floats
+    pt = spy.InstanceTensor(body, (4,), module=m)
+    assert pt.shape == (4,) and tuple(pt.tensor.shape) == (4, 5)
+    vel = np.arange(8, dtype=np.float32).reshape(4, 2)
+    pt.reset(np.zeros(2, np.float32), vel)
+    pt.step(0.5)
+    flat = pt.to_numpy()
+    assert np.allclose(flat[:, 0:2], 0.5 * vel) and np.allclose(flat[:, 2:4], vel) and np.all(flat[:, 4] == 1)
+    assert np.allclose(pt.energy(), 0.5 * (vel * vel).sum(axis=1))
+    data = np.zeros((4, 5), np.float32)
+    data[:, 2] = 1.0  # velocity.x
+    data[:, 4] = 2.0  # mass
+    pt.copy_from_numpy(data)
+    assert np.allclose(pt.energy(), 1.0)
