@@ -11,12 +11,14 @@
  * scopes, and
  *   uses fix a slot's rank:      t[i, j]  t[uint2(...)]  t.load(i, j)  t.store(i, j, v)
  *                                t.storeOnce(uint3(...), v)  t.InterlockedAdd(idx, v[, old])
- *                                t.size(d) (at least d + 1)
+ *                                t.size(d), t.stride(d) (at least d + 1)
+ *   (an index's width comes from how it is written: uint2(…), int3 x, .xy, a `var` from its
+ *   initializer, cudaThreadIdx() is 3 wide)
  *   flows join two slots:        g(..., t, ...) (g's parameter), a = b, T a = b,
  *                                s = { a, b } (the struct's fields in order), v.primal = t
  * Joined slots share one rank (union-find). `v.primal` and `v.diff.diff` (the gradient view,
  * slang-torch's AtomicAdd wrapper) are views of v's rank; an array of views indexed once is a
- * view. A slot with no rank-fixing use gets the rank its size() calls need, else 1. Uses that
+ * view. A slot with no rank-fixing use gets the rank its size() / stride() calls need, else 1. Uses that
  * disagree are an error naming both places; a bound array of another rank is a binding error.
  */
 #include <stdint.h>
