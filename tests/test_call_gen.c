@@ -235,6 +235,65 @@ static void test_generators_cuda(void) {
     nb_device_close(d);
 }
 
+/* Struct methods as functions ("Particle.update"): reflection shows `this` first (inout for
+ * [mutating]); a call over arrays writes the fields back; static methods take no `this`. */
+static void test_struct_methods(void) {
+    nb_device *d = NULL;
+    NB_REQUIRE_OK(nb_device_open("cpu", &d));
+    nb_module *m = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(d, "p.nb",
+                                        "struct P { float2 pos; float2 vel;\n"
+                                        "  [mutating] void step(float dt) { pos += vel * dt; }\n"
+                                        "  float speed() { return length(vel); }\n"
+                                        "  static float twice(float x) { return 2 * x; } };\n",
+                                        NULL, &m));
+    nb_func *step = NULL, *speed = NULL, *twice = NULL, *bad = NULL;
+    NB_REQUIRE_OK(nb_module_func(m, "P.step", &step));
+    NB_REQUIRE_OK(nb_module_func(m, "P.speed", &speed));
+    NB_REQUIRE_OK(nb_module_func(m, "P.twice", &twice));
+    NB_EXPECT_ERR(nb_module_func(m, "P.fly", &bad), NB_ERR_NOT_FOUND, "P.fly");
+    NB_EXPECT(!strcmp(nb_func_signature(step, 0), "void P.step(inout P this, float dt)"));
+    NB_EXPECT(!strcmp(nb_func_signature(twice, 0), "static float P.twice(float x)"));
+    NB_EXPECT(nb_func_param_count(step, 0) == 2 && !strcmp(nb_func_param_name(step, 0, 0), "this"));
+    NB_EXPECT(nb_func_param_dir(step, 0, 0) == NB_ARG_INOUT && nb_func_param_dir(speed, 0, 0) == NB_ARG_IN);
+    nb_leaf_info li;
+    NB_EXPECT_OK(nb_func_leaf(step, 0, 1, &li));
+    NB_EXPECT(!strcmp(li.path, "this.vel") && li.dir == NB_ARG_INOUT);
+    float pos[4] = {0, 0, 1, 1}, vel[4] = {1, 2, 3, 4}, got[4];
+    int64_t s22[2] = {2, 2};
+    nb_tensor *tp = NULL, *tv = NULL, *r = NULL;
+    NB_REQUIRE_OK(nb_tensor_from_host(d, NB_F32, 2, s22, pos, &tp));
+    NB_REQUIRE_OK(nb_tensor_from_host(d, NB_F32, 2, s22, vel, &tv));
+    nb_call *c = NULL;
+    NB_REQUIRE_OK(nb_call_begin(step, &c));
+    NB_EXPECT_OK(nb_call_arg_named(c, "this.pos", tp));
+    NB_EXPECT_OK(nb_call_arg_named(c, "this.vel", tv));
+    NB_EXPECT_OK(nb_call_arg_double(c, 1, 0.5));
+    NB_REQUIRE_OK(nb_call_run(c, NULL));
+    NB_EXPECT_OK(nb_tensor_to_host(tp, got, sizeof got));
+    NB_EXPECT(got[0] == 0.5f && got[1] == 1.0f && got[2] == 2.5f && got[3] == 3.0f);
+    NB_REQUIRE_OK(nb_call_begin(speed, &c));
+    NB_EXPECT_OK(nb_call_arg_named(c, "this.pos", tp));
+    NB_EXPECT_OK(nb_call_arg_named(c, "this.vel", tv));
+    NB_REQUIRE_OK(nb_call_run(c, &r));
+    NB_EXPECT_OK(nb_tensor_to_host(r, got, 2 * sizeof(float)));
+    NB_EXPECT_NEAR(got[0], 2.2360680, 1e-6);
+    NB_EXPECT_NEAR(got[1], 5.0, 1e-6);
+    nb_tensor_free(r);
+    /* a mutating method's fields are written: a single value cannot take them */
+    float one[2] = {1, 1};
+    int64_t s2[1] = {2};
+    NB_REQUIRE_OK(nb_call_begin(step, &c));
+    NB_EXPECT_OK(nb_call_arg_named(c, "this.pos", tp));
+    NB_EXPECT_OK(nb_call_arg_value_named(c, "this.vel", NB_F32, 1, s2, one));
+    NB_EXPECT_OK(nb_call_arg_double(c, 1, 0.5));
+    NB_EXPECT_ERR(nb_call_run(c, NULL), NB_ERR_INVALID_ARG, "'this.vel' is inout");
+    nb_tensor_free(tp);
+    nb_tensor_free(tv);
+    nb_module_free(m);
+    nb_device_close(d);
+}
+
 /* The CUDA call kernels of every generator kind compile with NVRTC (without a GPU too). */
 static void test_generators_nvrtc(void) {
     if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
@@ -279,5 +338,5 @@ static void test_generators_nvrtc(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_generators_cpu, test_generators_cuda, test_generators_nvrtc);
+    NB_TEST_MAIN(argc, argv, test_generators_cpu, test_generators_cuda, test_generators_nvrtc, test_struct_methods);
 }
