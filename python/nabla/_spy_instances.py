@@ -81,7 +81,7 @@ class _BoundMethod:
 
     def append_to(self, encoder, *args, **kwargs):
         """Records the call on a command encoder (see CommandEncoder)."""
-        return encoder._append(self._fn, (self._owner._this_arg(),) + args, kwargs)
+        return self._fn.append_to(encoder, self._owner._this_arg(), *args, **kwargs)
 
     def __repr__(self):
         return f"<nabla bound method {self.name} of {self._owner!r}>"

@@ -27,3 +27,8 @@ def test_train_mlp_example():
 def test_square_torch_example():
     pytest.importorskip("torch")
     assert "ok on" in run("square_torch.py")
+
+
+def test_particles_example():
+    # SlangPy's generators, InstanceList and command encoders together
+    assert ": ok" in run("particles.py")

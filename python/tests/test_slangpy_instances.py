@@ -77,6 +77,14 @@ def test_instance_list_soa(dev):
     # a field set through the list
     pl.velocity = np.array([[1, 0], [2, 0], [3, 0]], np.float32)
     assert np.allclose(pl.speed(), [1, 2, 3])
+    # a bound method recorded into a command encoder runs at submit
+    if dev == "cpu":  # (numpy outputs of a CUDA module cannot be recorded: they are staged)
+        enc = spy.device(dev).create_command_encoder()
+        pl.update_position.append_to(enc, 1.0)
+        pl.update_position.append_to(enc, 1.0)
+        assert pl.position.tolist() == [[0, 2], [0, 3], [0, 4]]
+        spy.device(dev).submit_command_buffer(enc.finish())
+        assert pl.position.tolist() == [[2, 2], [4, 3], [6, 4]]
 
 
 @pytest.mark.parametrize("dev", devices())
