@@ -293,6 +293,8 @@ struct nb_decl {
             nb_decl **wheres; int nwheres;    /* `where T : IFoo` after the conformances */
             int ext_of_iface;                 /* NB_DECL_EXTENSION written `extension<T : I> T`:
                                                  named I; its members become I's (defaults) */
+            int ext_of_generic;               /* NB_DECL_EXTENSION written `extension<T : I> S<T>`
+                                                 (gparams: the extension's): S's own members */
             /* [checker] dynamic dispatch (check_dyn.c): an interface's value type, and the flag
              * on that synthesized struct */
             struct nb_decl *existential;

@@ -375,9 +375,28 @@ void ck_merge_extension(nb_checker *c, nb_decl *ext) {
             ck_err(c, ext->loc, "unknown struct '%s' in 'extension'", name);
         return;
     }
-    if (ck_is_template(target)) {
-        ck_err(c, ext->loc, "extensions of generic structs ('%s') are not supported", name);
+    if (ck_is_template(target) != ext->u.strct.ext_of_generic) {
+        ck_err(c, ext->loc, ext->u.strct.ext_of_generic ? "'%s' is not a generic struct"
+                                                        : "an extension of generic struct '%s' needs its parameters: "
+                                                          "'extension<T : I> %s<T>'", name, name);
         return;
+    }
+    if (ext->u.strct.ext_of_generic) { /* the same parameters: names, kinds and constraints */
+        int ok = ext->u.strct.ngparams == target->u.strct.ngparams;
+        for (int i = 0; ok && i < ext->u.strct.ngparams; i++) {
+            const nb_decl *a = ext->u.strct.gparams[i], *b = target->u.strct.gparams[i];
+            ok = a->name && b->name && !strcmp(a->name, b->name) && a->u.param.is_type == b->u.param.is_type &&
+                 a->u.param.nconstraints == b->u.param.nconstraints;
+            for (int k = 0; ok && k < a->u.param.nconstraints; k++)
+                ok = a->u.param.constraints[k]->name && b->u.param.constraints[k]->name &&
+                     !strcmp(a->u.param.constraints[k]->name, b->u.param.constraints[k]->name);
+        }
+        if (!ok) {
+            ck_err(c, ext->loc, "the parameters of 'extension<…> %s<…>' must be those of struct '%s' (names, kinds "
+                   "and constraints, in order)", name, name);
+            ck_note(c, target->loc, "'%s' is declared here", name);
+            return;
+        }
     }
     if (ext->u.strct.nfields) {
         ck_err(c, ext->u.strct.fields[0]->loc, "an extension cannot add fields to '%s'", name);

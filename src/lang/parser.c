@@ -782,6 +782,7 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
     int is_ext = is_interface == 2; /* extension S [: I] { members } */
     const char *kw = is_ext ? "extension" : is_interface ? "interface" : "struct";
     const char *ext_iface = NULL;
+    nb_decl *ext_generic = NULL;
     if (is_ext && np_peek_kind(p, 1) == NB_TOK_LT) {
         /* `extension<T : I> T { members }`: every type conforming to I (and I's values) gets the
          * members: they become members of I with their bodies as defaults (a conformer's own
@@ -792,38 +793,69 @@ static nb_decl *parse_struct(nb_parser *p, nb_attr_list attrs, unsigned mods, in
         parse_gparams(p, &gp, 1);
         nb_decl *g = gp.n == 1 ? gp.items[0] : NULL;
         if (p->panic) return NULL;
-        if (!g || !g->u.param.is_type || g->u.param.nconstraints != 1 || !g->u.param.constraints[0]->name ||
+        if (np_kind(p) == NB_TOK_IDENT && np_peek_kind(p, 1) == NB_TOK_LT && np_is_generic_name(p, np_cur(p))) {
+            /* `extension<T : IFoo> S<T> { members }` of a generic struct, the same parameters in
+             * order: the members become S's (checked per instantiation, as S's own) */
+            nb_decl *ext = new_decl(p, NB_DECL_EXTENSION, np_loc(p), np_tok_text(p));
+            ext->attrs = attrs;
+            ext->mods = mods;
+            ext->u.strct.ext_of_generic = 1;
+            ext->u.strct.gparams = (nb_decl **)np_finish(p, &gp);
+            ext->u.strct.ngparams = gp.n;
+            nb_type_expr *te = np_parse_type(p, 0);
+            int same = te && te->ntargs == gp.n;
+            for (int i = 0; same && i < gp.n; i++) {
+                const nb_decl *q = gp.items[i];
+                const char *a = te->targs && te->targs[i] ? te->targs[i]->name
+                                : te->vargs && te->vargs[i] && te->vargs[i]->kind == NB_EX_NAME ? te->vargs[i]->u.name.name
+                                                                                                : NULL;
+                same = a && q->name && !strcmp(a, q->name) && (!te->targs || !te->targs[i] || !te->targs[i]->ntargs);
+            }
+            if (!same) {
+                np_error_at(p, te ? te->loc : lt, "an extension of generic struct '%s' must name it with the extension's "
+                            "own parameters in order ('extension<T : I> %s<T>'); extensions of instantiations are "
+                            "not supported", ext->name, ext->name);
+                return NULL;
+            }
+            ext_generic = ext;
+        } else if (!g || !g->u.param.is_type || g->u.param.nconstraints != 1 || !g->u.param.constraints[0]->name ||
             g->u.param.constraints[0]->ntargs || np_kind(p) != NB_TOK_IDENT || !np_tok_is(np_cur(p), g->name) ||
             np_peek_kind(p, 1) == NB_TOK_LT || np_peek_kind(p, 1) == NB_TOK_COLON) {
             np_error_at(p, lt, "generic extensions other than 'extension<T : I> T { … }' (members for every "
-                               "type conforming to one interface) are not supported");
+                               "type conforming to one interface) and 'extension<T : I> S<T> { … }' (of a generic "
+                               "struct S) are not supported");
             return NULL;
         }
-        ext_iface = g->u.param.constraints[0]->name;
+        else ext_iface = g->u.param.constraints[0]->name;
     } else {
         np_advance(p); /* struct / interface */
     }
-    if (np_kind(p) != NB_TOK_IDENT) {
+    if (!ext_generic && np_kind(p) != NB_TOK_IDENT) {
         char found[64];
         np_describe(p, np_cur(p), found, sizeof found);
         np_error_here(p, "expected a name after '%s', found %s", kw, found);
         return NULL;
     }
-    nb_decl *s = new_decl(p, is_ext ? NB_DECL_EXTENSION : is_interface ? NB_DECL_INTERFACE : NB_DECL_STRUCT, np_loc(p),
-                          ext_iface ? ext_iface : np_tok_text(p));
-    s->u.strct.ext_of_iface = ext_iface != NULL;
+    nb_decl *s = ext_generic;
+    if (!s) {
+        s = new_decl(p, is_ext ? NB_DECL_EXTENSION : is_interface ? NB_DECL_INTERFACE : NB_DECL_STRUCT, np_loc(p),
+                     ext_iface ? ext_iface : np_tok_text(p));
+        s->u.strct.ext_of_iface = ext_iface != NULL;
+        s->attrs = attrs;
+        s->mods = mods;
+        np_advance(p);
+    }
     (void)kwloc;
-    s->attrs = attrs;
-    s->mods = mods;
-    np_advance(p);
     nb_pvec gparams = {0};
     if (is_ext && np_kind(p) == NB_TOK_LT) {
         np_error_here(p, "extensions of generic instantiations ('extension S<…>') are not supported");
         return NULL;
     }
-    if (np_kind(p) == NB_TOK_LT) parse_gparams(p, &gparams, 0);
-    s->u.strct.gparams = (nb_decl **)np_finish(p, &gparams);
-    s->u.strct.ngparams = gparams.n;
+    if (!ext_generic) {
+        if (np_kind(p) == NB_TOK_LT) parse_gparams(p, &gparams, 0);
+        s->u.strct.gparams = (nb_decl **)np_finish(p, &gparams);
+        s->u.strct.ngparams = gparams.n;
+    }
     nb_pvec conforms = {0};
     if (np_accept(p, NB_TOK_COLON)) {
         do {
