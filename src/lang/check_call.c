@@ -538,6 +538,20 @@ static int static_methods(nb_checker *c, nb_expr *fe, const char *dname, nb_decl
     if (base->kind == NB_EX_TYPE) st = ck_resolve_type(c, base->u.type.texpr);
     else if (base->kind == NB_EX_NAME && base->u.name.name && !ck_lookup_local(c, base->u.name.name))
         st = ck_name_as_type(c, base->u.name.name, base->loc);
+    else if (base->kind == NB_EX_MEMBER) { /* fwd_diff(Lib.S.m): a struct of a namespace */
+        char path[256];
+        size_t n = 0;
+        const nb_expr *parts[16];
+        int np = 0;
+        const nb_expr *e = base;
+        for (; e->kind == NB_EX_MEMBER && np < 15; e = e->u.member.base) parts[np++] = e;
+        if (e->kind == NB_EX_NAME && e->u.name.name && !ck_lookup_local(c, e->u.name.name)) {
+            n = (size_t)snprintf(path, sizeof path, "%s", e->u.name.name);
+            for (int i = np - 1; i >= 0 && n < sizeof path; i--)
+                n += (size_t)snprintf(path + n, sizeof path - n, ".%s", parts[i]->u.member.member);
+            if (n < sizeof path) st = ck_name_as_type(c, nb_arena_strdup(c->arena, path), base->loc);
+        }
+    }
     if (!st) {
         ck_err(c, fe->loc, "'%s' of a method needs the struct's name and a static method ('%s(S.m)'); for an "
                "object's method pass the object to a static method or a function", dname, dname);
@@ -569,8 +583,10 @@ static int static_methods(nb_checker *c, nb_expr *fe, const char *dname, nb_decl
 /* Whether `base` in fwd_diff(base.m) is a value (a local, a field, a call…), not a type or a
  * namespace. */
 static int is_value_base(nb_checker *c, const nb_expr *base) {
-    if (base->kind == NB_EX_NAME && base->u.name.name) return ck_lookup_local(c, base->u.name.name) != NULL;
-    return base->kind == NB_EX_MEMBER || base->kind == NB_EX_INDEX || base->kind == NB_EX_CALL;
+    while (base->kind == NB_EX_MEMBER && base->u.member.base) base = base->u.member.base; /* h.s.m: h */
+    if (base->kind == NB_EX_NAME && base->u.name.name)
+        return ck_lookup_local(c, base->u.name.name) != NULL || !strcmp(base->u.name.name, "this");
+    return base->kind == NB_EX_INDEX || base->kind == NB_EX_CALL;
 }
 
 /* fwd_diff(obj.m)(args) with m an instance method of a struct without a Differential (an
