@@ -108,3 +108,8 @@ def install(nabla):
     nabla.Device.create_command_encoder = _create_command_encoder
     nabla.Device.submit_command_buffer = _submit_command_buffer
     nabla.Function.append_to = _append_to
+    # SlangPy part 1's FunctionNode (f.set({...}), f.return_type(...)): its append_to records the
+    # call with its bound values (calling the node, not the bare function it wraps)
+    node = getattr(nabla, "FunctionNode", None)
+    if node is not None and "append_to" not in vars(node):
+        node.append_to = _append_to
