@@ -98,6 +98,17 @@ def test_grid(dev):
 
 
 @pytest.mark.parametrize("dev", devices())
+def test_grid_map(dev):
+    # .map places a grid's dims like an array's: grid dim 0 -> kernel dim 1, dim 1 -> kernel dim 0
+    m = mod(dev)
+    r = m.myfunc.map((1, 0))(spy.grid(shape=(2, 3)), _result="numpy")
+    assert r.shape == (3, 2, 2)
+    assert r.tolist() == [[[0, 0], [0, 1]], [[1, 0], [1, 1]], [[2, 0], [2, 1]]]
+    with pytest.raises(spy.ArgumentError, match="no call dims to map"):
+        m.myfunc.map((0,))(spy.call_id())
+
+
+@pytest.mark.parametrize("dev", devices())
 def test_grid_shape_mismatch(dev):
     m = mod(dev)
     res = np.zeros((4, 4, 2), dtype=np.int32)
