@@ -2,7 +2,9 @@
 #ifndef NB_CLI_H
 #define NB_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 typedef struct nb_cli_command {
     const char *name;
@@ -43,6 +45,23 @@ static inline int nb_cli_conformance_arg(int argc, char **argv, int *i, const ch
     if (*i + 1 >= argc || !argv[*i + 1][0]) return -1;
     *out = argv[++*i];
     return 1;
+}
+
+/* "X[,Y[,Z]]" (missing ones 1, each >= 0, nothing after): 0 and out[3] filled, else -1. For
+ * --grid, --block-size and --grid-size. */
+static inline int nb_cli_parse_xyz(const char *s, int64_t *out) {
+    int64_t v[3] = {1, 1, 1};
+    for (int k = 0; k < 3; k++) {
+        char *end = NULL;
+        if (*s < '0' || *s > '9') return -1;
+        v[k] = strtoll(s, &end, 10);
+        s = end;
+        if (!*s) break;
+        if (*s != ',' || k == 2) return -1;
+        s++;
+    }
+    for (int k = 0; k < 3; k++) out[k] = v[k];
+    return 0;
 }
 
 int nb_cmd_devices(int argc, char **argv);

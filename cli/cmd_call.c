@@ -57,7 +57,14 @@ static void call_help(FILE *to) {
            "  --device D        cpu, cuda, cuda:N or auto (default)\n"
            "  --map ARG=DIMS    place ARG's call dims at kernel dims, e.g. --map a=0 --map b=1\n"
            "                    (outer product) or --map x=1,0 (transpose); ARG: name or index\n"
-           "  --grid X[,Y[,Z]]  thread grid for [Kernel] functions\n"
+           "  --grid X[,Y[,Z]]  thread grid for [Kernel] functions (threads; [numthreads]: a\n"
+           "                    multiple of the group)\n"
+           "  --block-size X[,Y[,Z]] --grid-size GX[,GY[,GZ]]\n"
+           "                    launch a [Kernel]/[CudaKernel] with explicit blocks, as\n"
+           "                    slangtorch's launchRaw(blockSize=, gridSize=): GX*GY*GZ blocks\n"
+           "                    of X*Y*Z threads (at most 1024); cudaThreadIdx(), cudaBlockIdx(),\n"
+           "                    cudaBlockDim(), cudaGridDim() are the real ones; with --bwd/--fwd\n"
+           "                    the kernel's derivative runs (DiffTensor gradients: see below)\n"
            "  -o FILE.npy       write the result to FILE.npy instead of printing its values\n"
            "  -I DIR            search DIR for imported modules and #include files (repeatable)\n"
            "  -D NAME[=VALUE]   define a preprocessor macro (also -DNAME; repeatable)\n"
@@ -473,12 +480,20 @@ static int bind_result(ctx *x, const char *path, const nb_json *v, const char *n
     return 1;
 }
 
-/* "name=..." when the text starts with an identifier (dots allowed) followed by '='. */
+/* "name=..." when the text starts with an identifier (dots and [N] element indices allowed:
+ * "m.layers[1].w") followed by '='. */
 static const char *split_name(const char *a, char *name, size_t cap) {
     size_t n = 0;
     while ((a[n] >= 'a' && a[n] <= 'z') || (a[n] >= 'A' && a[n] <= 'Z') || a[n] == '_' ||
-           (n > 0 && ((a[n] >= '0' && a[n] <= '9') || a[n] == '.')))
+           (n > 0 && ((a[n] >= '0' && a[n] <= '9') || a[n] == '.'))) {
         n++;
+        if (a[n] == '[') { /* an element index: digits and ']' */
+            size_t k = n + 1;
+            while (a[k] >= '0' && a[k] <= '9') k++;
+            if (k == n + 1 || a[k] != ']') return NULL;
+            n = k + 1;
+        }
+    }
     if (n == 0 || a[n] != '=' || n >= cap) return NULL;
     memcpy(name, a, n);
     name[n] = '\0';
@@ -836,7 +851,8 @@ int nb_cmd_call(int argc, char **argv) {
     int ndef = 0, nconf = 0;
     int ninc = 0, nconst = 0, nmaps = 0, nargs = 0, only_pos = 0, has_grid = 0, unchecked = 0;
     const char *file = NULL, *func = NULL, *device = "auto", *out_npy = NULL;
-    int64_t grid[3] = {1, 1, 1};
+    int64_t grid[3] = {1, 1, 1}, bsize[3] = {1, 1, 1}, gsize[3] = {1, 1, 1};
+    int has_bsize = 0, has_gsize = 0;
     if (argc == 0) { /* `nabla call` alone: its own usage (not the list of commands), exit 2 */
         call_help(stderr);
         return 2;
@@ -874,20 +890,25 @@ int nb_cmd_call(int argc, char **argv) {
                 continue;
             }
             int takes = !strcmp(a, "--device") || !strcmp(a, "--map") || !strcmp(a, "-o") ||
-                        !strcmp(a, "-I") || !strcmp(a, "--const") || !strcmp(a, "--grid");
+                        !strcmp(a, "-I") || !strcmp(a, "--const") || !strcmp(a, "--grid") ||
+                        !strcmp(a, "--block-size") || !strcmp(a, "--grid-size");
             if (!takes) return nb_cli_bad_usage("call: unknown argument '%s'", a);
             if (!next) return nb_cli_bad_usage("call: %s needs a value", a);
             i++;
             if (!strcmp(a, "--device")) device = next;
             else if (!strcmp(a, "-o")) out_npy = next;
-            else if (!strcmp(a, "--grid")) {
+            else if (!strcmp(a, "--grid") || !strcmp(a, "--block-size") || !strcmp(a, "--grid-size")) {
                 int64_t g[3] = {1, 1, 1};
-                int n = sscanf(next, "%lld,%lld,%lld", (long long *)&g[0], (long long *)&g[1],
-                               (long long *)&g[2]);
-                if (n < 1 || g[0] < 0 || g[1] < 0 || g[2] < 0)
-                    return nb_cli_bad_usage("call: bad --grid '%s' (X[,Y[,Z]])", next);
-                memcpy(grid, g, sizeof g);
-                has_grid = 1;
+                if (nb_cli_parse_xyz(next, g) != 0)
+                    return nb_cli_bad_usage(!strcmp(a, "--grid") ? "call: bad --grid '%s' (X[,Y[,Z]])"
+                                            : !strcmp(a, "--block-size") ? "call: bad --block-size '%s' (X[,Y[,Z]])"
+                                                                         : "call: bad --grid-size '%s' (X[,Y[,Z]])",
+                                            next);
+                int64_t *dst = !strcmp(a, "--grid") ? grid : !strcmp(a, "--block-size") ? bsize : gsize;
+                memcpy(dst, g, sizeof g);
+                if (!strcmp(a, "--grid")) has_grid = 1;
+                else if (!strcmp(a, "--block-size")) has_bsize = 1;
+                else has_gsize = 1;
             } else {
                 int *cnt = !strcmp(a, "--map") ? &nmaps : !strcmp(a, "-I") ? &ninc : &nconst;
                 const char **arr = !strcmp(a, "--map") ? maps : !strcmp(a, "-I") ? includes : consts;
@@ -904,6 +925,11 @@ int nb_cmd_call(int argc, char **argv) {
         else args[nargs++] = a;
     }
     if (!file || !func) return nb_cli_bad_usage("call: need FILE and FUNC%s", "");
+    if (has_bsize != has_gsize)
+        return nb_cli_bad_usage(has_bsize ? "call: --block-size goes with --grid-size%s"
+                                          : "call: --grid-size goes with --block-size%s", "");
+    if (has_bsize && has_grid)
+        return nb_cli_bad_usage("call: --grid counts threads; with --block-size use --grid-size (blocks)%s", "");
     if (out_npy && nb_file_check_writable(out_npy, "-o") != NB_OK) { /* before compiling and running */
         fprintf(stderr, "nabla: call: %s\n", nb_last_error());
         return 1;
@@ -999,7 +1025,9 @@ int nb_cmd_call(int argc, char **argv) {
     nb_status s;
     nb_call *c = x->c;
     x->c = NULL;
-    if (nb_func_is_kernel(x->f, g_ov)) {
+    if (has_bsize) { /* explicit blocks (any function: the library says which it launches) */
+        s = nb_call_run_blocks(c, bsize, gsize);
+    } else if (nb_func_is_kernel(x->f, g_ov)) {
         int nt[3];
         if (!has_grid && nb_func_numthreads(x->f, g_ov, nt)) { /* one thread group, as Slang's test harness dispatches */
             for (int k = 0; k < 3; k++) grid[k] = nt[k];

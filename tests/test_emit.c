@@ -1069,6 +1069,89 @@ static void test_bwds_broadcast_accum(void)
     kern_free(&k);
 }
 
+/* [Kernel]s launched with explicit blocks (sig.blocks, nb_call_run_blocks): the real thread ids,
+ * a block's threads as one group on the CPU (groupshared + barriers), the derivative kernels. */
+static void test_block_kernel(void)
+{
+    const char *src =
+        "groupshared float sh[64];\n"
+        "[Kernel]\n"
+        "void bsum(Tensor<float, 1> x, Tensor<float, 1> sums, Tensor<uint, 2> ids) {\n"
+        "  uint t = cudaThreadIdx().x, b = cudaBlockIdx().x, n = cudaBlockDim().x;\n"
+        "  uint g = b * n + t;\n"
+        "  sh[t] = x[g];\n"
+        "  GroupMemoryBarrierWithGroupSync();\n"
+        "  for (uint s = n / 2; s > 0; s /= 2) { if (t < s) sh[t] += sh[t + s]; GroupMemoryBarrierWithGroupSync(); }\n"
+        "  if (t == 0) sums[b] = sh[0];\n"
+        "  ids[g, 0] = dispatch_id().x; ids[g, 1] = cudaGridDim().x; ids[g, 2] = uint(WaveActiveSum(1.0));\n"
+        "}\n"
+        "[Kernel] [Differentiable]\n"
+        "void sq(DiffTensor<float, 1> x, DiffTensor<float, 1> y) {\n"
+        "  uint i = cudaBlockIdx().x * cudaBlockDim().x + cudaThreadIdx().x;\n"
+        "  if (i >= x.size(0)) return;\n"
+        "  y[i] = x[i] * x[i];\n"
+        "}\n";
+    nb_leaf_sig ls[3] = {L(0, "x", NB_BIND_TENSOR, NB_F32), L(1, "sums", NB_BIND_TENSOR, NB_F32),
+                         L(2, "ids", NB_BIND_TENSOR, NB_U32)};
+    nb_call_sig sig = mksig("bsum", 0, 6, 0, 3, ls);
+    sig.blocks = 1;
+    kern k;
+    if (!kern_build(&k, src, &sig)) { NB_EXPECT(0); return; }
+    NB_EXPECT(k.lay.group_size == 0 && !k.lay.shared_mem);
+    NB_EXPECT(strstr(k.src, "nb_run_group") != NULL); /* (a block's threads as fibers) */
+    float x[128], sums[2] = {0};
+    unsigned ids[128][3];
+    memset(ids, 0, sizeof ids);
+    for (int i = 0; i < 128; i++) x[i] = (float)i;
+    long long shape[6] = {1, 1, 2, 1, 1, 64}, xs[1] = {128}, xst[1] = {4}, ss[1] = {2}, ids_shape[2] = {128, 3}, ids_st[2] = {12, 4};
+    set_shape(&k, shape);
+    set_tensor(&k, 0, x, 1, xs, xst);
+    set_tensor(&k, 1, sums, 1, ss, xst);
+    set_tensor(&k, 2, ids, 2, ids_shape, ids_st);
+    run(&k, 2); /* two blocks */
+    NB_EXPECT(sums[0] == 2016.0f && sums[1] == 6112.0f);
+    for (int i = 0; i < 128; i++) NB_EXPECT(ids[i][0] == (unsigned)i && ids[i][1] == 2 && ids[i][2] == 32);
+    check_cuda(k.p, &sig);
+    /* a launch over a thread grid of the same kernel reports its groupshared memory */
+    nb_call_sig sg = mksig("bsum", 0, 3, 0, 3, ls);
+    nb_strbuf o;
+    nb_strbuf_init(&o);
+    nb_call_layout lay;
+    NB_EXPECT_OK(nb_program_emit_call(k.p, &sg, &o, &lay));
+    NB_EXPECT(lay.shared_mem == 1);
+    nb_strbuf_free(&o);
+    kern_free(&k);
+    /* the derivative kernels of sq: same parameters (DiffTensor gradients in the tensors) */
+    nb_leaf_sig ld[2] = {L(0, "x", NB_BIND_TENSOR, NB_F32), L(1, "y", NB_BIND_TENSOR, NB_F32)};
+    for (int mode = NB_CALL_FWD; mode <= NB_CALL_BWD; mode++) {
+        nb_call_sig sd = mksig("sq", 0, 6, 0, 2, ld);
+        sd.blocks = 1;
+        sd.mode = (nb_call_mode)mode;
+        if (!kern_build(&k, src, &sd)) { NB_EXPECT(0); return; }
+        float xv[5] = {1, 2, 3, 4, 5}, xg[5] = {1, 0, 0, 1, 2}, yv[5] = {0}, yg[5] = {1, 0, 1, 0, 1};
+        if (mode == NB_CALL_FWD) memset(yg, 0, sizeof yg);
+        else memset(xg, 0, sizeof xg);
+        long long sh5[6] = {1, 1, 2, 1, 1, 4}, n5[1] = {5}, st5[1] = {4};
+        set_shape(&k, sh5);
+        set_tensor(&k, 0, xv, 1, n5, st5);
+        set_tensor(&k, 1, yv, 1, n5, st5);
+        uint64_t gx = (uint64_t)(uintptr_t)xg, gy = (uint64_t)(uintptr_t)yg;
+        memcpy(k.block + k.lay.leaves[0].grad_offset, &gx, 8);
+        memcpy(k.block + k.lay.leaves[0].grad_offset + 8, st5, 8);
+        memcpy(k.block + k.lay.leaves[1].grad_offset, &gy, 8);
+        memcpy(k.block + k.lay.leaves[1].grad_offset + 8, st5, 8);
+        run(&k, 2);
+        if (mode == NB_CALL_FWD) { /* y = x^2, dy = 2 x dx */
+            for (int i = 0; i < 5; i++) NB_EXPECT(yv[i] == xv[i] * xv[i]);
+            NB_EXPECT(yg[0] == 2 && yg[1] == 0 && yg[2] == 0 && yg[3] == 8 && yg[4] == 20);
+        } else { /* dx += 2 x dy */
+            NB_EXPECT(xg[0] == 2 && xg[1] == 0 && xg[2] == 6 && xg[3] == 0 && xg[4] == 10);
+        }
+        check_cuda(k.p, &sd);
+        kern_free(&k);
+    }
+}
+
 static void test_cuda_compiles(void)
 {
     if (g_nvrtc_ok == 0) NB_SKIP("NVRTC is not available: CUDA sources were emitted but not compiled");
@@ -1128,6 +1211,6 @@ int main(int argc, char **argv)
     atexit(cleanup);
     NB_TEST_MAIN(argc, argv, test_add_scalars, test_vectors_swizzles, test_matrices, test_tall_matrix, test_arrays, test_structs_methods,
                  test_control_flow, test_out_inout_overloads, test_constants, test_intrinsics, test_broadcast_2d,
-                 test_kernel_tensor, test_compute_entry, test_tensor_view, test_group_kernel, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
+                 test_kernel_tensor, test_compute_entry, test_tensor_view, test_group_kernel, test_block_kernel, test_bad_sigs, test_generics, test_bwds_broadcast_accum, test_cuda_compiles,
                  test_compile_time_linear, test_target_prelude_wmma, test_pointer_param);
 }

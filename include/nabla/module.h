@@ -298,6 +298,22 @@ nb_status nb_call_run_results(nb_call *c, nb_tensor **results, int max, int *cou
  * reads its index with dispatch_id() (x fastest). Arguments are single values and Tensor<T,N>
  * arrays. Frees c. */
 nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]);
+/* For [Kernel] / [CudaKernel] functions, slang-torch's launchRaw(blockSize=block, gridSize=grid):
+ * grid[0]*grid[1]*grid[2] blocks of block[0]*block[1]*block[2] threads, {x, y, z} with x fastest.
+ * In the kernel cudaThreadIdx(), cudaBlockIdx(), cudaBlockDim() and cudaGridDim() are the real
+ * values and dispatch_id() = blockIdx * blockDim + threadIdx. CUDA: a <<<grid, block>>> launch.
+ * CPU: the same program, blocks spread over the thread pool; a block's threads run as one group
+ * (fibers) when the kernel uses barriers, groupshared memory or Wave* operations (a warp is 32
+ * consecutive threads of the block, x fastest), so barriers and groupshared memory behave as on a
+ * GPU. Limits (CUDA's, on every device): block x, y <= 1024, z <= 64, at most 1024 threads;
+ * grid x < 2^31, y, z <= 65535; every size >= 1 (NB_ERR_INVALID_ARG naming the size). A
+ * [numthreads(x,y,z)] function needs block == {x, y, z}. With nb_call_set_mode(c, NB_MODE_BWD /
+ * NB_MODE_FWD) this launches the kernel's derivative (slangtorch's f.bwd / f.fwd): give each
+ * DiffTensor parameter its gradient array (nb_call_grad / nb_call_grad_named); reverse mode adds
+ * the loads' derivatives into them (atomically) and reads the stores' gradients from them,
+ * forward mode reads the tangents of loads from them and writes the stores' tangents into them.
+ * Value parameters get no derivative (slang-torch passes none). Frees c. */
+nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t grid[3]);
 /* Abandons a call without running it. */
 void nb_call_free(nb_call *c);
 

@@ -824,7 +824,21 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
     }
     int nres = has_result ? in->nresults : 0;
     c->nres = nres;
-    if (grid) {
+    if (grid && c->blocks) {
+        /* explicit blocks: shape = {grid z, y, x, block z, y, x} (callsig.h); sizes checked by
+         * nb_call_run_blocks */
+        c->kdim = 6;
+        for (int k = 0; k < 3; k++) {
+            c->kshape[2 - k] = grid[k];
+            c->kshape[5 - k] = c->bdim[k];
+        }
+        if (in->numthreads[0] > 0 && (c->bdim[0] != in->numthreads[0] || c->bdim[1] != in->numthreads[1] ||
+                                      c->bdim[2] != in->numthreads[2]))
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "%s: the block (%lld, %lld, %lld) must be its [numthreads(%d, %d, %d)] thread group",
+                            in->name, (long long)c->bdim[0], (long long)c->bdim[1], (long long)c->bdim[2],
+                            in->numthreads[0], in->numthreads[1], in->numthreads[2]);
+    } else if (grid) {
         /* grid = {x, y, z}; x is the fastest (last) kernel dim, as dispatch_id.x. */
         c->kdim = 3;
         for (int k = 0; k < 3; k++) {
@@ -849,6 +863,7 @@ static nb_status bind_overload(nb_call *c, int ov, int want_result, const int64_
     sig->target = nb_device_get_kind(c->f->m->dev) == NB_DEVICE_CUDA ? NB_TARGET_CUDA : NB_TARGET_C;
     sig->mode = NB_CALL_PRIMAL;
     sig->ndim = c->kdim;
+    sig->blocks = grid && c->blocks;
     sig->nleaves = nl + nres;
     sig->has_result = has_result;
     for (int j = 0; j < nl + nres; j++) {

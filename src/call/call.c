@@ -56,6 +56,7 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
     c->ninto = 0;
     c->ntgrads = 0;
     c->overload_slot = NULL;
+    c->blocks = 0;
     c->nres = 0;
     c->overload = 0;
     c->nleaves = 0;
@@ -352,6 +353,7 @@ static void make_key(const nb_call *c, nb_sig_key *k) {
     k->mode = (int32_t)s->mode;
     k->ndim = s->ndim;
     k->has_result = s->has_result;
+    k->blocks = s->blocks;
     k->nleaves = s->nleaves;
     for (int j = 0; j < s->nleaves; j++) {
         k->leaves[j].param = (int16_t)s->leaves[j].param;
@@ -574,8 +576,16 @@ static nb_status launch_only(nb_call *c, nb_kentry *e) {
     for (int k = 0; k < c->kdim; k++) n *= c->kshape[k];
     if (n == 0) return NB_OK;
     int gs = e->layout.group_size; /* [numthreads] thread groups: the launch counts groups */
+    if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) c->oob.flag = 0; /* (a recorded call runs again: its record starts clean) */
+    if (c->sig.blocks) { /* explicit blocks: kshape = {grid z, y, x, block z, y, x} */
+        int64_t nblocks = c->kshape[0] * c->kshape[1] * c->kshape[2], nt = c->kshape[3] * c->kshape[4] * c->kshape[5];
+        if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU)
+            return nb_jit_launch_cpu_grain(e->kernel, c->block, nblocks, NB_JIT_CPU_GRAIN / nt > 0 ? NB_JIT_CPU_GRAIN / nt : 1);
+        unsigned grid[3] = {(unsigned)c->kshape[2], (unsigned)c->kshape[1], (unsigned)c->kshape[0]};
+        unsigned blk[3] = {(unsigned)c->kshape[5], (unsigned)c->kshape[4], (unsigned)c->kshape[3]};
+        return nb_jit_launch_cuda_grid(e->kernel, c->block, e->layout.size, grid, blk, NULL);
+    }
     if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) {
-        c->oob.flag = 0; /* (a recorded call runs again: its record starts clean) */
         if (gs > 0)
             return nb_jit_launch_cpu_grain(e->kernel, c->block, n / gs, NB_JIT_CPU_GRAIN / gs > 0 ? NB_JIT_CPU_GRAIN / gs : 1);
         return nb_jit_launch_cpu(e->kernel, c->block, n);
@@ -634,6 +644,10 @@ static nb_status prepare(nb_call *c, nb_tensor **results, int max, int single, c
             c->leaves[j].data = (uint64_t)(uintptr_t)nb_tensor_data(c->leaves[j].tensor);
     nb_kentry *e = NULL;
     if ((s = get_kernel(c, &e))) return s;
+    if (e->layout.shared_mem && !c->sig.blocks)
+        return nb_error(NB_ERR_INVALID_ARG, "%s uses groupshared memory, which belongs to a thread block: launch it with "
+                        "explicit blocks (nb_call_run_blocks; `nabla call --block-size/--grid-size`; Python "
+                        "launch_raw / launchRaw), not over a thread grid", nb_call_fname(c));
     if ((s = fill_block(c, &e->layout))) return s;
     uint64_t oob = 0; /* (a kernel without bounds checks gets no record and no read-back) */
     if (e->layout.bounds_checked && (s = oob_record(c, e, &oob))) return s;
@@ -769,6 +783,42 @@ nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]) {
         nb_call_free(c);
         return s;
     }
+    c->sig.nleaves = 0;
+    return finish(c, run(c, NULL, 0, NULL, 1, grid));
+}
+
+/* CUDA's launch limits, checked on every device so that a launch that works on the CPU works
+ * on a GPU too. */
+#define NB_BLOCK_MAX_THREADS 1024
+static const int64_t block_max[3] = {1024, 1024, 64};
+static const int64_t grid_max[3] = {2147483647LL, 65535, 65535};
+
+nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t grid[3]) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_run_blocks: argument 'c' is NULL");
+    nb_status s = NB_OK;
+    const char *fn = c->f->infos[0].name;
+    if (!block || !grid) s = nb_error(NB_ERR_INVALID_ARG, "nb_call_run_blocks: %s is NULL", block ? "grid" : "block");
+    for (int k = 0; k < 3 && !s; k++) {
+        if (block[k] <= 0 || block[k] > block_max[k])
+            s = nb_error(NB_ERR_INVALID_ARG, "%s: block size %c is %lld; it must be 1..%lld (block = (%lld, %lld, %lld))",
+                         fn, "xyz"[k], (long long)block[k], (long long)block_max[k], (long long)block[0],
+                         (long long)block[1], (long long)block[2]);
+        else if (grid[k] <= 0 || grid[k] > grid_max[k])
+            s = nb_error(NB_ERR_INVALID_ARG, "%s: grid size %c is %lld; it must be 1..%lld blocks (grid = (%lld, %lld, %lld))",
+                         fn, "xyz"[k], (long long)grid[k], (long long)grid_max[k], (long long)grid[0], (long long)grid[1],
+                         (long long)grid[2]);
+    }
+    if (!s && block[0] * block[1] * block[2] > NB_BLOCK_MAX_THREADS)
+        s = nb_error(NB_ERR_INVALID_ARG, "%s: a block of (%lld, %lld, %lld) is %lld threads; at most %d", fn,
+                     (long long)block[0], (long long)block[1], (long long)block[2],
+                     (long long)(block[0] * block[1] * block[2]), NB_BLOCK_MAX_THREADS);
+    if (!s && c->err) s = nb_error(c->err, "%s", c->errmsg);
+    if (s) {
+        nb_call_free(c);
+        return s;
+    }
+    c->blocks = 1;
+    memcpy(c->bdim, block, sizeof c->bdim);
     c->sig.nleaves = 0;
     return finish(c, run(c, NULL, 0, NULL, 1, grid));
 }

@@ -25,7 +25,7 @@
 /* The signature as plain numbers, compared with memcmp over its used prefix. The function is
  * implied (one cache per nb_func) and leaf paths follow from (overload, leaf index). */
 typedef struct nb_sig_key {
-    int32_t overload, target, mode, ndim, has_result, nleaves;
+    int32_t overload, target, mode, ndim, has_result, blocks, nleaves;
     struct {
         int16_t param;
         uint8_t bind;
@@ -153,6 +153,8 @@ struct nb_call {
     int ninto;              /* nb_call_result_named: fields of a struct result */
     struct { const char *path; nb_tensor *t; } intos[NB_CALL_MAX_LEAVES];
     int *overload_slot;     /* nb_call_report_overload */
+    int blocks;             /* nb_call_run_blocks: launched with explicit blocks */
+    int64_t bdim[3];        /* its block size {x, y, z} (the grid goes where run_grid's does) */
     int ntgrads;            /* nb_call_grad / nb_call_tangent on DiffTensor parameters, by name */
     struct { const char *param; nb_tensor *t; } tgrads[8];
     /* binding scratch for the chosen overload */

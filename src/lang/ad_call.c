@@ -53,6 +53,11 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
     if (!w) return NULL;
     w->primal = f; /* (role stays primal: it is an ordinary function calling f's derivative) */
     w->has_tid = f->has_tid;
+    /* a [Kernel]'s wrapper is the derivative kernel (slangtorch's f.bwd / f.fwd): launched like f,
+     * with f's thread ids; its gradients are those of the DiffTensor parameters (their gradient
+     * tensors), value parameters get none (a zero tangent, a dropped gradient) */
+    w->is_kernel = f->is_kernel;
+    memcpy(w->numthreads, f->numthreads, sizeof w->numthreads);
     nb_ir_var *pv[64] = {0}, *gv[64] = {0}, *rd = NULL;
     if (n > 64) return NULL;
     for (int i = 0; i < n; i++) {
@@ -65,6 +70,14 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
         if (!nb_ad_param_is_diff(p)) continue;
         char gn[160];
         const nb_type *dt = nb_ad_dtype(tt, p->type);
+        if (f->is_kernel) { /* a local: zero tangent in, gradient out dropped */
+            snprintf(gn, sizeof gn, "%s_%s", p->name, bwd ? "grad" : "d");
+            if (!(gv[i] = nb_ir_var_new(w, gn, dt))) return NULL;
+            gv[i]->is_temp = 1;
+            nb_ir_builder zb = {m, w, w->body, f->decl ? f->decl->loc : (nb_loc){0}, NB_IRF_DERIV};
+            nb_ir_store(&zb, gv[i], NULL, 0, NULL, nb_ir_zero(&zb, dt));
+            continue;
+        }
         if (!bwd) {
             snprintf(gn, sizeof gn, "d_%s", p->name);
             gv[i] = param(w, gn, dt, p->dir);
@@ -202,6 +215,14 @@ static int rleaf_add(rleaves *L, const nb_type *t, const char *path, int param, 
         }
         return 1;
     }
+    if (t->kind == NB_TY_ARRAY && innermost(t)->kind == NB_TY_STRUCT) { /* element by element (program.c) */
+        for (int i = 0; i < t->length; i++) {
+            char p2[256];
+            snprintf(p2, sizeof p2, "%s[%d]", path, i);
+            if (!rleaf_add(L, t->elem, nb_arena_strdup(L->a, p2), param, dir, nodiff, defv, has_def)) return 0;
+        }
+        return 1;
+    }
     if (L->n == L->cap) {
         int nc = L->cap ? L->cap * 2 : 16;
         nb_fn_leaf *ni = nb_arena_zalloc(L->a, sizeof *ni * (size_t)nc, 16);
@@ -313,6 +334,8 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
         info->nleaves = L.n;
         info->leaves = L.items;
         info->differentiable = 0;
+        info->is_kernel = w->is_kernel;
+        memcpy(info->numthreads, w->numthreads, sizeof info->numthreads);
         info->signature = nb_arena_strdup(A, nb_strbuf_cstr(&sig));
         nb_strbuf_free(&sig);
         if (w->ret->kind != NB_TY_VOID) {

@@ -13,6 +13,10 @@
  * nb_thread_ids: dispatch_id = the grid index with x = last (fastest) dimension, y, z the ones
  * before it; without [numthreads] thread_idx = dispatch_id, block_idx = 0, block_dim = 1 on both
  * targets (so blockDim * blockIdx + threadIdx, slang-torch's global index, is the dispatch id).
+ * Launched with explicit blocks (sig.blocks, slangtorch's launchRaw) the ids are the real ones:
+ * CUDA launches <<<grid, block>>> (ENTRY takes nothing but the block); the CPU entry runs blocks
+ * [begin, end) and each block's threads, as fibers when the kernel uses barriers, groupshared
+ * memory or Wave* operations (emit_group.c), else one after the other.
  */
 #include <stdio.h>
 #include <string.h>
@@ -180,6 +184,17 @@ static nb_status add_leaves(nb_emitter *e, leaves *L, int param, const nb_type *
             snprintf(p2, sizeof p2, "%s.%s", path, fd->name);
             snprintf(a2, sizeof a2, "%s.%s", access, nb_emit_safe_name(e, fd->name));
             NB_TRY(add_leaves(e, L, param, fd->u.var.type, p2, a2));
+        }
+        return NB_OK;
+    }
+    const nb_type *inner = t;
+    while (inner->kind == NB_TY_ARRAY) inner = inner->elem;
+    if (t->kind == NB_TY_ARRAY && inner->kind == NB_TY_STRUCT) { /* element by element (program.c's leaves) */
+        for (int i = 0; i < t->length; i++) {
+            char p2[128], a2[160];
+            snprintf(p2, sizeof p2, "%s[%d]", path, i);
+            snprintf(a2, sizeof a2, "%s.a[%d]", access, i);
+            NB_TRY(add_leaves(e, L, param, t->elem, p2, a2));
         }
         return NB_OK;
     }
@@ -664,14 +679,30 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     e->src = &p->src;
     nb_status st = NB_OK;
     int cuda = sig->target == NB_TARGET_CUDA;
-    int warp = cuda && reaches_warp_intrinsic(f); /* whole warps iterate (see warp_scan) */
+    /* explicit blocks (sig.blocks): every thread of every block runs, as on a GPU */
+    int blocks = sig->blocks;
+    if (blocks && (!f->is_kernel || sig->ndim != 6)) {
+        nb_emit_free(e);
+        return nb_error(NB_ERR_INVALID_ARG, "%s: only [Kernel] functions are launched with explicit blocks", sig->func);
+    }
+    int warp = cuda && !blocks && reaches_warp_intrinsic(f); /* whole warps iterate (see warp_scan) */
     e->warp_kernel = warp;
     /* [numthreads] kernels run as thread groups: on CUDA always (a block per group), on the CPU
      * when they synchronize or share memory (fibers, emit_group.c) */
-    int gsize = f->is_kernel && f->numthreads[0] > 0 && sig->mode == NB_CALL_PRIMAL && !ad_kind && sig->ndim == 3 && !warp
+    int gsize = f->is_kernel && f->numthreads[0] > 0 && sig->mode == NB_CALL_PRIMAL && !ad_kind && sig->ndim == 3 && !warp && !blocks
                     ? f->numthreads[0] * f->numthreads[1] * f->numthreads[2] : 0;
     if (gsize && !cuda && !needs_cpu_groups(f)) gsize = 0;
-    e->group_kernel = gsize > 0;
+    /* a block's threads run as a group: CUDA's real block; on the CPU fibers when the kernel
+     * synchronizes or shares memory, else one after the other */
+    int bgroups = blocks && !cuda && needs_cpu_groups(f);
+    if (f->is_kernel && f->numthreads[0] <= 0 && !blocks) {
+        warp_scan ws;
+        memset(&ws, 0, sizeof ws);
+        ws.shared_vars = 1;
+        warp_scan_func(&ws, f);
+        layout->shared_mem = ws.found;
+    }
+    e->group_kernel = gsize > 0 || (blocks && cuda);
     layout->group_size = gsize;
     /* a bwds/bwdr wrapper's incoming gradients: its parameters after f's in/inout ones */
     int bwd_wrapper = ad_kind == NB_AD_BWDS || ad_kind == NB_AD_BWDR || (!ad_kind && sig->mode == NB_CALL_BWD);
@@ -953,21 +984,32 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         nb_emit_thread_ids_type(e);
         const char *u3 = nb_emit_ctype(e, nb_type_vector(e->tt, NB_SC_UINT, 3));
         APPEND(&b, "    nb_thread_ids nb_tid;\n");
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < 3 && blocks; c++) /* nb_idx = {block z, y, x, thread z, y, x}; shape = {grid…, block…} */
+            APPEND(&b, "    nb_tid.thread_idx.%c = (unsigned)nb_idx[%d]; nb_tid.block_idx.%c = (unsigned)nb_idx[%d];\n"
+                       "    nb_tid.block_dim.%c = (unsigned)nb_P->shape[%d]; nb_tid.grid_dim.%c = (unsigned)nb_P->shape[%d];\n"
+                       "    nb_tid.dispatch_id.%c = nb_tid.block_idx.%c * nb_tid.block_dim.%c + nb_tid.thread_idx.%c;\n",
+                   "xyz"[c], 5 - c, "xyz"[c], 2 - c, "xyz"[c], 5 - c, "xyz"[c], 2 - c, "xyz"[c], "xyz"[c], "xyz"[c], "xyz"[c]);
+        for (int c = 0; c < 3 && !blocks; c++) {
             int d = nd_ - 1 - c;
             if (d >= 0) APPEND(&b, "    nb_tid.dispatch_id.%c = (unsigned)nb_idx[%d];\n", "xyz"[c], d);
             else APPEND(&b, "    nb_tid.dispatch_id.%c = 0;\n", "xyz"[c]);
         }
-        if (f->numthreads[0] > 0) { /* [numthreads]: groups tile the grid (x fastest), on both targets */
+        if (blocks) {
+        } else if (f->numthreads[0] > 0) { /* [numthreads]: groups tile the grid (x fastest), on both targets */
             for (int c = 0; c < 3; c++)
                 APPEND(&b, "    nb_tid.thread_idx.%c = nb_tid.dispatch_id.%c %% %du; nb_tid.block_idx.%c = nb_tid.dispatch_id.%c / %du; "
-                           "nb_tid.block_dim.%c = %du;\n",
-                       "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], f->numthreads[c]);
-        } else /* one thread per block on both targets: block_dim * block_idx + thread_idx is the
+                           "nb_tid.block_dim.%c = %du; nb_tid.grid_dim.%c = (unsigned)(nb_P->shape[%d] / %d);\n",
+                       "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], "xyz"[c], f->numthreads[c], "xyz"[c], f->numthreads[c],
+                       "xyz"[c], nd_ - 1 - c, f->numthreads[c]);
+        } else { /* one thread per block on both targets: block_dim * block_idx + thread_idx is the
                   dispatch id whatever the launch's real geometry (a grid-stride CUDA launch's
                   threadIdx/blockIdx are not), so [CudaKernel] index arithmetic agrees with the CPU */
             APPEND(&b, "    nb_tid.thread_idx = nb_tid.dispatch_id;\n    nb_tid.block_idx.x = nb_tid.block_idx.y = nb_tid.block_idx.z = 0;\n"
                        "    nb_tid.block_dim.x = nb_tid.block_dim.y = nb_tid.block_dim.z = 1;\n");
+            for (int c = 0; c < 3; c++) /* (blocks of one thread: the grid in blocks is the grid in threads) */
+                if (nd_ - 1 - c >= 0) APPEND(&b, "    nb_tid.grid_dim.%c = (unsigned)nb_P->shape[%d];\n", "xyz"[c], nd_ - 1 - c);
+                else APPEND(&b, "    nb_tid.grid_dim.%c = 1;\n", "xyz"[c]);
+        }
         (void)u3;
         nb_strbuf_append(&call, "&nb_tid");
         first = 0;
@@ -1037,7 +1079,48 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
 
     /* ---- entry points ---- */
     const int *NT = f->numthreads;
-    if (gsize && !cuda) { /* thread groups on the CPU: indices [begin, end) are groups (emit_group.c) */
+    if (blocks && !cuda) { /* explicit blocks on the CPU: [begin, end) are linear block indices (x fastest) */
+        if (bgroups) { /* the block's threads as fibers (emit_group.c): barriers, groupshared, Wave* */
+            nb_emit_need_group_runtime(e);
+            APPEND(&b, "\nstatic __thread const nb_params_%s *nb_gP_%s;\nstatic __thread long long nb_gB_%s[3];\n", ename, ename, ename);
+            APPEND(&b, "static void nb_lane_%s(void) { /* one thread of block nb_gB (z, y, x) */\n"
+                       "    const nb_params_%s *nb_P = nb_gP_%s;\n"
+                       "    const long long nb_t = nb_g_cur;\n"
+                       "    long long nb_idx[6];\n"
+                       "    nb_idx[0] = nb_gB_%s[0]; nb_idx[1] = nb_gB_%s[1]; nb_idx[2] = nb_gB_%s[2];\n"
+                       "    nb_idx[5] = nb_t %% nb_P->shape[5]; nb_idx[4] = nb_t / nb_P->shape[5] %% nb_P->shape[4];\n"
+                       "    nb_idx[3] = nb_t / (nb_P->shape[5] * nb_P->shape[4]);\n"
+                       "    nb_body_%s(nb_P, nb_idx);\n"
+                       "    nb_g_lanes[nb_t].state = NB_LANE_DONE;\n"
+                       "}\n",
+                   ename, ename, ename, ename, ename, ename, ename);
+        }
+        APPEND(&b, "\n/* runs blocks [begin, end) */\nvoid %s(const void *params, int64_t begin, int64_t end) {\n", ename);
+        APPEND(&b, "    const nb_params_%s *nb_P = (const nb_params_%s *)params;\n", ename, ename);
+        if (e->oob_cur_used) nb_strbuf_append(&b, "    nb_oob_cur = (nb_oob_rec *)nb_P->oob;\n");
+        nb_strbuf_append(&b, "    const long long nb_gx = nb_P->shape[2], nb_gy = nb_P->shape[1];\n"
+                             "    const long long nb_nt = nb_P->shape[3] * nb_P->shape[4] * nb_P->shape[5];\n"
+                             "    for (long long nb_g = begin; nb_g < end; nb_g++) {\n"
+                             "        long long nb_idx[6];\n"
+                             "        nb_idx[0] = nb_g / (nb_gx * nb_gy); nb_idx[1] = nb_g / nb_gx % nb_gy; nb_idx[2] = nb_g % nb_gx;\n");
+        if (bgroups)
+            APPEND(&b, "        nb_gP_%s = nb_P;\n"
+                       "        nb_gB_%s[0] = nb_idx[0]; nb_gB_%s[1] = nb_idx[1]; nb_gB_%s[2] = nb_idx[2];\n"
+                       "        nb_run_group((int)nb_nt, nb_lane_%s);\n", ename, ename, ename, ename, ename);
+        else
+            APPEND(&b, "        for (long long nb_t = 0; nb_t < nb_nt; nb_t++) { /* no barrier: one thread after the other */\n"
+                       "            nb_idx[5] = nb_t %% nb_P->shape[5]; nb_idx[4] = nb_t / nb_P->shape[5] %% nb_P->shape[4];\n"
+                       "            nb_idx[3] = nb_t / (nb_P->shape[5] * nb_P->shape[4]);\n"
+                       "            nb_body_%s(nb_P, nb_idx);\n"
+                       "        }\n", ename);
+        nb_strbuf_append(&b, "    }\n}\n");
+    } else if (blocks && cuda) { /* a real <<<grid, block>>> launch: one thread per kernel thread */
+        APPEND(&b, "\nextern \"C\" __global__ void %s(nb_params_%s params) {\n", ename, ename);
+        if (e->oob_cur_used)
+            nb_strbuf_append(&b, "    if (nb_oob_cur != (nb_oob_rec *)params.oob) nb_oob_cur = (nb_oob_rec *)params.oob;\n");
+        APPEND(&b, "    const unsigned nb_idx[6] = {blockIdx.z, blockIdx.y, blockIdx.x, threadIdx.z, threadIdx.y, threadIdx.x};\n"
+                   "    nb_body_%s(&params, nb_idx);\n}\n", ename);
+    } else if (gsize && !cuda) { /* thread groups on the CPU: indices [begin, end) are groups (emit_group.c) */
         nb_emit_need_group_runtime(e);
         APPEND(&b, "\nstatic __thread const nb_params_%s *nb_gP_%s;\nstatic __thread long long nb_gG_%s;\n", ename, ename, ename);
         APPEND(&b, "static void nb_lane_%s(void) { /* one thread of group nb_gG */\n"

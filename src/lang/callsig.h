@@ -28,6 +28,7 @@
  * Generated entry points (names from nb_call_layout.entry):
  *   CPU:  void ENTRY(const void *params, int64_t begin, int64_t end)   — runs indices [begin,end)
  *   CUDA: extern "C" __global__ void ENTRY(PARAMS_STRUCT params)        — grid-stride over numel
+ *   (sig.blocks: CPU runs blocks [begin, end); CUDA is launched <<<grid, block>>> exactly)
  *         (the block is passed by value; its size is nb_call_layout.size, <= 4 KiB)
  */
 #ifndef NB_LANG_CALLSIG_H
@@ -112,6 +113,10 @@ typedef struct nb_call_sig {
     int nleaves;
     nb_leaf_sig leaves[NB_CALL_MAX_LEAVES]; /* in parameter order, struct fields depth-first */
     int has_result;         /* store the return value through the last leaves (nb_fn_info.nresults) */
+    int blocks;             /* a [Kernel] launched with explicit blocks (slangtorch's launchRaw):
+                               ndim == 6, shape = {grid z, y, x, block z, y, x}; the entry runs
+                               blocks (CPU: [begin, end) of the linear block index; CUDA: a real
+                               <<<grid, block>>> launch) and every thread of each */
 } nb_call_sig;
 
 typedef struct nb_leaf_layout {
@@ -138,6 +143,9 @@ typedef struct nb_call_layout {
     size_t oob_offset;           /* uint64 address of the launch's nb_oob_rec (bounds checks) */
     int bounds_checked;          /* the kernel has bounds checks (else it cannot index out of
                                     range: no record, and no read-back after a CUDA launch) */
+    int shared_mem;              /* a [Kernel] without [numthreads] that uses groupshared memory:
+                                    it needs explicit blocks (sig.blocks); the call layer refuses a
+                                    launch over a thread grid */
     int prints;                  /* the kernel calls printf: a CUDA launch synchronises so that the
                                     device's printf buffer reaches stdout before the call returns */
     int noob_sites;              /* local-array index sites (nb_oob_rec.kind == NB_OOB_ARRAY) */

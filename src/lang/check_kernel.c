@@ -579,8 +579,11 @@ void ck_bind_shader_params(nb_checker *c) {
             sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
             if (t && t != &x.fns[i]) t->called = 1;
         }
-    for (int i = 0; i < x.nfns; i++) /* (a [Kernel] launch has no thread groups) */
-        x.fns[i].reached = x.fns[i].fn->u.func.is_kernel && x.fns[i].fn->u.func.numthreads[0] > 0;
+    /* [numthreads] entries run thread groups; a [Kernel] / [CudaKernel] has them when launched with
+     * explicit blocks (nb_call_run_blocks: a block is the group; a launch over a thread grid of
+     * such a kernel is refused at call time, callgen.c layout.shared_mem) */
+    for (int i = 0; i < x.nfns; i++)
+        x.fns[i].reached = x.fns[i].fn->u.func.is_kernel;
     for (int changed = 1; changed;) {
         changed = 0;
         for (int i = 0; i < x.nfns; i++) {
@@ -600,15 +603,15 @@ void ck_bind_shader_params(nb_checker *c) {
             nb_decl *gd = x.sp[__builtin_ctzll(f->mask & shared_mask)];
             if (gd->u.var.shader_param == 3) {
                 ck_err(c, f->fn->loc, "'%s' uses the static variable '%s' but is not called from a [numthreads] compute "
-                       "entry point: a mutable static global is per thread of an entry point",
+                       "entry point or a [Kernel]: a mutable static global is per thread of an entry point",
                        f->fn->name ? f->fn->name : "?", gd->name ? gd->name : "?");
                 continue;
             }
             snprintf(buf, sizeof buf, "groupshared '%s'", gd->name);
             what = buf;
         }
-        ck_err(c, f->fn->loc, "'%s' uses %s but is not called from a [numthreads] compute entry point: groupshared "
-               "memory belongs to a thread group (calls over arrays and [Kernel] launches have none)",
+        ck_err(c, f->fn->loc, "'%s' uses %s but is not called from a [numthreads] compute entry point or a [Kernel]: "
+               "groupshared memory belongs to a thread group (calls over arrays have none)",
                f->fn->name ? f->fn->name : "?", what);
     }
     /* the added parameters (groupshared globals: locals of the entry points, inout parameters elsewhere) */

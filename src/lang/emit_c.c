@@ -1017,8 +1017,9 @@ const char *nb_emit_thread_ids_type(nb_emitter *e)
     if (nb_emit_need_helper(e, "nb_thread_ids")) {
         const char *u3 = nb_emit_ctype(e, nb_type_vector(e->tt, NB_SC_UINT, 3));
         APPEND(&e->types,
-               "/* thread indices of a [Kernel] function: dispatch_id = global thread index (x fastest) */\n"
-               "typedef struct nb_thread_ids { %s dispatch_id, thread_idx, block_idx, block_dim; } nb_thread_ids;\n", u3);
+               "/* thread indices of a [Kernel] function: dispatch_id = global thread index (x fastest);\n"
+               "   grid_dim = blocks in the launch (callgen.c) */\n"
+               "typedef struct nb_thread_ids { %s dispatch_id, thread_idx, block_idx, block_dim, grid_dim; } nb_thread_ids;\n", u3);
     }
     return "nb_thread_ids";
 }

@@ -437,7 +437,7 @@ void nb_emit_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_type *
         return;
     case NB_ISIG_THREAD_ID: {
         const char *f = id == NB_INTR_DISPATCH_ID ? "dispatch_id" : id == NB_INTR_THREAD_IDX ? "thread_idx"
-                        : id == NB_INTR_BLOCK_IDX ? "block_idx" : "block_dim";
+                        : id == NB_INTR_BLOCK_IDX ? "block_idx" : id == NB_INTR_GRID_DIM ? "grid_dim" : "block_dim";
         APPEND(o, "nb_tid->%s", f);
         return;
     }

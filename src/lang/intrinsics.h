@@ -38,7 +38,7 @@
  *     (fwd_diff(f)) has type NB_TY_FUNC and ref = NB_REF_INTRINSIC; its argument is a NAME with
  *     ref = NB_REF_FUNCTION (overload chosen by the outer call's arguments). The outer call has
  *     ref = NB_REF_INTRINSIC, index = NB_INTR_FWD_DIFF/BWD_DIFF, decl = f. See check.h.
- *   - THREAD_ID: dispatch_id(), cudaThreadIdx(), cudaBlockIdx(), cudaBlockDim(): () -> uint3,
+ *   - THREAD_ID: dispatch_id(), cudaThreadIdx(), cudaBlockIdx(), cudaBlockDim(), cudaGridDim(): () -> uint3,
  *     [Kernel] functions only.
  *   - NN_MATVEC: nn_matvec16(w, off, x) / nn_matvec16_t(w, off, x): w a Tensor or DiffTensor of
  *     rank 1 over float, off converted to int, x converted to float[16]; result float[16]
@@ -203,6 +203,7 @@ enum {
     X(THREAD_IDX,  "cudaThreadIdx", 0, 0, THREAD_ID,   NONE,    NB_IFLAG_KERNEL) \
     X(BLOCK_IDX,   "cudaBlockIdx", 0, 0, THREAD_ID,    NONE,    NB_IFLAG_KERNEL) \
     X(BLOCK_DIM,   "cudaBlockDim", 0, 0, THREAD_ID,    NONE,    NB_IFLAG_KERNEL) \
+    X(GRID_DIM,    "cudaGridDim", 0, 0, THREAD_ID,     NONE,    NB_IFLAG_KERNEL) \
     /* thread groups and waves (check_kernel.c types them, emit_group.c emits them) */   \
     X(GROUP_SYNC,    "GroupMemoryBarrierWithGroupSync",  0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \
     X(GROUP_FENCE,   "GroupMemoryBarrier",               0, 0, BARRIER, NONE, NB_IFLAG_GROUP) \

@@ -852,6 +852,18 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     }
     const nb_type *in = t;
     while (in->kind == NB_TY_ARRAY) in = in->elem;
+    if (t->kind == NB_TY_ARRAY && in->kind == NB_TY_STRUCT) { /* element by element: "m.layers[1].weights" */
+        for (int i = 0; i < t->length && b->st == NB_OK; i++) {
+            nb_strbuf sb;
+            nb_strbuf_init(&sb);
+            nb_strbuf_printf(&sb, "%s[%d]", path, i);
+            const char *sub = nb_arena_strdup(A, nb_strbuf_cstr(&sb));
+            nb_strbuf_free(&sb);
+            if (!sub) { b->st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory"); return; }
+            add_leaves(b, t->elem, sub, param, dir, nodiff, fname);
+        }
+        return;
+    }
     if (in->kind == NB_TY_PTR) { /* (check_ptr.c) */
         const nb_type *el = t->kind == NB_TY_PTR ? t->elem : NULL;
         if (!el || (el->kind != NB_TY_SCALAR && el->kind != NB_TY_VECTOR && el->kind != NB_TY_MATRIX)) {
