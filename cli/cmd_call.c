@@ -64,7 +64,10 @@ static void call_help(FILE *to) {
            "                    slangtorch's launchRaw(blockSize=, gridSize=): GX*GY*GZ blocks\n"
            "                    of X*Y*Z threads (at most 1024); cudaThreadIdx(), cudaBlockIdx(),\n"
            "                    cudaBlockDim(), cudaGridDim() are the real ones; with --bwd/--fwd\n"
-           "                    the kernel's derivative runs (DiffTensor gradients: see below)\n"
+           "                    the kernel's derivative runs (slangtorch's f.bwd / f.fwd):\n"
+           "                    every DiffTensor gets a gradient array, --grad NAME=JSON\n"
+           "                    (bwd: the output's incoming gradient; fwd: an input's\n"
+           "                    tangent) or zeros, printed under \"grad\" after the launch\n"
            "  -o FILE.npy       write the result to FILE.npy instead of printing its values\n"
            "  -I DIR            search DIR for imported modules and #include files (repeatable)\n"
            "  -D NAME[=VALUE]   define a preprocessor macro (also -DNAME; repeatable)\n"
@@ -290,13 +293,15 @@ static int param_index(nb_func *f, const char *name) {
 }
 
 /* A struct (some leaf lies below path). */
+/* 1: `path` is a struct (leaves "path.x"); 2: an array of structs (leaves "path[0].x"). */
 static int is_struct_path(nb_func *f, const char *path) {
     int n = nb_func_leaf_count(f, g_ov);
     size_t pl = strlen(path);
     nb_leaf_info li;
     for (int j = 0; j < n; j++)
-        if (nb_func_leaf(f, g_ov, j, &li) == NB_OK && !strncmp(li.path, path, pl) && li.path[pl] == '.')
-            return 1;
+        if (nb_func_leaf(f, g_ov, j, &li) == NB_OK && !strncmp(li.path, path, pl) &&
+            (li.path[pl] == '.' || li.path[pl] == '['))
+            return li.path[pl] == '.' ? 1 : 2;
     return 0;
 }
 
@@ -417,8 +422,24 @@ static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const ch
         }
         return 1;
     }
+    int sk = is_leaf ? 0 : is_struct_path(x->f, path);
+    if (sk == 2 && v && v->kind == NB_JSON_ARRAY) { /* an array of structs: element i is "path[i]" */
+        for (int i = 0; i < v->count; i++) {
+            char sub[512];
+            snprintf(sub, sizeof sub, "%s[%d]", path, i);
+            char *keep = malloc(strlen(sub) + 1);
+            if (!keep) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
+            strcpy(keep, sub);
+            if (!keep_buf(x, keep)) return 0;
+            if (!bind_json(x, p, keep, &v->items[i], NULL)) return 0;
+        }
+        return 1;
+    }
     if (!is_leaf) {
-        if (is_struct_path(x->f, path))
+        if (sk == 2)
+            snprintf(x->err, sizeof x->err, "'%s' is an array of structs: give a JSON list of objects, or "
+                     "bind each field (%s[0].FIELD=...)", path, path);
+        else if (sk)
             snprintf(x->err, sizeof x->err, "'%s' is a struct: give a JSON object with one entry "
                      "per field", path);
         else
@@ -510,8 +531,7 @@ static int bind_arg_text(ctx *x, const char *text, int *next_pos, int *usage) {
         else {
             char root[256];
             snprintf(root, sizeof root, "%s", name);
-            char *dot = strchr(root, '.');
-            if (dot) *dot = '\0';
+            root[strcspn(root, ".[")] = '\0';
             p = param_index(x->f, root);
             if (p < 0) {
                 snprintf(x->err, sizeof x->err, "%s has no parameter '%s'",
@@ -611,8 +631,7 @@ static int overload_fits(nb_func *f, int ov, const char *const *args, int nargs)
                 if (!nb_func_result(f, ov, NULL)) return 0;
                 continue;
             }
-            char *dot = strchr(name, '.');
-            if (dot) *dot = '\0';
+            name[strcspn(name, ".[")] = '\0';
             int p = -1;
             for (int q = 0; q < np; q++)
                 if (!strcmp(nb_func_param_name(f, ov, q), name)) p = q;
@@ -845,6 +864,60 @@ static void print_outputs(ctx *x) {
     fputc('}', stdout);
 }
 
+/* The derivative kernel of an explicit-block launch (--bwd / --fwd with --block-size): every
+ * DiffTensor leaf gets a gradient array, --grad PATH=JSON or zeros of its tensor's shape, bound
+ * with nb_call_grad_named and printed under "grad" afterwards (bwd: the accumulated gradients;
+ * fwd: the tangents). */
+static int kernel_grads(ctx *x, nb_call *c, const char *const *given, int ngiven, const char **paths,
+                        nb_tensor **grads, int *n, int *usage) {
+    int nl = nb_func_leaf_count(x->f, g_ov);
+    int used[CALL_MAX] = {0};
+    for (int j = 0; j < nl; j++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(x->f, g_ov, j, &li) != NB_OK || !li.is_diff_tensor) continue;
+        nb_tensor *primal = NULL, *g = NULL;
+        for (int i = 0; i < x->nouts; i++)
+            if (!strcmp(x->outs[i].path, li.path)) primal = x->outs[i].t;
+        for (int k = 0; k < ngiven; k++) {
+            const char *eq = strchr(given[k], '=');
+            if ((size_t)(eq - given[k]) != strlen(li.path) || strncmp(given[k], li.path, (size_t)(eq - given[k]))) continue;
+            char jerr[256];
+            nb_json *v = nb_json_parse(eq + 1, jerr, sizeof jerr);
+            if (!v) {
+                snprintf(x->err, sizeof x->err, "--grad %s: %s", given[k], jerr);
+                *usage = 1;
+                return 0;
+            }
+            int ok = json_to_tensor(x, v, li.dtype, &g);
+            nb_json_free(v);
+            if (!ok) return 0;
+            used[k] = 1;
+        }
+        if (!g && primal) {
+            if (nb_tensor_zeros(x->dev, li.dtype, nb_tensor_ndim(primal), nb_tensor_shape(primal), &g) != NB_OK ||
+                !keep_tensor(x, g)) {
+                snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+                return 0;
+            }
+        }
+        if (!g) continue; /* (no argument for it: the call reports the missing one) */
+        if (nb_call_grad_named(c, li.path, g) != NB_OK) {
+            snprintf(x->err, sizeof x->err, "%s", nb_last_error());
+            return 0;
+        }
+        paths[*n] = li.path;
+        grads[(*n)++] = g;
+    }
+    for (int k = 0; k < ngiven; k++)
+        if (!used[k]) {
+            snprintf(x->err, sizeof x->err, "--grad %s: %s has no DiffTensor parameter or field '%.*s'", given[k],
+                     nb_func_signature(x->f, g_ov), (int)(strchr(given[k], '=') - given[k]), given[k]);
+            *usage = 1;
+            return 0;
+        }
+    return 1;
+}
+
 int nb_cmd_call(int argc, char **argv) {
     const char *includes[CALL_MAX], *consts[CALL_MAX], *maps[CALL_MAX], *args[CALL_MAX], *defines[CALL_MAX];
     const char *confs[CALL_MAX];
@@ -857,8 +930,13 @@ int nb_cmd_call(int argc, char **argv) {
         call_help(stderr);
         return 2;
     }
-    for (int i = 0; i < argc; i++) /* derivative calls: cmd_call_ad.c */
+    int explicit_blocks = 0; /* (derivative kernels of explicit-block launches stay here) */
+    for (int i = 0; i < argc; i++) explicit_blocks |= !strcmp(argv[i], "--block-size");
+    for (int i = 0; i < argc && !explicit_blocks; i++) /* derivative calls over arrays: cmd_call_ad.c */
         if (!strcmp(argv[i], "--fwd") || !strcmp(argv[i], "--bwd")) return nb_cmd_call_ad(argc, argv);
+    int kmode = 0; /* NB_MODE_* of an explicit-block launch */
+    const char *kgrads[CALL_MAX];
+    int nkgrads = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (!only_pos && a[0] == '-' && !is_negative_number(a)) {
@@ -872,6 +950,18 @@ int nb_cmd_call(int argc, char **argv) {
             }
             if (!strcmp(a, "--unchecked")) {
                 unchecked = 1;
+                continue;
+            }
+            if (!strcmp(a, "--bwd") || !strcmp(a, "--fwd")) {
+                if (kmode) return nb_cli_bad_usage("call: --fwd and --bwd given together%s", "");
+                kmode = !strcmp(a, "--bwd") ? NB_MODE_BWD : NB_MODE_FWD;
+                continue;
+            }
+            if (!strcmp(a, "--grad")) {
+                if (!next || !strchr(next, '=')) return nb_cli_bad_usage("call: --grad needs NAME=JSON%s", "");
+                if (nkgrads == CALL_MAX) return nb_cli_bad_usage("call: too many --grad%s", "");
+                kgrads[nkgrads++] = next;
+                i++;
                 continue;
             }
             const char *def;
@@ -930,6 +1020,7 @@ int nb_cmd_call(int argc, char **argv) {
                                           : "call: --grid-size goes with --block-size%s", "");
     if (has_bsize && has_grid)
         return nb_cli_bad_usage("call: --grid counts threads; with --block-size use --grid-size (blocks)%s", "");
+    if (nkgrads && !kmode) return nb_cli_bad_usage("call: --grad goes with --bwd / --fwd%s", "");
     if (out_npy && nb_file_check_writable(out_npy, "-o") != NB_OK) { /* before compiling and running */
         fprintf(stderr, "nabla: call: %s\n", nb_last_error());
         return 1;
@@ -973,6 +1064,7 @@ int nb_cmd_call(int argc, char **argv) {
         goto fail;
     }
     if (nb_call_begin(x->f, &x->c) != NB_OK) goto fail_lib;
+    if (kmode && nb_call_set_mode(x->c, (nb_diff_mode)kmode) != NB_OK) goto fail_lib;
     g_ov = choose_overload(x->f, args, nargs);
     int used_ov = -1;
     if (nb_call_report_overload(x->c, &used_ov) != NB_OK) goto fail_lib;
@@ -1025,6 +1117,13 @@ int nb_cmd_call(int argc, char **argv) {
     nb_status s;
     nb_call *c = x->c;
     x->c = NULL;
+    const char *gpath[CALL_MAX];
+    nb_tensor *gten[CALL_MAX];
+    int ngrads = 0;
+    if (kmode && !kernel_grads(x, c, kgrads, nkgrads, gpath, gten, &ngrads, &usage)) {
+        nb_call_free(c);
+        goto fail;
+    }
     if (has_bsize) { /* explicit blocks (any function: the library says which it launches) */
         s = nb_call_run_blocks(c, bsize, gsize);
     } else if (nb_func_is_kernel(x->f, g_ov)) {
@@ -1069,6 +1168,16 @@ int nb_cmd_call(int argc, char **argv) {
     np = nb_func_param_count(x->f, g_ov);
     for (int p = 0; p < np; p++) has_out |= param_is_output(x->f, p);
     if (has_out) print_outputs(x);
+    if (kmode) {
+        fputs(", \"grad\": {", stdout);
+        for (int k = 0; k < ngrads; k++) {
+            if (k) fputs(", ", stdout);
+            nb_json_print_string(stdout, gpath[k]);
+            fputs(": ", stdout);
+            print_tensor(stdout, gten[k]);
+        }
+        fputc('}', stdout);
+    }
     fputs("}\n", stdout);
     rc = 0;
     goto done;

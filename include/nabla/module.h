@@ -369,6 +369,10 @@ nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host
 nb_status nb_call_set_mode(nb_call *c, nb_diff_mode mode);
 nb_status nb_call_grad(nb_call *c, int index, nb_tensor *grad);
 nb_status nb_call_dout(nb_call *c, nb_tensor *dout);
+/* The gradient array of the DiffTensor leaf `path` (a parameter "x", a struct field "foo.A", an
+ * element of an array of structs "mlp.layers[1].weights"), in any mode; other leaves: as
+ * nb_call_grad of their parameter. Unknown paths are NB_ERR_NOT_FOUND. */
+nb_status nb_call_grad_named(nb_call *c, const char *path, nb_tensor *grad);
 nb_status nb_call_tangent(nb_call *c, int index, nb_tensor *tangent);
 nb_status nb_call_tangent_alloc(nb_call *c, nb_tensor **slot);
 

@@ -151,7 +151,49 @@ nb_status nb_call_tgrad_for(nb_call *c, int j, const nb_leaf_bind *b, uint64_t *
         memcpy(strides, nb_tensor_strides(g), sizeof(int64_t) * (size_t)nd);
         return NB_OK;
     }
+    /* the derivative kernel of a [Kernel] (slangtorch's f.bwd / f.fwd) reads and writes every
+     * DiffTensor's gradient: one left out would silently drop (bwd) or zero (fwd) derivatives */
+    int k = wrapper_kind(c);
+    if (k && in->is_kernel && b->tensor_rank >= 0) {
+        char base[512];
+        snprintf(base, sizeof base, "%.*s", (int)strlen(c->f->name) - 6, c->f->name);
+        return nb_error(NB_ERR_INVALID_ARG, "%s.%s: DiffTensor parameter '%s' has no gradient tensor: give one (C: "
+                        "nb_call_grad / nb_call_grad_named; Python: a (tensor, grad) pair)", base, k == 2 ? "bwd" : "fwd", name);
+    }
     return NB_OK;
+}
+
+nb_status nb_call_grad_named(nb_call *c, const char *path, nb_tensor *grad)
+{
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_grad_named: call is NULL");
+    if (!path) return nb_error(NB_ERR_INVALID_ARG, "nb_call_grad_named: path is NULL");
+    nb_func *pf = NULL;
+    NB_TRY(base_func(c, &pf));
+    int nl = nb_func_leaf_count(pf, 0);
+    for (int l = 0; l < nl; l++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(pf, 0, l, &li) != NB_OK || strcmp(li.path, path)) continue;
+        if (!li.is_diff_tensor) {
+            if (li.path == nb_func_param_name(pf, 0, li.param) || !strchr(path, '.'))
+                return nb_call_grad(c, li.param, grad); /* a top-level parameter: its gradient */
+            return nb_error(NB_ERR_INVALID_ARG, "nb_call_grad_named: '%s' of %s is not a DiffTensor", path,
+                            nb_func_signature(pf, 0));
+        }
+        if (!grad) return nb_error(NB_ERR_INVALID_ARG, "nb_call_grad_named: the gradient array for '%s' is NULL", path);
+        if (nb_tensor_dtype(grad) != li.dtype)
+            return nb_error(NB_ERR_DTYPE, "nb_call_grad_named: DiffTensor '%s' holds %s, its gradient array is %s", path,
+                            nb_dtype_name(li.dtype), nb_dtype_name(nb_tensor_dtype(grad)));
+        if (nb_tensor_device(grad) != nb_module_device(pf->m))
+            return nb_error(NB_ERR_INVALID_ARG, "nb_call_grad_named: the gradient array for '%s' is on another device than "
+                            "the module", path);
+        if (c->ntgrads >= (int)(sizeof c->tgrads / sizeof c->tgrads[0]))
+            return nb_error(NB_ERR_UNSUPPORTED, "nb_call_grad_named: at most %d DiffTensor gradients per call",
+                            (int)(sizeof c->tgrads / sizeof c->tgrads[0]));
+        c->tgrads[c->ntgrads].param = li.path; /* (lives as long as the module's reflection) */
+        c->tgrads[c->ntgrads++].t = grad;
+        return NB_OK;
+    }
+    return nb_error(NB_ERR_NOT_FOUND, "nb_call_grad_named: %s has no parameter or field '%s'", nb_func_signature(pf, 0), path);
 }
 
 nb_status nb_call_grad(nb_call *c, int index, nb_tensor *grad)

@@ -156,7 +156,7 @@ struct nb_call {
     int blocks;             /* nb_call_run_blocks: launched with explicit blocks */
     int64_t bdim[3];        /* its block size {x, y, z} (the grid goes where run_grid's does) */
     int ntgrads;            /* nb_call_grad / nb_call_tangent on DiffTensor parameters, by name */
-    struct { const char *param; nb_tensor *t; } tgrads[8];
+    struct { const char *param; nb_tensor *t; } tgrads[NB_CALL_MAX_LEAVES]; /* param: leaf path */
     /* binding scratch for the chosen overload */
     int overload;
     int nleaves;            /* leaves of the overload's parameters (result not included) */
