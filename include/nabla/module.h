@@ -145,6 +145,11 @@ char *nb_module_warnings(const nb_module *m);
 
 /* ---- functions and reflection ---------------------------------------------------------------- */
 
+/* The module's callable functions (its own, not its imports'; generic ones left out), in
+ * declaration order, one name per overloaded function: names[i] for i < min(count, max) lives as
+ * long as the module; returns the count. */
+int nb_module_function_names(nb_module *m, const char **names, int max);
+
 /* The function `name` (all its overloads; the call picks one by its arguments). The handle lives
  * as long as the module. NB_ERR_NOT_FOUND lists the module's functions. */
 nb_status nb_module_func(nb_module *m, const char *name, nb_func **out);
@@ -182,7 +187,14 @@ int nb_func_numthreads(const nb_func *f, int overload, int out[3]);
 /* Host functions (slang-torch's [TorchEntryPoint]): run on the host CPU, allocate tensors and
  * launch the module's kernels; called with nb_host_call, not nb_call_*. */
 int nb_func_is_host(const nb_func *f, int overload);
-/* Leaves of all parameters in order (struct fields depth-first). */
+/* Struct-valued parameter nodes of an overload, depth-first: a struct parameter or field ("foo",
+ * "mlp.layers[1]") or an array of structs ("mlp.layers"), with its type as written ("Foo",
+ * "Linear<16>[3]", "Linear<16>"); their fields are the leaves (and nodes) below the path. For
+ * hosts that build struct values (slangtorch's m.Foo namedtuples). */
+int nb_func_struct_count(const nb_func *f, int overload);
+nb_status nb_func_struct_node(const nb_func *f, int overload, int i, const char **path, const char **type_name);
+/* Leaves of all parameters in order (struct fields depth-first; an array of structs element by
+ * element: "mlp.layers[0].weights", "mlp.layers[0].bias", "mlp.layers[1].weights", …). */
 int nb_func_leaf_count(const nb_func *f, int overload);
 nb_status nb_func_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out);
 /* The result's leaf; 0 for a void function, else 1 and *out filled (for a struct result

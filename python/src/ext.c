@@ -352,6 +352,7 @@ static PyObject *module_get_name(PyObject *self, void *c) {
 static PyMethodDef module_methods[] = {
     {"func", module_func, METH_O, "func(name) -> Function (NotFoundError lists the functions)"},
     {"set_constant", module_set_constant, METH_VARARGS, "set_constant(name, value)"},
+    {"functions", nbp_module_functions, METH_NOARGS, "functions() -> [name, ...] the module's callable functions"},
     {"dump", (PyCFunction)(void (*)(void))module_dump, METH_VARARGS | METH_KEYWORDS,
      "dump(format='c'|'cuda'|'ir', entry=None, mode='primal'|'fwd'|'bwd') -> generated code"},
     {NULL},

@@ -863,6 +863,7 @@ static PyGetSetDef func_getset[] = {
     {"param_dirs", func_get_param_dirs, NULL, "\"in\"/\"out\"/\"inout\" per parameter", NULL},
     {"differentiable_params", func_get_diff, NULL, "bools per parameter, or None", NULL},
     {"module", func_get_module, NULL, "the C module", NULL},
+    {"is_kernel", nbp_func_get_is_kernel, NULL, "a [Kernel] / [CudaKernel] function (launch_raw, dispatch)", NULL},
     {NULL},
 };
 static PyMethodDef func_methods[] = {
@@ -870,6 +871,11 @@ static PyMethodDef func_methods[] = {
     {"constants", func_constants, METH_O, "constants({name: value}) -> self (module-wide)"},
     {"dispatch", (PyCFunction)(void (*)(void))func_dispatch, METH_VARARGS | METH_KEYWORDS,
      "dispatch(grid, *args, **kw): run a [Kernel] function over grid = n or (x, y, z) threads"},
+    {"launch_raw", (PyCFunction)(void (*)(void))nbp_func_launch_raw, METH_VARARGS | METH_KEYWORDS,
+     "launch_raw(block, grid, mode='primal'|'fwd'|'bwd', args={path: value | (primal, grad)}): grid blocks of block "
+     "threads (slangtorch's launchRaw; launch.c)"},
+    {"kernel_params", nbp_func_kernel_params, METH_NOARGS, "kernel_params() -> [dict per parameter leaf]"},
+    {"param_types", nbp_func_param_types, METH_NOARGS, "param_types() -> {path: struct type name}"},
     {NULL},
 };
 static PyType_Slot func_slots[] = {

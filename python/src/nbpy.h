@@ -3,7 +3,8 @@
  * Files: ext.c (module init, errors, devices, modules), tensor.c (nabla.Tensor, buffer protocol,
  * DLPack), convert.c (Python objects -> call arguments: scalars, lists, buffers, torch tensors),
  * func.c (nabla functions: calls, .map, .bwds, .fwds, results), host.c ([TorchEntryPoint] host
- * functions), nn_*.c (nabla.nn: fused MLP,
+ * functions), launch.c (explicit-block kernel launches: Function.launch_raw, kernel reflection),
+ * nn_*.c (nabla.nn: fused MLP,
  * encodings, Adam, losses, images, tape, UNet / DDPM; see nn_common.h).
  *
  * Nothing here imports numpy or torch: an object is a torch tensor only if "torch" is already in
@@ -182,5 +183,12 @@ nb_cmdlist *nbp_cmdlist_of(PyObject *enc);
 PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps);
 /* host.c: calls a [TorchEntryPoint] host function (nb_host_call). */
 PyObject *nbp_host_call(FunctionObject *fn, PyObject *args, PyObject *kw);
+
+/* launch.c: explicit-block launches and the reflection the slangtorch layer needs. */
+PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *nbp_func_kernel_params(PyObject *self, PyObject *unused);
+PyObject *nbp_func_param_types(PyObject *self, PyObject *unused);
+PyObject *nbp_func_get_is_kernel(PyObject *self, void *unused);
+PyObject *nbp_module_functions(PyObject *self, PyObject *unused);
 
 #endif

@@ -348,6 +348,28 @@ int nb_func_numthreads(const nb_func *f, int overload, int out[3]) {
     return 1;
 }
 
+int nb_func_struct_count(const nb_func *f, int overload) {
+    const nb_fn_info *in = info_of(f, overload);
+    return in ? in->nstructs : 0;
+}
+
+nb_status nb_func_struct_node(const nb_func *f, int overload, int i, const char **path, const char **type_name) {
+    const nb_fn_info *in = info_of(f, overload);
+    if (!in || i < 0 || i >= in->nstructs)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_func_struct_node: no struct node %d (overload %d)", i, overload);
+    if (path) *path = in->struct_paths[i];
+    if (type_name) *type_name = in->struct_types[i];
+    return NB_OK;
+}
+
+int nb_module_function_names(nb_module *m, const char **names, int max) {
+    if (!m) return 0;
+    pthread_mutex_lock(&m->lock);
+    int n = nb_program_function_names(m->prog, names, max);
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
 int nb_func_leaf_count(const nb_func *f, int overload) {
     const nb_fn_info *in = info_of(f, overload);
     return in ? in->nleaves : 0;

@@ -92,7 +92,15 @@ typedef struct nb_fn_info {
     int numthreads[3];       /* [numthreads(x,y,z)] thread group; 0 0 0 without the attribute */
     int differentiable;
     const char *signature;   /* "float add(float a, float b)" for messages */
+    int nstructs;            /* struct-valued parameter nodes, depth-first: a struct parameter or
+                                field ("foo", "mlp.layers[0]") or an array of structs ("mlp.layers") */
+    const char *const *struct_paths;
+    const char *const *struct_types; /* their types as written: "Foo", "Linear<16>[3]", "Linear<16>" */
 } nb_fn_info;
+
+/* Names of the main module's callable (non-generic, defined) functions, in declaration order, no
+ * duplicates for overloads: up to max into out; returns how many there are. */
+int nb_program_function_names(nb_program *p, const char **out, int max);
 
 /* All overloads of `name` (count 0 -> NB_ERR_NOT_FOUND naming the function and listing the
  * module's callable functions). The arrays live as long as the program. */

@@ -814,13 +814,29 @@ static nb_dtype scalar_dtype(nb_scalar_kind s) {
     return NB_F32;
 }
 
+#define NB_MAX_STRUCT_NODES 64
 typedef struct leaf_builder {
     nb_program *p;
     int host; /* leaves of a host function: TorchTensor, scalars, structs of those */
     nb_fn_leaf leaves[NB_CALL_MAX_LEAVES];
     int n;
     nb_status st;
+    const char *spaths[NB_MAX_STRUCT_NODES], *stypes[NB_MAX_STRUCT_NODES]; /* struct-valued nodes */
+    int ns;
 } leaf_builder;
+
+/* Records a struct-valued node (a struct parameter or field, an array of structs, an element of
+ * one) with its type's name, for hosts that build struct values (nb_func_struct_node). */
+static void add_struct_node(leaf_builder *b, const nb_type *t, const char *path) {
+    if (b->ns >= NB_MAX_STRUCT_NODES) return;
+    nb_strbuf sb;
+    nb_strbuf_init(&sb);
+    nb_type_print(t, &sb);
+    b->stypes[b->ns] = nb_arena_strdup(&b->p->arena, nb_strbuf_cstr(&sb));
+    nb_strbuf_free(&sb);
+    b->spaths[b->ns] = path;
+    if (b->stypes[b->ns]) b->ns++;
+}
 
 static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int param, int dir, int nodiff,
                        const char *fname) {
@@ -828,6 +844,7 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     nb_arena *A = &b->p->arena;
     if (t->kind == NB_TY_STRUCT) {
         nb_decl *sd = t->decl;
+        add_struct_node(b, t, path);
         for (int i = 0; i < sd->u.strct.nfields; i++) {
             nb_decl *f = sd->u.strct.fields[i];
             nb_strbuf sb;
@@ -853,6 +870,7 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     const nb_type *in = t;
     while (in->kind == NB_TY_ARRAY) in = in->elem;
     if (t->kind == NB_TY_ARRAY && in->kind == NB_TY_STRUCT) { /* element by element: "m.layers[1].weights" */
+        add_struct_node(b, t, path);
         for (int i = 0; i < t->length && b->st == NB_OK; i++) {
             nb_strbuf sb;
             nb_strbuf_init(&sb);
@@ -1037,6 +1055,18 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
     }
     first[np] = b->n;
     nb_status st = b->st;
+    if (st == NB_OK && b->ns) {
+        const char **sp = nb_arena_zalloc(A, sizeof(char *) * (size_t)b->ns, 16);
+        const char **stn = nb_arena_zalloc(A, sizeof(char *) * (size_t)b->ns, 16);
+        if (!sp || !stn) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+        else {
+            memcpy(sp, b->spaths, sizeof(char *) * (size_t)b->ns);
+            memcpy(stn, b->stypes, sizeof(char *) * (size_t)b->ns);
+            info->struct_paths = sp;
+            info->struct_types = stn;
+            info->nstructs = b->ns;
+        }
+    }
     if (st == NB_OK) {
         nb_fn_leaf *leaves = nb_arena_zalloc(A, sizeof(nb_fn_leaf) * (size_t)(b->n ? b->n : 1), 16);
         if (!leaves) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -1090,6 +1120,23 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
     info->differentiable = fn->u.func.differentiable;
     info->signature = sig_string(p, fn);
     return NB_OK;
+}
+
+int nb_program_function_names(nb_program *p, const char **out, int max) {
+    int n = 0;
+    nb_module_ast *m = p ? p->main : NULL;
+    for (int k = 0; m && k < m->ndecls; k++) {
+        nb_decl *d = m->decls[k];
+        if (!d || d->kind != NB_DECL_FUNC || !d->u.func.body || !d->name || d->u.func.ngparams || d->u.func.generic_of)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < k && !dup; j++)
+            dup = m->decls[j] && m->decls[j]->kind == NB_DECL_FUNC && m->decls[j]->name && !strcmp(m->decls[j]->name, d->name);
+        if (dup) continue;
+        if (n < max && out) out[n] = d->name;
+        n++;
+    }
+    return n;
 }
 
 nb_status nb_program_functions(nb_program *p, const char *name, const nb_fn_info **infos, int *count) {
