@@ -220,9 +220,10 @@ static void rt_dispatch(void *ctx, const char *kernel, unsigned gx, unsigned gy,
         fail(x, s, "%s: __dispatch_kernel(%s): %s", x->fname, kernel, nb_last_error());
         return;
     }
-    /* grid = blocks, block = threads per block: gx*bx x gy*by x gz*bz threads */
-    int64_t grid[3] = {(int64_t)gx * bx, (int64_t)gy * by, (int64_t)gz * bz};
-    s = nb_call_run_grid(c, grid);
+    /* grid = blocks, block = threads per block: a real block launch (the kernel's cudaThreadIdx(),
+     * cudaBlockIdx(), cudaBlockDim() are the launch's; nb_call_run_blocks) */
+    int64_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    s = nb_call_run_blocks(c, block, grid);
     if (s != NB_OK) fail(x, s, "%s: __dispatch_kernel(%s): %s", x->fname, kernel, nb_last_error());
 }
 
