@@ -150,13 +150,22 @@ static void need_cpu_runtime(nb_emitter *e)
            W_READ_AT, W_READ_FIRST, W_IS_FIRST, W_PREFIX_SUM, W_PREFIX_PRODUCT, W_ALL, W_IS_FIRST);
 }
 
+/* CUDA: the thread's lane in its warp. Warps are 32 consecutive linear thread indices of the block
+ * (x fastest), so with a 2-D / 3-D block (explicit-block launches) it is not threadIdx.x & 31. */
+static void need_cuda_lane(nb_emitter *e)
+{
+    if (!nb_emit_need_helper(e, "nb_lane_id")) return;
+    APPEND(&e->helpers, "static __device__ __forceinline__ unsigned nb_lane_id(void) { unsigned l; asm volatile(\"mov.u32 %%0, %%%%laneid;\" : \"=r\"(l)); return l; }\n");
+}
+
 static void need_cuda_waves(nb_emitter *e)
 {
+    need_cuda_lane(e);
     if (!nb_emit_need_helper(e, "nb_wave_cuda")) return;
     APPEND(&e->helpers,
            "/* wave operations over the active lanes of a warp, in lane order (emit_group.c) */\n"
            "template <typename T> static __device__ T nb_wave_arith(T v, int op) {\n"
-           "    const unsigned m = __activemask(), me = threadIdx.x & 31u;\n"
+           "    const unsigned m = __activemask(), me = nb_lane_id();\n"
            "    T r = op == %d || op == %d ? (T)1 : (T)0; bool first = true;\n"
            "    for (unsigned k = 0; k < 32u; k++) {\n"
            "        if (!(m >> k & 1u)) continue;\n"
@@ -211,7 +220,10 @@ void nb_emit_group_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_
         return;
     case NB_INTR_WAVE_LANE_COUNT: nb_strbuf_append(o, "32u"); return;
     case NB_INTR_WAVE_LANE_INDEX:
-        if (cuda) nb_strbuf_append(o, "(threadIdx.x & 31u)");
+        if (cuda) {
+            need_cuda_lane(e);
+            nb_strbuf_append(o, "nb_lane_id()");
+        }
         else {
             need_cpu_runtime(e);
             nb_strbuf_append(o, "((unsigned)nb_lane_index() & 31u)");
@@ -223,7 +235,10 @@ void nb_emit_group_intrinsic(nb_emitter *e, int id, const nb_type *rt, const nb_
     const char *T = nb_emit_ctype(e, rt);
     if (cuda) {
         switch (id) {
-        case NB_INTR_WAVE_IS_FIRST: nb_strbuf_append(o, "((int)(threadIdx.x & 31u) == __ffs(__activemask()) - 1)"); return;
+        case NB_INTR_WAVE_IS_FIRST:
+            need_cuda_lane(e);
+            nb_strbuf_append(o, "((int)nb_lane_id() == __ffs(__activemask()) - 1)");
+            return;
         case NB_INTR_WAVE_ALL_TRUE: APPEND(o, "(bool)__all_sync(__activemask(), %s)", args[0]); return;
         case NB_INTR_WAVE_ANY_TRUE: APPEND(o, "(bool)__any_sync(__activemask(), %s)", args[0]); return;
         case NB_INTR_WAVE_COUNT_BITS: APPEND(o, "(unsigned)__popc(__ballot_sync(__activemask(), %s))", args[0]); return;
