@@ -583,7 +583,16 @@ static nb_status launch_only(nb_call *c, nb_kentry *e) {
             return nb_jit_launch_cpu_grain(e->kernel, c->block, nblocks, NB_JIT_CPU_GRAIN / nt > 0 ? NB_JIT_CPU_GRAIN / nt : 1);
         unsigned grid[3] = {(unsigned)c->kshape[2], (unsigned)c->kshape[1], (unsigned)c->kshape[0]};
         unsigned blk[3] = {(unsigned)c->kshape[5], (unsigned)c->kshape[4], (unsigned)c->kshape[3]};
-        return nb_jit_launch_cuda_grid(e->kernel, c->block, e->layout.size, grid, blk, NULL);
+        nb_status ls = nb_jit_launch_cuda_grid(e->kernel, c->block, e->layout.size, grid, blk, NULL);
+        if (ls) { /* (say which launch: a block too large for the kernel's registers fails here) */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", nb_last_error());
+            ls = nb_error(ls, "%s: launching %u x %u x %u blocks of %u x %u x %u threads failed: %s%s", nb_call_fname(c),
+                          grid[0], grid[1], grid[2], blk[0], blk[1], blk[2], msg,
+                          strstr(msg, "resources") ? " (the kernel needs more registers than a block this large "
+                                                     "has: use a smaller block)" : "");
+        }
+        return ls;
     }
     if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) {
         if (gs > 0)
