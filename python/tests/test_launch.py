@@ -85,6 +85,23 @@ def test_numpy_and_torch_in_place():
     assert Y.tolist() == [1, 4, 9]
 
 
+def test_torch_cuda_zero_copy_on_current_stream():
+    torch = pytest.importorskip("torch")
+    if "cuda" not in devices() or not torch.cuda.is_available():
+        pytest.skip("no CUDA device (or torch without CUDA)")
+    m = module("cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # nabla's launch is ordered after torch's work on its current stream
+        X = torch.arange(1, 4097, dtype=torch.float32, device="cuda") * 0.5
+        Y = torch.zeros_like(X)
+        Xg, Yg = torch.zeros_like(X), torch.ones_like(X)
+        m.square.launch_raw((256, 1, 1), (16, 1, 1), args={"input": X, "output": Y})
+        m.square.launch_raw((256, 1, 1), (16, 1, 1), mode="bwd", args={"input": (X, Xg), "output": (Y, Yg)})
+        total = (Y.sum() + Xg.sum()).item()  # torch work after nabla's, on the same stream
+    want = float((X * X).sum() + (2 * X).sum())
+    assert abs(total - want) <= 1e-4 * abs(want)
+
+
 @pytest.mark.parametrize("dev", devices())
 def test_bwd_fwd_pairs(dev):
     m = module(dev)
