@@ -229,10 +229,12 @@ from ._spy_generators import (  # noqa: E402,F401
     rand_float, thread_id, wang_hash,
 )
 from ._spy_instances import InstanceList, InstanceTensor  # noqa: E402,F401
+from . import _spy_instances  # noqa: E402
 from ._spy_encoder import CommandBuffer, CommandEncoder  # noqa: E402,F401
 from . import _spy_encoder  # noqa: E402
 
 _spy_encoder.install(__import__(__name__))
+_spy_instances.install(__import__(__name__))
 
 
 # slang-torch's names on nabla itself (`import nabla as slangtorch`, the tutorial's

@@ -229,3 +229,24 @@ class InstanceTensor(InstanceList):
     def copy_from_numpy(self, array):
         """Sets the instances from a numpy array in the flat layout (same shape as .tensor)."""
         self._data.copy_from(_nabla.tensor_from_buffer(array, self._data.device))
+
+
+def install(nabla):
+    """Struct types from `module.Particle` (SlangPy part 1's SlangType, when present) remember their
+    module, so InstanceList(module.Particle, data) finds the struct's methods without module=."""
+    slang_type = getattr(nabla, "SlangType", None)
+    module_cls = getattr(nabla, "Module", None)
+    if slang_type is None or module_cls is None or getattr(module_cls, "_nb_types_know_module", False):
+        return
+    orig = module_cls.__getattr__
+
+    def __getattr__(self, name):
+        r = orig(self, name)
+        if isinstance(r, slang_type) and getattr(r, "module", None) is None:
+            r.module = self
+        return r
+
+    __getattr__.__doc__ = orig.__doc__
+    module_cls.__getattr__ = __getattr__
+    module_cls._nb_types_know_module = True
+

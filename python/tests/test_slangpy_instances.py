@@ -137,7 +137,7 @@ struct Body {
 def test_instance_tensor(dev):
     m = spy.load_module_from_source(FLAT_SRC, "flat.slang", device=dev)
     body = m.Body  # a SlangType: the flat layout (position, velocity, mass) = 5 floats
-    pt = spy.InstanceTensor(body, (4,), module=m)
+    pt = spy.InstanceTensor(body, (4,))  # module.Body knows its module
     assert pt.shape == (4,) and tuple(pt.tensor.shape) == (4, 5)
     vel = np.arange(8, dtype=np.float32).reshape(4, 2)
     pt.reset(np.zeros(2, np.float32), vel)
@@ -150,3 +150,10 @@ def test_instance_tensor(dev):
     data[:, 4] = 2.0  # mass
     pt.copy_from_numpy(data)
     assert np.allclose(pt.energy(), 1.0)
+    # the design doc's spelling: InstanceList(module.Struct, dict of fields)
+    pl = spy.InstanceList(m.Body, {"position": np.zeros((2, 2), np.float32),
+                                   "velocity": np.ones((2, 2), np.float32), "mass": np.ones(2, np.float32)})
+    pl.step(2.0)
+    assert pl.position.tolist() == [[2, 2], [2, 2]]
+    with pytest.raises(spy.ArgumentError, match="not a struct type"):
+        spy.InstanceList(m.float3, {})
