@@ -33,7 +33,8 @@ from . import Module as _NbModule, Tensor as _NbTensor, _define_list
 
 __all__ = [
     "loadModule", "clearSessionShaderCache", "clearPersistentShaderCache", "clearShaderCaches",
-    "DiffTensorView", "SlangModule", "KernelFunction", "LaunchableObject", "StructArgumentError",
+    "DiffTensorView", "SlangModule", "KernelFunction", "HostFunction", "LaunchableObject",
+    "StructArgumentError",
     "BroadcastError",
 ]
 
@@ -236,26 +237,28 @@ def _diff_pair(value, where):
     return value, None
 
 
-def _flatten(node, value, where, mode, out):
-    """Adds {path: value | (primal, grad)} entries for one argument to `out`."""
+def _flatten(node, value, fn, where, mode, out):
+    """Adds {path: value | (primal, grad)} entries for argument `where` of kernel fn to `out`."""
     if isinstance(node, _Struct):
-        d = _struct_dict(node, value, where)
-        for fname, fnode in node.fields.items():
-            _flatten(fnode, d[fname], f"{where}.{fname}", mode, out)
+        d = _struct_dict(node, value, f"{fn}: argument '{where}'")
+        for field, fnode in node.fields.items():
+            _flatten(fnode, d[field], fn, f"{where}.{field}", mode, out)
     elif isinstance(node, _Array):
         if not isinstance(value, (tuple, list)) or _is_array(value):
-            raise ArgumentError(f"{where}: expected a list or tuple of {len(node.items)} items, "
-                                f"got {type(value).__name__}")
+            raise ArgumentError(f"{fn}: argument '{where}': expected a list or tuple of "
+                                f"{len(node.items)} items, got {type(value).__name__}")
         if len(value) != len(node.items):
-            raise ArgumentError(f"{where}: expected {len(node.items)} items, got {len(value)}")
+            raise ArgumentError(f"{fn}: argument '{where}': expected {len(node.items)} items, "
+                                f"got {len(value)}")
         for i, (inode, v) in enumerate(zip(node.items, value)):
-            _flatten(inode, v, f"{where}[{i}]", mode, out)
+            _flatten(inode, v, fn, f"{where}[{i}]", mode, out)
     elif node.kind == "diff":
-        primal, grad = _diff_pair(value, where)
+        primal, grad = _diff_pair(value, f"{fn}: argument '{where}'")
         for x in (primal, grad):
             if x is not None and _zero_stride(x):
-                raise BroadcastError(f"{where}: a tensor with a zero stride (broadcast / expand) "
-                                     "cannot be a kernel's view; call .contiguous() first")
+                raise BroadcastError(f"{fn}: argument '{where}': a tensor with a zero stride "
+                                     "(broadcast / expand) cannot be a kernel's view; call "
+                                     ".contiguous() first")
         if grad is None and mode != "primal":
             grad = _zeros_like(primal)  # slang-torch: a view without a gradient gets a scratch one
         out[node.path] = primal if grad is None else (primal, grad)
@@ -263,8 +266,9 @@ def _flatten(node, value, where, mode, out):
         if node.kind == "tensor" and isinstance(value, tuple) and len(value) == 1 and _is_array(value[0]):
             value = value[0]  # slang-torch accepts (tensor,) for any tensor parameter
         if node.kind == "tensor" and _zero_stride(value):
-            raise BroadcastError(f"{where}: a tensor with a zero stride (broadcast / expand) cannot "
-                                 "be a kernel's view; call .contiguous() first")
+            raise BroadcastError(f"{fn}: argument '{where}': a tensor with a zero stride "
+                                 "(broadcast / expand) cannot be a kernel's view; call "
+                                 ".contiguous() first")
         out[node.path] = value
 
 
@@ -354,7 +358,7 @@ class KernelFunction:
                                 f"Available arguments: {list(tree)}")
         flat = {}
         for pname, node in tree.items():
-            _flatten(node, kwargs[pname], f"{self._name}: argument '{pname}'", mode, flat)
+            _flatten(node, kwargs[pname], self._name, pname, mode, flat)
         device = _call_device(flat, self._name) or self._module._default_device
         return LaunchableObject(self, mode, flat, device)
 
@@ -381,6 +385,105 @@ class KernelFunction:
 
     def __repr__(self):
         return f"<slangtorch kernel {self._name} of {self._module._path!r}>"
+
+
+def _args_device(values, default):
+    """The device of the arrays among values (nested lists / tuples / dicts looked into)."""
+    flat, stack = {}, [("", v) for v in values]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}", x) for k, x in v.items())
+        elif isinstance(v, (tuple, list)):
+            stack.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
+        elif _is_array(v):
+            flat[where or "argument"] = v
+    return _call_device(flat, "call") or default
+
+
+class HostFunction:
+    """A [TorchEntryPoint] host function: m.square_fwd(x) runs it on the host CPU; it allocates
+    its tensors (TorchTensor<T>.alloc / zerosLike) on the device of the tensors given and launches
+    the module's kernels there (__dispatch_kernel). Arguments positional or by name; struct
+    parameters as tuples / lists / dicts / namedtuples; a struct result comes back as a tuple of
+    its fields (slang-torch's pybind tuple), a TorchTensor as a torch tensor (for torch inputs)."""
+
+    def __init__(self, module, name):
+        self._module, self._name = module, name
+        self._info = None
+
+    @property
+    def name(self):
+        return self._name
+
+    def _reflect(self):
+        if self._info is None:
+            f = self._module._function(self._name, "cpu")
+            params, results = _nabla.func_leaves(f)
+            ptree = _build_tree([{"path": p, "is_tensor": t} for p, t in params], {})
+            rtree = _build_tree([{"path": p[len("_result."):] if p.startswith("_result.") else p,
+                                  "is_tensor": t} for p, t in results], {})
+            self._info = (ptree, [p for p, _ in params], rtree, [p for p, _ in results])
+        return self._info
+
+    def __call__(self, *args, **kwargs):
+        ptree, porder, rtree, rorder = self._reflect()
+        names = list(ptree)
+        if len(args) > len(names):
+            raise ArgumentError(f"{self._name} takes {len(names)} argument(s) ({', '.join(names)}), "
+                                f"got {len(args)}")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in ptree:
+                raise ArgumentError(f"{self._name} got an unexpected argument {k!r} "
+                                    f"(arguments: {', '.join(names)})")
+            if k in given:
+                raise ArgumentError(f"{self._name} got argument {k!r} twice")
+            given[k] = v
+        missing = [k for k in names if k not in given]
+        if missing:
+            raise ArgumentError(f"{self._name} missing required arguments: {missing}")
+        flat = {}
+        for pname, node in ptree.items():
+            _flatten(node, given[pname], self._name, pname, "primal", flat)
+        dev = _call_device(flat, self._name) or self._module._default_device
+        f = self._module._function(self._name, dev)
+        out = _nabla.host_call(f, [flat[p] for p in porder])
+        if not rorder:
+            return None
+        by_path = dict(zip(rorder, out))
+        if rorder == ["_result"]:
+            return by_path["_result"]
+
+        def build(node):
+            if isinstance(node, _Struct):
+                return tuple(build(n) for n in node.fields.values())
+            if isinstance(node, _Array):
+                return tuple(build(n) for n in node.items)
+            return by_path["_result." + node.path]
+
+        return tuple(build(n) for n in rtree.values())
+
+    def __repr__(self):
+        return f"<slangtorch host function {self._name} of {self._module._path!r}>"
+
+
+class _RoutedFunction:
+    """A plain (not kernel, not host) function of the module, called over arrays as nabla does
+    (m.f(x) -> f applied elementwise), on the module loaded for the arguments' device."""
+
+    def __init__(self, module, name):
+        self._module, self._name = module, name
+
+    def __call__(self, *args, **kwargs):
+        dev = _args_device(list(args) + list(kwargs.values()), self._module._default_device)
+        return self._module._function(self._name, dev)(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._module._function(self._name, "cpu"), name)
+
+    def __repr__(self):
+        return f"<slangtorch function {self._name} of {self._module._path!r}>"
 
 
 # ---- modules ------------------------------------------------------------------------------------
@@ -452,7 +555,9 @@ class SlangModule:
         except AttributeError:
             got = None
         else:
-            got = KernelFunction(self, name) if getattr(f, "is_kernel", True) else f
+            kind = _nabla.func_kind(f) if hasattr(_nabla, "func_kind") else "kernel"
+            got = (HostFunction(self, name) if kind == "host" else
+                   KernelFunction(self, name) if kind == "kernel" else _RoutedFunction(self, name))
         if got is None:
             # a struct namedtuple is made when a kernel that takes it is first reflected
             for kname in self._kernel_names():

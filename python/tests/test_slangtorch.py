@@ -122,3 +122,298 @@ def test_clear_persistent_cache_in_a_private_cache_dir():
         assert before > 0 and after == 0
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- launches -------------------------------------------------------------------------------------
+
+
+def test_launch_primal_fwd_bwd_torch():
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("kernels.slang"))
+    for dev in tdevices():
+        x = torch.tensor([1.0, -2.0, 0.5, 3.0, 4.0], device=dev)
+        n = x.shape[0]
+        want = x ** 3 + 2 * x
+        # direct tensors, (tensor,) and DiffTensorView without grad; small blocks: several blocks
+        y = torch.zeros_like(x)
+        k = m.cube(x=x, y=y)
+        assert isinstance(k, slangtorch.LaunchableObject)
+        assert k.launchRaw(blockSize=(2, 1, 1), gridSize=(3, 1, 1)) is None
+        assert torch.allclose(y, want)
+        y = torch.zeros_like(x)
+        launch1d(m.cube(x=(x,), y=(y,)), n)
+        assert torch.allclose(y, want)
+        y = torch.zeros_like(x)
+        launch1d(m.cube(x=m.DiffTensorView(value=x), y=slangtorch.DiffTensorView(y)), n)
+        assert torch.allclose(y, want)
+        # forward mode: y_d = (3x^2 + 2) x_d, pairs and the namedtuple
+        xd = torch.tensor([1.0, 0.0, 2.0, 1.0, -1.0], device=dev)
+        y, yd = torch.zeros_like(x), torch.zeros_like(x)
+        launch1d(m.cube.fwd(x=(x, xd), y=(y, yd)), n)
+        assert torch.allclose(y, want) and torch.allclose(yd, (3 * x ** 2 + 2) * xd)
+        y, yd = torch.zeros_like(x), torch.zeros_like(x)
+        launch1d(m.cube.fwd(x=m.DiffTensorView(value=x, grad=xd), y=m.DiffTensorView(value=y, grad=yd)), n)
+        assert torch.allclose(yd, (3 * x ** 2 + 2) * xd)
+        # reverse mode: x_d += (3x^2 + 2) y_d (accumulates, as slang-torch's atomics)
+        gy = torch.tensor([1.0, 2.0, 0.0, 1.0, 0.5], device=dev)
+        gx = torch.ones_like(x)
+        launch1d(m.cube.bwd(x=(x, gx), y=(torch.zeros_like(x), gy)), n, block=4)
+        assert torch.allclose(gx, 1 + (3 * x ** 2 + 2) * gy)
+
+
+def test_launch_block_and_grid_ids():
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("blocks.slang"))
+    for dev in tdevices():
+        block, grid = (2, 3, 1), (2, 1, 2)
+        n = 2 * 3 * 2 * 2
+        ids = torch.full((n, 9), -1, dtype=torch.int32, device=dev)
+        m.where(ids=ids).launchRaw(blockSize=block, gridSize=grid)
+        rows = ids.cpu().tolist()
+        want = []
+        for bz in range(2):
+            for by in range(1):
+                for bx in range(2):
+                    for tz in range(1):
+                        for ty in range(3):
+                            for tx in range(2):
+                                want.append([tx, ty, tz, bx, by, bz, 2, 3, 1])
+        assert rows == want
+
+
+def test_vectors_scalars_structs_matrices_arrays():
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("kernels.slang"))
+    for dev in tdevices():
+        a = torch.arange(12, dtype=torch.float32, device=dev).reshape(3, 4)
+        dst = torch.zeros_like(a)
+        m.affine2d(a=a, s=2.0, offset=(10.0, 20.0, 30.0), dst=dst).launchRaw(
+            blockSize=(2, 2, 1), gridSize=(2, 2, 1))
+        off = torch.tensor([10.0, 20.0, 30.0, 10.0], device=dev)
+        assert torch.equal(dst, a * 2 + off)
+        # structs: namedtuple made by the module, tuple in field order, dict, nested
+        pa, pb = torch.tensor([1.0, 2.0, 3.0], device=dev), torch.tensor([4.0, 5.0, 6.0], device=dev)
+        want = pa * pb * 0.5
+        for s in (m.Scaled(pair=m.Pair(a=pa, b=pb), k=0.5), ((pa, pb), 0.5),
+                  {"pair": {"a": pa, "b": pb}, "k": 0.5}, m.Scaled(k=0.5, pair=(pa, pb))):
+            dst = torch.zeros(3, device=dev)
+            launch1d(m.mulpair(s=s, dst=dst), 3)
+            assert torch.equal(dst, want), s
+        assert m.Pair._fields == ("a", "b") and m.Scaled._fields == ("pair", "k")
+        # matrices and arrays of vectors as nested tuples / lists, inside a struct too
+        rot = ((1.0, 2.0, 3.0), (4.0, 5.0, 6.0), (7.0, 8.0, 9.0))
+        dst = torch.zeros(16, device=dev)
+        m.unpack(f=m.Frame(rot=rot, shift=[(10.0, 11.0, 12.0), (13.0, 14.0, 15.0)]),
+                 w=[(0.0, 0.0, 0.0), (0.0, 0.0, 99.0)], dst=dst).launchRaw(blockSize=(1, 1, 1), gridSize=(1, 1, 1))
+        assert dst.tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 99]
+        # half views
+        h = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16, device=dev)
+        hy = torch.zeros_like(h)
+        launch1d(m.halfsq(x=h, y=hy), 3)
+        assert hy.tolist() == [1.0, 4.0, 9.0]
+        # empty tensors launch and do nothing
+        e = torch.zeros(0, device=dev)
+        launch1d(m.cube(x=e, y=torch.zeros(0, device=dev)), 1)
+
+
+def test_array_of_generic_structs_with_views():
+    # slang-torch's inline-MLP style: m.Affine(w=, b=) for Affine<N>, m.Stack(layers=[...]) for
+    # Stack<N, L>; DiffTensorView fields as (value, grad) pairs in .bwd
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("layers.slang"))
+    for dev in tdevices():
+        x = torch.tensor([1.0, 2.0, 3.0, 4.0], device=dev)
+        w = [torch.tensor([1.0, 2.0, 3.0, 4.0], device=dev), torch.tensor([0.5, 0.5, 0.5, 0.5], device=dev)]
+        b = [torch.tensor([0.0, 1.0, 0.0, 1.0], device=dev), torch.tensor([2.0, 2.0, 2.0, 2.0], device=dev)]
+        y = torch.zeros(4, device=dev)
+        net = m.Stack(layers=[m.Affine(w=w[i], b=b[i]) for i in range(2)])
+        launch1d(m.run(net=net, x=x, y=y), 4)
+        assert torch.allclose(y, (w[0] + w[1]) * x + b[0] + b[1])
+        wd = [torch.zeros(4, device=dev) for _ in range(2)]
+        bd = [torch.zeros(4, device=dev) for _ in range(2)]
+        xd, yd = torch.zeros(4, device=dev), torch.tensor([1.0, 0.0, 2.0, 1.0], device=dev)
+        net = m.Stack(layers=[m.Affine(w=(w[i], wd[i]), b=(b[i], bd[i])) for i in range(2)])
+        launch1d(m.run.bwd(net=net, x=(x, xd), y=(y, yd)), 4)
+        for i in range(2):
+            assert torch.allclose(wd[i], x * yd) and torch.allclose(bd[i], yd)
+        assert torch.allclose(xd, (w[0] + w[1]) * yd)
+        with pytest.raises(nabla.ArgumentError, match="layers.*expected 2 items, got 1"):
+            m.run(net=m.Stack(layers=[m.Affine(w=w[0], b=b[0])]), x=x, y=y)
+
+
+def test_numpy_and_nabla_tensors_without_torch():
+    # in a child process where `import torch` fails: numpy arrays and nabla.Tensors are tensors
+    import subprocess
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import numpy as np, nabla, nabla.slangtorch as st\n"
+            f"m = st.loadModule({path('kernels.slang')!r})\n"
+            "x = np.array([1.0, 2.0, 3.0], np.float32); y = np.zeros(3, np.float32)\n"
+            "m.cube(x=x, y=y).launchRaw(blockSize=(4, 1, 1), gridSize=(1, 1, 1))\n"
+            "assert y.tolist() == [3.0, 12.0, 33.0], y\n"
+            "gx = np.zeros(3, np.float32)\n"
+            "m.cube.bwd(x=(x, gx), y=(y, np.ones(3, np.float32))).launchRaw(blockSize=(4, 1, 1), gridSize=(1, 1, 1))\n"
+            "assert gx.tolist() == [5.0, 14.0, 29.0], gx\n"
+            "t = nabla.Tensor.from_numpy(x); u = nabla.Tensor.zeros((3,))\n"
+            "m.cube(x=t, y=u).launchRaw(blockSize=(4, 1, 1), gridSize=(1, 1, 1))\n"
+            "assert u.to_numpy().tolist() == [3.0, 12.0, 33.0]\n"
+            "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# ---- hot reload ------------------------------------------------------------------------------------
+
+
+def _write(p, text):
+    with open(p, "w") as f:
+        f.write(text)
+
+
+# a prelude header for both back ends (NVRTC defines __CUDACC__)
+PRE = "#ifdef __CUDACC__\n__device__\n#endif\nstatic float pre_k(void) { return %d.0f; }\n"
+
+
+def test_hot_reload_file_import_and_prelude():
+    torch = pytest.importorskip("torch")
+    d = tempfile.mkdtemp()
+    try:
+        main = os.path.join(d, "main.slang")
+        _write(os.path.join(d, "helper.slang"), "float k() { return 2.0; }\n")
+        _write(os.path.join(d, "pre.h"), PRE % 10)
+        src = ("import helper;\n"
+               "float pre() { __target_switch { case cpp: __requirePrelude(\"#include \\\"pre.h\\\"\");"
+               " __intrinsic_asm \"pre_k()\"; case cuda: __requirePrelude(\"#include \\\"pre.h\\\"\");"
+               " __intrinsic_asm \"pre_k()\"; } }\n"
+               "[AutoPyBindCUDA] [CudaKernel] void f(TensorView<float> y)\n"
+               "{ if (cudaThreadIdx().x == 0) y[0] = FACTOR * k() + pre(); }\n")
+        _write(main, src.replace("FACTOR", "1.0"))
+
+        def run(mod, dev):
+            y = torch.zeros(1, device=dev)
+            mod.f(y=y).launchRaw(blockSize=(1, 1, 1), gridSize=(1, 1, 1))
+            return y.item()
+
+        for dev in tdevices():
+            m1 = slangtorch.loadModule(main)
+            assert run(m1, dev) == 12.0
+            _write(main, src.replace("FACTOR", "3.0"))  # the file itself
+            m2 = slangtorch.loadModule(main)
+            assert run(m2, dev) == 16.0 and run(m1, dev) == 12.0  # the old module keeps its code
+            _write(os.path.join(d, "helper.slang"), "float k() { return 5.0; }\n")  # an import
+            assert run(slangtorch.loadModule(main), dev) == 25.0
+            _write(os.path.join(d, "pre.h"), PRE % 20)  # a prelude
+            assert run(slangtorch.loadModule(main), dev) == 35.0
+            _write(main, src.replace("FACTOR", "1.0"))
+            _write(os.path.join(d, "helper.slang"), "float k() { return 2.0; }\n")
+            _write(os.path.join(d, "pre.h"), PRE % 10)
+            assert run(slangtorch.loadModule(main), dev) == 12.0
+    finally:
+        shutil.rmtree(d)
+
+
+# ---- the slangtorch tutorial (seed 002): MySquareFuncInSlang -------------------------------------
+
+
+def test_tutorial_square_autograd_function():
+    torch = pytest.importorskip("torch")
+    import nabla as slangpy  # the tutorial's spelling: `import slangpy; slangpy.loadModule(...)`
+
+    m = slangpy.loadModule(path("square.slang"))
+
+    class MySquareFuncInSlang(torch.autograd.Function):
+        # the tutorial's forward / backward through the [CudaKernel] kernels of square.slang
+        # (its [TorchEntryPoint] host functions square_fwd / square_bwd launch them the same way)
+        @staticmethod
+        def forward(ctx, input):
+            ctx.save_for_backward(input)
+            output = torch.zeros_like(input)
+            m.square_fwd_kernel(input=input, output=output).launchRaw(
+                blockSize=(input.shape[0], input.shape[1], 1), gridSize=(1, 1, 1))
+            return output
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            [input] = ctx.saved_tensors
+            grad_in = torch.zeros_like(input)
+            m.square_bwd_kernel(input=input, grad_in=grad_output.contiguous(), grad_output=grad_in).launchRaw(
+                blockSize=(input.shape[0], input.shape[1], 1), gridSize=(1, 1, 1))
+            return grad_in
+
+    for dev in tdevices():
+        x = torch.tensor([[3.0, 4.0], [0.0, 1.0]], requires_grad=True, device=dev)
+        y_pred = MySquareFuncInSlang.apply(x)
+        assert torch.equal(y_pred.detach(), x.detach() ** 2)
+        loss = y_pred.sum()
+        loss.backward()
+        assert x.grad.cpu().tolist() == [[6.0, 8.0], [0.0, 2.0]]
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+
+def test_argument_errors():
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("kernels.slang"))
+    x, y = torch.ones(3), torch.zeros(3)
+    with pytest.raises(nabla.ArgumentError, match=r"unexpected arguments: \['yy'\].*Available arguments: \['x', 'y'\]"):
+        m.cube(x=x, yy=y)
+    with pytest.raises(ValueError, match=r"missing required arguments: \['y'\]"):
+        m.cube(x=x)
+    with pytest.raises(nabla.ArgumentError, match="positional"):
+        m.cube(x, y)
+    with pytest.raises(nabla.ArgumentError, match="tuple of 3 integers"):
+        m.cube(x=x, y=y).launchRaw(blockSize=(32, 1), gridSize=(1, 1, 1))
+    with pytest.raises(ValueError, match="gridSize"):
+        m.cube(x=x, y=y).launchRaw(blockSize=(32, 1, 1), gridSize=[1, 1, 1])
+    with pytest.raises(nabla.ArgumentError, match=r"DiffTensorView.*got a tuple of 3"):
+        m.cube(x=(x, x, x), y=y)
+    with pytest.raises(nabla.ArgumentError, match="does not have a bwd-mode derivative"):
+        m.affine2d.bwd(a=x, s=1.0, offset=(0.0, 0.0, 0.0), dst=y)
+    # dtype: an int tensor for a TensorView<float>
+    with pytest.raises(nabla.DtypeError, match="'x'"):
+        m.cube(x=torch.ones(3, dtype=torch.int64), y=y).launchRaw(blockSize=(4, 1, 1), gridSize=(1, 1, 1))
+
+
+def test_struct_errors_are_type_errors():
+    # slang-torch's test_struct_failed_input: TypeError for too few / too many tuple items, a
+    # missing or misspelled dict key
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("kernels.slang"))
+    a, dst = torch.ones(3), torch.zeros(3)
+    for bad, msg in ((((a,), 1.0), r"Pair has 2 field\(s\) \(a, b\), got a tuple of 1"),
+                     (((a, a, a), 1.0), "got a tuple of 3"),
+                     ({"pair": {"a": a}, "k": 1.0}, "missing field"),
+                     ({"pair": {"a": a, "bb": a}, "k": 1.0}, "unknown field.*bb"),
+                     ({"pair": (a, a)}, "missing field.*k"),
+                     (m.Scaled(pair=7, k=1.0), "expected Pair")):
+        with pytest.raises(TypeError, match=msg):
+            m.mulpair(s=bad, dst=dst)
+        with pytest.raises(slangtorch.StructArgumentError):
+            m.mulpair(s=bad, dst=dst)
+    with pytest.raises(TypeError):
+        m.Pair(a=a)  # the namedtuple itself
+
+
+def test_broadcast_tensor_is_an_error():
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("kernels.slang"))
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0]]).expand(3, 4)[:, 0]  # stride 0
+    y = torch.zeros(3)
+    with pytest.raises(RuntimeError, match="zero stride"):
+        m.cube(x=x, y=y)
+    with pytest.raises(nabla.LayoutError):
+        m.cube(x=x, y=y)
+    launch1d(m.cube(x=x.contiguous(), y=y), 3)
+    assert y.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_mixed_devices_are_an_error():
+    torch = pytest.importorskip("torch")
+    if "cuda" not in tdevices():
+        pytest.skip("needs a GPU")
+    m = slangtorch.loadModule(path("kernels.slang"))
+    with pytest.raises(nabla.DeviceError, match="different devices"):
+        m.cube(x=torch.ones(3), y=torch.zeros(3, device="cuda"))
