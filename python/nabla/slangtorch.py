@@ -561,11 +561,11 @@ class SlangModule:
         if got is None:
             # a struct namedtuple is made when a kernel that takes it is first reflected
             for kname in self._kernel_names():
-                if kname not in self._attrs:
-                    self._attrs[kname] = k = KernelFunction(self, kname)
+                k = self._attr(kname)
+                if isinstance(k, KernelFunction):
                     k._params()
-                if name in self._attrs:
-                    return self._attrs[name]
+                    if name in self._attrs:
+                        return self._attrs[name]
             raise AttributeError(f"slangtorch module {self._path!r} has no function or struct {name!r}")
         self._attrs[name] = got
         return got
