@@ -60,9 +60,17 @@ def _torch():
     return sys.modules.get("torch")
 
 
+_TT = [None]  # torch.Tensor once torch has been imported by the user (looked up, never imported)
+
+
 def _is_torch(x):
-    t = _torch()
-    return t is not None and isinstance(x, t.Tensor)
+    tt = _TT[0]
+    if tt is None:
+        t = sys.modules.get("torch")
+        if t is None:
+            return False
+        tt = _TT[0] = t.Tensor
+    return isinstance(x, tt)
 
 
 def _is_numpy(x):
@@ -74,15 +82,18 @@ def _is_array(x):
     return isinstance(x, _NbTensor) or _is_torch(x) or _is_numpy(x)
 
 
+_CUDA_NAMES = tuple(f"cuda:{i}" for i in range(64))
+
+
 def _device_of(x):
     """'cpu' or 'cuda:N' for an array argument; None for host values (numbers, lists)."""
     if _is_torch(x):
-        d = x.device
-        if d.type == "cuda":
-            return f"cuda:{d.index if d.index is not None else _torch().cuda.current_device()}"
-        if d.type == "cpu":
+        i = x.get_device()  # -1 on the CPU (a method call: cheaper than x.device)
+        if i >= 0:
+            return _CUDA_NAMES[i] if i < len(_CUDA_NAMES) else f"cuda:{i}"
+        if x.device.type == "cpu":
             return "cpu"
-        raise DeviceError(f"torch tensors on '{d}' are not supported (cpu or cuda only)")
+        raise DeviceError(f"torch tensors on '{x.device}' are not supported (cpu or cuda only)")
     if isinstance(x, _NbTensor):
         name = x.device.name
         return "cuda:0" if name == "cuda" else name
@@ -94,9 +105,10 @@ def _device_of(x):
 def _zero_stride(x):
     """True when some dimension of more than one element has stride 0 (a broadcast view)."""
     if _is_torch(x):
-        return any(s == 0 and n > 1 for s, n in zip(x.stride(), x.shape))
+        st = x.stride()
+        return 0 in st and any(s == 0 and n > 1 for s, n in zip(st, x.shape))
     if _is_numpy(x) or isinstance(x, _NbTensor):
-        return any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape))
+        return 0 in x.strides and any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape))
     return False
 
 
@@ -223,8 +235,10 @@ def _struct_dict(node, value, where):
     return d
 
 
-def _diff_pair(value, where):
+def _diff_pair(value, fn, where):
     """A DiffTensorView argument -> (primal, grad or None)."""
+    if _is_torch(value):
+        return value, None
     if isinstance(value, DiffTensorView) or (hasattr(value, "_fields") and tuple(getattr(value, "_fields", ())) == ("value", "grad")):
         return value[0], value[1]
     if isinstance(value, (tuple, list)) and not _is_array(value):
@@ -232,7 +246,8 @@ def _diff_pair(value, where):
             return value[0], None
         if len(value) == 2:
             return value[0], value[1]
-        raise ArgumentError(f"{where}: a DiffTensorView is a tensor, (tensor,), (tensor, grad) or "
+        raise ArgumentError(f"{fn}: argument '{where}': a DiffTensorView is a tensor, (tensor,), "
+                            "(tensor, grad) or "
                             f"DiffTensorView(value=, grad=); got a {type(value).__name__} of {len(value)}")
     return value, None
 
@@ -253,47 +268,61 @@ def _flatten(node, value, fn, where, mode, out):
         for i, (inode, v) in enumerate(zip(node.items, value)):
             _flatten(inode, v, fn, f"{where}[{i}]", mode, out)
     elif node.kind == "diff":
-        primal, grad = _diff_pair(value, f"{fn}: argument '{where}'")
-        for x in (primal, grad):
-            if x is not None and _zero_stride(x):
-                raise BroadcastError(f"{fn}: argument '{where}': a tensor with a zero stride "
-                                     "(broadcast / expand) cannot be a kernel's view; call "
-                                     ".contiguous() first")
-        if grad is None and mode != "primal":
-            grad = _zeros_like(primal)  # slang-torch: a view without a gradient gets a scratch one
-        out[node.path] = primal if grad is None else (primal, grad)
-    else:
-        if node.kind == "tensor" and isinstance(value, tuple) and len(value) == 1 and _is_array(value[0]):
-            value = value[0]  # slang-torch accepts (tensor,) for any tensor parameter
-        if node.kind == "tensor" and _zero_stride(value):
+        primal, grad = _diff_pair(value, fn, where)
+        if _zero_stride(primal) or (grad is not None and _zero_stride(grad)):
             raise BroadcastError(f"{fn}: argument '{where}': a tensor with a zero stride "
                                  "(broadcast / expand) cannot be a kernel's view; call "
                                  ".contiguous() first")
+        if grad is None and mode != "primal":
+            grad = _zeros_like(primal)  # slang-torch: a view without a gradient gets a scratch one
+        out[node.path] = primal if grad is None else (primal, grad)
+    elif node.kind == "tensor":
+        if isinstance(value, tuple) and len(value) == 1 and _is_array(value[0]):
+            value = value[0]  # slang-torch accepts (tensor,) for any tensor parameter
+        if _zero_stride(value):
+            raise BroadcastError(f"{fn}: argument '{where}': a tensor with a zero stride "
+                                 "(broadcast / expand) cannot be a kernel's view; call "
+                                 ".contiguous() first")
+        out[node.path] = value
+    else:
         out[node.path] = value
 
 
 def _call_device(flat, fname):
     """The device every array argument lives on ('cpu' / 'cuda:N'); DeviceError if they differ."""
-    seen = {}
+    dev = None
+    for v in flat.values():
+        d = _device_of(v[0] if type(v) is tuple and len(v) == 2 and _is_array(v[0]) else v)
+        if d is not None and d != dev:
+            if dev is not None:
+                break
+            dev = d
+        if type(v) is tuple and len(v) == 2 and _is_array(v[1]):
+            d = _device_of(v[1])
+            if d != dev and dev is not None:
+                break
+    else:
+        return dev
+    seen = {}  # the error path: name the arguments on each device
     for path, v in flat.items():
         for x in (v if isinstance(v, tuple) and len(v) == 2 and _is_array(v[0]) else (v,)):
             d = _device_of(x)
             if d is not None:
                 seen.setdefault(d, path)
-    if len(seen) > 1:
-        where = ", ".join(f"'{p}' on {d}" for d, p in seen.items())
-        raise DeviceError(f"{fname}: tensors on different devices ({where}); nabla does not copy "
-                          "them: move them to one device")
-    return next(iter(seen)) if seen else None
+    where = ", ".join(f"'{p}' on {d}" for d, p in seen.items())
+    raise DeviceError(f"{fname}: tensors on different devices ({where}); nabla does not copy "
+                      "them: move them to one device")
 
 
 # ---- kernels --------------------------------------------------------------------------------------
 
 
 def _check_dims(what, v):
-    if (not isinstance(v, tuple) or len(v) != 3
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
-        raise ArgumentError(f"{what} should be a tuple of 3 integers. Got: {v!r}")
+    if not (type(v) is tuple and len(v) == 3 and type(v[0]) is int and type(v[1]) is int
+            and type(v[2]) is int):
+        if (not isinstance(v, tuple) or len(v) != 3
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+            raise ArgumentError(f"{what} should be a tuple of 3 integers. Got: {v!r}")
 
 
 class LaunchableObject:
@@ -306,24 +335,16 @@ class LaunchableObject:
 
     def launchRaw(self, blockSize, gridSize):
         """gridSize[0]*[1]*[2] blocks of blockSize[0]*[1]*[2] threads: in the kernel
-        cudaThreadIdx() < blockSize, cudaBlockIdx() < gridSize, cudaBlockDim() = blockSize."""
+        cudaThreadIdx() < blockSize, cudaBlockIdx() < gridSize, cudaBlockDim() = blockSize,
+        cudaGridDim() = gridSize. On CUDA the launch is queued on torch's current stream."""
         _check_dims("blockSize", blockSize)
         _check_dims("gridSize", gridSize)
-        f = self._kfn._module._function(self._kfn._name, self._device)
-        _launch(f, self._mode, self._flat, blockSize, gridSize)
+        f = self._kfn._fns.get(self._device) or self._kfn._fn(self._device)
+        f.launch_raw(blockSize, gridSize, self._mode, self._flat)
 
     def __repr__(self):
         suffix = "" if self._mode == "primal" else "." + self._mode
         return f"<slangtorch launch {self._kfn._name}{suffix} on {self._device}>"
-
-
-def _launch(f, mode, flat, block, grid):
-    """Runs nabla Function f over grid blocks of block threads with {path: value | (primal, grad)}."""
-    if hasattr(f, "launch_raw"):
-        f.launch_raw(block, grid, mode=mode, args=flat)
-        return
-    raise UnsupportedError(f"{f.name}: launchRaw needs nabla's block launches (Function.launch_raw), "
-                           "which this build of the extension does not have")
 
 
 class KernelFunction:
@@ -333,10 +354,19 @@ class KernelFunction:
     def __init__(self, module, name):
         self._module, self._name = module, name
         self._tree = None
+        self._fns = {}  # device -> the nabla Function of the module loaded there
 
     @property
     def name(self):
         return self._name
+
+    def _fn(self, dev):
+        f = self._module._function(self._name, dev)
+        if not hasattr(f, "launch_raw"):
+            raise UnsupportedError(f"{self._name}: launchRaw needs nabla's block launches "
+                                   "(Function.launch_raw), which this build does not have")
+        self._fns[dev] = f
+        return f
 
     def _params(self):
         if self._tree is None:
@@ -347,13 +377,13 @@ class KernelFunction:
         if args:
             raise ArgumentError(f"{self._name} does not support positional arguments, use keyword "
                                 f"arguments instead. Available arguments: {list(self._params())}")
-        tree = self._params()
-        unknown = [k for k in kwargs if k not in tree]
-        if unknown:
-            raise ArgumentError(f"{self._name} got unexpected arguments: {unknown}. "
-                                f"Available arguments: {list(tree)}")
-        missing = [k for k in tree if k not in kwargs]
-        if missing:
+        tree = self._tree or self._params()
+        if kwargs.keys() != tree.keys():
+            unknown = [k for k in kwargs if k not in tree]
+            if unknown:
+                raise ArgumentError(f"{self._name} got unexpected arguments: {unknown}. "
+                                    f"Available arguments: {list(tree)}")
+            missing = [k for k in tree if k not in kwargs]
             raise ArgumentError(f"{self._name} missing required arguments: {missing}. "
                                 f"Available arguments: {list(tree)}")
         flat = {}
