@@ -33,7 +33,7 @@ from . import Module as _NbModule, Tensor as _NbTensor, _define_list
 
 __all__ = [
     "loadModule", "clearSessionShaderCache", "clearPersistentShaderCache", "clearShaderCaches",
-    "DiffTensorView", "SlangModule", "KernelFunction", "HostFunction", "LaunchableObject",
+    "DiffTensorView", "SlangModule", "KernelFunction", "LaunchableObject",
     "StructArgumentError",
     "BroadcastError",
 ]
@@ -431,76 +431,11 @@ def _args_device(values, default):
     return _call_device(flat, "call") or default
 
 
-class HostFunction:
-    """A [TorchEntryPoint] host function: m.square_fwd(x) runs it on the host CPU; it allocates
-    its tensors (TorchTensor<T>.alloc / zerosLike) on the device of the tensors given and launches
-    the module's kernels there (__dispatch_kernel). Arguments positional or by name; struct
-    parameters as tuples / lists / dicts / namedtuples; a struct result comes back as a tuple of
-    its fields (slang-torch's pybind tuple), a TorchTensor as a torch tensor (for torch inputs)."""
-
-    def __init__(self, module, name):
-        self._module, self._name = module, name
-        self._info = None
-
-    @property
-    def name(self):
-        return self._name
-
-    def _reflect(self):
-        if self._info is None:
-            f = self._module._function(self._name, "cpu")
-            params, results = _nabla.func_leaves(f)
-            ptree = _build_tree([{"path": p, "is_tensor": t} for p, t in params], {})
-            rtree = _build_tree([{"path": p[len("_result."):] if p.startswith("_result.") else p,
-                                  "is_tensor": t} for p, t in results], {})
-            self._info = (ptree, [p for p, _ in params], rtree, [p for p, _ in results])
-        return self._info
-
-    def __call__(self, *args, **kwargs):
-        ptree, porder, rtree, rorder = self._reflect()
-        names = list(ptree)
-        if len(args) > len(names):
-            raise ArgumentError(f"{self._name} takes {len(names)} argument(s) ({', '.join(names)}), "
-                                f"got {len(args)}")
-        given = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in ptree:
-                raise ArgumentError(f"{self._name} got an unexpected argument {k!r} "
-                                    f"(arguments: {', '.join(names)})")
-            if k in given:
-                raise ArgumentError(f"{self._name} got argument {k!r} twice")
-            given[k] = v
-        missing = [k for k in names if k not in given]
-        if missing:
-            raise ArgumentError(f"{self._name} missing required arguments: {missing}")
-        flat = {}
-        for pname, node in ptree.items():
-            _flatten(node, given[pname], self._name, pname, "primal", flat)
-        dev = _call_device(flat, self._name) or self._module._default_device
-        f = self._module._function(self._name, dev)
-        out = _nabla.host_call(f, [flat[p] for p in porder])
-        if not rorder:
-            return None
-        by_path = dict(zip(rorder, out))
-        if rorder == ["_result"]:
-            return by_path["_result"]
-
-        def build(node):
-            if isinstance(node, _Struct):
-                return tuple(build(n) for n in node.fields.values())
-            if isinstance(node, _Array):
-                return tuple(build(n) for n in node.items)
-            return by_path["_result." + node.path]
-
-        return tuple(build(n) for n in rtree.values())
-
-    def __repr__(self):
-        return f"<slangtorch host function {self._name} of {self._module._path!r}>"
-
-
 class _RoutedFunction:
-    """A plain (not kernel, not host) function of the module, called over arrays as nabla does
-    (m.f(x) -> f applied elementwise), on the module loaded for the arguments' device."""
+    """A [TorchEntryPoint] host function (m.square_fwd(x): runs on the host CPU, allocates its
+    TorchTensors on the arguments' device and launches the module's kernels there; nabla's host
+    calls), or a plain function called over arrays as nabla does (m.f(x) elementwise): called on
+    the module loaded for the device of the tensors among its arguments."""
 
     def __init__(self, module, name):
         self._module, self._name = module, name
@@ -585,9 +520,8 @@ class SlangModule:
         except AttributeError:
             got = None
         else:
-            kind = _nabla.func_kind(f) if hasattr(_nabla, "func_kind") else "kernel"
-            got = (HostFunction(self, name) if kind == "host" else
-                   KernelFunction(self, name) if kind == "kernel" else _RoutedFunction(self, name))
+            kernel = getattr(f, "is_kernel", True) and not getattr(f, "is_host", False)
+            got = KernelFunction(self, name) if kernel else _RoutedFunction(self, name)
         if got is None:
             # a struct namedtuple is made when a kernel that takes it is first reflected
             for kname in self._kernel_names():
