@@ -351,6 +351,37 @@ def test_tutorial_square_autograd_function():
         assert x.grad.cpu().tolist() == [[6.0, 8.0], [0.0, 2.0]]
 
 
+def test_tutorial_torch_entry_points_as_written():
+    # seed 002 verbatim: m.square_fwd(x) / m.square_bwd(x, g) are the [TorchEntryPoint] host
+    # functions of square.slang, on CPU torch tensors here and CUDA tensors on a GPU machine
+    torch = pytest.importorskip("torch")
+    import nabla as slangpy
+
+    m = slangpy.loadModule(path("square.slang"))
+    x = torch.randn(2, 2)
+    y = m.square_fwd(x)
+    assert isinstance(y, torch.Tensor) and torch.allclose(y.cpu(), x * x)
+
+    class MySquareFuncInSlang(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input):
+            ctx.save_for_backward(input)
+            return m.square_fwd(input)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            [input] = ctx.saved_tensors
+            return m.square_bwd(input, grad_output)
+
+    for dev in tdevices():
+        x = torch.tensor([[3.0, 4.0], [0.0, 1.0]], requires_grad=True, device=dev)
+        y_pred = MySquareFuncInSlang.apply(x)
+        assert y_pred.device == x.device
+        loss = y_pred.sum()
+        loss.backward()
+        assert x.grad.cpu().tolist() == [[6.0, 8.0], [0.0, 2.0]]
+
+
 # ---- errors ----------------------------------------------------------------------------------------
 
 
