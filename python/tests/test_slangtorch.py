@@ -264,6 +264,18 @@ def test_numpy_and_nabla_tensors_without_torch():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_plain_function_runs_on_the_arguments_device():
+    # a function that is neither a kernel nor a host function is called over arrays, as nabla does,
+    # on the module loaded for its arguments' device (no copies)
+    m = slangtorch.loadModule(path("kernels.slang"))
+    assert m.twice(np.array([1.0, 2.0], np.float32)).tolist() == [2.0, 4.0]
+    torch = pytest.importorskip("torch")
+    for dev in tdevices():
+        y = m.twice(torch.tensor([1.0, 3.0], device=dev))
+        assert isinstance(y, torch.Tensor) and y.device == torch.device(dev) or y.device.type == dev
+        assert y.cpu().tolist() == [2.0, 6.0]
+
+
 # ---- hot reload ------------------------------------------------------------------------------------
 
 
