@@ -272,7 +272,7 @@ def test_plain_function_runs_on_the_arguments_device():
     torch = pytest.importorskip("torch")
     for dev in tdevices():
         y = m.twice(torch.tensor([1.0, 3.0], device=dev))
-        assert isinstance(y, torch.Tensor) and y.device == torch.device(dev) or y.device.type == dev
+        assert isinstance(y, torch.Tensor) and y.device.type == dev
         assert y.cpu().tolist() == [2.0, 6.0]
 
 
