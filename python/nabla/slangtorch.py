@@ -355,6 +355,7 @@ class KernelFunction:
         self._module, self._name = module, name
         self._tree = None
         self._fns = {}  # device -> the nabla Function of the module loaded there
+        self._diff = None  # [Differentiable]: has .fwd / .bwd kernels
 
     @property
     def name(self):
@@ -408,8 +409,9 @@ class KernelFunction:
         return self._bind("bwd", args, kwargs)
 
     def _need_diff(self, which):
-        f = self._module._function(self._name, "cpu")
-        if f.differentiable_params is None:
+        if self._diff is None:
+            self._diff = self._module._function(self._name, "cpu").differentiable_params is not None
+        if not self._diff:
             raise ArgumentError(f"{self._name} does not have a {which}-mode derivative attached "
                                 "(mark it [Differentiable])")
 
