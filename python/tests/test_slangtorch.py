@@ -39,6 +39,7 @@ def test_load_names_and_spellings():
     assert isinstance(m.cube, slangtorch.KernelFunction)
     assert m.DiffTensorView is slangtorch.DiffTensorView
     assert m.DiffTensorView(value=1)._asdict() == {"value": 1, "grad": None}
+    assert {"cube", "affine2d", "mulpair", "twice", "DiffTensorView"} <= set(dir(m))
     # the same names on nabla itself: `import nabla as slangtorch` / the tutorial's `import
     # nabla as slangpy; slangpy.loadModule(...)`
     assert nabla.loadModule is slangtorch.loadModule
