@@ -607,6 +607,24 @@ static nb_ir_inst *tgrad_load(bwd *B, nb_ir_inst *in)
     return ld;
 }
 
+/* A plain store's gradient is consumed once read (Slang's DiffTensorView store backward exchanges
+ * it with 0; slang-torch: "grad_output gets consumed during the reverse-mode"): so an element
+ * written several times (`out[i] = out[i] + x`) passes its gradient on once, not once per write.
+ * storeOnce leaves it (NB_IRF_ONCE). */
+static void tgrad_consume(bwd *B, nb_ir_inst *in)
+{
+    int rank = in->ops[0]->type->rank;
+    nb_ir_inst *ops[10];
+    if (rank > 8) return;
+    for (int i = 0; i <= rank; i++) ops[i] = P(B, in->ops[i]);
+    nb_ir_inst *z = nb_ir_zero(&B->rb, in->ops[0]->type->elem);
+    nb_ir_inst *st = z ? nb_ir_new(&B->rb, NB_IR_TSTORE, NULL, 2 + rank) : NULL;
+    if (!st) return;
+    for (int i = 0; i <= rank; i++) st->ops[i] = ops[i];
+    st->ops[1 + rank] = z;
+    st->flags |= NB_IRF_TGRAD;
+}
+
 static void rev_block(bwd *B, nb_ir_block *bl);
 static void rev_range(bwd *B, nb_ir_inst *first, nb_ir_inst *last);
 
@@ -830,6 +848,7 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
         const nb_type *tt = in->ops[0]->type;
         nb_ir_inst *v = in->ops[in->nops - 1];
         if (tt->diff_tensor && wants_adj(B, v)) accum(B, v, tgrad_load(B, in));
+        if (in->op == NB_IR_TSTORE && tt->diff_tensor && !(in->flags & NB_IRF_ONCE)) tgrad_consume(B, in);
         if (in->op == NB_IR_TSTORE) return;
         goto consume; /* (the old value an atomic add returns gets no gradient) */
     }

@@ -108,6 +108,8 @@ struct nb_expr {
     int is_lvalue;       /* [checker] assignable place (variable, field, element, swizzle w/o repeats) */
     int pretyped;        /* [checker] checked ahead of its context (an item of a `{…}` argument
                             while overloads are compared): ck_expr_to only converts it */
+    int tensor_once;     /* [checker] a tensor element of loadOnce / storeOnce (check_view.c): its
+                            store's reverse mode reads the gradient without consuming it */
     union {
         struct { uint64_t value; int is_unsigned; } ilit;
         struct { double value; nb_scalar_kind kind; /* NB_SC_FLOAT / DOUBLE / HALF */ } flit;

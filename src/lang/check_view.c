@@ -44,6 +44,7 @@ const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt
         ix->u.index.base = base;
         ix->u.index.indices = args;
         ix->u.index.nindices = ni;
+        ix->tensor_once = strstr(m, "Once") != NULL; /* (reverse mode: storeOnce leaves the gradient) */
         if (!store) {
             *slot = ix;
             return ck_expr(c, slot);

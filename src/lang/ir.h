@@ -107,6 +107,9 @@ enum {
                                 C static __thread); never initialized, never a dead store */
     NB_IRF_HIDDEN = 1 << 7,  /* param: a module-scope buffer passed on (check_kernel.c); derivatives
                                 keep it, after every other parameter (also after bwd's _dout) */
+    NB_IRF_ONCE = 1 << 8,    /* TSTORE of storeOnce: reverse mode reads the element's gradient and
+                                leaves it (a plain store consumes it: reads, then zeroes it, as
+                                Slang's DiffTensorView store / AtomicAdd.store_backward) */
 };
 
 /* One component of a constant: integers (bool, int, uint, int64, uint64) in i, floats in f. */

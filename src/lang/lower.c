@@ -55,6 +55,7 @@ typedef struct place {
     nb_ir_inst *ptr;    /* a place through a pointer: steps apply to its pointee (ir_ptr.c) */
     nb_ir_inst *tidx[8];
     int ntidx;
+    int once;           /* a storeOnce element (NB_IRF_ONCE) */
 } place;
 
 static nb_ir_inst *lower_expr(lower_ctx *c, nb_expr *e);
@@ -390,6 +391,7 @@ static int lower_place(lower_ctx *c, nb_expr *e, place *pl)
         if (base->type && base->type->kind == NB_TY_TENSOR) {
             memset(pl, 0, sizeof *pl);
             pl->tensor = lower_expr(c, base);
+            pl->once = e->tensor_once;
             tensor_indices(c, e, pl->tidx, &pl->ntidx);
             if (pl->ntidx != base->type->rank) {
                 lerr(c, e->loc, "tensor index count does not match its rank", NULL);
@@ -433,6 +435,7 @@ static void place_store(lower_ctx *c, place *pl, nb_ir_inst *value)
         in->ops[0] = pl->tensor;
         for (int i = 0; i < pl->ntidx; i++) in->ops[1 + i] = pl->tidx[i];
         in->ops[1 + pl->ntidx] = value;
+        if (pl->once) in->flags |= NB_IRF_ONCE;
         return;
     }
     if (pl->ptr) {
