@@ -139,13 +139,17 @@ static void run_all(nb_device *dev) {
     float g[5];
     get(Xg, g, sizeof g);
     for (int i = 0; i < 5; i++) NB_EXPECT(g[i] == 2 * xv[i] * yd[i]);
-    /* bwd again: gradients add up (as in PyTorch, zeroing is the caller's) */
+    /* the store's reverse mode consumed output's gradient (Slang's DiffTensorView store) */
+    get(Yg, g, sizeof g);
+    for (int i = 0; i < 5; i++) NB_EXPECT(g[i] == 0);
+    /* bwd again with a fresh output gradient: input gradients add up (as in PyTorch, zeroing is the caller's) */
+    nb_tensor *Yg2 = f32(dev, 5, yd);
     NB_REQUIRE_OK(nb_call_begin(sq, &c));
     NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_BWD));
     NB_EXPECT_OK(nb_call_arg(c, 0, X));
     NB_EXPECT_OK(nb_call_grad(c, 0, Xg));
     NB_EXPECT_OK(nb_call_arg(c, 1, Y));
-    NB_EXPECT_OK(nb_call_grad(c, 1, Yg));
+    NB_EXPECT_OK(nb_call_grad(c, 1, Yg2));
     NB_EXPECT_OK(nb_call_run_blocks(c, b4, g2));
     get(Xg, g, sizeof g);
     for (int i = 0; i < 5; i++) NB_EXPECT(g[i] == 4 * xv[i] * yd[i]);
@@ -225,7 +229,7 @@ static void run_all(nb_device *dev) {
     NB_EXPECT_ERR(nb_call_grad_named(c, "n.layers[0].q", gW0), NB_ERR_NOT_FOUND, "no parameter or field 'n.layers[0].q'");
     nb_call_free(c);
 
-    nb_tensor *all[] = {o, xt, st, lt, X, Y, Xg, Yg, Yt, Xt, W0, B0, W1, B1, Yn, DY, gW0, gB1, gW1, gB0};
+    nb_tensor *all[] = {o, xt, st, lt, X, Y, Xg, Yg, Yg2, Yt, Xt, W0, B0, W1, B1, Yn, DY, gW0, gB1, gW1, gB0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) nb_tensor_free(all[i]);
     nb_module_free(m);
 }
