@@ -32,3 +32,9 @@ def test_square_torch_example():
 def test_particles_example():
     # SlangPy's generators, InstanceList and command encoders together
     assert ": ok" in run("particles.py")
+
+
+def test_square_slangtorch_example():
+    """The slangtorch tutorial as written: [TorchEntryPoint] host functions + MySquareFuncInSlang."""
+    pytest.importorskip("torch")
+    assert "ok on" in run("square_slangtorch.py")
