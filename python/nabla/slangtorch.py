@@ -356,6 +356,7 @@ class KernelFunction:
         self._tree = None
         self._fns = {}  # device -> the nabla Function of the module loaded there
         self._diff = None  # [Differentiable]: has .fwd / .bwd kernels
+        self._plan = None  # [(name, kind)] when every parameter is one leaf (_bind_fast)
 
     @property
     def name(self):
@@ -371,7 +372,11 @@ class KernelFunction:
 
     def _params(self):
         if self._tree is None:
-            self._tree = self._module._param_tree(self._name)
+            tree = self._module._param_tree(self._name)
+            # parameters that are all single leaves (no structs / arrays of structs): the fast path
+            if all(isinstance(n, _Leaf) and n.path == p for p, n in tree.items()):
+                self._plan = [(p, n.kind) for p, n in tree.items()]
+            self._tree = tree
         return self._tree
 
     def _bind(self, mode, args, kwargs):
@@ -387,11 +392,40 @@ class KernelFunction:
             missing = [k for k in tree if k not in kwargs]
             raise ArgumentError(f"{self._name} missing required arguments: {missing}. "
                                 f"Available arguments: {list(tree)}")
+        if self._plan is not None and _TT[0] is not None:
+            fast = self._bind_fast(mode, kwargs)
+            if fast is not None:
+                return LaunchableObject(self, mode, fast[0], fast[1])
         flat = {}
         for pname, node in tree.items():
             _flatten(node, kwargs[pname], self._name, pname, mode, flat)
         device = _call_device(flat, self._name) or self._module._default_device
         return LaunchableObject(self, mode, flat, device)
+
+    def _bind_fast(self, mode, kwargs):
+        """The common case in one pass: every argument a plain torch.Tensor (no zero stride; a
+        DiffTensorView only in a primal launch) or a number, all on one device -> (flat, device);
+        None sends the call through the general path (which also raises the errors)."""
+        tt = _TT[0]
+        flat, dev, t = {}, -2, None
+        for pname, kind in self._plan:
+            v = kwargs[pname]
+            if type(v) is tt:
+                if kind == "value" or (kind == "diff" and mode != "primal") or 0 in v.stride():
+                    return None
+                d = v.get_device()
+                if d != dev:
+                    if dev != -2:
+                        return None
+                    dev, t = d, v
+            elif kind != "value" or type(v) not in (float, int):
+                return None
+            flat[pname] = v
+        if dev >= 0:
+            return flat, (_CUDA_NAMES[dev] if dev < len(_CUDA_NAMES) else f"cuda:{dev}")
+        if dev == -1 and t.is_cpu:
+            return flat, "cpu"
+        return None
 
     def __call__(self, *args, **kwargs):
         return self._bind("primal", args, kwargs)
