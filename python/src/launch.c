@@ -58,13 +58,29 @@ typedef struct lr_state {
     nbp_arg *a; /* LR_MAXA of them */
 } lr_state;
 
-static nbp_arg *convert(lr_state *s, PyObject *o, int want_write) {
+static nbp_arg *convert(lr_state *s, const char *path, PyObject *o, int want_write) {
     if (s->na >= LR_MAXA) {
         PyErr_Format(nbp_ArgumentError, "launch_raw: more than %d arrays", LR_MAXA);
         return NULL;
     }
     nbp_arg *a = &s->a[s->na++];
     if (nbp_convert(&s->cx, o, want_write, a) < 0) return NULL;
+    /* a torch tensor or nabla.Tensor on another device than the module's is an error, never a
+     * silent copy (numpy arrays are host data: staged and written back, as for every call) */
+    nb_device *from = NULL;
+    if (a->src == SRC_TENSOR) from = nb_tensor_device(((TensorObject *)o)->t);
+    int other = from ? from != s->cx.dev : 0;
+    char tdev[32] = "";
+    if (a->src == SRC_TORCH) {
+        int mod_cuda = nb_device_get_kind(s->cx.dev) == NB_DEVICE_CUDA;
+        snprintf(tdev, sizeof tdev, a->torch_dev < 0 ? "cpu" : "cuda:%d", a->torch_dev);
+        other = mod_cuda ? strcmp(tdev, nb_device_name(s->cx.dev)) != 0 : a->torch_dev >= 0;
+    }
+    if (other) {
+        PyErr_Format(nbp_DeviceError, "launch_raw: '%s' is on %s but the module runs on %s: move it (nabla does not "
+                     "copy tensors between devices)", path, from ? nb_device_name(from) : tdev, nb_device_name(s->cx.dev));
+        return NULL;
+    }
     if (a->src > s->cx.src) s->cx.src = a->src;
     return a;
 }
@@ -79,7 +95,7 @@ static int find_leaf(nb_func *f, const char *path, nb_leaf_info *li) {
 /* A gradient tensor of a DiffTensor leaf (a value, not a host list). */
 static int bind_grad(lr_state *s, nb_call *c, const char *path, PyObject *g) {
     if (g == Py_None) return 0;
-    nbp_arg *a = convert(s, g, 2);
+    nbp_arg *a = convert(s, path, g, 2);
     if (!a) return -1;
     if (!a->t) {
         PyErr_Format(PyExc_TypeError, "launch_raw: the gradient of '%s' must be a tensor, got %R", path, g);
@@ -102,7 +118,7 @@ static int bind_one(lr_state *s, nb_func *f, nb_call *c, PyObject *key, PyObject
         v = PyTuple_GetItem(v, 0);
     }
     /* tensors may be written through (want_write 2); unknown names reach the library's error */
-    nbp_arg *a = convert(s, v, known && li.is_tensor ? 2 : 0);
+    nbp_arg *a = convert(s, path, v, known && li.is_tensor ? 2 : 0);
     if (!a) return -1;
     nb_status st = a->t ? nb_call_arg_named(c, path, a->t)
                         : nb_call_arg_value_named(c, path, a->vdtype, a->vndim, a->vshape, a->vdata);

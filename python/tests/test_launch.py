@@ -100,6 +100,11 @@ def test_torch_cuda_zero_copy_on_current_stream():
         total = (Y.sum() + Xg.sum()).item()  # torch work after nabla's, on the same stream
     want = float((X * X).sum() + (2 * X).sum())
     assert abs(total - want) <= 1e-4 * abs(want)
+    # a tensor on another device than the module's: DeviceError, never a silent copy
+    with pytest.raises(nabla.DeviceError, match="'input' is on cuda:0 but the module runs on cpu"):
+        module("cpu").square.launch_raw((32,), (1,), args={"input": X, "output": torch.zeros(4096)})
+    with pytest.raises(nabla.DeviceError, match="'output' is on cpu but the module runs on cuda:0"):
+        m.square.launch_raw((32,), (1,), args={"input": X, "output": torch.zeros(4096)})
 
 
 @pytest.mark.parametrize("dev", devices())
