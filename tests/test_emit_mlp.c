@@ -1,7 +1,8 @@
 /* slang-torch's inline-MLP pattern (issue #14, seed 000), in nabla's own small version: a generic
  * Linear layer whose DiffTensorView fields get their ranks from their uses, an array of layers in
  * a struct parameter of a [Differentiable] [CudaKernel], thread indices read in methods, generic
- * methods with value parameters, [ForceUnroll], Ptr<float> into local arrays passed to a CUDA
+ * methods with value parameters, a `static groupshared` staging buffer in a method (a Ptr<float>
+ * slice per warp), [ForceUnroll], Ptr<float> into local arrays passed to a CUDA
  * __intrinsic_asm helper from a __requirePrelude'd header beside the module, v.primal.data_ptr(),
  * and a custom backward derivative adding into v.diff.diff with InterlockedAdd and WaveActiveSum.
  * The CUDA of the module and of bwd_diff(render) (what slangtorch's `.bwd` launches) compiles with
@@ -59,15 +60,24 @@ static const char *k_module =
         "    DiffTensorView w;\n"
         "    DiffTensorView b;\n"
         "    uint lane<let N : int>() { return (cudaThreadIdx().x % warpSize) * N; }\n"
+        "    Ptr<float> staging()\n"
+        "    {\n"
+        "        static groupshared float stage[8 * warpSize * C];\n"
+        "        return &stage[(cudaThreadIdx().x / warpSize) * warpSize * C];\n"
+        "    }\n"
         "    [BackwardDerivative(evalBwd)]\n"
         "    Feat<C> eval(Feat<C> x)\n"
         "    {\n"
         "        float wt[C];\n"
-        "        float xs[C] = x.v;\n"
+        "        Ptr<float> xs = staging();\n"
         "        Feat<C> y;\n"
         "        [ForceUnroll]\n"
-        "        for (int i = 0; i < C; i++) wt[i] = w[i, lane<1>()];\n"
-        "        mulImpl(&xs[0], &wt[0], &y.v[0], C);\n"
+        "        for (int i = 0; i < C; i++)\n"
+        "        {\n"
+        "            wt[i] = w[i, lane<1>()];\n"
+        "            xs[lane<C>() + i] = x.v[i];\n"
+        "        }\n"
+        "        mulImpl(&xs[lane<C>()], &wt[0], &y.v[0], C);\n"
         "        Ptr<float> bp = b.primal.data_ptr();\n"
         "        [ForceUnroll]\n"
         "        for (int i = 0; i < C; i++) y.v[i] = y.v[i] + bp[i];\n"
