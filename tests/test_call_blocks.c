@@ -161,6 +161,10 @@ static void run_all(nb_device *dev) {
     NB_EXPECT_OK(nb_call_grad(c, 1, Yg));
     NB_EXPECT_ERR(nb_call_run_blocks(c, b4, g2), NB_ERR_INVALID_ARG,
                   "square.bwd: DiffTensor parameter 'input' has no gradient tensor");
+    /* a derivative launch's size errors name f.bwd */
+    NB_REQUIRE_OK(nb_call_begin(sq, &c));
+    NB_EXPECT_OK(nb_call_set_mode(c, NB_MODE_BWD));
+    NB_EXPECT_ERR(nb_call_run_blocks(c, big, g2), NB_ERR_INVALID_ARG, "square.bwd: block size x is 1025");
     /* fwd: tangents in, tangents out */
     nb_tensor *Yt = f32(dev, 5, zeros), *Xt = f32(dev, 5, xd);
     NB_REQUIRE_OK(nb_call_begin(sq, &c));

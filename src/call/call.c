@@ -805,7 +805,11 @@ static const int64_t grid_max[3] = {2147483647LL, 65535, 65535};
 nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t grid[3]) {
     if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_run_blocks: argument 'c' is NULL");
     nb_status s = NB_OK;
-    const char *fn = c->f->infos[0].name;
+    char fn[300]; /* "square", or "square.bwd" for its derivative kernel (the wrapper square__bwds) */
+    char base[256];
+    int kind = nb_ad_wrapper_name(c->f->infos[0].name, base, sizeof base);
+    if (kind) snprintf(fn, sizeof fn, "%s.%s", base, kind == NB_AD_FWDS ? "fwd" : "bwd");
+    else snprintf(fn, sizeof fn, "%s", c->f->infos[0].name);
     if (!block || !grid) s = nb_error(NB_ERR_INVALID_ARG, "nb_call_run_blocks: %s is NULL", block ? "grid" : "block");
     for (int k = 0; k < 3 && !s; k++) {
         if (block[k] <= 0 || block[k] > block_max[k])
