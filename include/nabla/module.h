@@ -322,8 +322,9 @@ nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]);
  * [numthreads(x,y,z)] function needs block == {x, y, z}. With nb_call_set_mode(c, NB_MODE_BWD /
  * NB_MODE_FWD) this launches the kernel's derivative (slangtorch's f.bwd / f.fwd): give each
  * DiffTensor parameter its gradient array (nb_call_grad / nb_call_grad_named); reverse mode adds
- * the loads' derivatives into them (atomically) and reads the stores' gradients from them,
- * forward mode reads the tangents of loads from them and writes the stores' tangents into them.
+ * the loads' derivatives into them (atomically) and reads the stores' gradients from them (a
+ * store consumes its element: zeroed; storeOnce leaves it), forward mode reads the tangents of
+ * loads from them and writes the stores' tangents into them.
  * Value parameters get no derivative (slang-torch passes none). Frees c. */
 nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t grid[3]);
 /* Abandons a call without running it. */
