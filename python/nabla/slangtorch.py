@@ -16,6 +16,7 @@ cache), so an unchanged module costs no compile. Neither torch nor numpy is need
 numpy arrays and nabla.Tensors are the tensors. See docs/PYTHON.md, "slangtorch on nabla".
 """
 import collections
+import os
 import re
 import sys
 import types
@@ -634,7 +635,8 @@ def loadModule(fileName, skipSlang=None, verbose=False, defines={}, includePaths
         if not isinstance(v, bool):
             raise TypeError(f"loadModule: {name} must be a bool, got {v!r}")
     defs = dict(defines or {})
-    incs = [str(p) for p in (includePaths or [])]
+    # absolute now: kernels compile lazily (per device, at the first launch), maybe after a chdir
+    incs = [os.path.abspath(str(p)) for p in (includePaths or [])]
     _parse_slang_flags(list(extraSlangFlags or []), defs, incs)
     load_kwargs = {"include_dirs": incs or None, "defines": _define_list(defs) or None}
     devices = ["cpu"]
@@ -643,7 +645,7 @@ def loadModule(fileName, skipSlang=None, verbose=False, defines={}, includePaths
     if verbose:
         print(f"[nabla.slangtorch] loadModule {fileName} defines={defs} includePaths={incs}",
               file=sys.stderr)
-    return SlangModule(str(fileName), load_kwargs, devices, bool(verbose))
+    return SlangModule(os.path.abspath(str(fileName)), load_kwargs, devices, bool(verbose))
 
 
 def clearSessionShaderCache():

@@ -1,10 +1,13 @@
 """A stand-in for the few parts of pytest the suite uses (raises, skip, mark.skipif, importorskip,
-approx-free asserts), for machines without pytest:  python3 minipytest.py python/tests
+approx-free asserts, the tmp_path fixture), for machines without pytest:  python3 minipytest.py python/tests
 Runs every test_* function of every test_*.py file; prints 'N passed, N failed, N skipped'."""
 import importlib.util
+import inspect
 import os
+import pathlib
 import re
 import sys
+import tempfile
 import traceback
 import types
 
@@ -93,7 +96,11 @@ def main(d, only=None):
             for case in getattr(fun, "_mini_cases", [{}]):
                 label = name + (f"[{'-'.join(map(str, case.values()))}]" if case else "")
                 try:
-                    fun(**case)
+                    if "tmp_path" in inspect.signature(fun).parameters and "tmp_path" not in case:
+                        with tempfile.TemporaryDirectory() as tmp:  # pytest's tmp_path fixture
+                            fun(**case, tmp_path=pathlib.Path(tmp))
+                    else:
+                        fun(**case)
                     print(f"PASSED {fn}::{label}")
                     p += 1
                 except _Skip as e:

@@ -331,6 +331,34 @@ def test_hot_reload_file_import_and_prelude():
         shutil.rmtree(d)
 
 
+def test_relative_path_then_chdir():
+    """loadModule('m.slang') from the module's directory, then a chdir before the first launch
+    (kernels compile lazily): imports and preludes still resolve beside the files (seed 000's
+    image_model.py loads 'image-model.slang' relative; its prelude sits beside inline-mlp.slang)."""
+    torch = pytest.importorskip("torch")
+    d = tempfile.mkdtemp()
+    old = os.getcwd()
+    try:
+        _write(os.path.join(d, "pre.h"), PRE % 10)
+        _write(os.path.join(d, "helper_mod.slang"),
+               "float pre() { __target_switch { case cpp: __requirePrelude(\"#include \\\"pre.h\\\"\");"
+               " __intrinsic_asm \"pre_k()\"; case cuda: __requirePrelude(\"#include \\\"pre.h\\\"\");"
+               " __intrinsic_asm \"pre_k()\"; } }\n")
+        _write(os.path.join(d, "rel.slang"), "import helper_mod;\n"
+               "[AutoPyBindCUDA] [CudaKernel] void f(TensorView<float> y)\n"
+               "{ if (cudaThreadIdx().x == 0) y[0] = pre(); }\n")
+        os.chdir(d)
+        m = slangtorch.loadModule("rel.slang", includePaths=["."])
+        os.chdir(old)
+        for dev in tdevices():
+            y = torch.zeros(1, device=dev)
+            m.f(y=y).launchRaw(blockSize=(1, 1, 1), gridSize=(1, 1, 1))
+            assert y.item() == 10.0
+    finally:
+        os.chdir(old)
+        shutil.rmtree(d)
+
+
 # ---- the slangtorch tutorial (seed 002): MySquareFuncInSlang -------------------------------------
 
 
