@@ -204,6 +204,12 @@ int nb_func_result(const nb_func *f, int overload, nb_leaf_info *out);
  * ("_result"), one per field of a struct result, depth-first ("_result.pos", "_result.t.x"). */
 int nb_func_result_count(const nb_func *f, int overload);
 nb_status nb_func_result_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out);
+/* The leaves of the module's struct type `type_name` (SlangPy's `module.MyStruct` as a dtype),
+ * as nb_func_leaf gives them for a parameter of that type: fields depth-first, paths "x", "pos",
+ * "t.x" (param 0). Up to max are written to out (paths live as long as the module); *count gets
+ * the total. An unknown name: NB_ERR_NOT_FOUND listing the module's structs; a field that cannot
+ * be bound (an array of structs): NB_ERR_UNSUPPORTED. */
+nb_status nb_module_type_leaves(nb_module *m, const char *type_name, nb_leaf_info *out, int max, int *count);
 
 /* ---- calls ----------------------------------------------------------------------------------- */
 

@@ -34,7 +34,8 @@ __all__ = [
     "device", "set_default_device", "load_module", "load_module_from_source", "Module", "Tensor",
     "Function", "Device", "NablaError", "CompileError", "ShapeError", "DtypeError", "LayoutError",
     "DeviceError", "NotFoundError", "ArgumentError", "UnsupportedError", "OutOfMemoryError",
-    "FileError", "InternalError",
+    "FileError", "InternalError", "init_device", "create_device", "DeviceType", "NDBuffer",
+    "SlangType", "FunctionNode",
 ]
 
 
@@ -66,9 +67,33 @@ class Module:
         try:
             f = self._cmod.func(name)
         except NotFoundError as e:
-            raise AttributeError(str(e)) from None
+            # SlangPy: module.float, module.float3, module.MyStruct name types (dtypes)
+            try:
+                t = _spy_types.module_type(self, name)
+            except NotFoundError:
+                raise AttributeError(str(e)) from None
+            self.__dict__[name] = t
+            return t
+        g = self.__dict__.get("_globals")
+        if g:  # module.set({...}): bound by name where the function has such a parameter
+            vals = {k: v for k, v in g.items() if k in f.param_names}
+            if vals:
+                f = f.set(vals)
         self.__dict__[name] = f  # cached: later lookups are plain attribute reads
         return f
+
+    def set(self, values=None, **kw):
+        """SlangPy: module-wide global parameters: every later call of a function that has a
+        parameter of that name (module-scope buffers are trailing parameters) gets the value.
+        Returns self."""
+        vals = dict(values or {}, **kw)
+        g = dict(self.__dict__.get("_globals") or {})
+        g.update(vals)
+        for k in list(self.__dict__):  # drop cached functions: they are rebuilt with the values
+            if k not in ("_cmod", "_globals"):
+                del self.__dict__[k]
+        self.__dict__["_globals"] = g
+        return self
 
     def __getitem__(self, name):
         return getattr(self, name)
@@ -205,6 +230,21 @@ Tensor.__array__ = _tensor_array
 Tensor.torch = _tensor_torch
 
 
+# ---- SlangPy spelling (docs/PYTHON.md "SlangPy on nabla") ------------------------------------
+
+from . import _spy_types, _spy_tensor, _spy_device, _spy_call  # noqa: E402
+
+_spy_tensor.install()
+_spy_device.install(__import__(__name__))
+_spy_call.install(__import__(__name__))
+SlangType = _spy_types.SlangType
+NDBuffer = _spy_tensor.NDBuffer
+DeviceType = _spy_device.DeviceType
+init_device = _spy_device.init_device
+create_device = _spy_device.init_device
+FunctionNode = _spy_call.FunctionNode
+
+
 def from_dlpack(obj):
     """A nabla.Tensor on the memory of any DLPack producer (torch, cupy, jax): zero-copy."""
     return _nabla.tensor_from_dlpack(obj)
@@ -244,9 +284,9 @@ _SLANGTORCH_NAMES = ("loadModule", "clearSessionShaderCache", "clearPersistentSh
 
 
 def __getattr__(name):
-    # nabla.nn (neural-network layers) and nabla.slangtorch are imported on first use: `import
-    # nabla` stays small
-    if name in ("nn", "slangtorch"):
+    # nabla.nn (neural-network layers), nabla.slangtorch and nabla.types are imported on first
+    # use: `import nabla` stays small
+    if name in ("nn", "slangtorch", "types"):
         import importlib
 
         return importlib.import_module("." + name, __name__)

@@ -463,6 +463,7 @@ PyMODINIT_FUNC PyInit__nabla(void) {
     if (nbp_init_strings() < 0 || nbp_tensor_init_type(mod) < 0 || nbp_func_init_type(mod) < 0) goto fail;
     if (nbp_nn_init(mod) < 0) goto fail;
     if (nbp_spy_gen_init(mod) < 0 || nbp_spy_enc_init(mod) < 0) goto fail;
+    if (nbp_spy_init(mod) < 0) goto fail;
     if (PyModule_AddStringConstant(mod, "version", nb_version()) < 0) goto fail;
     return mod;
 fail:

@@ -35,6 +35,7 @@ PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps) {
     int n = nb_func_param_count(f, 0);
     o->nparams = n < 32 ? n : 32;
     memset(o->ptensor, 0, sizeof o->ptensor);
+    o->has_struct = 0;
     for (int i = 0; i < o->nparams; i++) {
         o->pnames[i] = nb_func_param_name(f, 0, i);
         o->pdirs[i] = (int)nb_func_param_dir(f, 0, i);
@@ -44,6 +45,7 @@ PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps) {
         nb_leaf_info li;
         if (nb_func_leaf(f, 0, i, &li) == NB_OK && li.param >= 0 && li.param < o->nparams && li.is_tensor)
             o->ptensor[li.param] = 1;
+        if (nb_func_leaf(f, 0, i, &li) == NB_OK && li.param >= 0 && li.path && strchr(li.path, '.')) o->has_struct = 1;
     }
     return (PyObject *)o;
 }
@@ -374,7 +376,12 @@ static int wants_autograd(PyObject *args, PyObject *kw) {
     return on;
 }
 
+static PyObject *do_call_spy(PyObject *self, PyObject *args, PyObject *kw, const int64_t *grid, int spy_done);
 static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int64_t *grid) {
+    return do_call_spy(self, args, kw, grid, 0);
+}
+
+static PyObject *do_call_spy(PyObject *self, PyObject *args, PyObject *kw, const int64_t *grid, int spy_done) {
     FunctionObject *fn = (FunctionObject *)self;
     if (!grid && nb_func_is_host(fn->f, 0)) return nbp_host_call(fn, args, kw); /* host.c */
     PyObject *res = NULL, *grads = NULL, *dout = NULL, *tangents = NULL, *galloc = NULL, *append_to = NULL;
@@ -394,6 +401,23 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
             else if (!strcmp(ks, "_grads_alloc")) galloc = v;
             else if (!strcmp(ks, "_append_to")) append_to = v;
             else return PyErr_Format(nbp_ArgumentError, "unknown option %s= (options: _result, _grads, _grads_alloc, _dout, _tangents, _autograd, _append_to)", ks);
+        }
+    }
+    if (nbp_spy_hook && !spy_done) { /* SlangPy spelling: struct tensors, _type dicts, _result=Tensor */
+        int w = nbp_spy_wants(fn, args, kw);
+        if (w < 0) return NULL;
+        if (w) {
+            PyObject *r = PyObject_CallFunctionObjArgs(nbp_spy_hook, self, args, kw ? kw : Py_None, NULL);
+            if (!r) return NULL;
+            PyObject *a2 = NULL, *k2 = NULL;
+            if (!PyArg_ParseTuple(r, "OO", &a2, &k2) || !PyTuple_Check(a2) || (k2 != Py_None && !PyDict_Check(k2))) {
+                if (!PyErr_Occurred()) PyErr_SetString(nbp_InternalError, "spy hook: expected (tuple, dict)");
+                Py_DECREF(r);
+                return NULL;
+            }
+            PyObject *out2 = do_call_spy(self, a2, k2 == Py_None ? NULL : k2, grid, 1);
+            Py_DECREF(r);
+            return out2;
         }
     }
     /* _append_to=encoder (f.append_to): recorded into its command list, not run (spy_enc.c) */
@@ -454,7 +478,9 @@ static PyObject *do_call(PyObject *self, PyObject *args, PyObject *kw, const int
     } else if (res && res != Py_None) {
         if (fn->mode == NBP_BWD) {
             /* SlangPy: the result's gradient is the gradient of _result */
-            PyObject *g = nbp_is_tensor(res) ? ((TensorObject *)res)->grad : NULL;
+            /* SlangPy's grad_in (with_grads(grad_in=...)) first, else .grad */
+            PyObject *g = !nbp_is_tensor(res) ? NULL
+                          : ((TensorObject *)res)->grad_in ? ((TensorObject *)res)->grad_in : ((TensorObject *)res)->grad;
             if (!g) {
                 PyErr_SetString(nbp_ArgumentError, "bwds: _result must be a nabla.Tensor with a .grad (or give _dout=)");
                 goto done;

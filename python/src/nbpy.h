@@ -37,6 +37,7 @@ typedef struct {
     nb_tensor *t;
     PyObject *owner;  /* keeps wrapped memory alive (numpy array, torch tensor, capsule) or NULL */
     PyObject *grad;   /* a Tensor or NULL */
+    PyObject *grad_in; /* SlangPy's grad_in: the incoming gradient when this is a _result of .bwds (or NULL) */
     PyObject *device; /* DeviceObject */
     Py_ssize_t bshape[NB_MAX_DIMS], bstrides[NB_MAX_DIMS]; /* for the buffer protocol */
     int nexports;
@@ -62,6 +63,7 @@ typedef struct {
     const char *pnames[32]; /* live as long as the module */
     int pdirs[32];
     unsigned char ptensor[32]; /* a Tensor<T,N> parameter: the kernel may write through it */
+    int has_struct;   /* some parameter is a struct (SlangPy spelling: spy.c's hook may rewrite the call) */
 } FunctionObject;
 
 /* ---- shared state (ext.c) ---------------------------------------------------------------- */
@@ -71,6 +73,11 @@ extern PyObject *nbp_Error, *nbp_CompileError, *nbp_ShapeError, *nbp_DtypeError,
     *nbp_LayoutError, *nbp_DeviceError, *nbp_NotFoundError, *nbp_ArgumentError,
     *nbp_UnsupportedError, *nbp_MemoryError, *nbp_IOError, *nbp_InternalError;
 extern PyObject *nbp_autograd_hook; /* python callable(fn, args, kwargs) or NULL */
+/* SlangPy spelling (spy.c, python/nabla/_spy_call.py): callable(fn, args, kwargs) -> (args, kwargs)
+ * rewriting a call before binding; or NULL. nbp_spy_wants: 1 if the call needs it. */
+extern PyObject *nbp_spy_hook;
+int nbp_spy_wants(FunctionObject *fn, PyObject *args, PyObject *kw);
+int nbp_spy_init(PyObject *mod);
 
 /* Raises the exception class for st with nb_last_error(); returns NULL. */
 PyObject *nbp_raise(nb_status st);

@@ -84,6 +84,7 @@ PyObject *nbp_tensor_new(nb_tensor *t, PyObject *owner) {
     o->owner = owner;
     Py_XINCREF(owner);
     o->grad = NULL;
+    o->grad_in = NULL;
     o->nexports = 0;
     o->device = nbp_device_get(nb_device_name(nb_tensor_device(t)));
     if (!o->device) {
@@ -99,6 +100,7 @@ static void tensor_dealloc(PyObject *self) {
     if (o->t) nb_tensor_free(o->t);
     Py_XDECREF(o->owner);
     Py_XDECREF(o->grad);
+    Py_XDECREF(o->grad_in);
     Py_XDECREF(o->device);
     PyObject_Free(self);
     Py_DECREF(tp);
@@ -169,6 +171,25 @@ static PyObject *tensor_get_device(PyObject *self, void *c) {
     Py_INCREF(d);
     return d;
 }
+static PyObject *tensor_get_grad_in(PyObject *self, void *c) {
+    PyObject *g = ((TensorObject *)self)->grad_in;
+    if (!g) Py_RETURN_NONE;
+    Py_INCREF(g);
+    return g;
+}
+
+static int tensor_set_grad_in(PyObject *self, PyObject *v, void *c) {
+    if (v && v != Py_None && !nbp_is_tensor(v)) {
+        PyErr_SetString(PyExc_TypeError, "Tensor.grad_in must be a nabla.Tensor or None");
+        return -1;
+    }
+    PyObject *old = ((TensorObject *)self)->grad_in;
+    ((TensorObject *)self)->grad_in = v && v != Py_None ? v : NULL;
+    Py_XINCREF(((TensorObject *)self)->grad_in);
+    Py_XDECREF(old);
+    return 0;
+}
+
 static PyObject *tensor_get_grad(PyObject *self, void *c) {
     PyObject *g = ((TensorObject *)self)->grad;
     if (!g) Py_RETURN_NONE;
@@ -638,6 +659,7 @@ static PyGetSetDef tensor_getset[] = {
     {"dtype", tensor_get_dtype, NULL, "\"f32\", \"f64\", …", NULL},
     {"device", tensor_get_device, NULL, "the nabla.Device holding the memory", NULL},
     {"grad", tensor_get_grad, tensor_set_grad, "gradient Tensor (with_grads) or None", NULL},
+    {"grad_in", tensor_get_grad_in, tensor_set_grad_in, "SlangPy's grad_in: the gradient a .bwds call reads for this _result (None: .grad)", NULL},
     {"data_ptr", tensor_get_data_ptr, NULL, "address of element [0,…,0]", NULL},
     {NULL},
 };

@@ -994,14 +994,18 @@ nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid) {
         nb_status s = bind_overload(c, 0, want_result, grid, &score);
         return s ? s : check_int_ranges(c);
     }
-    /* Several overloads: the one whose arguments fit with the fewest conversions wins (ties: the
-     * first declared). The chosen one is bound again to leave its state in c. */
-    int best = -1, best_score = -1;
+    /* Several overloads: the one whose arguments fit with the fewest conversions wins; on a tie
+     * the one with the fewest call (vectorized) dims, so that [[1,2,3],[4,5,6]] for
+     * f(float3) / f(float3 x[2]) calls f(float3[2]) once (SlangPy), then the first declared. The
+     * chosen one is bound again to leave its state in c. */
+    int best = -1;
+    int64_t best_score = -1;
     char first_err[1024] = "";
     for (int ov = 0; ov < f->count; ov++) {
         int score = 0;
         if (bind_overload(c, ov, want_result, grid, &score) == NB_OK) {
-            if (score > best_score) best = ov, best_score = score;
+            int64_t key = (int64_t)score * 16 + (15 - (c->kdim < 15 ? c->kdim : 15));
+            if (key > best_score) best = ov, best_score = key;
         } else if (!first_err[0]) {
             snprintf(first_err, sizeof first_err, "%s", nb_last_error());
         }

@@ -424,3 +424,19 @@ nb_status nb_func_result_leaf(const nb_func *f, int overload, int leaf, nb_leaf_
     leaf_info(&in->results[leaf], out);
     return NB_OK;
 }
+
+nb_status nb_module_type_leaves(nb_module *m, const char *type_name, nb_leaf_info *out, int max, int *count) {
+    NB_CHECK_ARG(m);
+    NB_CHECK_ARG(type_name);
+    NB_CHECK_ARG(count);
+    *count = 0;
+    const nb_fn_leaf *leaves = NULL;
+    int n = 0;
+    pthread_mutex_lock(&m->lock);
+    nb_status st = nb_program_type_leaves(m->prog, type_name, &leaves, &n);
+    pthread_mutex_unlock(&m->lock);
+    if (st != NB_OK) return st;
+    for (int i = 0; i < n && i < max && out; i++) leaf_info(&leaves[i], &out[i]);
+    *count = n;
+    return NB_OK;
+}

@@ -106,6 +106,13 @@ int nb_program_function_names(nb_program *p, const char **out, int max);
  * module's callable functions). The arrays live as long as the program. */
 nb_status nb_program_functions(nb_program *p, const char *name, const nb_fn_info **infos, int *count);
 
+/* The leaves of the struct type `name` of the program (its modules' structs, the main module's
+ * first; an instantiation such as "MLP<32,8>" once the program uses it), laid out as for a
+ * parameter of that type: fields depth-first, paths "pos", "t.x" (param 0, dir in). 0 leaves and
+ * NB_ERR_NOT_FOUND (listing the structs) for an unknown name. The array lives as long as the
+ * program (each call builds a new one: callers cache). */
+nb_status nb_program_type_leaves(nb_program *p, const char *name, const nb_fn_leaf **leaves, int *count);
+
 /* ---- code generation -------------------------------------------------------------------- */
 
 /* Source of the call kernel for sig (C or CUDA C, self-contained: no includes beyond the

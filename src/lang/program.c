@@ -1208,3 +1208,62 @@ char *nb_program_warnings(const nb_program *p) {
     }
     return nb_strbuf_take(&sb, NULL);
 }
+
+/* ---- struct types by name (SlangPy's module.MyStruct as a dtype) ------------------------- */
+
+static nb_decl *find_struct(nb_program *p, const char *name) {
+    for (int pass = 0; pass < 2; pass++) /* the main module first, then the imports */
+        for (int mi = p->nmodules - 1; mi >= 0; mi--) {
+            nb_module_ast *m = p->modules[mi];
+            if ((pass == 0) != (m == p->main)) continue;
+            for (int k = 0; k < m->ndecls; k++) {
+                nb_decl *d = m->decls[k];
+                if (d && d->kind == NB_DECL_STRUCT && d->name && d->u.strct.type && !strcmp(d->name, name))
+                    return d;
+            }
+        }
+    return NULL;
+}
+
+nb_status nb_program_type_leaves(nb_program *p, const char *name, const nb_fn_leaf **leaves, int *count) {
+    if (!p || !name || !leaves || !count) return nb_error(NB_ERR_INVALID_ARG, "nb_program_type_leaves: NULL argument");
+    *leaves = NULL;
+    *count = 0;
+    nb_decl *d = find_struct(p, name);
+    if (!d) {
+        nb_strbuf sb;
+        nb_strbuf_init(&sb);
+        for (int mi = 0; mi < p->nmodules; mi++)
+            for (int k = 0; k < p->modules[mi]->ndecls; k++) {
+                nb_decl *e = p->modules[mi]->decls[k];
+                if (!e || e->kind != NB_DECL_STRUCT || !e->name || !e->u.strct.type) continue;
+                if (sb.len) nb_strbuf_append(&sb, ", ");
+                nb_strbuf_append(&sb, e->name);
+            }
+        nb_status st = nb_error(NB_ERR_NOT_FOUND, "no struct type '%s' in the module (structs: %s)", name,
+                                sb.len ? nb_strbuf_cstr(&sb) : "none");
+        nb_strbuf_free(&sb);
+        return st;
+    }
+    leaf_builder *b = nb_alloc(sizeof *b, 16);
+    if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+    memset(b, 0, sizeof *b);
+    b->p = p;
+    const nb_decl *sd = d;
+    for (int i = 0; i < sd->u.strct.nfields && b->st == NB_OK; i++) {
+        nb_decl *f = sd->u.strct.fields[i];
+        add_leaves(b, f->u.var.type, f->name ? f->name : "?", 0, 0, 0, name);
+    }
+    nb_status st = b->st;
+    if (st == NB_OK) {
+        nb_fn_leaf *out = nb_arena_zalloc(&p->arena, sizeof(nb_fn_leaf) * (size_t)(b->n ? b->n : 1), 16);
+        if (!out) st = nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+        else {
+            memcpy(out, b->leaves, sizeof(nb_fn_leaf) * (size_t)b->n);
+            *leaves = out;
+            *count = b->n;
+        }
+    }
+    nb_free(b, sizeof *b);
+    return st;
+}

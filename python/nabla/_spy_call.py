@@ -1,0 +1,293 @@
+"""SlangPy spelling of calls: the hook the C call layer runs first for calls that need it
+(python/src/spy.c nbp_spy_wants), and FunctionNode (f.set(...), f.return_type(...)).
+
+The hook rewrites (args, kwargs) before binding:
+- a nabla.Tensor / numpy array / torch tensor for a **struct** parameter is read in the flat
+  layout (python/nabla/_spy_types.py) and bound field by field as zero-copy strided views; in
+  `.bwds`, a Tensor's gradient buffer (`.grad` = grad_out) is split the same way into `_grads`;
+- a dict with a `_type` key (`{'_type': 'MyType', 'x': 5}`) must name the parameter's type
+  (ArgumentError otherwise); the key is dropped;
+- `_result=nabla.Tensor` / `numpy.ndarray` / `torch.Tensor` (the classes) mean "tensor" /
+  "numpy" / "torch".
+"""
+from . import _nabla
+from ._spy_types import SlangType, builtin_type, struct_layout
+
+_MODS = {"in", "out", "inout", "const", "uniform", "no_diff", "nodiff"}
+_info_cache = {}
+
+
+def _split_params(sig):
+    """'float[8] compute(MLP<32,8> mlp, float[32] input)' -> [('MLP<32,8>', 'mlp'), ...]"""
+    i = sig.find("(")
+    j = sig.rfind(")")
+    if i < 0 or j < i:
+        return []
+    body, parts, depth, cur = sig[i + 1:j], [], 0, ""
+    for ch in body:
+        if ch in "<[(":
+            depth += 1
+        elif ch in ">])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    out = []
+    for p in parts:
+        toks = p.split()
+        toks = [t for t in toks if t not in _MODS]
+        if not toks:
+            continue
+        name = toks[-1] if len(toks) > 1 else ""
+        out.append(("".join(toks[:-1]) if len(toks) > 1 else toks[0], name))
+    return out
+
+
+def _info(fn):
+    key = (id(fn.module), fn.name)
+    hit = _info_cache.get(key)
+    if hit is not None:
+        return hit[1]
+    overloads = []
+    ov = 0
+    while True:
+        sig = _nabla.func_signature(fn, ov)
+        if sig is None:
+            break
+        leaves = _nabla.func_leaves(fn, ov) or []
+        params = _split_params(sig)
+        sleaves = {}
+        for lf in leaves:
+            p, path = lf[0], lf[1]
+            if p >= 0 and "." in path:
+                sleaves.setdefault(p, []).append((p, path.split(".", 1)[1]) + tuple(lf[2:]))
+        overloads.append((params, sleaves))
+        ov += 1
+    _info_cache[key] = (fn.module, overloads)
+    return overloads
+
+
+def _numpy():
+    import numpy
+
+    return numpy
+
+
+def _is_torch(o):
+    import sys
+
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(o, t.Tensor)
+
+
+def _views(fname, pname, tname, leaves, v):
+    """{field path: view} of v in the flat layout of a struct with these leaves."""
+    dtype, shape, fields = struct_layout(leaves, f"struct {tname}")
+    if isinstance(v, (list, tuple)) or (not isinstance(v, _nabla.CTensor) and not _is_torch(v)
+                                         and not hasattr(v, "__array_interface__")):
+        try:
+            v = _numpy().asarray(v, dtype={"f32": "float32", "f64": "float64", "i32": "int32",
+                                           "u32": "uint32", "i64": "int64"}.get(dtype, "float32"))
+        except Exception:
+            raise _nabla.ArgumentError(
+                f"{fname}: argument '{pname}' is a struct {tname}: pass a dict of its fields, or a "
+                f"nabla.Tensor / numpy array / torch tensor in the flat layout (…, {', '.join(map(str, shape))})"
+            ) from None
+    vshape = tuple(v.shape)
+    if vshape[len(vshape) - len(shape):] != shape or len(vshape) < len(shape):
+        raise _nabla.ShapeError(
+            f"{fname}: argument '{pname}' (struct {tname}) has shape {list(vshape)}: a struct {tname} is "
+            f"stored as {list(shape)} per element (fields {', '.join(p for p, _, _ in fields)}), so the "
+            f"array must end in {list(shape)}")
+    if len(fields) == 1:
+        return {fields[0][0]: v}
+    out, off, lead = {}, 0, vshape[:-1]
+    for path, _, dims in fields:
+        n = 1
+        for d in dims:
+            n *= d
+        if isinstance(v, _nabla.CTensor):
+            last = len(vshape) - 1
+            if not dims:
+                w = _nabla.tensor_select(v, last, off)
+            else:
+                w = _nabla.tensor_slice(v, last, off, off + n, 1)
+                if dims != (n,):
+                    w = _nabla.tensor_reshape(w, lead + dims)
+        else:
+            w = v[..., off] if not dims else v[..., off:off + n].reshape(lead + dims)
+        out[path] = w
+        off += n
+    return out
+
+
+def _nest(flat):
+    """{"a.b": x, "c": y} -> {"a": {"b": x}, "c": y} (the C layer binds nested dicts)."""
+    out = {}
+    for k, v in flat.items():
+        parts = k.split(".")
+        d = out
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = v
+    return out
+
+
+def _strip_type(d):
+    return {k: (_strip_type(v) if isinstance(v, dict) else v) for k, v in d.items() if k != "_type"}
+
+
+def _arg(fn, overloads, index, name, a, grads):
+    params, sleaves = overloads[0]
+    if index is None:
+        index = next((i for i, (_, n) in enumerate(params) if n == name), -1)
+    if isinstance(a, dict) and "_type" in a:
+        want = str(a["_type"]).replace(" ", "")
+        types = [ov[0][index][0] for ov in overloads if 0 <= index < len(ov[0])]
+        if want not in types:
+            pname = params[index][1] if 0 <= index < len(params) else name
+            raise _nabla.ArgumentError(
+                f"{fn.name}: argument '{pname}' says _type '{a['_type']}', but the parameter's type is "
+                f"{' or '.join(repr(t) for t in types) if types else 'unknown'}")
+        return _strip_type(a)
+    if index < 0 or index not in sleaves or isinstance(a, dict) or type(a).__name__ == "SimpleNamespace":
+        return a
+    tname, pname = params[index]
+    if isinstance(a, _nabla.CTensor) and fn.mode == "bwds" and a.grad is not None:
+        grads[pname] = _nest(_views(fn.name, pname, tname, sleaves[index], a.grad))
+        a = a.detach()
+    return _nest(_views(fn.name, pname, tname, sleaves[index], a))
+
+
+def result_kind(r):
+    """_result= / return_type() values -> "tensor" | "numpy" | "torch" (or r unchanged)."""
+    if r is _nabla.CTensor or isinstance(r, SlangType):
+        return "tensor"
+    if isinstance(r, type):
+        mod, nm = r.__module__, r.__name__
+        if mod == "numpy" and nm == "ndarray":
+            return "numpy"
+        if mod.startswith("torch") and nm == "Tensor":
+            return "torch"
+        raise _nabla.ArgumentError(f"_result={nm}: expected nabla.Tensor, numpy.ndarray, torch.Tensor or a "
+                                   "kind name ('tensor', 'numpy', 'torch')")
+    if getattr(r, "__name__", None) in ("numpy", "torch") and hasattr(r, "__spec__"):  # the modules
+        return r.__name__
+    return r
+
+
+def hook(fn, args, kw):
+    overloads = _info(fn)
+    kw = dict(kw) if kw else {}
+    if "_result" in kw:
+        kw["_result"] = result_kind(kw["_result"])
+    grads = {}
+    new_args = tuple(_arg(fn, overloads, i, None, a, grads) for i, a in enumerate(args))
+    for k in list(kw):
+        if not k.startswith("_"):
+            kw[k] = _arg(fn, overloads, None, k, kw[k], grads)
+    if grads:
+        g = dict(kw.get("_grads") or {})
+        for k, v in grads.items():
+            g.setdefault(k, v)
+        kw["_grads"] = g
+    return new_args, kw
+
+
+# ---- FunctionNode: f.set(...), f.return_type(...) -------------------------------------------
+
+
+class FunctionNode:
+    """A nabla.Function with values bound by name on every call (`f.set({...})`: SlangPy's global
+    parameters — module-scope buffers are trailing parameters bound by name) and/or a result kind
+    (`f.return_type(Tensor)`). Calls, .bwds, .fwds, .map, .dispatch, .set, .return_type chain."""
+
+    def __init__(self, fn, values=None, result=None):
+        self._fn, self._values, self._result = fn, dict(values or {}), result
+
+    def _kw(self, kw):
+        out = dict(self._values)
+        out.update(kw)
+        if self._result is not None and "_result" not in out and self._fn.mode == "primal":
+            out["_result"] = self._result
+        return out
+
+    def __call__(self, *args, **kw):
+        return self._fn(*args, **self._kw(kw))
+
+    call = __call__
+
+    def dispatch(self, thread_count, *args, **kw):
+        return self._fn.dispatch(thread_count, *args, **self._kw(kw))
+
+    def set(self, values=None, **kw):
+        return _set(self._fn, dict(self._values, **_values(values, kw)), self._result)
+
+    def return_type(self, t):
+        return FunctionNode(self._fn, self._values, _return_kind(self._fn, t))
+
+    def map(self, *a, **k):
+        return FunctionNode(self._fn.map(*a, **k), self._values, self._result)
+
+    @property
+    def bwds(self):
+        return FunctionNode(self._fn.bwds, self._values)
+
+    @property
+    def fwds(self):
+        return FunctionNode(self._fn.fwds, self._values)
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+    def __repr__(self):
+        return f"<nabla.FunctionNode {self._fn!r} set={sorted(self._values)} result={self._result!r}>"
+
+
+def _values(values, kw):
+    if values is None:
+        return dict(kw)
+    if not isinstance(values, dict):
+        raise _nabla.ArgumentError("set(values): expected a dict {name: value} (or keyword arguments)")
+    out = dict(values)
+    out.update(kw)
+    return out
+
+
+def _set(fn, values, result=None):
+    names = set(fn.param_names)
+    for k in values:
+        if not isinstance(k, str) or k not in names:
+            raise _nabla.ArgumentError(
+                f"{fn.name}.set: '{k}' is not a global parameter of {fn.name} (it reaches: "
+                f"{', '.join(fn.param_names) or 'nothing'}; module-scope buffers a function uses are "
+                "its trailing parameters)")
+    return FunctionNode(fn, values, result)
+
+
+def _return_kind(fn, t):
+    if isinstance(t, SlangType):
+        sig = _nabla.func_signature(fn, 0) or ""
+        ret = sig.split("(")[0].rsplit(" ", 1)[0].replace(" ", "") if "(" in sig else ""
+        bt = builtin_type(ret)
+        same = ret == t.name.replace(" ", "") or (bt is not None and (bt.dtype, bt.shape) == (t.dtype, t.shape))
+        if not same:
+            raise _nabla.DtypeError(f"{fn.name}.return_type({t.name}): the function returns '{ret}'")
+        return "tensor"
+    if t in ("tensor", "numpy", "torch"):
+        return t
+    return result_kind(t)
+
+
+def install(nabla):
+    F = _nabla.Function
+    F.set = lambda self, values=None, **kw: _set(self, _values(values, kw))
+    F.set.__doc__ = "SlangPy: f.set({name: value}) -> FunctionNode binding those parameters on every call"
+    F.return_type = lambda self, t: FunctionNode(self, None, _return_kind(self, t))
+    F.return_type.__doc__ = "SlangPy: f.return_type(nabla.Tensor | numpy.ndarray | torch.Tensor | module.X)"
+    F.call = lambda self, *a, **k: self(*a, **k)
+    _nabla._spy_set_hook(hook)

@@ -1,0 +1,124 @@
+"""SlangPy spelling: Slang types as dtypes (`module.float`, `module.float3`, `module.MyStruct`).
+
+A `SlangType` says how a Slang type is stored in a nabla.Tensor. nabla uses the **flat layout**:
+an element of a scalar type is one scalar, a vector / matrix / array type adds its dims at the end
+(`float3` -> (3,), `float3x3` -> (3, 3), `float[32]` -> (32,)), and a struct adds one dim holding
+its fields in declaration order, depth-first (`struct Pixel { float r, g, b; }` -> (3,);
+`struct P { float3 pos; float w; }` -> (4,)), except that a struct of a single field takes that
+field's dims (`MLP<32,8> { float weights[32][8]; }` -> (32, 8)). All fields of a struct stored
+this way must share one scalar type (a struct mixing int and float fields is a DtypeError as a
+dtype; pass such structs as dicts). A Tensor of `Pixel` of shape (16, 16) is thus an f32 tensor of
+shape (16, 16, 3), and a Tensor (or numpy array, torch tensor) in this layout can be passed for a
+struct parameter: its fields are bound as zero-copy strided views (python/nabla/_spy_call.py).
+"""
+import re
+
+from . import _nabla
+
+# Slang scalar names -> nabla dtype names
+SCALARS = {
+    "float": "f32", "float32_t": "f32", "half": "f16", "float16_t": "f16", "double": "f64",
+    "float64_t": "f64", "int": "i32", "int32_t": "i32", "uint": "u32", "uint32_t": "u32",
+    "int64_t": "i64", "uint8_t": "u8", "bool": "bool",
+}
+_VEC = re.compile(r"^([a-z_0-9]+?)([1-4])(?:x([1-4]))?$")
+_ARR = re.compile(r"^(.*)\[(\d+)\]$")
+
+
+class SlangType:
+    """A Slang type used as a dtype: `name`, `dtype` (nabla scalar dtype, "f32", ...), `shape`
+    (the element's dims in the flat layout) and `fields` (struct leaves: (path, dtype, dims)) or
+    None for non-struct types."""
+
+    def __init__(self, name, dtype, shape, fields=None):
+        self.name = name
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self.fields = fields
+
+    @property
+    def flat_size(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __eq__(self, other):
+        return isinstance(other, SlangType) and (self.name, self.dtype, self.shape) == (
+            other.name, other.dtype, other.shape)
+
+    def __hash__(self):
+        return hash((self.name, self.dtype, self.shape))
+
+    def __repr__(self):
+        return f"<nabla.SlangType {self.name} ({self.dtype}{list(self.shape)} per element)>"
+
+
+def builtin_type(name):
+    """SlangType of a scalar / vector / matrix / array type name, or None."""
+    name = name.replace(" ", "")
+    m = _ARR.match(name)
+    if m:
+        inner = builtin_type(m.group(1))
+        return None if inner is None else SlangType(name, inner.dtype, (int(m.group(2)),) + inner.shape)
+    if name in SCALARS:
+        return SlangType(name, SCALARS[name], ())
+    m = _VEC.match(name)
+    if m and m.group(1) in SCALARS:
+        shape = (int(m.group(2)),) + ((int(m.group(3)),) if m.group(3) else ())
+        return SlangType(name, SCALARS[m.group(1)], shape)
+    return None
+
+
+def struct_layout(leaves, what):
+    """(dtype, shape, fields) of a struct in the flat layout from its leaves
+    [(param, path, dims, dtype, ...)]; DtypeError when the fields' scalar types differ."""
+    fields = [(lf[1], lf[3], tuple(lf[2])) for lf in leaves]
+    if not fields:
+        raise _nabla.DtypeError(f"{what} has no fields: it cannot be stored in a tensor")
+    dtypes = {f[1] for f in fields}
+    if len(dtypes) != 1:
+        raise _nabla.DtypeError(
+            f"{what} mixes field types ({', '.join(f'{p}: {d}' for p, d, _ in fields)}): the flat "
+            "layout of a tensor needs one scalar type; pass it as a dict instead")
+    if len(fields) == 1:
+        return fields[0][1], fields[0][2], fields
+    total = 0
+    for _, _, dims in fields:
+        n = 1
+        for d in dims:
+            n *= d
+        total += n
+    return fields[0][1], (total,), fields
+
+
+def module_type(module, name):
+    """module.X for a type name X: a builtin type, or a struct of the module (NotFoundError lists
+    the module's structs)."""
+    t = builtin_type(name)
+    if t is not None:
+        return t
+    leaves = _nabla.type_leaves(module._cmod, name)
+    dtype, shape, fields = struct_layout(leaves, f"struct {name}")
+    return SlangType(name, dtype, shape, fields)
+
+
+def resolve_dtype(dtype):
+    """A dtype given to a SlangPy-style constructor -> (nabla dtype name, element dims).
+    Accepts SlangType, Slang type names ("float", "float3"), Python float/int/bool, and anything
+    nabla.Tensor.zeros takes ("f32", numpy / torch dtypes)."""
+    if dtype is None:
+        return "f32", ()
+    if isinstance(dtype, SlangType):
+        return dtype.dtype, dtype.shape
+    if dtype is float:
+        return "f32", ()
+    if dtype is int:
+        return "i32", ()
+    if dtype is bool:
+        return "bool", ()
+    if isinstance(dtype, str):
+        t = builtin_type(dtype)
+        if t is not None:
+            return t.dtype, t.shape
+    return dtype, ()
