@@ -99,7 +99,12 @@ def module_type(module, name):
     if t is not None:
         return t
     leaves = _nabla.type_leaves(module._cmod, name)
-    dtype, shape, fields = struct_layout(leaves, f"struct {name}")
+    try:
+        dtype, shape, fields = struct_layout(leaves, f"struct {name}")
+    except _nabla.DtypeError as e:  # usable as a type name (_type), not as a tensor dtype
+        t = SlangType(name, None, (), [(lf[1], lf[3], tuple(lf[2])) for lf in leaves])
+        t.error = str(e)
+        return t
     return SlangType(name, dtype, shape, fields)
 
 
@@ -110,6 +115,8 @@ def resolve_dtype(dtype):
     if dtype is None:
         return "f32", ()
     if isinstance(dtype, SlangType):
+        if dtype.dtype is None:
+            raise _nabla.DtypeError(getattr(dtype, "error", f"{dtype.name} cannot be a tensor dtype"))
         return dtype.dtype, dtype.shape
     if dtype is float:
         return "f32", ()
