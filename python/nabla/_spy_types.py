@@ -11,8 +11,6 @@ dtype; pass such structs as dicts). A Tensor of `Pixel` of shape (16, 16) is thu
 shape (16, 16, 3), and a Tensor (or numpy array, torch tensor) in this layout can be passed for a
 struct parameter: its fields are bound as zero-copy strided views (python/nabla/_spy_call.py).
 """
-import re
-
 from . import _nabla
 
 # Slang scalar names -> nabla dtype names
@@ -21,8 +19,6 @@ SCALARS = {
     "float64_t": "f64", "int": "i32", "int32_t": "i32", "uint": "u32", "uint32_t": "u32",
     "int64_t": "i64", "uint8_t": "u8", "bool": "bool",
 }
-_VEC = re.compile(r"^([a-z_0-9]+?)([1-4])(?:x([1-4]))?$")
-_ARR = re.compile(r"^(.*)\[(\d+)\]$")
 
 
 class SlangType:
@@ -55,18 +51,22 @@ class SlangType:
 
 
 def builtin_type(name):
-    """SlangType of a scalar / vector / matrix / array type name, or None."""
+    """SlangType of a scalar / vector / matrix / array type name ("float", "float3", "float3x3",
+    "float[4]", "float3[2]"), or None."""
     name = name.replace(" ", "")
-    m = _ARR.match(name)
-    if m:
-        inner = builtin_type(m.group(1))
-        return None if inner is None else SlangType(name, inner.dtype, (int(m.group(2)),) + inner.shape)
+    if name.endswith("]") and "[" in name:
+        inner, n = name[:-1].rsplit("[", 1)
+        t = builtin_type(inner) if n.isdigit() else None
+        return None if t is None else SlangType(name, t.dtype, (int(n),) + t.shape)
     if name in SCALARS:
         return SlangType(name, SCALARS[name], ())
-    m = _VEC.match(name)
-    if m and m.group(1) in SCALARS:
-        shape = (int(m.group(2)),) + ((int(m.group(3)),) if m.group(3) else ())
-        return SlangType(name, SCALARS[m.group(1)], shape)
+    base, dims = name, ()
+    if len(name) > 3 and name[-2] == "x" and name[-1] in "1234" and name[-3] in "1234":
+        base, dims = name[:-3], (int(name[-3]), int(name[-1]))  # float3x3
+    elif len(name) > 1 and name[-1] in "1234":
+        base, dims = name[:-1], (int(name[-1]),)  # float3
+    if dims and base in SCALARS:
+        return SlangType(name, SCALARS[base], dims)
     return None
 
 
