@@ -38,3 +38,7 @@ def test_square_slangtorch_example():
     """The slangtorch tutorial as written: [TorchEntryPoint] host functions + MySquareFuncInSlang."""
     pytest.importorskip("torch")
     assert "ok on" in run("square_slangtorch.py")
+
+
+def test_slangpy_design_example():
+    assert "ok: the loss went from" in run(os.path.join("slangpy_design", "example.py"))
