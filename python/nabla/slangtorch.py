@@ -554,6 +554,8 @@ class SlangModule:
             return got
         try:
             f = self._function(name, "cpu")
+            if not isinstance(f, _nabla.Function):  # nabla.Module gives module.Pixel as a SlangType
+                raise AttributeError(name)
         except AttributeError:
             got = None
         else:
