@@ -61,9 +61,10 @@ def _info(fn):
         leaves = _nabla.func_leaves(fn, ov) or []
         params = _split_params(sig)
         sleaves = {}
+        tensor_params = {lf[0] for lf in leaves if lf[4]}  # views inside: slangtorch's, not ours
         for lf in leaves:
             p, path = lf[0], lf[1]
-            if p >= 0 and "." in path:
+            if p >= 0 and "." in path and p not in tensor_params:
                 sleaves.setdefault(p, []).append((p, path.split(".", 1)[1]) + tuple(lf[2:]))
         overloads.append((params, sleaves))
         ov += 1

@@ -45,8 +45,18 @@ PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps) {
         nb_leaf_info li;
         if (nb_func_leaf(f, 0, i, &li) == NB_OK && li.param >= 0 && li.param < o->nparams && li.is_tensor)
             o->ptensor[li.param] = 1;
-        if (nb_func_leaf(f, 0, i, &li) == NB_OK && li.param >= 0 && li.path && strchr(li.path, '.')) o->has_struct = 1;
     }
+    /* a struct parameter of values only (no tensor fields: DiffTensorView, structs of views are
+     * slangtorch's) may be given a flat-layout tensor (SlangPy spelling, spy.c's hook) */
+    unsigned char dotted[32] = {0}, tens[32] = {0};
+    for (int i = 0; i < nl; i++) {
+        nb_leaf_info li;
+        if (nb_func_leaf(f, 0, i, &li) != NB_OK || li.param < 0 || li.param >= o->nparams) continue;
+        if (li.path && strchr(li.path, '.')) dotted[li.param] = 1;
+        if (li.is_tensor) tens[li.param] = 1;
+    }
+    for (int i = 0; i < o->nparams; i++)
+        if (dotted[i] && !tens[i]) o->has_struct = 1;
     return (PyObject *)o;
 }
 
