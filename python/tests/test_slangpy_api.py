@@ -25,6 +25,8 @@ float my(MyType v) { return float(v.x) + v.y; }
 [Differentiable] float wsum(P2 p) { return (p.pos.x + 2.0 * p.pos.y + 3.0 * p.pos.z) * p.w; }
 RWStructuredBuffer<float> outputBuffer;
 void put(int i, float v) { outputBuffer[i] = v; }
+uniform float gain;
+[Differentiable] float amp(float x) { return x * x * gain; }
 """
 
 
@@ -323,3 +325,19 @@ def test_set_globals():
         m.put.set({"nope": 1.0})
     with pytest.raises(spy.ArgumentError, match="expected a dict"):
         m.put.set([1])
+
+
+def test_set_uniform_values():
+    m = _mod()
+    x = numpy.array([1.0, 2.0, 3.0], dtype=numpy.float32)
+    amp = m.amp.set({"gain": 2.0})
+    assert amp(x).tolist() == [2.0, 8.0, 18.0]
+    assert amp.set(gain=0.5)(x).tolist() == [0.5, 2.0, 4.5]
+    xt = Tensor.from_numpy(x).with_grads()
+    r = Tensor.zeros(shape=(3,)).with_grads(grad_in=Tensor.from_numpy(numpy.ones(3, dtype=numpy.float32)))
+    amp.bwds(xt, _result=r)  # gain is a constant of the call: d/dx = 2 x gain
+    assert xt.grad.to_numpy().tolist() == [4.0, 8.0, 12.0]
+    m.set({"gain": 3.0})
+    assert m.amp(x).tolist() == [3.0, 12.0, 27.0]
+    with pytest.raises(spy.NablaError, match="gain"):
+        _mod().amp(x)  # not set: the parameter is missing

@@ -96,6 +96,7 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
     for (int i = 0; i < n; i++) {
         nb_ir_var *p = f->params[i];
         int diff = nb_ad_param_is_diff(p);
+        if (bwd && (p->flags & NB_IRF_HIDDEN)) continue; /* after _dout, as ad_bwd.c orders them */
         if (!diff) {
             if (bwd) {
                 if (p->dir != NB_DIR_OUT) args[k++] = nb_ir_load(b, pv[i], NULL, 0, NULL);
@@ -124,6 +125,9 @@ nb_ir_func *nb_ad_call_wrapper(nb_ir_module *m, nb_source_set *src, nb_ir_func *
         refs[k++] = tmps[i];
     }
     if (bwd && diff_ret) args[k++] = nb_ir_load(b, rd, NULL, 0, NULL);
+    for (int i = 0; bwd && i < n; i++) /* module-scope parameters passed on (NB_IRF_HIDDEN): last */
+        if ((f->params[i]->flags & NB_IRF_HIDDEN) && f->params[i]->dir != NB_DIR_OUT)
+            args[k++] = nb_ir_load(b, pv[i], NULL, 0, NULL);
     nb_ir_inst *res = NULL; /* bwdr with a custom derivative: f's result, computed first */
     if (with_result && !fused && f->ret->kind != NB_TY_VOID) {
         nb_ir_inst *pargs[66] = {0};

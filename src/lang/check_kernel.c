@@ -292,7 +292,11 @@ int ck_kernel_global(nb_checker *c, nb_decl *d, const nb_type *t) {
         d->u.var.type = t;
         return 1;
     }
-    if (!t || t->kind != NB_TY_TENSOR || (d->mods & (NB_MOD_STATIC | NB_MOD_CONST | NB_MOD_EXTERN))) return 0;
+    if (!t || (d->mods & (NB_MOD_STATIC | NB_MOD_CONST | NB_MOD_EXTERN))) return 0;
+    /* `uniform float scale;` / `float3 g;` (Slang's implicit uniforms): a shader parameter bound by
+     * name like a module-scope buffer (SlangPy's f.set({...})) */
+    if (t->kind != NB_TY_TENSOR && t->kind != NB_TY_SCALAR && t->kind != NB_TY_VECTOR && t->kind != NB_TY_MATRIX &&
+        t->kind != NB_TY_STRUCT && t->kind != NB_TY_ARRAY) return 0;
     if (d->u.var.init) ck_err(c, d->u.var.init->loc, "shader parameter '%s' cannot have an initializer (it is bound by the host)",
                               d->name ? d->name : "?");
     d->u.var.type = t;
