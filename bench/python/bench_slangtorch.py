@@ -95,7 +95,8 @@ def bench_inline_mlp(example, steps):
     os.chdir(example)
     sys.path.insert(0, example)
     try:
-        from image_model import RenderImage  # the example's own file, unmodified
+        import image_model  # the example's own file, unmodified
+        from image_model import RenderImage
     finally:
         os.chdir(cwd)
     torch.manual_seed(0)
@@ -134,6 +135,38 @@ def bench_inline_mlp(example, steps):
     torch.cuda.synchronize()
     print(f"inline-MLP (nabla.slangtorch): {e0.elapsed_time(e1) / n:.3f} ms/step; loss "
           + ", ".join(f"it {k}: {v:.5f}" for k, v in sorted(losses.items())))
+
+    # the two kernels alone (the example's launches, as RenderImage.forward / backward make them)
+    m = image_model.m
+    ws = [eye + wi.detach() * 0.05 for wi in w]
+    bs = [bi.detach() for bi in b]
+    out = torch.zeros((512, 512, 3), device="cuda")
+    blk = image_model.launchBlockSize
+    grd = ((512 + blk[0] - 1) // blk[0], (512 + blk[1] - 1) // blk[1], 1)
+    mlp = m.MLP(layers=[m.Linear(weights=ws[i], bias=bs[i]) for i in range(3)])
+    wd = [torch.zeros_like(x) for x in ws]
+    bd = [torch.zeros_like(x) for x in bs]
+    gd = torch.zeros_like(grid)
+    go = torch.ones_like(out)
+    mlp_d = m.MLP(layers=[m.Linear(weights=(ws[i], wd[i]), bias=(bs[i], bd[i])) for i in range(3)])
+    fg = grid.detach()
+
+    def fwd():
+        m.renderImage(mlp=mlp, featureGrid=fg, imageOutput=out).launchRaw(blockSize=blk, gridSize=grd)
+
+    def bwd():
+        m.renderImage.bwd(mlp=mlp_d, featureGrid=(fg, gd), imageOutput=(out, go)).launchRaw(blockSize=blk, gridSize=grd)
+
+    for name, fn in (("renderImage", fwd), ("renderImage.bwd", bwd)):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        e0.record()
+        for _ in range(50):
+            fn()
+        e1.record()
+        torch.cuda.synchronize()
+        print(f"  {name}: {e0.elapsed_time(e1) / 50:.3f} ms per launch (GPU time incl. launch)")
 
 
 def main():
