@@ -198,7 +198,7 @@ static void test_scopes(void) {
     EXPECT_FAILS("void f() { float x = 1; x(2); }", "t.nb:1:25: error: 'x' is a variable, not a function");
     EXPECT_FAILS("float f() { float3 v; return v.w; }", "error: swizzle component 'w' is out of range for 'float3'");
     EXPECT_FAILS("float f() { float3 v; return v.xg; }", "error: no member named 'xg' in 'float3'");
-    EXPECT_FAILS("float G = 1;", "t.nb:1:7: error: global variable 'G' must be 'static const'");
+    EXPECT_FAILS("float G = 1;", "t.nb:1:11: error: shader parameter 'G' cannot have an initializer (it is bound by the host)");
     /* a mutable static global is per thread of a [numthreads] entry point (check_kernel.c) */
     EXPECT_FAILS("static float G = 1;\nfloat f(float x) { G += x; return G; }",
                  "t.nb:2:7: error: 'f' uses the static variable 'G' but is not called from a [numthreads] compute entry point");

@@ -492,7 +492,7 @@ static void test_errors(void) {
     NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
     nb_module *m = NULL;
     NB_EXPECT_ERR(nb_module_load_source(cpu, "bad.nb", "import nosuch;\nfloat f(float x) { return x; }\n", NULL, &m),
-                  NB_ERR_COMPILE, "standard modules: nn");
+                  NB_ERR_COMPILE, "standard modules: mlp, nn");
     NB_EXPECT_ERR(nb_module_load_source(cpu, "bad.nb", "import nn;\nfloat[16] f(Tensor<int, 1> w, float[16] x) { return nn_matvec16(w, 0, x); }\n",
                                         NULL, &m),
                   NB_ERR_COMPILE, "must be a Tensor or DiffTensor<float,1> of weights");
