@@ -1,6 +1,11 @@
 """Overheads and the inline-MLP training step of nabla.slangtorch (issue #15's numbers), on CUDA.
 
     PYTHONPATH=build/python python3 bench/python/bench_slangtorch.py --example DIR [--steps 4000]
+    PYTHONPATH=build/python python3 bench/python/bench_slangtorch.py --cpu [--runs 5]
+
+--cpu: the host-side launch overhead on CPU torch tensors (no GPU needed): the same launch, the
+bind alone (m.copy(...) without launchRaw), Function.launch_raw called directly with the
+prepared dict (the C floor), and x.mul_(1); the minimum over --runs runs of 2000 calls each.
 
 DIR holds slang-torch's examples/inline-mlp-example (image-model.slang, inline-mlp.slang,
 cuda_matmul_prelude.cuh, image_model.py; not part of this repository). `slangtorch` is mapped to
@@ -65,6 +70,37 @@ def bench_launch(tmp):
     print(f"launch: {1e6 * (t1 - t0) / n:.2f} us/call (host), {1e6 * (time.perf_counter() - t0 - (t3 - t2)) / n:.2f} us/call "
           f"incl. the final sync; torch eager x.mul_(1): {1e6 * (t3 - t2) / n:.2f} us/call")
     return path
+
+
+def bench_launch_cpu(tmp, runs):
+    """µs per call on CPU torch tensors: the Python layer's overhead beside launch_raw's own."""
+    path = os.path.join(tmp, "copy.slang")
+    with open(path, "w") as f:
+        f.write(COPY_SRC)
+    m = slangtorch.loadModule(path)
+    x = torch.rand(1024)
+    y = torch.zeros_like(x)
+    blk, grd = (256, 1, 1), (4, 1, 1)
+    m.copy(input=x, output=y).launchRaw(blockSize=blk, gridSize=grd)
+    assert torch.equal(x, y), "copy kernel gave wrong values"
+    fn = m._function("copy", "cpu")
+    flat = {"input": x, "output": y}
+    copy = m.copy
+    cases = {
+        "launch  m.copy(...).launchRaw(...)": lambda: m.copy(input=x, output=y).launchRaw(blockSize=blk, gridSize=grd),
+        "bind    m.copy(...)": lambda: copy(input=x, output=y),
+        "C floor Function.launch_raw": lambda: fn.launch_raw(blk, grd, "primal", flat),
+        "torch   x.mul_(1)": lambda: x.mul_(1),
+    }
+    n = 2000
+    for name, f in cases.items():
+        best = float("inf")
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            best = min(best, time.perf_counter() - t0)
+        print(f"{name:40s} {1e6 * best / n:7.2f} us/call (min of {runs} x {n})")
 
 
 def bench_load(path):
@@ -173,7 +209,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--example", help="slang-torch's examples/inline-mlp-example directory")
     ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--cpu", action="store_true", help="launch overheads on CPU tensors only")
+    ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
+    if a.cpu:
+        print(f"CPU  torch {torch.__version__}")
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_launch_cpu(tmp, a.runs)
+        return
     if not torch.cuda.is_available():
         raise SystemExit("bench_slangtorch: needs a CUDA GPU")
     print(f"GPU {torch.cuda.get_device_name()}  torch {torch.__version__}")

@@ -329,19 +329,27 @@ def _check_dims(what, v):
 class LaunchableObject:
     """A kernel with its arguments bound; launchRaw runs it (slang-torch's LaunchableObject)."""
 
-    __slots__ = ("_kfn", "_mode", "_flat", "_device")
+    __slots__ = ("_kfn", "_mode", "_flat", "_device", "_f")
 
-    def __init__(self, kfn, mode, flat, device):
-        self._kfn, self._mode, self._flat, self._device = kfn, mode, flat, device
+    def __init__(self, kfn, mode, flat, device, f=None):
+        # f: the kernel's nabla Function on device when already loaded there (else at launch)
+        self._kfn, self._mode, self._flat, self._device, self._f = kfn, mode, flat, device, f
 
     def launchRaw(self, blockSize, gridSize):
         """gridSize[0]*[1]*[2] blocks of blockSize[0]*[1]*[2] threads: in the kernel
         cudaThreadIdx() < blockSize, cudaBlockIdx() < gridSize, cudaBlockDim() = blockSize,
         cudaGridDim() = gridSize. On CUDA the launch is queued on torch's current stream."""
-        _check_dims("blockSize", blockSize)
-        _check_dims("gridSize", gridSize)
-        f = self._kfn._fns.get(self._device) or self._kfn._fn(self._device)
-        f.launch_raw(blockSize, gridSize, self._mode, self._flat)
+        b, g = blockSize, gridSize
+        if not (type(b) is tuple and len(b) == 3 and type(b[0]) is int and type(b[1]) is int
+                and type(b[2]) is int and type(g) is tuple and len(g) == 3 and type(g[0]) is int
+                and type(g[1]) is int and type(g[2]) is int):
+            _check_dims("blockSize", b)  # (raises, or passes int subclasses and lists' cousins)
+            _check_dims("gridSize", g)
+        f = self._f
+        if f is None:
+            kfn = self._kfn
+            f = kfn._fns.get(self._device) or kfn._fn(self._device)
+        f.launch_raw(b, g, self._mode, self._flat)
 
     def __repr__(self):
         suffix = "" if self._mode == "primal" else "." + self._mode
@@ -357,7 +365,7 @@ class KernelFunction:
         self._tree = None
         self._fns = {}  # device -> the nabla Function of the module loaded there
         self._diff = None  # [Differentiable]: has .fwd / .bwd kernels
-        self._plan = None  # [(name, kind)] when every parameter is one leaf (_bind_fast)
+        self._plan = None  # ((name, kind), ...) when every parameter is one leaf (_bind_fast)
 
     @property
     def name(self):
@@ -376,11 +384,13 @@ class KernelFunction:
             tree = self._module._param_tree(self._name)
             # parameters that are all single leaves (no structs / arrays of structs): the fast path
             if all(isinstance(n, _Leaf) and n.path == p for p, n in tree.items()):
-                self._plan = [(p, n.kind) for p, n in tree.items()]
+                self._plan = tuple((p, n.kind) for p, n in tree.items())
             self._tree = tree
         return self._tree
 
     def _bind(self, mode, args, kwargs):
+        """The general path (structs, arrays, numpy / nabla tensors, pairs, errors); the entry
+        points try _bind_fast first."""
         if args:
             raise ArgumentError(f"{self._name} does not support positional arguments, use keyword "
                                 f"arguments instead. Available arguments: {list(self._params())}")
@@ -393,10 +403,6 @@ class KernelFunction:
             missing = [k for k in tree if k not in kwargs]
             raise ArgumentError(f"{self._name} missing required arguments: {missing}. "
                                 f"Available arguments: {list(tree)}")
-        if self._plan is not None and _TT[0] is not None:
-            fast = self._bind_fast(mode, kwargs)
-            if fast is not None:
-                return LaunchableObject(self, mode, fast[0], fast[1])
         flat = {}
         for pname, node in tree.items():
             _flatten(node, kwargs[pname], self._name, pname, mode, flat)
@@ -404,13 +410,17 @@ class KernelFunction:
         return LaunchableObject(self, mode, flat, device)
 
     def _bind_fast(self, mode, kwargs):
-        """The common case in one pass: every argument a plain torch.Tensor (no zero stride; a
-        DiffTensorView only in a primal launch) or a number, all on one device -> (flat, device);
-        None sends the call through the general path (which also raises the errors)."""
+        """The common case in one pass: exactly the kernel's parameters, each a plain torch.Tensor
+        (no zero stride; a DiffTensorView only in a primal launch) or a number, all on one device
+        -> a LaunchableObject (kwargs itself is the {path: value} dict); None sends the call
+        through the general path (which also raises the errors)."""
+        plan = self._plan
+        if len(kwargs) != len(plan):
+            return None
         tt = _TT[0]
-        flat, dev, t = {}, -2, None
-        for pname, kind in self._plan:
-            v = kwargs[pname]
+        dev, t = -2, None
+        for pname, kind in plan:
+            v = kwargs.get(pname)
             if type(v) is tt:
                 if kind == "value" or (kind == "diff" and mode != "primal") or 0 in v.stride():
                     return None
@@ -421,26 +431,42 @@ class KernelFunction:
                     dev, t = d, v
             elif kind != "value" or type(v) not in (float, int):
                 return None
-            flat[pname] = v
         if dev >= 0:
-            return flat, (_CUDA_NAMES[dev] if dev < len(_CUDA_NAMES) else f"cuda:{dev}")
-        if dev == -1 and t.is_cpu:
-            return flat, "cpu"
-        return None
+            device = _CUDA_NAMES[dev] if dev < len(_CUDA_NAMES) else f"cuda:{dev}"
+        elif dev == -1 and t.is_cpu:
+            device = "cpu"
+        else:
+            return None
+        return LaunchableObject(self, mode, kwargs, device, self._fns.get(device))
 
     def __call__(self, *args, **kwargs):
+        # (_plan is set once the tree is built, by the first call; _TT once torch is in use)
+        if self._plan is not None and not args and _TT[0] is not None:
+            lo = self._bind_fast("primal", kwargs)
+            if lo is not None:
+                return lo
         return self._bind("primal", args, kwargs)
 
     def fwd(self, *args, **kwargs):
         """The forward-mode derivative kernel: DiffTensorView arguments as (value, tangent)."""
-        self._need_diff("fwd")
+        if self._diff is not True:
+            self._need_diff("fwd")
+        if self._plan is not None and not args and _TT[0] is not None:
+            lo = self._bind_fast("fwd", kwargs)
+            if lo is not None:
+                return lo
         return self._bind("fwd", args, kwargs)
 
     def bwd(self, *args, **kwargs):
         """The reverse-mode derivative kernel: DiffTensorView arguments as (value, grad); the
         gradients of views the kernel loads ACCUMULATE into their grad tensors, the grads of
         views it stores are read (dL/d output)."""
-        self._need_diff("bwd")
+        if self._diff is not True:
+            self._need_diff("bwd")
+        if self._plan is not None and not args and _TT[0] is not None:
+            lo = self._bind_fast("bwd", kwargs)
+            if lo is not None:
+                return lo
         return self._bind("bwd", args, kwargs)
 
     def _need_diff(self, which):
@@ -571,6 +597,9 @@ class SlangModule:
                         return self._attrs[name]
             raise AttributeError(f"slangtorch module {self._path!r} has no function or struct {name!r}")
         self._attrs[name] = got
+        if not hasattr(SlangModule, name):
+            # later m.name lookups find it in the instance dict, without the __getattr__ detour
+            self.__dict__[name] = got
         return got
 
     def _kernel_names(self):

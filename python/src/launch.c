@@ -52,19 +52,38 @@ static int dims3(PyObject *o, const char *what, int64_t out[3]) {
     return 0;
 }
 
+#define LR_SMALL 8 /* converted arrays kept on the stack (the common launch); more: LR_MAXA on the heap */
+
 typedef struct lr_state {
     nbp_callctx cx;
     int na;
-    nbp_arg *a; /* LR_MAXA of them */
+    nbp_arg *a;             /* small, or LR_MAXA of them (PyMem) once more than LR_SMALL are needed */
+    nbp_arg small[LR_SMALL];
 } lr_state;
 
-static nbp_arg *convert(lr_state *s, const char *path, PyObject *o, int want_write) {
+/* The next free nbp_arg (zeroed); slots are zeroed one at a time, not the whole table per call. */
+static nbp_arg *next_arg(lr_state *s) {
     if (s->na >= LR_MAXA) {
         PyErr_Format(nbp_ArgumentError, "launch_raw: more than %d arrays", LR_MAXA);
         return NULL;
     }
+    if (s->na == LR_SMALL && s->a == s->small) {
+        nbp_arg *big = PyMem_Malloc(LR_MAXA * sizeof(nbp_arg));
+        if (!big) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memcpy(big, s->small, sizeof s->small); /* (no pointers into the slots themselves) */
+        s->a = big;
+    }
     nbp_arg *a = &s->a[s->na++];
-    if (nbp_convert(&s->cx, o, want_write, a) < 0) return NULL;
+    memset(a, 0, sizeof *a);
+    return a;
+}
+
+static nbp_arg *convert(lr_state *s, const char *path, PyObject *o, int want_write) {
+    nbp_arg *a = next_arg(s);
+    if (!a || nbp_convert(&s->cx, o, want_write, a) < 0) return NULL;
     /* a torch tensor or nabla.Tensor on another device than the module's is an error, never a
      * silent copy (numpy arrays are host data: staged and written back, as for every call) */
     nb_device *from = NULL;
@@ -72,9 +91,10 @@ static nbp_arg *convert(lr_state *s, const char *path, PyObject *o, int want_wri
     int other = from ? from != s->cx.dev : 0;
     char tdev[32] = "";
     if (a->src == SRC_TORCH) {
-        int mod_cuda = nb_device_get_kind(s->cx.dev) == NB_DEVICE_CUDA;
-        snprintf(tdev, sizeof tdev, a->torch_dev < 0 ? "cpu" : "cuda:%d", a->torch_dev);
-        other = mod_cuda ? strcmp(tdev, nb_device_name(s->cx.dev)) != 0 : a->torch_dev >= 0;
+        /* the module's device index (-1: the CPU) against the tensor's (formatted only on error) */
+        int mod_idx = nb_device_get_kind(s->cx.dev) == NB_DEVICE_CUDA ? nb_device_get_info(s->cx.dev)->index : -1;
+        other = a->torch_dev != mod_idx;
+        if (other) snprintf(tdev, sizeof tdev, a->torch_dev < 0 ? "cpu" : "cuda:%d", a->torch_dev);
     }
     if (other) {
         PyErr_Format(nbp_DeviceError, "launch_raw: '%s' is on %s but the module runs on %s: move it (nabla does not "
@@ -145,9 +165,9 @@ PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
         return NULL;
     }
     lr_state s;
-    memset(&s, 0, sizeof s);
-    s.a = PyMem_Calloc(LR_MAXA, sizeof(nbp_arg));
-    if (!s.a) return PyErr_NoMemory();
+    memset(&s.cx, 0, sizeof s.cx);
+    s.na = 0;
+    s.a = s.small;
     s.cx.dev = nb_module_device(((ModuleObject *)fn->module)->m);
     PyObject *ret = NULL;
     nb_call *c = NULL;
@@ -176,7 +196,7 @@ PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
 done:
     if (c) nb_call_free(c);
     for (int i = 0; i < s.na; i++) nbp_arg_release(&s.a[i]);
-    PyMem_Free(s.a);
+    if (s.a != s.small) PyMem_Free(s.a);
     return ret;
 }
 
