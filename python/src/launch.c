@@ -52,29 +52,21 @@ static int dims3(PyObject *o, const char *what, int64_t out[3]) {
     return 0;
 }
 
-#define LR_SMALL 8 /* converted arrays kept on the stack (the common launch); more: LR_MAXA on the heap */
+#define LR_SMALL 16 /* converted arrays kept on the stack (launches of up to 8 arguments) */
 
 typedef struct lr_state {
     nbp_callctx cx;
-    int na;
-    nbp_arg *a;             /* small, or LR_MAXA of them (PyMem) once more than LR_SMALL are needed */
+    int na, cap;
+    nbp_arg *a; /* small, or cap of them on the heap: sized before binding, never moved (an
+                 * nbp_arg may point into itself: vdata = &dval, Py_buffer shape = &len) */
     nbp_arg small[LR_SMALL];
 } lr_state;
 
 /* The next free nbp_arg (zeroed); slots are zeroed one at a time, not the whole table per call. */
 static nbp_arg *next_arg(lr_state *s) {
-    if (s->na >= LR_MAXA) {
-        PyErr_Format(nbp_ArgumentError, "launch_raw: more than %d arrays", LR_MAXA);
+    if (s->na >= s->cap) {
+        PyErr_Format(nbp_ArgumentError, "launch_raw: more than %d arrays", s->cap);
         return NULL;
-    }
-    if (s->na == LR_SMALL && s->a == s->small) {
-        nbp_arg *big = PyMem_Malloc(LR_MAXA * sizeof(nbp_arg));
-        if (!big) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        memcpy(big, s->small, sizeof s->small); /* (no pointers into the slots themselves) */
-        s->a = big;
     }
     nbp_arg *a = &s->a[s->na++];
     memset(a, 0, sizeof *a);
@@ -167,7 +159,11 @@ PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
     lr_state s;
     memset(&s.cx, 0, sizeof s.cx);
     s.na = 0;
-    s.a = s.small;
+    /* at most a primal and a gradient per argument (LR_MAXA in all) */
+    Py_ssize_t nargs = dict && dict != Py_None ? PyDict_Size(dict) : 0;
+    s.cap = nargs * 2 <= LR_SMALL ? LR_SMALL : nargs * 2 <= LR_MAXA ? (int)nargs * 2 : LR_MAXA;
+    s.a = s.cap == LR_SMALL ? s.small : PyMem_Malloc((size_t)s.cap * sizeof(nbp_arg));
+    if (!s.a) return PyErr_NoMemory();
     s.cx.dev = nb_module_device(((ModuleObject *)fn->module)->m);
     PyObject *ret = NULL;
     nb_call *c = NULL;

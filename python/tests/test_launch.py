@@ -174,3 +174,27 @@ def test_errors():
         m.blockSums.dispatch((4, 1, 1), x=f32(1, 2, 3, 4), sums=f32(0))
     with pytest.raises(nabla.ArgumentError, match="only \\[Kernel\\] functions"):
         m.plain.launch_raw((1,), (1,), args={"x": 1.0})
+
+
+MANY_SRC = """
+[CudaKernel]
+void many(TensorView<float> a, TensorView<float> b, TensorView<float> c, TensorView<float> d,
+          float s0, float s1, float s2, int k, TensorView<float> o)
+{
+    uint i = cudaThreadIdx().x + cudaBlockIdx().x * cudaBlockDim().x;
+    if (i >= o.size(0)) return;
+    o[i] = a[i] * s0 + b[i] * s1 + c[i] * s2 + d[i] * float(k);
+}
+"""
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_many_arguments_and_host_scalars(dev):
+    # 9 arguments: past the slots launch_raw keeps on the stack (host scalars point into their slot)
+    m = nabla.load_module_from_source(MANY_SRC, "launch_many.slang", device=dev)
+    a, b, c, d = f32(1, 2, 3), f32(10, 20, 30), f32(100, 200, 300), f32(1000, 2000, 3000)
+    for _ in range(3):  # (again: nothing left over from the previous launch)
+        o = np.zeros(3, np.float32)
+        m.many.launch_raw((2, 1, 1), (2, 1, 1), args={"a": a, "b": b, "c": c, "d": d, "s0": 1.0, "s1": 2.0,
+                                                      "s2": 0.5, "k": -1, "o": o})
+        assert o.tolist() == (a + 2 * b + 0.5 * c - d).tolist()

@@ -493,3 +493,40 @@ def test_mixed_devices_are_an_error():
     m = slangtorch.loadModule(path("kernels.slang"))
     with pytest.raises(nabla.DeviceError, match="different devices"):
         m.cube(x=torch.ones(3), y=torch.zeros(3, device="cuda"))
+
+
+def test_repeated_launches_many_arguments_one_pass_binding():
+    # the per-call path: the kernel attribute cached on the module, plain tensors and numbers bound
+    # in one pass (9 arguments, ints and floats), the same results launch after launch
+    torch = pytest.importorskip("torch")
+    tmp = tempfile.mkdtemp()
+    try:
+        p = os.path.join(tmp, "many.slang")
+        with open(p, "w") as f:
+            f.write("[AutoPyBindCUDA] [CudaKernel]\n"
+                    "void many(TensorView<float> a, TensorView<float> b, TensorView<float> c,\n"
+                    "          TensorView<float> d, float s0, float s1, float s2, int k, TensorView<float> o)\n"
+                    "{\n"
+                    "    uint i = (cudaBlockIdx() * cudaBlockDim() + cudaThreadIdx()).x;\n"
+                    "    if (i >= o.size(0)) return;\n"
+                    "    o[i] = a[i] * s0 + b[i] * s1 + c[i] * s2 + d[i] * float(k);\n"
+                    "}\n")
+        m = slangtorch.loadModule(p)
+        assert m.many is m.many
+        for dev in tdevices():
+            a, b, c, d = (torch.arange(5, dtype=torch.float32, device=dev) * s for s in (1, 10, 100, 1000))
+            for i in range(4):
+                o = torch.zeros(5, device=dev)
+                lo = m.many(a=a, b=b, c=c, d=d, s0=1.0, s1=2, s2=0.5, k=i, o=o)
+                assert repr(lo) == f"<slangtorch launch many on {'cpu' if dev == 'cpu' else 'cuda:0'}>"
+                lo.launchRaw(blockSize=(2, 1, 1), gridSize=(3, 1, 1))
+                assert torch.allclose(o, a + 2 * b + 0.5 * c + i * d)
+            # a wrong name, a missing one and a broadcast tensor still take the checked path
+            with pytest.raises(nabla.ArgumentError, match=r"unexpected arguments: \['oo'\]"):
+                m.many(a=a, b=b, c=c, d=d, s0=1.0, s1=2, s2=0.5, k=1, oo=o)
+            with pytest.raises(nabla.ArgumentError, match=r"missing required arguments: \['o'\]"):
+                m.many(a=a, b=b, c=c, d=d, s0=1.0, s1=2, s2=0.5, k=1)
+            with pytest.raises(slangtorch.BroadcastError):
+                m.many(a=torch.ones(1, device=dev).expand(5), b=b, c=c, d=d, s0=1.0, s1=2, s2=0.5, k=1, o=o)
+    finally:
+        shutil.rmtree(tmp)

@@ -802,28 +802,33 @@ nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]) {
 static const int64_t block_max[3] = {1024, 1024, 64};
 static const int64_t grid_max[3] = {2147483647LL, 65535, 65535};
 
+/* "square", or "square.bwd" for its derivative kernel (the wrapper square__bwds): error messages. */
+static const char *blocks_fname(const nb_call *c, char *fn, size_t cap) {
+    char base[256];
+    int kind = nb_ad_wrapper_name(c->f->infos[0].name, base, sizeof base);
+    if (kind) snprintf(fn, cap, "%s.%s", base, kind == NB_AD_FWDS ? "fwd" : "bwd");
+    else snprintf(fn, cap, "%s", c->f->infos[0].name);
+    return fn;
+}
+
 nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t grid[3]) {
     if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_run_blocks: argument 'c' is NULL");
     nb_status s = NB_OK;
-    char fn[300]; /* "square", or "square.bwd" for its derivative kernel (the wrapper square__bwds) */
-    char base[256];
-    int kind = nb_ad_wrapper_name(c->f->infos[0].name, base, sizeof base);
-    if (kind) snprintf(fn, sizeof fn, "%s.%s", base, kind == NB_AD_FWDS ? "fwd" : "bwd");
-    else snprintf(fn, sizeof fn, "%s", c->f->infos[0].name);
+    char fn[300]; /* (formatted only for an error: this is every launchRaw's path) */
     if (!block || !grid) s = nb_error(NB_ERR_INVALID_ARG, "nb_call_run_blocks: %s is NULL", block ? "grid" : "block");
     for (int k = 0; k < 3 && !s; k++) {
         if (block[k] <= 0 || block[k] > block_max[k])
             s = nb_error(NB_ERR_INVALID_ARG, "%s: block size %c is %lld; it must be 1..%lld (block = (%lld, %lld, %lld))",
-                         fn, "xyz"[k], (long long)block[k], (long long)block_max[k], (long long)block[0],
-                         (long long)block[1], (long long)block[2]);
+                         blocks_fname(c, fn, sizeof fn), "xyz"[k], (long long)block[k], (long long)block_max[k],
+                         (long long)block[0], (long long)block[1], (long long)block[2]);
         else if (grid[k] <= 0 || grid[k] > grid_max[k])
             s = nb_error(NB_ERR_INVALID_ARG, "%s: grid size %c is %lld; it must be 1..%lld blocks (grid = (%lld, %lld, %lld))",
-                         fn, "xyz"[k], (long long)grid[k], (long long)grid_max[k], (long long)grid[0], (long long)grid[1],
-                         (long long)grid[2]);
+                         blocks_fname(c, fn, sizeof fn), "xyz"[k], (long long)grid[k], (long long)grid_max[k],
+                         (long long)grid[0], (long long)grid[1], (long long)grid[2]);
     }
     if (!s && block[0] * block[1] * block[2] > NB_BLOCK_MAX_THREADS)
-        s = nb_error(NB_ERR_INVALID_ARG, "%s: a block of (%lld, %lld, %lld) is %lld threads; at most %d", fn,
-                     (long long)block[0], (long long)block[1], (long long)block[2],
+        s = nb_error(NB_ERR_INVALID_ARG, "%s: a block of (%lld, %lld, %lld) is %lld threads; at most %d",
+                     blocks_fname(c, fn, sizeof fn), (long long)block[0], (long long)block[1], (long long)block[2],
                      (long long)(block[0] * block[1] * block[2]), NB_BLOCK_MAX_THREADS);
     if (!s && c->err) s = nb_error(c->err, "%s", c->errmsg);
     if (s) {
