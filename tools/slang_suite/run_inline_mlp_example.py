@@ -100,7 +100,9 @@ def main():
         if not have("cv2"):
             open(os.path.join(shims, "cv2.py"), "w").write(CV2)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([shims, env.get("PYTHONPATH", "")])
+        # absolute: the script runs in the temporary copy
+        paths = [os.path.abspath(q) for q in env.get("PYTHONPATH", "").split(os.pathsep) if q]
+        env["PYTHONPATH"] = os.pathsep.join([shims, *paths])
         t0 = time.time()
         r = subprocess.run([sys.executable, "mlp_image_fit.py"], cwd=ex, env=env, capture_output=True, text=True)
         wall = time.time() - t0
