@@ -8,9 +8,9 @@ on nabla, with only its import line changed, and summarises the loss curve.
 DIR holds the example's files (not part of this repository; extract them from a slang-torch
 checkout). The files are copied to a temporary directory and image_model.py's `import slangtorch`
 becomes `import nabla.slangtorch as slangtorch` — the one edit a user makes. The script's plotting
-and video dependencies (matplotlib, cv2) are replaced by stand-ins when they are not installed:
-`plt.imread` reads the image with PIL, or from media/<name>.npy beside it (made elsewhere with
-PIL); plotting and video writing do nothing. Prints the first, 100th, 1000th and last loss,
+and video dependencies (matplotlib, cv2) are always replaced by stand-ins (a headless GPU machine's
+cv2 fails in destroyAllWindows, with or without nabla): `plt.imread` reads the image with PIL, or
+from media/<name>.npy beside it (made elsewhere with PIL); plotting and video writing do nothing. Prints the first, 100th, 1000th and last loss,
 the run's wall time and the script's exit status."""
 import os
 import re
@@ -74,10 +74,6 @@ def destroyAllWindows():
 '''
 
 
-def have(mod):
-    return subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True).returncode == 0
-
-
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
@@ -93,12 +89,10 @@ def main():
         open(p, "w").write(new)
         shims = os.path.join(tmp, "shims")
         os.makedirs(shims)
-        if not have("matplotlib"):
-            os.makedirs(os.path.join(shims, "matplotlib"))
-            open(os.path.join(shims, "matplotlib", "__init__.py"), "w").write("")
-            open(os.path.join(shims, "matplotlib", "pyplot.py"), "w").write(PLT)
-        if not have("cv2"):
-            open(os.path.join(shims, "cv2.py"), "w").write(CV2)
+        os.makedirs(os.path.join(shims, "matplotlib"))
+        open(os.path.join(shims, "matplotlib", "__init__.py"), "w").write("")
+        open(os.path.join(shims, "matplotlib", "pyplot.py"), "w").write(PLT)
+        open(os.path.join(shims, "cv2.py"), "w").write(CV2)
         env = dict(os.environ)
         # absolute: the script runs in the temporary copy
         paths = [os.path.abspath(q) for q in env.get("PYTHONPATH", "").split(os.pathsep) if q]
