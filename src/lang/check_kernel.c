@@ -339,6 +339,29 @@ static sp_fn *sp_find(sp_ctx *x, nb_decl *fn) {
     return NULL;
 }
 
+/* Marks every function reached from a [Kernel] / [CudaKernel] through calls (and, with
+ * derivatives, through a reached function's custom fwd/bwd derivatives, which run in its
+ * derivatives' kernels): sp_fn.reached. */
+static void reach_from_kernels(sp_ctx *x, int derivatives) {
+    for (int i = 0; i < x->nfns; i++) x->fns[i].reached = x->fns[i].fn->u.func.is_kernel;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < x->nfns; i++) {
+            if (!x->fns[i].reached) continue;
+            for (int j = 0; j < x->fns[i].ncallees; j++) {
+                sp_fn *t = sp_find(x, x->fns[i].callees[j]);
+                if (t && !t->reached) t->reached = changed = 1;
+            }
+            nb_decl *fd = x->fns[i].fn;
+            nb_decl *rel[2] = {fd->u.func.fwd_derivative, fd->u.func.bwd_derivative};
+            for (int r = 0; derivatives && r < 2; r++) {
+                sp_fn *t = rel[r] ? sp_find(x, rel[r]) : NULL;
+                if (t && !t->reached) t->reached = changed = 1;
+            }
+        }
+    }
+}
+
 static void sp_walk_stmt(sp_ctx *x, nb_stmt *s);
 
 static nb_expr *hidden_arg(sp_ctx *x, int g, nb_loc loc) {
@@ -548,24 +571,7 @@ void ck_bind_shader_params(nb_checker *c) {
         }
     }
     if (c->saw_tid) {
-        for (int i = 0; i < x.nfns; i++) x.fns[i].reached = x.fns[i].fn->u.func.is_kernel;
-        for (int changed = 1; changed;) {
-            changed = 0;
-            for (int i = 0; i < x.nfns; i++) {
-                if (!x.fns[i].reached) continue;
-                for (int j = 0; j < x.fns[i].ncallees; j++) {
-                    sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
-                    if (t && !t->reached) t->reached = changed = 1;
-                }
-                /* (a reached function's custom derivatives run in its derivatives' kernels) */
-                nb_decl *fd = x.fns[i].fn;
-                nb_decl *rel[2] = {fd->u.func.fwd_derivative, fd->u.func.bwd_derivative};
-                for (int r = 0; r < 2; r++) {
-                    sp_fn *t = rel[r] ? sp_find(&x, rel[r]) : NULL;
-                    if (t && !t->reached) t->reached = changed = 1;
-                }
-            }
-        }
+        reach_from_kernels(&x, 1);
         for (int i = 0; i < x.nfns; i++) {
             nb_decl *fd = x.fns[i].fn;
             if (!x.fns[i].reached && fd->u.func.uses_tid && !fd->u.func.is_kernel)
@@ -586,18 +592,7 @@ void ck_bind_shader_params(nb_checker *c) {
     /* [numthreads] entries run thread groups; a [Kernel] / [CudaKernel] has them when launched with
      * explicit blocks (nb_call_run_blocks: a block is the group; a launch over a thread grid of
      * such a kernel is refused at call time, callgen.c layout.shared_mem) */
-    for (int i = 0; i < x.nfns; i++)
-        x.fns[i].reached = x.fns[i].fn->u.func.is_kernel;
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int i = 0; i < x.nfns; i++) {
-            if (!x.fns[i].reached) continue;
-            for (int j = 0; j < x.fns[i].ncallees; j++) {
-                sp_fn *t = sp_find(&x, x.fns[i].callees[j]);
-                if (t && !t->reached) t->reached = changed = 1;
-            }
-        }
-    }
+    reach_from_kernels(&x, 0);
     for (int i = 0; i < x.nfns; i++) {
         sp_fn *f = &x.fns[i];
         if (f->reached || (!(f->mask & shared_mask) && !f->local_shared)) continue;
