@@ -1113,7 +1113,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                        "            nb_idx[3] = nb_t / (nb_P->shape[5] * nb_P->shape[4]);\n"
                        "            nb_body_%s(nb_P, nb_idx);\n"
                        "        }\n", ename);
-        nb_strbuf_append(&b, "    }\n}\n");
+        nb_strbuf_append(&b, bgroups ? "    }\n    nb_group_release();\n}\n" : "    }\n}\n");
     } else if (blocks && cuda) { /* a real <<<grid, block>>> launch: one thread per kernel thread */
         APPEND(&b, "\nextern \"C\" __global__ void %s(nb_params_%s params) {\n", ename, ename);
         if (e->oob_cur_used)
@@ -1142,7 +1142,8 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                    "    for (long long nb_g = begin; nb_g < end; nb_g++) {\n"
                    "        nb_gG_%s = nb_g;\n"
                    "        nb_run_group(%d, nb_lane_%s);\n"
-                   "    }\n}\n",
+                   "    }\n"
+                   "    nb_group_release();\n}\n",
                ename, ename, ename, gsize, ename);
     } else if (gsize && cuda) { /* one block per thread group, blocks striding over the groups */
         APPEND(&b, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(nb_params_%s params) {\n", gsize, ename, ename);

@@ -115,6 +115,13 @@ static void need_cpu_runtime(nb_emitter *e)
            "    nb_wave_wait(site, op);\n"
            "    return l->ir;\n"
            "}\n"
+           /* frees this worker's lanes and stacks at the end of its share of a launch (they are
+            * cached across the groups of one share; a worker thread that exits with them kept
+            * would leak them) */
+           "static void nb_group_release(void) {\n"
+           "    free(nb_g_lanes); free(nb_g_stacks);\n"
+           "    nb_g_lanes = NULL; nb_g_stacks = NULL; nb_g_cap = 0;\n"
+           "}\n"
            /* runs one group of n threads: fn is the thread body (it reads nb_g_cur) */
            "static void nb_run_group(int n, void (*fn)(void)) {\n"
            "    if (n > nb_g_cap) {\n"
