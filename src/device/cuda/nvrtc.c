@@ -134,6 +134,21 @@ static int nb_nvrtc_try(const char *path) {
     return 1;
 }
 
+/* The CUDA toolkit roots named by the toolkit's own conventions ($CUDA_HOME, $CUDA_PATH), read
+ * once: the libnvrtc search looks in <root>/lib64, the include search in <root>/include. */
+static int nb_cuda_env_roots(const char *out[2]) {
+    static const char *roots[2];
+    static int n = -1;
+    if (n < 0) { /* (callers hold nb_nvrtc_lock) */
+        n = 0;
+        const char *env[2] = {getenv("CUDA_HOME"), getenv("CUDA_PATH")};
+        for (int i = 0; i < 2; i++)
+            if (env[i] && env[i][0]) roots[n++] = env[i];
+    }
+    for (int i = 0; i < n; i++) out[i] = roots[i];
+    return n;
+}
+
 /* Tries every libnvrtc.so* in dir (newest name last in glob order, so walk backwards). */
 static int nb_nvrtc_try_dir(const char *dir) {
     if (!dir || !dir[0]) return 0;
@@ -165,8 +180,10 @@ static void nb_nvrtc_load_locked(void) {
     static const char *const sonames[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
     for (size_t i = 0; i < NB_ARRAY_LEN(sonames); i++)
         if (nb_nvrtc_try(sonames[i])) goto ok;
-    if (nb_nvrtc_try_dir(getenv("CUDA_HOME"))) goto ok;
-    if (nb_nvrtc_try_dir(getenv("CUDA_PATH"))) goto ok;
+    const char *roots[2];
+    int nroots = nb_cuda_env_roots(roots);
+    for (int i = 0; i < nroots; i++)
+        if (nb_nvrtc_try_dir(roots[i])) goto ok;
     static const char *const fixed[] = {"/usr/local/cuda/lib64/libnvrtc.so.13",
                                         "/usr/local/cuda/lib64/libnvrtc.so"};
     for (size_t i = 0; i < NB_ARRAY_LEN(fixed); i++)
@@ -268,9 +285,9 @@ static const char *nb_nvrtc_include_opt(void) {
         done = 1;
         char cand[4][1024];
         int nc = 0;
-        const char *env[2] = {getenv("CUDA_HOME"), getenv("CUDA_PATH")}; /* as the libnvrtc search */
-        for (int i = 0; i < 2; i++)
-            if (env[i] && env[i][0]) snprintf(cand[nc++], sizeof cand[0], "%s/include", env[i]);
+        const char *roots[2];
+        int nroots = nb_cuda_env_roots(roots);
+        for (int i = 0; i < nroots; i++) snprintf(cand[nc++], sizeof cand[0], "%s/include", roots[i]);
         const char *slash = strrchr(nb_nvrtc_where, '/');
         if (slash) { /* <root>/lib64/libnvrtc.so -> <root>/include */
             size_t n = (size_t)(slash - nb_nvrtc_where);
