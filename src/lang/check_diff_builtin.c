@@ -46,6 +46,60 @@ static nb_type_expr *resolved_texpr(nb_checker *c, const nb_type *t, nb_loc loc)
     return te;
 }
 
+/* Appends a type's name to a synthesized function's name, identifier characters only. */
+static void mangle(char *name, size_t cap, int *len, const char *type_name) {
+    for (const char *s = type_name; *s && *len < (int)cap - 1; s++)
+        name[(*len)++] = (char)(((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')) ? *s : '_');
+    name[*len] = 0;
+}
+
+/* The function `name` this module was given by an earlier synthesis, else NULL. */
+static nb_decl *made_before(nb_module_ast *m, const char *name) {
+    for (int i = m->ndecls - 1; i >= 0; i--)
+        if (m->decls[i] && m->decls[i]->kind == NB_DECL_FUNC && m->decls[i]->name && !strcmp(m->decls[i]->name, name))
+            return m->decls[i];
+    return NULL;
+}
+
+static nb_decl *syn_param(nb_checker *c, nb_module_ast *m, const char *name, const nb_type *t, nb_param_dir dir,
+                          int index, nb_loc loc) {
+    nb_decl *p = ck_alloc(c, sizeof *p);
+    if (!p) return NULL;
+    p->kind = NB_DECL_PARAM;
+    p->loc = loc;
+    p->name = name;
+    p->module = m;
+    p->u.param.texpr = resolved_texpr(c, t, loc);
+    p->u.param.type = t;
+    p->u.param.dir = dir;
+    p->u.param.index = index;
+    return p->name && p->u.param.texpr ? p : NULL;
+}
+
+/* `ret name(params) { items }`, appended to module m and its signature checked; NULL when out of
+ * memory. differentiable: [Differentiable]; prefer_recompute: [PreferRecompute]. */
+static nb_decl *syn_func(nb_checker *c, nb_module_ast *m, const char *name, const nb_type *ret, nb_decl **params,
+                         int n, nb_stmt **items, int nitems, int differentiable, int prefer_recompute, nb_loc loc) {
+    nb_decl *fn = ck_alloc(c, sizeof *fn);
+    nb_stmt *body = ck_syn_stmt(c, NB_ST_BLOCK, loc);
+    if (!fn || !body) return NULL;
+    body->u.block.items = items;
+    body->u.block.count = nitems;
+    fn->kind = NB_DECL_FUNC;
+    fn->loc = loc;
+    fn->name = nb_arena_strdup(c->arena, name);
+    fn->module = m;
+    fn->u.func.ret = resolved_texpr(c, ret, loc);
+    fn->u.func.params = params;
+    fn->u.func.nparams = n;
+    fn->u.func.body = body;
+    fn->u.func.differentiable = differentiable;
+    fn->u.func.prefer_recompute = prefer_recompute;
+    if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return NULL;
+    ck_check_func_sig(c, fn);
+    return fn;
+}
+
 static nb_expr *intrinsic_call(nb_checker *c, const char *iname, nb_decl **params, int n, nb_loc loc) {
     nb_expr *call = ck_new_expr(c, NB_EX_CALL, loc);
     nb_expr *callee = ck_new_expr(c, NB_EX_NAME, loc);
@@ -80,33 +134,18 @@ nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call
     int len = snprintf(name, sizeof name, "__d_%s", iname);
     for (int i = 0; i < n && len > 0 && len < (int)sizeof name - 2; i++) {
         name[len++] = '_';
-        for (const char *s = pt[i]->name; *s && len < (int)sizeof name - 1; s++)
-            name[len++] = (char)(((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')) ? *s : '_');
-        name[len] = 0;
+        mangle(name, sizeof name, &len, pt[i]->name);
     }
     nb_module_ast *m = c->inst_mod;
     if (!m) return NULL;
-    for (int i = m->ndecls - 1; i >= 0; i--) /* made before */
-        if (m->decls[i] && m->decls[i]->kind == NB_DECL_FUNC && m->decls[i]->name && !strcmp(m->decls[i]->name, name))
-            return m->decls[i];
-    nb_decl *fn = ck_alloc(c, sizeof *fn);
+    nb_decl *made = made_before(m, name);
+    if (made) return made;
     nb_decl **params = ck_alloc(c, sizeof(nb_decl *) * (size_t)(n ? n : 1));
-    if (!fn || !params) return NULL;
+    if (!params) return NULL;
     for (int i = 0; i < n; i++) {
         char pn[16];
         snprintf(pn, sizeof pn, "__x%d", i);
-        nb_decl *p = ck_alloc(c, sizeof *p);
-        if (!p) return NULL;
-        p->kind = NB_DECL_PARAM;
-        p->loc = loc;
-        p->name = nb_arena_strdup(c->arena, pn);
-        p->module = m;
-        p->u.param.texpr = resolved_texpr(c, pt[i], loc);
-        p->u.param.type = pt[i];
-        p->u.param.dir = NB_DIR_IN;
-        p->u.param.index = i;
-        if (!p->name || !p->u.param.texpr) return NULL;
-        params[i] = p;
+        if (!(params[i] = syn_param(c, m, nb_arena_strdup(c->arena, pn), pt[i], NB_DIR_IN, i, loc))) return NULL;
     }
     /* the result type: the intrinsic call typed with the parameters in scope (errors here are
      * the user's: `bwd_diff(sin)(dpx, dpy, 1.0)` has no sin(float, float)) */
@@ -121,32 +160,14 @@ nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call
         if (c->src->nerrors == errors0) ck_err(c, loc, "'%s' of '%s' with these arguments has no primal form", dname, iname);
         return NULL;
     }
-    nb_stmt *ret = ck_alloc(c, sizeof *ret);
-    nb_stmt *body = ck_alloc(c, sizeof *body);
+    nb_stmt *ret = ck_syn_stmt(c, NB_ST_RETURN, loc);
     nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *));
     nb_expr *value = intrinsic_call(c, iname, params, n, loc);
-    if (!ret || !body || !items || !value) return NULL;
-    ret->kind = NB_ST_RETURN;
-    ret->loc = loc;
+    if (!ret || !items || !value) return NULL;
     ret->u.ret.value = value;
     items[0] = ret;
-    body->kind = NB_ST_BLOCK;
-    body->loc = loc;
-    body->u.block.items = items;
-    body->u.block.count = 1;
-    fn->kind = NB_DECL_FUNC;
-    fn->loc = loc;
-    fn->name = nb_arena_strdup(c->arena, name);
-    fn->module = m;
-    fn->u.func.ret = resolved_texpr(c, rt, loc);
-    fn->u.func.params = params;
-    fn->u.func.nparams = n;
-    fn->u.func.body = body;
-    fn->u.func.differentiable = 1;
-    fn->u.func.prefer_recompute = 1; /* (cheap: reverse mode calls it again rather than storing) */
-    if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return NULL;
-    ck_check_func_sig(c, fn);
-    return fn;
+    /* (prefer recompute: cheap, reverse mode calls it again rather than storing) */
+    return syn_func(c, m, name, rt, params, n, items, 1, 1, 1, loc);
 }
 
 /* ---- sincos(x, out s, out c) ---------------------------------------------------------------
@@ -156,7 +177,7 @@ nb_decl *ck_builtin_diff_wrapper(nb_checker *c, const char *iname, nb_expr *call
  * applies to it as to any user function (dx += ds cos x - dc sin x). */
 
 static nb_stmt *assign_stmt(nb_checker *c, nb_decl *dst, const char *fn, nb_decl *x, nb_loc loc) {
-    nb_stmt *st = ck_alloc(c, sizeof *st);
+    nb_stmt *st = ck_syn_stmt(c, NB_ST_EXPR, loc);
     nb_expr *as = ck_new_expr(c, NB_EX_ASSIGN, loc);
     nb_expr *lhs = ck_new_expr(c, NB_EX_NAME, loc);
     nb_expr *rhs = intrinsic_call(c, fn, &x, 1, loc);
@@ -165,8 +186,6 @@ static nb_stmt *assign_stmt(nb_checker *c, nb_decl *dst, const char *fn, nb_decl
     as->u.assign.op = NB_TOK_ASSIGN;
     as->u.assign.lhs = lhs;
     as->u.assign.rhs = rhs;
-    st->kind = NB_ST_EXPR;
-    st->loc = loc;
     st->u.expr.expr = as;
     return st;
 }
@@ -180,54 +199,22 @@ nb_decl *ck_sincos_func(nb_checker *c, const nb_type *t, nb_loc loc) {
     }
     char name[128];
     int len = snprintf(name, sizeof name, "__sincos_");
-    for (const char *s = t->name; *s && len < (int)sizeof name - 1; s++)
-        name[len++] = (char)(((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')) ? *s : '_');
-    name[len] = 0;
+    mangle(name, sizeof name, &len, t->name);
     nb_module_ast *m = c->inst_mod;
     if (!m) return NULL;
-    for (int i = m->ndecls - 1; i >= 0; i--) /* made before */
-        if (m->decls[i] && m->decls[i]->kind == NB_DECL_FUNC && m->decls[i]->name && !strcmp(m->decls[i]->name, name))
-            return m->decls[i];
+    nb_decl *made = made_before(m, name);
+    if (made) return made;
     static const char *const pnames[3] = {"__x", "__s", "__c"};
-    nb_decl *fn = ck_alloc(c, sizeof *fn);
     nb_decl **params = ck_alloc(c, sizeof(nb_decl *) * 3);
-    if (!fn || !params) return NULL;
-    for (int i = 0; i < 3; i++) {
-        nb_decl *p = ck_alloc(c, sizeof *p);
-        if (!p) return NULL;
-        p->kind = NB_DECL_PARAM;
-        p->loc = loc;
-        p->name = pnames[i];
-        p->module = m;
-        p->u.param.texpr = resolved_texpr(c, t, loc);
-        p->u.param.type = t;
-        p->u.param.dir = i ? NB_DIR_OUT : NB_DIR_IN;
-        p->u.param.index = i;
-        if (!p->u.param.texpr) return NULL;
-        params[i] = p;
-    }
-    nb_stmt *body = ck_alloc(c, sizeof *body);
+    if (!params) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (!(params[i] = syn_param(c, m, pnames[i], t, i ? NB_DIR_OUT : NB_DIR_IN, i, loc))) return NULL;
     nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * 2);
-    if (!body || !items) return NULL;
+    if (!items) return NULL;
     items[0] = assign_stmt(c, params[1], "sin", params[0], loc);
     items[1] = assign_stmt(c, params[2], "cos", params[0], loc);
     if (!items[0] || !items[1]) return NULL;
-    body->kind = NB_ST_BLOCK;
-    body->loc = loc;
-    body->u.block.items = items;
-    body->u.block.count = 2;
-    fn->kind = NB_DECL_FUNC;
-    fn->loc = loc;
-    fn->name = nb_arena_strdup(c->arena, name);
-    fn->module = m;
-    fn->u.func.ret = resolved_texpr(c, c->tt->t_void, loc);
-    fn->u.func.params = params;
-    fn->u.func.nparams = 3;
-    fn->u.func.body = body;
-    fn->u.func.differentiable = 1;
-    if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return NULL;
-    ck_check_func_sig(c, fn);
-    return fn;
+    return syn_func(c, m, name, c->tt->t_void, params, 3, items, 2, 1, 0, loc);
 }
 
 nb_decl *ck_sincos_diff_wrapper(nb_checker *c, nb_expr *call, const int *ids, int nops, const char *dname, nb_loc loc) {
@@ -298,60 +285,30 @@ const nb_type *ck_vector_store(nb_checker *c, nb_expr **slot, const nb_type *vt)
     snprintf(name, sizeof name, "__coopvec_store_%s", vt->name);
     nb_module_ast *m = c->inst_mod;
     if (!m) return call->type = c->tt->t_error;
-    nb_decl *fn = NULL;
-    for (int i = m->ndecls - 1; i >= 0 && !fn; i--)
-        if (m->decls[i] && m->decls[i]->kind == NB_DECL_FUNC && m->decls[i]->name && !strcmp(m->decls[i]->name, name))
-            fn = m->decls[i];
+    nb_decl *fn = made_before(m, name);
     if (!fn) {
         static const char *const pn[3] = {"__v", "__b", "__o"};
         const nb_type *pt[3] = {vt, bt, c->tt->t_int};
-        fn = ck_alloc(c, sizeof *fn);
         nb_decl **params = ck_alloc(c, sizeof(nb_decl *) * 3);
         int n = nb_type_components(vt);
         nb_stmt **items = ck_alloc(c, sizeof(nb_stmt *) * (size_t)n);
-        nb_stmt *body = ck_alloc(c, sizeof *body);
-        if (!fn || !params || !items || !body) return call->type = c->tt->t_error;
-        for (int i = 0; i < 3; i++) {
-            nb_decl *p = ck_alloc(c, sizeof *p);
-            if (!p) return call->type = c->tt->t_error;
-            p->kind = NB_DECL_PARAM;
-            p->loc = loc;
-            p->name = pn[i];
-            p->module = m;
-            p->u.param.texpr = resolved_texpr(c, pt[i], loc);
-            p->u.param.type = pt[i];
-            p->u.param.index = i;
-            params[i] = p;
-        }
+        if (!params || !items) return call->type = c->tt->t_error;
+        for (int i = 0; i < 3; i++)
+            if (!(params[i] = syn_param(c, m, pn[i], pt[i], NB_DIR_IN, i, loc))) return call->type = c->tt->t_error;
         for (int i = 0; i < n; i++) { /* __b[__o / size + i] = __v[i]; */
             nb_expr *at = bin_expr(c, NB_TOK_PLUS, bin_expr(c, NB_TOK_SLASH, name_expr(c, "__o", loc), int_expr(c, size, loc), loc),
                                    int_expr(c, i, loc), loc);
             nb_expr *as = ck_new_expr(c, NB_EX_ASSIGN, loc);
-            nb_stmt *st = ck_alloc(c, sizeof *st);
+            nb_stmt *st = ck_syn_stmt(c, NB_ST_EXPR, loc);
             if (!as || !st) return call->type = c->tt->t_error;
             as->u.assign.op = NB_TOK_ASSIGN;
             as->u.assign.lhs = index_expr(c, name_expr(c, "__b", loc), at, loc);
             as->u.assign.rhs = index_expr(c, name_expr(c, "__v", loc), int_expr(c, i, loc), loc);
             if (!as->u.assign.lhs || !as->u.assign.rhs) return call->type = c->tt->t_error;
-            st->kind = NB_ST_EXPR;
-            st->loc = loc;
             st->u.expr.expr = as;
             items[i] = st;
         }
-        body->kind = NB_ST_BLOCK;
-        body->loc = loc;
-        body->u.block.items = items;
-        body->u.block.count = n;
-        fn->kind = NB_DECL_FUNC;
-        fn->loc = loc;
-        fn->name = nb_arena_strdup(c->arena, name);
-        fn->module = m;
-        fn->u.func.ret = resolved_texpr(c, c->tt->t_void, loc);
-        fn->u.func.params = params;
-        fn->u.func.nparams = 3;
-        fn->u.func.body = body;
-        if (!fn->name || !fn->u.func.ret || !ck_append_decl(c, fn)) return call->type = c->tt->t_error;
-        ck_check_func_sig(c, fn);
+        if (!(fn = syn_func(c, m, name, c->tt->t_void, params, 3, items, n, 0, 0, loc))) return call->type = c->tt->t_error;
     }
     /* the call: __coopvec_store_V(v, b, o) */
     nb_expr **args = ck_alloc(c, sizeof(nb_expr *) * 3);
