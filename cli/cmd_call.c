@@ -396,6 +396,17 @@ static int bind_leaf_value(ctx *x, int p, const char *path, const nb_json *v, co
 }
 
 /* Binds v (or the npy file) to `path` (a parameter or field path) of parameter p. */
+static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const char *npy);
+
+/* bind_json of a struct field or array element at `path` (a copy kept alive until the call runs). */
+static int bind_json_at(ctx *x, int p, const char *path, const nb_json *v) {
+    char *keep = malloc(strlen(path) + 1);
+    if (!keep) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
+    strcpy(keep, path);
+    if (!keep_buf(x, keep)) return 0;
+    return bind_json(x, p, keep, v, NULL);
+}
+
 static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const char *npy) {
     if (x->nouts >= CALL_MAX) {
         snprintf(x->err, sizeof x->err, "too many arguments");
@@ -413,12 +424,7 @@ static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const ch
         for (int i = 0; i < v->count; i++) {
             char sub[512];
             snprintf(sub, sizeof sub, "%s.%s", path, v->keys[i]);
-            /* Keep the path alive until the call runs. */
-            char *keep = malloc(strlen(sub) + 1);
-            if (!keep) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
-            strcpy(keep, sub);
-            if (!keep_buf(x, keep)) return 0;
-            if (!bind_json(x, p, keep, &v->items[i], NULL)) return 0;
+            if (!bind_json_at(x, p, sub, &v->items[i])) return 0;
         }
         return 1;
     }
@@ -427,11 +433,7 @@ static int bind_json(ctx *x, int p, const char *path, const nb_json *v, const ch
         for (int i = 0; i < v->count; i++) {
             char sub[512];
             snprintf(sub, sizeof sub, "%s[%d]", path, i);
-            char *keep = malloc(strlen(sub) + 1);
-            if (!keep) return snprintf(x->err, sizeof x->err, "out of memory"), 0;
-            strcpy(keep, sub);
-            if (!keep_buf(x, keep)) return 0;
-            if (!bind_json(x, p, keep, &v->items[i], NULL)) return 0;
+            if (!bind_json_at(x, p, sub, &v->items[i])) return 0;
         }
         return 1;
     }
