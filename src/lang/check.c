@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lang/check_internal.h"
+#include "lang/fold_value.h"
 
 #include "lang/lexer.h"
 #include "nabla/alloc.h"
@@ -967,7 +968,7 @@ static nb_expr *make_literal(nb_checker *c, const nb_type *t, double v, nb_loc l
     } else if (ck_is_int_scalar_kind(t->scalar)) {
         e = ck_new_expr(c, NB_EX_INT, loc);
         if (e) {
-            int64_t iv = (int64_t)v;
+            int64_t iv = nb_fold_d2i(v);
             e->u.ilit.value = (uint64_t)iv;
             e->u.ilit.is_unsigned = t->scalar == NB_SC_UINT || t->scalar == NB_SC_UINT64;
         }

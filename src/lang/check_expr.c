@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lang/check_internal.h"
+#include "lang/fold_value.h"
 #include "lang/lexer.h"
 
 
@@ -168,6 +169,12 @@ const nb_type *ck_expr_to(nb_checker *c, nb_expr **slot, const nb_type *to, cons
 
 /* ---- constant folding --------------------------------------------------------------------- */
 
+/* Integer arithmetic wraps (two's complement), as the emitted C and CUDA do for 64-bit values;
+ * int and uint results are truncated to 32 bits afterwards. */
+static int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static int64_t wrap_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+
 static int is_int_type(const nb_type *t) {
     return t && t->kind == NB_TY_SCALAR && (ck_is_int_scalar_kind(t->scalar) || t->scalar == NB_SC_BOOL);
 }
@@ -179,7 +186,7 @@ int nb_check_const_eval(const nb_expr *e, int *is_int, int64_t *iv, double *fv) 
     double rf = 0;
     switch (e->kind) {
     case NB_EX_INT: ri = (int64_t)e->u.ilit.value; rf = (double)ri; break;
-    case NB_EX_FLOAT: rf = e->u.flit.value; ri = (int64_t)rf; break;
+    case NB_EX_FLOAT: rf = e->u.flit.value; ri = nb_fold_d2i(rf); break;
     case NB_EX_BOOL: ri = e->u.blit ? 1 : 0; rf = (double)ri; break;
     case NB_EX_NAME:
     case NB_EX_MEMBER: {
@@ -195,13 +202,13 @@ int nb_check_const_eval(const nb_expr *e, int *is_int, int64_t *iv, double *fv) 
         if (!nb_check_const_eval(e->u.cast.operand, &si, &a, &b)) return 0;
         if (ii) {
             if (e->type->scalar == NB_SC_BOOL) ri = si ? (a != 0) : (b != 0);
-            else ri = si ? a : (int64_t)b;
+            else ri = si ? a : nb_fold_d2i(b);
             if (e->type->scalar == NB_SC_UINT) ri = (int64_t)(uint32_t)ri;
             else if (e->type->scalar == NB_SC_INT) ri = (int64_t)(int32_t)ri;
             rf = (double)ri;
         } else {
             rf = si ? (double)a : b;
-            ri = (int64_t)rf;
+            ri = nb_fold_d2i(rf);
         }
         break;
     }
@@ -210,7 +217,7 @@ int nb_check_const_eval(const nb_expr *e, int *is_int, int64_t *iv, double *fv) 
         if (e->u.unary.op == NB_TOK_INC || e->u.unary.op == NB_TOK_DEC) return 0;
         if (!nb_check_const_eval(e->u.unary.operand, &si, &a, &b)) return 0;
         switch (e->u.unary.op) {
-        case NB_TOK_MINUS: ri = -a; rf = -b; break;
+        case NB_TOK_MINUS: ri = wrap_sub(0, a); rf = -b; break;
         case NB_TOK_PLUS: ri = a; rf = b; break;
         case NB_TOK_NOT: ri = si ? !a : !b; rf = (double)ri; break;
         case NB_TOK_TILDE: ri = ~a; rf = (double)ri; break;
@@ -225,16 +232,19 @@ int nb_check_const_eval(const nb_expr *e, int *is_int, int64_t *iv, double *fv) 
         if (!nb_check_const_eval(e->u.binary.rhs, &sb, &b, &fb)) return 0;
         int opi = sa && sb; /* operands are ints (both converted to a common type) */
         switch (e->u.binary.op) {
-        case NB_TOK_PLUS: ri = a + b; rf = fa + fb; break;
-        case NB_TOK_MINUS: ri = a - b; rf = fa - fb; break;
-        case NB_TOK_STAR: ri = a * b; rf = fa * fb; break;
+        case NB_TOK_PLUS: ri = wrap_add(a, b); rf = fa + fb; break;
+        case NB_TOK_MINUS: ri = wrap_sub(a, b); rf = fa - fb; break;
+        case NB_TOK_STAR: ri = wrap_mul(a, b); rf = fa * fb; break;
         case NB_TOK_SLASH:
-            if (opi) { if (b == 0) return 0; ri = a / b; rf = (double)ri; }
-            else { rf = fa / fb; ri = (int64_t)rf; }
+            if (opi) {
+                if (b == 0) return 0;
+                ri = (b == -1) ? wrap_sub(0, a) : a / b;
+                rf = (double)ri;
+            } else { rf = fa / fb; ri = nb_fold_d2i(rf); }
             break;
         case NB_TOK_PERCENT:
             if (!opi || b == 0) return 0;
-            ri = a % b; rf = (double)ri; break;
+            ri = (b == -1) ? 0 : a % b; rf = (double)ri; break;
         case NB_TOK_SHL: if (!opi || b < 0 || b > 63) return 0; ri = (int64_t)((uint64_t)a << b); break;
         case NB_TOK_SHR: if (!opi || b < 0 || b > 63) return 0; ri = a >> b; break;
         case NB_TOK_AMP: ri = a & b; break;
@@ -251,7 +261,7 @@ int nb_check_const_eval(const nb_expr *e, int *is_int, int64_t *iv, double *fv) 
         default: return 0;
         }
         if (ii) rf = (double)ri;
-        else ri = (int64_t)rf;
+        else ri = nb_fold_d2i(rf);
         break;
     }
     case NB_EX_TERNARY: {

@@ -26,16 +26,32 @@ static nb_scalar_kind flat_scalar(const nb_type *t) {
     return t->scalar;
 }
 
+int64_t nb_fold_d2i(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
+double nb_fold_f32(double v) {
+    if (v > 3.4028234663852886e38) return INFINITY;
+    if (v < -3.4028234663852886e38) return -INFINITY;
+    return (double)(float)v;
+}
+
+/* v truncated toward zero and wrapped to 32 bits */
+static int64_t wrap32(double v) { return (int64_t)(uint32_t)(uint64_t)nb_fold_d2i(v); }
+
 /* Rounds v as the scalar kind k stores it. */
 static double as_kind(nb_scalar_kind k, double v) {
     switch (k) {
     case NB_SC_BOOL: return v != 0;
-    case NB_SC_INT: return (double)(int32_t)v;
-    case NB_SC_UINT: return (double)(uint32_t)(int64_t)v;
+    case NB_SC_INT: return (double)(int32_t)(uint32_t)wrap32(v);
+    case NB_SC_UINT: return (double)(uint32_t)wrap32(v);
     case NB_SC_INT64:
     case NB_SC_UINT64: return trunc(v);
     case NB_SC_FLOAT:
-    case NB_SC_HALF: return (double)(float)v;
+    case NB_SC_HALF: return nb_fold_f32(v);
     case NB_SC_DOUBLE: return v;
     }
     return v;

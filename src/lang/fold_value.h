@@ -11,10 +11,18 @@
 #ifndef NB_LANG_FOLD_VALUE_H
 #define NB_LANG_FOLD_VALUE_H
 
+#include <stdint.h>
+
 #include "lang/ast.h"
 
 /* Returns the number of components written (== nb_type_components-like count of e->type), or
  * -1 when e is not a host constant or has more than max components. */
 int nb_fold_components(const nb_expr *e, double *out, int max);
+
+/* Conversions of folded doubles without C's undefined behaviour for out-of-range values (the
+ * fuzzer's UBSan finds them): nb_fold_d2i truncates toward zero, NaN gives 0 and values beyond
+ * int64 saturate; nb_fold_f32 rounds to float, values beyond float's range give +-inf. */
+int64_t nb_fold_d2i(double v);
+double nb_fold_f32(double v);
 
 #endif

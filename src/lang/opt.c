@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "lang/fold_value.h"
 #include "lang/ir.h"
 
 static int is_fkind(nb_scalar_kind s) { return s == NB_SC_FLOAT || s == NB_SC_DOUBLE || s == NB_SC_HALF; }
@@ -41,7 +42,7 @@ static int64_t wrap_int(nb_scalar_kind s, int64_t v)
 
 static double round_float(nb_scalar_kind s, double v)
 {
-    return s == NB_SC_DOUBLE ? v : (double)(float)v;
+    return s == NB_SC_DOUBLE ? v : nb_fold_f32(v);
 }
 
 static int all_const(const nb_ir_inst *in, int from, int to)

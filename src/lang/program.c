@@ -654,10 +654,9 @@ static double convert_value(const nb_type *t, double v) {
         return (double)(uint32_t)v;
     case NB_SC_INT64:
     case NB_SC_UINT64:
-        if (v != v) return 0;
-        return (double)(int64_t)v;
+        return (double)nb_fold_d2i(v);
     case NB_SC_HALF:
-    case NB_SC_FLOAT: return (double)(float)v;
+    case NB_SC_FLOAT: return nb_fold_f32(v);
     case NB_SC_DOUBLE: return v;
     }
     return v;
