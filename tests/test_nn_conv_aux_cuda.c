@@ -1,4 +1,4 @@
-/* The CUDA conv path's helper kernels (src/nn/conv_cuda_aux.c, conv_cuda.c, conv_cuda_igemm.c,
+/* The CUDA conv path's helper kernels (src/nn/conv/conv_cuda_aux.c, conv_cuda.c, conv_cuda_igemm.c,
  * conv_cuda_wgrad.c, tape_cuda_conv.c), each new kernel beside the old one it replaces
  * (nb_cuda_conv_set_aux_legacy, kept for A/B runs):
  *   - bias add, bias gradient and bias fill against a CPU double reference: f32 and bf16
@@ -33,12 +33,12 @@
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 #include "nabla/status.h"
-#include "nn/conv_cuda.h"
-#include "nn/conv_cuda_aux.h"
-#include "nn/conv_cuda_igemm.h"
-#include "nn/conv_cuda_wgrad.h"
-#include "nn/conv_cuda_wg4.h"
-#include "nn/cublas.h"
+#include "nn/conv/conv_cuda.h"
+#include "nn/conv/conv_cuda_aux.h"
+#include "nn/conv/conv_cuda_igemm.h"
+#include "nn/conv/conv_cuda_wgrad.h"
+#include "nn/conv/conv_cuda_wg4.h"
+#include "device/cuda/cublas.h"
 #include "device/cuda/cuda_api.h"
 
 #define NB_TEST_SEED 0x2545f4914f6cdd1dull

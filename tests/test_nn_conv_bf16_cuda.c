@@ -1,4 +1,4 @@
-/* CUDA conv2d and linear on bf16-stored activations (src/nn/conv_cuda.c, conv_cuda_igemm.c,
+/* CUDA conv2d and linear on bf16-stored activations (src/nn/conv/conv_cuda.c, conv_cuda_igemm.c,
  * cublas.c): x / dx in dtype xdt, y / dy in dtype ydt (NB_F32 or NB_BF16) at BF16 precision,
  * weights and their gradients f32. Each case runs forward, backward with dx stored (starts as
  * NaNs) and accumulated, dw / db accumulated onto random values, on both algorithms (im2col +
@@ -12,9 +12,9 @@
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
-#include "nn/conv_cuda.h"
-#include "nn/conv_cuda_igemm.h"
-#include "nn/cublas.h"
+#include "nn/conv/conv_cuda.h"
+#include "nn/conv/conv_cuda_igemm.h"
+#include "device/cuda/cublas.h"
 #include "nabla/status.h"
 #include "nb_test_dbuf.h"
 

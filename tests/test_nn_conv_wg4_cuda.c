@@ -1,4 +1,4 @@
-/* The bf16 3x3 weight-gradient kernel (src/nn/conv_cuda_wg4.c): against a double CPU reference
+/* The bf16 3x3 weight-gradient kernel (src/nn/conv/conv_cuda_wg4.c): against a double CPU reference
  * on the bf16-rounded inputs (odd channel counts, channels not a multiple of the 64-row /
  * 64-triple tiles, non-square images, accumulation into an existing dw); bad input and the
  * NVRTC compile without a GPU. NB_WG4_BENCH=1: the reference UNet's shapes at batch 32, the
@@ -14,7 +14,7 @@
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 #include "device/cuda/cuda_api.h"
-#include "nn/conv_cuda_wg4.h"
+#include "nn/conv/conv_cuda_wg4.h"
 
 static uint64_t rng = 0x1234567887654321ull;
 static float frand(void) {

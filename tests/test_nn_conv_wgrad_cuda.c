@@ -1,4 +1,4 @@
-/* conv2d weight gradient as im2col + one cuBLAS GEMM (src/nn/conv_cuda_wgrad.c): dw against an
+/* conv2d weight gradient as im2col + one cuBLAS GEMM (src/nn/conv/conv_cuda_wgrad.c): dw against an
  * f64 CPU reference for the reference UNet's shapes (3x3 stride 1 pad 1 with C / O from 3 to 512
  * at 64 / 32 / 16 / 8 px, 3x3 stride 2, 1x1) at a small batch, on bf16 storage (BF16 precision,
  * also x f32 with dy bf16), and f32 storage at FP32 / TF32 / BF16; dw accumulates (two calls
@@ -21,9 +21,9 @@
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 #include "nabla/status.h"
-#include "nn/conv_cuda.h"
-#include "nn/conv_cuda_wgrad.h"
-#include "nn/cublas.h"
+#include "nn/conv/conv_cuda.h"
+#include "nn/conv/conv_cuda_wgrad.h"
+#include "device/cuda/cublas.h"
 #include "nb_test_dbuf.h"
 
 static float *hrand(int64_t n) {

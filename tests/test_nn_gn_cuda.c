@@ -1,4 +1,4 @@
-/* Group norm (+ SiLU) on CUDA, src/nn/tape_cuda_norm.c: the split kernels (the default where
+/* Group norm (+ SiLU) on CUDA, src/nn/norm/tape_cuda_norm.c: the split kernels (the default where
  * S % 8 == 0: per-(n, c) statistics kernels, then per-slice kernels) against the per-group
  * kernels (NABLA_GN_IMPL=old) at UNet shapes and edge shapes (more than 32 channels per group,
  * planes longer than the statistics kernel's registers, several slices per group), f32 and
@@ -19,7 +19,7 @@
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
-#include "nn/tape_internal.h"
+#include "nn/tape/tape_internal.h"
 
 static nb_device *g_dev;
 

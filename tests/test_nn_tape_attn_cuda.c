@@ -1,4 +1,4 @@
-/* Fused attention on CUDA (src/nn/tape_cuda_attn.c): the kernels on raw device buffers against a
+/* Fused attention on CUDA (src/nn/attention/tape_cuda_attn.c): the kernels on raw device buffers against a
  * double-precision reference, and the CUDA tape against the CPU tape (forward and the three
  * gradients) for odd sequence lengths, head dims 16..128, every precision, inputs without
  * gradients, accumulation into shared gradient buffers, and the head-dim limit.
@@ -16,9 +16,9 @@
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
 #include "device/cuda/cuda_api.h" /* nb_nvrtc_compile */
-#include "nn/attn_cuda.h"
-#include "nn/attn_cuda_tc.h"
-#include "nn/tape_internal.h" /* nb_tape_cast (the bench's bf16 qkv) */
+#include "nn/attention/attn_cuda.h"
+#include "nn/attention/attn_cuda_tc.h"
+#include "nn/tape/tape_internal.h" /* nb_tape_cast (the bench's bf16 qkv) */
 
 #define NB_TRY_T(e)                                                                             \
     do {                                                                                        \

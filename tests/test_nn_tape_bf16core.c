@@ -9,7 +9,7 @@
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape_internal.h"
+#include "nn/tape/tape_internal.h"
 
 #define N 1027 /* odd: the CUDA cast's scalar tail */
 

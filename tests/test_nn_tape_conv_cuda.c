@@ -1,4 +1,4 @@
-/* CUDA linear and conv2d of the tape (src/nn/conv_cuda.c, conv_cuda_igemm.c, tape_cuda_conv.c):
+/* CUDA linear and conv2d of the tape (src/nn/conv/conv_cuda.c, conv_cuda_igemm.c, tape_cuda_conv.c):
  * the raw kernels against an independent double reference over every kernel size / stride /
  * pad / bias combination on odd sizes, per precision, both algorithms (im2col + cuBLAS and
  * the implicit-GEMM kernels; the tape tests use the automatic choice), accumulation into existing
@@ -22,9 +22,9 @@
 #include "nb_test.h"
 #include "nabla/device.h"
 #include "nabla/nn_tape.h"
-#include "nn/conv_cuda.h"
-#include "nn/conv_cuda_igemm.h"
-#include "nn/cublas.h"
+#include "nn/conv/conv_cuda.h"
+#include "nn/conv/conv_cuda_igemm.h"
+#include "device/cuda/cublas.h"
 #include "device/cuda/cuda_api.h"
 
 #define NB_TRY_T(expr)                                                                         \

@@ -7,7 +7,7 @@
 
 #include "nb_test.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape_internal.h"
+#include "nn/tape/tape_internal.h"
 
 static void test_view_linear(void) {
     nb_tape *t;

@@ -1,5 +1,5 @@
-/* Fused legacy-layout QKV attention (nb_tape_qkv_attention; CPU row in src/nn/tape_ops_attn.c,
- * CUDA row in src/nn/tape_cuda_attn.c):
+/* Fused legacy-layout QKV attention (nb_tape_qkv_attention; CPU row in src/nn/attention/tape_ops_attn.c,
+ * CUDA row in src/nn/attention/tape_cuda_attn.c):
  *   - CPU: values and dqkv against the old composition reshape / slice_channels / transpose /
  *     nb_tape_attention / transpose / reshape (those ops are tested against PyTorch), heads
  *     1..4, d 8..64, L 4..256 incl. odd, 3-D and 4-D qkv, qkv used twice (accumulation);
@@ -14,7 +14,7 @@
 #include "nabla/device.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
-#include "nn/tape_internal.h" /* nb_tape_cast: a bf16 qkv like a bf16 conv output */
+#include "nn/tape/tape_internal.h" /* nb_tape_cast: a bf16 qkv like a bf16 conv output */
 
 static void fill(float *x, int64_t n, uint32_t seed, float scale) {
     uint32_t s = seed * 2654435761u + 12345u;

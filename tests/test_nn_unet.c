@@ -10,7 +10,7 @@
 #include "nabla/nn_unet.h"
 #include "nabla/alloc.h"
 #include "nabla/safetensors.h"
-#include "nn/ddpm_internal.h"
+#include "models/ddpm_internal.h"
 
 static nb_unet_config tiny(void) {
     nb_unet_config c = nb_unet_config_reference();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device run for the whole-sequence fused attention kernels (helper "attn2": nb_attn_fwd_fa /
-# nb_attn_bwd_fa in src/nn/attn_cuda_tc.h, dispatched by src/nn/tape_cuda_attn.c for TF32 / BF16,
+# nb_attn_bwd_fa in src/nn/attention/attn_cuda_tc.h, dispatched by src/nn/attention/tape_cuda_attn.c for TF32 / BF16,
 # feature-major views, d <= 32, T <= 256, where measured faster; NB_ATTN_IMPL=tiled keeps the old
 # 64 x 64 tiled kernels, NB_ATTN_IMPL=fa forces the new ones wherever they can run: A/B in one
 # binary). Builds into build-dev-attn2 and runs, most important first, each stage

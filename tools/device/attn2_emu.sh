@@ -9,7 +9,7 @@ variants=${*:-"32:1:2 32:0:0 32:1:0 32:0:2 16:1:1"}
 cat > "$W/gen.c" <<'GEN'
 #include <stdio.h>
 #include <stdlib.h>
-#include "nn/attn_cuda_tc.h"
+#include "nn/attention/attn_cuda_tc.h"
 int main(int argc, char **argv) {
     FILE *f = fopen(argv[4], "w");
     fprintf(f, "#define DP %s\n#define IS_BF16 %s\n#define FM 1\n#define SBF %s\n", argv[1], argv[2], argv[3]);

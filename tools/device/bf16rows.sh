@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device run of helper "bf16rows" (.export/BF16_SPEC.md): the tape's elementwise, layout and
-# normalisation CUDA rows (src/nn/tape_cuda_basic.c, tape_cuda_norm.c) on bf16 activations.
+# normalisation CUDA rows (src/nn/tape/tape_cuda_basic.c, tape_cuda_norm.c) on bf16 activations.
 # Builds in build-dev-bf16rows, runs test_nn_tape_cuda (f32 CUDA tapes, unchanged paths) and
 # test_nn_tape_bf16_cuda (bf16-storage tapes vs the CPU tape) with NB_REQUIRE_CUDA=1, then the
 # micro-benchmark (f32 vs bf16 storage per row; tools/device/tapecuda_bench.c) and its PyTorch

@@ -19,13 +19,13 @@ case "${9:-}" in b*) abf=1; obf="${EMU_OBF:-1}";; esac
 tag="$1_$2_$3_$4_$5_$6_$7_$8_$abf$obf"
 cb=8; [ "$2" = 2 ] && cb=16
 # rebuilt when the kernel source or the emulator changed
-src_h="$root/src/nn/conv_cuda_igemm_src.h"; src_b="$root/src/nn/conv_cuda_igemm_bf16_src.h"
+src_h="$root/src/nn/conv/conv_cuda_igemm_src.h"; src_b="$root/src/nn/conv/conv_cuda_igemm_bf16_src.h"
 if [ ! -x "$dir/gen" ] || [ "$src_h" -nt "$dir/gen" ] || [ "$src_b" -nt "$dir/gen" ] || [ "$root/tools/device/conv_emu.cpp" -nt "$dir/gen" ]; then
   rm -f "$dir"/emu_* "$dir"/kernel_*
   cat > "$dir/gen.c" <<'C'
 #include <stdio.h>
 #include <string.h>
-#include "nn/conv_cuda_igemm_src.h"
+#include "nn/conv/conv_cuda_igemm_src.h"
 int main(void) { /* the kernel source, with the dynamic shared array made a host pointer */
     const char *s = nb_conv_igemm_src, *key = "extern __shared__ __align__(16) float smem[];", *p;
     while ((p = strstr(s, key))) {

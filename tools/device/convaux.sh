@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device run for the conv path's helper passes (bias add / fill / gradient, weight arrangement
-# and the weights kept for the backward, split-sum endings, row-shift prep; src/nn/conv_cuda_aux.c,
+# and the weights kept for the backward, split-sum endings, row-shift prep; src/nn/conv/conv_cuda_aux.c,
 # conv_cuda.c, conv_cuda_igemm.c, conv_cuda_wgrad.c, tape_cuda_conv.c): builds into
 # build-dev-convaux, then, each stage while the budget lasts (CONVAUX_BUDGET seconds, default 88;
 # about 200 runs every stage):

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Device run for the group-norm work (src/nn/tape_cuda_norm.c: the split kernels against the
+# Device run for the group-norm work (src/nn/norm/tape_cuda_norm.c: the split kernels against the
 # per-group ones, NABLA_GN_IMPL=old). Builds only the needed targets in build-dev-gn, runs the
 # tape / UNet tests with NB_REQUIRE_CUDA=1 (tests/test_nn_gn_cuda.c compares split and old), the
 # micro-benchmark of every UNet group-norm shape (NB_GN_BENCH=1: forward / backward, bf16 and
 # f32 storage, old vs split variants, median of 20 event-timed calls after an L2 flush, and 20
 # calls back to back, byte floor), and the end-to-end `nabla unet bench --batch 32` in bf16 and
-# tf32, default vs old and variants (NABLA_GN_* knobs of src/nn/tape_cuda_norm.c).
+# tf32, default vs old and variants (NABLA_GN_* knobs of src/nn/norm/tape_cuda_norm.c).
 # Logs: $OUT/gn/{env,build,test,bench,unet}.log. Target: under 90 s wall.
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,7 +21,7 @@ stamp() { echo "[gn.sh +$((SECONDS - T0)) s] $*"; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1
   nproc
   git log --oneline -1 2>/dev/null
-  git status --short src/nn/tape_cuda_norm.c src/nn/tape_internal.h tests/test_nn_gn_cuda.c 2>/dev/null
+  git status --short src/nn/norm/tape_cuda_norm.c src/nn/tape/tape_internal.h tests/test_nn_gn_cuda.c 2>/dev/null
 } > "$O/env.log" 2>&1
 
 {

@@ -17,7 +17,7 @@
  *   tapecuda_bench [iters [small|full [gn-bf16]]]   one line per (shape, op): ms per fwd+bwd,
  *                                                   fwd, bwd, GB/s
  * ("small": tiny shapes, to check the program itself; "gn-bf16": the bf16 group norms only, for
- * A/B runs of NABLA_GN_BF16_R, see src/nn/tape_cuda_norm.c). */
+ * A/B runs of NABLA_GN_BF16_R, see src/nn/norm/tape_cuda_norm.c). */
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +25,7 @@
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape_internal.h"
+#include "nn/tape/tape_internal.h"
 
 #define CHECK(x)                                                                                   \
     do {                                                                                           \

@@ -5,9 +5,9 @@
 // one pthread per CUDA thread of a block, blocks one after another (__shared__ = static,
 // __syncthreads = a barrier, __shfl_xor_sync = an exchange through a per-warp slot array and
 // barrier). Plain launches get at most 3 blocks, so grid-stride loops take several rounds.
-// bf16 storage: the NB_CUDA_BF16_HELPERS of src/nn/bf16_cuda.h are host functions here (same
+// bf16 storage: the NB_CUDA_BF16_HELPERS of src/nn/common/bf16_cuda.h are host functions here (same
 // rounding); 4-element bf16 accesses check their 8-byte alignment. The cast op's kernel
-// (src/nn/tape_cast.c) is emulated too.
+// (src/nn/tape/tape_cast.c) is emulated too.
 // Not emulated: misaligned f32 vector accesses (fine on x86), register / shared-memory limits, timing.
 // The rows of linear / conv2d / attention are absent here (NB_ERR_UNSUPPORTED).
 #include <cmath>
@@ -55,7 +55,7 @@ template <class T> static inline T shfl_xor(T v, int o) {
 static inline float __shfl_xor_sync(unsigned, float v, int o) { return shfl_xor<float>(v, o); }
 static inline double __shfl_xor_sync(unsigned, double v, int o) { return shfl_xor<double>(v, o); }
 
-// The bf16 helpers of src/nn/bf16_cuda.h (NB_CUDA_BF16_HELPERS), on the host: the same
+// The bf16 helpers of src/nn/common/bf16_cuda.h (NB_CUDA_BF16_HELPERS), on the host: the same
 // semantics (bf16 = top 16 bits of the f32, f32 -> bf16 rounds to nearest even, NaN kept).
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
@@ -81,9 +81,9 @@ static inline void nb_st4(void *p, long long i, int bf, float4 v) {
     nb_st(p, i, bf, v.x); nb_st(p, i + 1, bf, v.y); nb_st(p, i + 2, bf, v.z); nb_st(p, i + 3, bf, v.w);
 }
 
-#include "basic.cu" /* extracted from src/nn/tape_cuda_basic.c by tapecuda_emu.sh */
-#include "norm.cu"  /* from src/nn/tape_cuda_norm.c */
-#include "cast.cu"  /* from src/nn/tape_cast.c */
+#include "basic.cu" /* extracted from src/nn/tape/tape_cuda_basic.c by tapecuda_emu.sh */
+#include "norm.cu"  /* from src/nn/norm/tape_cuda_norm.c */
+#include "cast.cu"  /* from src/nn/tape/tape_cast.c */
 
 typedef void (*kfn)(const void *);
 struct kent { const char *name; kfn fn; };
@@ -140,7 +140,7 @@ static void run(kfn fn, const void *args, const unsigned g[3], const unsigned b[
 extern "C" {
 #include "nabla/device.h"
 #include "nabla/status.h"
-#include "nn/tape_internal.h"
+#include "nn/tape/tape_internal.h"
 
 struct nb_device { int kind; int refs; char name[16]; };
 static nb_device g_cuda = {1, 0, "cuda:0"}, g_cpu = {0, 0, "cpu"};

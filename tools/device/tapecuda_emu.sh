@@ -17,8 +17,10 @@ python3 tools/device/tapecuda_extract.py "$E"
 cd "$E"
 g++ -O1 -g -std=c++17 -w -I. -I"$R/include" -I"$R/src" -c "$R/tools/device/tapecuda_emu.cpp" -o emu.o
 OBJS=""
-for f in tape tape_ops_basic tape_ops_conv tape_ops_shape tape_ops_attn tape_cuda_basic tape_cuda_norm tape_cast; do
-  gcc -O1 -g -std=gnu11 -Wall -I"$R/include" -I"$R/src" -c "$R/src/nn/$f.c" -o $f.o
+for p in tape/tape tape/tape_ops_basic conv/tape_ops_conv tape/tape_ops_shape attention/tape_ops_attn \
+         tape/tape_cuda_basic norm/tape_cuda_norm tape/tape_cast; do
+  f=${p#*/}
+  gcc -O1 -g -std=gnu11 -Wall -I"$R/include" -I"$R/src" -c "$R/src/nn/$p.c" -o $f.o
   OBJS="$OBJS $f.o"
 done
 CF="-O1 -g -std=gnu11 -I$R/include -I$R/src -I$R/tests"

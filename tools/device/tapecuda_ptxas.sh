@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ptxas report (registers, spills, shared memory) of every kernel of the tape's CUDA rows
-# (src/nn/tape_cuda_basic.c, tape_cuda_norm.c), compiled for sm_90 with nvcc (no GPU needed):
+# (src/nn/tape/tape_cuda_basic.c, tape_cuda_norm.c), compiled for sm_90 with nvcc (no GPU needed):
 # a check that the f32 paths keep their register counts when the bf16 variants are added.
 #   tools/device/tapecuda_ptxas.sh [outdir]     (default /tmp/tapecuda_ptxas)
 set -eu

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device run for the tape's per-op profiler (nb_tape_set_profiling, src/nn/tape_profile.c):
+# Device run for the tape's per-op profiler (nb_tape_set_profiling, src/nn/tape/tape_profile.c):
 # builds libnabla + the tape tests in build-dev-tapeprof, runs test_nn_tape and
 # test_nn_tape_cuda with NB_REQUIRE_CUDA=1, then tools/device/tapeprof_unet.c: the reference
 # UNet (64x64x3, batch 32, tf32) DDPM training step on CUDA, 3 warm-up steps, 3 timed without

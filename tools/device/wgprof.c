@@ -6,7 +6,7 @@
 
 #include "nabla/device.h"
 #include "nabla/nn_tape.h"
-#include "nn/conv_cuda.h"
+#include "nn/conv/conv_cuda.h"
 
 int main(int argc, char **argv) {
     if (argc < 6) return 2;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device run for the conv2d weight gradient as im2col + one cuBLAS GEMM (helper "wgrad",
-# src/nn/conv_cuda_wgrad.c): builds test_nn_conv_wgrad_cuda in build-dev-wgrad, runs it with
+# src/nn/conv/conv_cuda_wgrad.c): builds test_nn_conv_wgrad_cuda in build-dev-wgrad, runs it with
 # NB_REQUIRE_CUDA=1 (dw vs an f64 reference: UNet shapes, bf16 / f32 storage, FP32 / TF32 / BF16,
 # accumulation, odd sizes, K splits, layouts, chunking), then the benchmark (NB_WGRAD_BENCH=1:
 # batch 32, today's weight gradient vs the GEMM path, bf16 storage and TF32; then the row-shift

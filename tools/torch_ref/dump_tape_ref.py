@@ -279,7 +279,7 @@ def dump_unet_grads(out_dir, tag, cfg, n=2, timesteps=(3.0, 617.0)):
 
 
 def alphas_cumprod():
-    """nabla's schedule (src/nn/ddpm.c): betas = linspace(scale b0, scale b1, T), scale = 1000 / T,
+    """nabla's schedule (src/models/ddpm.c): betas = linspace(scale b0, scale b1, T), scale = 1000 / T,
     from the float32 config values, in float64."""
     T = DDPM["timesteps"]
     b0 = float(torch.tensor(DDPM["beta_start"], dtype=torch.float32)) * 1000.0 / T

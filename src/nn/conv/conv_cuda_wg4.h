@@ -1,0 +1,23 @@
+/* The 3x3 stride-1 pad-1 weight gradient as one kernel with a vectorized im2col
+ * (conv_cuda_wg4.c): three kw-shifted columns from each 16-byte load of an x row.
+ *   if (nb_conv_wg4_preferred(d, NB_TAPE_BF16, NB_BF16, NB_BF16))
+ *       nb_conv_wg4(dev, NB_TAPE_BF16, d, x, dy, dw, db); // dw [O][C][3][3], db [O] f32 +=
+ * x [N][C][H][W], dy [N][O][H][W]: bf16 at BF16 precision, f32 at TF32 (16-byte aligned);
+ * W % 8 == 0, H*W % 32 == 0. NABLA_CONV_WG4=0 turns the automatic choice off (A/B). */
+#ifndef NB_NN_CONV_CUDA_WG4_H
+#define NB_NN_CONV_CUDA_WG4_H
+
+#include "nn/conv/conv_cuda.h"
+
+int nb_conv_wg4_supports(const nb_conv_dims *d, int precision, nb_dtype xdt, nb_dtype ydt);
+/* supported and measured ahead of the other weight-gradient paths (C, O >= 32) */
+int nb_conv_wg4_preferred(const nb_conv_dims *d, int precision, nb_dtype xdt, nb_dtype ydt);
+/* db (may be NULL): the bias gradient, summed from the dy tiles the kernel reads anyway */
+nb_status nb_conv_wg4(nb_device *dev, int precision, const nb_conv_dims *d, const void *x,
+                      const void *dy, float *dw, float *db);
+/* Source without its "#define PREC" line (2 bf16, 1 tf32), for compile tests. */
+const char *nb_conv_wg4_source(void);
+/* Tests / benchmarks: 1 / 0 forces nb_conv_wg4_preferred's switch, -1 back to the environment. */
+void nb_conv_wg4_enable(int on);
+
+#endif

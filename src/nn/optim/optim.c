@@ -1,0 +1,200 @@
+/* Adam / AdamW over flat f32 buffers (nn_optim.h): one fused update per element, CPU reference
+ * on the thread pool and a CUDA kernel (one launch per step, segments of several buffers in one
+ * launch, bias corrections computed on the host and passed as arguments). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "nabla/alloc.h"
+#include "nabla/nn_optim.h"
+#include "nn/encoding/encoding_internal.h"
+
+struct nb_adam {
+    nb_device *dev;
+    int64_t n;
+    nb_adam_config cfg;
+    int64_t t;
+    nb_tensor *m, *v; /* f32[n] */
+    nb_jit_kernel *k;
+};
+
+/* The kernel's argument block; the CUDA struct below has the same layout. */
+typedef struct nb_adam_seg {
+    float *p, *g;
+    int64_t start, end; /* [start, end) in the state vector */
+} nb_adam_seg;
+
+typedef struct nb_adam_args {
+    float *m, *v;
+    int64_t n;
+    float lr_bc1, inv_sqrt_bc2, beta1, beta2, eps, l2, lr_wd;
+    int32_t zero, nseg;
+    nb_adam_seg seg[NB_ADAM_MAX_SEGMENTS];
+} nb_adam_args;
+
+static const char nb_adam_cuda_src[] =
+    "// nabla Adam\n"
+    "struct Seg { float *p, *g; long long start, end; };\n"
+    "struct Args { float *m, *v; long long n;\n"
+    "    float lr_bc1, inv_sqrt_bc2, beta1, beta2, eps, l2, lr_wd; int zero, nseg; Seg seg[8]; };\n"
+    "extern \"C\" __global__ void nb_adam_step(const Args a) {\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        int s = 0;\n"
+    "        while (s < a.nseg - 1 && i >= a.seg[s].end) s++;\n"
+    "        long long j = i - a.seg[s].start;\n"
+    "        float *pp = a.seg[s].p + j, *gp = a.seg[s].g + j;\n"
+    "        float p = *pp, g = *gp + a.l2 * p;\n"
+    "        float m = a.beta1 * a.m[i] + (1.0f - a.beta1) * g;\n"
+    "        float v = a.beta2 * a.v[i] + (1.0f - a.beta2) * g * g;\n"
+    "        a.m[i] = m; a.v[i] = v;\n"
+    "        p -= a.lr_wd * p;\n"
+    "        p -= a.lr_bc1 * m / (sqrtf(v) * a.inv_sqrt_bc2 + a.eps);\n"
+    "        *pp = p;\n"
+    "        if (a.zero) *gp = 0.0f;\n"
+    "    }\n"
+    "}\n";
+
+nb_adam_config nb_adam_config_default(void) {
+    nb_adam_config c = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0};
+    return c;
+}
+
+static nb_status nb_adam_check_cfg(const nb_adam_config *c) {
+    if (!(c->lr > 0.0f) || !isfinite(c->lr))
+        return nb_error(NB_ERR_INVALID_ARG, "adam: lr = %g (want > 0)", (double)c->lr);
+    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+        return nb_error(NB_ERR_INVALID_ARG, "adam: betas (%g, %g) must lie in [0, 1)", (double)c->beta1,
+                        (double)c->beta2);
+    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f))
+        return nb_error(NB_ERR_INVALID_ARG, "adam: eps = %g and weight_decay = %g must be >= 0",
+                        (double)c->eps, (double)c->weight_decay);
+    return NB_OK;
+}
+
+nb_status nb_adam_create(nb_device *dev, int64_t n_params, const nb_adam_config *cfg, nb_adam **out) {
+    if (!out) return nb_error(NB_ERR_INVALID_ARG, "nb_adam_create: out is NULL");
+    *out = NULL;
+    if (!dev) return nb_error(NB_ERR_INVALID_ARG, "nb_adam_create: dev is NULL");
+    if (n_params < 1 || n_params > ((int64_t)1 << 40))
+        return nb_error(NB_ERR_INVALID_ARG, "nb_adam_create: n_params = %lld (want >= 1)", (long long)n_params);
+    nb_adam_config c = cfg ? *cfg : nb_adam_config_default();
+    NB_TRY(nb_adam_check_cfg(&c));
+    nb_adam *o = nb_calloc(sizeof *o, 16);
+    if (!o) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_adam_create: out of host memory");
+    o->dev = dev;
+    o->n = n_params;
+    o->cfg = c;
+    nb_status s = nb_tensor_zeros(dev, NB_F32, 1, &n_params, &o->m);
+    if (s == NB_OK) s = nb_tensor_zeros(dev, NB_F32, 1, &n_params, &o->v);
+    if (s == NB_OK && nb_device_get_kind(dev) == NB_DEVICE_CUDA)
+        s = nb_nn_cuda_kernel(dev, nb_adam_cuda_src, "nb_adam_step", &o->k);
+    if (s != NB_OK) {
+        nb_adam_destroy(o);
+        return s;
+    }
+    *out = o;
+    return NB_OK;
+}
+
+void nb_adam_destroy(nb_adam *o) {
+    if (!o) return;
+    nb_tensor_free(o->m);
+    nb_tensor_free(o->v);
+    nb_free(o, sizeof *o);
+}
+
+nb_status nb_adam_set_lr(nb_adam *o, float lr) {
+    if (!o) return nb_error(NB_ERR_INVALID_ARG, "nb_adam_set_lr: opt is NULL");
+    nb_adam_config c = o->cfg;
+    c.lr = lr;
+    NB_TRY(nb_adam_check_cfg(&c));
+    o->cfg = c;
+    return NB_OK;
+}
+
+int64_t nb_adam_steps(const nb_adam *o) { return o ? o->t : 0; }
+
+nb_status nb_adam_reset(nb_adam *o) {
+    if (!o) return nb_error(NB_ERR_INVALID_ARG, "nb_adam_reset: opt is NULL");
+    o->t = 0;
+    NB_TRY(nb_tensor_fill_bytes(o->m, 0));
+    return nb_tensor_fill_bytes(o->v, 0);
+}
+
+typedef struct nb_adam_cpu_ctx {
+    const nb_adam_args *a;
+} nb_adam_cpu_ctx;
+
+static void nb_adam_cpu_range(void *vctx, int64_t b, int64_t e) {
+    const nb_adam_args *a = ((nb_adam_cpu_ctx *)vctx)->a;
+    float *mm = a->m, *vv = a->v;
+    int s = 0;
+    for (int64_t i = b; i < e; i++) {
+        while (s < a->nseg - 1 && i >= a->seg[s].end) s++;
+        int64_t j = i - a->seg[s].start;
+        float *pp = a->seg[s].p + j, *gp = a->seg[s].g + j;
+        float p = *pp, g = *gp + a->l2 * p;
+        float m = a->beta1 * mm[i] + (1.0f - a->beta1) * g;
+        float v = a->beta2 * vv[i] + (1.0f - a->beta2) * g * g;
+        mm[i] = m;
+        vv[i] = v;
+        p -= a->lr_wd * p;
+        p -= a->lr_bc1 * m / (sqrtf(v) * a->inv_sqrt_bc2 + a->eps);
+        *pp = p;
+        if (a->zero) *gp = 0.0f;
+    }
+}
+
+nb_status nb_adam_step_multi(nb_adam *o, int n, nb_tensor *const *params, nb_tensor *const *grads,
+                             int zero_grads) {
+    const char *fn = "nb_adam_step";
+    if (!o) return nb_error(NB_ERR_INVALID_ARG, "%s: opt is NULL", fn);
+    if (n < 1 || n > NB_ADAM_MAX_SEGMENTS || !params || !grads)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %d segments (want 1..%d, params and grads non-NULL)", fn,
+                        n, NB_ADAM_MAX_SEGMENTS);
+    nb_adam_args a;
+    memset(&a, 0, sizeof a);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        char pn[32], gn[32];
+        snprintf(pn, sizeof pn, "params[%d]", i);
+        snprintf(gn, sizeof gn, "grads[%d]", i);
+        NB_TRY(nb_nn_check_f32(fn, pn, params[i], o->dev, 1, -1, -1));
+        int64_t len = nb_tensor_shape(params[i])[0];
+        NB_TRY(nb_nn_check_f32(fn, gn, grads[i], o->dev, 1, len, -1));
+        a.seg[i].p = nb_tensor_data(params[i]);
+        a.seg[i].g = nb_tensor_data(grads[i]);
+        a.seg[i].start = total;
+        total += len;
+        a.seg[i].end = total;
+    }
+    if (total != o->n)
+        return nb_error(NB_ERR_SHAPE, "%s: the parameters hold %lld values but the optimizer was made for %lld",
+                        fn, (long long)total, (long long)o->n);
+    o->t++;
+    const nb_adam_config *c = &o->cfg;
+    double bc1 = 1.0 - pow((double)c->beta1, (double)o->t);
+    double bc2 = 1.0 - pow((double)c->beta2, (double)o->t);
+    a.m = nb_tensor_data(o->m);
+    a.v = nb_tensor_data(o->v);
+    a.n = total;
+    a.lr_bc1 = (float)((double)c->lr / bc1);
+    a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    a.beta1 = c->beta1;
+    a.beta2 = c->beta2;
+    a.eps = c->eps;
+    a.l2 = c->decoupled ? 0.0f : c->weight_decay;
+    a.lr_wd = c->decoupled ? c->lr * c->weight_decay : 0.0f;
+    a.zero = zero_grads ? 1 : 0;
+    a.nseg = n;
+    if (nb_device_get_kind(o->dev) == NB_DEVICE_CUDA) return nb_jit_launch_cuda(o->k, &a, sizeof a, total, NULL);
+    nb_adam_cpu_ctx ctx = {&a};
+    nb_nn_parallel(total, 16384, nb_adam_cpu_range, &ctx);
+    return NB_OK;
+}
+
+nb_status nb_adam_step(nb_adam *o, nb_tensor *params, nb_tensor *grads, int zero_grads) {
+    return nb_adam_step_multi(o, 1, &params, &grads, zero_grads);
+}

@@ -1,0 +1,103 @@
+/* The cast op (NB_TOP_CAST, tape_internal.h): a value converted between the tape's storage
+ * dtypes f32 and bf16. nb_tape_record inserts it before a row that reads f32 only when an input
+ * is bf16 (a bf16-storage CUDA tape, nb_tape_bf16_storage), and nb_tape_cast records it on
+ * request. Forward: y = dtype(x) (bf16 rounds to nearest even); backward: dx (+)= dtype_x(dy).
+ * CPU rows convert with nb_f32_to_bf16 / nb_bf16_to_f32 (CPU tapes hold f32 only, so there the
+ * op is a copy); the CUDA row is one grid-stride kernel each way. */
+
+#include "nn/common/bf16_cuda.h"
+#include "nn/encoding/encoding_internal.h"
+#include "nn/tape/tape_internal.h"
+
+/* ---- CPU ------------------------------------------------------------------------------------ */
+
+static float cpu_ld(const void *p, int64_t i, nb_dtype dt) {
+    return dt == NB_BF16 ? nb_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static void cpu_st(void *p, int64_t i, nb_dtype dt, float v) {
+    if (dt == NB_BF16) ((uint16_t *)p)[i] = nb_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+static nb_status cast_cpu_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
+    nb_convert(y->data, y->dtype, x->data, x->dtype, (size_t)x->count);
+    return NB_OK;
+}
+
+static nb_status cast_cpu_bwd(nb_tape *t, const nb_top *op) {
+    const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
+    float *dx;
+    int ow;
+    nb_status s = nb_tape_grad_buf_w(t, op->in[0], &dx, &ow);
+    if (s || !dx) return s;
+    if (ow) {
+        nb_convert(dx, x->dtype, y->grad, y->dtype, (size_t)x->count);
+        return NB_OK;
+    }
+    for (int64_t i = 0; i < x->count; i++)
+        cpu_st(dx, i, x->dtype, cpu_ld(dx, i, x->dtype) + cpu_ld(y->grad, i, y->dtype));
+    return NB_OK;
+}
+
+const nb_top_impl nb_top_cast_impl = {"cast", cast_cpu_fwd, cast_cpu_bwd};
+
+/* ---- CUDA ----------------------------------------------------------------------------------- */
+
+static const char cast_src[] = NB_CUDA_BF16_HELPERS
+    "struct CastP { const void *x; void *y; long long n; int xbf, ybf, acc; };\n"
+    "/* y[i] (+= when acc) x[i], each in its dtype; 4 elements per item (the tape's buffers are\n"
+    " * 64-byte aligned), the tail one by one */\n"
+    "extern \"C\" __global__ void tk_cast(CastP p) {\n"
+    "    long long n4 = p.n / 4;\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4 + p.n % 4;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        if (i < n4) {\n"
+    "            float4 v = nb_ld4(p.x, 4 * i, p.xbf);\n"
+    "            if (p.acc) { float4 o = nb_ld4(p.y, 4 * i, p.ybf);\n"
+    "                v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w; }\n"
+    "            nb_st4(p.y, 4 * i, p.ybf, v);\n"
+    "        } else {\n"
+    "            long long j = 4 * n4 + (i - n4);\n"
+    "            float v = nb_ld(p.x, j, p.xbf);\n"
+    "            if (p.acc) v += nb_ld(p.y, j, p.ybf);\n"
+    "            nb_st(p.y, j, p.ybf, v);\n"
+    "        }\n"
+    "    }\n"
+    "}\n";
+
+typedef struct {
+    const void *x;
+    void *y;
+    long long n;
+    int xbf, ybf, acc;
+} cast_p;
+
+static nb_status cast_launch(nb_tape *t, const void *x, nb_dtype xdt, void *y, nb_dtype ydt,
+                             int64_t n, int acc) {
+    if (!t->kern[NB_TK_CAST]) {
+        nb_status s = nb_nn_cuda_kernel(t->dev, cast_src, "tk_cast", &t->kern[NB_TK_CAST]);
+        if (s) return s;
+    }
+    cast_p a = {x, y, (long long)n, xdt == NB_BF16, ydt == NB_BF16, acc};
+    return nb_jit_launch_cuda(t->kern[NB_TK_CAST], &a, sizeof a, n / 4 + n % 4,
+                              nb_device_stream(t->dev));
+}
+
+static nb_status cast_cuda_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
+    return cast_launch(t, x->data, x->dtype, y->data, y->dtype, x->count, 0);
+}
+
+static nb_status cast_cuda_bwd(nb_tape *t, const nb_top *op) {
+    const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
+    float *dx;
+    int ow;
+    nb_status s = nb_tape_grad_buf_w(t, op->in[0], &dx, &ow);
+    if (s || !dx) return s;
+    return cast_launch(t, y->grad, y->dtype, dx, x->dtype, x->count, !ow);
+}
+
+/* (the output's dtype is ip[0], set by nb_tape_cast, not by the flags) */
+const nb_top_cuda_impl nb_top_cast_cuda = {cast_cuda_fwd, cast_cuda_bwd, NB_TOPF_IN_BF16};
