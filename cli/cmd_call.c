@@ -684,39 +684,71 @@ static int print_result_leaf(nb_tensor *t, const char *leaf_path, const char *ou
     return 1;
 }
 
+/* The leaves under prefix (a struct: {"field": …}; an array of structs or tensors, whose leaves
+ * continue with "[i]": a JSON list of its elements). */
 static void print_result_object(nb_tensor **res, const nb_leaf_info *li, int n, int *k,
                                 const char *prefix, const char *out_npy, int *ok) {
     size_t pl = strlen(prefix);
-    int first = 1;
-    fputc('{', stdout);
-    while (*k < n && !strncmp(li[*k].path, prefix, pl) && li[*k].path[pl] == '.') {
-        const char *rest = li[*k].path + pl + 1;
-        const char *dot = strchr(rest, '.');
-        char key[256], sub[512];
-        size_t kl = dot ? (size_t)(dot - rest) : strlen(rest);
-        if (kl >= sizeof key) kl = sizeof key - 1;
-        memcpy(key, rest, kl);
-        key[kl] = '\0';
+    int first = 1, list = *k < n && li[*k].path[pl] == '[';
+    fputc(list ? '[' : '{', stdout);
+    while (*k < n && !strncmp(li[*k].path, prefix, pl) && li[*k].path[pl] == (list ? '[' : '.')) {
+        const char *rest = li[*k].path + pl;
+        size_t kl = 1; /* the child: ".field" or "[i]" */
+        if (list) {
+            while (rest[kl] && rest[kl] != ']') kl++;
+            if (rest[kl]) kl++;
+        } else
+            while (rest[kl] && rest[kl] != '.' && rest[kl] != '[') kl++;
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s%.*s", prefix, (int)kl, rest);
         if (!first) fputs(", ", stdout);
         first = 0;
-        nb_json_print_string(stdout, key);
-        fputs(": ", stdout);
-        if (dot) {
-            snprintf(sub, sizeof sub, "%s.%s", prefix, key);
-            print_result_object(res, li, n, k, sub, out_npy, ok);
-        } else {
+        if (!list) {
+            char key[256];
+            snprintf(key, sizeof key, "%.*s", (int)(kl - 1), rest + 1);
+            nb_json_print_string(stdout, key);
+            fputs(": ", stdout);
+        }
+        if (rest[kl] == '.' || rest[kl] == '[') print_result_object(res, li, n, k, sub, out_npy, ok);
+        else {
             if (!print_result_leaf(res[*k], li[*k].path, out_npy)) *ok = 0;
             (*k)++;
         }
     }
-    fputc('}', stdout);
+    fputc(list ? ']' : '}', stdout);
 }
 
 /* ---- host functions ([TorchEntryPoint]) ----------------------------------------------------- */
 
-/* One JSON value (a list/number for a TorchTensor leaf, a number for a scalar) into leaf j. */
+/* The numbers of a (nested) JSON list in order into out[0 .. cap); how many there are, -1 for an
+ * item that is not a number or list. */
+static int64_t json_flatten(const nb_json *v, double *out, int64_t cap, int64_t n) {
+    if (v->kind == NB_JSON_NUMBER || v->kind == NB_JSON_BOOL) {
+        if (n < cap) out[n] = json_number(v);
+        return n + 1;
+    }
+    if (v->kind != NB_JSON_ARRAY) return -1;
+    for (int i = 0; i < v->count && n >= 0; i++) n = json_flatten(&v->items[i], out, cap, n);
+    return n;
+}
+
+/* One JSON value (a list/number for a TorchTensor leaf, a number for a scalar, a (nested) list for
+ * a vector / matrix / array: hv->values is malloc'd, the caller frees it) into leaf j. */
 static int host_leaf(ctx *x, const nb_json *v, const nb_leaf_info *li, nb_host_value *hv) {
     memset(hv, 0, sizeof *hv);
+    if (!li->is_tensor && li->value_rank > 0) {
+        int64_t want = 1;
+        for (int d = 0; d < li->value_rank; d++) want *= li->value_shape[d];
+        hv->values = malloc(sizeof(double) * (size_t)want);
+        int64_t got = hv->values && v->kind == NB_JSON_ARRAY ? json_flatten(v, hv->values, want, 0) : -1;
+        if (got != want) {
+            snprintf(x->err, sizeof x->err, "argument '%s' is %lld %s numbers: give a list of them", li->path,
+                     (long long)want, nb_dtype_name(li->dtype));
+            return 0;
+        }
+        hv->count = want;
+        return 1;
+    }
     if (li->is_tensor) {
         if (v->kind != NB_JSON_ARRAY) {
             snprintf(x->err, sizeof x->err, "argument '%s' is a TorchTensor<%s>: give a list", li->path,
@@ -750,6 +782,7 @@ static int call_host(ctx *x, const char *const *args, int nargs, const char *out
         nb_json *v = nb_json_parse(args[p], err, sizeof err);
         if (!v) {
             snprintf(x->err, sizeof x->err, "argument %d: %s", p + 1, err);
+            for (int i = 0; i < k; i++) free(hv[i].values);
             *usage = 1;
             return 1;
         }
@@ -779,18 +812,27 @@ static int call_host(ctx *x, const char *const *args, int nargs, const char *out
             }
         }
         nb_json_free(v);
-        if (!ok) return 1;
+        if (!ok) {
+            for (int i = 0; i < k; i++) free(hv[i].values);
+            return 1;
+        }
     }
     int nres = 0;
-    if (nb_host_call(x->f, k, hv, res, CALL_MAX, &nres) != NB_OK) return -1;
+    nb_status st = nb_host_call(x->f, k, hv, res, CALL_MAX, &nres);
+    for (int i = 0; i < k; i++) free(hv[i].values);
+    if (st != NB_OK) return -1;
     nb_tensor *rt[CALL_MAX] = {0};
     nb_leaf_info rli[CALL_MAX];
     int print_ok = 1;
     for (int i = 0; i < nres; i++) { /* numbers print as 0-d arrays */
         if (nb_func_result_leaf(x->f, 0, i, &rli[i]) != NB_OK) print_ok = 0;
         rt[i] = res[i].tensor;
-        if (!rt[i] && nb_tensor_from_host(x->dev, NB_F64, 0, NULL, &res[i].number, &rt[i]) != NB_OK) print_ok = 0;
+        res[i].tensor = NULL; /* (rt owns it) */
+        if (!rt[i] && nb_tensor_from_host(x->dev, NB_F64, res[i].values ? rli[i].value_rank : 0, rli[i].value_shape,
+                                          res[i].values ? res[i].values : &res[i].number, &rt[i]) != NB_OK)
+            print_ok = 0;
     }
+    nb_host_results_free(res, nres); /* (the vectors' numbers) */
     if (print_ok) {
         fputs("{\"result\": ", stdout);
         if (nres == 0) fputs("null", stdout);

@@ -347,21 +347,30 @@ nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor 
  * device's main stream (asynchronous on CUDA, like every call).
  *
  * Arguments and results are leaves (nb_func_leaf / nb_func_result_leaf order: struct fields
- * depth-first, "inputs.input", "_result.v0"): a TorchTensor<T> leaf is a tensor (is_tensor,
- * tensor_rank 0: any rank) of dtype T on the module's device; a scalar leaf is a number. */
+ * depth-first, arrays of structs or TorchTensors element by element: "inputs.input", "_result.v0",
+ * "ts[1]"): a TorchTensor<T> leaf is a tensor (is_tensor, tensor_rank 0: any rank) of dtype T on
+ * the module's device -- for TorchTensor<float3> (value_rank 1, value_shape [3]) one whose last
+ * dimension is 3, as slang-torch lays it out; a scalar leaf is a number; a vector, matrix or array
+ * leaf (float3, int2, float2x2, float[4]: value_rank > 0) is prod(value_shape) numbers in C order. */
 typedef struct nb_host_value {
-    nb_tensor *tensor; /* TorchTensor leaves (borrowed in args; new in results: nb_tensor_free) */
+    nb_tensor *tensor; /* TorchTensor leaves (borrowed in args; new in results: nb_host_results_free) */
     double number;     /* scalar leaves (converted to the leaf's type; ints must be whole) */
+    double *values;    /* vector / matrix / array leaves: count numbers (args: read, borrowed;
+                          results: new, nb_host_results_free) */
+    int64_t count;
 } nb_host_value;
 /* Runs host function f (the overload with nargs parameter leaves) with args[0 .. nargs); the
  * result leaves go to results[0 .. *count) (max slots; a void function gives 0). A result that
  * is an argument tensor comes back as a new handle on it. Errors: NB_ERR_INVALID_ARG for the
  * wrong number of arguments or a tensor given for a number or vice versa, NB_ERR_DTYPE for a
- * tensor of another dtype, NB_ERR_DEVICE for one on another device, and what a TorchTensor
- * operation or a launch reports (named by the host function and the kernel); nothing it
- * allocated survives a failure. */
+ * tensor of another dtype or a fraction for an integer, NB_ERR_SHAPE for a vector / array of
+ * another length or a TorchTensor<float3> whose last dimension is not 3, NB_ERR_DEVICE for a
+ * tensor on another device, and what a TorchTensor operation or a launch reports (named by the
+ * host function and the kernel); nothing it allocated survives a failure. */
 nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host_value *results, int max,
                        int *count);
+/* Frees the tensors and number arrays of results[0 .. n) and zeroes them. */
+void nb_host_results_free(nb_host_value *results, int n);
 
 /* ---- derivatives over arrays (docs/AUTODIFF.md) --------------------------------------------
  * A function marked [Differentiable] can be called in forward or reverse mode over arrays (the

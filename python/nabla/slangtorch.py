@@ -326,6 +326,22 @@ def _check_dims(what, v):
             raise ArgumentError(f"{what} should be a tuple of 3 integers. Got: {v!r}")
 
 
+# autoLaunch's block shape by the rank of the total: 256 threads per block, square-ish tiles
+_AUTO_BLOCKS = {1: (256, 1, 1), 2: (16, 16, 1), 3: (8, 8, 4)}
+
+
+def _total_dims(v):
+    """totalSize of launchTotal / autoLaunch: an int or 1 to 3 ints -> (x, y, z) (missing 1)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = (v,)
+    if (not isinstance(v, (tuple, list)) or not 1 <= len(v) <= 3
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+        raise ArgumentError(f"totalSize should be an int or a tuple of 1 to 3 integers. Got: {v!r}")
+    if any(x < 0 for x in v):
+        raise ArgumentError(f"totalSize must not be negative. Got: {v!r}")
+    return tuple(v) + (1,) * (3 - len(v))
+
+
 class LaunchableObject:
     """A kernel with its arguments bound; launchRaw runs it (slang-torch's LaunchableObject)."""
 
@@ -350,6 +366,32 @@ class LaunchableObject:
             kfn = self._kfn
             f = kfn._fns.get(self._device) or kfn._fn(self._device)
         f.launch_raw(b, g, self._mode, self._flat)
+
+    def launchTotal(self, blockSize, totalSize):
+        """At least totalSize threads in blocks of blockSize: gridSize = ceil(totalSize /
+        blockSize) per axis (slang-torch declares launchTotal but raises NotImplementedError).
+        The last block of an axis that blockSize does not divide runs threads past the total:
+        the kernel must skip them, as slang-torch kernels do (`if (i >= t.size(0)) return;`);
+        a view indexed out of bounds raises nabla.ShapeError after the launch. totalSize: an int
+        or a tuple of 1 to 3 ints (missing axes 1); an axis of 0 launches nothing."""
+        _check_dims("blockSize", blockSize)
+        if min(blockSize) < 1:
+            raise ArgumentError(f"blockSize must be positive. Got: {blockSize!r}")
+        total = _total_dims(totalSize)
+        if 0 in total:
+            return
+        grid = tuple((t + b - 1) // b for t, b in zip(total, blockSize))
+        self.launchRaw(blockSize, grid)
+
+    def autoLaunch(self, totalSize):
+        """launchTotal with a block shape chosen from the rank of totalSize (the index of its
+        last axis above 1, plus one): rank 1 -> (256, 1, 1), rank 2 -> (16, 16, 1), rank 3 ->
+        (8, 8, 4): 256 threads per block on every device (the same shape on the CPU, where a
+        block's threads run on one worker). Threads past the total must be skipped by the kernel,
+        as for launchTotal."""
+        total = _total_dims(totalSize)
+        rank = 3 if total[2] > 1 else 2 if total[1] > 1 else 1
+        self.launchTotal(_AUTO_BLOCKS[rank], total)
 
     def __repr__(self):
         suffix = "" if self._mode == "primal" else "." + self._mode

@@ -26,6 +26,7 @@ typedef struct host_state {
     int nmade;
     nb_leaf_info li[HMAX];
     int nl;
+    double *vals[HMAX]; /* vector / matrix / array leaves' numbers (PyMem) */
 } host_state;
 
 static int raise_st(nb_status st) {
@@ -33,9 +34,67 @@ static int raise_st(nb_status st) {
     return -1;
 }
 
+/* "float3" / "int[2][3]" for messages. */
+static const char *leaf_type(const nb_leaf_info *li, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s", nb_dtype_name(li->dtype));
+    for (int d = 0; d < li->value_rank && n > 0 && (size_t)n < cap; d++)
+        n += snprintf(buf + n, cap - (size_t)n, "[%lld]", (long long)li->value_shape[d]);
+    return buf;
+}
+
+/* The numbers of a vector / matrix / array value (nested sequences, C order) into out[*k ...]:
+ * each level must have value_shape[d] items (ShapeError otherwise). */
+static int flatten_value(host_state *s, const nb_leaf_info *li, PyObject *o, int d, double *out, int64_t *k) {
+    char tb[64];
+    if (d == li->value_rank) {
+        PyObject *f = PyBool_Check(o) ? (Py_INCREF(o), o) : PyNumber_Float(o);
+        if (!f) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: argument '%s' is a %s: its items must be numbers, got %R",
+                         nb_func_name(s->fn->f), li->path, leaf_type(li, tb, sizeof tb), o);
+            return -1;
+        }
+        out[(*k)++] = PyFloat_AsDouble(f);
+        Py_DECREF(f);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_ssize_t n = PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o) ? PySequence_Size(o) : -1;
+    if (n < 0) PyErr_Clear();
+    if (n != li->value_shape[d]) {
+        if (n < 0)
+            PyErr_Format(nbp_ShapeError, "%s: argument '%s' is a %s: give a sequence of %lld, got %R",
+                         nb_func_name(s->fn->f), li->path, leaf_type(li, tb, sizeof tb), (long long)li->value_shape[d], o);
+        else
+            PyErr_Format(nbp_ShapeError, "%s: argument '%s' is a %s: give %lld items%s, got %zd",
+                         nb_func_name(s->fn->f), li->path, leaf_type(li, tb, sizeof tb), (long long)li->value_shape[d],
+                         d ? " in each row" : "", n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PySequence_GetItem(o, i);
+        int r = it ? flatten_value(s, li, it, d + 1, out, k) : -1;
+        Py_XDECREF(it);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
+
 /* One leaf's value from o. */
 static int host_leaf(host_state *s, int j, PyObject *o) {
     const nb_leaf_info *li = &s->li[j];
+    if (!li->is_tensor && li->value_rank > 0) { /* float3, int2, float[4], float2x2: a (nested) sequence */
+        int64_t n = 1, k = 0;
+        for (int d = 0; d < li->value_rank; d++) n *= li->value_shape[d];
+        s->vals[j] = PyMem_Malloc(sizeof(double) * (size_t)(n ? n : 1));
+        if (!s->vals[j]) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (flatten_value(s, li, o, 0, s->vals[j], &k) < 0) return -1;
+        s->v[j].values = s->vals[j];
+        s->v[j].count = n;
+        return 0;
+    }
     if (!li->is_tensor) {
         if (PyBool_Check(o)) s->v[j].number = o == Py_True;
         else if (PyFloat_Check(o) || PyLong_Check(o)) s->v[j].number = PyFloat_AsDouble(o);
@@ -99,26 +158,56 @@ static int host_leaf(host_state *s, int j, PyObject *o) {
     return 0;
 }
 
-/* Leaves [lo, hi) all lie under `prefix` (a parameter name or a struct path): binds them from o. */
-static int host_value(host_state *s, int lo, int hi, const char *prefix, PyObject *o) {
+/* The child of `prefix` that leaf path `path` lies under: ".field" or "[i]" appended to prefix into
+ * sub; key gets the field name or the index. */
+static void child_of(const char *prefix, const char *path, char *sub, size_t cap, char *key, size_t kcap) {
     size_t pl = strlen(prefix);
+    const char *rest = path + pl;
+    size_t kl = 1;
+    if (*rest == '[') {
+        while (rest[kl] && rest[kl] != ']') kl++;
+        if (rest[kl] == ']') kl++;
+    } else
+        while (rest[kl] && rest[kl] != '.' && rest[kl] != '[') kl++;
+    snprintf(sub, cap, "%s%.*s", prefix, (int)kl, rest);
+    size_t ke = *rest == '[' ? kl - 1 : kl; /* (the key without '.' / '[' and ']') */
+    snprintf(key, kcap, "%.*s", (int)(ke > 1 ? ke - 1 : 0), rest + 1);
+}
+
+/* Does leaf path lie under sub (sub itself, or sub followed by '.' or '[')? */
+static int under(const char *path, const char *sub) {
+    size_t sl = strlen(sub);
+    return !strncmp(path, sub, sl) && (path[sl] == '.' || path[sl] == '[' || path[sl] == '\0');
+}
+
+/* Leaves [lo, hi) all lie under `prefix` (a parameter name, a struct path or an array element):
+ * binds them from o (a struct: tuple/list in field order, dict or object; an array of structs or
+ * TorchTensors: a sequence of its length). */
+static int host_value(host_state *s, int lo, int hi, const char *prefix, PyObject *o) {
     if (hi - lo == 1 && !strcmp(s->li[lo].path, prefix)) return host_leaf(s, lo, o);
+    int is_array = s->li[lo].path[strlen(prefix)] == '[';
+    if (is_array) { /* the element count: the last leaf's index + 1 */
+        char sub[512], key[128];
+        child_of(prefix, s->li[hi - 1].path, sub, sizeof sub, key, sizeof key);
+        long n = atol(key) + 1;
+        Py_ssize_t got = PySequence_Check(o) && !PyUnicode_Check(o) && !PyDict_Check(o) ? PySequence_Size(o) : -1;
+        if (got < 0) PyErr_Clear();
+        if (got != n) {
+            PyErr_Format(nbp_ArgumentError, "%s: argument '%s' is an array of %ld: give a list or tuple of %ld, got %R",
+                         nb_func_name(s->fn->f), prefix, n, n, o);
+            return -1;
+        }
+    }
     int field = 0;
     for (int j = lo; j < hi; field++) {
-        const char *rest = s->li[j].path + pl + 1; /* "field" or "field.sub" */
-        const char *dot = strchr(rest, '.');
-        size_t kl = dot ? (size_t)(dot - rest) : strlen(rest);
         char key[128], sub[512];
-        if (kl >= sizeof key) kl = sizeof key - 1;
-        memcpy(key, rest, kl);
-        key[kl] = '\0';
-        snprintf(sub, sizeof sub, "%s.%s", prefix, key);
+        child_of(prefix, s->li[j].path, sub, sizeof sub, key, sizeof key);
         int k = j;
-        while (k < hi && !strncmp(s->li[k].path, sub, strlen(sub)) &&
-               (s->li[k].path[strlen(sub)] == '.' || s->li[k].path[strlen(sub)] == '\0'))
-            k++;
+        while (k < hi && under(s->li[k].path, sub)) k++;
         PyObject *item = NULL;
-        if (PyDict_Check(o)) {
+        if (is_array) {
+            item = PySequence_GetItem(o, atol(key));
+        } else if (PyDict_Check(o)) {
             item = PyDict_GetItemString(o, key); /* borrowed */
             Py_XINCREF(item);
         } else if (PyTuple_Check(o) || PyList_Check(o)) {
@@ -140,12 +229,35 @@ static int host_value(host_state *s, int lo, int hi, const char *prefix, PyObjec
     return 0;
 }
 
+/* A vector / matrix / array result's numbers as nested tuples of value_shape. */
+static PyObject *value_tuple(const nb_leaf_info *li, const double *v, int d, int64_t *k) {
+    if (d == li->value_rank) {
+        double x = v[(*k)++];
+        if (li->dtype == NB_BOOL) return PyBool_FromLong(x != 0);
+        return nb_dtype_is_float(li->dtype) ? PyFloat_FromDouble(x) : PyLong_FromDouble(x);
+    }
+    PyObject *t = PyTuple_New((Py_ssize_t)li->value_shape[d]);
+    for (Py_ssize_t i = 0; t && i < (Py_ssize_t)li->value_shape[d]; i++) {
+        PyObject *it = value_tuple(li, v, d + 1, k);
+        if (!it) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SetItem(t, i, it);
+    }
+    return t;
+}
+
 /* Results [*k, n) under prefix as a (nested) tuple. */
 static PyObject *host_results(host_state *s, nb_host_value *R, nb_leaf_info *rl, int n, int *k, const char *prefix,
                               int kind) {
     size_t pl = strlen(prefix);
     if (*k < n && !strcmp(rl[*k].path, prefix)) {
         int j = (*k)++;
+        if (!rl[j].is_tensor && rl[j].value_rank > 0) { /* float2 -> (x, y), as slang-torch returns it */
+            int64_t q = 0;
+            return value_tuple(&rl[j], R[j].values, 0, &q);
+        }
         if (!rl[j].is_tensor) {
             if (rl[j].dtype == NB_BOOL) return PyBool_FromLong(R[j].number != 0);
             if (nb_dtype_is_float(rl[j].dtype)) return PyFloat_FromDouble(R[j].number);
@@ -156,11 +268,9 @@ static PyObject *host_results(host_state *s, nb_host_value *R, nb_leaf_info *rl,
         return nbp_wrap_result(&s->cx, kind, t);
     }
     PyObject *out = PyList_New(0);
-    while (out && *k < n && !strncmp(rl[*k].path, prefix, pl) && rl[*k].path[pl] == '.') {
-        const char *rest = rl[*k].path + pl + 1, *dot = strchr(rest, '.');
-        size_t kl = dot ? (size_t)(dot - rest) : strlen(rest);
-        char sub[512];
-        snprintf(sub, sizeof sub, "%s.%.*s", prefix, (int)kl, rest);
+    while (out && *k < n && !strncmp(rl[*k].path, prefix, pl) && (rl[*k].path[pl] == '.' || rl[*k].path[pl] == '[')) {
+        char sub[512], key[128]; /* a field or an array element: items of the tuple in order */
+        child_of(prefix, rl[*k].path, sub, sizeof sub, key, sizeof key);
         PyObject *v = host_results(s, R, rl, n, k, sub, kind);
         if (!v || PyList_Append(out, v) < 0) {
             Py_XDECREF(v);
@@ -262,8 +372,8 @@ PyObject *nbp_host_call(FunctionObject *fn, PyObject *args, PyObject *kw) {
         out = host_results(s, R, rl, nres, &k, "_result", s->cx.src);
     }
 done:
-    for (int i = 0; i < nres; i++)
-        if (R[i].tensor) nb_tensor_free(R[i].tensor);
+    nb_host_results_free(R, nres);
+    for (int i = 0; i < s->nl; i++) PyMem_Free(s->vals[i]);
     for (int i = 0; i < s->na; i++) nbp_arg_release(&s->a[i]);
     for (int i = 0; i < s->nmade; i++) nb_tensor_free(s->made[i]);
     PyMem_Free(s);

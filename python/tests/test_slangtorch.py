@@ -184,6 +184,61 @@ def test_launch_block_and_grid_ids():
         assert rows == want
 
 
+def test_launch_total_and_auto_launch():
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("blocks.slang"))
+    for dev in tdevices():
+        # launchTotal: ceil(total / block) blocks per axis; the kernel skips the threads past it
+        ids = torch.full((10, 9), -1, dtype=torch.int32, device=dev)
+        m.where(ids=ids).launchTotal(blockSize=(4, 1, 1), totalSize=(10, 1, 1))
+        rows = ids.cpu().tolist()
+        assert rows == [[g % 4, 0, 0, g // 4, 0, 0, 4, 1, 1] for g in range(10)]
+        # every element of a 2-D / 3-D total is reached once, in blocks of the given shape
+        out = torch.zeros((5, 7, 3, 3), dtype=torch.int32, device=dev)
+        m.blockShape(dst=out).launchTotal(blockSize=(2, 4, 2), totalSize=(5, 7, 3))
+        assert out.cpu().reshape(-1, 3).tolist() == [[2, 4, 2]] * (5 * 7 * 3)
+        # autoLaunch: the block shape follows the total's rank
+        for total, block in (((300, 1, 1), [256, 1, 1]), ((5, 33, 1), [16, 16, 1]),
+                             ((1, 3, 1), [16, 16, 1]), ((9, 2, 5), [8, 8, 4]), (20, [256, 1, 1]),
+                             ((3, 4), [16, 16, 1])):
+            t = (total,) if isinstance(total, int) else tuple(total)
+            t = t + (1,) * (3 - len(t))
+            out = torch.zeros(t + (3,), dtype=torch.int32, device=dev)
+            m.blockShape(dst=out).autoLaunch(totalSize=total)
+            assert out.cpu().reshape(-1, 3).tolist() == [block] * (t[0] * t[1] * t[2]), total
+        # a zero total launches nothing
+        out = torch.zeros((0, 1, 1, 3), dtype=torch.int32, device=dev)
+        m.blockShape(dst=out).launchTotal(blockSize=(4, 1, 1), totalSize=(0, 1, 1))
+        m.blockShape(dst=out).autoLaunch(totalSize=0)
+        # a kernel without the bounds check: the threads past the total are caught, not run wild
+        out = torch.zeros(10, device=dev)
+        m.unchecked(dst=out).launchTotal(blockSize=(10, 1, 1), totalSize=(10, 1, 1))
+        assert out.cpu().tolist() == list(range(10))
+        with pytest.raises(nabla.ShapeError, match="out-of-bounds index"):
+            m.unchecked(dst=out).launchTotal(blockSize=(4, 1, 1), totalSize=(10, 1, 1))
+        with pytest.raises(nabla.ShapeError, match="out-of-bounds index"):
+            m.unchecked(dst=out).autoLaunch(totalSize=(10, 1, 1))
+
+
+def test_launch_total_bad_sizes():
+    m = slangtorch.loadModule(path("blocks.slang"))
+    ids = np.zeros((4, 9), np.int32)
+    lo = m.where(ids=ids)
+    for bad in ((4, 1), (4, 1, 1.0), [4, 1, 1], "4"):
+        with pytest.raises(slangtorch.ArgumentError, match="blockSize"):
+            lo.launchTotal(blockSize=bad, totalSize=(4, 1, 1))
+    with pytest.raises(slangtorch.ArgumentError, match="blockSize must be positive"):
+        lo.launchTotal(blockSize=(0, 1, 1), totalSize=(4, 1, 1))
+    for bad in ((4, 1, 1, 1), (), (4.0,), "4", None, True, (-1, 1, 1)):
+        with pytest.raises(slangtorch.ArgumentError, match="totalSize"):
+            lo.launchTotal(blockSize=(4, 1, 1), totalSize=bad)
+        with pytest.raises(slangtorch.ArgumentError, match="totalSize"):
+            lo.autoLaunch(totalSize=bad)
+    # a grid past CUDA's limits (y and z at most 65535 blocks) is an ArgumentError on every device
+    with pytest.raises(slangtorch.ArgumentError):
+        lo.launchTotal(blockSize=(1, 1, 1), totalSize=(1, 70000, 1))
+
+
 def test_vectors_scalars_structs_matrices_arrays():
     torch = pytest.importorskip("torch")
     m = slangtorch.loadModule(path("kernels.slang"))

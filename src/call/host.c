@@ -17,11 +17,11 @@
 #include "core/util.h"
 #include "nabla/alloc.h"
 
-typedef struct nb_host_karg {
+typedef struct nb_host_karg { /* one leaf of a kernel's parameters (emit_host.c) */
     int is_tensor;
-    int n;
-    long long tensor;
-    double v[4];
+    int n;                  /* values: how many (prod(value_shape)) */
+    long long tensor, grad; /* handles; grad 0: none (a DiffTensorView given without one) */
+    const double *v;
 } nb_host_karg;
 
 typedef union nb_host_val {
@@ -164,20 +164,10 @@ static long long rt_dims(void *ctx, long long h) {
     return t ? nb_tensor_ndim(t) : 0;
 }
 
-/* A kernel argument's host value in the parameter's dtype (nb_call_arg_value's rules). */
-static void value_bytes(nb_dtype dt, const double *v, int n, unsigned char *out) {
-    size_t es = nb_dtype_size(dt);
-    for (int k = 0; k < n; k++) {
-        unsigned char *p = out + es * (size_t)k;
-        switch (dt) {
-        case NB_F64: { double d = v[k]; memcpy(p, &d, 8); break; }
-        case NB_F32: { float f = (float)v[k]; memcpy(p, &f, 4); break; }
-        case NB_I64: { int64_t i = (int64_t)v[k]; memcpy(p, &i, 8); break; }
-        case NB_U32: { uint32_t u = (uint32_t)(int64_t)v[k]; memcpy(p, &u, 4); break; }
-        case NB_BOOL: { p[0] = v[k] != 0; break; }
-        default: { int32_t i = (int32_t)v[k]; memcpy(p, &i, 4); break; }
-        }
-    }
+static int64_t leaf_count(const nb_leaf_info *li) {
+    int64_t n = 1;
+    for (int d = 0; d < li->value_rank; d++) n *= li->value_shape[d];
+    return n;
 }
 
 static void rt_dispatch(void *ctx, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -190,40 +180,52 @@ static void rt_dispatch(void *ctx, const char *kernel, unsigned gx, unsigned gy,
         fail(x, s, "%s: __dispatch_kernel(%s): %s", x->fname, kernel, nb_last_error());
         return;
     }
+    if (nargs != nb_func_leaf_count(k, 0)) {
+        fail(x, NB_ERR_INTERNAL, "%s: __dispatch_kernel(%s): %d argument leaves for %d", x->fname, kernel, nargs,
+             nb_func_leaf_count(k, 0));
+        return;
+    }
+    /* host values in each leaf's dtype, borrowed by the call until it has run */
+    size_t bytes = 0;
+    for (int i = 0; i < nargs; i++) bytes += args[i].is_tensor ? 0 : (size_t)args[i].n * 8;
+    unsigned char *vals = bytes ? nb_alloc(bytes, 16) : NULL, *at = vals;
+    if (bytes && !vals) {
+        fail(x, NB_ERR_OUT_OF_MEMORY, "%s: __dispatch_kernel(%s): out of host memory", x->fname, kernel);
+        return;
+    }
     nb_call *c = NULL;
     s = nb_call_begin(k, &c);
-    unsigned char vals[16][64];
     for (int i = 0; i < nargs && s == NB_OK; i++) {
-        if (args[i].is_tensor) {
-            nb_tensor *t = get(x, args[i].tensor, "a kernel argument");
-            if (!t) {
-                nb_call_free(c);
-                return;
-            }
-            s = nb_call_arg(c, i, t);
-            continue;
-        }
         nb_leaf_info li;
         s = nb_func_leaf(k, 0, i, &li);
         if (s != NB_OK) break;
-        int64_t shape[1] = {args[i].n};
-        unsigned char big[64], *buf = i < 16 ? vals[i] : big;
-        value_bytes(li.dtype, args[i].v, args[i].n, buf);
-        s = nb_call_arg_value(c, i, li.dtype, args[i].n > 1 ? 1 : 0, shape, buf);
-        if (i >= 16 && s == NB_OK) { /* (the call borrows host data: run inline past 16 values) */
-            s = nb_error(NB_ERR_UNSUPPORTED, "more than 16 value arguments");
+        if (args[i].is_tensor) {
+            nb_tensor *t = get(x, args[i].tensor, "a kernel argument");
+            nb_tensor *g = t && args[i].grad ? get(x, args[i].grad, "the gradient of a kernel argument") : NULL;
+            if (!t || (args[i].grad && !g)) break; /* (recorded in x) */
+            s = nb_call_arg_named(c, li.path, t);
+            if (s == NB_OK && g) s = nb_call_grad_named(c, li.path, g);
+            continue;
+        }
+        if (li.is_tensor || args[i].n != leaf_count(&li)) {
+            s = nb_error(NB_ERR_INTERNAL, "argument '%s': %d values for a leaf of %lld", li.path, args[i].n,
+                         (long long)leaf_count(&li));
             break;
         }
+        nb_convert(at, li.dtype, args[i].v, NB_F64, (size_t)args[i].n); /* (the parameter's dtype) */
+        s = nb_call_arg_value_named(c, li.path, li.dtype, li.value_rank, li.value_shape, at);
+        at += (size_t)args[i].n * 8;
     }
-    if (s != NB_OK) {
-        if (c) nb_call_free(c);
-        fail(x, s, "%s: __dispatch_kernel(%s): %s", x->fname, kernel, nb_last_error());
-        return;
+    if (s == NB_OK && x->st == NB_OK) {
+        /* grid = blocks, block = threads per block: a real block launch (the kernel's cudaThreadIdx(),
+         * cudaBlockIdx(), cudaBlockDim() are the launch's; nb_call_run_blocks) */
+        int64_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+        nb_call *cc = c;
+        c = NULL; /* (run frees it) */
+        s = nb_call_run_blocks(cc, block, grid);
     }
-    /* grid = blocks, block = threads per block: a real block launch (the kernel's cudaThreadIdx(),
-     * cudaBlockIdx(), cudaBlockDim() are the launch's; nb_call_run_blocks) */
-    int64_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    s = nb_call_run_blocks(c, block, grid);
+    if (c) nb_call_free(c);
+    if (vals) nb_free(vals, bytes);
     if (s != NB_OK) fail(x, s, "%s: __dispatch_kernel(%s): %s", x->fname, kernel, nb_last_error());
 }
 
@@ -257,6 +259,86 @@ static nb_status host_entry(nb_module *m, host_entry_fn *out) {
     return s;
 }
 
+/* "float3" / "float[2][3]" for messages: the leaf's scalar type and value shape. */
+static const char *leaf_type(const nb_leaf_info *li, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s", nb_dtype_name(li->dtype));
+    for (int d = 0; d < li->value_rank && n > 0 && (size_t)n < cap; d++)
+        n += snprintf(buf + n, cap - (size_t)n, "[%lld]", (long long)li->value_shape[d]);
+    return buf;
+}
+
+/* Argument leaf i into slots a[*k ...]: a tensor one handle, a number one slot, a vector, matrix
+ * or array prod(value_shape) slots (emit_host.c leaves_io reads them in the same order). */
+static nb_status host_arg(host_ctx *x, const nb_leaf_info *li, const nb_host_value *v, nb_host_val *a, int *k) {
+    const char *name = x->fname;
+    nb_module *m = x->m;
+    char tb[64];
+    if (li->is_tensor) {
+        nb_tensor *t = v->tensor;
+        if (!t)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: argument '%s' is a TorchTensor<%s>; a number was given", name,
+                            li->path, leaf_type(li, tb, sizeof tb));
+        if (nb_tensor_dtype(t) != li->dtype)
+            return nb_error(NB_ERR_DTYPE, "%s: argument '%s' is %s but parameter '%s' is TorchTensor<%s>", name,
+                            li->path, nb_dtype_name(nb_tensor_dtype(t)), li->path, leaf_type(li, tb, sizeof tb));
+        if (nb_tensor_device(t) != m->dev)
+            return nb_error(NB_ERR_DEVICE, "%s: argument '%s' is on %s but the module runs on %s", name, li->path,
+                            nb_device_name(nb_tensor_device(t)), nb_device_name(m->dev));
+        /* TorchTensor<float3>: the tensor's last dimension is the vector (slang-torch) */
+        int nd = nb_tensor_ndim(t), ok = nd >= li->value_rank;
+        for (int d = 0; ok && d < li->value_rank; d++)
+            ok = nb_tensor_shape(t)[nd - li->value_rank + d] == li->value_shape[d];
+        if (!ok) {
+            char sb[96];
+            return nb_error(NB_ERR_SHAPE, "%s: argument '%s' is a TorchTensor of %s vectors of %lld: its last "
+                            "dimension must be %lld, got shape %s", name, li->path, nb_dtype_name(li->dtype),
+                            (long long)li->value_shape[li->value_rank - 1], (long long)li->value_shape[li->value_rank - 1],
+                            nb_shape_str(nd, nb_tensor_shape(t), sb, sizeof sb));
+        }
+        a[(*k)++].h = add_tensor(x, t, 0);
+        return x->st != NB_OK ? nb_error(x->st, "%s", x->msg ? x->msg : "") : NB_OK;
+    }
+    if (v->tensor)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: argument '%s' is a %s %s; a tensor was given", name, li->path,
+                        leaf_type(li, tb, sizeof tb), li->value_rank ? "value" : "number");
+    int64_t n = leaf_count(li);
+    const double *src = &v->number;
+    if (li->value_rank > 0) {
+        if (!v->values || v->count != n)
+            return nb_error(NB_ERR_SHAPE, "%s: argument '%s' is a %s (%lld numbers); %lld given", name, li->path,
+                            leaf_type(li, tb, sizeof tb), (long long)n, v->values ? (long long)v->count : 1LL);
+        src = v->values;
+    }
+    for (int64_t j = 0; j < n; j++, (*k)++) {
+        double d = src[j];
+        if (nb_dtype_is_float(li->dtype)) a[*k].f = d;
+        else if (d != (double)(long long)d)
+            return nb_error(NB_ERR_DTYPE, "%s: argument '%s' is an integer (%s); %g was given", name, li->path,
+                            leaf_type(li, tb, sizeof tb), d);
+        else a[*k].i = (long long)d;
+    }
+    return NB_OK;
+}
+
+/* Slots of the leaves of a function's arguments (args 1) or results (0); -1 on a bad leaf. */
+static int64_t count_slots(nb_func *f, int ov, int n, int args) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        nb_leaf_info li;
+        if ((args ? nb_func_leaf(f, ov, i, &li) : nb_func_result_leaf(f, ov, i, &li)) != NB_OK) return -1;
+        total += li.is_tensor ? 1 : leaf_count(&li);
+    }
+    return total;
+}
+
+void nb_host_results_free(nb_host_value *results, int n) {
+    for (int i = 0; results && i < n; i++) {
+        nb_tensor_free(results[i].tensor);
+        if (results[i].values) nb_free(results[i].values, sizeof(double) * (size_t)results[i].count);
+        memset(&results[i], 0, sizeof results[i]);
+    }
+}
+
 nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host_value *results, int max,
                        int *count) {
     NB_CHECK_ARG(f);
@@ -280,44 +362,26 @@ nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host
     int nres = nb_func_result_count(f, ov);
     if (nres > max || (nres && !results))
         return nb_error(NB_ERR_INVALID_ARG, "%s: %d result leaves, room for %d", name, nres, max);
-    nb_host_val a[NB_CALL_MAX_LEAVES], r[NB_CALL_MAX_LEAVES];
-    memset(r, 0, sizeof r);
+    for (int i = 0; i < nres; i++) memset(&results[i], 0, sizeof results[i]);
+    int64_t na = count_slots(f, ov, nargs, 1), nr = count_slots(f, ov, nres, 0);
+    if (na < 0 || nr < 0) return nb_error(NB_ERR_INTERNAL, "%s: bad leaf reflection", name);
+    size_t abytes = sizeof(nb_host_val) * (size_t)(na + 1), rbytes = sizeof(nb_host_val) * (size_t)(nr + 1);
+    nb_host_val *a = nb_alloc(abytes, 16), *r = nb_alloc(rbytes, 16);
+    if (!a || !r) {
+        nb_free(a, abytes);
+        nb_free(r, rbytes);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", name);
+    }
+    memset(r, 0, rbytes);
     host_ctx x;
     memset(&x, 0, sizeof x);
     x.m = m;
     x.fname = name;
     nb_status s = NB_OK;
-    for (int i = 0; i < nargs && s == NB_OK; i++) {
+    for (int i = 0, k = 0; i < nargs && s == NB_OK; i++) {
         nb_leaf_info li;
         s = nb_func_leaf(f, ov, i, &li);
-        if (s != NB_OK) break;
-        if (li.is_tensor) {
-            nb_tensor *t = args[i].tensor;
-            if (!t) {
-                s = nb_error(NB_ERR_INVALID_ARG, "%s: argument '%s' is a TorchTensor<%s>; a number was given", name,
-                             li.path, nb_dtype_name(li.dtype));
-            } else if (nb_tensor_dtype(t) != li.dtype) {
-                s = nb_error(NB_ERR_DTYPE, "%s: argument '%s' is %s but parameter '%s' is TorchTensor<%s>", name,
-                             li.path, nb_dtype_name(nb_tensor_dtype(t)), li.path, nb_dtype_name(li.dtype));
-            } else if (nb_tensor_device(t) != m->dev) {
-                s = nb_error(NB_ERR_DEVICE, "%s: argument '%s' is on %s but the module runs on %s", name, li.path,
-                             nb_device_name(nb_tensor_device(t)), nb_device_name(m->dev));
-            } else {
-                a[i].h = add_tensor(&x, t, 0);
-                if (x.st != NB_OK) s = nb_error(x.st, "%s", x.msg ? x.msg : "");
-            }
-        } else if (args[i].tensor) {
-            s = nb_error(NB_ERR_INVALID_ARG, "%s: argument '%s' is a %s number; a tensor was given", name, li.path,
-                         nb_dtype_name(li.dtype));
-        } else if (nb_dtype_is_float(li.dtype)) {
-            a[i].f = args[i].number;
-        } else {
-            double v = args[i].number;
-            if (v != (double)(long long)v)
-                s = nb_error(NB_ERR_DTYPE, "%s: argument '%s' is an integer (%s); %g was given", name, li.path,
-                             nb_dtype_name(li.dtype), v);
-            a[i].i = (long long)v;
-        }
+        if (s == NB_OK) s = host_arg(&x, &li, &args[i], a, &k);
     }
     host_entry_fn fn = NULL;
     if (s == NB_OK) s = host_entry(m, &fn);
@@ -329,22 +393,34 @@ nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host
         if (!found) s = nb_error(NB_ERR_INTERNAL, "%s: not in the module's host unit", name);
         else if (x.st != NB_OK) s = nb_error(x.st, "%s", x.msg ? x.msg : "host function failed");
     }
-    /* results: handles become new tensors (a view for an argument or a tensor returned twice) */
+    /* results: handles become new tensors (a view for an argument or a tensor returned twice),
+     * vectors / arrays new arrays of numbers */
     int nout = 0;
     unsigned char *taken = x.cap ? nb_alloc((size_t)x.cap, 16) : NULL;
     if (taken) memset(taken, 0, (size_t)x.cap);
-    for (int i = 0; i < nres && s == NB_OK; i++) {
+    for (int i = 0, k = 0; i < nres && s == NB_OK; i++) {
         nb_leaf_info li;
         s = nb_func_result_leaf(f, ov, i, &li);
         if (s != NB_OK) break;
-        results[i].tensor = NULL;
-        results[i].number = 0;
         if (!li.is_tensor) {
-            results[i].number = nb_dtype_is_float(li.dtype) ? r[i].f : (double)r[i].i;
+            int64_t n = leaf_count(&li);
+            int fl = nb_dtype_is_float(li.dtype);
             nout = i + 1;
+            if (li.value_rank == 0) {
+                results[i].number = fl ? r[k].f : (double)r[k].i;
+                k++;
+                continue;
+            }
+            results[i].values = nb_alloc(sizeof(double) * (size_t)n, 16);
+            if (!results[i].values) {
+                s = nb_error(NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", name);
+                break;
+            }
+            results[i].count = n;
+            for (int64_t j = 0; j < n; j++, k++) results[i].values[j] = fl ? r[k].f : (double)r[k].i;
             continue;
         }
-        long long h = r[i].h;
+        long long h = r[k++].h;
         if (h < 1 || h > x.n) {
             s = nb_error(NB_ERR_INVALID_ARG, "%s: result '%s' is a TorchTensor that was never allocated or assigned",
                          name, li.path);
@@ -362,13 +438,11 @@ nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host
     if (s != NB_OK) { /* nothing survives a failure */
         for (int i = 0; i < nout; i++) {
             if (results[i].tensor) {
-                int was_taken = 0;
                 for (int k = 0; k < x.n; k++)
-                    if (x.t[k] == results[i].tensor && taken && taken[k]) taken[k] = 0, was_taken = 1;
-                if (!was_taken) nb_tensor_free(results[i].tensor);
+                    if (x.t[k] == results[i].tensor && taken && taken[k]) taken[k] = 0, results[i].tensor = NULL;
             }
-            results[i].tensor = NULL;
         }
+        nb_host_results_free(results, nout);
         nout = 0;
     }
     for (int k = 0; k < x.n; k++)
@@ -377,6 +451,8 @@ nb_status nb_host_call(nb_func *f, int nargs, const nb_host_value *args, nb_host
     nb_free(x.t, sizeof *x.t * (size_t)x.cap);
     nb_free(x.owned, (size_t)x.cap);
     if (x.msg) nb_free(x.msg, strlen(x.msg) + 1);
+    nb_free(a, abytes);
+    nb_free(r, rbytes);
     *count = s == NB_OK ? nres : 0;
     return s;
 }

@@ -561,9 +561,10 @@ static const nb_type *resolve_generic(nb_checker *c, nb_type_expr *te) {
         }
         const nb_type *e = generic_type(c, te, 0);
         if (ck_is_error(e)) return e;
-        if (e->kind != NB_TY_SCALAR || e->scalar == NB_SC_BOOL) {
-            ck_err(c, te->loc, "TorchTensor<%s>: nabla supports TorchTensor of number scalars (float, half, double, "
-                   "int, uint, …)", e->name);
+        /* TorchTensor<float3>: a torch tensor whose last dimension is the vector (slang-torch) */
+        if ((e->kind != NB_TY_SCALAR && e->kind != NB_TY_VECTOR) || e->scalar == NB_SC_BOOL) {
+            ck_err(c, te->loc, "TorchTensor<%s>: nabla supports TorchTensor of number scalars and vectors (float, "
+                   "float3, half, double, int2, uint, …)", e->name);
             return c->tt->t_error;
         }
         if (!ck_host_type_allowed(c, te->loc)) return c->tt->t_error;

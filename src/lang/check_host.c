@@ -20,10 +20,14 @@
  *   t.size(d)                         TORCH_SIZE (t, d as int) -> uint
  *   t.dims()                          TORCH_DIMS (t) -> uint
  *   t.stride(d)                       TORCH_STRIDE (t, d as int) -> uint: in elements, as torch
- *   __dispatch_kernel(k, g, b)(a…)    DISPATCH_KERNEL, decl = k, args = g, b (uint3), a… converted to
- *                                     k's parameters: a TorchTensor<T> for a TensorView<T> /
- *                                     Tensor<T,N> (the view's rank is checked when it runs), values
- *                                     converted like a call's arguments.
+ *   __dispatch_kernel(k, g, b)(a…)    DISPATCH_KERNEL, decl = k, args = g, b (uint3), then per
+ *                                     parameter of k: a TorchTensor<T> for a TensorView<T> (T a
+ *                                     scalar or vector; the view's rank is checked when it runs);
+ *                                     for a DiffTensorView two: the primal TorchTensor and its
+ *                                     gradient (`DiffTensorView(x, dx)` written as the argument) or
+ *                                     the int 0 (`x` alone: no gradient); values (scalars, vectors,
+ *                                     matrices, arrays and structs of those) converted like a
+ *                                     call's arguments. Structs holding views: a diagnostic.
  * Errors (Slang: "TorchTensor not allowed in device functions"): TorchTensor in a kernel's
  * signature or in the body of a function that is not host code, __dispatch_kernel outside host
  * code, of a function that is not a [CudaKernel], with the wrong number of arguments.
@@ -46,11 +50,14 @@ int ck_type_has_torch(const nb_type *t) {
     return 0;
 }
 
-/* A type an entry point's parameter or result may have: TorchTensor<T>, a scalar, a struct of those
- * (the call layer passes them as leaves); *bad gets the first other type. */
+/* A type an entry point's parameter or result may have: TorchTensor<T>, a scalar, vector or matrix,
+ * an array or struct of those (the call layer passes them as leaves: program.c add_leaves); *bad
+ * gets the first other type. */
 static int entry_type_ok(const nb_type *t, const nb_type **bad) {
-    if (!t || t->kind == NB_TY_ERROR || t->kind == NB_TY_VOID || t->kind == NB_TY_TORCH || t->kind == NB_TY_SCALAR)
+    if (!t || t->kind == NB_TY_ERROR || t->kind == NB_TY_VOID || t->kind == NB_TY_TORCH || t->kind == NB_TY_SCALAR ||
+        t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX)
         return 1;
+    if (t->kind == NB_TY_ARRAY && t->length > 0) return entry_type_ok(t->elem, bad);
     if (t->kind == NB_TY_STRUCT && t->decl) {
         for (int i = 0; i < t->decl->u.strct.nfields; i++) {
             nb_decl *f = t->decl->u.strct.fields[i];
@@ -87,12 +94,13 @@ void ck_host_signature(nb_checker *c, nb_decl *fn, const nb_type *ret) {
     for (int i = 0; entry && !fn->u.func.is_kernel && i < fn->u.func.nparams; i++) {
         nb_decl *p = fn->u.func.params[i];
         if (p && !entry_type_ok(p->u.param.type, &bad))
-            ck_err(c, p->loc, "[TorchEntryPoint] parameter '%s': nabla passes TorchTensor<T>, number scalars and structs "
-                   "of those to host functions, not '%s'", p->name ? p->name : "?", bad->name);
+            ck_err(c, p->loc, "[TorchEntryPoint] parameter '%s': nabla passes TorchTensor<T>, scalars, vectors, "
+                   "matrices and arrays and structs of those to host functions, not '%s'", p->name ? p->name : "?",
+                   bad->name);
     }
     if (entry && !fn->u.func.is_kernel && !entry_type_ok(ret, &bad))
         ck_err(c, fn->u.func.ret ? fn->u.func.ret->loc : fn->loc, "[TorchEntryPoint] '%s' returns '%s': nabla returns "
-               "TorchTensor<T>, number scalars and structs of those from host functions", fn->name ? fn->name : "?",
+               "TorchTensor<T>, scalars, vectors, matrices and arrays and structs of those from host functions", fn->name ? fn->name : "?",
                bad->name);
     fn->u.func.is_host = (entry || torch) && !fn->u.func.is_kernel;
 }
@@ -130,8 +138,11 @@ const nb_type *ck_torch_static(nb_checker *c, nb_expr **slot, const nb_type *st,
         return call->type = c->tt->t_error;
     }
     if (!strcmp(m, "alloc")) {
-        if (n > 8) {
-            ck_err(c, call->loc, "TorchTensor.alloc takes at most 8 extents, got %d", n);
+        /* TorchTensor<float3>.alloc(n): shape [n, 3] (the vector is the last dimension, as slang-torch) */
+        int maxn = st->elem && st->elem->kind == NB_TY_VECTOR ? 7 : 8;
+        if (n > maxn) {
+            ck_err(c, call->loc, "TorchTensor<%s>.alloc takes at most %d extents, got %d", st->elem ? st->elem->name : "?",
+                   maxn, n);
             ck_check_args(c, call);
             return call->type = c->tt->t_error;
         }
@@ -189,6 +200,68 @@ const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt)
     return call->type = c->tt->t_error;
 }
 
+/* A kernel parameter host code passes by value: scalars, vectors, matrices, arrays and structs of
+ * those (the call layer binds their leaves); *bad gets the first other type (a view in a struct). */
+static int kernel_value_ok(const nb_type *t, const nb_type **bad) {
+    if (t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX) return 1;
+    if (t->kind == NB_TY_ARRAY && t->length > 0) return kernel_value_ok(t->elem, bad);
+    if (t->kind == NB_TY_STRUCT && t->decl) {
+        for (int i = 0; i < t->decl->u.strct.nfields; i++) {
+            nb_decl *f = t->decl->u.strct.fields[i];
+            if (f && f->u.var.type && !kernel_value_ok(f->u.var.type, bad)) return 0;
+        }
+        return 1;
+    }
+    *bad = t;
+    return 0;
+}
+
+/* Is e `DiffTensorView(…)` / `DiffTensorView<T>(…)` (slang-torch's constructor from a primal and
+ * a gradient view)? */
+static int is_diff_view_ctor(const nb_expr *e) {
+    if (e->kind != NB_EX_CALL || !e->u.call.callee) return 0;
+    const nb_expr *cal = e->u.call.callee;
+    const char *n = cal->kind == NB_EX_NAME ? cal->u.name.name
+                    : cal->kind == NB_EX_TYPE && cal->u.type.texpr ? cal->u.type.texpr->name : NULL;
+    return n && !strcmp(n, "DiffTensorView");
+}
+
+/* A DiffTensorView parameter's argument: a TorchTensor<T> (the primal view, no gradient) or
+ * DiffTensorView(primal, grad) of TorchTensors, into out[0] (primal) and out[1] (the gradient, or
+ * the int 0 for none). 0 after a diagnostic. */
+static int dispatch_diff_view(nb_checker *c, const char *kn, const char *pn, const nb_type *pt, nb_expr *arg,
+                              nb_expr **out) {
+    nb_expr *zero = ck_alloc(c, sizeof *zero);
+    if (!zero) return 0;
+    memset(zero, 0, sizeof *zero);
+    zero->kind = NB_EX_INT;
+    zero->loc = arg->loc;
+    zero->type = c->tt->t_int;
+    out[0] = arg;
+    out[1] = zero;
+    int n = 1;
+    if (is_diff_view_ctor(arg)) {
+        n = arg->u.call.nargs;
+        if (n < 1 || n > 2) {
+            ck_err(c, arg->loc, "__dispatch_kernel: DiffTensorView(primal[, grad]) takes 1 or 2 TorchTensors, got %d", n);
+            return 0;
+        }
+        out[0] = arg->u.call.args[0];
+        if (n == 2) out[1] = arg->u.call.args[1];
+    }
+    for (int j = 0; j < n; j++) {
+        const nb_type *at = ck_expr(c, &out[j]);
+        if (ck_is_error(at)) return 0;
+        if (at->kind != NB_TY_TORCH || at->elem != pt->elem) {
+            ck_err(c, out[j]->loc, "__dispatch_kernel: %s of parameter '%s' of '%s' (a DiffTensorView of %s) is '%s'; "
+                   "pass a TorchTensor<%s>, or DiffTensorView(primal, grad) of two", j ? "the gradient" : "the argument",
+                   pn, kn, pt->elem->name, at->name, pt->elem->name);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* __dispatch_kernel(kernel, gridDim, blockDim)(args…). */
 const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot) {
     nb_expr *call = *slot;
@@ -232,45 +305,63 @@ const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot) {
         ck_check_args(c, call);
         return call->type = err;
     }
-    nb_expr **a = new_args(c, 2 + n);
+    /* operands: grid, block, then per kernel parameter one (a DiffTensorView: two, primal and
+     * gradient or the int 0 for none) -- emit_host.c walks the kernel's parameters the same way */
+    int nd = 0;
+    for (int i = 0; i < np; i++) {
+        const nb_type *pt = k->u.func.params[i] ? k->u.func.params[i]->u.param.type : NULL;
+        nd += pt && pt->kind == NB_TY_TENSOR && pt->diff_tensor;
+    }
+    nb_expr **a = new_args(c, 2 + n + nd);
     if (!a) return call->type = err;
     const nb_type *u3 = nb_type_vector(c->tt, NB_SC_UINT, 3);
     a[0] = inner->u.call.args[1];
     a[1] = inner->u.call.args[2];
     ck_expr_to(c, &a[0], u3, "the grid size of __dispatch_kernel");
     ck_expr_to(c, &a[1], u3, "the block size of __dispatch_kernel");
+    int na = 2;
     for (int i = 0; i < n; i++) {
         nb_decl *p = k->u.func.params[i];
         const nb_type *pt = p ? p->u.param.type : NULL;
-        a[2 + i] = call->u.call.args[i];
-        if (!pt || ck_is_error(pt)) { ck_expr(c, &a[2 + i]); continue; }
-        if (pt->kind == NB_TY_TENSOR) {
-            const nb_type *at = ck_expr(c, &a[2 + i]);
-            if (ck_is_error(at)) continue;
-            if (pt->buffer || pt->diff_tensor || pt->elem->kind != NB_TY_SCALAR) {
-                ck_err(c, a[2 + i]->loc, "__dispatch_kernel: parameter '%s' of '%s' is '%s'; host code passes "
-                       "TorchTensor<T> to TensorView<T> parameters only", p->name ? p->name : "?", kn, pt->name);
-                continue;
-            }
-            if (at->kind != NB_TY_TORCH || at->scalar != pt->scalar)
-                ck_err(c, a[2 + i]->loc, "__dispatch_kernel: argument %d of '%s' is '%s' but parameter '%s' is a "
-                       "TensorView<%s> (pass a TorchTensor<%s>)", i + 1, kn, at->name, p->name ? p->name : "?",
-                       pt->elem->name, pt->elem->name);
+        const char *pn = p && p->name ? p->name : "?";
+        nb_expr *arg = call->u.call.args[i];
+        if (pt && pt->kind == NB_TY_TENSOR && pt->diff_tensor) {
+            dispatch_diff_view(c, kn, pn, pt, arg, &a[na]); /* (a diagnostic on failure) */
+            na += 2;
             continue;
         }
-        if (pt->kind != NB_TY_SCALAR && pt->kind != NB_TY_VECTOR) {
-            ck_err(c, a[2 + i]->loc, "__dispatch_kernel: parameter '%s' of '%s' is '%s'; host code passes tensors, "
-                   "scalars and vectors to kernels", p->name ? p->name : "?", kn, pt->name);
-            ck_expr(c, &a[2 + i]);
+        a[na] = arg;
+        if (!pt || ck_is_error(pt)) { ck_expr(c, &a[na++]); continue; }
+        if (pt->kind == NB_TY_TENSOR) {
+            const nb_type *at = ck_expr(c, &a[na++]);
+            if (ck_is_error(at)) continue;
+            if (pt->buffer || (pt->elem->kind != NB_TY_SCALAR && pt->elem->kind != NB_TY_VECTOR)) {
+                ck_err(c, arg->loc, "__dispatch_kernel: parameter '%s' of '%s' is '%s'; host code passes "
+                       "TorchTensor<T> to TensorView<T> and DiffTensorView parameters", pn, kn, pt->name);
+                continue;
+            }
+            if (at->kind != NB_TY_TORCH || at->elem != pt->elem)
+                ck_err(c, arg->loc, "__dispatch_kernel: argument %d of '%s' is '%s' but parameter '%s' is a "
+                       "TensorView<%s> (pass a TorchTensor<%s>)", i + 1, kn, at->name, pn, pt->elem->name,
+                       pt->elem->name);
+            continue;
+        }
+        const nb_type *bad = NULL;
+        if (!kernel_value_ok(pt, &bad)) {
+            ck_err(c, arg->loc, "__dispatch_kernel: parameter '%s' of '%s' is '%s'%s%s%s; host code passes "
+                   "TorchTensor<T> to TensorView<T> / DiffTensorView parameters, and scalars, vectors, matrices and "
+                   "arrays and structs of those", pn, kn, pt->name, bad != pt ? " (holding a '" : "",
+                   bad != pt ? bad->name : "", bad != pt ? "')" : "");
+            ck_expr(c, &a[na++]);
             continue;
         }
         char what[160];
-        snprintf(what, sizeof what, "argument '%s' of kernel '%s'", p->name ? p->name : "?", kn);
-        ck_expr_to(c, &a[2 + i], pt, what);
+        snprintf(what, sizeof what, "argument '%s' of kernel '%s'", pn, kn);
+        ck_expr_to(c, &a[na++], pt, what);
     }
     kx->ref = NB_REF_FUNCTION;
     kx->decl = k;
     kx->type = nb_type_func(c->tt, k);
     call->decl = k;
-    return as_intrinsic(c, call, NB_INTR_DISPATCH_KERNEL, a, 2 + n, c->tt->t_void);
+    return as_intrinsic(c, call, NB_INTR_DISPATCH_KERNEL, a, na, c->tt->t_void);
 }

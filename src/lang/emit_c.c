@@ -313,7 +313,8 @@ const char *nb_emit_ctype(nb_emitter *e, const nb_type *t)
         break;
     }
     case NB_TY_TORCH: /* TorchTensor<T>: a handle the host runtime gives out (emit_host.c) */
-        APPEND(&name, "nb_torch_%s", scalar_token(t->scalar));
+        nb_strbuf_append(&name, "nb_torch_"); /* nb_torch_float, nb_torch_float3 */
+        type_token(e, t->elem, &name);
         APPEND(&def, "typedef struct %s { long long h; } %s;\n", nb_strbuf_cstr(&name), nb_strbuf_cstr(&name));
         break;
     case NB_TY_PTR: { /* Ptr<T>: a pointer typedef, so that every type has a one-word C name */

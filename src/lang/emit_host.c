@@ -33,7 +33,7 @@
 
 static const char host_runtime[] =
     "/* host runtime (emit_host.c) */\n"
-    "typedef struct nb_host_karg { int is_tensor; int n; long long tensor; double v[4]; } nb_host_karg;\n"
+    "typedef struct nb_host_karg { int is_tensor; int n; long long tensor, grad; const double *v; } nb_host_karg;\n"
     "typedef union nb_host_val { long long h; long long i; double f; } nb_host_val;\n"
     "typedef struct nb_host_rt {\n"
     "    void *ctx;\n"
@@ -46,26 +46,115 @@ static const char host_runtime[] =
     "                     unsigned by, unsigned bz, int nargs, const nb_host_karg *args);\n"
     "} nb_host_rt;\n"
     "static __thread const nb_host_rt *nb_hrt;\n"
-    "static nb_host_karg nb_ka_t(long long h) { nb_host_karg a; memset(&a, 0, sizeof a); a.is_tensor = 1; "
-    "a.tensor = h; return a; }\n"
-    "static nb_host_karg nb_ka_v(int n, double x, double y, double z, double w) { nb_host_karg a; "
-    "memset(&a, 0, sizeof a); a.n = n; a.v[0] = x; a.v[1] = y; a.v[2] = z; a.v[3] = w; return a; }\n";
+    "static nb_host_karg nb_ka_t(long long h, long long g) { nb_host_karg a; memset(&a, 0, sizeof a); "
+    "a.is_tensor = 1; a.tensor = h; a.grad = g; return a; }\n"
+    "static nb_host_karg nb_ka_v(int n, const double *v) { nb_host_karg a; memset(&a, 0, sizeof a); a.n = n; "
+    "a.v = v; return a; }\n";
+
+/* Calls fn with the C lvalue of each scalar component of a value of type t (a scalar, vector,
+ * matrix, or an array of those) at lv, in C order (the order of nb_fn_leaf value_shape). */
+typedef void (*comp_fn)(void *u, const char *lv, const nb_type *t);
+static void each_comp(const nb_type *t, const char *lv, comp_fn fn, void *u)
+{
+    char sub[600];
+    if (t->kind == NB_TY_ARRAY) {
+        for (int i = 0; i < t->length; i++) {
+            snprintf(sub, sizeof sub, "%s.a[%d]", lv, i);
+            each_comp(t->elem, sub, fn, u);
+        }
+    } else if (t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX) {
+        for (int k = 0; k < (t->kind == NB_TY_VECTOR ? t->cols : t->rows * t->cols); k++) {
+            nb_strbuf sb;
+            nb_strbuf_init(&sb);
+            nb_strbuf_append(&sb, lv);
+            nb_emit_comp(t, k, &sb);
+            fn(u, nb_strbuf_cstr(&sb), t);
+            nb_strbuf_free(&sb);
+        }
+    } else fn(u, lv, t);
+}
+
+/* The innermost element type of (nested) arrays. */
+static const nb_type *innermost(const nb_type *t)
+{
+    while (t && t->kind == NB_TY_ARRAY) t = t->elem;
+    return t;
+}
+
+typedef struct karg_ctx {
+    nb_strbuf *o;
+    int first; /* no ", " before the next item */
+} karg_ctx;
+
+static void karg_comp(void *u, const char *lv, const nb_type *t)
+{
+    karg_ctx *k = u;
+    (void)t;
+    APPEND(k->o, "%s(double)(%s)", k->first ? "" : ", ", lv);
+    k->first = 0;
+}
+
+/* The kernel-argument leaves of a value of type t at lv (program.c add_leaves' order: struct fields
+ * depth-first, arrays of structs element by element, anything else one leaf of its components). */
+static void karg_values(nb_emitter *e, const nb_type *t, const char *lv, int *count, nb_strbuf *o)
+{
+    char sub[600];
+    if (t->kind == NB_TY_STRUCT && t->decl) {
+        for (int i = 0; i < t->decl->u.strct.nfields; i++) {
+            nb_decl *f = t->decl->u.strct.fields[i];
+            snprintf(sub, sizeof sub, "%s.%s", lv, nb_emit_safe_name(e, f->name ? f->name : "?"));
+            karg_values(e, f->u.var.type, sub, count, o);
+        }
+        return;
+    }
+    if (t->kind == NB_TY_ARRAY && innermost(t)->kind == NB_TY_STRUCT) {
+        for (int i = 0; i < t->length; i++) {
+            snprintf(sub, sizeof sub, "%s.a[%d]", lv, i);
+            karg_values(e, t->elem, sub, count, o);
+        }
+        return;
+    }
+    long long dims[8];
+    int r = nb_type_value_shape(t, dims);
+    long long n = 1;
+    for (int d = 0; d < r; d++) n *= dims[d];
+    APPEND(o, "%snb_ka_v(%lld, (const double[]){", *count ? ", " : "", n);
+    karg_ctx k = {o, 1};
+    each_comp(t, lv, karg_comp, &k);
+    nb_strbuf_append(o, "})");
+    (*count)++;
+}
+
+/* The kernel (a [CudaKernel] of the module) that a __dispatch_kernel names. */
+static const nb_decl *dispatch_kernel_decl(nb_emitter *e, const char *name)
+{
+    for (int i = 0; i < e->m->nfuncs; i++) {
+        const nb_ir_func *f = e->m->funcs[i];
+        if (f->is_kernel && f->decl && f->role == NB_IR_PRIMAL && f->decl->name && !strcmp(f->decl->name, name))
+            return f->decl;
+    }
+    return NULL;
+}
 
 void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *rt, const nb_type *const *at,
                             const char *const *args, int n, nb_strbuf *o)
 {
     const char *tn = rt && rt->kind == NB_TY_TORCH ? nb_emit_ctype(e, rt) : "";
     switch (x->intrinsic) {
-    case NB_INTR_TORCH_ALLOC:
-        APPEND(o, "((%s){nb_hrt->alloc(nb_hrt->ctx, %d, %d, ", tn, (int)nb_emit_natural_dtype(rt->scalar), n);
-        if (!n) nb_strbuf_append(o, "(const long long *)0");
+    case NB_INTR_TORCH_ALLOC: {
+        /* TorchTensor<float3>.alloc(n): shape [n, 3] (slang-torch adds the vector's size) */
+        int vec = rt->elem && rt->elem->kind == NB_TY_VECTOR ? rt->elem->cols : 0;
+        APPEND(o, "((%s){nb_hrt->alloc(nb_hrt->ctx, %d, %d, ", tn, (int)nb_emit_natural_dtype(rt->scalar), n + (vec > 0));
+        if (!n && !vec) nb_strbuf_append(o, "(const long long *)0");
         else {
             nb_strbuf_append(o, "(const long long[]){");
             for (int i = 0; i < n; i++) APPEND(o, "%s(long long)%s", i ? ", " : "", args[i]);
+            if (vec) APPEND(o, "%s%d", n ? ", " : "", vec);
             nb_strbuf_append(o, "}");
         }
         nb_strbuf_append(o, ", 0)})");
         return;
+    }
     case NB_INTR_TORCH_ZEROS_LIKE: case NB_INTR_TORCH_EMPTY_LIKE:
         APPEND(o, "((%s){nb_hrt->like(nb_hrt->ctx, (%s).h, %d)})", tn, args[0], x->intrinsic == NB_INTR_TORCH_ZEROS_LIKE);
         return;
@@ -79,30 +168,35 @@ void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *r
         APPEND(o, "((unsigned)nb_hrt->dims(nb_hrt->ctx, (%s).h))", args[0]);
         return;
     case NB_INTR_DISPATCH_KERNEL: {
-        if (n < 2) break;
-        APPEND(o, "nb_hrt->dispatch(nb_hrt->ctx, \"%s\", (%s).x, (%s).y, (%s).z, (%s).x, (%s).y, (%s).z, %d, ",
-               x->text ? x->text : "?", args[0], args[0], args[0], args[1], args[1], args[1], n - 2);
-        if (n == 2) nb_strbuf_append(o, "(const nb_host_karg *)0)");
-        else {
-            nb_strbuf_append(o, "(const nb_host_karg[]){");
-            for (int i = 2; i < n; i++) {
-                const nb_type *t = at[i];
-                if (i > 2) nb_strbuf_append(o, ", ");
-                if (t->kind == NB_TY_TORCH) APPEND(o, "nb_ka_t((%s).h)", args[i]);
-                else if (t->kind == NB_TY_SCALAR) APPEND(o, "nb_ka_v(1, (double)(%s), 0, 0, 0)", args[i]);
-                else if (t->kind == NB_TY_VECTOR) {
-                    APPEND(o, "nb_ka_v(%d", t->cols);
-                    for (int k = 0; k < 4; k++)
-                        if (k < t->cols) APPEND(o, ", (double)(%s).%c", args[i], "xyzw"[k]);
-                        else nb_strbuf_append(o, ", 0");
-                    nb_strbuf_append(o, ")");
-                } else {
-                    nb_emit_fail(e, "__dispatch_kernel: cannot pass a '%s' to a kernel", t->name ? t->name : "?");
-                    return;
-                }
+        /* operands (check_host.c): grid, block, per kernel parameter one, a DiffTensorView two
+         * (primal, gradient or the int 0); the runtime gets one nb_host_karg per kernel leaf */
+        const nb_decl *k = n >= 2 ? dispatch_kernel_decl(e, x->text ? x->text : "") : NULL;
+        if (!k) break;
+        APPEND(o, "nb_hrt->dispatch(nb_hrt->ctx, \"%s\", (%s).x, (%s).y, (%s).z, (%s).x, (%s).y, (%s).z, ",
+               x->text, args[0], args[0], args[0], args[1], args[1], args[1]);
+        nb_strbuf list;
+        nb_strbuf_init(&list);
+        int count = 0, j = 2;
+        for (int i = 0; i < k->u.func.nparams && j < n; i++) {
+            const nb_type *pt = k->u.func.params[i]->u.param.type;
+            if (pt->kind == NB_TY_TENSOR && pt->diff_tensor && j + 1 < n) {
+                if (at[j + 1]->kind == NB_TY_TORCH)
+                    APPEND(&list, "%snb_ka_t((%s).h, (%s).h)", count ? ", " : "", args[j], args[j + 1]);
+                else APPEND(&list, "%snb_ka_t((%s).h, 0)", count ? ", " : "", args[j]);
+                count++;
+                j += 2;
+            } else if (pt->kind == NB_TY_TENSOR) {
+                APPEND(&list, "%snb_ka_t((%s).h, 0)", count ? ", " : "", args[j++]);
+                count++;
+            } else {
+                char lv[512];
+                snprintf(lv, sizeof lv, "(%s)", args[j++]);
+                karg_values(e, at[j - 1], lv, &count, &list);
             }
-            nb_strbuf_append(o, "})");
         }
+        if (!count) APPEND(o, "0, (const nb_host_karg *)0)");
+        else APPEND(o, "%d, (const nb_host_karg[]){%s})", count, nb_strbuf_cstr(&list));
+        nb_strbuf_free(&list);
         return;
     }
     default: break;
@@ -113,32 +207,58 @@ void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *r
 
 /* ---- the entry ------------------------------------------------------------------------------ */
 
-/* Reads (in) or writes (out) the leaves of a value of type t at C lvalue `lv`, counting *k. */
+typedef struct slot_ctx {
+    nb_strbuf *o;
+    const char *arr;
+    int out;
+    int *k;
+} slot_ctx;
+
+static void slot_comp(void *u, const char *lv, const nb_type *t)
+{
+    slot_ctx *s = u;
+    int fl = t->scalar == NB_SC_FLOAT || t->scalar == NB_SC_DOUBLE || t->scalar == NB_SC_HALF;
+    if (s->out) APPEND(s->o, "    %s[%d].%s = %s;\n", s->arr, *s->k, fl ? "f" : "i", lv);
+    else APPEND(s->o, "    %s = (%s)%s[%d].%s;\n", lv, nb_emit_scalar_ctype(t->scalar), s->arr, *s->k, fl ? "f" : "i");
+    (*s->k)++;
+}
+
+/* Reads (in) or writes (out) the slots of a value of type t at C lvalue `lv`, counting *k: its
+ * leaves in program.c add_leaves' order (struct fields depth-first; arrays of structs or of
+ * TorchTensors element by element), a TorchTensor one slot (.h), any other leaf one slot per
+ * scalar component (.f or .i; a float3 three, a float[4] four, in C order). */
 static void leaves_io(nb_emitter *e, const nb_type *t, const char *lv, int out, const char *arr, int *k, nb_strbuf *o)
 {
+    char sub[600];
     if (t->kind == NB_TY_STRUCT && t->decl) {
         for (int i = 0; i < t->decl->u.strct.nfields; i++) {
             nb_decl *f = t->decl->u.strct.fields[i];
-            char sub[512];
             snprintf(sub, sizeof sub, "%s.%s", lv, nb_emit_safe_name(e, f->name ? f->name : "?"));
             leaves_io(e, f->u.var.type, sub, out, arr, k, o);
         }
         return;
     }
-    const char *fld = t->kind == NB_TY_TORCH ? "h" : t->kind == NB_TY_SCALAR && (t->scalar == NB_SC_FLOAT ||
-                                                                               t->scalar == NB_SC_DOUBLE ||
-                                                                               t->scalar == NB_SC_HALF) ? "f" : "i";
-    if (t->kind != NB_TY_TORCH && t->kind != NB_TY_SCALAR) {
-        nb_emit_fail(e, "host functions take and return TorchTensor<T>, scalars and structs of those, not '%s'",
-                     t->name ? t->name : "?");
+    const nb_type *in = innermost(t);
+    if (t->kind == NB_TY_ARRAY && (in->kind == NB_TY_STRUCT || in->kind == NB_TY_TORCH)) {
+        for (int i = 0; i < t->length; i++) {
+            snprintf(sub, sizeof sub, "%s.a[%d]", lv, i);
+            leaves_io(e, t->elem, sub, out, arr, k, o);
+        }
         return;
     }
     if (t->kind == NB_TY_TORCH) {
         if (out) APPEND(o, "    %s[%d].h = %s.h;\n", arr, *k, lv);
         else APPEND(o, "    %s.h = %s[%d].h;\n", lv, arr, *k);
-    } else if (out) APPEND(o, "    %s[%d].%s = %s;\n", arr, *k, fld, lv);
-    else APPEND(o, "    %s = (%s)%s[%d].%s;\n", lv, nb_emit_ctype(e, t), arr, *k, fld);
-    (*k)++;
+        (*k)++;
+        return;
+    }
+    if (in->kind != NB_TY_SCALAR && in->kind != NB_TY_VECTOR && in->kind != NB_TY_MATRIX) {
+        nb_emit_fail(e, "host functions take and return TorchTensor<T>, scalars, vectors, matrices and arrays and "
+                     "structs of those, not '%s'", t->name ? t->name : "?");
+        return;
+    }
+    slot_ctx s = {o, arr, out, k};
+    each_comp(t, lv, slot_comp, &s);
 }
 
 nb_status nb_program_emit_host(nb_program *p, nb_strbuf *out, int *nhost)

@@ -868,8 +868,9 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     }
     const nb_type *in = t;
     while (in->kind == NB_TY_ARRAY) in = in->elem;
-    if (t->kind == NB_TY_ARRAY && in->kind == NB_TY_STRUCT) { /* element by element: "m.layers[1].weights" */
-        add_struct_node(b, t, path);
+    /* element by element: "m.layers[1].weights"; a host function's TorchTensor<T> arrays too ("a[1]") */
+    if (t->kind == NB_TY_ARRAY && (in->kind == NB_TY_STRUCT || (in->kind == NB_TY_TORCH && b->host))) {
+        if (in->kind == NB_TY_STRUCT) add_struct_node(b, t, path);
         for (int i = 0; i < t->length && b->st == NB_OK; i++) {
             nb_strbuf sb;
             nb_strbuf_init(&sb);
@@ -924,11 +925,15 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
         l->kind = NB_LEAF_TENSOR;
         l->torch = 1;
         l->scalar = scalar_dtype(t->scalar);
+        /* TorchTensor<float3>: value_shape [3], the tensor's last dimension (slang-torch's layout) */
+        int r = nb_type_value_shape(t->elem, l->value_shape);
+        l->value_rank = r < 0 ? 0 : r;
         return;
     }
-    if (in->kind == NB_TY_TORCH || (t->kind != NB_TY_SCALAR && b->host)) {
+    if (in->kind == NB_TY_TORCH ||
+        (b->host && t->kind != NB_TY_SCALAR && t->kind != NB_TY_VECTOR && t->kind != NB_TY_MATRIX && t->kind != NB_TY_ARRAY)) {
         b->st = nb_error(NB_ERR_UNSUPPORTED, "'%s': parameter '%s' has type '%s' (host functions take and return "
-                         "TorchTensor<T>, scalars and structs of those)", fname, path, t->name);
+                         "TorchTensor<T>, scalars, vectors, matrices and arrays and structs of those)", fname, path, t->name);
         return;
     }
     if (t->kind == NB_TY_TENSOR) {
@@ -968,7 +973,7 @@ static void reflect_default(nb_program *p, const nb_expr *def, nb_fn_leaf *leave
 
 /* The fields of a struct result as leaves "_result.pos" (none when a field cannot be bound). */
 static void reflect_struct_result(nb_program *p, const nb_type *r, const char *fname, nb_fn_info *info) {
-    if (r->kind != NB_TY_STRUCT) return;
+    if (r->kind != NB_TY_STRUCT && r->kind != NB_TY_ARRAY) return;
     leaf_builder *rb = nb_alloc(sizeof *rb, 16);
     if (!rb) return;
     memset(rb, 0, sizeof *rb);
@@ -1088,8 +1093,13 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
         while (in->kind == NB_TY_ARRAY) in = in->elem;
         l->scalar = scalar_dtype(in->scalar);
         int rank = l->torch ? 0 : nb_type_value_shape(r, l->value_shape);
-        l->value_rank = rank; /* -1 for struct results: their fields are `results` */
+        if (l->torch) { /* TorchTensor<float3>: value_shape [3] (add_leaves) */
+            int vr = nb_type_value_shape(r->elem, l->value_shape);
+            l->value_rank = vr < 0 ? 0 : vr;
+        } else l->value_rank = rank; /* -1 for struct results: their fields are `results` */
         l->differentiable = nb_type_is_float_based(in);
+        /* an array of TorchTensors (or of structs) is returned element by element, like a struct */
+        if (r->kind == NB_TY_ARRAY && (in->kind == NB_TY_TORCH || in->kind == NB_TY_STRUCT)) rank = -1, l->value_rank = -1;
         if (rank >= 0) {
             info->nresults = 1;
             info->results = l;

@@ -186,7 +186,7 @@ const nb_type *nb_type_tensor(nb_type_table *t, const nb_type *elem, int rank, i
 }
 
 const nb_type *nb_type_torch(nb_type_table *t, const nb_type *elem) {
-    if (!elem || elem->kind != NB_TY_SCALAR) return t->t_error;
+    if (!elem || (elem->kind != NB_TY_SCALAR && elem->kind != NB_TY_VECTOR)) return t->t_error;
     nb_type p;
     memset(&p, 0, sizeof p);
     p.kind = NB_TY_TORCH;
