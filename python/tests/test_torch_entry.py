@@ -181,3 +181,108 @@ def test_torch_on_another_device_is_an_error():
 def test_compile_errors_have_carets():
     with pytest.raises(nabla.CompileError, match="TorchTensor is not allowed in device functions"):
         nabla.load_module(os.path.join(TESTS, "diag_torch_entry.slang"), device="cpu")
+
+
+VALUES = """
+[CudaKernel]
+void shift3(TensorView<float3> src, TensorView<float3> dst, float3 by)
+{
+    uint i = (cudaBlockIdx() * cudaBlockDim() + cudaThreadIdx()).x;
+    if (i < src.size(0)) dst[i] = src[i] + by;
+}
+
+struct Mix { float2x2 m; int k[2]; }
+
+[CudaKernel]
+void mix(DiffTensorView x, TensorView<float> r, Mix p, float w[2])
+{
+    uint i = cudaThreadIdx().x;
+    if (i < x.size(0)) r[i] = x.primal[i] * p.m[1][0] + x.diff.diff[i] * w[1] + p.k[1];
+}
+
+[TorchEntryPoint]
+TorchTensor<float3> shifted(TorchTensor<float3> points, float3 by)
+{
+    var r = TorchTensor<float3>.alloc(points.size(0));
+    __dispatch_kernel(shift3, uint3((points.size(0) + 1) / 2, 1, 1), uint3(2, 1, 1))(points, r, by);
+    return r;
+}
+
+struct Res { float3 v; TorchTensor<float> t[2]; int2 n; bool2 b; }
+
+[TorchEntryPoint]
+Res mixed(TorchTensor<float> x, TorchTensor<float> dx, float2x2 m, int2 k, float w[2])
+{
+    Res o;
+    o.t[0] = TorchTensor<float>.zerosLike(x);
+    o.t[1] = x;
+    Mix p;
+    p.m = m;
+    p.k[0] = k.x;
+    p.k[1] = k.y;
+    __dispatch_kernel(mix, uint3(1), uint3(x.size(0), 1, 1))(DiffTensorView(x, dx), o.t[0], p, w);
+    o.v = float3(m[0][0], m[0][1], w[0]);
+    o.n = k * 2;
+    o.b = bool2(true, false);
+    return o;
+}
+
+[TorchEntryPoint]
+float2x2 twice(float2x2 m, TorchTensor<float> ts[2])
+{
+    return m * float(ts[0].size(0) + ts[1].size(0));
+}
+"""
+
+
+def test_vector_matrix_array_values_and_float3_tensors():
+    for dev in devices():
+        m = nabla.load_module_from_source(VALUES, "values.slang", device=dev)
+        pts = np.arange(9, dtype=np.float32).reshape(3, 3)
+        # TorchTensor<float3>: [n, 3] in, [n, 3] out; a float3 as a tuple, list or numpy array
+        for by in ((1, 10, 100), [1.0, 10.0, 100.0], np.array([1, 10, 100], np.float32)):
+            r = m.shifted(pts, by)
+            assert r.shape == (3, 3) and r.tolist() == (pts + [1, 10, 100]).tolist()
+        # matrices as rows, int vectors, arrays; DiffTensorView(x, dx) reaches the kernel
+        x, dx = np.array([1, 2], np.float32), np.array([0.5, 0.25], np.float32)
+        v, (t0, t1), n, b = m.mixed(x, dx, ((1, 2), (3, 4)), (5, 6), [7, 8])
+        assert v == (1.0, 2.0, 7.0) and n == (10, 12) and b == (True, False)
+        assert all(isinstance(i, int) for i in n) and t1.tolist() == [1, 2]
+        assert t0.tolist() == [1 * 3 + 0.5 * 8 + 6, 2 * 3 + 0.25 * 8 + 6]
+        assert m.twice(((1, 2), (3, 4)), [np.zeros(2, np.float32), np.zeros(3, np.float32)]) == \
+            ((5.0, 10.0), (15.0, 20.0))
+        # keywords, and a dict / namedtuple for nothing but vectors works as for numbers
+        assert m.shifted(points=pts, by=(0, 0, 0)).tolist() == pts.tolist()
+
+
+def test_float3_tensors_from_torch():
+    torch = pytest.importorskip("torch")
+    for dev in devices():
+        m = nabla.load_module_from_source(VALUES, "values.slang", device=dev)
+        td = "cuda" if dev == "cuda" else "cpu"
+        pts = torch.arange(12, dtype=torch.float32, device=td).reshape(4, 3)
+        r = m.shifted(pts, (1, 2, 3))
+        assert isinstance(r, torch.Tensor) and r.device == pts.device and r.shape == (4, 3)
+        assert torch.equal(r, pts + torch.tensor([1.0, 2.0, 3.0], device=td))
+
+
+def test_vector_and_float3_errors():
+    m = nabla.load_module_from_source(VALUES, "values.slang", device="cpu")
+    pts = np.zeros((2, 3), np.float32)
+    with pytest.raises(nabla.ShapeError, match=r"argument 'by' is a f32\[3\]: give 3 items, got 2"):
+        m.shifted(pts, (1, 2))
+    with pytest.raises(nabla.ShapeError, match=r"argument 'by' is a f32\[3\]: give a sequence of 3, got 1.0"):
+        m.shifted(pts, 1.0)
+    with pytest.raises(TypeError, match=r"argument 'by' is a f32\[3\]: its items must be numbers"):
+        m.shifted(pts, (1, "a", 3))
+    with pytest.raises(nabla.ShapeError, match="TorchTensor of f32 vectors of 3: its last dimension must be 3"):
+        m.shifted(np.zeros((3, 2), np.float32), (1, 2, 3))
+    with pytest.raises(nabla.DtypeError, match=r"argument 'pts'|argument 'points' is f64"):
+        m.shifted(np.zeros((3, 3)), (1, 2, 3))
+    x = np.ones(2, np.float32)
+    with pytest.raises(nabla.ShapeError, match=r"argument 'm' is a f32\[2\]\[2\]: give 2 items in each row, got 3"):
+        m.mixed(x, x, ((1, 2, 3), (3, 4, 5)), (5, 6), [7, 8])
+    with pytest.raises(nabla.DtypeError, match=r"argument 'k' is an integer \(i32\[2\]\); 6.5 was given"):
+        m.mixed(x, x, ((1, 2), (3, 4)), (5, 6.5), [7, 8])
+    with pytest.raises(nabla.ArgumentError, match="argument 'ts' is an array of 2"):
+        m.twice(((1, 2), (3, 4)), [x])

@@ -6,13 +6,17 @@
  *                      const nb_host_val *args, nb_host_val *results, int *found);
  *
  * args / results hold the function's parameter / result leaves in reflection order (struct
- * fields depth-first, compiler.h nb_fn_leaf): a TorchTensor is a handle (.h), a float scalar .f,
- * an integer or bool scalar .i. TorchTensor operations call the runtime table rt (a thread-local
+ * fields depth-first, arrays of structs or TorchTensors element by element; compiler.h
+ * nb_fn_leaf), one slot each: a TorchTensor is a handle (.h), a float scalar .f, an integer or
+ * bool scalar .i; a vector, matrix or array leaf takes one slot per component (C order). TorchTensor operations call the runtime table rt (a thread-local
  * pointer while the entry runs, so that host helpers need no extra parameter):
  *
  *   alloc(ctx, dtype, ndim, shape, zero) -> handle     like(ctx, h, zero) -> handle
  *   size(ctx, h, d) / dims(ctx, h) / stride(ctx, h, d) (elements; 0 for a bad handle or dimension)
- *   dispatch(ctx, kernel, grid xyz, block xyz, nargs, args): launch a kernel of the module
+ *   dispatch(ctx, kernel, grid xyz, block xyz, nargs, args): launch a kernel of the module;
+ *       args: one per leaf of the kernel's parameters, a tensor handle (and a DiffTensorView's
+ *       gradient handle, 0 for none) or the leaf's numbers (a float3: 3, a struct's fields: a
+ *       leaf each)
  *
  * A runtime call that fails records its error in ctx and returns 0; the runtime ignores the
  * calls after the first error and reports it when the entry returns (so generated code needs no
