@@ -251,8 +251,12 @@ def test_vector_matrix_array_values_and_float3_tensors():
         assert t0.tolist() == [1 * 3 + 0.5 * 8 + 6, 2 * 3 + 0.25 * 8 + 6]
         assert m.twice(((1, 2), (3, 4)), [np.zeros(2, np.float32), np.zeros(3, np.float32)]) == \
             ((5.0, 10.0), (15.0, 20.0))
-        # keywords, and a dict / namedtuple for nothing but vectors works as for numbers
+        # keywords
         assert m.shifted(points=pts, by=(0, 0, 0)).tolist() == pts.tolist()
+        # an array of TorchTensors as the result: a tuple of tensors
+        t = nabla.load_module(os.path.join(TESTS, "torch_entry_values.slang"), device=dev)
+        a, b = t.swap(np.ones(1, np.float32), np.zeros(2, np.float32))
+        assert a.tolist() == [0, 0] and b.tolist() == [1]
 
 
 def test_float3_tensors_from_torch():

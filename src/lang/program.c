@@ -973,7 +973,7 @@ static void reflect_default(nb_program *p, const nb_expr *def, nb_fn_leaf *leave
 
 /* The fields of a struct result as leaves "_result.pos" (none when a field cannot be bound). */
 static void reflect_struct_result(nb_program *p, const nb_type *r, const char *fname, nb_fn_info *info) {
-    if (r->kind != NB_TY_STRUCT && r->kind != NB_TY_ARRAY) return;
+    if (r->kind != NB_TY_STRUCT && !(r->kind == NB_TY_ARRAY && info->is_host)) return;
     leaf_builder *rb = nb_alloc(sizeof *rb, 16);
     if (!rb) return;
     memset(rb, 0, sizeof *rb);
@@ -1098,8 +1098,10 @@ static nb_status reflect_one(nb_program *p, nb_decl *fn, int overload, nb_fn_inf
             l->value_rank = vr < 0 ? 0 : vr;
         } else l->value_rank = rank; /* -1 for struct results: their fields are `results` */
         l->differentiable = nb_type_is_float_based(in);
-        /* an array of TorchTensors (or of structs) is returned element by element, like a struct */
-        if (r->kind == NB_TY_ARRAY && (in->kind == NB_TY_TORCH || in->kind == NB_TY_STRUCT)) rank = -1, l->value_rank = -1;
+        /* a host function's array of TorchTensors (or of structs) is returned element by element,
+         * like a struct ("_result[1]") */
+        if (info->is_host && r->kind == NB_TY_ARRAY && (in->kind == NB_TY_TORCH || in->kind == NB_TY_STRUCT))
+            rank = -1, l->value_rank = -1;
         if (rank >= 0) {
             info->nresults = 1;
             info->results = l;
