@@ -76,18 +76,6 @@ int cli_parse_generator(const char *text, struct nb_generator *g, char *err, siz
 int nb_cmd_call_ad(int argc, char **argv); /* call --fwd / --bwd (cmd_call_ad.c) */
 int nb_cmd_cache(int argc, char **argv);
 int nb_cmd_fit_image(int argc, char **argv); /* cmd_fit_image.c */
-
-/* fit-image --model grid: the kernel-language model examples/image_model.nb (fit_grid.c) */
-typedef struct nb_fit_grid_opts {
-    const char *image, *out;  /* image NULL: the procedural one of side `size`; out NULL: no file */
-    long long steps, batch;   /* batch <= 0 or >= the pixel count: every pixel each step */
-    long long size, eval_every;
-    unsigned long long seed;
-    float lr;
-    int profile;
-} nb_fit_grid_opts;
-struct nb_device;
-int nb_fit_grid(struct nb_device *dev, const nb_fit_grid_opts *o);
 int nb_cmd_unet(int argc, char **argv); /* cmd_unet.c */
 
 #endif

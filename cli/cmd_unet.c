@@ -17,8 +17,6 @@
 #include "nabla/nn_dataset.h"
 #include "nabla/nn_unet.h"
 
-nb_status nb_unet_plot_loss(const char *path, const double *x, const double *y, int n); /* unet_plot.c */
-
 static void unet_usage(FILE *to) {
     fprintf(to,
             "usage: nabla unet train  [options]       train a diffusion UNet (DDPM, epsilon MSE, AdamW)\n"
@@ -321,26 +319,6 @@ static void print_profile(model *m) {
                fsum > 0 ? 100 * e[i].ms / fsum : 0);
 }
 
-/* Assumed dense peak of the GPU for the precision (datasheet numbers; NOT measured). */
-static double assumed_peak(const nb_device *dev, const char *prec, const char **what) {
-    const char *name = nb_device_get_info(dev)->name;
-    int pcie = strstr(name, "PCIe") != NULL;
-    if (!strstr(name, "H100") && !strstr(name, "H200")) {
-        *what = "unknown GPU: no assumed peak";
-        return 0;
-    }
-    if (!strcmp(prec, "bf16")) {
-        *what = pcie ? "H100 PCIe BF16 dense tensor-core datasheet" : "H100/H200 SXM BF16 dense tensor-core datasheet";
-        return pcie ? 756e12 : 989.4e12;
-    }
-    if (!strcmp(prec, "tf32")) {
-        *what = pcie ? "H100 PCIe TF32 dense tensor-core datasheet" : "H100/H200 SXM TF32 dense tensor-core datasheet";
-        return pcie ? 378e12 : 494.7e12;
-    }
-    *what = pcie ? "H100 PCIe FP32 (non-tensor) datasheet" : "H100/H200 SXM FP32 (non-tensor) datasheet";
-    return pcie ? 51.2e12 : 66.9e12;
-}
-
 static int cmd_bench(opts *o, model *m, nb_device *dev, const float *x) {
     int cuda = nb_device_get_kind(dev) == NB_DEVICE_CUDA;
     if (!o->warmup_set) o->warmup = cuda ? 3 : 1;
@@ -375,8 +353,9 @@ static int cmd_bench(opts *o, model *m, nb_device *dev, const float *x) {
            "attention matmuls)\n", step_flops / 1e12, flops / 1e9);
     printf("training TFLOP/s: %.3f\n", per > 0 ? step_flops / (per * 1e-3) / 1e12 : 0);
     if (cuda) {
-        const char *what;
-        double peak = assumed_peak(dev, o->precision, &what);
+        const char *what = NULL;
+        double peak = 0;
+        if (nb_device_datasheet_peak(dev, o->precision, &peak, &what)) return fail("datasheet peak");
         if (peak > 0)
             printf("floor: %.3f ms/step at %.1f TFLOP/s (ASSUMED peak: %s; not measured) -> %.1f%% of that peak\n",
                    step_flops / peak * 1e3, peak / 1e12, what, per > 0 ? 100 * step_flops / peak / (per * 1e-3) : 0);
@@ -538,7 +517,7 @@ static int cmd_train(int argc, char **argv, int bench) {
     }
     if (!rc && o.loss_csv) printf("wrote %s\n", o.loss_csv);
     if (!rc && o.loss_png) {
-        if (nb_unet_plot_loss(o.loss_png, cv.x, cv.y, cv.n)) rc = fail("loss plot");
+        if (nb_image_plot_loss(o.loss_png, cv.x, cv.y, cv.n)) rc = fail("loss plot");
         else printf("wrote %s\n", o.loss_png);
     }
     free(cv.x), free(cv.y);

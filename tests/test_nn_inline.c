@@ -1,6 +1,6 @@
 /* The inline MLP of the kernel language (lib/nn.nb, `import nn;`) and the grid image model
  * (examples/image_model.nb):
- *   - the embedded copies (src/lang/stdlib_data.c, cli/image_model_nb.c) match their files;
+ *   - the embedded copies (src/lang/stdlib_data.c, src/models/image_model_nb.c) match their files;
  *   - CPU: nn_matvec16 / nn_matvec16_t and MLP16x3 / nn_mlp16 results and gradients (w and x)
  *     against a double-precision reference and central finite differences;
  *   - CUDA (warp-cooperative tensor-core path): the same calls agree with the CPU, with an
@@ -19,7 +19,7 @@
 #include "nabla/nn_optim.h"
 #include "nb_test.h"
 
-#include "../cli/image_model_nb.c" /* nb_cli_image_model_nb: the CLI's copy of the model */
+extern const char nb_models_image_model_nb[]; /* src/models/image_model_nb.c: the library's copy of the model */
 
 static const char *g_src =
     "import nn;\n"
@@ -195,9 +195,9 @@ static void test_embedded_copies(void) {
     snprintf(path, sizeof path, "%s/examples/image_model.nb", repo_root());
     char *im = read_file(path);
     NB_EXPECT(im != NULL);
-    if (im && strcmp(im, nb_cli_image_model_nb) != 0)
-        fprintf(stderr, "  examples/image_model.nb differs from cli/image_model_nb.c: run python3 tools/embed_nb.py\n");
-    NB_EXPECT(im && strcmp(im, nb_cli_image_model_nb) == 0);
+    if (im && strcmp(im, nb_models_image_model_nb) != 0)
+        fprintf(stderr, "  examples/image_model.nb differs from src/models/image_model_nb.c: run python3 tools/embed_nb.py\n");
+    NB_EXPECT(im && strcmp(im, nb_models_image_model_nb) == 0);
     free(im);
     NB_EXPECT(nb_stdlib_find("nosuch") == NULL);
 }
@@ -371,7 +371,7 @@ static nb_status model_init(model *M, nb_device *dev, const float *p) {
     memset(M, 0, sizeof *M);
     int64_t sp[1] = {NPAR}, sg[3] = {G, G, F}, sw[1] = {NWM};
     nb_tensor *flat = NULL;
-    TRY(nb_module_load_source(dev, "image_model.nb", nb_cli_image_model_nb, NULL, &M->m));
+    TRY(nb_module_load_source(dev, "image_model.nb", nb_models_image_model_nb, NULL, &M->m));
     TRY(nb_module_func(M->m, "image_loss", &M->loss));
     TRY(nb_module_func(M->m, "image_model", &M->model));
     TRY(nb_tensor_from_host(dev, NB_F32, 1, sp, p, &M->params));

@@ -62,6 +62,13 @@ const char *nb_cuda_unavailable_reason(void);
 /* Integer version of the loaded NVRTC (e.g. 13000), loading it if needed; 0 if it cannot load. */
 int nb_nvrtc_version(void);
 
+/* The datasheet's dense peak FLOP/s of dev's GPU (NOT measured) for math in `precision`: "fp32"
+ * (CUDA cores), "tf32" or "bf16" (tensor cores); for a compute floor (`nabla unet bench`). Known:
+ * H100 PCIe, H100 / H200 SXM. Other GPUs and the CPU: *flops = 0. *source names the datasheet
+ * row, or why there is none. NB_ERR_INVALID_ARG for another precision. */
+nb_status nb_device_datasheet_peak(const nb_device *dev, const char *precision, double *flops,
+                                   const char **source);
+
 /* Waits until all work queued on the device has finished. */
 nb_status nb_device_synchronize(nb_device *dev);
 

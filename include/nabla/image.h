@@ -67,6 +67,11 @@ nb_status nb_image_pixel_coords(nb_device *dev, int width, int height, nb_tensor
  * as it would be written: 10 log10(1 / MSE); +inf when equal. Synchronises (copies to the host). */
 nb_status nb_image_psnr(const nb_tensor *pred, const nb_tensor *ref, double *out);
 
+/* A loss curve as an 800x480 RGB PNG at path: y[i] over x[i] (n points, x increasing: steps)
+ * with a log-scale y axis (decade grid lines and labels) and a linear x axis; points with y <= 0
+ * or not finite break the line. NB_ERR_INVALID_ARG when n < 1 or no y is positive and finite. */
+nb_status nb_image_plot_loss(const char *path, const double *x, const double *y, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 #include "nabla/status.h"
 #include "nabla/tensor.h"
 /* neural library (docs/NN.md) */
+#include "nabla/fit_image.h"
 #include "nabla/image.h"
 #include "nabla/nn_dataset.h"
 #include "nabla/nn_encoding.h"

@@ -37,6 +37,9 @@ check no-value 2 "$NABLA" fit-image --steps && contains no-value "--steps needs 
 check model-bad 2 "$NABLA" fit-image --model mlp && contains model-bad "unknown model 'mlp'"
 check sampling-bad 2 "$NABLA" fit-image --sampling sobol && contains sampling-bad "unknown sampling 'sobol'"
 check loss-bad 2 "$NABLA" fit-image --loss l3 && contains loss-bad "unknown loss 'l3'"
+check grid-loss 2 "$NABLA" fit-image --model grid --loss l1 && contains grid-loss "--loss l1 is for --model hash"
+check grid-sampling 2 "$NABLA" fit-image --model grid --sampling stratified &&
+    contains grid-sampling "--sampling stratified is for --model hash"
 check eval-range 2 "$NABLA" fit-image --eval-every 0 && contains eval-range "1..10000000"
 check seed-range 2 "$NABLA" fit-image --seed -1 && contains seed-range "0..9223372036854775807"
 # the output path is checked before training (exit 1 at once, naming the directory)

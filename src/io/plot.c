@@ -1,6 +1,7 @@
-/* Loss-curve PNG for `nabla unet train --loss-png`: a line plot drawn into an f32 RGB image and
- * written with image.h (no plotting library). Log-scale y with decade grid lines (minor lines at
- * 2..9), linear x (steps) with ~6 ticks, tick labels and axis names in a 3x5 pixel font (digits, '.', 'e', '-', a few capitals). */
+/* Loss-curve PNG (nb_image_plot_loss, include/nabla/image.h; `nabla unet train --loss-png`): a
+ * line plot drawn into an f32 RGB image and written with nb_image_write_png (no plotting library).
+ * Log-scale y with decade grid lines (minor lines at 2..9), linear x (steps) with ~6 ticks, tick
+ * labels and axis names in a 3x5 pixel font (digits, '.', 'e', '-', a few capitals). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +9,6 @@
 
 #include "nabla/image.h"
 #include "nabla/tensor.h"
-
-nb_status nb_unet_plot_loss(const char *path, const double *x, const double *y, int n);
 
 #define W 800
 #define H 480
@@ -64,7 +63,7 @@ static void text(canvas *c, int x, int y, const char *s, int scale) {
 
 static int text_w(const char *s, int scale) { return (int)strlen(s) * 4 * scale; }
 
-nb_status nb_unet_plot_loss(const char *path, const double *x, const double *y, int n) {
+nb_status nb_image_plot_loss(const char *path, const double *x, const double *y, int n) {
     if (!path || !x || !y || n < 1) return nb_error(NB_ERR_INVALID_ARG, "loss plot: no points");
     double x0 = x[0], x1 = x[n - 1], lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < n; i++)
