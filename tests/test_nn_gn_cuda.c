@@ -6,7 +6,7 @@
  * within rounding of each other. The CPU references of both paths are in
  * test_nn_tape_cuda.c / test_nn_tape_bf16_cuda.c. Skips without a GPU.
  *
- * NB_GN_BENCH=1: also a micro-benchmark (tools/device/gn.sh) of the forward and the backward
+ * NB_GN_BENCH=1: also a micro-benchmark of the forward and the backward
  * (dx, dgamma, dbeta) of group norm + SiLU at every group-norm shape of the reference UNet step
  * (batch 32, 64 channels, mult 1,2,3,4, GroupNorm(32)), f32 and bf16 storage, old and split (2,
  * 4, 8 chunks per thread in the statistics kernels: NABLA_GN_CPT): the median of 20 calls each

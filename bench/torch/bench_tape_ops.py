@@ -1,4 +1,4 @@
-"""PyTorch reference for tools/device/tapecuda_bench.c, CUDA events, eager and CUDA-graph
+"""PyTorch reference for bench/bench_tape_ops.c, CUDA events, eager and CUDA-graph
 replayed: group norm and group norm + SiLU, forward + backward (dx, dgamma, dbeta), at the UNet's
 shapes; the elementwise / layout ops (silu, add, add_channel, concat, upsample2x, avgpool2x,
 transpose, slice_channels) at [32,128,32,32]; the UNet-like chain. Each in fp32 and with bf16
@@ -99,7 +99,7 @@ def gn_case(shape, silu, dt, iters):
           f" 5 passes)")
 
 
-# name -> (input shapes, fn); activations [32,128,32,32] as in tools/device/tapecuda_bench.c
+# name -> (input shapes, fn); activations [32,128,32,32] as in bench/bench_tape_ops.c
 N_, C_, H_ = 32, 128, 32
 EW_OPS = {
     "silu": ([(N_, C_, H_, H_)], lambda a: F.silu(a)),
@@ -134,7 +134,7 @@ def ew_case(name, dt, iters):
 
 
 def chain(iters, dt=torch.float32):
-    """The UNet-like chain of tools/device/tapecuda_bench.c, fwd + bwd, at [32,128,32,32]; bf16:
+    """The UNet-like chain of bench/bench_tape_ops.c, fwd + bwd, at [32,128,32,32]; bf16:
     x and the activations bf16 (emb and the group norms' gamma / beta stay fp32 where PyTorch
     takes the mix), the target fp32."""
     dev = torch.device("cuda")

@@ -4,7 +4,7 @@ independent check of nabla's UNet structure where torch is not installed.
   python3 unet_ref_pure.py CKPT X.bin N T.bin Y.bin
 
 CKPT: a nabla UNet checkpoint (safetensors, config in the metadata); X.bin [N,C,S,S] and T.bin [N]
-raw f32 inputs; Y.bin nabla's output for them (tools/device/unet_forward.c). Exit 0 when every
+raw f32 inputs; Y.bin nabla's output for them (bench/unet_forward.c, build/bench/unet_forward). Exit 0 when every
 parameter is used and max |nabla - python| <= 1e-4 max(1, max|out|). Slow: keep S <= 8..16.
 """
 import json, math, struct, sys

@@ -1,6 +1,6 @@
 """nabla.nn with torch: zero-copy tensors and parameter views, torch.autograd through FusedMLP and
 the encodings (against the explicit backward and a float64 torch reference), torch optimizers,
-errors; CPU here, CUDA on the GPU machine (tools/device/pynn.sh). Skipped without torch."""
+errors; CPU here, CUDA on a GPU machine (NB_REQUIRE_CUDA=1 make test). Skipped without torch."""
 import numpy as np
 import pytest
 

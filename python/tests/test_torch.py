@@ -1,5 +1,5 @@
 """torch interop: zero-copy in/out on CPU and CUDA, stream ordering, autograd, the slangtorch
-pattern. Skipped without torch; run on the GPU machine (tools/device/py.sh)."""
+pattern. Skipped without torch; run on a GPU machine (NB_REQUIRE_CUDA=1 make test)."""
 import numpy as np
 import pytest
 

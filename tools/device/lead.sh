@@ -22,6 +22,6 @@ done
 grep -h "ms/step" "$O"/unet_*.log | tee -a "$O/summary.txt"
 # .nb elementwise pieces vs the hand-written rows (f32, [32,128,32,32]); LEAD_NBEW=1
 if [ "${LEAD_NBEW:-0}" = 1 ]; then
-  cc -O2 -Iinclude -Isrc tools/device/nbew_bench.c $B/libnabla.a -lm -lpthread -ldl -o $B/nbew_bench > "$O/nbew_build.log" 2>&1
-  timeout 60 $B/nbew_bench 50 > "$O/nbew_bench.log" 2>&1
+  cmake --build $B -j16 --target bench_nb_elementwise > "$O/nbew_build.log" 2>&1
+  timeout 60 $B/bench/bench_nb_elementwise 50 > "$O/nbew_bench.log" 2>&1
 fi

@@ -282,7 +282,7 @@ static int nb_ig_sms(nb_device *dev) {
     return n > 0 ? n : 132;
 }
 
-/* Tile configuration (measured on an H100 at batch 32, see tools/device/conv.sh):
+/* Tile configuration (measured on an H100 at batch 32, see tools/device/conv.sh (removed; git history)):
  *   MODE 0 (M = N*OH*OW rows, `cols` = output channels): 128x64 (warps 4x2) for <= 64
  *     columns, else 128x128 (2x4); 64x64 (2x4, 4 stages) when that leaves fewer than two
  *     blocks per SM (8x8 and 16x16 images), split over k below that;

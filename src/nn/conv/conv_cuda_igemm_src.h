@@ -30,7 +30,7 @@
  * the fragment loads (mostly) free of bank conflicts. Loads are cp.async (4-byte with zero fill
  * for gathers and padding, 16-byte for contiguous rows). Defining NB_IG_HOST_EMU drops the PTX
  * helpers (cp4, cp16, cp_commit, cp_wait, pack_bf16, ig_bf2f, ig_f2bf, ig_red2, mma_tf32,
- * mma_bf16) so that a host emulation can supply its own: tools/device/conv_emu.sh runs any
+ * mma_bf16) so that a host emulation can supply its own: tests/emu/conv_emu.sh runs any
  * configuration on the CPU. */
 #ifndef NB_NN_CONV_CUDA_IGEMM_SRC_H
 #define NB_NN_CONV_CUDA_IGEMM_SRC_H

@@ -31,7 +31,7 @@
  *                     xh mdx); dγ, dβ summed over n in a fixed order (gn_dgb's work, fused)
  * x (and dy) are read twice; the second kernel walks its blocks in reverse so that its first
  * reads hit what the first kernel read last in L2. Each step's results equal the per-group
- * kernels' up to rounding (tests/test_nn_gn_cuda.c). Measured on the H100 (tools/device/gn.sh,
+ * kernels' up to rounding (tests/test_nn_gn_cuda.c). Measured on the H100 (tools/device/gn.sh (removed; git history),
  * session 5): the reference UNet's 56 group norms + SiLU in bf16, 20 calls back to back, forward
  * 0.760 -> 0.669 ms, backward 1.506 -> 1.192 ms per step (byte floors 0.291 / 0.437 ms);
  * `nabla unet bench --batch 32 --precision bf16` 12.89 -> 12.47 ms/step. In f32 storage the
@@ -672,7 +672,7 @@ static int al16(const void *p) { return p == NULL || ((uintptr_t)p & 15u) == 0; 
 
 /* The bf16 variants' minimum register depth R (chunks of 4 per thread): NABLA_GN_BF16_R = 4 or
  * 8 asks for deeper ones (fewer threads per group, more groups per SM) than the f32 choice (2);
- * read once. For A/B measurements (tools/device/tapecuda_bench.c). */
+ * read once. For A/B measurements (bench/bench_tape_ops.c). */
 static int gn_bf16_rmin(void) {
     static int r = -1;
     if (r < 0) {

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds and runs tools/device/attn2_emu.cpp for module variants "DP IS_BF16 SBF" (default: the
-# UNet's two, plus converted-storage and mixed ones). No GPU needed.
+# Builds and runs tests/emu/attn2_emu.cpp for module variants "DP IS_BF16 SBF" (default: the
+# UNet's two, plus converted-storage and mixed ones). No GPU needed; builds under $EMU_DIR (default
+# $TMPDIR/attn2_emu). ctest emu_attention runs the default variants; exit 77 (skipped) without g++.
 set -eu
+command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
 cd "$(dirname "$0")/../.."
-W=${TMPDIR:-/tmp}/attn2_emu
+W=${EMU_DIR:-${TMPDIR:-/tmp}/attn2_emu}
 mkdir -p "$W"
 variants=${*:-"32:1:2 32:0:0 32:1:0 32:0:2 16:1:1"}
 cat > "$W/gen.c" <<'GEN'
@@ -27,7 +29,7 @@ for v in $variants; do
   mkdir -p "$D"
   "$W/gen" "$dp" "$bf" "$sbf" "$D/attn2_emu_head.inc" "$D/attn2_emu_frag.inc" "$D/attn2_emu_fa.inc"
   sed -i 's/extern __shared__ __align__(16) unsigned char smc\[\];/unsigned char *smc = g_dyn_smem;/g' "$D/attn2_emu_fa.inc"
-  g++ -std=c++17 -O1 -w -I"$D" tools/device/attn2_emu.cpp -o "$D/emu" -lpthread
+  g++ -std=c++17 -O1 -w -I"$D" tests/emu/attn2_emu.cpp -o "$D/emu" -lpthread
   "$D/emu" ${ATTN2_EMU_CASES:-} || rc=1
 done
 exit $rc

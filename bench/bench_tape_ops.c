@@ -14,7 +14,7 @@
  * already on the GPU would be; on the bf16 tape x is a bf16 activation (a conv output), the
  * target stays f32.
  *
- *   tapecuda_bench [iters [small|full [gn-bf16]]]   one line per (shape, op): ms per fwd+bwd,
+ *   bench_tape_ops [iters [small|full [gn-bf16]]]   one line per (shape, op): ms per fwd+bwd,
  *                                                   fwd, bwd, GB/s
  * ("small": tiny shapes, to check the program itself; "gn-bf16": the bf16 group norms only, for
  * A/B runs of NABLA_GN_BF16_R, see src/nn/norm/tape_cuda_norm.c). */

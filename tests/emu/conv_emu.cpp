@@ -2,7 +2,7 @@
 // checking their index arithmetic without a GPU: each block runs as 256 std::threads, barriers
 // stand in for __syncthreads and for the warp-wide exchange of mma.sync fragments, cp.async is
 // a synchronous copy (so it cannot find pipeline races). Compares against a double reference.
-// Build and run through tools/device/conv_emu.sh (see there for the arguments).
+// Build and run through tests/emu/conv_emu.sh (see there for the arguments).
 #include <algorithm>
 #include <atomic>
 #include <barrier>

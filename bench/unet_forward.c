@@ -1,5 +1,6 @@
-/* Device-check helper (not part of the library): loads a UNet checkpoint, runs one forward on
- * raw f32 input files and writes the raw f32 output, for bench/torch/unet_ref.py to compare.
+/* Reference-check helper (not part of the library): loads a UNet checkpoint, runs one forward on
+ * raw f32 input files and writes the raw f32 output, for bench/torch/unet_ref_pure.py (and
+ * unet_ref.py) to compare. Built as build/bench/unet_forward.
  *   unet_forward CKPT X.bin N T.bin OUT.bin     (X: [N,C,S,S] f32 LE, T: [N] f32) */
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  *     an existing output (nb_call_result), backward calls (NB_MODE_BWD, the generated bwds
  *     kernels) add into zeroed gradient arrays (the call layer's gradients accumulate).
  * Results are checked against each other first (max abs difference printed).
- *   nbew_bench [iters [device]]   (device "cpu" checks the program itself) */
+ *   bench_nb_elementwise [iters [device]]   (device "cpu" checks the program itself) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

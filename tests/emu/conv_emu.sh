@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Runs one implicit-GEMM conv kernel configuration on the CPU (tools/device/conv_emu.cpp) against
-# a double reference; needs g++ with C++20 (std::barrier), no GPU.
-#   tools/device/conv_emu.sh MODE PREC BM BN WM WN KS STRIDE  WHICH N C H W O PAD [SPLITS]
+# Runs one implicit-GEMM conv kernel configuration on the CPU (tests/emu/conv_emu.cpp) against
+# a double reference; needs g++ with C++20 (std::barrier), no GPU. Builds under $EMU_DIR (default
+# $TMPDIR/nabla-conv-emu); tests/emu/conv_emu_suite.sh (ctest emu_conv) runs a set of them.
+#   tests/emu/conv_emu.sh MODE PREC BM BN WM WN KS STRIDE  WHICH N C H W O PAD [SPLITS]
 # WHICH: fwd | dgrad | dgrads | wgrad (MODE 0/2), hfwd | hdgrad | hdgrads (MODE 1), hwgrad
 # (MODE 3); dgrads / hdgrads: the data gradient in store mode (dx starts as NaNs); bhfwd |
 # bhdgrad | bhdgrads: MODE 1 on bf16 activations (PREC 2; ABF = 1; bf16 output unless
 # EMU_OBF=0, which a k split needs); bfwd | bdgrad | bdgrads: MODE 0 on bf16 (the same);
 # bhwgrad: MODE 2 or 3 on bf16 dy and x. Examples:
-#   tools/device/conv_emu.sh 1 1 128 64 4 2 3 1  hfwd 1 16 4 32 40 1
-#   tools/device/conv_emu.sh 3 2 64 64 2 4 3 1  hwgrad 1 32 16 16 70 1 2
+#   tests/emu/conv_emu.sh 1 1 128 64 4 2 3 1  hfwd 1 16 4 32 40 1
+#   tests/emu/conv_emu.sh 3 2 64 64 2 4 3 1  hwgrad 1 32 16 16 70 1 2
 # Exit 0 when the relative error is within the precision's tolerance.
 set -eu
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-dir="${TMPDIR:-/tmp}/nabla-conv-emu"
+dir="${EMU_DIR:-${TMPDIR:-/tmp}/nabla-conv-emu}"
 mkdir -p "$dir"
 abf=0; obf=0
 case "${9:-}" in b*) abf=1; obf="${EMU_OBF:-1}";; esac
@@ -20,7 +21,7 @@ tag="$1_$2_$3_$4_$5_$6_$7_$8_$abf$obf"
 cb=8; [ "$2" = 2 ] && cb=16
 # rebuilt when the kernel source or the emulator changed
 src_h="$root/src/nn/conv/conv_cuda_igemm_src.h"; src_b="$root/src/nn/conv/conv_cuda_igemm_bf16_src.h"
-if [ ! -x "$dir/gen" ] || [ "$src_h" -nt "$dir/gen" ] || [ "$src_b" -nt "$dir/gen" ] || [ "$root/tools/device/conv_emu.cpp" -nt "$dir/gen" ]; then
+if [ ! -x "$dir/gen" ] || [ "$src_h" -nt "$dir/gen" ] || [ "$src_b" -nt "$dir/gen" ] || [ "$root/tests/emu/conv_emu.cpp" -nt "$dir/gen" ]; then
   rm -f "$dir"/emu_* "$dir"/kernel_*
   cat > "$dir/gen.c" <<'C'
 #include <stdio.h>
@@ -42,7 +43,7 @@ fi
 if [ ! -x "$dir/emu_$tag" ]; then
   { printf "#define MODE %s\n#define PREC %s\n#define BM %s\n#define BN %s\n#define WM %s\n#define WN %s\n#define STAGES 3\n#define KS %s\n#define STRIDE %s\n#define CB %s\n#define ABF %s\n#define OBF %s\n" \
       "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$cb" "$abf" "$obf"; "$dir/gen"; } > "$dir/kernel_$tag.inc"
-  g++ -std=c++20 -O1 -w -pthread -DKERNEL_INC="\"$dir/kernel_$tag.inc\"" "$root/tools/device/conv_emu.cpp" -o "$dir/emu_$tag"
+  g++ -std=c++20 -O1 -w -pthread -DKERNEL_INC="\"$dir/kernel_$tag.inc\"" "$root/tests/emu/conv_emu.cpp" -o "$dir/emu_$tag"
 fi
 shift 8
 "$dir/emu_$tag" "$@"
