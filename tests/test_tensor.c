@@ -367,6 +367,54 @@ static void test_view_errors(void) {
     nb_device_close(dev);
 }
 
+/* nb_tensor_view: any strided view of the buffer, another dtype, a byte offset from element 0
+ * (down to the buffer's start), everything checked against the buffer's extent. */
+static void test_strided_view(void) {
+    nb_device *dev = open_cpu();
+    nb_tensor *b = iota(dev, 1, S(12)), *s = NULL, *v = NULL, *w = NULL;
+    /* [3,2] with strides [16,4] from element 1: rows 1,2 / 5,6 / 9,10 */
+    NB_REQUIRE_OK(nb_tensor_view(b, NB_I32, 2, S(3, 2), S(16, 4), 4, &v));
+    NB_EXPECT(same_shape(v, 2, S(3, 2)) && nb_tensor_strides(v)[0] == 16);
+    FOR_EACH_INDEX (2, S(3, 2), i) NB_EXPECT(get32(v, i) == 1 + 4 * i[0] + i[1]);
+    nb_tensor_free(v);
+    /* NULL strides: C order; offset relative to a view's element 0, negative down to byte 0 */
+    NB_REQUIRE_OK(nb_tensor_slice(b, 0, 6, 12, 1, &s));
+    NB_REQUIRE_OK(nb_tensor_view(s, NB_I32, 2, S(2, 3), NULL, -24, &v));
+    FOR_EACH_INDEX (2, S(2, 3), i) NB_EXPECT(get32(v, i) == 3 * i[0] + i[1]);
+    /* writes go through to the buffer; another dtype reads the same bytes */
+    int32_t one = 0x3f800000; /* 1.0f */
+    memcpy(nb_tensor_data(v), &one, 4);
+    NB_REQUIRE_OK(nb_tensor_view(b, NB_F32, 0, NULL, NULL, 0, &w));
+    float f;
+    memcpy(&f, nb_tensor_data(w), 4);
+    NB_EXPECT(f == 1.0f);
+    nb_tensor_free(w);
+    /* a stride-0 broadcast and an empty view anywhere inside */
+    NB_REQUIRE_OK(nb_tensor_view(b, NB_I32, 2, S(4, 3), S(0, 4), 8, &w));
+    NB_EXPECT(get32(w, S(3, 2)) == 4);
+    nb_tensor_free(w);
+    NB_REQUIRE_OK(nb_tensor_view(b, NB_I32, 1, S(0), NULL, 48, &w));
+    nb_tensor_free(w);
+    /* errors: past the end, before the start, misaligned, bad strides */
+    NB_EXPECT_ERR(nb_tensor_view(b, NB_I32, 1, S(13), NULL, 0, &w), NB_ERR_SHAPE,
+                  "nb_tensor_view: a i32[13] view with strides [4] at byte offset 0 from i32[12]'s "
+                  "element 0 does not fit in its buffer (48 bytes");
+    NB_EXPECT_ERR(nb_tensor_view(s, NB_I32, 1, S(2), NULL, -28, &w), NB_ERR_SHAPE, "does not fit");
+    NB_EXPECT_ERR(nb_tensor_view(b, NB_I32, 2, S(3, 4), S(20, 4), 0, &w), NB_ERR_SHAPE, "does not fit");
+    NB_EXPECT_ERR(nb_tensor_view(b, NB_I32, 1, S(2), NULL, 2, &w), NB_ERR_SHAPE, "not aligned");
+    NB_EXPECT_ERR(nb_tensor_view(b, NB_I32, 1, S(2), S(6), 0, &w), NB_ERR_SHAPE,
+                  "strides[0] = 6 bytes: strides must be >= 0 and multiples of the element size 4");
+    NB_EXPECT_ERR(nb_tensor_view(b, NB_I32, 1, S(2), S(-4), 8, &w), NB_ERR_SHAPE, "strides[0] = -4");
+    NB_EXPECT_ERR(nb_tensor_view(b, NB_I32, 1, S(2), NULL, INT64_MAX, &w), NB_ERR_SHAPE, "does not fit");
+    NB_EXPECT_ERR(nb_tensor_view(b, NB_I32, 1, S(-1), NULL, 0, &w), NB_ERR_SHAPE, "");
+    NB_EXPECT_ERR(nb_tensor_view(NULL, NB_I32, 1, S(2), NULL, 0, &w), NB_ERR_INVALID_ARG, "'t' is NULL");
+    NB_EXPECT(w == NULL);
+    nb_tensor_free(v);
+    nb_tensor_free(s);
+    nb_tensor_free(b);
+    nb_device_close(dev);
+}
+
 /* Views keep the buffer alive and write through to it. */
 static void test_views_share_buffer(void) {
     nb_device *dev = open_cpu();
@@ -750,7 +798,7 @@ static void test_max_dims(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_create_and_query, test_create_errors, test_slice, test_select,
-                 test_permute_transpose, test_broadcast_to, test_reshape, test_view_errors,
+                 test_permute_transpose, test_broadcast_to, test_reshape, test_view_errors, test_strided_view,
                  test_views_share_buffer, test_copy_all_layouts, test_copy_overlap,
                  test_copy_random, test_copy_large, test_copy_errors, test_host_transfers,
                  test_fill_bytes, test_wrap, test_max_dims);

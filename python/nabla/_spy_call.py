@@ -5,13 +5,19 @@ The hook rewrites (args, kwargs) before binding:
 - a nabla.Tensor / numpy array / torch tensor for a **struct** parameter is read in the flat
   layout (python/nabla/_spy_types.py) and bound field by field as zero-copy strided views; in
   `.bwds`, a Tensor's gradient buffer (`.grad` = grad_out) is split the same way into `_grads`;
+  a struct tensor (any field types) and a numpy structured array are bound by their fields
+  (python/nabla/_spy_struct.py);
+- a **struct result** becomes a struct tensor (`_result=Tensor` / "tensor", `module.S`, or tensor
+  inputs) or a numpy structured array (`_result=numpy.ndarray` / "numpy"); `_result=` a struct
+  tensor or structured array is written field by field in place;
 - a dict with a `_type` key (`{'_type': 'MyType', 'x': 5}`) must name the parameter's type
   (ArgumentError otherwise); the key is dropped;
 - `_result=nabla.Tensor` / `numpy.ndarray` / `torch.Tensor` (the classes) mean "tensor" /
   "numpy" / "torch".
 """
 from . import _nabla
-from ._spy_types import SlangType, builtin_type, struct_layout
+from . import _spy_struct
+from ._spy_types import SlangType, builtin_type, cmodule_type, struct_layout
 
 _MODS = {"in", "out", "inout", "const", "uniform", "no_diff", "nodiff"}
 _info_cache = {}
@@ -158,6 +164,17 @@ def _arg(fn, overloads, index, name, a, grads):
     if index < 0 or index not in sleaves or isinstance(a, dict) or type(a).__name__ == "SimpleNamespace":
         return a
     tname, pname = params[index]
+    if _spy_struct.is_struct_tensor(a):  # records of the struct: one strided view per field
+        st = a.slang_type
+        if st.name.replace(" ", "") != tname:
+            raise _nabla.DtypeError(f"{fn.name}: argument '{pname}' is a tensor of struct {st.name}, the parameter "
+                                    f"is {tname}")
+        if fn.mode == "bwds" and a.grad is not None:
+            grads[pname] = _spy_struct.nest(_spy_struct.field_views(a.grad, st))
+        return _spy_struct.nest(_spy_struct.field_views(a, st))
+    if getattr(getattr(a, "dtype", None), "names", None) is not None and hasattr(a, "__array_interface__"):
+        st = cmodule_type(fn.module, tname)  # a numpy structured array: its fields by name
+        return _spy_struct.nest(_spy_struct.structured_fields(a, st, fn.name, pname))
     if isinstance(a, _nabla.CTensor) and fn.mode == "bwds" and a.grad is not None:
         grads[pname] = _nest(_views(fn.name, pname, tname, sleaves[index], a.grad))
         a = a.detach()
@@ -181,11 +198,65 @@ def result_kind(r):
     return r
 
 
+_ret_cache = {}
+
+
+def _ret_struct(fn):
+    """The SlangType of fn's struct result, or None."""
+    key = (id(fn.module), fn.name)
+    hit = _ret_cache.get(key)
+    if hit is not None and hit[0] is fn.module:
+        return hit[1]
+    sig = _nabla.func_signature(fn, 0) or ""
+    ret = sig.split("(")[0].strip().rsplit(" ", 1)[0].replace(" ", "") if "(" in sig else ""
+    st = None
+    if ret and ret != "void" and builtin_type(ret) is None:
+        try:
+            st = cmodule_type(fn.module, ret)
+        except _nabla.NablaError:
+            st = None
+        if st is not None and (not st.is_struct or st.dtype is None):
+            st = None
+    _ret_cache[key] = (fn.module, st)
+    return st
+
+
+def _result_plan(fn, st, kw):
+    """Rewrites _result for a struct result; returns the post-processing of the call's result."""
+    r = kw.get("_result")
+    if _spy_struct.is_struct_tensor(r):
+        if r.slang_type.name != st.name:
+            raise _nabla.DtypeError(f"{fn.name}: _result is a tensor of struct {r.slang_type.name}, the function "
+                                    f"returns {st.name}")
+        kw["_result"] = _spy_struct.nest(_spy_struct.field_views(r))
+        return lambda out: r
+    if getattr(getattr(r, "dtype", None), "names", None) is not None and hasattr(r, "__array_interface__"):
+        kw["_result"] = _spy_struct.nest(_spy_struct.structured_fields(r, st, fn.name, "_result"))
+        return lambda out: r
+    if r is None or r in ("tensor", "numpy"):
+        kind = r
+        recorded = kw.get("_append_to") is not None  # filled at submit: the fields stay as they come
+
+        def post(out):
+            if not isinstance(out, dict) or recorded:
+                return out
+            k = kind or ("tensor" if all(isinstance(v, _nabla.CTensor) for v in out.values()) else None)
+            return _spy_struct.from_fields(out, st, k) if k and set(out) == {p for p, _, _ in st.fields} else out
+
+        return post
+    return None
+
+
 def hook(fn, args, kw):
     overloads = _info(fn)
     kw = dict(kw) if kw else {}
     if "_result" in kw:
         kw["_result"] = result_kind(kw["_result"])
+    post = None
+    if fn.mode == "primal":
+        st = _ret_struct(fn)
+        if st is not None:
+            post = _result_plan(fn, st, kw)
     grads = {}
     new_args = tuple(_arg(fn, overloads, i, None, a, grads) for i, a in enumerate(args))
     for k in list(kw):
@@ -196,7 +267,7 @@ def hook(fn, args, kw):
         for k, v in grads.items():
             g.setdefault(k, v)
         kw["_grads"] = g
-    return new_args, kw
+    return (new_args, kw, post) if post is not None else (new_args, kw)
 
 
 # ---- FunctionNode: f.set(...), f.return_type(...) -------------------------------------------

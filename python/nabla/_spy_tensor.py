@@ -5,6 +5,7 @@ device)`, `t.numpy()`, `.grad`. SlangPy's are added beside them and told apart b
 types: a nabla.Device first means SlangPy's `(device, ...)` order. Installed by install().
 """
 from . import _nabla
+from . import _spy_image, _spy_struct
 from ._spy_types import SlangType, resolve_dtype
 
 Tensor = _nabla.CTensor
@@ -46,17 +47,45 @@ def _make(device, shape, dtype, zero):
         raise _nabla.ArgumentError(f"expected a nabla.Device (spy.init_device()), got {type(device).__name__}")
     dt, elem = resolve_dtype(dtype)
     shp = _full_shape(shape, elem)
-    return (_nabla.tensor_zeros if zero else _nabla.tensor_empty)(shp, dt, device)
+    t = (_nabla.tensor_zeros if zero else _nabla.tensor_empty)(shp, dt, device)
+    return _spy_struct.tag(t, dtype) if isinstance(dtype, SlangType) else t
 
 
-def _from_numpy(*args, **kw):
-    """Tensor.from_numpy(array, device=None) (nabla) or Tensor.from_numpy(device, array)
-    (SlangPy): a copy of the array on the device."""
+def _structured(a):
+    return getattr(getattr(a, "dtype", None), "names", None) is not None and hasattr(a, "__array_interface__")
+
+
+def _from_numpy(*args, target_slang_dtype=None, **kw):
+    """Tensor.from_numpy(array, device=None) (nabla) or Tensor.from_numpy(device, array,
+    target_slang_dtype=None) (SlangPy): a copy of the array on the device. A numpy structured
+    array needs target_slang_dtype=module.MyStruct (its record layout must match: ShapeError)."""
     if args and isinstance(args[0], Device):
-        if len(args) != 2 or kw:
-            raise _nabla.ArgumentError("Tensor.from_numpy(device, array) takes exactly these two arguments")
-        return _nabla.tensor_from_buffer(args[1], args[0])
-    return _nabla.tensor_from_buffer(*args, **kw)
+        extra = set(kw) - {"usage", "memory_type", "program_layout"}  # SlangPy's buffer options: no effect
+        if len(args) != 2 or extra:
+            raise _nabla.ArgumentError("Tensor.from_numpy(device, array, target_slang_dtype=None) takes exactly these "
+                                       f"two arguments and the dtype (got {len(args)} positional, {sorted(extra)})")
+        device, array = args
+    else:
+        array = args[0] if args else kw.pop("array", None)
+        device = args[1] if len(args) > 1 else kw.pop("device", None)
+        if kw or len(args) > 2:
+            raise _nabla.ArgumentError(f"Tensor.from_numpy(array, device=None): unknown argument(s) {sorted(kw)}")
+    if _structured(array):
+        if target_slang_dtype is None:
+            raise _nabla.ArgumentError(
+                f"Structured numpy dtype {array.dtype} needs target_slang_dtype=module.MyStruct (the struct "
+                "its records hold)")
+        if device is None:
+            device = _nabla.device("cpu")
+        return _spy_struct.from_structured(device, array, target_slang_dtype)
+    if target_slang_dtype is not None:
+        dt, elem = resolve_dtype(target_slang_dtype)
+        t = _nabla.tensor_from_buffer(array, device) if device is not None else _nabla.tensor_from_buffer(array)
+        if elem and tuple(t.shape[len(t.shape) - len(elem):]) != tuple(elem):
+            raise _nabla.ShapeError(f"Tensor.from_numpy: an array of {getattr(target_slang_dtype, 'name', dt)} must "
+                                    f"end in {list(elem)}, got shape {list(t.shape)}")
+        return _spy_struct.tag(t, target_slang_dtype) if isinstance(target_slang_dtype, SlangType) else t
+    return _nabla.tensor_from_buffer(array, device) if device is not None else _nabla.tensor_from_buffer(array)
 
 
 def _sp_or_nabla(zero):
@@ -91,7 +120,9 @@ def _like(zero):
     def like(t):
         if not isinstance(t, Tensor):
             raise _nabla.ArgumentError(f"expected a nabla.Tensor, got {type(t).__name__}")
-        return (_nabla.tensor_zeros if zero else _nabla.tensor_empty)(t.shape, t.dtype, t.device)
+        r = (_nabla.tensor_zeros if zero else _nabla.tensor_empty)(t.shape, t.scalar_dtype, t.device)
+        r.slang_type = t.slang_type
+        return r
 
     return like
 
@@ -111,12 +142,31 @@ def _to_numpy(self):
     return self.to_numpy()
 
 
+def make_to_numpy(c_to_numpy):
+    def to_numpy(self):
+        """A numpy copy; a struct tensor gives a numpy structured array of its leading shape."""
+        if self.slang_type is not None:
+            return _spy_struct.to_numpy(self, c_to_numpy)
+        return c_to_numpy(self)
+
+    return to_numpy
+
+
 def copy_from_numpy(self, array):
     """Copies array (any numeric dtype, cast to the tensor's; same number of elements, reshaped
     to the tensor's shape) into the tensor in place. Returns None (SlangPy's from_numpy on an
-    NDBuffer)."""
+    NDBuffer). A struct tensor also takes a structured array of its records."""
     np = _numpy()
     a = np.asarray(array)
+    if self.slang_type is not None and a.dtype.names is not None:
+        st = self.slang_type
+        _spy_struct.check_structured(a, st, "copy_from_numpy")
+        lead = _spy_struct.lead_shape(self)
+        if a.shape != lead:
+            raise _nabla.ShapeError(f"copy_from_numpy: {len(a.shape)}-d records {list(a.shape)} for a tensor of "
+                                    f"{st.name} {list(lead)}")
+        self.copy_from(_spy_struct.from_structured(self.device, a, st))
+        return
     if a.size != self.numel:
         raise _nabla.ShapeError(f"from_numpy: the array has {a.size} elements {list(a.shape)}, the tensor "
                                 f"{self.numel} {list(self.shape)}")
@@ -129,7 +179,7 @@ def copy_from_numpy(self, array):
 
 def _np_dtype(self):
     return {"f32": "float32", "f64": "float64", "f16": "float16", "i32": "int32", "u32": "uint32",
-            "i64": "int64", "u8": "uint8", "bool": "bool", "bf16": "float32"}[self.dtype]
+            "i64": "int64", "u8": "uint8", "bool": "bool", "bf16": "float32"}[self.scalar_dtype]
 
 
 def _check_grad(self, g, what):
@@ -139,7 +189,7 @@ def _check_grad(self, g, what):
         raise _nabla.ArgumentError(f"with_grads: {what} must be a nabla.Tensor, got {type(g).__name__}")
     if tuple(g.shape) != tuple(self.shape):
         raise _nabla.ShapeError(f"with_grads: {what} has shape {list(g.shape)}, the tensor {list(self.shape)}")
-    if g.dtype != self.dtype:
+    if g.scalar_dtype != self.scalar_dtype:
         raise _nabla.DtypeError(f"with_grads: {what} is {g.dtype}, the tensor {self.dtype}")
     if g.device.name != self.device.name:
         raise _nabla.DeviceError(f"with_grads: {what} is on {g.device.name}, the tensor on {self.device.name}")
@@ -161,6 +211,7 @@ def make_with_grads(c_with_grads):
         if grad_in is None and grad_out is None:
             r = c_with_grads(self, None, bool(zero))
             r.grad_in = r.grad
+            r.slang_type = r.grad.slang_type = self.slang_type
             return r
         r = self.detach()
         if grad_out is not None:
@@ -176,8 +227,11 @@ def make_with_grads(c_with_grads):
 def detach(self):
     """The same memory without gradient buffers."""
     if len(self.shape) == 0:
-        return _nabla.tensor_reshape(self, ())
-    return _nabla.tensor_slice(self, 0, 0, self.shape[0], 1)
+        r = _nabla.tensor_reshape(self, ())
+    else:
+        r = _nabla.tensor_slice(self, 0, 0, self.shape[0], 1)
+    r.slang_type = self.slang_type
+    return r
 
 
 def clear(self):
@@ -189,16 +243,71 @@ def flatten_dtype(self):
     """The tensor in the flat layout (nabla stores every dtype flat already: a view of the same
     memory with its gradient buffers)."""
     r = detach(self)
+    r.slang_type = None  # a struct tensor's records as their scalars
     r.grad = self.grad
     r.grad_in = self.grad_in
     return r
 
 
+def _elem(t):
+    """The element dims of t: a struct tensor's record dims, else none (scalars)."""
+    st = t.slang_type
+    return tuple(st.shape) if st is not None else ()
+
+
 def broadcast_to(self, shape):
-    """A zero-copy view broadcast NumPy-style to shape (stride 0 in new / size-1 dims)."""
+    """A zero-copy view broadcast NumPy-style to shape (stride 0 in new / size-1 dims); a struct
+    tensor's shape counts records (its record dims are kept)."""
     if isinstance(shape, int):
         shape = (shape,)
-    return _nabla.tensor_broadcast_to(self, tuple(shape))
+    r = _nabla.tensor_broadcast_to(self, tuple(shape) + _elem(self))
+    r.slang_type = self.slang_type
+    return r
+
+
+def view(self, shape, strides=None, offset=0):
+    """SlangPy's Tensor.view: a view of the same memory with this shape, strides (in elements;
+    None or () = C order) and offset (in elements, added to the tensor's own). Elements are the
+    dtype's: records of a struct tensor (their dims are kept), else scalars. Strides must be >= 0
+    and the view inside the tensor's memory (ShapeError otherwise). The gradient buffers are
+    viewed alike."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise _nabla.ShapeError(f"view: shape {list(shape)} has a negative dim")
+    elem = _elem(self)
+    nd = len(self.shape) - len(elem)
+    es = _spy_struct._SIZE[self.scalar_dtype]
+    tstr = tuple(self.strides)
+    estr = tstr[nd:]  # the element's own strides stay
+    ebytes = es
+    for d in elem:
+        ebytes *= d
+    if strides is None or len(tuple(strides)) == 0:
+        st, acc = [], 1
+        for d in reversed(shape):
+            st.append(acc)
+            acc *= max(d, 1)
+        strides = tuple(reversed(st))
+    strides = tuple(int(x) for x in strides)
+    if len(strides) != len(shape):
+        raise _nabla.ShapeError(f"view: shape has {len(shape)} dims, strides {len(strides)} ({list(shape)} vs "
+                                f"{list(strides)})")
+    if any(x < 0 for x in strides):
+        raise _nabla.ShapeError(f"view: strides {list(strides)} must be >= 0")
+
+    def one(t):
+        return _nabla.tensor_view(t, t.scalar_dtype, shape + elem, tuple(x * ebytes for x in strides) + estr,
+                                  int(offset) * ebytes)
+
+    r = one(self)
+    r.slang_type = self.slang_type
+    if self.grad is not None:
+        r.grad = one(self.grad)
+    if self.grad_in is not None:
+        r.grad_in = r.grad if self.grad_in is self.grad else one(self.grad_in)
+    return r
 
 
 def _norm_index(i, n, dim):
@@ -236,14 +345,44 @@ def _index(t, key):
     return t
 
 
+def _leading_only(t, key):
+    """True if key indexes only the leading (non-record) dims of struct tensor t."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    full = []
+    nreal = sum(1 for k in key if k is not Ellipsis)
+    for k in key:
+        full.extend([slice(None)] * (len(t.shape) - nreal) if k is Ellipsis else [k])
+    while full and isinstance(full[-1], slice) and full[-1] == slice(None):
+        full.pop()
+    return len(full) <= len(t.shape) - len(_elem(t))
+
+
 def getitem(self, key):
     """t[i], t[:, 1:3], t[..., 0]: zero-copy strided views (ints remove a dim, slices keep it;
-    a negative step is UnsupportedError). The gradient buffers are indexed alike."""
+    a negative step is UnsupportedError). The gradient buffers are indexed alike. On a struct
+    tensor, t["pos"] (or "t.x") is a field's view and indexing the leading dims keeps the struct
+    type."""
+    st = self.slang_type
+    if isinstance(key, str):
+        if st is None:
+            raise _nabla.ArgumentError(f"tensor['{key}']: field names index struct tensors (dtype module.MyStruct)")
+        views = _spy_struct.field_views(self)
+        if key not in views:
+            sub = {p[len(key) + 1:]: v for p, v in views.items() if p.startswith(key + ".")}
+            if not sub:
+                raise _nabla.ArgumentError(f"struct {st.name} has no field '{key}' (fields: {', '.join(views)})")
+            return _spy_struct.nest(sub)
+        return views[key]
     r = _index(self, key)
     if self.grad is not None:
         r.grad = _index(self.grad, key)
     if self.grad_in is not None:
         r.grad_in = r.grad if self.grad_in is self.grad else _index(self.grad_in, key)
+    if st is not None and _leading_only(self, key):
+        r.slang_type = st
+        if r.grad is not None:
+            r.grad.slang_type = st
     return r
 
 
@@ -255,7 +394,11 @@ def _str(self):
 
 
 def _element_count(self):
-    return self.numel
+    """SlangPy's element_count: the number of elements of the dtype (records of a struct tensor)."""
+    n = 1
+    for d in self.shape[:len(self.shape) - len(_elem(self))]:
+        n *= d
+    return n
 
 
 class _NDBufferMeta(type):
@@ -285,7 +428,9 @@ class NDBuffer(metaclass=_NDBufferMeta):
             shape = (element_count,)
         return _make(device, shape, dtype, True)
 
-    from_numpy = staticmethod(lambda device, array: _numpy_ctor(device, array))
+    from_numpy = staticmethod(lambda device, array, target_slang_dtype=None:
+                              _from_numpy(device, array, target_slang_dtype=target_slang_dtype))
+    load_from_image = staticmethod(_spy_image.load_from_image)
     zeros = staticmethod(lambda device, shape=None, dtype=None: _make(device, shape, dtype, True))
     empty = staticmethod(lambda device, shape=None, dtype=None: _make(device, shape, dtype, False))
     zeros_like = staticmethod(_like(True))
@@ -294,6 +439,9 @@ class NDBuffer(metaclass=_NDBufferMeta):
 
 def install():
     c_with_grads = Tensor.with_grads
+    Tensor.to_numpy = make_to_numpy(Tensor.to_numpy)
+    Tensor.view = view
+    Tensor.load_from_image = staticmethod(_spy_image.load_from_image)
     Tensor.from_numpy = _hybrid(_from_numpy, copy_from_numpy)
     Tensor.numpy = _hybrid(_numpy_ctor, _to_numpy)
     Tensor.zeros = staticmethod(_sp_or_nabla(True))

@@ -6,10 +6,13 @@ an element of a scalar type is one scalar, a vector / matrix / array type adds i
 its fields in declaration order, depth-first (`struct Pixel { float r, g, b; }` -> (3,);
 `struct P { float3 pos; float w; }` -> (4,)), except that a struct of a single field takes that
 field's dims (`MLP<32,8> { float weights[32][8]; }` -> (32, 8)). All fields of a struct stored
-this way must share one scalar type (a struct mixing int and float fields is a DtypeError as a
-dtype; pass such structs as dicts). A Tensor of `Pixel` of shape (16, 16) is thus an f32 tensor of
-shape (16, 16, 3), and a Tensor (or numpy array, torch tensor) in this layout can be passed for a
-struct parameter: its fields are bound as zero-copy strided views (python/nabla/_spy_call.py).
+this way share one scalar type. A struct mixing scalar types (`struct S { int id; float w; }`) is
+stored as records: a u8 tensor whose last dim is the record's bytes, each field at its C offset
+(aligned to its scalar size, as numpy's `align=True` and SlangPy's buffers on CUDA/CPU lay it out):
+`S` -> u8 (8,). Both layouts are the bytes of a C array of the struct (python/nabla/_spy_struct.py).
+A Tensor of `Pixel` of shape (16, 16) is thus an f32 tensor of shape (16, 16, 3), and a Tensor (or
+numpy array, torch tensor) in this layout can be passed for a struct parameter: its fields are bound
+as zero-copy strided views (python/nabla/_spy_call.py).
 """
 from . import _nabla
 
@@ -31,6 +34,12 @@ class SlangType:
         self.dtype = dtype
         self.shape = tuple(shape)
         self.fields = fields
+        # structs: the C record layout, {path: byte offset}, its size and alignment in bytes
+        self.offsets, self.itemsize, self.align = (record_layout(fields) if fields else (None, None, None))
+
+    @property
+    def is_struct(self):
+        return self.fields is not None
 
     @property
     def flat_size(self):
@@ -70,6 +79,46 @@ def builtin_type(name):
     return None
 
 
+SIZES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i32": 4, "u32": 4, "i64": 8, "u8": 1, "bool": 1}
+
+
+def record_layout(fields):
+    """({path: byte offset}, itemsize, alignment) of a struct's fields [(path, dtype, dims)] in C
+    layout: each leaf aligned to its scalar size, a nested struct ("t.x", "t.y") to its largest
+    leaf, sizes rounded up to the alignment."""
+    tree = {}  # name -> subtree dict, or a leaf (dtype, dims); insertion order = declaration order
+    for path, dtype, dims in fields:
+        node, parts = tree, path.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = (dtype, tuple(dims))
+
+    def lay(node, prefix, base, out):
+        """(size, alignment) of a (sub)struct; its leaves' offsets into out (None: sizes only)"""
+        off, align = 0, 1
+        for name, v in node.items():
+            if isinstance(v, dict):
+                size, a = lay(v, "", 0, None)
+                off = (off + a - 1) // a * a
+                if out is not None:
+                    lay(v, prefix + name + ".", base + off, out)
+            else:
+                a = SIZES.get(v[0], 4)
+                size = a
+                for d in v[1]:
+                    size *= d
+                off = (off + a - 1) // a * a
+                if out is not None:
+                    out[prefix + name] = base + off
+            off += size
+            align = max(align, a)
+        return (off + align - 1) // align * align, align
+
+    offsets = {}
+    itemsize, align = lay(tree, "", 0, offsets)
+    return offsets, itemsize, align
+
+
 def struct_layout(leaves, what):
     """(dtype, shape, fields) of a struct in the flat layout from its leaves
     [(param, path, dims, dtype, ...)]; DtypeError when the fields' scalar types differ."""
@@ -95,15 +144,25 @@ def struct_layout(leaves, what):
 def module_type(module, name):
     """module.X for a type name X: a builtin type, or a struct of the module (NotFoundError lists
     the module's structs)."""
+    return cmodule_type(module._cmod, name)
+
+
+def cmodule_type(cmod, name):
+    """module_type on the C module (a function's .module)."""
     t = builtin_type(name)
     if t is not None:
         return t
-    leaves = _nabla.type_leaves(module._cmod, name)
+    leaves = _nabla.type_leaves(cmod, name)
+    fields = [(lf[1], lf[3], tuple(lf[2])) for lf in leaves]
     try:
         dtype, shape, fields = struct_layout(leaves, f"struct {name}")
-    except _nabla.DtypeError as e:  # usable as a type name (_type), not as a tensor dtype
-        t = SlangType(name, None, (), [(lf[1], lf[3], tuple(lf[2])) for lf in leaves])
-        t.error = str(e)
+    except _nabla.DtypeError as e:
+        if not fields:  # no fields: usable as a type name (_type), not as a tensor dtype
+            t = SlangType(name, None, (), fields)
+            t.error = str(e)
+            return t
+        t = SlangType(name, "u8", (), fields)  # mixed scalar types: records of bytes
+        t.shape = (t.itemsize,)
         return t
     return SlangType(name, dtype, shape, fields)
 

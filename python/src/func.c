@@ -57,6 +57,11 @@ PyObject *nbp_func_new(nb_func *f, PyObject *module, int mode, PyObject *maps) {
     }
     for (int i = 0; i < o->nparams; i++)
         if (dotted[i] && !tens[i]) o->has_struct = 1;
+    /* a struct result: spy.c's hook turns it into a struct tensor / structured array */
+    nb_leaf_info ri;
+    o->ret_struct = mode == NBP_PRIMAL && nb_func_result_count(f, 0) > 0 &&
+                    (nb_func_result_count(f, 0) > 1 ||
+                     (nb_func_result_leaf(f, 0, 0, &ri) == NB_OK && ri.path && strcmp(ri.path, "_result") != 0));
     return (PyObject *)o;
 }
 
@@ -242,6 +247,20 @@ static int bind_grad_path(call_state *s, const char *path, PyObject *v) {
     return check(nb_call_arg_named(s->c, path, a->t));
 }
 
+/* _result={"pos": P, "t": {"x": X}} (or {"t.x": X}) for a struct result: each field is written into
+ * its array (nb_call_result_named "_result.pos"); fields not given are allocated. SlangPy's struct
+ * tensors pass their field views this way (python/nabla/_spy_struct.py). */
+static int bind_result_path(call_state *s, const char *path, PyObject *v) {
+    if (PyDict_Check(v) || is_namespace(v)) return each_field(s, path, v, bind_result_path);
+    nbp_arg *a;
+    if (convert_arg(s, v, 1, &a) < 0) return -1;
+    if (!a->t) {
+        PyErr_Format(PyExc_TypeError, "_result: the field '%s' must be given an array to write into", path);
+        return -1;
+    }
+    return check(nb_call_result_named(s->c, path, a->t));
+}
+
 static int bind_grad_fields(call_state *s, int pi, const char *field, PyObject *v) {
     const char *path = keep_path(s, s->fn->pnames[pi] ? s->fn->pnames[pi] : "", "_grad", field ? field : "");
     return path ? bind_grad_path(s, path, v) : -1;
@@ -419,13 +438,20 @@ static PyObject *do_call_spy(PyObject *self, PyObject *args, PyObject *kw, const
         if (w) {
             PyObject *r = PyObject_CallFunctionObjArgs(nbp_spy_hook, self, args, kw ? kw : Py_None, NULL);
             if (!r) return NULL;
-            PyObject *a2 = NULL, *k2 = NULL;
-            if (!PyArg_ParseTuple(r, "OO", &a2, &k2) || !PyTuple_Check(a2) || (k2 != Py_None && !PyDict_Check(k2))) {
-                if (!PyErr_Occurred()) PyErr_SetString(nbp_InternalError, "spy hook: expected (tuple, dict)");
+            /* (args, kwargs) or (args, kwargs, post): post(result) is what the call returns (a
+             * struct result as a struct tensor or a numpy structured array) */
+            PyObject *a2 = NULL, *k2 = NULL, *post = NULL;
+            if (!PyArg_ParseTuple(r, "OO|O", &a2, &k2, &post) || !PyTuple_Check(a2) || (k2 != Py_None && !PyDict_Check(k2))) {
+                if (!PyErr_Occurred()) PyErr_SetString(nbp_InternalError, "spy hook: expected (tuple, dict[, post])");
                 Py_DECREF(r);
                 return NULL;
             }
             PyObject *out2 = do_call_spy(self, a2, k2 == Py_None ? NULL : k2, grid, 1);
+            if (out2 && post && post != Py_None) {
+                PyObject *p2 = PyObject_CallFunctionObjArgs(post, out2, NULL);
+                Py_DECREF(out2);
+                out2 = p2;
+            }
             Py_DECREF(r);
             return out2;
         }
@@ -496,6 +522,9 @@ static PyObject *do_call_spy(PyObject *self, PyObject *args, PyObject *kw, const
                 goto done;
             }
             if (!dout) dout = g;
+        } else if (PyDict_Check(res)) { /* a struct result's fields into these arrays */
+            if (each_field(s, "_result", res, bind_result_path) < 0) goto done;
+            into_obj = res;
         } else {
             nbp_arg *a;
             if (convert_arg(s, res, 1, &a) < 0) goto done;

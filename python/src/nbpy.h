@@ -39,6 +39,8 @@ typedef struct {
     PyObject *grad;   /* a Tensor or NULL */
     PyObject *grad_in; /* SlangPy's grad_in: the incoming gradient when this is a _result of .bwds (or NULL) */
     PyObject *device; /* DeviceObject */
+    PyObject *stype;  /* SlangPy: the struct type (nabla.SlangType) of a struct tensor, or NULL; its
+                       * elements are the trailing dims (python/nabla/_spy_struct.py) */
     Py_ssize_t bshape[NB_MAX_DIMS], bstrides[NB_MAX_DIMS]; /* for the buffer protocol */
     int nexports;
 } TensorObject;
@@ -64,6 +66,7 @@ typedef struct {
     int pdirs[32];
     unsigned char ptensor[32]; /* a Tensor<T,N> parameter: the kernel may write through it */
     int has_struct;   /* some parameter is a struct (SlangPy spelling: spy.c's hook may rewrite the call) */
+    int ret_struct;   /* a primal call returning a struct (spy.c's hook wraps the result) */
 } FunctionObject;
 
 /* ---- shared state (ext.c) ---------------------------------------------------------------- */

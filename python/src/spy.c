@@ -21,9 +21,11 @@ static int is_struct_value(PyObject *o) {
 
 static int typed_dict(PyObject *o) { return PyDict_Check(o) && PyDict_GetItemString(o, "_type") != NULL; }
 
-/* 1 when the Python layer must see the call first: a struct parameter given something else than a
- * dict (a Tensor / array in the flat layout), a dict naming its `_type`, or `_result=` a class. */
+/* 1 when the Python layer must see the call first: a struct result (made a struct tensor), a struct
+ * parameter given something else than a dict (a Tensor / array in the flat layout, a numpy
+ * structured array), a dict naming its `_type`, or `_result=` a class. */
 int nbp_spy_wants(FunctionObject *fn, PyObject *args, PyObject *kw) {
+    if (fn->ret_struct) return 1;
     Py_ssize_t n = PyTuple_Size(args);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GetItem(args, i);
@@ -182,6 +184,25 @@ static PyObject *py_reshape(PyObject *self, PyObject *args) {
     return wrap_view(t, st, v);
 }
 
+/* tensor_view(t, dtype, shape, strides (bytes) or None, byte_offset) -> any strided view of t's
+ * memory (nb_tensor_view: bounds and alignment checked against the buffer) */
+static PyObject *py_view(PyObject *self, PyObject *args) {
+    PyObject *t, *dto, *so, *sto;
+    long long off;
+    int nd, nst = 0, ok = 1;
+    int64_t sh[NB_MAX_DIMS], st[NB_MAX_DIMS];
+    if (!PyArg_ParseTuple(args, "O!OOOL", (PyTypeObject *)nbp_TensorType, &t, &dto, &so, &sto, &off) ||
+        shape_arg(so, &nd, sh) < 0 || (sto != Py_None && shape_arg(sto, &nst, st) < 0))
+        return NULL;
+    nb_dtype dt = nbp_dtype_arg(dto, &ok);
+    if (!ok) return NULL;
+    if (sto != Py_None && nst != nd)
+        return PyErr_Format(nbp_ShapeError, "view: %d strides for a shape of %d dims", nst, nd);
+    nb_tensor *v = NULL;
+    nb_status s = nb_tensor_view(((TensorObject *)t)->t, dt, nd, sh, sto == Py_None ? NULL : st, off, &v);
+    return wrap_view(t, s, v);
+}
+
 static PyMethodDef spy_fns[] = {
     {"_spy_set_hook", py_set_hook, METH_O, "internal: the SlangPy-spelling call hook"},
     {"type_leaves", py_type_leaves, METH_VARARGS, "type_leaves(cmodule, struct name) -> leaves"},
@@ -190,6 +211,7 @@ static PyMethodDef spy_fns[] = {
     {"tensor_slice", py_slice, METH_VARARGS, "tensor_slice(t, dim, start, stop, step) -> view"},
     {"tensor_select", py_select, METH_VARARGS, "tensor_select(t, dim, index) -> view"},
     {"tensor_broadcast_to", py_broadcast, METH_VARARGS, "tensor_broadcast_to(t, shape) -> view"},
+    {"tensor_view", py_view, METH_VARARGS, "tensor_view(t, dtype, shape, byte strides or None, byte offset) -> view"},
     {"tensor_reshape", py_reshape, METH_VARARGS, "tensor_reshape(t, shape) -> view (NB_ERR_LAYOUT if impossible)"},
     {NULL},
 };

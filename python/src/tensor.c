@@ -85,6 +85,7 @@ PyObject *nbp_tensor_new(nb_tensor *t, PyObject *owner) {
     Py_XINCREF(owner);
     o->grad = NULL;
     o->grad_in = NULL;
+    o->stype = NULL;
     o->nexports = 0;
     o->device = nbp_device_get(nb_device_name(nb_tensor_device(t)));
     if (!o->device) {
@@ -101,6 +102,7 @@ static void tensor_dealloc(PyObject *self) {
     Py_XDECREF(o->owner);
     Py_XDECREF(o->grad);
     Py_XDECREF(o->grad_in);
+    Py_XDECREF(o->stype);
     Py_XDECREF(o->device);
     PyObject_Free(self);
     Py_DECREF(tp);
@@ -163,8 +165,28 @@ static PyObject *tensor_get_ndim(PyObject *self, void *c) {
 static PyObject *tensor_get_numel(PyObject *self, void *c) {
     return PyLong_FromLongLong(nb_tensor_numel(((TensorObject *)self)->t));
 }
-static PyObject *tensor_get_dtype(PyObject *self, void *c) {
+static PyObject *tensor_get_scalar_dtype(PyObject *self, void *c) {
     return PyUnicode_FromString(nb_dtype_name(nb_tensor_dtype(((TensorObject *)self)->t)));
+}
+/* dtype: the struct type of a struct tensor (SlangPy's tensor.dtype), else the scalar dtype name */
+static PyObject *tensor_get_dtype(PyObject *self, void *c) {
+    PyObject *st = ((TensorObject *)self)->stype;
+    if (!st) return tensor_get_scalar_dtype(self, c);
+    Py_INCREF(st);
+    return st;
+}
+static PyObject *tensor_get_stype(PyObject *self, void *c) {
+    PyObject *st = ((TensorObject *)self)->stype;
+    if (!st) Py_RETURN_NONE;
+    Py_INCREF(st);
+    return st;
+}
+static int tensor_set_stype(PyObject *self, PyObject *v, void *c) {
+    PyObject *old = ((TensorObject *)self)->stype;
+    ((TensorObject *)self)->stype = v && v != Py_None ? v : NULL;
+    Py_XINCREF(((TensorObject *)self)->stype);
+    Py_XDECREF(old);
+    return 0;
 }
 static PyObject *tensor_get_device(PyObject *self, void *c) {
     PyObject *d = ((TensorObject *)self)->device;
@@ -656,7 +678,9 @@ static PyGetSetDef tensor_getset[] = {
     {"strides", tensor_get_strides, NULL, "byte strides", NULL},
     {"ndim", tensor_get_ndim, NULL, "rank", NULL},
     {"numel", tensor_get_numel, NULL, "number of elements", NULL},
-    {"dtype", tensor_get_dtype, NULL, "\"f32\", \"f64\", …", NULL},
+    {"dtype", tensor_get_dtype, NULL, "\"f32\", \"f64\", … (a struct tensor: its struct type, module.MyStruct)", NULL},
+    {"scalar_dtype", tensor_get_scalar_dtype, NULL, "the stored scalar dtype: \"f32\", … (\"u8\" for a struct of mixed fields)", NULL},
+    {"slang_type", tensor_get_stype, tensor_set_stype, "SlangPy: the struct type of a struct tensor (its elements are the trailing dims), or None", NULL},
     {"device", tensor_get_device, NULL, "the nabla.Device holding the memory", NULL},
     {"grad", tensor_get_grad, tensor_set_grad, "gradient Tensor (with_grads) or None", NULL},
     {"grad_in", tensor_get_grad_in, tensor_set_grad_in, "SlangPy's grad_in: the gradient a .bwds call reads for this _result (None: .grad)", NULL},

@@ -98,8 +98,11 @@ def test_module_types():
     assert m.P2.shape == (4,) and [f[0] for f in m.P2.fields] == ["pos", "w"]
     with pytest.raises(AttributeError, match="nope"):
         m.nope
-    with pytest.raises(spy.DtypeError, match="mixes field types"):
-        spy.NDBuffer(spy.init_device(type="cpu"), dtype=m.MyType, shape=(2,))
+    # a struct of mixed scalar types is stored as C records of bytes: int x @0, float y @4
+    assert (m.MyType.dtype, m.MyType.shape, m.MyType.itemsize) == ("u8", (8,), 8)
+    assert m.MyType.offsets == {"x": 0, "y": 4} and m.P2.offsets == {"pos": 0, "w": 12}
+    b = spy.NDBuffer(spy.init_device(type="cpu"), dtype=m.MyType, shape=(2,))
+    assert b.dtype == m.MyType and b.scalar_dtype == "u8" and b.shape == (2, 8) and b.element_count == 2
 
 
 def test_ndbuffer():
@@ -112,9 +115,11 @@ def test_ndbuffer():
     b = spy.NDBuffer(dev, dtype=m.float3, shape=(2,))
     assert b.shape == (2, 3)
     b = spy.NDBuffer(dev, dtype=m.Pixel, shape=(16, 16))
-    assert b.shape == (16, 16, 3)
+    assert b.shape == (16, 16, 3) and b.dtype == m.Pixel and b.scalar_dtype == "f32"
     b.from_numpy(numpy.arange(16 * 16 * 3))  # any numeric dtype, same element count
-    assert b.to_numpy()[1, 2].tolist() == [54.0, 55.0, 56.0]
+    assert b.flatten_dtype().to_numpy()[1, 2].tolist() == [54.0, 55.0, 56.0]
+    assert b.to_numpy()[1, 2].tolist() == (54.0, 55.0, 56.0)  # a struct tensor: a structured array
+    assert b.to_numpy()["g"][1, 2] == 55.0
     assert spy.NDBuffer(dev, element_count=5).shape == (5,)
     with pytest.raises(spy.ShapeError, match="has 5 elements"):
         b.from_numpy(numpy.zeros(5))

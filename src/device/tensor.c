@@ -398,6 +398,59 @@ nb_status nb_tensor_reshape(const nb_tensor *t, int ndim, const int64_t *shape, 
     return NB_OK;
 }
 
+nb_status nb_tensor_view(const nb_tensor *t, nb_dtype dtype, int ndim, const int64_t *shape,
+                         const int64_t *strides, int64_t byte_offset, nb_tensor **out) {
+    const char *who = __func__;
+    NB_CHECK_ARG(out);
+    *out = NULL;
+    NB_CHECK_ARG(t);
+    NB_TRY(check_dtype(who, dtype));
+    int64_t es = (int64_t)nb_dtype_size(dtype), numel;
+    NB_TRY(nb_layout_check_shape(who, ndim, shape, es, &numel));
+    int64_t st[NB_MAX_DIMS];
+    if (strides) {
+        for (int i = 0; i < ndim; i++) {
+            if (strides[i] < 0 || strides[i] % es)
+                return nb_error(NB_ERR_SHAPE,
+                                "%s: strides[%d] = %lld bytes: strides must be >= 0 and multiples "
+                                "of the element size %lld (%s)",
+                                who, i, (long long)strides[i], (long long)es, nb_dtype_name(dtype));
+            st[i] = strides[i];
+        }
+    } else {
+        nb_layout_contiguous_strides(ndim, shape, es, st);
+    }
+    char sb[160], tb[200], d[200];
+    int64_t span = nb_layout_span(ndim, shape, st, es);
+    int64_t size = (int64_t)nb_buffer_size(t->buf), base = (int64_t)t->offset;
+    /* start = bytes from the buffer's start to the view's element [0,…,0], in [0, size] */
+    int inside = span >= 0 && byte_offset >= -base && byte_offset <= size - base;
+    int64_t start = inside ? base + byte_offset : 0;
+    if (!inside || (numel > 0 && span > size - start))
+        return nb_error(NB_ERR_SHAPE,
+                        "%s: a %s%s view with strides %s at byte offset %lld from %s's element 0 "
+                        "does not fit in its buffer (%lld bytes, the tensor starting at byte %lld)",
+                        who, nb_dtype_name(dtype), nb_shape_str(ndim, shape, sb, sizeof sb),
+                        nb_shape_str(ndim, st, tb, sizeof tb), (long long)byte_offset,
+                        tshort(t, d, sizeof d), (long long)size, (long long)base);
+    if (((uintptr_t)nb_buffer_ptr(t->buf) + (uintptr_t)start) % (uintptr_t)es)
+        return nb_error(NB_ERR_SHAPE,
+                        "%s: byte offset %lld puts element 0 of a %s view at an address not "
+                        "aligned to its size %lld",
+                        who, (long long)byte_offset, nb_dtype_name(dtype), (long long)es);
+    nb_tensor *v = NULL;
+    NB_TRY(view_of(who, t, &v));
+    v->offset = (size_t)start;
+    v->dtype = dtype;
+    v->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        v->shape[i] = shape[i];
+        v->strides[i] = st[i];
+    }
+    *out = v;
+    return NB_OK;
+}
+
 /* ---- copies ----------------------------------------------------------------------------- */
 
 /* One side of a copy: where element [0,…,0] is and how to step from it. dev NULL means plain
