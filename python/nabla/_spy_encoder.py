@@ -104,7 +104,35 @@ def _append_to(self, command_encoder, *args, **kwargs):
     return self(*args, **kwargs)
 
 
+def _make_dispatch(c_dispatch):
+    def dispatch(self, thread_count, *args, command_encoder=None, vars=None, **kwargs):
+        """f.dispatch(thread_count, *args, command_encoder=None, vars=None, **kwargs): a [Kernel] /
+        [numthreads] function over thread_count threads (an int or 1 to 3 ints). With
+        command_encoder= the dispatch is recorded into it (run at submit, like append_to); vars=
+        (SlangPy: uniform values by name) are bound as keyword arguments."""
+        if vars:
+            if not isinstance(vars, dict):
+                raise _nabla.ArgumentError(f"dispatch: vars must be a dict {{name: value}}, got {type(vars).__name__}")
+            both = set(vars) & set(kwargs)
+            if both:
+                raise _nabla.ArgumentError(f"dispatch: {sorted(both)} given in vars and as keyword arguments")
+            kwargs.update(vars)
+        if command_encoder is not None:
+            if not isinstance(command_encoder, CommandEncoder):
+                raise TypeError(f"dispatch: command_encoder must be a command encoder "
+                                f"(device.create_command_encoder()), got {type(command_encoder).__name__}")
+            if command_encoder._finished:
+                raise _nabla.ArgumentError("dispatch: this command encoder was finished; create a new one")
+            kwargs["_append_to"] = command_encoder
+        return c_dispatch(self, thread_count, *args, **kwargs)
+
+    dispatch.__wrapped__ = c_dispatch
+    return dispatch
+
+
 def install(nabla):
+    if not hasattr(nabla.Function.dispatch, "__wrapped__"):
+        nabla.Function.dispatch = _make_dispatch(nabla.Function.dispatch)
     nabla.Device.create_command_encoder = _create_command_encoder
     nabla.Device.submit_command_buffer = _submit_command_buffer
     nabla.Function.append_to = _append_to

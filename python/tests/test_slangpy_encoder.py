@@ -107,3 +107,44 @@ def test_append_errors(dev):
     device.submit_command_buffer(cb)  # empty: nothing to do
     with pytest.raises(TypeError):
         device.submit_command_buffer(42)
+
+
+KSRC = """
+[Kernel] void fill(Tensor<float, 1> dst, float v) { uint3 id = dispatch_id(); dst[id.x] = dst[id.x] + v + float(id.x); }
+"""
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_dispatch_into_command_encoder(dev):
+    """SlangPy: f.dispatch(thread_count, ..., command_encoder=enc) records the dispatch; it runs
+    at submit (and again at each submit), in order with the other recorded calls."""
+    km = spy.load_module_from_source(KSRC, "kenc.slang", device=dev)
+    m = mod(dev)
+    device = spy.device(dev)
+    dst = spy.Tensor.zeros((4,), device=dev)
+    enc = device.create_command_encoder()
+    assert km.fill.dispatch(4, dst, 1.0, command_encoder=enc) is None
+    assert km.fill.dispatch((4, 1, 1), dst=dst, command_encoder=enc, vars={"v": 10.0}) is None
+    assert len(enc) == 2 and dst.to_numpy().tolist() == [0, 0, 0, 0]  # not run yet
+    x = T(np.ones((4, 3)), dev)
+    y = m.polynomial.append_to(enc, x, x)
+    cb = enc.finish()
+    device.submit_command_buffer(cb)
+    assert dst.to_numpy().tolist() == [11, 13, 15, 17]
+    np.testing.assert_allclose(y.to_numpy(), np.full((4, 3), 3.0))
+    cb.submit()  # again: the same dispatches over the tensor's new contents
+    assert dst.to_numpy().tolist() == [22, 26, 30, 34]
+    km.fill.dispatch(4, dst, 0.0)  # without an encoder: runs now
+    assert dst.to_numpy().tolist() == [22, 27, 32, 37]
+    with pytest.raises(TypeError, match="command_encoder must be a command encoder"):
+        km.fill.dispatch(4, dst, 1.0, command_encoder="enc")
+    with pytest.raises(spy.ArgumentError, match="finished"):
+        km.fill.dispatch(4, dst, 1.0, command_encoder=enc)
+    with pytest.raises(spy.ArgumentError, match=r"\['v'\] given in vars and as keyword"):
+        km.fill.dispatch(4, dst, v=1.0, vars={"v": 2.0})
+    with pytest.raises(spy.ArgumentError, match="vars must be a dict"):
+        km.fill.dispatch(4, dst, 1.0, vars=[1])
+    enc2 = device.create_command_encoder()
+    with pytest.raises(spy.ArgumentError, match="grid must be an int or 1 to 3 ints"):
+        km.fill.dispatch((1, 2, 3, 4), dst, 1.0, command_encoder=enc2)
+    assert len(enc2) == 0

@@ -227,3 +227,21 @@ def test_generators_in_derivative_calls(dev):
     assert gx.to_numpy().tolist() == [4.0, 8.0, 12.0]
     y, dy = m.f.fwds(x, spy.rand_float(2, 2), spy.call_id(), _tangents={"x": np.ones(3, np.float32)})
     assert y.tolist() == [2.0, 9.0, 20.0] and dy.tolist() == [4.0, 8.0, 12.0]
+
+
+def test_generators_refused_in_kernel_dispatch():
+    """SlangPy's raw dispatch (f.dispatch of a [numthreads] / thread-id function) binds arguments
+    as uniforms; its generator marshalls write no dispatch data (create_dispatchdata is not
+    implemented for call_id / thread_id / wang_hash / rand_float / grid), so generators do not
+    work there. nabla refuses them with an ArgumentError naming the parameter and pointing to
+    dispatch_id() instead of running with an unset value."""
+    m = spy.load_module_from_source(
+        "[Kernel] void k(Tensor<int, 1> dst, int v) { uint3 id = dispatch_id(); dst[id.x] = v; }\n",
+        "kgen.slang", device="cpu")
+    dst = spy.Tensor.zeros((4,), "i32", device="cpu")
+    for g in (spy.call_id(), spy.thread_id(), spy.wang_hash(), spy.rand_float(), spy.grid((4,))):
+        with pytest.raises(spy.ArgumentError, match=r"\[Kernel\] functions take no generators \('v' is .*dispatch_id"):
+            m.k.dispatch(4, dst, g)
+    assert dst.to_numpy().tolist() == [0, 0, 0, 0]
+    m.k.dispatch(4, dst, 7)
+    assert dst.to_numpy().tolist() == [7, 7, 7, 7]
