@@ -199,6 +199,19 @@ def result_kind(r):
 
 
 _ret_cache = {}
+_DECL_MODS = ("static", "inline", "public", "internal", "private", "const")
+
+
+def _ret_name(sig):
+    """'static Cell Cell.__init(int i)' -> 'Cell'; 'MLP<32, 8> f(...)' -> 'MLP<32,8>'."""
+    if "(" not in sig:
+        return ""
+    head = sig.split("(")[0].strip()
+    head = head[:len(head) - len(head.split()[-1])].strip() if head.split() else ""  # drop the name
+    words = head.split(" ")
+    while words and (words[0] in _DECL_MODS or words[0].startswith("[")):
+        words = words[1:]
+    return "".join(words)
 
 
 def _ret_struct(fn):
@@ -207,8 +220,7 @@ def _ret_struct(fn):
     hit = _ret_cache.get(key)
     if hit is not None and hit[0] is fn.module:
         return hit[1]
-    sig = _nabla.func_signature(fn, 0) or ""
-    ret = sig.split("(")[0].strip().rsplit(" ", 1)[0].replace(" ", "") if "(" in sig else ""
+    ret = _ret_name(_nabla.func_signature(fn, 0) or "")
     st = None
     if ret and ret != "void" and builtin_type(ret) is None:
         try:
@@ -343,8 +355,7 @@ def _set(fn, values, result=None):
 
 def _return_kind(fn, t):
     if isinstance(t, SlangType):
-        sig = _nabla.func_signature(fn, 0) or ""
-        ret = sig.split("(")[0].rsplit(" ", 1)[0].replace(" ", "") if "(" in sig else ""
+        ret = _ret_name(_nabla.func_signature(fn, 0) or "")
         bt = builtin_type(ret)
         same = ret == t.name.replace(" ", "") or (bt is not None and (bt.dtype, bt.shape) == (t.dtype, t.shape))
         if not same:

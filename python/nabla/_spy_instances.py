@@ -142,6 +142,8 @@ class InstanceList:
         except _nabla.NotFoundError:
             raise _nabla.NotFoundError(f"{self._name} has no constructor (__init)") from None
         out = init(*args, **kwargs)
+        if getattr(out, "slang_type", None) is not None:  # a struct tensor (tensor inputs): its fields
+            out = {k: v for k, v in _nabla_struct().field_views(out).items()}
         d = self._data
         if not isinstance(d, dict):
             raise _nabla.UnsupportedError("InstanceList.construct: only dict (SoA) data; fill a tensor "
@@ -169,6 +171,12 @@ class InstanceList:
         kind = "fields " + ", ".join(k for k in self._data if k != "_type") if isinstance(self._data, dict) \
             else type(self._data).__name__
         return f"<nabla.InstanceList of {self._name} ({kind})>"
+
+
+def _nabla_struct():
+    from . import _spy_struct
+
+    return _spy_struct
 
 
 def _merge(dst, src):
@@ -210,6 +218,7 @@ class InstanceTensor(InstanceList):
             shape = (shape,) if isinstance(shape, int) else tuple(shape)
             dev = device if device is not None else module.device
             data = _nabla.tensor_zeros(shape + tuple(st.shape), st.dtype, dev)
+            data.slang_type = st  # a struct tensor: records of any field types
         InstanceList.__init__(self, struct, data, module)
 
     @property
@@ -224,10 +233,19 @@ class InstanceTensor(InstanceList):
         return s[:len(s) - n] if n else s
 
     def to_numpy(self):
-        return self._data.to_numpy()
+        """The instances in the flat layout (shape + the struct's flat dims) for a struct of one
+        scalar type; a numpy structured array of the records for a struct of mixed types."""
+        d = self._data
+        if getattr(d, "slang_type", None) is not None and d.scalar_dtype != "u8":
+            return d.flatten_dtype().to_numpy()
+        return d.to_numpy()
 
     def copy_from_numpy(self, array):
-        """Sets the instances from a numpy array in the flat layout (same shape as .tensor)."""
+        """Sets the instances from a numpy structured array of the struct's records, or an array
+        in the flat layout (same shape as .tensor)."""
+        if getattr(getattr(array, "dtype", None), "names", None) is not None:
+            self._data.copy_from_numpy(array)
+            return
         self._data.copy_from(_nabla.tensor_from_buffer(array, self._data.device))
 
 

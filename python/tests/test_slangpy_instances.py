@@ -157,3 +157,38 @@ def test_instance_tensor(dev):
     assert pl.position.tolist() == [[2, 2], [2, 2]]
     with pytest.raises(spy.ArgumentError, match="not a struct type"):
         spy.InstanceList(m.float3, {})
+
+
+MIXED_SRC = """
+struct Cell {
+    int id;
+    float2 pos;
+    float heat;
+    __init(int i, float2 p) { id = i; pos = p; heat = 0.0; }
+    [mutating] void warm(float dt) { heat = heat + dt * float(id); }
+    float score() { return heat + pos.x; }
+}
+"""
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_instances_of_a_struct_of_mixed_types(dev):
+    """A struct mixing int and float fields: InstanceTensor holds its C records (a struct tensor,
+    u8 storage), methods bind the fields as strided views; construct with tensor inputs gives a
+    struct tensor whose fields are merged into an InstanceList's arrays."""
+    m = spy.load_module_from_source(MIXED_SRC, "mixed.slang", device=dev)
+    ct = spy.InstanceTensor(m.Cell, (3,))
+    assert ct.tensor.dtype == m.Cell and ct.shape == (3,)
+    rec = np.zeros(3, [("id", "<i4"), ("pos", "<f4", (2,)), ("heat", "<f4")])
+    rec["id"], rec["pos"][:, 0] = [1, 2, 3], [10, 20, 30]
+    ct.copy_from_numpy(rec)
+    ct.warm(0.5)
+    assert ct.to_numpy()["heat"].tolist() == [0.5, 1.0, 1.5]
+    assert ct.score().to_numpy().tolist() == [10.5, 21.0, 31.5]
+    ids = spy.Tensor.from_numpy(np.array([4, 5], np.int32), device=dev)
+    p = spy.Tensor.from_numpy(np.ones((2, 2), np.float32), device=dev)
+    assert m.require_function("Cell.__init")(ids, p).dtype == m.Cell  # a struct result from tensors: a struct tensor
+    il = spy.InstanceList(m.Cell, {"id": np.zeros(2, np.int32), "pos": np.zeros((2, 2), np.float32),
+                                   "heat": np.zeros(2, np.float32)})
+    il.construct(ids, p)
+    assert il.id.tolist() == [4, 5] and il.pos.tolist() == [[1, 1], [1, 1]]
