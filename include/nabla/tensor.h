@@ -79,8 +79,8 @@ nb_status nb_tensor_reshape(const nb_tensor *t, int ndim, const int64_t *shape, 
 /* Any strided view of the memory t's buffer holds: dtype (may differ from t's), ndim dims of shape
  * and byte strides (NULL: C order), starting byte_offset bytes from t's element [0,…,0] (may be
  * negative, down to the start of the buffer). Strides must be >= 0 and multiples of the new
- * element size, the start aligned to it, and every element inside the buffer: NB_ERR_SHAPE
- * naming the view and the buffer's extent otherwise. Used for SlangPy's Tensor.view and for the
+ * element size (NB_ERR_INVALID_ARG), the start aligned to it and every element inside the
+ * buffer (NB_ERR_SHAPE naming the view and the buffer's extent). Used for SlangPy's Tensor.view and for the
  * fields of a struct tensor (a u8 tensor of records seen as f32 / i32 field views). */
 nb_status nb_tensor_view(const nb_tensor *t, nb_dtype dtype, int ndim, const int64_t *shape,
                          const int64_t *strides, int64_t byte_offset, nb_tensor **out);

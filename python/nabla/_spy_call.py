@@ -132,18 +132,6 @@ def _views(fname, pname, tname, leaves, v):
     return out
 
 
-def _nest(flat):
-    """{"a.b": x, "c": y} -> {"a": {"b": x}, "c": y} (the C layer binds nested dicts)."""
-    out = {}
-    for k, v in flat.items():
-        parts = k.split(".")
-        d = out
-        for p in parts[:-1]:
-            d = d.setdefault(p, {})
-        d[parts[-1]] = v
-    return out
-
-
 def _strip_type(d):
     return {k: (_strip_type(v) if isinstance(v, dict) else v) for k, v in d.items() if k != "_type"}
 
@@ -176,9 +164,9 @@ def _arg(fn, overloads, index, name, a, grads):
         st = cmodule_type(fn.module, tname)  # a numpy structured array: its fields by name
         return _spy_struct.nest(_spy_struct.structured_fields(a, st, fn.name, pname))
     if isinstance(a, _nabla.CTensor) and fn.mode == "bwds" and a.grad is not None:
-        grads[pname] = _nest(_views(fn.name, pname, tname, sleaves[index], a.grad))
+        grads[pname] = _spy_struct.nest(_views(fn.name, pname, tname, sleaves[index], a.grad))
         a = a.detach()
-    return _nest(_views(fn.name, pname, tname, sleaves[index], a))
+    return _spy_struct.nest(_views(fn.name, pname, tname, sleaves[index], a))
 
 
 def result_kind(r):

@@ -92,14 +92,19 @@ def _submit_command_buffer(self, command_buffer):
     command_buffer.submit()
 
 
+def _check_encoder(who, command_encoder):
+    """TypeError unless an open CommandEncoder (ArgumentError when finished)."""
+    if not isinstance(command_encoder, CommandEncoder):
+        raise TypeError(f"{who} expects a command encoder (device.create_command_encoder()), "
+                        f"got {type(command_encoder).__name__}")
+    if command_encoder._finished:
+        raise _nabla.ArgumentError(f"{who}: this command encoder was finished; create a new one")
+
+
 def _append_to(self, command_encoder, *args, **kwargs):
     """f.append_to(encoder, *args, **kwargs): records f(*args, **kwargs) into the encoder; returns
     its results (nabla.Tensors, filled when the command buffer is submitted)."""
-    if not isinstance(command_encoder, CommandEncoder):
-        raise TypeError(f"append_to expects a command encoder (device.create_command_encoder()), "
-                        f"got {type(command_encoder).__name__}")
-    if command_encoder._finished:
-        raise _nabla.ArgumentError("append_to: this command encoder was finished; create a new one")
+    _check_encoder("append_to", command_encoder)
     kwargs["_append_to"] = command_encoder
     return self(*args, **kwargs)
 
@@ -118,11 +123,7 @@ def _make_dispatch(c_dispatch):
                 raise _nabla.ArgumentError(f"dispatch: {sorted(both)} given in vars and as keyword arguments")
             kwargs.update(vars)
         if command_encoder is not None:
-            if not isinstance(command_encoder, CommandEncoder):
-                raise TypeError(f"dispatch: command_encoder must be a command encoder "
-                                f"(device.create_command_encoder()), got {type(command_encoder).__name__}")
-            if command_encoder._finished:
-                raise _nabla.ArgumentError("dispatch: this command encoder was finished; create a new one")
+            _check_encoder("dispatch(command_encoder=)", command_encoder)
             kwargs["_append_to"] = command_encoder
         return c_dispatch(self, thread_count, *args, **kwargs)
 

@@ -142,6 +142,31 @@ nb_status nb_tensor_from_host(nb_device *dev, nb_dtype dtype, int ndim, const in
     return s;
 }
 
+/* Checks the dtype and shape of a wrap or view and gives its element size, element count and byte
+ * strides: the caller's (each >= 0 and a multiple of the element size, as typed loads need) or,
+ * for NULL, C order. */
+static nb_status layout_args(const char *who, nb_dtype dtype, int ndim, const int64_t *shape,
+                             const int64_t *strides, int64_t *es_out, int64_t *numel, int64_t *st) {
+    NB_TRY(check_dtype(who, dtype));
+    int64_t es = *es_out = (int64_t)nb_dtype_size(dtype);
+    NB_TRY(nb_layout_check_shape(who, ndim, shape, es, numel));
+    if (!strides) {
+        nb_layout_contiguous_strides(ndim, shape, es, st);
+        return NB_OK;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (strides[i] < 0)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: strides[%d] = %lld is negative", who, i,
+                            (long long)strides[i]);
+        if (strides[i] % es)
+            return nb_error(NB_ERR_INVALID_ARG,
+                            "%s: strides[%d] = %lld is not a multiple of the element size %lld (%s)",
+                            who, i, (long long)strides[i], (long long)es, nb_dtype_name(dtype));
+        st[i] = strides[i];
+    }
+    return NB_OK;
+}
+
 /* Wrapped memory must be aligned to the element size, with strides that are multiples of it:
  * kernels access elements as typed loads, and a misaligned one is undefined on the CPU and a
  * fault on the GPU. */
@@ -151,25 +176,8 @@ nb_status nb_tensor_wrap(nb_device *dev, nb_dtype dtype, int ndim, const int64_t
     NB_CHECK_ARG(out);
     *out = NULL;
     NB_CHECK_ARG(dev);
-    NB_TRY(check_dtype(who, dtype));
-    int64_t es = (int64_t)nb_dtype_size(dtype), numel;
-    NB_TRY(nb_layout_check_shape(who, ndim, shape, es, &numel));
-    int64_t st[NB_MAX_DIMS];
-    if (strides) {
-        for (int i = 0; i < ndim; i++) {
-            if (strides[i] < 0)
-                return nb_error(NB_ERR_INVALID_ARG, "%s: strides[%d] = %lld is negative", who, i,
-                                (long long)strides[i]);
-            if (strides[i] % es)
-                return nb_error(NB_ERR_INVALID_ARG,
-                                "%s: strides[%d] = %lld is not a multiple of the element size "
-                                "%lld (%s)",
-                                who, i, (long long)strides[i], (long long)es, nb_dtype_name(dtype));
-            st[i] = strides[i];
-        }
-    } else {
-        nb_layout_contiguous_strides(ndim, shape, es, st);
-    }
+    int64_t es, numel, st[NB_MAX_DIMS];
+    NB_TRY(layout_args(who, dtype, ndim, shape, strides, &es, &numel, st));
     int64_t span = nb_layout_span(ndim, shape, st, es);
     if (span < 0) {
         char sb[160], tb[200];
@@ -404,22 +412,8 @@ nb_status nb_tensor_view(const nb_tensor *t, nb_dtype dtype, int ndim, const int
     NB_CHECK_ARG(out);
     *out = NULL;
     NB_CHECK_ARG(t);
-    NB_TRY(check_dtype(who, dtype));
-    int64_t es = (int64_t)nb_dtype_size(dtype), numel;
-    NB_TRY(nb_layout_check_shape(who, ndim, shape, es, &numel));
-    int64_t st[NB_MAX_DIMS];
-    if (strides) {
-        for (int i = 0; i < ndim; i++) {
-            if (strides[i] < 0 || strides[i] % es)
-                return nb_error(NB_ERR_SHAPE,
-                                "%s: strides[%d] = %lld bytes: strides must be >= 0 and multiples "
-                                "of the element size %lld (%s)",
-                                who, i, (long long)strides[i], (long long)es, nb_dtype_name(dtype));
-            st[i] = strides[i];
-        }
-    } else {
-        nb_layout_contiguous_strides(ndim, shape, es, st);
-    }
+    int64_t es, numel, st[NB_MAX_DIMS];
+    NB_TRY(layout_args(who, dtype, ndim, shape, strides, &es, &numel, st));
     char sb[160], tb[200], d[200];
     int64_t span = nb_layout_span(ndim, shape, st, es);
     int64_t size = (int64_t)nb_buffer_size(t->buf), base = (int64_t)t->offset;
