@@ -5,7 +5,7 @@ device)`, `t.numpy()`, `.grad`. SlangPy's are added beside them and told apart b
 types: a nabla.Device first means SlangPy's `(device, ...)` order. Installed by install().
 """
 from . import _nabla
-from . import _spy_image, _spy_struct
+from . import _spy_struct
 from ._spy_types import SlangType, resolve_dtype
 
 Tensor = _nabla.CTensor
@@ -111,7 +111,8 @@ def _sp_or_nabla(zero):
             raise _nabla.ArgumentError(f"Tensor.zeros/empty: unknown argument(s) {sorted(kw)}")
         dt, elem = resolve_dtype(dtype)
         shp = _full_shape(shape, elem)
-        return (_nabla.tensor_zeros if zero else _nabla.tensor_empty)(shp, dt, device)
+        t = (_nabla.tensor_zeros if zero else _nabla.tensor_empty)(shp, dt, device)
+        return _spy_struct.tag(t, dtype) if isinstance(dtype, SlangType) else t
 
     return make
 
@@ -401,6 +402,15 @@ def _element_count(self):
     return n
 
 
+def _load_from_image(device, path, flip_y=False, linearize=False, scale=1.0, offset=0.0, grayscale=False,
+                     greyscale=None):
+    """Tensor.load_from_image(device, path, flip_y, linearize, scale, offset, grayscale): a PNG as
+    a float / float2 / float3 / float4 tensor (python/nabla/_spy_image.py, imported on first use)."""
+    from . import _spy_image
+
+    return _spy_image.load_from_image(device, path, flip_y, linearize, scale, offset, grayscale, greyscale)
+
+
 class _NDBufferMeta(type):
     def __instancecheck__(cls, obj):
         return isinstance(obj, Tensor)
@@ -430,7 +440,7 @@ class NDBuffer(metaclass=_NDBufferMeta):
 
     from_numpy = staticmethod(lambda device, array, target_slang_dtype=None:
                               _from_numpy(device, array, target_slang_dtype=target_slang_dtype))
-    load_from_image = staticmethod(_spy_image.load_from_image)
+    load_from_image = staticmethod(lambda *a, **k: _load_from_image(*a, **k))
     zeros = staticmethod(lambda device, shape=None, dtype=None: _make(device, shape, dtype, True))
     empty = staticmethod(lambda device, shape=None, dtype=None: _make(device, shape, dtype, False))
     zeros_like = staticmethod(_like(True))
@@ -441,7 +451,7 @@ def install():
     c_with_grads = Tensor.with_grads
     Tensor.to_numpy = make_to_numpy(Tensor.to_numpy)
     Tensor.view = view
-    Tensor.load_from_image = staticmethod(_spy_image.load_from_image)
+    Tensor.load_from_image = staticmethod(_load_from_image)
     Tensor.from_numpy = _hybrid(_from_numpy, copy_from_numpy)
     Tensor.numpy = _hybrid(_numpy_ctor, _to_numpy)
     Tensor.zeros = staticmethod(_sp_or_nabla(True))

@@ -128,6 +128,7 @@ def test_structured_numpy_inputs(kind):
     t = Tensor.from_numpy(dev, data, target_slang_dtype=m.Rec)  # SlangPy's spelling
     assert t.dtype == m.Rec and t.to_numpy().tobytes() == data.tobytes()
     np.testing.assert_allclose(m.score(t).to_numpy(), want, rtol=1e-6)
+    assert Tensor.zeros((6,), m.Rec, dev).dtype == m.Rec  # nabla's (shape, dtype, device) order too
     t2 = spy.NDBuffer.zeros(dev, shape=(6,), dtype=m.Rec)
     t2.copy_from_numpy(data)
     assert t2.to_numpy().tobytes() == data.tobytes()
