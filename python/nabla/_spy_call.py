@@ -16,8 +16,9 @@ The hook rewrites (args, kwargs) before binding:
   "numpy" / "torch".
 """
 from . import _nabla
-from . import _spy_struct
-from ._spy_types import SlangType, builtin_type, cmodule_type, struct_layout
+from ._spy_types import SlangType, builtin_type, cmodule_type, lazy_module, struct_layout
+
+_spy_struct = lazy_module("_spy_struct")  # imported on first use: import nabla stays small
 
 _MODS = {"in", "out", "inout", "const", "uniform", "no_diff", "nodiff"}
 _info_cache = {}

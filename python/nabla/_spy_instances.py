@@ -13,6 +13,9 @@ dtype=module.Particle, shape=...)`, whose fields are bound as strided views). In
 the tensor-backed form.
 """
 from . import _nabla
+from ._spy_types import lazy_module
+
+_spy_struct = lazy_module("_spy_struct")
 
 # scalar names: a name made of one of these, a vector / matrix suffix and [N] dims is not a struct
 _SCALARS = ("bool", "half", "float", "double", "int", "uint", "int8_t", "int16_t", "int32_t", "int64_t",
@@ -143,7 +146,7 @@ class InstanceList:
             raise _nabla.NotFoundError(f"{self._name} has no constructor (__init)") from None
         out = init(*args, **kwargs)
         if getattr(out, "slang_type", None) is not None:  # a struct tensor (tensor inputs): its fields
-            out = {k: v for k, v in _nabla_struct().field_views(out).items()}
+            out = {k: v for k, v in _spy_struct.field_views(out).items()}
         d = self._data
         if not isinstance(d, dict):
             raise _nabla.UnsupportedError("InstanceList.construct: only dict (SoA) data; fill a tensor "
@@ -171,12 +174,6 @@ class InstanceList:
         kind = "fields " + ", ".join(k for k in self._data if k != "_type") if isinstance(self._data, dict) \
             else type(self._data).__name__
         return f"<nabla.InstanceList of {self._name} ({kind})>"
-
-
-def _nabla_struct():
-    from . import _spy_struct
-
-    return _spy_struct
 
 
 def _merge(dst, src):

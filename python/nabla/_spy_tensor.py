@@ -5,8 +5,9 @@ device)`, `t.numpy()`, `.grad`. SlangPy's are added beside them and told apart b
 types: a nabla.Device first means SlangPy's `(device, ...)` order. Installed by install().
 """
 from . import _nabla
-from . import _spy_struct
-from ._spy_types import SlangType, resolve_dtype
+from ._spy_types import SlangType, lazy_module, resolve_dtype
+
+_spy_struct = lazy_module("_spy_struct")  # imported on first use: import nabla stays small
 
 Tensor = _nabla.CTensor
 Device = _nabla.Device

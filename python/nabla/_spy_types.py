@@ -16,6 +16,20 @@ as zero-copy strided views (python/nabla/_spy_call.py).
 """
 from . import _nabla
 
+class lazy_module:
+    """nabla.NAME imported on first attribute access (so `import nabla` does not compile it)."""
+
+    def __init__(self, name):
+        self._name, self._mod = name, None
+
+    def __getattr__(self, attr):
+        if self._mod is None:
+            import importlib
+
+            self._mod = importlib.import_module("." + self._name, __package__)
+        return getattr(self._mod, attr)
+
+
 # Slang scalar names -> nabla dtype names
 SCALARS = {
     "float": "f32", "float32_t": "f32", "half": "f16", "float16_t": "f16", "double": "f64",
