@@ -179,6 +179,26 @@ def copy_from_numpy(self, array):
     self.copy_from(src)
 
 
+def copy_from_torch(self, tensor):
+    """SlangPy's copy_from_torch: copies a torch tensor with as many elements as this tensor into
+    it (reshaped to its shape; another dtype is cast as copy_from_numpy does). Same dtype: a
+    device-to-device copy through DLPack (no host round trip)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(tensor, torch.Tensor):
+        raise _nabla.ArgumentError(f"copy_from_torch: expected a torch.Tensor, got {type(tensor).__name__}")
+    t = tensor.detach().contiguous()
+    if t.numel() != self.numel:
+        raise _nabla.ShapeError(f"copy_from_torch: the torch tensor has {t.numel()} elements {list(t.shape)}, the "
+                                f"tensor {self.numel} {list(self.shape)}")
+    src = _nabla.tensor_from_dlpack(t)
+    if src.scalar_dtype == self.scalar_dtype:
+        self.copy_from(_nabla.tensor_reshape(src, tuple(self.shape)))
+    else:
+        self.copy_from_numpy(t.cpu().numpy())
+
+
 def _np_dtype(self):
     return {"f32": "float32", "f64": "float64", "f16": "float16", "i32": "int32", "u32": "uint32",
             "i64": "int64", "u8": "uint8", "bool": "bool", "bf16": "float32"}[self.scalar_dtype]
@@ -460,6 +480,7 @@ def install():
     Tensor.zeros_like = staticmethod(_like(True))
     Tensor.empty_like = staticmethod(_like(False))
     Tensor.copy_from_numpy = copy_from_numpy
+    Tensor.copy_from_torch = copy_from_torch
     Tensor.to_numpy_dtype = _np_dtype
     Tensor.with_grads = make_with_grads(c_with_grads)
     Tensor.grad_out = property(lambda self: self.grad, lambda self, g: setattr(self, "grad", g),

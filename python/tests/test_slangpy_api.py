@@ -133,6 +133,21 @@ def test_ndbuffer():
         spy.NDBuffer(dev, shape=(3,), usage=1)
 
 
+def test_copy_from_torch():
+    torch = pytest.importorskip("torch")
+    for kind in devices():
+        dev = spy.init_device(type=kind)
+        b = Tensor.zeros(dev, shape=(2, 3), dtype="float")
+        b.copy_from_torch(torch.arange(6, dtype=torch.float32))  # same dtype: through DLPack
+        assert b.to_numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+        b.copy_from_torch(torch.arange(6).reshape(3, 2).t() * 2)  # int64, transposed: cast, C order
+        assert b.to_numpy().tolist() == [[0, 4, 8], [2, 6, 10]]
+        with pytest.raises(spy.ShapeError, match="has 5 elements"):
+            b.copy_from_torch(torch.zeros(5))
+        with pytest.raises(spy.ArgumentError, match="expected a torch.Tensor"):
+            b.copy_from_torch(numpy.zeros(6))
+
+
 def test_ndbuffer_torch():
     torch = pytest.importorskip("torch")
     t = torch.arange(6, dtype=torch.float32)
