@@ -35,7 +35,7 @@ __all__ = [
     "Function", "Device", "NablaError", "CompileError", "ShapeError", "DtypeError", "LayoutError",
     "DeviceError", "NotFoundError", "ArgumentError", "UnsupportedError", "OutOfMemoryError",
     "FileError", "InternalError", "init_device", "create_device", "DeviceType", "NDBuffer",
-    "SlangType", "FunctionNode",
+    "SlangType", "FunctionNode", "BufferUsage", "MemoryType",
 ]
 
 
@@ -239,6 +239,8 @@ _spy_device.install(__import__(__name__))
 _spy_call.install(__import__(__name__))
 SlangType = _spy_types.SlangType
 NDBuffer = _spy_tensor.NDBuffer
+BufferUsage = _spy_tensor.BufferUsage
+MemoryType = _spy_tensor.MemoryType
 DeviceType = _spy_device.DeviceType
 init_device = _spy_device.init_device
 create_device = _spy_device.init_device

@@ -52,6 +52,48 @@ def _make(device, shape, dtype, zero):
     return _spy_struct.tag(t, dtype) if isinstance(dtype, SlangType) else t
 
 
+class BufferUsage:
+    """SlangPy's buffer usage flags (combine with |). nabla accepts them and ignores them: its
+    tensors are plain device memory that every kernel may read and write (and share with torch
+    through DLPack), so no usage needs declaring."""
+
+    none = 0
+    vertex_buffer = 1
+    index_buffer = 2
+    constant_buffer = 4
+    shader_resource = 8
+    unordered_access = 16
+    indirect_argument = 32
+    copy_source = 64
+    copy_destination = 128
+    acceleration_structure = 256
+    acceleration_structure_build_input = 512
+    shader_table = 1024
+    shared = 2048
+
+
+class MemoryType:
+    """SlangPy's memory types; accepted and ignored (nabla's tensors live in the device's memory:
+    host memory for the cpu device, device memory for cuda; to_numpy / from_numpy copy)."""
+
+    device_local = 0
+    upload = 1
+    read_back = 2
+
+
+_BUFFER_OPTIONS = ("usage", "memory_type", "program_layout")
+
+
+def _buffer_options(who, kw):
+    """Pops SlangPy's buffer options (usage=, memory_type=, program_layout=) from kw after checking
+    them: usage and memory_type must be ints (BufferUsage / MemoryType values)."""
+    for k in _BUFFER_OPTIONS:
+        v = kw.pop(k, None)
+        if k != "program_layout" and v is not None and (isinstance(v, bool) or not hasattr(v, "__index__")):
+            raise _nabla.ArgumentError(f"{who}: {k}= must be a spy.{'BufferUsage' if k == 'usage' else 'MemoryType'} "
+                                       f"value, got {v!r}")
+
+
 def _structured(a):
     return getattr(getattr(a, "dtype", None), "names", None) is not None and hasattr(a, "__array_interface__")
 
@@ -61,7 +103,8 @@ def _from_numpy(*args, target_slang_dtype=None, **kw):
     target_slang_dtype=None) (SlangPy): a copy of the array on the device. A numpy structured
     array needs target_slang_dtype=module.MyStruct (its record layout must match: ShapeError)."""
     if args and isinstance(args[0], Device):
-        extra = set(kw) - {"usage", "memory_type", "program_layout"}  # SlangPy's buffer options: no effect
+        _buffer_options("Tensor.from_numpy", kw)  # SlangPy's buffer options: no effect here
+        extra = set(kw)
         if len(args) != 2 or extra:
             raise _nabla.ArgumentError("Tensor.from_numpy(device, array, target_slang_dtype=None) takes exactly these "
                                        f"two arguments and the dtype (got {len(args)} positional, {sorted(extra)})")
@@ -100,6 +143,7 @@ def _sp_or_nabla(zero):
                 if n in kw:
                     raise _nabla.ArgumentError(f"Tensor.zeros/empty: {n} given twice")
                 kw[n] = v
+            _buffer_options("Tensor.zeros/empty", kw)
             unknown = set(kw) - {"shape", "dtype", "device"}
             if unknown:
                 raise _nabla.ArgumentError(f"Tensor.zeros/empty: unknown argument(s) {sorted(unknown)}")
@@ -432,6 +476,11 @@ def _load_from_image(device, path, flip_y=False, linearize=False, scale=1.0, off
     return _spy_image.load_from_image(device, path, flip_y, linearize, scale, offset, grayscale, greyscale)
 
 
+def _no_more(who, kw):
+    if kw:
+        raise _nabla.ArgumentError(f"{who}: unknown argument(s) {sorted(kw)}")
+
+
 class _NDBufferMeta(type):
     def __instancecheck__(cls, obj):
         return isinstance(obj, Tensor)
@@ -445,6 +494,7 @@ class NDBuffer(metaclass=_NDBufferMeta):
     NDBuffer(torch_tensor) (or any DLPack producer): a zero-copy view of it."""
 
     def __new__(cls, device=None, dtype=None, shape=None, element_count=None, **kw):
+        _buffer_options("NDBuffer", kw)
         if kw:
             raise _nabla.ArgumentError(f"NDBuffer: unknown argument(s) {sorted(kw)}")
         if device is not None and not isinstance(device, Device) and hasattr(device, "__dlpack__"):
@@ -462,8 +512,12 @@ class NDBuffer(metaclass=_NDBufferMeta):
     from_numpy = staticmethod(lambda device, array, target_slang_dtype=None:
                               _from_numpy(device, array, target_slang_dtype=target_slang_dtype))
     load_from_image = staticmethod(lambda *a, **k: _load_from_image(*a, **k))
-    zeros = staticmethod(lambda device, shape=None, dtype=None: _make(device, shape, dtype, True))
-    empty = staticmethod(lambda device, shape=None, dtype=None: _make(device, shape, dtype, False))
+    zeros = staticmethod(lambda device, shape=None, dtype=None, **kw:
+                         _buffer_options("NDBuffer.zeros", kw) or _no_more("NDBuffer.zeros", kw) or
+                         _make(device, shape, dtype, True))
+    empty = staticmethod(lambda device, shape=None, dtype=None, **kw:
+                         _buffer_options("NDBuffer.empty", kw) or _no_more("NDBuffer.empty", kw) or
+                         _make(device, shape, dtype, False))
     zeros_like = staticmethod(_like(True))
     empty_like = staticmethod(_like(False))
 

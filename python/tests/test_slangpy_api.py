@@ -130,7 +130,25 @@ def test_ndbuffer():
     with pytest.raises(spy.ArgumentError, match="shape= is missing"):
         spy.NDBuffer(dev)
     with pytest.raises(spy.ArgumentError, match="unknown argument"):
-        spy.NDBuffer(dev, shape=(3,), usage=1)
+        spy.NDBuffer(dev, shape=(3,), colour=1)
+
+
+def test_buffer_usage_flags_accepted():
+    """SlangPy's usage= / memory_type= options: accepted (nabla's memory needs no usage), checked."""
+    dev = spy.init_device(type="cpu")
+    u = spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
+    a = numpy.arange(4, dtype=numpy.float32)
+    assert Tensor.zeros(dev, (4,), "float", usage=u, memory_type=spy.MemoryType.device_local).shape == (4,)
+    assert Tensor.empty(dev, shape=(2,), dtype=float, usage=u).shape == (2,)
+    assert Tensor.from_numpy(dev, a, usage=u).to_numpy().tolist() == [0, 1, 2, 3]
+    assert spy.NDBuffer(dev, dtype=float, shape=(3,), usage=u, memory_type=spy.MemoryType.upload).shape == (3,)
+    assert NDBuffer.zeros(dev, shape=(2,), dtype=float, usage=u).shape == (2,)
+    with pytest.raises(spy.ArgumentError, match="usage= must be a spy.BufferUsage value"):
+        Tensor.zeros(dev, (4,), "float", usage="rw")
+    with pytest.raises(spy.ArgumentError, match="memory_type= must be a spy.MemoryType value"):
+        spy.NDBuffer(dev, dtype=float, shape=(3,), memory_type=1.5)
+    with pytest.raises(spy.ArgumentError, match=r"unknown argument\(s\) \['nope'\]"):
+        NDBuffer.empty(dev, shape=(2,), nope=1)
 
 
 def test_copy_from_torch():
