@@ -12,8 +12,10 @@
 #include "nabla/log.h"
 #include "nabla/module.h"
 #include "nabla/npy.h"
+#include "nabla/shape.h"
 #include "nabla/status.h"
 #include "nabla/tensor.h"
+#include "nabla/version.h"
 /* neural library (docs/NN.md) */
 #include "nabla/fit_image.h"
 #include "nabla/image.h"
@@ -25,20 +27,4 @@
 #include "nabla/nn_unet.h"
 #include "nabla/safetensors.h"
 
-#define NABLA_VERSION_MAJOR 0
-#define NABLA_VERSION_MINOR 1
-#define NABLA_VERSION_PATCH 0
-#define NABLA_VERSION_STRING "0.1.0"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* The library's version string (may differ from NABLA_VERSION_STRING if headers and library
- * come from different builds). */
-const char *nb_version(void);
-
-#ifdef __cplusplus
-}
-#endif
 #endif

@@ -13,13 +13,12 @@
 
 #include "nabla/device.h"
 #include "nabla/dtype.h"
+#include "nabla/shape.h" /* NB_MAX_DIMS, nb_shape_str */
 #include "nabla/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define NB_MAX_DIMS 8
 
 typedef struct nb_tensor nb_tensor;
 
@@ -56,8 +55,6 @@ int nb_tensor_is_contiguous(const nb_tensor *t);
 int nb_tensor_is_dense(const nb_tensor *t);
 /* "f32[2,3] strides=[12,4] cpu" into buf; returns buf. */
 const char *nb_tensor_describe(const nb_tensor *t, char *buf, size_t cap);
-/* Writes "[2,3,4]" into buf; returns buf. */
-const char *nb_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 
 /* ---- views (no copies) --------------------------------------------------------------------- */
 

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "nabla/status.h"
-#include "nabla/tensor.h" /* NB_MAX_DIMS, nb_shape_str */
+#include "nabla/shape.h" /* NB_MAX_DIMS, nb_shape_str */
 
 /* Checks 0 <= ndim <= NB_MAX_DIMS, shape non-NULL when ndim > 0, every dim >= 0, and that
  * elem_size times the product of max(dim, 1) fits in int64 — so C-order byte strides can be

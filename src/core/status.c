@@ -11,11 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nabla/nabla.h"
-
-#ifndef NB_VERSION_STRING
-#define NB_VERSION_STRING NABLA_VERSION_STRING
-#endif
+#include "nabla/log.h"
+#include "nabla/status.h"
 
 /* Messages up to this size are formatted once (on the stack, then copied). */
 #define NB_ERROR_STACK 1024
@@ -104,5 +101,3 @@ const char *nb_status_name(nb_status s) {
     }
     return "NB_ERR_UNKNOWN";
 }
-
-const char *nb_version(void) { return NB_VERSION_STRING; }

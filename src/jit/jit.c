@@ -16,7 +16,7 @@
 #include "jit/jit_internal.h"
 #include "nabla/alloc.h"
 #include "nabla/log.h"
-#include "nabla/nabla.h"
+#include "nabla/version.h"
 
 struct nb_jit_kernel {
     nb_jit_kernel *next;     /* bucket chain */

@@ -13,7 +13,7 @@
 #include "nabla/nn_unet.h"
 #include "nabla/tensor.h"
 #include "models/ddpm_internal.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 #include "nn/tape/tape_internal.h"
 
 #define TRY(expr)                                                                              \

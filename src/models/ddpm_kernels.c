@@ -9,7 +9,7 @@
 #include "core/util.h"
 #include "nabla/nn_unet.h"
 #include "models/ddpm_internal.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 /* Argument blocks; the CUDA structs below have the same layouts. */
 typedef struct q_args {

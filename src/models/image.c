@@ -7,7 +7,7 @@
 #include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/image.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 /* ---- procedural image -------------------------------------------------------------------- */
 

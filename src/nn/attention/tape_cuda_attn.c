@@ -32,7 +32,7 @@
 #include "nn/attention/attn_cuda.h"
 #include "nn/attention/attn_cuda_kernels.h"
 #include "nn/attention/attn_cuda_tc.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 #include "nn/tape/tape_internal.h"
 
 /* Host mirrors of the kernels' argument structs (attn_cuda_kernels.h; nb_attn_view = Mat). */

@@ -16,7 +16,7 @@
 #include "nn/conv/conv_cuda_wg4.h"
 #include "device/cuda/cublas.h"
 #include "nn/common/bf16_cuda.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 /* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
 

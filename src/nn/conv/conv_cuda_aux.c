@@ -11,7 +11,7 @@
 
 #include "core/util.h"
 #include "nn/common/bf16_cuda.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 /* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
 

@@ -39,7 +39,7 @@
 #include "nabla/nn_tape.h"
 #include "nn/common/bf16_cuda.h"
 #include "nn/conv/conv_cuda_igemm_src.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 typedef struct {
     const float *a, *b, *bias;

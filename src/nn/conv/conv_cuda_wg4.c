@@ -29,7 +29,7 @@
 #include "core/util.h"
 #include "jit/jit.h"
 #include "nabla/nn_tape.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 static const char nb_wg4_src[] =
     "/* PREC 2: bf16 x / dy, mma m16n8k16 bf16; PREC 1: f32 x / dy, mma m16n8k8 tf32 (the f32 bits\n"

@@ -10,7 +10,7 @@
 #include "nabla/nn_tape.h"
 #include "nn/common/bf16_cuda.h"
 #include "device/cuda/cublas.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 /* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
 

@@ -50,7 +50,7 @@
 
 #include "nabla/device.h"
 #include "nn/common/bf16_cuda.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 #include "nn/tape/tape_internal.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])

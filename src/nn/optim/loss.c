@@ -7,7 +7,7 @@
 #include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/nn_optim.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 static const char *const nb_loss_names[] = {"l2", "l1", "relative_l2"};
 

@@ -8,7 +8,7 @@
 #include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/nn_optim.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 
 struct nb_adam {
     nb_device *dev;

@@ -6,7 +6,7 @@
  * op is a copy); the CUDA row is one grid-stride kernel each way. */
 
 #include "nn/common/bf16_cuda.h"
-#include "nn/encoding/encoding_internal.h"
+#include "nn/common/nn_common.h"
 #include "nn/tape/tape_internal.h"
 
 /* ---- CPU ------------------------------------------------------------------------------------ */
