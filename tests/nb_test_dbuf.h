@@ -11,7 +11,7 @@
 
 #include "nabla/device.h"
 #include "nabla/dtype.h"
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 
 #ifndef NB_TEST_SEED
 #define NB_TEST_SEED 0x9e3779b97f4a7c15ull

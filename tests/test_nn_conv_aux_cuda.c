@@ -38,7 +38,7 @@
 #include "nn/conv/conv_cuda_igemm.h"
 #include "nn/conv/conv_cuda_wgrad.h"
 #include "nn/conv/conv_cuda_wg4.h"
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 #include "device/cuda/cuda_api.h"
 
 #define NB_TEST_SEED 0x2545f4914f6cdd1dull

@@ -14,7 +14,7 @@
 #include "nabla/nn_tape.h"
 #include "nn/conv/conv_cuda.h"
 #include "nn/conv/conv_cuda_igemm.h"
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 #include "nabla/status.h"
 #include "nb_test_dbuf.h"
 

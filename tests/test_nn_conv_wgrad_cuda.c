@@ -23,7 +23,7 @@
 #include "nabla/status.h"
 #include "nn/conv/conv_cuda.h"
 #include "nn/conv/conv_cuda_wgrad.h"
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 #include "nb_test_dbuf.h"
 
 static float *hrand(int64_t n) {

@@ -24,7 +24,7 @@
 #include "nabla/nn_tape.h"
 #include "nn/conv/conv_cuda.h"
 #include "nn/conv/conv_cuda_igemm.h"
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 #include "device/cuda/cuda_api.h"
 
 #define NB_TRY_T(expr)                                                                         \

@@ -1,7 +1,7 @@
 /* cuBLAS through dlopen (cublas.h): a handle per CUDA device, bound to the device's primary
  * context and main stream. The enum values and signatures below copy cublas_api.h /
  * library_types.h (CUDA 12/13), which keep them stable. */
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "device/cuda/cuda_api.h"
-#include "nabla/nn_tape.h"
 
 typedef int cublasStatus_t;
 typedef struct cublasContext *cublasHandle_t;
@@ -170,8 +169,8 @@ nb_status nb_cublas_gemm_rm_dt(nb_device *dev, int precision, nb_dtype ab, nb_dt
                         "cuBLAS GEMM: sizes M=%lld N=%lld K=%lld batch=%lld out of range",
                         (long long)M, (long long)N, (long long)K, (long long)batch);
     int compute = ab == NB_BF16                 ? CUBLAS_COMPUTE_32F
-                  : precision == NB_TAPE_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-                  : precision == NB_TAPE_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                  : precision == NB_CUBLAS_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                  : precision == NB_CUBLAS_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                               : CUBLAS_COMPUTE_32F;
     int abt = ab == NB_BF16 ? CUDA_R_16BF : CUDA_R_32F, ct = c == NB_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     pthread_mutex_lock(&nb_cublas_lock);

@@ -14,9 +14,14 @@
 #include "nn/conv/conv_cuda_igemm.h"
 #include "nn/conv/conv_cuda_wgrad.h"
 #include "nn/conv/conv_cuda_wg4.h"
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 #include "nn/common/bf16_cuda.h"
 #include "nn/common/nn_common.h"
+
+/* The tape passes its nb_tape_precision to cuBLAS as is. */
+_Static_assert(NB_CUBLAS_FP32 == (int)NB_TAPE_FP32 && NB_CUBLAS_TF32 == (int)NB_TAPE_TF32 &&
+                   NB_CUBLAS_BF16 == (int)NB_TAPE_BF16,
+               "nb_cublas_precision and nb_tape_precision differ");
 
 /* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
 

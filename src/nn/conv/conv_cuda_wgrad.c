@@ -9,7 +9,7 @@
 #include "jit/jit.h"
 #include "nabla/nn_tape.h"
 #include "nn/common/bf16_cuda.h"
-#include "device/cuda/cublas.h"
+#include "device/cublas.h"
 #include "nn/common/nn_common.h"
 
 /* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
