@@ -14,10 +14,10 @@
  * naming what was tried.
  * precision is an nb_cublas_precision (the values of nb_tape_precision): FP32 = exact fp32
  * (CUBLAS_COMPUTE_32F, no tensor cores), TF32 = CUBLAS_COMPUTE_32F_FAST_TF32, BF16 =
- * CUBLAS_COMPUTE_32F_FAST_16BF (bf16 operands, fp32 accumulation); storage is fp32 in nb_cublas_gemm_rm. nb_cublas_gemm_rm_dt takes A and B in
- * dtype ab (NB_F32 or NB_BF16) and C in dtype c: bf16 A / B run CUBLAS_COMPUTE_32F (fp32
- * accumulation) with C bf16 (rounded once, beta applied in fp32) or f32; f32 A / B need an f32
- * C. */
+ * CUBLAS_COMPUTE_32F_FAST_16BF (bf16 operands, fp32 accumulation); storage is fp32 in
+ * nb_cublas_gemm_rm. nb_cublas_gemm_rm_dt takes A and B in dtype ab (NB_F32 or NB_BF16) and C in
+ * dtype c: bf16 A / B run CUBLAS_COMPUTE_32F (fp32 accumulation) with C bf16 (rounded once, beta
+ * applied in fp32) or f32; f32 A / B need an f32 C. */
 #ifndef NB_DEVICE_CUBLAS_H
 #define NB_DEVICE_CUBLAS_H
 

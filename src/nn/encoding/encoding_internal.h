@@ -1,6 +1,6 @@
 /* Internals of the encodings (src/nn/encoding/): the encoding object, its level table and the
- * CUDA halves (encoding_cuda.c). Only encoding/ and the fused MLP+grid path include this; the
- * helpers every nn file shares are in nn/common/nn_common.h. */
+ * CUDA halves (encoding_cuda.c). Only encoding/ includes this (tests/test_layers.py checks);
+ * the helpers every nn file shares are in nn/common/nn_common.h. */
 #ifndef NB_NN_ENCODING_INTERNAL_H
 #define NB_NN_ENCODING_INTERNAL_H
 
