@@ -1,6 +1,6 @@
 /* The DDPM trainer's / sampler's elementwise steps (ddpm_internal.h): CUDA kernels compiled by
  * NVRTC on first use, one launch each and no host wait, beside CPU references with the same float
- * arithmetic. Noise comes from the counter-based generator of encoding_internal.h (Box-Muller on
+ * arithmetic. Noise comes from the counter-based generator of nn/common/nn_common.h (Box-Muller on
  * two PCG uniforms per value), so the CPU and the GPU draw the same numbers. */
 #include <math.h>
 #include <stdlib.h>
