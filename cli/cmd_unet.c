@@ -552,34 +552,20 @@ static int cmd_sample(int argc, char **argv) {
         nb_device_close(dev);
         return r;
     }
-    int S = cfg.image_size, C = cfg.in_channels, K = o.scale, cols = (int)ceil(sqrt((double)o.n)),
-        rows = (o.n + cols - 1) / cols;
+    int S = cfg.image_size, C = cfg.in_channels;
     float *x = malloc(sizeof(float) * (size_t)o.n * C * S * S);
     int rc = 0;
     double t0 = now_s();
     if (!x || nb_ddpm_sample(m.d, (nb_sampler)o.sampler, o.steps, o.n, o.seed, x)) rc = fail("sampling");
     double dt = now_s() - t0;
-    nb_device *cpu = NULL;
     nb_tensor *grid = NULL;
-    if (!rc && (nb_device_open("cpu", &cpu) ||
-                nb_tensor_zeros(cpu, NB_F32, 3, (int64_t[]){(int64_t)rows * S * K, (int64_t)cols * S * K, C}, &grid)))
-        rc = fail("grid");
+    if (!rc && nb_ddpm_sample_grid(x, o.n, C, S, o.scale, &grid)) rc = fail("grid");
     if (!rc) {
-        float *g = nb_tensor_data(grid);
-        for (int i = 0; i < o.n; i++)
-            for (int c = 0; c < C; c++)
-                for (int y = 0; y < S * K; y++)
-                    for (int xx = 0; xx < S * K; xx++) {
-                        size_t gy = (size_t)(i / cols) * S * K + y, gx = (size_t)(i % cols) * S * K + xx;
-                        float v = (x[(((size_t)i * C + c) * S + y / K) * S + xx / K] + 1) * 0.5f;
-                        g[(gy * cols * S * K + gx) * C + c] = v < 0 ? 0 : v > 1 ? 1 : v;
-                    }
         if (nb_image_write_png(o.out, grid)) rc = fail("writing the grid");
         else printf("sampled %d images (%s, %d steps) on %s in %.2f s -> %s\n", o.n,
                     o.sampler == NB_SAMPLER_DDPM ? "ddpm" : "ddim", o.steps, nb_device_name(dev), dt, o.out);
     }
     nb_tensor_free(grid);
-    if (cpu) nb_device_close(cpu);
     free(x);
     model_free(&m);
     nb_device_close(dev);

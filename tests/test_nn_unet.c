@@ -824,10 +824,43 @@ static void test_ddpm_graphs_cpu(void) {
     nb_tape_free(t);
 }
 
+/* nb_ddpm_sample_grid: 5 RGB samples of 2x2 in a 3-column grid at scale 2 -> [8, 12, 3]; every
+ * output pixel is its sample's value mapped from [-1, 1] to [0, 1] and clamped; the missing sixth
+ * cell is black; bad arguments name themselves. */
+static void test_sample_grid(void) {
+    enum { N = 5, C = 3, S = 2, K = 2 };
+    float x[N * C * S * S];
+    for (int i = 0; i < N * C * S * S; i++) x[i] = -1.5f + 0.1f * (float)i; /* some out of [-1, 1] */
+    nb_tensor *g = NULL;
+    NB_REQUIRE_OK(nb_ddpm_sample_grid(x, N, C, S, K, &g));
+    const int64_t *sh = nb_tensor_shape(g);
+    NB_EXPECT(nb_tensor_ndim(g) == 3 && sh[0] == 2 * S * K && sh[1] == 3 * S * K && sh[2] == C);
+    NB_EXPECT(nb_device_get_kind(nb_tensor_device(g)) == NB_DEVICE_CPU);
+    const float *p = nb_tensor_data(g);
+    int bad = 0;
+    for (int gy = 0; gy < 2 * S * K; gy++)
+        for (int gx = 0; gx < 3 * S * K; gx++)
+            for (int c = 0; c < C; c++) {
+                int i = gy / (S * K) * 3 + gx / (S * K), y = gy % (S * K) / K, xx = gx % (S * K) / K;
+                float want = 0;
+                if (i < N) {
+                    want = (x[((i * C + c) * S + y) * S + xx] + 1) * 0.5f;
+                    want = want < 0 ? 0 : want > 1 ? 1 : want;
+                }
+                bad += p[((size_t)gy * 3 * S * K + gx) * C + c] != want;
+            }
+    NB_EXPECT(bad == 0);
+    nb_tensor_free(g);
+    NB_EXPECT_ERR(nb_ddpm_sample_grid(x, N, 2, S, K, &g), NB_ERR_INVALID_ARG, "2 channels");
+    NB_EXPECT_ERR(nb_ddpm_sample_grid(x, 0, C, S, K, &g), NB_ERR_INVALID_ARG, "0 samples");
+    NB_EXPECT_ERR(nb_ddpm_sample_grid(x, N, C, S, 17, &g), NB_ERR_INVALID_ARG, "scale 17");
+    NB_EXPECT_ERR(nb_ddpm_sample_grid(NULL, N, C, S, K, &g), NB_ERR_INVALID_ARG, "x");
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_reference_param_count, test_bad_configs, test_forward_shapes,
                  test_gradients, test_checkpoint_roundtrip, test_ddpm_train_and_sample,
                  test_ddpm_steady_state_no_alloc, test_ddpm_stats_profile, test_cuda_forward_backward,
                  test_cuda_ddpm, test_cuda_ddpm_bf16, test_ddpm_kernels, test_cuda_ddpm_graphs,
-                 test_ddpm_graphs_cpu);
+                 test_ddpm_graphs_cpu, test_sample_grid);
 }

@@ -52,6 +52,7 @@
 
 #include "nabla/nn_tape.h"
 #include "nabla/status.h"
+#include "nabla/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -223,6 +224,12 @@ nb_status nb_ddpm_save(nb_ddpm *d, const char *path);
  * out host [n, out, S, S]. Runs the model in chunks (16 images on the CPU, 64 on CUDA); the
  * noise depends on (seed, image index), not on the chunking. */
 nb_status nb_ddpm_sample(nb_ddpm *d, nb_sampler sampler, int steps, int n, uint64_t seed, float *out);
+/* The n samples of nb_ddpm_sample (host [n, channels, size, size], values in [-1, 1]) as one image
+ * for nb_image_write_png: a grid of ceil(sqrt(n)) columns (row-major, the last row may be short,
+ * the rest black), every pixel repeated `scale` times each way (1..16), values mapped to [0, 1]
+ * and clamped. *out: a new f32 [rows*size*scale, cols*size*scale, channels] tensor on the CPU.
+ * channels 1 or 3 (a grey or an RGB PNG); NB_ERR_INVALID_ARG naming the value otherwise. */
+nb_status nb_ddpm_sample_grid(const float *x, int n, int channels, int size, int scale, nb_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "nabla/nn_unet.h"
 #include "nabla/safetensors.h"
 #include "nabla/tensor.h"
@@ -141,4 +142,35 @@ nb_status nb_unet_load(nb_unet *u, const char *path) {
     free(p);
     nb_safetensors_free(f);
     return s;
+}
+
+/* ---- samples as one image (nb_ddpm_sample_grid) ---------------------------------------------- */
+
+nb_status nb_ddpm_sample_grid(const float *x, int n, int channels, int size, int scale, nb_tensor **out) {
+    NB_CHECK_ARG(x);
+    NB_CHECK_ARG(out);
+    *out = NULL;
+    if (n < 1) return nb_error(NB_ERR_INVALID_ARG, "sample grid: %d samples: want at least 1", n);
+    if (channels != 1 && channels != 3)
+        return nb_error(NB_ERR_INVALID_ARG, "sample grid: %d channels: a PNG grid needs 1 or 3", channels);
+    if (size < 1 || scale < 1 || scale > 16)
+        return nb_error(NB_ERR_INVALID_ARG, "sample grid: size %d, scale %d: want size >= 1, scale 1..16", size,
+                        scale);
+    int C = channels, S = size, K = scale, cols = (int)ceil(sqrt((double)n)), rows = (n + cols - 1) / cols;
+    int64_t shape[3] = {(int64_t)rows * S * K, (int64_t)cols * S * K, C};
+    nb_device *cpu = NULL;
+    NB_TRY(nb_device_open("cpu", &cpu));
+    nb_status st = nb_tensor_zeros(cpu, NB_F32, 3, shape, out); /* the tensor keeps the device open */
+    nb_device_close(cpu);
+    NB_TRY(st);
+    float *g = nb_tensor_data(*out); /* [rows*S*K][cols*S*K][C] */
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < C; c++)
+            for (int y = 0; y < S * K; y++)
+                for (int xx = 0; xx < S * K; xx++) {
+                    size_t gy = (size_t)(i / cols) * S * K + y, gx = (size_t)(i % cols) * S * K + xx;
+                    float v = (x[(((size_t)i * C + c) * S + y / K) * S + xx / K] + 1) * 0.5f;
+                    g[(gy * cols * S * K + gx) * C + c] = v < 0 ? 0 : v > 1 ? 1 : v;
+                }
+    return NB_OK;
 }
