@@ -140,6 +140,20 @@ nb_status nb_event_elapsed_ms(nb_event *start, nb_event *end, float *ms);
 nb_status nb_cuda_compile(nb_device *dev, const char *source, const char *name,
                           const char *const *extra_opts, void **image, size_t *size);
 
+/* Files a CUDA source may `#include "name"` without a file system: n (name, text) pairs, passed
+ * to NVRTC as its headers / includeNames (the name is matched as written in the #include). */
+typedef struct nb_cuda_headers {
+    int n;
+    const char *const *names;
+    const char *const *texts;
+} nb_cuda_headers;
+
+/* nb_cuda_compile with headers (NULL: none). Compile errors inside a header name it as NVRTC
+ * reports it: `name(line): error ...`. */
+nb_status nb_cuda_compile_headers(nb_device *dev, const char *source, const char *name,
+                                  const char *const *extra_opts, const nb_cuda_headers *headers,
+                                  void **image, size_t *size);
+
 nb_status nb_cuda_module_load(nb_device *dev, const void *image, size_t size, nb_cuda_module **out);
 void nb_cuda_module_unload(nb_cuda_module *m);
 nb_status nb_cuda_module_function(nb_cuda_module *m, const char *name, nb_cuda_function **out);

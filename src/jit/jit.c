@@ -350,21 +350,24 @@ static nb_status nb_cuda_finish(nb_jit_kernel *k, nb_device *dev, const void *im
     return NB_OK;
 }
 
-static nb_status nb_cuda_build(nb_jit_kernel *k, nb_device *dev, const nb_jit_options *opts) {
+/* keysig: the NVRTC options followed by the headers' names and texts (what the key hashes). */
+static nb_status nb_cuda_build(nb_jit_kernel *k, nb_device *dev, const nb_jit_options *opts,
+                               const char *const *keysig) {
     const char *name = nb_kname(k, opts);
     const char *const *nv = opts ? opts->nvrtc_opts : NULL;
+    const nb_cuda_headers *hd = opts ? opts->headers : NULL;
     int ver = nb_nvrtc_version();
     if (ver == 0) { /* let nb_cuda_compile say why */
         void *img = NULL;
         size_t sz = 0;
-        nb_status st = nb_cuda_compile(dev, k->source, name, nv, &img, &sz);
+        nb_status st = nb_cuda_compile_headers(dev, k->source, name, nv, hd, &img, &sz);
         if (st == NB_OK) nb_free(img, sz);
         return st == NB_OK ? nb_error(NB_ERR_INTERNAL, "NVRTC version unknown") : st;
     }
     const nb_device_info *info = nb_device_get_info(dev);
     char identity[128];
     snprintf(identity, sizeof identity, "nvrtc %d sm_%d%d", ver, info->cc_major, info->cc_minor);
-    nb_disk_key(k->key, "cuda", identity, nv, k->source, k->source_len);
+    nb_disk_key(k->key, "cuda", identity, keysig, k->source, k->source_len);
 
     char dir[NB_JIT_PATH_MAX];
     int exists = 0, writable = 0;
@@ -387,7 +390,7 @@ static nb_status nb_cuda_build(nb_jit_kernel *k, nb_device *dev, const nb_jit_op
     void *img = NULL;
     size_t sz = 0;
     double t0 = nb_jit_now();
-    nb_status st = nb_cuda_compile(dev, k->source, name, nv, &img, &sz);
+    nb_status st = nb_cuda_compile_headers(dev, k->source, name, nv, hd, &img, &sz);
     nb_jit_count(NB_JIT_C_COMPILE_NS, (uint64_t)((nb_jit_now() - t0) * 1e9));
     if (st != NB_OK) {
         nb_jit_count(NB_JIT_C_COMPILE_ERRORS, 1);
@@ -413,6 +416,10 @@ static nb_status nb_cuda_build(nb_jit_kernel *k, nb_device *dev, const nb_jit_op
 
 /* ---- loading ------------------------------------------------------------------------------- */
 
+static nb_status nb_jit_load_sig(nb_device *dev, nb_device_kind kind, const char *source, size_t len,
+                                 const char *entry, const nb_jit_options *opts, const char *const *o,
+                                 nb_jit_kernel **out);
+
 nb_status nb_jit_load(nb_device *dev, const char *source, const char *entry,
                       const nb_jit_options *opts, nb_jit_kernel **out) {
     NB_CHECK_ARG(out);
@@ -421,9 +428,45 @@ nb_status nb_jit_load(nb_device *dev, const char *source, const char *entry,
     NB_CHECK_ARG(entry);
     if (!entry[0]) return nb_error(NB_ERR_INVALID_ARG, "nb_jit_load: empty entry name");
     nb_device_kind kind = dev ? nb_device_get_kind(dev) : NB_DEVICE_CPU;
-    nb_device *tdev = kind == NB_DEVICE_CUDA ? dev : NULL; /* CPU kernels fit every CPU device */
     const char *const *o = opts ? (kind == NB_DEVICE_CPU ? opts->cflags : opts->nvrtc_opts) : NULL;
     size_t len = strlen(source);
+    /* CUDA headers join the options in the keys: NVRTC options, a marker, then each header's
+     * name and text, so a kernel is rebuilt when a file it includes changes. */
+    const nb_cuda_headers *hd = kind == NB_DEVICE_CUDA && opts ? opts->headers : NULL;
+    const char **sig = NULL;
+    size_t sigcap = 0;
+    if (hd && hd->n > 0) {
+        if (!hd->names || !hd->texts)
+            return nb_error(NB_ERR_INVALID_ARG, "nb_jit_load(%s): headers without names or texts", entry);
+        size_t no = 0;
+        while (o && o[no]) no++;
+        sigcap = (no + 2 + 2 * (size_t)hd->n) * sizeof *sig;
+        sig = nb_alloc(sigcap, 16);
+        if (!sig) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_jit_load: out of host memory");
+        size_t i = 0;
+        for (size_t j = 0; j < no; j++) sig[i++] = o[j];
+        sig[i++] = "\x02headers";
+        for (int j = 0; j < hd->n; j++) {
+            if (!hd->names[j] || !hd->texts[j]) {
+                nb_free(sig, sigcap);
+                return nb_error(NB_ERR_INVALID_ARG, "nb_jit_load(%s): header %d has no name or no text", entry, j);
+            }
+            sig[i++] = hd->names[j];
+            sig[i++] = hd->texts[j];
+        }
+        sig[i] = NULL;
+        o = sig;
+    }
+    nb_status st = nb_jit_load_sig(dev, kind, source, len, entry, opts, o, out);
+    if (sig) nb_free(sig, sigcap);
+    return st;
+}
+
+/* nb_jit_load once the key's option signature o is known. */
+static nb_status nb_jit_load_sig(nb_device *dev, nb_device_kind kind, const char *source, size_t len,
+                                 const char *entry, const nb_jit_options *opts, const char *const *o,
+                                 nb_jit_kernel **out) {
+    nb_device *tdev = kind == NB_DEVICE_CUDA ? dev : NULL; /* CPU kernels fit every CPU device */
 
     nb_hasher h;
     nb_hasher_init(&h, 0);
@@ -451,7 +494,7 @@ nb_status nb_jit_load(nb_device *dev, const char *source, const char *entry,
     }
     pthread_mutex_unlock(&nb_tab_lock);
 
-    nb_status st = kind == NB_DEVICE_CPU ? nb_cpu_build(k, opts) : nb_cuda_build(k, dev, opts);
+    nb_status st = kind == NB_DEVICE_CPU ? nb_cpu_build(k, opts) : nb_cuda_build(k, dev, opts, o);
 
     pthread_mutex_lock(&nb_tab_lock);
     if (st == NB_OK)

@@ -80,6 +80,8 @@ typedef struct nb_jit_options {
     const char *const *cflags;      /* CPU: extra compiler flags, NULL-terminated (part of the key) */
     const char *const *nvrtc_opts;  /* CUDA: extra NVRTC options, NULL-terminated (part of the key) */
     int no_disk_cache;              /* compile privately; neither read nor write the disk cache */
+    const nb_cuda_headers *headers; /* CUDA: files the source may #include by name (part of the
+                                     * key, texts included); NULL: none */
 } nb_jit_options;
 
 /* The CPU entry point's type. */

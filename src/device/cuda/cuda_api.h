@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "nabla/device.h" /* nb_cuda_headers */
 #include "nabla/status.h"
 
 /* ---- driver types (cuda.h) ----------------------------------------------------------------- */
@@ -163,5 +164,10 @@ int nb_nvrtc_pick_arch(int want);
 nb_status nb_nvrtc_compile(const char *source, const char *name, const char *arch,
                            const char *const *extra_opts, void **image, size_t *size,
                            int *is_cubin);
+/* The same with headers the source may #include by name (NVRTC's headers / includeNames; at
+ * most 63). */
+nb_status nb_nvrtc_compile_headers(const char *source, const char *name, const char *arch,
+                                   const char *const *extra_opts, const nb_cuda_headers *headers,
+                                   void **image, size_t *size, int *is_cubin);
 
 #endif

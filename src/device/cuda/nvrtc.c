@@ -306,6 +306,15 @@ static const char *nb_nvrtc_include_opt(void) {
 nb_status nb_nvrtc_compile(const char *source, const char *name, const char *arch,
                            const char *const *extra_opts, void **image, size_t *size,
                            int *is_cubin) {
+    return nb_nvrtc_compile_headers(source, name, arch, extra_opts, NULL, image, size, is_cubin);
+}
+
+/* Most headers one program may be given (the caller's plus the empty cuda.h). */
+#define NB_NVRTC_MAX_HEADERS 64
+
+nb_status nb_nvrtc_compile_headers(const char *source, const char *name, const char *arch,
+                                   const char *const *extra_opts, const nb_cuda_headers *headers,
+                                   void **image, size_t *size, int *is_cubin) {
     NB_CHECK_ARG(source);
     NB_CHECK_ARG(image);
     NB_CHECK_ARG(size);
@@ -340,11 +349,27 @@ nb_status nb_nvrtc_compile(const char *source, const char *name, const char *arc
     int sys = strstr(source, "#include <") != NULL;
     const char *inc = sys ? nb_nvrtc_include_opt() : NULL;
     if (inc && nopts < NB_NVRTC_MAX_OPTS) opts[nopts++] = inc;
-    static const char *const hdr_text[] = {"/* cuda.h: host-only driver API; not needed by device code (nabla) */\n"};
-    static const char *const hdr_name[] = {"cuda.h"};
+    /* The caller's headers (found by the name a source #includes them by), then the empty
+     * cuda.h for sources with system includes. */
+    const char *hdr_text[NB_NVRTC_MAX_HEADERS], *hdr_name[NB_NVRTC_MAX_HEADERS];
+    int nh = 0;
+    int nuser = headers ? headers->n : 0;
+    if (nuser < 0 || nuser > NB_NVRTC_MAX_HEADERS - 1 || (nuser > 0 && (!headers->names || !headers->texts)))
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %d headers given (want 0..%d, with names and texts)", name,
+                        nuser, NB_NVRTC_MAX_HEADERS - 1);
+    for (int i = 0; i < nuser; i++) {
+        if (!headers->names[i] || !headers->texts[i])
+            return nb_error(NB_ERR_INVALID_ARG, "%s: header %d has no name or no text", name, i);
+        hdr_name[nh] = headers->names[i];
+        hdr_text[nh++] = headers->texts[i];
+    }
+    if (sys) {
+        hdr_name[nh] = "cuda.h";
+        hdr_text[nh++] = "/* cuda.h: host-only driver API; not needed by device code (nabla) */\n";
+    }
 
     nvrtcProgram prog = NULL;
-    nvrtcResult r = rt->CreateProgram(&prog, source, name, sys ? 1 : 0, sys ? hdr_text : NULL, sys ? hdr_name : NULL);
+    nvrtcResult r = rt->CreateProgram(&prog, source, name, nh, nh ? hdr_text : NULL, nh ? hdr_name : NULL);
     if (r != NVRTC_SUCCESS)
         return nb_error(r == NVRTC_ERROR_OUT_OF_MEMORY ? NB_ERR_OUT_OF_MEMORY : NB_ERR_INTERNAL,
                         "nvrtcCreateProgram failed for %s: %s", name, rt->GetErrorString(r));
@@ -408,6 +433,12 @@ static int nb_opts_have_arch(const char *const *opts) {
 
 nb_status nb_cuda_compile(nb_device *dev, const char *source, const char *name,
                           const char *const *extra_opts, void **image, size_t *size) {
+    return nb_cuda_compile_headers(dev, source, name, extra_opts, NULL, image, size);
+}
+
+nb_status nb_cuda_compile_headers(nb_device *dev, const char *source, const char *name,
+                                  const char *const *extra_opts, const nb_cuda_headers *headers,
+                                  void **image, size_t *size) {
     NB_CHECK_ARG(dev);
     NB_CHECK_ARG(source);
     NB_CHECK_ARG(image);
@@ -421,7 +452,7 @@ nb_status nb_cuda_compile(nb_device *dev, const char *source, const char *name,
         return nb_error(NB_ERR_UNSUPPORTED, "cannot compile CUDA code: NVRTC is not available: %s",
                         nb_nvrtc_unavailable_reason());
     if (nb_opts_have_arch(extra_opts))
-        return nb_nvrtc_compile(source, name, NULL, extra_opts, image, size, NULL);
+        return nb_nvrtc_compile_headers(source, name, NULL, extra_opts, headers, image, size, NULL);
 
     int want = dev->info.cc_major * 10 + dev->info.cc_minor;
     int pick = nb_nvrtc_pick_arch(want);
@@ -434,7 +465,7 @@ nb_status nb_cuda_compile(nb_device *dev, const char *source, const char *name,
         /* Native cubin: no JIT at load time, and it loads even when the driver is older than
          * NVRTC (PTX from a newer NVRTC would not). */
         snprintf(arch, sizeof arch, "sm_%d", want);
-        nb_status st = nb_nvrtc_compile(source, name, arch, extra_opts, image, size, NULL);
+        nb_status st = nb_nvrtc_compile_headers(source, name, arch, extra_opts, headers, image, size, NULL);
         if (st != NB_ERR_UNSUPPORTED) return st;
         NB_LOG_I("NVRTC cannot target %s (%s); compiling PTX for compute_%d instead", arch,
                  nb_last_error(), want);
@@ -445,5 +476,5 @@ nb_status nb_cuda_compile(nb_device *dev, const char *source, const char *name,
                  nb_nvrtc_ver / 1000, nb_nvrtc_ver % 1000 / 10, want, pick);
     }
     snprintf(arch, sizeof arch, "compute_%d", pick);
-    return nb_nvrtc_compile(source, name, arch, extra_opts, image, size, NULL);
+    return nb_nvrtc_compile_headers(source, name, arch, extra_opts, headers, image, size, NULL);
 }
