@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "jit/cuda_files.h"
 #include "nabla/nn_unet.h"
 #include "models/ddpm_internal.h"
 #include "nn/common/nn_common.h"
@@ -44,78 +45,11 @@ typedef struct randn_args {
     uint32_t key, base;
 } randn_args;
 
+/* The kernels' file (src/models/kernels/ddpm.cu) takes the q-sample table size as QMAX. */
+#define NB_DDPM_CU "src/models/kernels/ddpm.cu"
 #define QMAX_STR "256"
 _Static_assert(NB_DDPM_QMAX == 256, "QMAX_STR");
-
-static const char ddpm_cuda_src[] =
-    "// nabla DDPM\n" NB_NN_RNG_CUDA
-    "__device__ __forceinline__ float nb_gauss(unsigned key, unsigned c) {\n"
-    "    float u1 = ((float)(nb_pcg((2u * c) ^ key) >> 8) + 0.5f) * (1.0f / 16777216.0f);\n"
-    "    float u2 = (float)(nb_pcg((2u * c + 1u) ^ key) >> 8) * (1.0f / 16777216.0f);\n"
-    "    return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307f * u2);\n"
-    "}\n"
-    "#define LOOP(n) for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); \\\n"
-    "                     i += (long long)gridDim.x * blockDim.x)\n"
-    "struct QArgs { const float *x0; float *eps, *xt; long long img, n; unsigned key, base;\n"
-    "               float a[" QMAX_STR "], b[" QMAX_STR "]; };\n"
-    "extern \"C\" __global__ void nb_ddpm_qsample(const QArgs q) {\n"
-    "    LOOP(q.n) {\n"
-    "        int s = (int)(i / q.img);\n"
-    "        float e = nb_gauss(q.key, q.base + (unsigned)i);\n"
-    "        q.eps[i] = e;\n"
-    "        q.xt[i] = __fadd_rn(__fmul_rn(q.a[s], q.x0[i]), __fmul_rn(q.b[s], e));\n"
-    "    }\n"
-    "}\n"
-    "struct SqArgs { const float *g; long long n; float *acc; };\n"
-    "extern \"C\" __global__ void nb_ddpm_sumsq(const SqArgs a) {\n"
-    "    float s = 0.0f;\n"
-    "    LOOP(a.n) { float v = a.g[i]; s += v * v; }\n"
-    "    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);\n"
-    "    __shared__ float part[32];\n"
-    "    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;\n"
-    "    __syncthreads();\n"
-    "    if (threadIdx.x < 32) {\n"
-    "        s = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
-    "        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);\n"
-    "        if (threadIdx.x == 0) atomicAdd(a.acc, s);\n"
-    "    }\n"
-    "}\n"
-    "struct ClipArgs { float *g; long long n; float *st; const float *loss; int slot; float clip; };\n"
-    "extern \"C\" __global__ void nb_ddpm_clip(const ClipArgs a) {\n"
-    "    float norm = sqrtf(a.st[a.slot]);\n"
-    "    float k = !isfinite(norm) ? 0.0f : (a.clip > 0.0f && norm > a.clip) ? a.clip / (norm + 1e-6f) : 1.0f;\n"
-    "    if (k != 1.0f) LOOP(a.n) a.g[i] *= k;\n"
-    "    if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
-    "        a.st[2] += *a.loss;\n"
-    "        a.st[3] = norm;\n"
-    "        a.st[4] = fmaxf(a.st[4], norm);\n"
-    "        a.st[5] += 1.0f;\n"
-    "        if (!isfinite(norm)) a.st[6] = 1.0f;\n"
-    "        a.st[1 - a.slot] = 0.0f;\n"
-    "    }\n"
-    "}\n"
-    "struct EmaArgs { float *ema; const float *p; long long n; float a, b; };\n"
-    "extern \"C\" __global__ void nb_ddpm_ema(const EmaArgs a) {\n"
-    "    LOOP(a.n) a.ema[i] = __fadd_rn(__fmul_rn(a.a, a.ema[i]), __fmul_rn(a.b, a.p[i]));\n"
-    "}\n"
-    "struct RandnArgs { float *x; long long n; unsigned key, base; };\n"
-    "extern \"C\" __global__ void nb_ddpm_randn(const RandnArgs a) {\n"
-    "    LOOP(a.n) a.x[i] = nb_gauss(a.key, a.base + (unsigned)i);\n"
-    "}\n"
-    "struct UpdArgs { float *x; const float *e; long long n; unsigned key, base; int mode;\n"
-    "                 float sa, s1a, sap, s1ap, c0, c1, sigma; };\n"
-    "extern \"C\" __global__ void nb_ddpm_update(const UpdArgs a) {\n"
-    "    LOOP(a.n) {\n"
-    "        float x = a.x[i], x0 = (x - a.s1a * a.e[i]) / a.sa;\n"
-    "        x0 = fminf(fmaxf(x0, -1.0f), 1.0f);\n"
-    "        if (a.mode == 0) x = a.sap * x0 + a.s1ap * ((x - a.sa * x0) / a.s1a);\n"
-    "        else {\n"
-    "            x = a.c0 * x0 + a.c1 * x;\n"
-    "            if (a.mode == 1) x += a.sigma * nb_gauss(a.key, a.base + (unsigned)i);\n"
-    "        }\n"
-    "        a.x[i] = x;\n"
-    "    }\n"
-    "}\n";
+static const char *const nb_ddpm_defs[] = {"QMAX=" QMAX_STR, NULL};
 
 static inline float gauss(uint32_t key, uint32_t c) {
     float u1 = ((float)(nb_nn_pcg((2u * c) ^ key) >> 8) + 0.5f) * (1.0f / 16777216.0f);
@@ -129,12 +63,12 @@ nb_status nb_ddpm_dev_init(nb_ddpm_dev *k, nb_device *dev) {
     k->dev = dev;
     k->cuda = nb_device_get_kind(dev) == NB_DEVICE_CUDA;
     if (!k->cuda) return NB_OK;
-    NB_TRY(nb_nn_cuda_kernel(dev, ddpm_cuda_src, "nb_ddpm_qsample", &k->k_q));
-    NB_TRY(nb_nn_cuda_kernel(dev, ddpm_cuda_src, "nb_ddpm_sumsq", &k->k_sq));
-    NB_TRY(nb_nn_cuda_kernel(dev, ddpm_cuda_src, "nb_ddpm_clip", &k->k_clip));
-    NB_TRY(nb_nn_cuda_kernel(dev, ddpm_cuda_src, "nb_ddpm_ema", &k->k_ema));
-    NB_TRY(nb_nn_cuda_kernel(dev, ddpm_cuda_src, "nb_ddpm_randn", &k->k_randn));
-    return nb_nn_cuda_kernel(dev, ddpm_cuda_src, "nb_ddpm_update", &k->k_upd);
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_DDPM_CU, nb_ddpm_defs, "nb_ddpm_qsample", &k->k_q));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_DDPM_CU, nb_ddpm_defs, "nb_ddpm_sumsq", &k->k_sq));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_DDPM_CU, nb_ddpm_defs, "nb_ddpm_clip", &k->k_clip));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_DDPM_CU, nb_ddpm_defs, "nb_ddpm_ema", &k->k_ema));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_DDPM_CU, nb_ddpm_defs, "nb_ddpm_randn", &k->k_randn));
+    return nb_jit_cuda_kernel(dev, NB_DDPM_CU, nb_ddpm_defs, "nb_ddpm_update", &k->k_upd);
 }
 
 void nb_ddpm_dev_release(nb_ddpm_dev *k) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "jit/cuda_files.h"
 #include "nabla/alloc.h"
 #include "nabla/image.h"
 #include "nn/common/nn_common.h"
@@ -93,36 +94,6 @@ typedef struct nb_sample_args {
     int32_t pad_;
 } nb_sample_args;
 
-static const char nb_sample_cuda_src[] =
-    "// nabla image sampling\n" NB_NN_RNG_CUDA
-    "struct Args { const float *img; float *x, *target; long long n; int W, H, C; unsigned key; int strat_k, pad_; };\n"
-    "__device__ __forceinline__ unsigned compact1by1(unsigned x) {\n"
-    "    x &= 0x55555555u; x = (x ^ (x >> 1)) & 0x33333333u; x = (x ^ (x >> 2)) & 0x0f0f0f0fu;\n"
-    "    x = (x ^ (x >> 4)) & 0x00ff00ffu; return (x ^ (x >> 8)) & 0x0000ffffu;\n"
-    "}\n"
-    "extern \"C\" __global__ void nb_image_sample(const Args a) {\n"
-    "    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)a.n; i += gridDim.x * blockDim.x) {\n"
-    "        float u = nb_uniform(a.key, 2u * i), v = nb_uniform(a.key, 2u * i + 1u);\n"
-    "        if (a.strat_k) {\n"
-    "            unsigned st = i & ((1u << (2 * a.strat_k)) - 1u);\n"
-    "            float sc = ldexpf(1.0f, -a.strat_k);\n"
-    "            u = ((float)compact1by1(st) + u) * sc; v = ((float)compact1by1(st >> 1) + v) * sc;\n"
-    "        }\n"
-    "        a.x[2 * (size_t)i] = u; a.x[2 * (size_t)i + 1] = v;\n"
-    "        float px = __fadd_rn(__fmul_rn(u, (float)a.W), -0.5f), py = __fadd_rn(__fmul_rn(v, (float)a.H), -0.5f);\n"
-    "        px = fminf(fmaxf(px, 0.0f), (float)(a.W - 1)); py = fminf(fmaxf(py, 0.0f), (float)(a.H - 1));\n"
-    "        float x0 = fminf(floorf(px), (float)(a.W - 2)), y0 = fminf(floorf(py), (float)(a.H - 2));\n"
-    "        float fx = px - x0, fy = py - y0;\n"
-    "        const float *p = a.img + ((size_t)y0 * a.W + (size_t)x0) * a.C;\n"
-    "        size_t row = (size_t)a.W * a.C;\n"
-    "        for (int c = 0; c < a.C; c++) {\n"
-    "            float top = p[c] + fx * (p[a.C + c] - p[c]);\n"
-    "            float bot = p[row + c] + fx * (p[row + a.C + c] - p[row + c]);\n"
-    "            a.target[(size_t)i * a.C + c] = top + fy * (bot - top);\n"
-    "        }\n"
-    "    }\n"
-    "}\n";
-
 static uint32_t nb_compact1by1(uint32_t x) {
     x &= 0x55555555u;
     x = (x ^ (x >> 1)) & 0x33333333u;
@@ -183,7 +154,7 @@ static nb_status nb_image_sample_mode(const nb_tensor *img, uint64_t seed, uint3
                         (int32_t)sh[1], (int32_t)sh[0], (int32_t)sh[2], nb_nn_rng_key(seed, step), sk, 0};
     if (nb_device_get_kind(dev) == NB_DEVICE_CUDA) {
         nb_jit_kernel *k;
-        NB_TRY(nb_nn_cuda_kernel(dev, nb_sample_cuda_src, "nb_image_sample", &k));
+        NB_TRY(nb_jit_cuda_kernel(dev, "src/models/kernels/image_sample.cu", NULL, "nb_image_sample", &k));
         return nb_jit_launch_cuda(k, &a, sizeof a, B, NULL);
     }
     nb_nn_parallel(B, 4096, nb_sample_cpu_range, &a);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "jit/cuda_files.h"
 #include "nabla/alloc.h"
 #include "nabla/nn_optim.h"
 #include "nn/common/nn_common.h"
@@ -28,32 +29,6 @@ typedef struct nb_loss_args {
     float inv_n;
     int32_t kind;
 } nb_loss_args;
-
-static const char nb_loss_cuda_src[] =
-    "// nabla losses\n"
-    "struct Args { const float *pred, *target; float *loss, *dpred; long long n; float inv_n; int kind; };\n"
-    "extern \"C\" __global__ void nb_loss(const Args a) {\n"
-    "    float acc = 0.0f;\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float y = a.pred[i], d = y - a.target[i], l, g;\n"
-    "        if (a.kind == 0) { l = d * d; g = 2.0f * d; }\n"
-    "        else if (a.kind == 1) { l = fabsf(d); g = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : 0.0f); }\n"
-    "        else { float s = 1.0f / (y * y + 0.01f); l = d * d * s; g = 2.0f * d * s; }\n"
-    "        acc += l;\n"
-    "        if (a.dpred) a.dpred[i] = g * a.inv_n;\n"
-    "    }\n"
-    "    if (!a.loss) return;\n"
-    "    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
-    "    __shared__ float part[32];\n"
-    "    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;\n"
-    "    __syncthreads();\n"
-    "    if (threadIdx.x < 32) {\n"
-    "        acc = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
-    "        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
-    "        if (threadIdx.x == 0) atomicAdd(a.loss, acc * a.inv_n);\n"
-    "    }\n"
-    "}\n";
 
 /* CPU: chunks of a fixed size so the sum does not depend on the thread count. */
 #define NB_LOSS_CHUNK 4096
@@ -130,7 +105,7 @@ nb_status nb_loss(nb_loss_kind kind, const nb_tensor *pred, const nb_tensor *tar
     if (nb_device_get_kind(dev) == NB_DEVICE_CUDA) {
         /* The JIT's in-process table answers repeated loads with a hash and a probe. */
         nb_jit_kernel *k;
-        NB_TRY(nb_nn_cuda_kernel(dev, nb_loss_cuda_src, "nb_loss", &k));
+        NB_TRY(nb_jit_cuda_kernel(dev, "src/nn/optim/kernels/loss.cu", NULL, "nb_loss", &k));
         /* One block of 1024 threads per SM: enough to stream the data, and few atomics on the
          * one scalar (atomics on one address serialise: 4 blocks per SM cost ~9 us at 2^18 x 3). */
         int64_t blocks = (n + 1023) / 1024, cap = (int64_t)nb_device_get_info(dev)->multiprocessors;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "jit/cuda_files.h"
 #include "nabla/alloc.h"
 #include "nabla/nn_optim.h"
 #include "nn/common/nn_common.h"
@@ -32,29 +33,6 @@ typedef struct nb_adam_args {
     int32_t zero, nseg;
     nb_adam_seg seg[NB_ADAM_MAX_SEGMENTS];
 } nb_adam_args;
-
-static const char nb_adam_cuda_src[] =
-    "// nabla Adam\n"
-    "struct Seg { float *p, *g; long long start, end; };\n"
-    "struct Args { float *m, *v; long long n;\n"
-    "    float lr_bc1, inv_sqrt_bc2, beta1, beta2, eps, l2, lr_wd; int zero, nseg; Seg seg[8]; };\n"
-    "extern \"C\" __global__ void nb_adam_step(const Args a) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        int s = 0;\n"
-    "        while (s < a.nseg - 1 && i >= a.seg[s].end) s++;\n"
-    "        long long j = i - a.seg[s].start;\n"
-    "        float *pp = a.seg[s].p + j, *gp = a.seg[s].g + j;\n"
-    "        float p = *pp, g = *gp + a.l2 * p;\n"
-    "        float m = a.beta1 * a.m[i] + (1.0f - a.beta1) * g;\n"
-    "        float v = a.beta2 * a.v[i] + (1.0f - a.beta2) * g * g;\n"
-    "        a.m[i] = m; a.v[i] = v;\n"
-    "        p -= a.lr_wd * p;\n"
-    "        p -= a.lr_bc1 * m / (sqrtf(v) * a.inv_sqrt_bc2 + a.eps);\n"
-    "        *pp = p;\n"
-    "        if (a.zero) *gp = 0.0f;\n"
-    "    }\n"
-    "}\n";
 
 nb_adam_config nb_adam_config_default(void) {
     nb_adam_config c = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0};
@@ -89,7 +67,7 @@ nb_status nb_adam_create(nb_device *dev, int64_t n_params, const nb_adam_config 
     nb_status s = nb_tensor_zeros(dev, NB_F32, 1, &n_params, &o->m);
     if (s == NB_OK) s = nb_tensor_zeros(dev, NB_F32, 1, &n_params, &o->v);
     if (s == NB_OK && nb_device_get_kind(dev) == NB_DEVICE_CUDA)
-        s = nb_nn_cuda_kernel(dev, nb_adam_cuda_src, "nb_adam_step", &o->k);
+        s = nb_jit_cuda_kernel(dev, "src/nn/optim/kernels/adam.cu", NULL, "nb_adam_step", &o->k);
     if (s != NB_OK) {
         nb_adam_destroy(o);
         return s;
