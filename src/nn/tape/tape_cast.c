@@ -5,7 +5,7 @@
  * CPU rows convert with nb_f32_to_bf16 / nb_bf16_to_f32 (CPU tapes hold f32 only, so there the
  * op is a copy); the CUDA row is one grid-stride kernel each way. */
 
-#include "nn/common/bf16_cuda.h"
+#include "jit/cuda_files.h"
 #include "nn/common/nn_common.h"
 #include "nn/tape/tape_internal.h"
 
@@ -45,28 +45,6 @@ const nb_top_impl nb_top_cast_impl = {"cast", cast_cpu_fwd, cast_cpu_bwd};
 
 /* ---- CUDA ----------------------------------------------------------------------------------- */
 
-static const char cast_src[] = NB_CUDA_BF16_HELPERS
-    "struct CastP { const void *x; void *y; long long n; int xbf, ybf, acc; };\n"
-    "/* y[i] (+= when acc) x[i], each in its dtype; 4 elements per item (the tape's buffers are\n"
-    " * 64-byte aligned), the tail one by one */\n"
-    "extern \"C\" __global__ void tk_cast(CastP p) {\n"
-    "    long long n4 = p.n / 4;\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4 + p.n % 4;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        if (i < n4) {\n"
-    "            float4 v = nb_ld4(p.x, 4 * i, p.xbf);\n"
-    "            if (p.acc) { float4 o = nb_ld4(p.y, 4 * i, p.ybf);\n"
-    "                v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w; }\n"
-    "            nb_st4(p.y, 4 * i, p.ybf, v);\n"
-    "        } else {\n"
-    "            long long j = 4 * n4 + (i - n4);\n"
-    "            float v = nb_ld(p.x, j, p.xbf);\n"
-    "            if (p.acc) v += nb_ld(p.y, j, p.ybf);\n"
-    "            nb_st(p.y, j, p.ybf, v);\n"
-    "        }\n"
-    "    }\n"
-    "}\n";
-
 typedef struct {
     const void *x;
     void *y;
@@ -77,7 +55,7 @@ typedef struct {
 static nb_status cast_launch(nb_tape *t, const void *x, nb_dtype xdt, void *y, nb_dtype ydt,
                              int64_t n, int acc) {
     if (!t->kern[NB_TK_CAST]) {
-        nb_status s = nb_nn_cuda_kernel(t->dev, cast_src, "tk_cast", &t->kern[NB_TK_CAST]);
+        nb_status s = nb_jit_cuda_kernel(t->dev, "src/nn/tape/kernels/cast.cu", NULL, "tk_cast", &t->kern[NB_TK_CAST]);
         if (s) return s;
     }
     cast_p a = {x, y, (long long)n, xdt == NB_BF16, ydt == NB_BF16, acc};

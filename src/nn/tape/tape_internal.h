@@ -232,8 +232,8 @@ extern const nb_top_cuda_impl nb_top_linear_cuda, nb_top_silu_cuda, nb_top_add_c
     nb_top_mse_cuda, nb_top_conv2d_cuda, nb_top_group_norm_cuda, nb_top_attention_cuda,
     nb_top_reshape_cuda, nb_top_transpose_cuda, nb_top_slice_cuda, nb_top_group_norm_silu_cuda,
     nb_top_cast_cuda, nb_top_qkv_attention_cuda;
-/* CUDA C source of the tape's kernels: 0 = tape_cuda_basic.c, 1 = tape_cuda_norm.c (tests). */
-const char *nb_tape_cuda_source(int which);
+/* CUDA C source of tape_cuda_norm.c's kernels (tests; the kernel files under kernels/ are
+ * compiled by tests/test_cuda_files.c). */
 const char *nb_tape_cuda_norm_source(void);
 /* 1 when the tape runs on a CUDA device. */
 int nb_tape_on_cuda(const nb_tape *t);
