@@ -24,8 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "nabla/device.h"
 #include "jit/cuda_files.h"
+#include "nabla/device.h"
 #include "nn/common/nn_common.h"
 #include "nn/tape/tape_internal.h"
 
