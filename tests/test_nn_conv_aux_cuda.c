@@ -554,20 +554,6 @@ static void test_wcache(void) {
     nb_conv_wg4_enable(-1);
 }
 
-/* ---- NVRTC compile (no GPU) ----------------------------------------------------------------- */
-
-static void test_aux_kernels_compile(void) {
-    if (!nb_nvrtc_version()) NB_SKIP("NVRTC not available");
-    const char *srcs[4] = {nb_conv_aux_source(), nb_conv_aux2_source(), nb_conv_igemm_wprep_source(),
-                           nb_conv_wgrad_source()};
-    for (int i = 0; i < 4; i++) {
-        void *img = NULL;
-        size_t size = 0;
-        NB_EXPECT_OK(nb_nvrtc_compile(srcs[i], "conv_aux", "sm_90", NULL, &img, &size, NULL));
-        if (img) nb_free(img, size);
-    }
-}
-
 /* ---- benchmark (NB_CONVAUX_BENCH=1) ----------------------------------------------------------- */
 
 static int cmp_f(const void *a, const void *b) {
@@ -703,6 +689,6 @@ static void test_bench_aux(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_aux_kernels_compile, test_bias_grad, test_bias_add, test_sum_splits, test_split_out,
+    NB_TEST_MAIN(argc, argv, test_bias_grad, test_bias_add, test_sum_splits, test_split_out,
                  test_weight_arrangement, test_conv_new_vs_old, test_linear_new_vs_old, test_wcache, test_bench_aux);
 }

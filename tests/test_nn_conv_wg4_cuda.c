@@ -27,24 +27,6 @@ static nb_device *open_gpu(void) {
     return nb_device_open("cuda", &g) == NB_OK ? g : NULL;
 }
 
-static void test_compile(void) {
-    if (!nb_nvrtc_version()) NB_SKIP("NVRTC not available");
-    const char *src = nb_conv_wg4_source();
-    size_t len = strlen(src);
-    char *buf = malloc(len + 32);
-    for (int prec = 1; prec <= 2; prec++) {
-        int n = snprintf(buf, 32, "#define PREC %d\n", prec);
-        memcpy(buf + n, src, len + 1);
-        void *img = NULL;
-        size_t size = 0;
-        nb_status s = nb_nvrtc_compile(buf, "wg4", "sm_90", NULL, &img, &size, NULL);
-        if (s) fprintf(stderr, "  prec %d: %s\n", prec, nb_last_error());
-        NB_EXPECT_OK(s);
-        if (img) nb_free(img, size);
-    }
-    free(buf);
-}
-
 static void test_bad_input(void) {
     nb_conv_dims d;
     NB_REQUIRE_OK(nb_conv_dims_make(&d, 2, 64, 16, 16, 64, 3, 1, 1));
@@ -229,5 +211,5 @@ static void test_bench(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_compile, test_bad_input, test_against_reference, test_bench);
+    NB_TEST_MAIN(argc, argv, test_bad_input, test_against_reference, test_bench);
 }

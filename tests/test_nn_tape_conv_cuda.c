@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "jit/cuda_files.h"
 #include "nb_test.h"
 #include "nabla/device.h"
 #include "nabla/nn_tape.h"
@@ -620,68 +621,59 @@ static void test_bad_input(void) {
     nb_tape_free(t);
 }
 
-/* The kernels compile for sm_90 with NVRTC (no GPU or driver needed). */
+/* The implicit-GEMM kernel file compiles for sm_90 with NVRTC (no GPU or driver needed) in the
+ * configurations the dispatcher picks (test_cuda_files compiles every kernel file once). */
+static int igemm_compiles(const char *what, int mode, int prec, int bm, int bn, int wm, int wn, int ks,
+                          int stride, int cb, int abf, int obf) {
+    const int v[12] = {mode, prec, bm, bn, wm, wn, 3, ks, stride, cb, abf, obf};
+    static const char *const names[12] = {"MODE", "PREC", "BM", "BN", "WM", "WN", "STAGES", "KS", "STRIDE",
+                                          "CB", "ABF", "OBF"};
+    char buf[12][24];
+    const char *defs[13];
+    for (int i = 0; i < 12; i++) {
+        snprintf(buf[i], sizeof buf[i], "%s=%d", names[i], v[i]);
+        defs[i] = buf[i];
+    }
+    defs[12] = NULL;
+    nb_cuda_program p;
+    void *img = NULL;
+    size_t size = 0;
+    nb_status s = nb_cuda_program_prepare(NULL, "src/nn/conv/kernels/igemm.cu", defs, &p);
+    if (s == NB_OK) s = nb_nvrtc_compile_headers(p.source, p.path, "sm_90", p.opts, &p.headers, &img, &size, NULL);
+    if (img) nb_free(img, size);
+    if (s != NB_OK) {
+        fprintf(stderr, "  %s: mode %d prec %d bm %d bn %d abf %d obf %d: %s\n", what, mode, prec, bm, bn, abf, obf,
+                nb_last_error());
+        nb_test_failures_++;
+    }
+    return s == NB_OK;
+}
+
 static void test_kernels_compile(void) {
     if (!nb_nvrtc_version()) NB_SKIP("NVRTC not available");
     if (nb_cuda_device_count() > 0) return; /* the GPU tests compile (and run) them all */
-    void *img = NULL;
-    size_t size = 0;
-    NB_EXPECT_OK(nb_nvrtc_compile(nb_conv_aux_source(), "conv_aux", "sm_90", NULL, &img, &size, NULL));
-    if (img) nb_free(img, size);
     /* the tile shapes the dispatcher picks (kernel size and stride only change constants) */
-    const char *src = nb_conv_igemm_source();
-    size_t len = strlen(src);
-    char *buf = malloc(len + 512);
-    for (int mode = 0; mode <= 3; mode++)
-        for (int prec = 0; prec <= 2; prec++)
-            for (int small = 0; small <= (mode == 0); small++)
-                for (int ks = 3; ks <= 3; ks += 2)
-                    for (int stride = 1; stride <= 1; stride++) {
-                        int bm = mode == 2 && small ? 64 : 128, bn = mode == 0 && small ? 64 : 128;
-                        int wm = mode == 0 && small ? 4 : 2, wn = 8 / wm;
-                        if (mode == 1) bm = small ? 64 : 128, bn = 64, wm = small ? 2 : 4, wn = 8 / wm;
-                        if (mode == 3) bm = 64, bn = 64, wm = 2, wn = 4;
-                        int n = snprintf(buf, 512,
-                                         "#define MODE %d\n#define PREC %d\n#define BM %d\n#define BN %d\n"
-                                         "#define WM %d\n#define WN %d\n#define STAGES 3\n#define KS %d\n"
-                                         "#define STRIDE %d\n#define CB %d\n",
-                                         mode, prec, bm, bn, wm, wn, ks, stride, prec == 2 ? 16 : 8);
-                        memcpy(buf + n, src, len + 1);
-                        img = NULL;
-                        nb_status s = nb_nvrtc_compile(buf, "conv_igemm", "sm_90", NULL, &img, &size, NULL);
-                        if (s != NB_OK) {
-                            fprintf(stderr, "  mode %d prec %d small %d ks %d stride %d: %s\n", mode,
-                                    prec, small, ks, stride, nb_last_error());
-                            nb_test_failures_++;
-                            mode = prec = small = ks = stride = 99; /* one log is enough */
-                        }
-                        if (img) nb_free(img, size);
-                    }
+    int ok = 1;
+    for (int mode = 0; mode <= 3 && ok; mode++)
+        for (int prec = 0; prec <= 2 && ok; prec++)
+            for (int small = 0; small <= (mode == 0) && ok; small++) {
+                int bm = mode == 2 && small ? 64 : 128, bn = mode == 0 && small ? 64 : 128;
+                int wm = mode == 0 && small ? 4 : 2, wn = 8 / wm;
+                if (mode == 1) bm = small ? 64 : 128, bn = 64, wm = small ? 2 : 4, wn = 8 / wm;
+                if (mode == 3) bm = 64, bn = 64, wm = 2, wn = 4;
+                ok = igemm_compiles("f32 activations", mode, prec, bm, bn, wm, wn, 3, 1, prec == 2 ? 16 : 8, 0, 0);
+            }
     /* the bf16-activation kernels (BF16): MODE 1 (bf16 or f32 output), MODE 3, MODE 2, MODE 0 */
     for (int small = 0; small <= 4; small++)
         for (int obf = 0; obf <= (small < 2 || small == 4); obf++) {
-            int n = small >= 2
-                        ? snprintf(buf, 512,
-                                   "#define MODE %d\n#define PREC 2\n#define BM %d\n#define BN %d\n#define WM %d\n"
-                                   "#define WN %d\n#define STAGES 3\n#define KS 3\n#define STRIDE %d\n#define CB 32\n"
-                                   "#define ABF 1\n#define OBF %d\n", small == 2 ? 3 : small == 3 ? 2 : 0,
-                                   small == 4 ? 128 : 64, small == 2 ? 64 : 128, small == 4 ? 4 : 2,
-                                   small == 4 ? 2 : 4, small == 4 ? 2 : 1, obf)
-                        : snprintf(buf, 512,
-                                   "#define MODE 1\n#define PREC 2\n#define BM %d\n#define BN 64\n#define WM %d\n"
-                                   "#define WN %d\n#define STAGES 3\n#define KS 3\n#define STRIDE 1\n#define CB 16\n"
-                                   "#define ABF 1\n#define OBF %d\n",
-                                   small ? 64 : 128, small ? 2 : 4, small ? 4 : 2, obf);
-            memcpy(buf + n, src, len + 1);
-            img = NULL;
-            nb_status s = nb_nvrtc_compile(buf, "conv_igemm", "sm_90", NULL, &img, &size, NULL);
-            if (s != NB_OK) {
-                fprintf(stderr, "  bf16 halo small %d obf %d: %s\n", small, obf, nb_last_error());
-                nb_test_failures_++;
-            }
-            if (img) nb_free(img, size);
+            if (small >= 2)
+                igemm_compiles("bf16", small == 2 ? 3 : small == 3 ? 2 : 0, 2, small == 4 ? 128 : 64,
+                               small == 2 ? 64 : 128, small == 4 ? 4 : 2, small == 4 ? 2 : 4, 3,
+                               small == 4 ? 2 : 1, 32, 1, obf);
+            else
+                igemm_compiles("bf16 halo", 1, 2, small ? 64 : 128, 64, small ? 2 : 4, small ? 4 : 2, 3, 1, 16,
+                               1, obf);
         }
-    free(buf);
 }
 
 /* A missing cuBLAS is a clear NB_ERR_UNSUPPORTED naming the library (in a child process: the

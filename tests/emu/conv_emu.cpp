@@ -1,4 +1,4 @@
-// Host emulation of the implicit-GEMM convolution kernels (src/nn/conv/conv_cuda_igemm_src.h), for
+// Host emulation of the implicit-GEMM convolution kernels (src/nn/conv/kernels/igemm.cu), for
 // checking their index arithmetic without a GPU: each block runs as 256 std::threads, barriers
 // stand in for __syncthreads and for the warp-wide exchange of mma.sync fragments, cp.async is
 // a synchronous copy (so it cannot find pipeline races). Compares against a double reference.

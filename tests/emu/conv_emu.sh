@@ -19,30 +19,18 @@ abf=0; obf=0
 case "${9:-}" in b*) abf=1; obf="${EMU_OBF:-1}";; esac
 tag="$1_$2_$3_$4_$5_$6_$7_$8_$abf$obf"
 cb=8; [ "$2" = 2 ] && cb=16
-# rebuilt when the kernel source or the emulator changed
-src_h="$root/src/nn/conv/conv_cuda_igemm_src.h"; src_b="$root/src/nn/conv/conv_cuda_igemm_bf16_src.h"
-if [ ! -x "$dir/gen" ] || [ "$src_h" -nt "$dir/gen" ] || [ "$src_b" -nt "$dir/gen" ] || [ "$root/tests/emu/conv_emu.cpp" -nt "$dir/gen" ]; then
+# rebuilt when the kernel files or the emulator changed
+src_cu="$root/src/nn/conv/kernels/igemm.cu"; src_b="$root/src/nn/conv/kernels/igemm_bf16.cuh"
+if [ ! -f "$dir/kernel.src" ] || [ "$src_cu" -nt "$dir/kernel.src" ] || [ "$src_b" -nt "$dir/kernel.src" ] || [ "$root/tests/emu/conv_emu.cpp" -nt "$dir/kernel.src" ]; then
   rm -f "$dir"/emu_* "$dir"/kernel_*
-  cat > "$dir/gen.c" <<'C'
-#include <stdio.h>
-#include <string.h>
-#include "nn/conv/conv_cuda_igemm_src.h"
-int main(void) { /* the kernel source, with the dynamic shared array made a host pointer */
-    const char *s = nb_conv_igemm_src, *key = "extern __shared__ __align__(16) float smem[];", *p;
-    while ((p = strstr(s, key))) {
-        fwrite(s, 1, (size_t)(p - s), stdout);
-        fputs("float *smem = emu_smem;", stdout);
-        s = p + strlen(key);
-    }
-    fputs(s, stdout);
-    return 0;
-}
-C
-  gcc -I"$root/src" "$dir/gen.c" -o "$dir/gen"
+  # the kernel source with igemm_bf16.cuh pasted at its #includes and the dynamic shared array
+  # made a host pointer
+  awk -v inc="$src_b" '/^#include "igemm_bf16.cuh"/ { while ((getline l < inc) > 0) print l; close(inc); next } { print }' "$src_cu" |
+    sed 's/extern __shared__ __align__(16) float smem\[\];/float *smem = emu_smem;/g' > "$dir/kernel.src"
 fi
 if [ ! -x "$dir/emu_$tag" ]; then
   { printf "#define MODE %s\n#define PREC %s\n#define BM %s\n#define BN %s\n#define WM %s\n#define WN %s\n#define STAGES 3\n#define KS %s\n#define STRIDE %s\n#define CB %s\n#define ABF %s\n#define OBF %s\n" \
-      "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$cb" "$abf" "$obf"; "$dir/gen"; } > "$dir/kernel_$tag.inc"
+      "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$cb" "$abf" "$obf"; cat "$dir/kernel.src"; } > "$dir/kernel_$tag.inc"
   g++ -std=c++20 -O1 -w -pthread -DKERNEL_INC="\"$dir/kernel_$tag.inc\"" "$root/tests/emu/conv_emu.cpp" -o "$dir/emu_$tag"
 fi
 shift 8

@@ -10,12 +10,12 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "jit/cuda_files.h"
 #include "nabla/nn_tape.h"
 #include "nn/conv/conv_cuda_igemm.h"
 #include "nn/conv/conv_cuda_wgrad.h"
 #include "nn/conv/conv_cuda_wg4.h"
 #include "device/cublas.h"
-#include "nn/common/bf16_cuda.h"
 #include "nn/common/nn_common.h"
 
 /* The tape passes its nb_tape_precision to cuBLAS as is. */
@@ -23,74 +23,7 @@ _Static_assert(NB_CUBLAS_FP32 == (int)NB_TAPE_FP32 && NB_CUBLAS_TF32 == (int)NB_
                    NB_CUBLAS_BF16 == (int)NB_TAPE_BF16,
                "nb_cublas_precision and nb_tape_precision differ");
 
-/* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
-
-static const char nb_conv_aux_src[] = NB_CUDA_BF16_HELPERS
-    "struct Im2colP { const void *x; void *col; long long total;\n"
-    "                 int C, H, W, K, S, pad, OH, OW, xbf, cbf; };\n"
-    "/* col[nl][c*K*K + ki*K + kj][oh*OW + ow] = x[nl][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside);\n"
-    " * x and col in f32 or bf16 (xbf, cbf) */\n"
-    "extern \"C\" __global__ void nb_conv_im2col(Im2colP p) {\n"
-    "    long long P = (long long)p.OH * p.OW; int KK = p.K * p.K;\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        long long pp = i % P, r = i / P;\n"
-    "        int kk = (int)(r % KK); r /= KK;\n"
-    "        int c = (int)(r % p.C); long long nl = r / p.C;\n"
-    "        int oh = (int)(pp / p.OW), ow = (int)(pp % p.OW);\n"
-    "        int ih = oh * p.S - p.pad + kk / p.K, iw = ow * p.S - p.pad + kk % p.K;\n"
-    "        float v = 0.0f;\n"
-    "        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)\n"
-    "            v = nb_ld(p.x, ((nl * p.C + c) * p.H + ih) * p.W + iw, p.xbf);\n"
-    "        nb_st(p.col, i, p.cbf, v);\n"
-    "    }\n"
-    "}\n"
-    "struct Col2imP { const float *col; void *dx; long long total;\n"
-    "                 int C, H, W, K, S, pad, OH, OW, store, xbf; };\n"
-    "/* dx[nl][c][h][w] += (store: =) sum of the col entries that im2col read from (h, w) */\n"
-    "extern \"C\" __global__ void nb_conv_col2im(Col2imP p) {\n"
-    "    long long P = (long long)p.OH * p.OW; int KK = p.K * p.K;\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        int w = (int)(i % p.W); long long r = i / p.W;\n"
-    "        int h = (int)(r % p.H); r /= p.H;\n"
-    "        int c = (int)(r % p.C); long long nl = r / p.C;\n"
-    "        const float *col = p.col + (nl * p.C + c) * KK * P;\n"
-    "        float acc = 0.0f;\n"
-    "        for (int ki = 0; ki < p.K; ki++) {\n"
-    "            int th = h + p.pad - ki;\n"
-    "            if (th < 0 || th % p.S) continue;\n"
-    "            int oh = th / p.S; if (oh >= p.OH) continue;\n"
-    "            for (int kj = 0; kj < p.K; kj++) {\n"
-    "                int tw = w + p.pad - kj;\n"
-    "                if (tw < 0 || tw % p.S) continue;\n"
-    "                int ow = tw / p.S; if (ow >= p.OW) continue;\n"
-    "                acc += col[(long long)(ki * p.K + kj) * P + oh * p.OW + ow];\n"
-    "            }\n"
-    "        }\n"
-    "        nb_st(p.dx, i, p.xbf, p.store ? acc : nb_ld(p.dx, i, p.xbf) + acc);\n"
-    "    }\n"
-    "}\n"
-    "struct CvtP { const void *src; void *dst; long long n; int sbf, dbf, acc, vec; };\n"
-    "/* dst[i] := src[i] (acc: +=), each in f32 or bf16; vec: 4 elements per thread (aligned\n"
-    " * buffers), the n % 4 tail by the first threads */\n"
-    "extern \"C\" __global__ void nb_conv_cvt(CvtP p) {\n"
-    "    long long n4 = p.vec ? p.n >> 2 : 0, tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-    "    for (long long q = tid; q < n4; q += (long long)gridDim.x * blockDim.x) {\n"
-    "        float4 v = nb_ld4(p.src, 4 * q, p.sbf);\n"
-    "        if (p.acc) {\n"
-    "            float4 d = nb_ld4(p.dst, 4 * q, p.dbf);\n"
-    "            v.x += d.x, v.y += d.y, v.z += d.z, v.w += d.w;\n"
-    "        }\n"
-    "        nb_st4(p.dst, 4 * q, p.dbf, v);\n"
-    "    }\n"
-    "    for (long long i = 4 * n4 + tid; i < p.n; i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float v = nb_ld(p.src, i, p.sbf);\n"
-    "        nb_st(p.dst, i, p.dbf, p.acc ? nb_ld(p.dst, i, p.dbf) + v : v);\n"
-    "    }\n"
-    "}\n";
-
-const char *nb_conv_aux_source(void) { return nb_conv_aux_src; }
+/* ---- kernels (NVRTC): src/nn/conv/kernels/conv_aux.cu ---------------------------------------- */
 
 typedef struct {
     const void *x;
@@ -112,7 +45,7 @@ typedef struct {
 } nb_cvt_p;
 
 static nb_status nb_conv_kernel(nb_device *dev, const char *entry, nb_jit_kernel **k) {
-    return nb_nn_cuda_kernel(dev, nb_conv_aux_src, entry, k);
+    return nb_jit_cuda_kernel(dev, "src/nn/conv/kernels/conv_aux.cu", NULL, entry, k);
 }
 
 nb_status nb_conv_convert(nb_device *dev, const void *src, nb_dtype sdt, void *dst, nb_dtype ddt,

@@ -160,7 +160,5 @@ nb_status nb_conv_dw_bias_grad(nb_device *dev, float *dwr, float *dw, int64_t O,
 void nb_cuda_conv_set_aux_legacy(int legacy);
 int nb_cuda_conv_get_aux_legacy(void);
 
-/* CUDA source of the helper kernels (im2col, col2im, bias, bias gradient), for compile tests. */
-const char *nb_conv_aux_source(void);
 
 #endif

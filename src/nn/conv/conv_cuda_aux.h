@@ -24,7 +24,5 @@ nb_status nb_conv_aux_kernel(nb_device *dev, const char *entry, nb_jit_kernel **
 nb_status nb_conv_sum_splits_db(nb_device *dev, const float *part, float *dw, int64_t L,
                                 int64_t Z, const void *dy, nb_dtype ydt, float *db, int64_t N,
                                 int64_t O, int64_t P);
-/* CUDA source of these kernels, for compile tests. */
-const char *nb_conv_aux2_source(void);
 
 #endif

@@ -1,5 +1,5 @@
 /* Implicit-GEMM tensor-core convolution (conv_cuda_igemm.h): one NVRTC kernel source
- * (conv_cuda_igemm_src.h) specialised per mode / precision / tile / kernel size / stride.
+ * (src/nn/conv/kernels/igemm.cu) specialised per mode / precision / tile / kernel size / stride.
  *   forward        MODE 1 (halo) on (x, w as [C/CB][O][KK][CB], C padded with zeros to CB =
  *                  8, bf16 16) where it applies: 3x3, stride 1, OW % 8 == 0, W % 4 == 0, whole
  *                  output rows per 64/128-pixel block; else MODE 0 on (x, w as [O][KK][C]),
@@ -37,8 +37,7 @@
 #include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/nn_tape.h"
-#include "nn/common/bf16_cuda.h"
-#include "nn/conv/conv_cuda_igemm_src.h"
+#include "jit/cuda_files.h"
 #include "nn/common/nn_common.h"
 
 typedef struct {
@@ -84,6 +83,8 @@ static nb_ig_entry nb_ig_cache[NB_IG_CACHE];
 static int nb_ig_count;
 static pthread_mutex_t nb_ig_lock = PTHREAD_MUTEX_INITIALIZER;
 
+#define NB_IG_CU "src/nn/conv/kernels/igemm.cu"
+
 static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **out) {
     pthread_mutex_lock(&nb_ig_lock);
     for (int i = 0; i < nb_ig_count; i++)
@@ -93,25 +94,24 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
             return NB_OK;
         }
     pthread_mutex_unlock(&nb_ig_lock);
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "#define MODE %d\n#define PREC %d\n#define BM %d\n#define BN %d\n#define WM %d\n"
-                     "#define WN %d\n#define STAGES %d\n#define KS %d\n#define STRIDE %d\n#define CB %d\n"
-                     "#define ABF %d\n#define OBF %d\n",
-                     c->mode, c->prec, c->bm, c->bn, c->wm, c->wn, c->stages, c->ks, c->stride,
-                     c->cb ? c->cb : 8, c->abf, c->obf);
-    size_t len = (size_t)n + sizeof nb_conv_igemm_src;
-    char *src = nb_alloc(len, 16);
-    if (!src) return nb_error(NB_ERR_OUT_OF_MEMORY, "conv2d (CUDA): out of host memory");
-    memcpy(src, head, (size_t)n);
-    memcpy(src + n, nb_conv_igemm_src, sizeof nb_conv_igemm_src);
+    /* the configuration as defines of src/nn/conv/kernels/igemm.cu (its top lists them) */
+    const int v[12] = {c->mode, c->prec, c->bm, c->bn, c->wm, c->wn, c->stages, c->ks, c->stride,
+                       c->cb ? c->cb : 8, c->abf, c->obf};
+    static const char *const names[12] = {"MODE", "PREC", "BM", "BN", "WM", "WN", "STAGES", "KS", "STRIDE",
+                                          "CB", "ABF", "OBF"};
+    char buf[12][24];
+    const char *defs[13];
+    for (int i = 0; i < 12; i++) {
+        snprintf(buf[i], sizeof buf[i], "%s=%d", names[i], v[i]);
+        defs[i] = buf[i];
+    }
+    defs[12] = NULL;
     nb_ig_entry e = {*c, dev, NULL, NULL, NULL, NULL, NULL};
-    nb_status s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm", &e.main);
-    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_wr", &e.wr);
-    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_dw", &e.dw);
-    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_fill", &e.fill);
-    if (!s) s = nb_nn_cuda_kernel(dev, src, "nb_conv_igemm_wr2", &e.wr2);
-    nb_free(src, len);
+    nb_status s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm", &e.main);
+    if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_wr", &e.wr);
+    if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_dw", &e.dw);
+    if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_fill", &e.fill);
+    if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_wr2", &e.wr2);
     if (s) return s;
     pthread_mutex_lock(&nb_ig_lock);
     int slot = nb_ig_count < NB_IG_CACHE ? nb_ig_count++ : NB_IG_CACHE - 1; /* full: replace last */
@@ -121,64 +121,15 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
     return NB_OK;
 }
 
-/* Source with a given prefix, for compile tests (conv_cuda.h). */
-const char *nb_conv_igemm_source(void) { return nb_conv_igemm_src; }
-
 /* ---- weight arrangement ------------------------------------------------------------------------
  * One kernel for every layout the implicit-GEMM kernels read (replacing the per-specialisation
  * nb_conv_igemm_wr / wr2 of the source above, kept for A/B runs: nb_cuda_conv_set_aux_legacy):
  * a thread per 4 / 8 consecutive output slots (one 16-byte or 8-byte store; the old kernels
  * stored 4 or 2 bytes per element at a stride), the channel padding written as zeros (no
  * memset), 32-bit index arithmetic once per thread. nb_conv_wprep2 writes two layouts in one
- * launch: the forward's, and the one its backward's data gradient reads (nb_conv_wcache). */
-static const char nb_ig_wprep_src[] = NB_CUDA_BF16_HELPERS
-    "struct WpP { const float *w; void *wr; long long total; int O, C, KK, R, CB, flip, perm, bf, vec; };\n"
-    "/* wr [G][R][KK][CB] (f32, or bf16 with bf) from w [O][C][KK]: R rows (o; with flip c), inner\n"
-    " * channel ch = g*CB + k (c; with flip o; zero at or past C / O), the taps reversed with flip;\n"
-    " * perm: channel k sits in slot kp = 4*((k&7)>>1) + 2*(k>>3) + (k&1) (the bf16 halo kernel's\n"
-    " * order, CB = 16). MODE 0's [O][KK][C] / [C][KK][O] are G = 1, CB = C / O. A thread writes\n"
-    " * vec (1, 4 or 8) consecutive slots; CB % vec == 0. */\n"
-    "__device__ __forceinline__ void nb_wprep_body(const WpP &p, long long tid) {\n"
-    "    long long i0 = tid * p.vec;\n"
-    "    if (i0 >= p.total) return;\n"
-    "    long long r = i0 / p.CB;\n"
-    "    int kp0 = (int)(i0 - r * p.CB);\n"
-    "    int t = (int)(r % p.KK); r /= p.KK;\n"
-    "    int row = (int)(r % p.R), g = (int)(r / p.R);\n"
-    "    int tap = p.flip ? p.KK - 1 - t : t;\n"
-    "    float v[8];\n"
-    "#pragma unroll\n"
-    "    for (int j = 0; j < 8; j++) {\n"
-    "        v[j] = 0.0f;\n"
-    "        if (j >= p.vec) continue;\n"
-    "        int kp = kp0 + j, k = p.perm ? 8 * ((kp >> 1) & 1) + 2 * (kp >> 2) + (kp & 1) : kp;\n"
-    "        int ch = g * p.CB + k, o = p.flip ? ch : row, c = p.flip ? row : ch;\n"
-    "        if (p.flip ? o < p.O : c < p.C) v[j] = p.w[((long long)o * p.C + c) * p.KK + tap];\n"
-    "    }\n"
-    "    if (p.bf) {\n"
-    "        unsigned short *o = (unsigned short *)p.wr + i0;\n"
-    "        if (p.vec == 8)\n"
-    "            *(uint4 *)o = make_uint4(nb_f2bf2(v[0], v[1]), nb_f2bf2(v[2], v[3]),\n"
-    "                                     nb_f2bf2(v[4], v[5]), nb_f2bf2(v[6], v[7]));\n"
-    "        else if (p.vec == 4) *(uint2 *)o = make_uint2(nb_f2bf2(v[0], v[1]), nb_f2bf2(v[2], v[3]));\n"
-    "        else *o = nb_f2bf(v[0]);\n"
-    "    } else {\n"
-    "        float *o = (float *)p.wr + i0;\n"
-    "        if (p.vec == 4) *(float4 *)o = make_float4(v[0], v[1], v[2], v[3]);\n"
-    "        else *o = v[0];\n"
-    "    }\n"
-    "}\n"
-    "extern \"C\" __global__ void nb_conv_wprep(WpP p) {\n"
-    "    nb_wprep_body(p, blockIdx.x * (long long)blockDim.x + threadIdx.x);\n"
-    "}\n"
-    "struct WpP2 { WpP a, b; };\n"
-    "/* two layouts of the same weights in one launch (the forward's, and the one its backward will\n"
-    " * read: nb_conv_wcache in conv_cuda.h) */\n"
-    "extern \"C\" __global__ void nb_conv_wprep2(WpP2 p) {\n"
-    "    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-    "    nb_wprep_body(p.a, t);\n"
-    "    nb_wprep_body(p.b, t);\n"
-    "}\n";
+ * launch: the forward's, and the one its backward's data gradient reads (nb_conv_wcache).
+ * The kernels: src/nn/conv/kernels/wprep.cu. */
+#define NB_IG_WPREP_CU "src/nn/conv/kernels/wprep.cu"
 
 typedef struct {
     const float *w;
@@ -186,8 +137,6 @@ typedef struct {
     long long total;
     int O, C, KK, R, CB, flip, perm, bf, vec;
 } nb_ig_wprep_params;
-
-const char *nb_conv_igemm_wprep_source(void) { return nb_ig_wprep_src; }
 
 typedef struct {
     nb_ig_wprep_params a, b;
@@ -213,7 +162,7 @@ static nb_ig_wprep_params nb_ig_wprep_make(const nb_ig_cfg *c, const float *w, v
 static nb_status nb_ig_wprep(nb_device *dev, const nb_ig_cfg *c, const float *w, void *wr,
                              int64_t O, int64_t C, int64_t K, int flip) {
     nb_jit_kernel *k;
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_ig_wprep_src, "nb_conv_wprep", &k));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_IG_WPREP_CU, NULL, "nb_conv_wprep", &k));
     nb_ig_wprep_params a = nb_ig_wprep_make(c, w, wr, O, C, K, flip);
     int64_t threads = a.total / a.vec;
     const unsigned grid[3] = {(unsigned)((threads + 255) / 256), 1, 1}, block[3] = {256, 1, 1};
@@ -467,7 +416,7 @@ static nb_status nb_ig_arrange(nb_device *dev, const nb_ig_entry *e, const float
                              nb_ig_wprep_make(&c2, w, fill->buf, d->O, C2, K2, flip2)};
     int64_t ta = q.a.total / q.a.vec, tb = q.b.total / q.b.vec, threads = ta > tb ? ta : tb;
     nb_jit_kernel *k;
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_ig_wprep_src, "nb_conv_wprep2", &k));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_IG_WPREP_CU, NULL, "nb_conv_wprep2", &k));
     const unsigned grid[3] = {(unsigned)((threads + 255) / 256), 1, 1}, block[3] = {256, 1, 1};
     return nb_jit_launch_cuda_grid(k, &q, sizeof q, grid, block, NULL);
 }
@@ -948,7 +897,7 @@ nb_status nb_conv_igemm_prewarm(nb_device *dev, int precision) {
     for (int i = 0; i < n; i++)
         if (w.st[i]) return nb_error(w.st[i], "conv2d (CUDA): compiling the implicit-GEMM kernels failed");
     nb_jit_kernel *k;
-    return nb_nn_cuda_kernel(dev, nb_ig_wprep_src, "nb_conv_wprep", &k);
+    return nb_jit_cuda_kernel(dev, NB_IG_WPREP_CU, NULL, "nb_conv_wprep", &k);
 }
 
 nb_status nb_conv_igemm_prewarm_tiles(nb_device *dev, int mode, int ks, int stride, int n,

@@ -57,9 +57,5 @@ nb_status nb_conv_igemm_prewarm_tiles(nb_device *dev, int mode, int ks, int stri
 nb_status nb_conv_igemm_arrange_weights(nb_device *dev, int precision, const nb_conv_dims *d,
                                         int which, int abf, const float *w, void **wr,
                                         size_t *bytes);
-/* Source of the weight-arrangement kernel nb_conv_wprep, for compile tests. */
-const char *nb_conv_igemm_wprep_source(void);
-/* The kernel source (without its #define prefix), for compile tests. */
-const char *nb_conv_igemm_source(void);
 
 #endif

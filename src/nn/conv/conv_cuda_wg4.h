@@ -15,8 +15,6 @@ int nb_conv_wg4_preferred(const nb_conv_dims *d, int precision, nb_dtype xdt, nb
 /* db (may be NULL): the bias gradient, summed from the dy tiles the kernel reads anyway */
 nb_status nb_conv_wg4(nb_device *dev, int precision, const nb_conv_dims *d, const void *x,
                       const void *dy, float *dw, float *db);
-/* Source without its "#define PREC" line (2 bf16, 1 tf32), for compile tests. */
-const char *nb_conv_wg4_source(void);
 /* Tests / benchmarks: 1 / 0 forces nb_conv_wg4_preferred's switch, -1 back to the environment. */
 void nb_conv_wg4_enable(int on);
 

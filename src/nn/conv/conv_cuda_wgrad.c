@@ -6,181 +6,15 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "jit/jit.h"
+#include "jit/cuda_files.h"
 #include "nabla/nn_tape.h"
-#include "nn/common/bf16_cuda.h"
 #include "device/cublas.h"
 #include "nn/common/nn_common.h"
 
+/* The kernels of this file. */
+#define NB_WG_CU "src/nn/conv/kernels/wgrad.cu"
+
 /* ---- kernels (NVRTC) ------------------------------------------------------------------------ */
-
-static const char nb_wg_src[] = NB_CUDA_BF16_HELPERS
-    "struct WgColP { const void *x; void *col; int C, H, W, K, S, pad, OH, OW, Kt, CKK, xbf, cbf, vec; };\n"
-    "/* col[c*KK + kk][n*P + p] = x[n][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside): block row y takes\n"
-    " * rows c*KK + kk, each thread 4 consecutive columns (vec: one 4-element store, Kt % 4 == 0) */\n"
-    "extern \"C\" __global__ void nb_wg_im2col(WgColP p) {\n"
-    "    int q0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
-    "    if (q0 >= p.Kt) return;\n"
-    "    int P = p.OH * p.OW, KK = p.K * p.K;\n"
-    "    int n0 = q0 / P, pp = q0 - n0 * P, oh0 = pp / p.OW, ow0 = pp - oh0 * p.OW;\n"
-    "    for (int r = blockIdx.y; r < p.CKK; r += gridDim.y) {\n"
-    "        int c = r / KK, kk = r - c * KK, ki = kk / p.K, kj = kk - ki * p.K;\n"
-    "        int n = n0, oh = oh0, ow = ow0;\n"
-    "        float v[4];\n"
-    "#pragma unroll\n"
-    "        for (int j = 0; j < 4; j++) {\n"
-    "            float val = 0.0f;\n"
-    "            int ih = oh * p.S - p.pad + ki, iw = ow * p.S - p.pad + kj;\n"
-    "            if (q0 + j < p.Kt && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)\n"
-    "                val = nb_ld(p.x, ((long long)(n * p.C + c) * p.H + ih) * p.W + iw, p.xbf);\n"
-    "            v[j] = val;\n"
-    "            if (++ow == p.OW) { ow = 0; if (++oh == p.OH) { oh = 0; n++; } }\n"
-    "        }\n"
-    "        long long o = (long long)r * p.Kt + q0;\n"
-    "        if (p.vec) nb_st4(p.col, o, p.cbf, make_float4(v[0], v[1], v[2], v[3]));\n"
-    "        else\n"
-    "            for (int j = 0; j < 4 && q0 + j < p.Kt; j++) nb_st(p.col, o + j, p.cbf, v[j]);\n"
-    "    }\n"
-    "}\n"
-    "/* layout 1: col[n*P + p][c*KK + kk] (one element a thread; total < 2^31) */\n"
-    "extern \"C\" __global__ void nb_wg_im2col_rows(WgColP p) {\n"
-    "    int P = p.OH * p.OW, KK = p.K * p.K;\n"
-    "    unsigned total = (unsigned)p.Kt * (unsigned)p.CKK;\n"
-    "    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {\n"
-    "        int r = (int)(i % (unsigned)p.CKK), q = (int)(i / (unsigned)p.CKK);\n"
-    "        int c = r / KK, kk = r - c * KK, ki = kk / p.K, kj = kk - ki * p.K;\n"
-    "        int n = q / P, pp = q - n * P, oh = pp / p.OW, ow = pp - oh * p.OW;\n"
-    "        int ih = oh * p.S - p.pad + ki, iw = ow * p.S - p.pad + kj;\n"
-    "        float v = 0.0f;\n"
-    "        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)\n"
-    "            v = nb_ld(p.x, ((long long)(n * p.C + c) * p.H + ih) * p.W + iw, p.xbf);\n"
-    "        nb_st(p.col, i, p.cbf, v);\n"
-    "    }\n"
-    "}\n"
-    "struct WgTrP { const void *dy; void *dyt; int O, P, Kt, ybf, tbf, vec; float *db; };\n"
-    "/* dyt[o][n*P + p] = dy[n][o][p]: block row y takes rows o, each thread 4 consecutive columns\n"
-    " * (vec: P % 4 == 0 and aligned, one 4-element load and store). db (may be NULL): db[o] += the\n"
-    " * dy values (each read once), one atomic per warp and row. */\n"
-    "extern \"C\" __global__ void nb_wg_transpose(WgTrP a) {\n"
-    "    int q0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
-    "    if (q0 >= a.Kt && !a.db) return;\n"
-    "    int n0 = q0 / a.P, p0 = q0 - n0 * a.P;\n"
-    "    for (int o = blockIdx.y; o < a.O; o += gridDim.y) {\n"
-    "        long long d = (long long)o * a.Kt + q0;\n"
-    "        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);\n"
-    "        if (q0 < a.Kt) {\n"
-    "            if (a.vec) {\n"
-    "                v = nb_ld4(a.dy, ((long long)n0 * a.O + o) * a.P + p0, a.ybf);\n"
-    "                nb_st4(a.dyt, d, a.tbf, v);\n"
-    "            } else {\n"
-    "                int n = n0, pp = p0;\n"
-    "                float t[4] = {0.f, 0.f, 0.f, 0.f};\n"
-    "                for (int j = 0; j < 4 && q0 + j < a.Kt; j++) {\n"
-    "                    t[j] = nb_ld(a.dy, ((long long)n * a.O + o) * a.P + pp, a.ybf);\n"
-    "                    nb_st(a.dyt, d + j, a.tbf, t[j]);\n"
-    "                    if (++pp == a.P) pp = 0, n++;\n"
-    "                }\n"
-    "                v = make_float4(t[0], t[1], t[2], t[3]);\n"
-    "            }\n"
-    "        }\n"
-    "        if (a.db) { /* every lane of the warp is here */\n"
-    "            float s = (v.x + v.y) + (v.z + v.w);\n"
-    "            for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);\n"
-    "            if ((threadIdx.x & 31) == 0) atomicAdd(a.db + o, s);\n"
-    "        }\n"
-    "    }\n"
-    "}\n"
-    "struct Wg3P { const void *src; void *dst; int C, H, W, OH, OW, rows, Kt, Lr, sbf, dbf, vec; };\n"
-    "/* row-shift form (3x3, stride 1, pad 1): K index k = n*(OH+2)*OW + h*OW + ow over padded rows\n"
-    " * h < OH+2. cols3: dst[c*3 + kj][k] = x[n][c][h-1][ow+kj-1] (0 outside, and 0 for n >= m in the\n"
-    " * tail), k < Lr; dyp: dst[o][k] = dy[n][o][h][ow] for h < OH, else 0, k < Kt. Rows r = y0,\n"
-    " * y0 + ys, ...; each thread 4 consecutive k (vec: one 4-element store). db (dyp only, may be\n"
-    " * NULL): db[o] += the dy values read (each exactly once), one atomic per warp and row. */\n"
-    "__device__ __forceinline__ void nb_wg_rs_body(const Wg3P &p, int y0, int ys, float *db) {\n"
-    "    int k0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
-    "    int len = p.C ? p.Lr : p.Kt, B = (p.OH + 2) * p.OW, m = p.Kt / B;\n"
-    "    if (k0 >= len && !db) return;\n"
-    "    int n0 = k0 / B, rem = k0 - n0 * B, h0 = rem / p.OW, w0 = rem - h0 * p.OW;\n"
-    "    for (int r = y0; r < p.rows; r += ys) {\n"
-    "        int n = n0, h = h0, ow = w0;\n"
-    "        float v[4];\n"
-    "#pragma unroll\n"
-    "        for (int j = 0; j < 4; j++) {\n"
-    "            float val = 0.0f;\n"
-    "            if (k0 + j < len && n < m) {\n"
-    "                if (p.C) { /* cols3: r = c*3 + kj */\n"
-    "                    int c = r / 3, ih = h - 1, iw = ow + r - c * 3 - 1;\n"
-    "                    if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)\n"
-    "                        val = nb_ld(p.src, ((long long)(n * p.C + c) * p.H + ih) * p.W + iw, p.sbf);\n"
-    "                } else if (h < p.OH) { /* dyp: r = o */\n"
-    "                    val = nb_ld(p.src, ((long long)n * p.rows + r) * (p.OH * p.OW) + h * p.OW + ow, p.sbf);\n"
-    "                }\n"
-    "            }\n"
-    "            v[j] = val;\n"
-    "            if (++ow == p.OW) { ow = 0; if (++h == p.OH + 2) { h = 0; n++; } }\n"
-    "        }\n"
-    "        if (db) { /* every lane of the warp is here (no early return with db) */\n"
-    "            float s = (v[0] + v[1]) + (v[2] + v[3]);\n"
-    "            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);\n"
-    "            if ((threadIdx.x & 31) == 0) atomicAdd(db + r, s);\n"
-    "            if (k0 >= len) continue;\n"
-    "        }\n"
-    "        long long o = (long long)r * len + k0;\n"
-    "        if (p.vec) nb_st4(p.dst, o, p.dbf, make_float4(v[0], v[1], v[2], v[3]));\n"
-    "        else\n"
-    "            for (int j = 0; j < 4 && k0 + j < len; j++) nb_st(p.dst, o + j, p.dbf, v[j]);\n"
-    "    }\n"
-    "}\n"
-    "extern \"C\" __global__ void nb_wg_rs(Wg3P p) { nb_wg_rs_body(p, blockIdx.y, gridDim.y, 0); }\n"
-    "struct Wg3x2P { Wg3P a, b; float *db; int ya; };\n"
-    "/* both passes of a chunk in one launch: block rows y < ya the columns (a), the rest dyp (b),\n"
-    " * with the bias gradient db[o] += dy (NULL: none) */\n"
-    "extern \"C\" __global__ void nb_wg_rs2(Wg3x2P q) {\n"
-    "    if ((int)blockIdx.y < q.ya) nb_wg_rs_body(q.a, blockIdx.y, q.ya, 0);\n"
-    "    else nb_wg_rs_body(q.b, blockIdx.y - q.ya, gridDim.y - q.ya, q.db);\n"
-    "}\n"
-    "struct WgSum3P { const float *part; float *dw; int O, C, T; };\n"
-    "/* dw[o][c*9 + ki*3 + kj] += sum over s < T of part[ki][s][o][c*3 + kj] */\n"
-    "extern \"C\" __global__ void nb_wg_sum3(WgSum3P a) {\n"
-    "    int L = a.O * a.C * 9, N3 = 3 * a.C;\n"
-    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L; i += gridDim.x * blockDim.x) {\n"
-    "        int o = i / (9 * a.C), rem = i - o * 9 * a.C, c = rem / 9, t = rem - c * 9;\n"
-    "        int ki = t / 3, kj = t - ki * 3;\n"
-    "        float acc = 0.0f;\n"
-    "        for (int s = 0; s < a.T; s++)\n"
-    "            acc += a.part[((long long)(ki * a.T + s) * a.O + o) * N3 + c * 3 + kj];\n"
-    "        a.dw[i] += acc;\n"
-    "    }\n"
-    "}\n"
-    "/* the same, a thread per (o, j = c*3 + kj) with the three taps: reads coalesced along j */\n"
-    "extern \"C\" __global__ void nb_wg_sum3j(WgSum3P a) {\n"
-    "    int N3 = 3 * a.C, L = a.O * N3;\n"
-    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L; i += gridDim.x * blockDim.x) {\n"
-    "        int o = i / N3, j = i - o * N3, c = j / 3, kj = j - c * 3;\n"
-    "        float *d = a.dw + (long long)o * 3 * N3 + c * 9 + kj;\n"
-    "#pragma unroll\n"
-    "        for (int ki = 0; ki < 3; ki++) {\n"
-    "            const float *q = a.part + (long long)ki * a.T * L + i;\n"
-    "            float s0 = 0.0f, s1 = 0.0f;\n"
-    "            int s = 0;\n"
-    "            for (; s + 1 < a.T; s += 2) s0 += q[(long long)s * L], s1 += q[(long long)(s + 1) * L];\n"
-    "            if (s < a.T) s0 += q[(long long)s * L];\n"
-    "            d[ki * 3] += s0 + s1;\n"
-    "        }\n"
-    "    }\n"
-    "}\n"
-    "struct WgSumP { const float *part; float *dw; long long L; int S; };\n"
-    "/* dw[i] += sum over s < S of part[s*L + i] */\n"
-    "extern \"C\" __global__ void nb_wg_sum(WgSumP a) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.L;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float acc = 0.0f;\n"
-    "        for (int s = 0; s < a.S; s++) acc += a.part[s * a.L + i];\n"
-    "        a.dw[i] += acc;\n"
-    "    }\n"
-    "}\n";
-
-const char *nb_conv_wgrad_source(void) { return nb_wg_src; }
 
 typedef struct {
     const void *x;
@@ -336,10 +170,9 @@ static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dim
     if ((nc * Bk + 2 * OW) * rows > 0x7fffffff)
         return nb_error(NB_ERR_UNSUPPORTED, "conv2d weight gradient (CUDA GEMM): sample too large");
     nb_jit_kernel *krs, *krs2, *ksum;
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, "nb_wg_rs", &krs));
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, "nb_wg_rs2", &krs2));
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src,
-                             nb_cuda_conv_get_aux_legacy() ? "nb_wg_sum3" : "nb_wg_sum3j", &ksum));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, "nb_wg_rs", &krs));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, "nb_wg_rs2", &krs2));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, nb_cuda_conv_get_aux_legacy() ? "nb_wg_sum3" : "nb_wg_sum3j", &ksum));
     float *col, *dyp, *part;
     NB_TRY(nb_conv_scratch(dev, 0, (size_t)(C3 * (nc * Bk + 2 * OW)) * es, &col));
     NB_TRY(nb_conv_scratch(dev, 4, (size_t)(d->O * nc * Bk) * es, &dyp));
@@ -436,8 +269,8 @@ nb_status nb_conv_wgrad_gemm_db(nb_device *dev, int precision, const nb_conv_dim
     int64_t nc = nb_wg_chunk(d, es);
     int layout = lay == 1;
     nb_jit_kernel *kcol, *ktr, *ksum = NULL;
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, layout ? "nb_wg_im2col_rows" : "nb_wg_im2col", &kcol));
-    NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, "nb_wg_transpose", &ktr));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, layout ? "nb_wg_im2col_rows" : "nb_wg_im2col", &kcol));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, "nb_wg_transpose", &ktr));
     float *col, *dyt, *part = NULL;
     NB_TRY(nb_conv_scratch(dev, 0, (size_t)(nc * P * CKK) * es, &col));
     NB_TRY(nb_conv_scratch(dev, 4, (size_t)(nc * P * d->O) * es, &dyt));
@@ -486,7 +319,7 @@ nb_status nb_conv_wgrad_gemm_db(nb_device *dev, int precision, const nb_conv_dim
                                         0));
         if (full > 0) {
             int64_t L = d->O * CKK;
-            if (!ksum) NB_TRY(nb_nn_cuda_kernel(dev, nb_wg_src, "nb_wg_sum", &ksum));
+            if (!ksum) NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, "nb_wg_sum", &ksum));
             NB_TRY(nb_conv_scratch(dev, 7, (size_t)(full * L) * sizeof(float), &part));
             NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, NB_F32, 0, !layout, d->O, CKK, Kc,
                                         1.0f, dyt, Kt, col, ldb, 0.0f, part, CKK, full, Kc,

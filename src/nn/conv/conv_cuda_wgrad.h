@@ -60,7 +60,5 @@ void nb_conv_wgrad_set_skip(int mask);
 /* The split the automatic choice takes for d (for benchmark logs). */
 int nb_conv_wgrad_auto_split(nb_device *dev, const nb_conv_dims *d);
 
-/* CUDA source of the kernels (for compile tests). */
-const char *nb_conv_wgrad_source(void);
 
 #endif
