@@ -530,7 +530,7 @@ static const char nb_cu_6[] =
     "// the fragment loads (mostly) free of bank conflicts. Loads are cp.async (4-byte with zero fill\n"
     "// for gathers and padding, 16-byte for contiguous rows). Defining NB_IG_HOST_EMU drops the PTX\n"
     "// helpers (cp4, cp16, cp_commit, cp_wait, pack_bf16, ig_bf2f, ig_f2bf, ig_red2, mma_tf32,\n"
-    "// mma_bf16) so that a host emulation can supply its own: tools/device/conv_emu.sh runs any\n"
+    "// mma_bf16) so that a host emulation can supply its own: tests/emu/conv_emu.sh runs any\n"
     "// configuration on the CPU.\n"
     "//\n"
     "// The bf16-activation variants (ABF = 1) are igemm_bf16.cuh, included at their #if branches.\n"
