@@ -133,7 +133,13 @@ static const char *SRC_VALUES =
     "  Res o; o.t[0] = TorchTensor<float>.zerosLike(x); o.t[1] = x;\n"
     "  P p; p.m = m; p.k[0] = k.x; p.k[1] = k.y;\n"
     "  __dispatch_kernel(mix, uint3(1), uint3(x.size(0), 1, 1))(DiffTensorView(x, dx), o.t[0], p, w);\n"
-    "  o.v = float3(m[0][0], m[0][1], w[0]); o.n = k * 2; return o; }\n";
+    "  o.v = float3(m[0][0], m[0][1], w[0]); o.n = k * 2; return o; }\n"
+    "struct L { TensorView<float> w; DiffTensorView b; float s; };\n"
+    "[CudaKernel] void lk(L l, TensorView<float> r) {\n"
+    "  uint i = cudaThreadIdx().x; if (i < r.size(0)) r[i] = l.w[i] * l.s + l.b[i]; }\n"
+    "[TorchEntryPoint] TorchTensor<float> viaStruct(TorchTensor<float> w, TorchTensor<float> b) {\n"
+    "  var r = TorchTensor<float>.alloc(w.size(0)); L l; l.w = w; l.b = b; l.s = 3;\n"
+    "  __dispatch_kernel(lk, uint3(1), uint3(w.size(0), 1, 1))(l, r); return r; }\n";
 
 static void run_values(nb_device *dev) {
     nb_module *m = NULL;
@@ -179,6 +185,15 @@ static void run_values(nb_device *dev) {
     float t0[2] = {0}; /* x * m[1][0] + dx * w[1] + k[1] */
     NB_REQUIRE_OK(nb_tensor_to_host(r[1].tensor, t0, sizeof t0));
     NB_EXPECT(t0[0] == 1 * 3 + 0.5f * 8 + 6 && t0[1] == 2 * 3 + 0.25f * 8 + 6);
+    nb_host_results_free(r, n);
+
+    /* a struct with view fields filled in host code (l.w = w) */
+    nb_func *via;
+    NB_REQUIRE_OK(nb_module_func(m, "viaStruct", &via));
+    nb_host_value c2[2] = {{.tensor = tx}, {.tensor = tdx}};
+    NB_REQUIRE_OK(nb_host_call(via, 2, c2, r, 4, &n));
+    NB_REQUIRE_OK(nb_tensor_to_host(r[0].tensor, t0, sizeof t0));
+    NB_EXPECT(n == 1 && t0[0] == 1 * 3 + 0.5f && t0[1] == 2 * 3 + 0.25f);
     nb_host_results_free(r, n);
 
     /* errors: a vector of another length, no numbers, a fraction for an int, a float3 tensor of
@@ -246,7 +261,7 @@ static void test_cuda_source_compiles(void) {
         size_t sv = 0;
         int cb = 0;
         nb_status sv_st = nb_nvrtc_compile(cv, "values_kernels.cu", "compute_90", NULL, &iv, &sv, &cb);
-        NB_EXPECT(strstr(cv, "shift3(") && strstr(cv, "mix("));
+        NB_EXPECT(strstr(cv, "shift3(") && strstr(cv, "mix(") && strstr(cv, "lk(") && !strstr(cv, "viaStruct"));
         nb_module_free_text(cv);
         nb_module_free(mv);
         if (sv_st != NB_ERR_UNSUPPORTED) NB_EXPECT_OK(sv_st);

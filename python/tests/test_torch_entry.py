@@ -257,6 +257,11 @@ def test_vector_matrix_array_values_and_float3_tensors():
         t = nabla.load_module(os.path.join(TESTS, "torch_entry_values.slang"), device=dev)
         a, b = t.swap(np.ones(1, np.float32), np.zeros(2, np.float32))
         assert a.tolist() == [0, 0] and b.tolist() == [1]
+        # a struct of views filled in host code and passed to __dispatch_kernel
+        w, bias = np.array([1, 2], np.float32), np.array([10, 20], np.float32)
+        assert t.layer(w, bias, 3).tolist() == [317, 330]
+        with pytest.raises(nabla.ArgumentError, match="argument 'l.b' was never given a TorchTensor"):
+            t.layerUnset(w)
 
 
 def test_float3_tensors_from_torch():

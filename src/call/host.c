@@ -200,6 +200,11 @@ static void rt_dispatch(void *ctx, const char *kernel, unsigned gx, unsigned gy,
         s = nb_func_leaf(k, 0, i, &li);
         if (s != NB_OK) break;
         if (args[i].is_tensor) {
+            if (args[i].tensor < 1 || args[i].tensor > x->n) { /* (a struct's view field left unset) */
+                fail(x, NB_ERR_INVALID_ARG, "%s: __dispatch_kernel(%s): argument '%s' was never given a TorchTensor",
+                     x->fname, kernel, li.path);
+                break;
+            }
             nb_tensor *t = get(x, args[i].tensor, "a kernel argument");
             nb_tensor *g = t && args[i].grad ? get(x, args[i].grad, "the gradient of a kernel argument") : NULL;
             if (!t || (args[i].grad && !g)) break; /* (recorded in x) */

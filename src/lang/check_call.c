@@ -973,6 +973,10 @@ const nb_type *ck_call(nb_checker *c, nb_expr **slot) {
         const nb_type *bt = ck_checked(callee->u.member.base) ? callee->u.member.base->type
                                                               : ck_expr(c, &callee->u.member.base);
         if (ck_is_error(bt)) { ck_check_args(c, call); return call->type = c->tt->t_error; }
+        if (bt->kind == NB_TY_TENSOR && ck_host_view_use(c, (*slot)->loc)) { /* (check_host.c) */
+            ck_check_args(c, *slot);
+            return (*slot)->type = c->tt->t_error;
+        }
         if (bt->kind == NB_TY_TENSOR) return ck_tensor_method(c, slot, bt); /* t.load(i) … (check_view.c) */
         if (bt->kind == NB_TY_TORCH) return ck_torch_method(c, slot, bt);   /* t.size(d) … (check_host.c) */
         if (bt->kind == NB_TY_ARRAY && strcmp(mname, "getCount") == 0) return ck_array_get_count(c, slot, bt);

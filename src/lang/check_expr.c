@@ -149,6 +149,13 @@ int ck_coerce(nb_checker *c, nb_expr **slot, const nb_type *to, const char *what
             report_conv_error(c, e->loc, from, to, what);
         return 0;
     }
+    /* host code: a TorchTensor<T> converts to a TensorView<T> / DiffTensorView (its primal) as in
+     * Slang, so that a struct of views can be filled and passed to __dispatch_kernel (check_host.c) */
+    if (from->kind == NB_TY_TORCH && to->kind == NB_TY_TENSOR && !to->buffer && to->elem == from->elem && c->fn &&
+        c->fn->u.func.is_host) {
+        wrap_cast(c, slot, to);
+        return 1;
+    }
     if (nb_check_conversion_cost(from, to) < 0) {
         report_conv_error(c, e->loc, from, to, what);
         return 0;
@@ -826,6 +833,10 @@ static const nb_type *check_index(nb_checker *c, nb_expr **slot) {
         return e->type = c->tt->t_error;
     }
     if (bt->kind == NB_TY_PTR) return ck_ptr_index(c, slot); /* check_ptr.c */
+    if (bt->kind == NB_TY_TENSOR && ck_host_view_use(c, e->loc)) { /* (check_host.c) */
+        for (int i = 0; i < n; i++) ck_expr(c, &e->u.index.indices[i]);
+        return e->type = c->tt->t_error;
+    }
     if (bt->kind == NB_TY_TENSOR) {
         e->is_lvalue = bt->buffer != 2; /* (StructuredBuffer is read-only) */
         e->type = bt->elem;

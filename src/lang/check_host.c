@@ -27,7 +27,9 @@
  *                                     gradient (`DiffTensorView(x, dx)` written as the argument) or
  *                                     the int 0 (`x` alone: no gradient); values (scalars, vectors,
  *                                     matrices, arrays and structs of those) converted like a
- *                                     call's arguments. Structs holding views: a diagnostic.
+ *                                     call's arguments; a struct's view fields are filled from
+ *                                     TorchTensors in host code (`p.a = x`: ck_coerce's
+ *                                     TorchTensor -> TensorView, TORCH_VIEW; primal only).
  * Errors (Slang: "TorchTensor not allowed in device functions"): TorchTensor in a kernel's
  * signature or in the body of a function that is not host code, __dispatch_kernel outside host
  * code, of a function that is not a [CudaKernel], with the wrong number of arguments.
@@ -117,6 +119,15 @@ int ck_host_type_allowed(nb_checker *c, nb_loc loc) {
     return 0;
 }
 
+/* In host code a view (a struct field filled from a TorchTensor) is only assigned and passed to
+ * __dispatch_kernel: its elements and sizes live on the device (emit_host.c has handles only). */
+int ck_host_view_use(nb_checker *c, nb_loc loc) {
+    if (!c->fn || !c->fn->u.func.is_host) return 0;
+    ck_err(c, loc, "a TensorView in host code can only be assigned from a TorchTensor and passed to __dispatch_kernel "
+           "(its elements and sizes are device code: use the TorchTensor)");
+    return 1;
+}
+
 static nb_expr **new_args(nb_checker *c, int n) {
     return ck_alloc(c, sizeof(nb_expr *) * (size_t)(n ? n : 1));
 }
@@ -201,9 +212,17 @@ const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt)
 }
 
 /* A kernel parameter host code passes by value: scalars, vectors, matrices, arrays and structs of
- * those (the call layer binds their leaves); *bad gets the first other type (a view in a struct). */
+ * those, and views as struct fields (the call layer binds their leaves); *bad gets the first other
+ * type (an array of views, a buffer). */
 static int kernel_value_ok(const nb_type *t, const nb_type **bad) {
     if (t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX) return 1;
+    if (t->kind == NB_TY_ARRAY && t->elem->kind == NB_TY_TENSOR) { /* (arrays of views: not from host code) */
+        *bad = t;
+        return 0;
+    }
+    /* a view field of a struct: filled from a TorchTensor in host code (`p.a = x`, ck_coerce) */
+    if (t->kind == NB_TY_TENSOR && !t->buffer && (t->elem->kind == NB_TY_SCALAR || t->elem->kind == NB_TY_VECTOR))
+        return 1;
     if (t->kind == NB_TY_ARRAY && t->length > 0) return kernel_value_ok(t->elem, bad);
     if (t->kind == NB_TY_STRUCT && t->decl) {
         for (int i = 0; i < t->decl->u.strct.nfields; i++) {
@@ -349,8 +368,8 @@ const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot) {
         const nb_type *bad = NULL;
         if (!kernel_value_ok(pt, &bad)) {
             ck_err(c, arg->loc, "__dispatch_kernel: parameter '%s' of '%s' is '%s'%s%s%s; host code passes "
-                   "TorchTensor<T> to TensorView<T> / DiffTensorView parameters, and scalars, vectors, matrices and "
-                   "arrays and structs of those", pn, kn, pt->name, bad != pt ? " (holding a '" : "",
+                   "TorchTensor<T> to TensorView<T> / DiffTensorView parameters and fields, and scalars, vectors, "
+                   "matrices and arrays and structs of those", pn, kn, pt->name, bad != pt ? " (holding a '" : "",
                    bad != pt ? bad->name : "", bad != pt ? "')" : "");
             ck_expr(c, &a[na++]);
             continue;

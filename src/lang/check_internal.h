@@ -237,6 +237,8 @@ const nb_type *ck_tensor_method(nb_checker *c, nb_expr **slot, const nb_type *bt
 int ck_type_has_torch(const nb_type *t);
 void ck_host_signature(nb_checker *c, nb_decl *fn, const nb_type *ret);
 int ck_host_type_allowed(nb_checker *c, nb_loc loc);
+/* Indexing a view or calling its methods inside host code: a diagnostic, 1 (check_host.c). */
+int ck_host_view_use(nb_checker *c, nb_loc loc);
 const nb_type *ck_torch_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *m);
 const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
 const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot);

@@ -271,8 +271,29 @@ static void render_global(nb_emitter *e, nb_ir_global *g, nb_strbuf *o)
     else nb_strbuf_append(o, nb_emit_safe_name(e, g->cname));
 }
 
+/* In the host unit a view is a pair of tensor handles (emit_host.c): only assigned and passed to
+ * __dispatch_kernel; reading, writing or asking it anything is device code. 1 after failing. */
+static int host_view_op(nb_emitter *e, const nb_ir_inst *x)
+{
+    if (!e->host_views) return 0;
+    int bad = x->op == NB_IR_TLOAD || x->op == NB_IR_TSTORE || x->op == NB_IR_TATOMIC_ADD;
+    if (x->op == NB_IR_INTRIN) {
+        const nb_intrinsic_info *ii = nb_intrinsic_get(x->intrinsic);
+        for (int i = 0; !bad && ii && ii->sig != NB_ISIG_TORCH && i < x->nops; i++)
+            bad = x->ops[i] && x->ops[i]->type && x->ops[i]->type->kind == NB_TY_TENSOR;
+    }
+    if (bad)
+        nb_emit_fail(e, "a TensorView in host code can only be assigned from a TorchTensor and passed to "
+                     "__dispatch_kernel (its elements and sizes are device code: use the TorchTensor)");
+    return bad;
+}
+
 static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
 {
+    if (host_view_op(e, x)) {
+        nb_strbuf_append(o, "0");
+        return;
+    }
     nb_strbuf a, b;
     nb_strbuf_init(&a);
     nb_strbuf_init(&b);
@@ -649,6 +670,7 @@ done:
 
 static void emit_inst(nb_emitter *e, nb_ir_inst *in, nb_strbuf *o)
 {
+    if (host_view_op(e, in)) return;
     nb_strbuf a;
     nb_strbuf_init(&a);
     switch (in->op) {

@@ -306,6 +306,10 @@ const char *nb_emit_ctype(nb_emitter *e, const nb_type *t)
     case NB_TY_TENSOR: {
         tensor_typedef(e, t, &name);
         const char *n = nb_strbuf_cstr(&name);
+        if (e->host_views) { /* host code: handles of the call's tensors (emit_host.c) */
+            APPEND(&def, "typedef struct %s { long long h, g; } %s; /* host handles */\n", n, n);
+            break;
+        }
         APPEND(&def, "typedef struct %s { char *data; long long shape[%d]; long long strides[%d];", n, t->rank, t->rank);
         if (t->diff_tensor) APPEND(&def, " char *grad; long long grad_strides[%d];", t->rank);
         /* where an out-of-range access is recorded (callsig.h), and which leaf this is (1 + index) */

@@ -51,6 +51,8 @@ typedef struct nb_emitter {
     int noob_sites;
     char oob_sites[NB_OOB_MAX_SITES][96];
     int unchecked;            /* emit no bounds checks (nb_compile_opts.unchecked) */
+    int host_views;           /* the host unit (emit_host.c): a TensorView value is a tensor handle
+                                 and its gradient's ({ long long h, g; }), not device data */
     int oob_used;             /* some bounds check was emitted (nb_oob_report is needed) */
     int oob_cur_used;         /* an index check reads nb_oob_cur: the entry must set it */
     /* target-specific code (emit_target.c) */

@@ -118,6 +118,11 @@ static void karg_values(nb_emitter *e, const nb_type *t, const char *lv, int *co
         }
         return;
     }
+    if (t->kind == NB_TY_TENSOR) { /* a view field: its handles (E.host_views) */
+        APPEND(o, "%snb_ka_t((%s).h, (%s).g)", *count ? ", " : "", lv, lv);
+        (*count)++;
+        return;
+    }
     long long dims[8];
     int r = nb_type_value_shape(t, dims);
     long long n = 1;
@@ -167,6 +172,9 @@ void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *r
         return;
     case NB_INTR_TORCH_STRIDE:
         APPEND(o, "((unsigned)nb_hrt->stride(nb_hrt->ctx, (%s).h, %s))", args[0], args[1]);
+        return;
+    case NB_INTR_TORCH_VIEW: /* (E.host_views: a view is { h, g }) */
+        APPEND(o, "((%s){(%s).h, 0})", nb_emit_ctype(e, rt), args[0]);
         return;
     case NB_INTR_TORCH_DIMS:
         APPEND(o, "((unsigned)nb_hrt->dims(nb_hrt->ctx, (%s).h))", args[0]);
@@ -275,6 +283,7 @@ nb_status nb_program_emit_host(nb_program *p, nb_strbuf *out, int *nhost)
     nb_emitter E;
     nb_emit_init(&E, m, NB_TARGET_C);
     E.unchecked = p->unchecked;
+    E.host_views = 1;
     E.src = &p->src;
     nb_strbuf_append(&E.helpers, host_runtime);
     nb_strbuf entry;

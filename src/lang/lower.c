@@ -113,6 +113,8 @@ static nb_ir_inst *coerce(lower_ctx *c, nb_ir_inst *v, const nb_type *t, nb_loc 
         if (cv) cv->ops[0] = v;
         return cv;
     }
+    if (vt->kind == NB_TY_TORCH && t->kind == NB_TY_TENSOR) /* host code (check_expr.c ck_coerce) */
+        return nb_ir_intrin(&c->b, NB_INTR_TORCH_VIEW, t, &v, 1);
     int vc = nb_type_components(vt), tc = nb_type_components(t);
     int vnum = vt->kind == NB_TY_SCALAR || vt->kind == NB_TY_VECTOR || vt->kind == NB_TY_MATRIX;
     int tnum = t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX;
