@@ -1,0 +1,349 @@
+/* The .nb ops (lib/nn_ops.nb through src/nn/ops/nb_ops.c) against the hand-written ones on the
+ * CPU: silu, add, add_channel, mse against the tape's CPU rows (forward values; backward fed the
+ * tape's own dy), casts against nb_f32_to_bf16 / nb_bf16_to_f32, AdamW/Adam against nb_adam_step,
+ * mul against its definition; then every op on CUDA against the CPU (skipped without a GPU; a
+ * failure under NB_REQUIRE_CUDA=1); and each kind of bad argument. */
+#include "nabla/nn_optim.h"
+#include "nabla/nn_tape.h"
+#include "nb_test.h"
+#include "nn/ops/nb_ops.h"
+
+static nb_tensor *mk(nb_device *dev, int ndim, const int64_t *shape, const float *data) {
+    nb_tensor *t = NULL;
+    if (data) nb_tensor_from_host(dev, NB_F32, ndim, shape, data, &t);
+    else nb_tensor_zeros(dev, NB_F32, ndim, shape, &t);
+    return t;
+}
+
+static void get(const nb_tensor *t, float *out) { nb_tensor_to_host(t, out, nb_tensor_nbytes(t)); }
+
+static float *rnd(int64_t n, uint32_t seed, float scale) {
+    float *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = scale * ((float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f);
+    }
+    return p;
+}
+
+/* max |a - b| / (1 + |b|) over n values <= tol */
+static void expect_close(const char *what, const float *a, const float *b, int64_t n, double tol) {
+    double worst = 0.0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
+        if (!(e <= worst)) worst = e, at = i;
+    }
+    if (!(worst <= tol)) {
+        fprintf(stderr, "  %s: %s differs: [%lld] %.9g vs %.9g (err %.3g > %.3g)\n", nb_test_name_, what,
+                (long long)at, (double)a[at], (double)b[at], worst, tol);
+        nb_test_failures_++;
+    }
+}
+
+enum { N = 4, C = 8, H = 16, W = 12 };
+#define NUMEL ((int64_t)N * C * H * W)
+static const int64_t S4[4] = {N, C, H, W}, S2[2] = {N, C};
+
+/* tape: y = op(x[, b]); loss = mse(y, target); backward. Gives y, dy, dx, db and the loss. */
+typedef struct {
+    float *y, *dy, *dx, *db, loss;
+} tape_ref;
+
+static void tape_run(int op, const float *x, const float *b, const float *target, tape_ref *r) {
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    nb_tvar xv, bv = NB_TVAR_NONE, yv, tv, lv;
+    NB_REQUIRE_OK(nb_tape_input(t, 4, S4, x, 1, &xv));
+    if (op == 1) NB_REQUIRE_OK(nb_tape_input(t, 4, S4, b, 1, &bv));
+    if (op == 2) NB_REQUIRE_OK(nb_tape_input(t, 2, S2, b, 1, &bv));
+    NB_REQUIRE_OK(nb_tape_input(t, 4, S4, target, 0, &tv));
+    if (op == 0) NB_REQUIRE_OK(nb_tape_silu(t, xv, &yv));
+    if (op == 1) NB_REQUIRE_OK(nb_tape_add(t, xv, bv, &yv));
+    if (op == 2) NB_REQUIRE_OK(nb_tape_add_channel(t, xv, bv, &yv));
+    NB_REQUIRE_OK(nb_tape_mse(t, yv, tv, &lv));
+    NB_REQUIRE_OK(nb_tape_backward(t, lv));
+    int64_t nb = op == 2 ? (int64_t)N * C : NUMEL;
+    r->y = malloc(NUMEL * 4), r->dy = malloc(NUMEL * 4), r->dx = malloc(NUMEL * 4), r->db = malloc(nb * 4);
+    NB_REQUIRE_OK(nb_tape_read(t, yv, r->y, NUMEL));
+    NB_REQUIRE_OK(nb_tape_read_grad(t, yv, r->dy, NUMEL));
+    NB_REQUIRE_OK(nb_tape_read_grad(t, xv, r->dx, NUMEL));
+    if (bv != NB_TVAR_NONE) NB_REQUIRE_OK(nb_tape_read_grad(t, bv, r->db, nb));
+    NB_REQUIRE_OK(nb_tape_read(t, lv, &r->loss, 1));
+    nb_tape_free(t);
+}
+
+static void tape_ref_free(tape_ref *r) { free(r->y), free(r->dy), free(r->dx), free(r->db); }
+
+/* op 0 silu, 1 add, 2 add_channel: forward and backward (fed the tape's dy) vs the tape. */
+static void check_vs_tape(int op) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_nbops *o;
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    int64_t nb = op == 2 ? (int64_t)N * C : NUMEL;
+    float *x = rnd(NUMEL, 1, 4.0f), *b = rnd(nb, 2, 1.0f), *target = rnd(NUMEL, 3, 1.0f);
+    tape_ref r;
+    tape_run(op, x, b, target, &r);
+    nb_tensor *tx = mk(dev, 4, S4, x), *tb = op == 2 ? mk(dev, 2, S2, b) : mk(dev, 4, S4, b);
+    nb_tensor *ty = mk(dev, 4, S4, NULL), *tdy = mk(dev, 4, S4, r.dy), *tdx = mk(dev, 4, S4, NULL);
+    nb_tensor *tdb = op == 2 ? mk(dev, 2, S2, NULL) : mk(dev, 4, S4, NULL);
+    float *y = malloc(NUMEL * 4), *dx = malloc(NUMEL * 4), *db = malloc(nb * 4);
+    if (op == 0) {
+        NB_EXPECT_OK(nb_nbops_silu(o, tx, ty));
+        NB_EXPECT_OK(nb_nbops_silu_bwd(o, tx, tdy, tdx));
+    } else if (op == 1) {
+        NB_EXPECT_OK(nb_nbops_add(o, tx, tb, ty));
+        NB_EXPECT_OK(nb_nbops_add_bwd(o, tx, tb, tdy, tdx, tdb));
+    } else {
+        NB_EXPECT_OK(nb_nbops_add_channel(o, tx, tb, ty));
+        NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, tx, tb, tdy, tdx, tdb));
+    }
+    get(ty, y), get(tdx, dx), get(tdb, db);
+    expect_close("y", y, r.y, NUMEL, op == 0 ? 4e-7 : 0.0);
+    expect_close("dx", dx, r.dx, NUMEL, op == 0 ? 1e-6 : 0.0);
+    if (op) expect_close("db", db, r.db, nb, op == 2 ? 1e-6 : 0.0);
+    /* gradients accumulate: a second backward doubles them */
+    if (op == 0) {
+        NB_EXPECT_OK(nb_nbops_silu_bwd(o, tx, tdy, tdx));
+        get(tdx, dx);
+        for (int64_t i = 0; i < NUMEL; i++) dx[i] *= 0.5f;
+        expect_close("dx accumulated", dx, r.dx, NUMEL, 1e-6);
+    }
+    /* the MSE of the tape's y against target: value and dy (dloss = 1) */
+    nb_tensor *tt = mk(dev, 4, S4, target), *loss = mk(dev, 1, (int64_t[]){1}, NULL);
+    nb_tensor *dl = mk(dev, 1, (int64_t[]){1}, (float[]){1.0f}), *dp = mk(dev, 4, S4, NULL);
+    nb_tensor *dq = mk(dev, 4, S4, NULL);
+    float l, *dph = malloc(NUMEL * 4), *dqh = malloc(NUMEL * 4);
+    NB_EXPECT_OK(nb_nbops_mse(o, ty, tt, loss));
+    NB_EXPECT_OK(nb_nbops_mse_bwd(o, ty, tt, dl, dp, dq));
+    get(loss, &l), get(dp, dph), get(dq, dqh);
+    expect_close("mse", &l, &r.loss, 1, 1e-6);
+    expect_close("mse dp", dph, r.dy, NUMEL, 1e-6);
+    for (int64_t i = 0; i < NUMEL; i++) dqh[i] = -dqh[i];
+    expect_close("mse dq", dqh, r.dy, NUMEL, 1e-6);
+    free(dph), free(dqh);
+    nb_tensor_free(tt), nb_tensor_free(loss), nb_tensor_free(dl), nb_tensor_free(dp), nb_tensor_free(dq);
+    free(x), free(b), free(target), free(y), free(dx), free(db);
+    tape_ref_free(&r);
+    nb_tensor_free(tx), nb_tensor_free(tb), nb_tensor_free(ty), nb_tensor_free(tdy), nb_tensor_free(tdx);
+    nb_tensor_free(tdb);
+    nb_nbops_destroy(o);
+    nb_device_close(dev);
+}
+
+static void test_silu_cpu(void) { check_vs_tape(0); }
+static void test_add_cpu(void) { check_vs_tape(1); }
+static void test_add_channel_cpu(void) { check_vs_tape(2); }
+
+static void test_mul_cpu(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_nbops *o;
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    float *a = rnd(NUMEL, 4, 2.0f), *b = rnd(NUMEL, 5, 2.0f), *dy = rnd(NUMEL, 6, 1.0f);
+    float *ref = malloc(NUMEL * 4), *got = malloc(NUMEL * 4);
+    nb_tensor *ta = mk(dev, 4, S4, a), *tb = mk(dev, 4, S4, b), *ty = mk(dev, 4, S4, NULL);
+    nb_tensor *tdy = mk(dev, 4, S4, dy), *tda = mk(dev, 4, S4, NULL), *tdb = mk(dev, 4, S4, NULL);
+    NB_EXPECT_OK(nb_nbops_mul(o, ta, tb, ty));
+    NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, tda, tdb));
+    for (int64_t i = 0; i < NUMEL; i++) ref[i] = a[i] * b[i];
+    get(ty, got);
+    expect_close("mul y", got, ref, NUMEL, 0.0);
+    for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * b[i];
+    get(tda, got);
+    expect_close("mul da", got, ref, NUMEL, 0.0);
+    for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * a[i];
+    get(tdb, got);
+    expect_close("mul db", got, ref, NUMEL, 0.0);
+    /* only db wanted */
+    NB_EXPECT_OK(nb_tensor_fill_bytes(tdb, 0));
+    NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, NULL, tdb));
+    get(tdb, got);
+    expect_close("mul db alone", got, ref, NUMEL, 0.0);
+    free(a), free(b), free(dy), free(ref), free(got);
+    nb_tensor_free(ta), nb_tensor_free(tb), nb_tensor_free(ty), nb_tensor_free(tdy), nb_tensor_free(tda);
+    nb_tensor_free(tdb);
+    nb_nbops_destroy(o);
+    nb_device_close(dev);
+}
+
+/* f32 -> bf16 (round to nearest even, bit for bit), bf16 -> f32 (exact), backward dx += dy. */
+static void test_cast_cpu(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_nbops *o;
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    enum { M = 1000 };
+    int64_t n = M;
+    float *x = rnd(M, 7, 100.0f), back[M], dx[M];
+    x[0] = 1.00390625f; /* a tie: 1 + 2^-8 rounds to even (1.0) */
+    x[1] = 1.01171875f; /* 1 + 3·2^-8: a tie rounding up */
+    uint16_t b[M];
+    nb_tensor *tx = mk(dev, 1, &n, x), *tb, *tf = mk(dev, 1, &n, NULL), *tdx = mk(dev, 1, &n, NULL);
+    NB_REQUIRE_OK(nb_tensor_empty(dev, NB_BF16, 1, &n, &tb));
+    NB_EXPECT_OK(nb_nbops_cast(o, tx, tb));
+    NB_EXPECT_OK(nb_tensor_to_host(tb, b, sizeof b));
+    int bad = 0;
+    for (int i = 0; i < M; i++) bad += b[i] != nb_f32_to_bf16(x[i]);
+    NB_EXPECT(bad == 0);
+    NB_EXPECT_OK(nb_nbops_cast(o, tb, tf));
+    get(tf, back);
+    for (int i = 0; i < M; i++) bad += back[i] != nb_bf16_to_f32(b[i]);
+    NB_EXPECT(bad == 0);
+    NB_EXPECT_OK(nb_nbops_cast_bwd(o, tx, tb, tdx)); /* dy bf16 -> dx f32 */
+    NB_EXPECT_OK(nb_nbops_cast_bwd(o, tx, tx, tdx)); /* + dy f32 */
+    get(tdx, dx);
+    for (int i = 0; i < M; i++) bad += dx[i] != nb_bf16_to_f32(b[i]) + x[i];
+    NB_EXPECT(bad == 0);
+    NB_EXPECT_ERR(nb_nbops_cast_bwd(o, tx, tx, tb), NB_ERR_UNSUPPORTED, "bf16");
+    free(x);
+    nb_tensor_free(tx), nb_tensor_free(tb), nb_tensor_free(tf), nb_tensor_free(tdx);
+    nb_nbops_destroy(o);
+    nb_device_close(dev);
+}
+
+/* nb_nbops_adamw against nb_adam_step: T steps, Adam (L2) and AdamW. */
+static void run_adam(int decoupled) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_nbops *o;
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    enum { P = 3000, T = 4 };
+    int64_t n = P;
+    nb_adam_config c = nb_adam_config_default();
+    c.lr = 0.02f, c.beta2 = 0.99f, c.weight_decay = 0.05f, c.decoupled = decoupled;
+    nb_adam *opt;
+    NB_REQUIRE_OK(nb_adam_create(dev, P, &c, &opt));
+    float *p0 = rnd(P, 8, 1.0f), ref[P], got[P], gz[P];
+    nb_tensor *p1 = mk(dev, 1, &n, p0), *p2 = mk(dev, 1, &n, p0), *g1 = mk(dev, 1, &n, NULL);
+    nb_tensor *g2 = mk(dev, 1, &n, NULL), *m = mk(dev, 1, &n, NULL), *v = mk(dev, 1, &n, NULL);
+    for (int t = 1; t <= T; t++) {
+        float *g = rnd(P, 100 + t, 0.3f);
+        NB_REQUIRE_OK(nb_tensor_from_host_into(g1, g, P * 4));
+        NB_REQUIRE_OK(nb_tensor_from_host_into(g2, g, P * 4));
+        NB_REQUIRE_OK(nb_adam_step(opt, p1, g1, 1));
+        NB_EXPECT_OK(nb_nbops_adamw(o, &c, t, p2, g2, m, v, 1));
+        free(g);
+    }
+    get(p1, ref), get(p2, got), get(g2, gz);
+    expect_close("adam params", got, ref, P, 0.0);
+    int nz = 0;
+    for (int i = 0; i < P; i++) nz += gz[i] != 0.0f;
+    NB_EXPECT(nz == 0);
+    free(p0);
+    nb_tensor_free(p1), nb_tensor_free(p2), nb_tensor_free(g1), nb_tensor_free(g2), nb_tensor_free(m);
+    nb_tensor_free(v);
+    nb_adam_destroy(opt);
+    nb_nbops_destroy(o);
+    nb_device_close(dev);
+}
+
+static void test_adam_cpu(void) { run_adam(0); }
+static void test_adamw_cpu(void) { run_adam(1); }
+
+/* Every op on dev vs the same op on the CPU: outputs[k] of each run, to f32 rounding (the order
+ * of summation of the reductions differs). */
+static void run_all(nb_device *dev, float *out[8]) {
+    nb_nbops *o;
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    float *x = rnd(NUMEL, 11, 3.0f), *b = rnd(NUMEL, 12, 1.0f), *c = rnd(N * C, 13, 1.0f);
+    nb_tensor *tx = mk(dev, 4, S4, x), *tb = mk(dev, 4, S4, b), *tc = mk(dev, 2, S2, c);
+    nb_tensor *ty = mk(dev, 4, S4, NULL), *tdx = mk(dev, 4, S4, NULL), *tdb = mk(dev, 4, S4, NULL);
+    nb_tensor *tdc = mk(dev, 2, S2, NULL), *loss = mk(dev, 1, (int64_t[]){1}, NULL), *tbf;
+    nb_tensor *m = mk(dev, 4, S4, NULL), *v = mk(dev, 4, S4, NULL);
+    NB_REQUIRE_OK(nb_tensor_empty(dev, NB_BF16, 4, S4, &tbf));
+    for (int k = 0; k < 8; k++) out[k] = malloc(NUMEL * 4);
+    NB_EXPECT_OK(nb_nbops_silu(o, tx, ty));
+    NB_EXPECT_OK(nb_nbops_silu_bwd(o, tx, tb, tdx));
+    get(ty, out[0]), get(tdx, out[1]);
+    NB_EXPECT_OK(nb_nbops_mul(o, tx, tb, ty));
+    NB_EXPECT_OK(nb_nbops_mul_bwd(o, tx, tb, tb, tdx, tdb));
+    get(ty, out[2]), get(tdb, out[3]);
+    NB_EXPECT_OK(nb_nbops_add_channel(o, tx, tc, ty));
+    NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, tx, tc, tb, tdx, tdc));
+    get(ty, out[4]), get(tdc, out[5]);
+    NB_EXPECT_OK(nb_nbops_mse(o, tx, tb, loss));
+    get(loss, out[6]);
+    NB_EXPECT_OK(nb_nbops_cast(o, tx, tbf));
+    NB_EXPECT_OK(nb_nbops_cast(o, tbf, ty));
+    get(ty, out[6] + 1);
+    nb_adam_config cfg = nb_adam_config_default();
+    cfg.decoupled = 1, cfg.weight_decay = 0.01f;
+    NB_EXPECT_OK(nb_nbops_adamw(o, &cfg, 1, tx, tb, m, v, 0));
+    get(tx, out[7]);
+    free(x), free(b), free(c);
+    nb_tensor_free(tx), nb_tensor_free(tb), nb_tensor_free(tc), nb_tensor_free(ty), nb_tensor_free(tdx);
+    nb_tensor_free(tdb), nb_tensor_free(tdc), nb_tensor_free(loss), nb_tensor_free(tbf), nb_tensor_free(m);
+    nb_tensor_free(v);
+    nb_nbops_destroy(o);
+}
+
+static void test_cuda_vs_cpu(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *cpu, *gpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    NB_REQUIRE_OK(nb_device_open("cuda", &gpu));
+    float *a[8], *b[8];
+    run_all(cpu, a);
+    run_all(gpu, b);
+    const char *names[8] = {"silu", "silu bwd", "mul", "mul bwd", "add_channel", "add_channel bwd",
+                            "mse, cast", "adamw"};
+    int64_t counts[8] = {NUMEL, NUMEL, NUMEL, NUMEL, NUMEL, N * C, 1 + NUMEL, NUMEL};
+    for (int k = 0; k < 8; k++) {
+        expect_close(names[k], b[k], a[k], counts[k], k == 5 || k == 6 ? 1e-5 : 1e-6);
+        free(a[k]), free(b[k]);
+    }
+    nb_device_close(gpu);
+    nb_device_close(cpu);
+}
+
+static void test_bad_args(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_nbops *o;
+    NB_EXPECT_ERR(nb_nbops_create(NULL, &o), NB_ERR_INVALID_ARG, "dev");
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    int64_t s3[3] = {2, 3, 4}, s4b[4] = {N, C + 1, H, W}, one = 1, two = 2;
+    nb_tensor *x = mk(dev, 4, S4, NULL), *y = mk(dev, 4, S4, NULL), *z = mk(dev, 3, s3, NULL);
+    nb_tensor *c = mk(dev, 2, S2, NULL), *cbad = mk(dev, 4, s4b, NULL), *l = mk(dev, 1, &one, NULL);
+    nb_tensor *l2 = mk(dev, 1, &two, NULL), *xi;
+    NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_I32, 4, S4, &xi));
+    NB_EXPECT_ERR(nb_nbops_silu(NULL, x, y), NB_ERR_INVALID_ARG, "context");
+    NB_EXPECT_ERR(nb_nbops_silu(o, NULL, y), NB_ERR_INVALID_ARG, "x is NULL");
+    NB_EXPECT_ERR(nb_nbops_silu(o, x, z), NB_ERR_SHAPE, "one shape");
+    NB_EXPECT_ERR(nb_nbops_silu(o, xi, y), NB_ERR_DTYPE, "must be f32");
+    NB_EXPECT_ERR(nb_nbops_add(o, x, z, y), NB_ERR_SHAPE, "b");
+    NB_EXPECT_ERR(nb_nbops_mul_bwd(o, x, y, y, z, NULL), NB_ERR_SHAPE, "da");
+    NB_EXPECT_ERR(nb_nbops_add_channel(o, x, cbad, y), NB_ERR_SHAPE, "[N,C]");
+    NB_EXPECT_ERR(nb_nbops_add_channel(o, z, c, z), NB_ERR_SHAPE, "[N,C,H,W]");
+    NB_EXPECT_ERR(nb_nbops_add_channel_bwd(o, x, c, y, x, x), NB_ERR_SHAPE, "dc");
+    NB_EXPECT_ERR(nb_nbops_mse(o, x, y, l2), NB_ERR_SHAPE, "one value");
+    NB_EXPECT_ERR(nb_nbops_mse(o, x, z, l), NB_ERR_SHAPE, "one shape");
+    NB_EXPECT_ERR(nb_nbops_mse_bwd(o, x, y, l2, x, NULL), NB_ERR_SHAPE, "dloss");
+    NB_EXPECT_ERR(nb_nbops_cast(o, xi, y), NB_ERR_DTYPE, "f32 or bf16");
+    nb_adam_config cfg = nb_adam_config_default();
+    NB_EXPECT_ERR(nb_nbops_adamw(o, &cfg, 0, x, y, x, y, 0), NB_ERR_INVALID_ARG, "step");
+    NB_EXPECT_ERR(nb_nbops_adamw(o, NULL, 1, x, y, x, y, 0), NB_ERR_INVALID_ARG, "cfg");
+    cfg.beta1 = 1.0f;
+    NB_EXPECT_ERR(nb_nbops_adamw(o, &cfg, 1, x, y, x, y, 0), NB_ERR_INVALID_ARG, "betas");
+    cfg = nb_adam_config_default();
+    NB_EXPECT_ERR(nb_nbops_adamw(o, &cfg, 1, x, y, z, y, 0), NB_ERR_SHAPE, "m");
+    if (nb_cuda_device_count() > 0) {
+        nb_device *gpu;
+        NB_REQUIRE_OK(nb_device_open("cuda", &gpu));
+        nb_tensor *g = mk(gpu, 4, S4, NULL);
+        NB_EXPECT_ERR(nb_nbops_silu(o, g, y), NB_ERR_DEVICE, "x is on cuda");
+        nb_tensor_free(g);
+        nb_device_close(gpu);
+    }
+    nb_tensor_free(x), nb_tensor_free(y), nb_tensor_free(z), nb_tensor_free(c), nb_tensor_free(cbad);
+    nb_tensor_free(l), nb_tensor_free(l2), nb_tensor_free(xi);
+    nb_nbops_destroy(o);
+    nb_device_close(dev);
+}
+
+int main(int argc, char **argv) {
+    NB_TEST_MAIN(argc, argv, test_silu_cpu, test_add_cpu, test_add_channel_cpu, test_mul_cpu, test_cast_cpu,
+                 test_adam_cpu, test_adamw_cpu, test_cuda_vs_cpu, test_bad_args);
+}
