@@ -3,6 +3,10 @@
  * tape's own dy), casts against nb_f32_to_bf16 / nb_bf16_to_f32, AdamW/Adam against nb_adam_step,
  * mul against its definition; then every op on CUDA against the CPU (skipped without a GPU; a
  * failure under NB_REQUIRE_CUDA=1); and each kind of bad argument. */
+#include "call/call_internal.h"
+#include "device/cuda/cuda_api.h"
+#include "lang/compiler.h"
+#include "nabla/alloc.h"
 #include "nabla/nn_optim.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
@@ -103,6 +107,20 @@ static void check_vs_tape(int op) {
     expect_close("y", y, r.y, NUMEL, op == 0 ? 4e-7 : 0.0);
     expect_close("dx", dx, r.dx, NUMEL, op == 0 ? 1e-6 : 0.0);
     if (op) expect_close("db", db, r.db, nb, op == 2 ? 1e-6 : 0.0);
+    /* one gradient at a time (other code paths): db alone, then dx alone */
+    if (op) {
+        NB_EXPECT_OK(nb_tensor_fill_bytes(tdb, 0));
+        NB_EXPECT_OK(nb_tensor_fill_bytes(tdx, 0));
+        if (op == 1) NB_EXPECT_OK(nb_nbops_add_bwd(o, tx, tb, tdy, NULL, tdb));
+        else NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, tx, tb, tdy, NULL, tdb));
+        get(tdb, db), get(tdx, dx);
+        expect_close("db alone", db, r.db, nb, op == 2 ? 1e-6 : 0.0);
+        for (int64_t i = 0; i < NUMEL; i++) NB_EXPECT(dx[i] == 0.0f);
+        if (op == 1) NB_EXPECT_OK(nb_nbops_add_bwd(o, tx, tb, tdy, tdx, NULL));
+        else NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, tx, tb, tdy, tdx, NULL));
+        get(tdx, dx);
+        expect_close("dx alone", dx, r.dx, NUMEL, 0.0);
+    }
     /* gradients accumulate: a second backward doubles them */
     if (op == 0) {
         NB_EXPECT_OK(nb_nbops_silu_bwd(o, tx, tdy, tdx));
@@ -122,6 +140,10 @@ static void check_vs_tape(int op) {
     expect_close("mse dp", dph, r.dy, NUMEL, 1e-6);
     for (int64_t i = 0; i < NUMEL; i++) dqh[i] = -dqh[i];
     expect_close("mse dq", dqh, r.dy, NUMEL, 1e-6);
+    NB_EXPECT_OK(nb_tensor_fill_bytes(dp, 0));
+    NB_EXPECT_OK(nb_nbops_mse_bwd(o, ty, tt, dl, dp, NULL)); /* dp alone: the bwds path */
+    get(dp, dph);
+    expect_close("mse dp alone", dph, r.dy, NUMEL, 1e-6);
     free(dph), free(dqh);
     nb_tensor_free(tt), nb_tensor_free(loss), nb_tensor_free(dl), nb_tensor_free(dp), nb_tensor_free(dq);
     free(x), free(b), free(target), free(y), free(dx), free(db);
@@ -156,7 +178,13 @@ static void test_mul_cpu(void) {
     for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * a[i];
     get(tdb, got);
     expect_close("mul db", got, ref, NUMEL, 0.0);
-    /* only db wanted */
+    /* only da wanted, then only db */
+    NB_EXPECT_OK(nb_tensor_fill_bytes(tda, 0));
+    NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, tda, NULL));
+    for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * b[i];
+    get(tda, got);
+    expect_close("mul da alone", got, ref, NUMEL, 0.0);
+    for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * a[i];
     NB_EXPECT_OK(nb_tensor_fill_bytes(tdb, 0));
     NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, NULL, tdb));
     get(tdb, got);
@@ -298,6 +326,128 @@ static void test_cuda_vs_cpu(void) {
     nb_device_close(cpu);
 }
 
+/* The CUDA call kernels of nn_ops compile with NVRTC (no GPU needed): each function bound as
+ * nb_ops.c binds it (flat f32 arrays; add_channel's [N*C, H*W] with a [N*C, 1] operand; a bf16
+ * result; bwds calls with element and broadcast gradients), the signature taken after binding on
+ * the CPU and emitted for CUDA. */
+static int g_nvrtc_n;
+
+static void nvrtc_check(nb_call *c, const char *what) {
+    nb_status s = nb_call_ad_fuse(c, 0);
+    if (!s) s = nb_call_bind(c, 0, NULL);
+    NB_EXPECT(s == NB_OK);
+    if (s) {
+        fprintf(stderr, "  %s: bind: %s\n", what, nb_last_error());
+        nb_call_free(c);
+        return;
+    }
+    nb_call_sig sig = c->sig;
+    sig.target = NB_TARGET_CUDA;
+    nb_strbuf src;
+    nb_strbuf_init(&src);
+    nb_call_layout lay;
+    s = nb_program_emit_call(c->f->m->prog, &sig, &src, &lay);
+    NB_EXPECT(s == NB_OK);
+    void *img = NULL;
+    size_t size = 0;
+    int cubin = 0;
+    if (!s) s = nb_nvrtc_compile(nb_strbuf_cstr(&src), "nn_ops.cu", "compute_90", NULL, &img, &size, &cubin);
+    NB_EXPECT(s == NB_OK);
+    if (s) fprintf(stderr, "  %s: %s\n", what, nb_last_error());
+    else g_nvrtc_n++;
+    if (img) nb_free(img, size);
+    nb_strbuf_free(&src);
+    nb_call_free(c);
+}
+
+static void test_nvrtc(void) {
+    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "nn_ops_host.nb", "import nn_ops;\n", NULL, &m));
+    int64_t n = 64, s2[2] = {8, 16}, c2[2] = {8, 1}, one = 1;
+    nb_tensor *a = mk(dev, 1, &n, NULL), *b = mk(dev, 1, &n, NULL), *y = mk(dev, 1, &n, NULL);
+    nb_tensor *x2 = mk(dev, 2, s2, NULL), *ch = mk(dev, 2, c2, NULL), *l = mk(dev, 1, &one, NULL), *yb;
+    NB_REQUIRE_OK(nb_tensor_empty(dev, NB_BF16, 1, &n, &yb));
+    nb_func *f;
+    nb_call *c;
+    const char *unary[] = {"nn_silu", "nn_cast"};
+    for (int k = 0; k < 2; k++) { /* forward (cast: into bf16) and the owned backward */
+        char bw[32];
+        NB_REQUIRE_OK(nb_module_func(m, unary[k], &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        nb_call_arg(c, 0, a), nb_call_result(c, k ? yb : y);
+        nvrtc_check(c, unary[k]);
+        snprintf(bw, sizeof bw, "%s_bwd", unary[k]);
+        NB_REQUIRE_OK(nb_module_func(m, bw, &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        nb_call_arg(c, 0, a), nb_call_arg(c, 1, k ? yb : b), nb_call_arg(c, 2, y);
+        nvrtc_check(c, bw);
+    }
+    const char *binary[] = {"nn_add", "nn_mul"};
+    for (int k = 0; k < 2; k++) {
+        char bw[32];
+        NB_REQUIRE_OK(nb_module_func(m, binary[k], &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_result(c, y);
+        nvrtc_check(c, binary[k]);
+        snprintf(bw, sizeof bw, "%s_bwd", binary[k]);
+        NB_REQUIRE_OK(nb_module_func(m, bw, &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        for (int i = 0; i < 5; i++) nb_call_arg(c, i, i < 3 ? a : y);
+        nvrtc_check(c, bw);
+        snprintf(bw, sizeof bw, "%s_bwd_a", binary[k]);
+        NB_REQUIRE_OK(nb_module_func(m, bw, &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        for (int i = 0; i < 4; i++) nb_call_arg(c, i, i < 3 ? a : y);
+        nvrtc_check(c, bw);
+    }
+    /* add_channel: forward with a broadcast operand; dx owned; dc through bwds (broadcast grad) */
+    NB_REQUIRE_OK(nb_module_func(m, "nn_add", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_arg(c, 0, x2), nb_call_arg(c, 1, ch), nb_call_result(c, x2);
+    nvrtc_check(c, "add_channel");
+    NB_REQUIRE_OK(nb_module_func(m, "nn_add_bwd_a", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_arg(c, 0, x2), nb_call_arg(c, 1, ch), nb_call_arg(c, 2, x2), nb_call_arg(c, 3, x2);
+    nvrtc_check(c, "add_channel dx");
+    NB_REQUIRE_OK(nb_module_func(m, "nn_add", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_set_mode(c, NB_MODE_BWD);
+    nb_call_arg(c, 0, x2), nb_call_arg(c, 1, ch), nb_call_grad(c, 1, ch), nb_call_dout(c, x2);
+    nvrtc_check(c, "add_channel dc");
+    /* mse: forward = the broadcast gradient of w; backward owned, and bwds for one gradient */
+    NB_REQUIRE_OK(nb_module_func(m, "nn_mse_term", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_set_mode(c, NB_MODE_BWD);
+    nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg_double(c, 2, 1.0), nb_call_grad(c, 2, l);
+    nb_call_dout(c, l);
+    nvrtc_check(c, "mse");
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_set_mode(c, NB_MODE_BWD);
+    nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg_double(c, 2, 0.5), nb_call_grad(c, 0, y);
+    nb_call_dout(c, l);
+    nvrtc_check(c, "mse dp");
+    NB_REQUIRE_OK(nb_module_func(m, "nn_mse_bwd", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg_double(c, 2, 0.5), nb_call_arg(c, 3, l);
+    nb_call_arg(c, 4, y), nb_call_arg(c, 5, b);
+    nvrtc_check(c, "mse_bwd");
+    NB_REQUIRE_OK(nb_module_func(m, "nn_adamw", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_tensor *v = mk(dev, 1, &n, NULL);
+    for (int i = 0; i < 4; i++) nb_call_arg(c, i, i == 0 ? a : i == 1 ? b : i == 2 ? y : v);
+    for (int i = 4; i < 11; i++) nb_call_arg_double(c, i, 0.5);
+    nvrtc_check(c, "adamw");
+    nb_tensor_free(v);
+    NB_EXPECT(g_nvrtc_n == 17);
+    nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(y), nb_tensor_free(x2), nb_tensor_free(ch);
+    nb_tensor_free(l), nb_tensor_free(yb);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
 static void test_bad_args(void) {
     nb_device *dev;
     NB_REQUIRE_OK(nb_device_open("cpu", &dev));
@@ -345,5 +495,5 @@ static void test_bad_args(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_silu_cpu, test_add_cpu, test_add_channel_cpu, test_mul_cpu, test_cast_cpu,
-                 test_adam_cpu, test_adamw_cpu, test_cuda_vs_cpu, test_bad_args);
+                 test_adam_cpu, test_adamw_cpu, test_cuda_vs_cpu, test_nvrtc, test_bad_args);
 }

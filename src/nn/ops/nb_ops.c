@@ -9,9 +9,12 @@
 #include "nabla/alloc.h"
 
 /* The functions of nn_ops, in this order. */
-enum { F_SILU, F_ADD, F_MUL, F_CAST, F_MSE, F_ADAMW, F_COUNT };
-static const char *const fn_names[F_COUNT] = {"nn_silu", "nn_add", "nn_mul", "nn_cast", "nn_mse_term",
-                                              "nn_adamw"};
+enum { F_SILU, F_ADD, F_MUL, F_CAST, F_MSE, F_ADAMW, /* ops */
+       F_SILU_BWD, F_CAST_BWD, F_ADD_BWD, F_ADD_BWD_A, F_MUL_BWD, F_MUL_BWD_A, F_MSE_BWD, /* owned bwd */
+       F_COUNT };
+static const char *const fn_names[F_COUNT] = {
+    "nn_silu",     "nn_add",     "nn_mul",       "nn_cast",    "nn_mse_term", "nn_adamw",  "nn_silu_bwd",
+    "nn_cast_bwd", "nn_add_bwd", "nn_add_bwd_a", "nn_mul_bwd", "nn_mul_bwd_a", "nn_mse_bwd"};
 
 struct nb_nbops {
     nb_device *dev;
@@ -89,33 +92,84 @@ static nb_status check_ctx(const nb_nbops *o, const char *fn) {
     return NB_OK;
 }
 
-/* ---- calls ---------------------------------------------------------------------------------- */
+/* ---- calls ----------------------------------------------------------------------------------- */
 
-/* Binds args[0 .. nargs) (NULL = leave unbound) and runs f forward into y. */
-static nb_status run_fwd(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor *y) {
+/* Elementwise ops run over flat [numel] views of their (same-shaped, contiguous) arrays: the call
+ * kernel then walks one dimension instead of unravelling a 4-D index per element (measured 2-6x
+ * faster on the CPU for [32,128,32,32]). A non-contiguous array is passed as it is. */
+typedef struct flat_views {
+    int on; /* 0: pass arrays as they are (a broadcasting call) */
+    nb_tensor *v[8];
+    int n;
+} flat_views;
+
+static nb_tensor *flat(flat_views *fv, nb_tensor *t) {
+    if (!t || !fv->on || nb_tensor_ndim(t) == 1 || !nb_tensor_is_contiguous(t) || fv->n == 8) return t;
+    int64_t n = nb_tensor_numel(t);
+    nb_tensor *v;
+    if (nb_tensor_reshape(t, 1, &n, &v)) return t; /* (cannot fail for a contiguous array) */
+    fv->v[fv->n++] = v;
+    return v;
+}
+
+static void flat_free(flat_views *fv) {
+    for (int i = 0; i < fv->n; i++) nb_tensor_free(fv->v[i]);
+    fv->n = 0;
+}
+
+/* Binds args[0 .. nargs) (NULL = leave unbound) and runs f forward into y; flatten: over flat
+ * views (same-shaped arrays only). */
+static nb_status run_fwd(nb_func *f, int flatten, int nargs, nb_tensor *const *args, nb_tensor *y) {
     nb_call *c;
     NB_TRY(nb_call_begin(f, &c));
+    flat_views fv = {.on = flatten};
     for (int i = 0; i < nargs; i++)
-        if (args[i]) nb_call_arg(c, i, args[i]);
-    nb_call_result(c, y);
-    return nb_call_run(c, NULL); /* reports the first binding error, frees c */
+        if (args[i]) nb_call_arg(c, i, flat(&fv, args[i]));
+    nb_call_result(c, flat(&fv, y));
+    nb_status s = nb_call_run(c, NULL); /* reports the first binding error, frees c */
+    flat_free(&fv);
+    return s;
 }
 
 /* Runs f's bwds kernel: primal args, dout = dy, gradient arrays grads[i] (NULL = not wanted). */
-static nb_status run_bwd(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor *dy,
+static nb_status run_bwd(nb_func *f, int flatten, int nargs, nb_tensor *const *args, nb_tensor *dy,
                          nb_tensor *const *grads) {
     int any = 0;
     for (int i = 0; i < nargs; i++) any |= grads[i] != NULL;
     if (!any) return NB_OK;
     nb_call *c;
     NB_TRY(nb_call_begin(f, &c));
+    flat_views fv = {.on = flatten};
     nb_call_set_mode(c, NB_MODE_BWD);
     for (int i = 0; i < nargs; i++) {
-        nb_call_arg(c, i, args[i]);
-        if (grads[i]) nb_call_grad(c, i, grads[i]);
+        nb_call_arg(c, i, flat(&fv, args[i]));
+        if (grads[i]) nb_call_grad(c, i, flat(&fv, grads[i]));
     }
-    nb_call_dout(c, dy);
-    return nb_call_run(c, NULL);
+    nb_call_dout(c, flat(&fv, dy));
+    nb_status s = nb_call_run(c, NULL);
+    flat_free(&fv);
+    return s;
+}
+
+/* One argument of a plain call: an array, or (t NULL) a number for every thread. */
+typedef struct slot {
+    nb_tensor *t;
+    double v;
+} slot;
+
+/* Runs the plain function f (an owned-gradient backward of nn_ops: inputs, then inout gradient
+ * arrays of the kernel's shape, added in place) with args[0 .. n). */
+static nb_status run_plain(nb_func *f, int flatten, int n, const slot *args) {
+    nb_call *c;
+    NB_TRY(nb_call_begin(f, &c));
+    flat_views fv = {.on = flatten};
+    for (int i = 0; i < n; i++) {
+        if (args[i].t) nb_call_arg(c, i, flat(&fv, args[i].t));
+        else nb_call_arg_double(c, i, args[i].v);
+    }
+    nb_status s = nb_call_run(c, NULL);
+    flat_free(&fv);
+    return s;
 }
 
 /* ---- unary: silu ---------------------------------------------------------------------------- */
@@ -126,7 +180,7 @@ nb_status nb_nbops_silu(nb_nbops *o, nb_tensor *x, nb_tensor *y) {
     NB_TRY(check_arg(o, fn, "x", x, 0));
     NB_TRY(check_arg(o, fn, "y", y, 0));
     NB_TRY(check_same(fn, "x", x, "y", y));
-    return run_fwd(o->fn[F_SILU], 1, &x, y);
+    return run_fwd(o->fn[F_SILU], 1, 1, &x, y);
 }
 
 nb_status nb_nbops_silu_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
@@ -136,7 +190,8 @@ nb_status nb_nbops_silu_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor 
     NB_TRY(check_arg(o, fn, "dy", dy, 0));
     NB_TRY(check_same(fn, "x", x, "dy", dy));
     NB_TRY(check_grad(o, fn, "dx", dx, "x", x));
-    return run_bwd(o->fn[F_SILU], 1, &x, dy, &dx);
+    if (!dx) return NB_OK;
+    return run_plain(o->fn[F_SILU_BWD], 1, 3, (slot[]){{.t = x}, {.t = dy}, {.t = dx}});
 }
 
 /* ---- binary: add, mul ----------------------------------------------------------------------- */
@@ -149,7 +204,7 @@ static nb_status binary_fwd(nb_nbops *o, int f, const char *fn, nb_tensor *a, nb
     NB_TRY(check_same(fn, "a", a, "b", b));
     NB_TRY(check_same(fn, "a", a, "y", y));
     nb_tensor *args[2] = {a, b};
-    return run_fwd(o->fn[f], 2, args, y);
+    return run_fwd(o->fn[f], 1, 2, args, y);
 }
 
 static nb_status binary_bwd(nb_nbops *o, int f, const char *fn, nb_tensor *a, nb_tensor *b, nb_tensor *dy,
@@ -162,8 +217,11 @@ static nb_status binary_bwd(nb_nbops *o, int f, const char *fn, nb_tensor *a, nb
     NB_TRY(check_same(fn, "a", a, "dy", dy));
     NB_TRY(check_grad(o, fn, "da", da, "a", a));
     NB_TRY(check_grad(o, fn, "db", db, "b", b));
-    nb_tensor *args[2] = {a, b}, *grads[2] = {da, db};
-    return run_bwd(o->fn[f], 2, args, dy, grads);
+    int both = f == F_ADD ? F_ADD_BWD : F_MUL_BWD, one = f == F_ADD ? F_ADD_BWD_A : F_MUL_BWD_A;
+    if (da && db) return run_plain(o->fn[both], 1, 5, (slot[]){{.t = a}, {.t = b}, {.t = dy}, {.t = da}, {.t = db}});
+    if (da) return run_plain(o->fn[one], 1, 4, (slot[]){{.t = a}, {.t = b}, {.t = dy}, {.t = da}});
+    if (db) return run_plain(o->fn[one], 1, 4, (slot[]){{.t = b}, {.t = a}, {.t = dy}, {.t = db}}); /* symmetric ops */
+    return NB_OK;
 }
 
 nb_status nb_nbops_add(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *y) {
@@ -183,16 +241,35 @@ nb_status nb_nbops_mul_bwd(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *d
 
 /* ---- per-channel add: nn_add over x [N,C,H,W] and ch viewed as [N,C,1,1] -------------------- */
 
-/* ch (and dch) must be [N,C] for x [N,C,H,W]; *view4 gets the [N,C,1,1] view (free it). */
-static nb_status channel_view(const char *fn, const char *arg, const nb_tensor *x, nb_tensor *ch,
-                              nb_tensor **view4) {
+/* ch (and dch) must be [N,C] for x [N,C,H,W]. The call runs over 2-D views: x, y, dy, dx as
+ * [N*C, H*W] (view2) and ch, dch as [N*C, 1] (the broadcast operand); fewer dims to unravel per
+ * element than [N,C,H,W] with [N,C,1,1]. Non-contiguous x-like arrays keep their 4 dims and ch
+ * is then viewed as [N,C,1,1]. */
+static nb_status channel_view(const char *fn, const char *arg, const nb_tensor *x, nb_tensor *ch, int two_d,
+                              nb_tensor **view) {
     char b1[128], b2[128];
     const int64_t *xs = nb_tensor_shape(x), *cs = nb_tensor_shape(ch);
     if (nb_tensor_ndim(x) != 4 || nb_tensor_ndim(ch) != 2 || cs[0] != xs[0] || cs[1] != xs[1])
         return nb_error(NB_ERR_SHAPE, "%s: x %s and %s %s must be [N,C,H,W] and [N,C]", fn,
                         nb_tensor_describe(x, b1, sizeof b1), arg, nb_tensor_describe(ch, b2, sizeof b2));
-    int64_t s4[4] = {xs[0], xs[1], 1, 1};
-    return nb_tensor_reshape(ch, 4, s4, view4);
+    int64_t s2[2] = {xs[0] * xs[1], 1}, s4[4] = {xs[0], xs[1], 1, 1};
+    return two_d ? nb_tensor_reshape(ch, 2, s2, view) : nb_tensor_reshape(ch, 4, s4, view);
+}
+
+/* t as [N*C, H*W] (a new view in *owned) when two_d, else t itself. */
+static nb_tensor *view2(nb_tensor *t, int two_d, nb_tensor **owned, nb_status *s) {
+    *owned = NULL;
+    if (!t || !two_d || *s) return t;
+    const int64_t *sh = nb_tensor_shape(t);
+    int64_t s2[2] = {sh[0] * sh[1], sh[2] * sh[3]};
+    *s = nb_tensor_reshape(t, 2, s2, owned);
+    return *owned;
+}
+
+static int contiguous_all(nb_tensor *const *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (ts[i] && !nb_tensor_is_contiguous(ts[i])) return 0;
+    return 1;
 }
 
 nb_status nb_nbops_add_channel(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_tensor *y) {
@@ -202,11 +279,13 @@ nb_status nb_nbops_add_channel(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_tens
     NB_TRY(check_arg(o, fn, "c", ch, 0));
     NB_TRY(check_arg(o, fn, "y", y, 0));
     NB_TRY(check_same(fn, "x", x, "y", y));
-    nb_tensor *c4;
-    NB_TRY(channel_view(fn, "c", x, ch, &c4));
-    nb_tensor *args[2] = {x, c4};
-    nb_status s = run_fwd(o->fn[F_ADD], 2, args, y);
-    nb_tensor_free(c4);
+    int two_d = contiguous_all((nb_tensor *[]){x, ch, y}, 3);
+    nb_tensor *cv, *xo, *yo;
+    NB_TRY(channel_view(fn, "c", x, ch, two_d, &cv));
+    nb_status s = NB_OK;
+    nb_tensor *args[2] = {view2(x, two_d, &xo, &s), cv}, *yv = view2(y, two_d, &yo, &s);
+    if (!s) s = run_fwd(o->fn[F_ADD], 0, 2, args, yv);
+    nb_tensor_free(cv), nb_tensor_free(xo), nb_tensor_free(yo);
     return s;
 }
 
@@ -220,15 +299,18 @@ nb_status nb_nbops_add_channel_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_
     NB_TRY(check_same(fn, "x", x, "dy", dy));
     NB_TRY(check_grad(o, fn, "dx", dx, "x", x));
     NB_TRY(check_grad(o, fn, "dc", dch, "c", ch));
-    nb_tensor *c4 = NULL, *dc4 = NULL;
-    nb_status s = channel_view(fn, "c", x, ch, &c4);
-    if (!s && dch) s = channel_view(fn, "dc", x, dch, &dc4);
-    if (!s) {
-        nb_tensor *args[2] = {x, c4}, *grads[2] = {dx, dc4};
-        s = run_bwd(o->fn[F_ADD], 2, args, dy, grads);
-    }
-    nb_tensor_free(c4);
-    nb_tensor_free(dc4);
+    int two_d = contiguous_all((nb_tensor *[]){x, ch, dy, dx, dch}, 5);
+    nb_tensor *cv = NULL, *dcv = NULL, *xo, *dyo, *dxo;
+    nb_status s = channel_view(fn, "c", x, ch, two_d, &cv);
+    if (!s && dch) s = channel_view(fn, "dc", x, dch, two_d, &dcv);
+    nb_tensor *args[2] = {view2(x, two_d, &xo, &s), cv}, *dxv = view2(dx, two_d, &dxo, &s);
+    nb_tensor *dyv = view2(dy, two_d, &dyo, &s);
+    /* dx += dy, one thread per element; dc += the sums of dy over H, W: a bwds call whose
+     * gradient array is broadcast over the kernel (accumulated by the call layer) */
+    if (!s && dxv) s = run_plain(o->fn[F_ADD_BWD_A], 0, 4, (slot[]){{.t = args[0]}, {.t = cv}, {.t = dyv}, {.t = dxv}});
+    nb_tensor *grads[2] = {NULL, dcv};
+    if (!s && dcv) s = run_bwd(o->fn[F_ADD], 0, 2, args, dyv, grads);
+    nb_tensor_free(cv), nb_tensor_free(dcv), nb_tensor_free(xo), nb_tensor_free(dyo), nb_tensor_free(dxo);
     return s;
 }
 
@@ -240,7 +322,7 @@ nb_status nb_nbops_cast(nb_nbops *o, nb_tensor *x, nb_tensor *y) {
     NB_TRY(check_arg(o, fn, "x", x, 1));
     NB_TRY(check_arg(o, fn, "y", y, 1));
     NB_TRY(check_same(fn, "x", x, "y", y));
-    return run_fwd(o->fn[F_CAST], 1, &x, y);
+    return run_fwd(o->fn[F_CAST], 1, 1, &x, y);
 }
 
 nb_status nb_nbops_cast_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
@@ -254,7 +336,8 @@ nb_status nb_nbops_cast_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor 
         return nb_error(NB_ERR_UNSUPPORTED, "%s: dx %s is bf16; gradients accumulate in f32 arrays only", fn,
                         nb_tensor_describe(dx, b, sizeof b));
     NB_TRY(check_grad(o, fn, "dx", dx, "x", x));
-    return run_bwd(o->fn[F_CAST], 1, &x, dy, &dx);
+    if (!dx) return NB_OK;
+    return run_plain(o->fn[F_CAST_BWD], 1, 3, (slot[]){{.t = x}, {.t = dy}, {.t = dx}});
 }
 
 /* ---- MSE: a reduction through the broadcast gradient of nn_mse_term's w ---------------------- */
@@ -294,16 +377,18 @@ nb_status nb_nbops_mse(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *loss)
     double inv_n = 1.0 / (double)nb_tensor_numel(p);
     if (!s) s = nb_tensor_from_host(o->dev, NB_F32, 1, &one, &(float){(float)inv_n}, &dout);
     nb_call *c = NULL;
+    flat_views fv = {.on = 1};
     if (!s) s = nb_call_begin(o->fn[F_MSE], &c);
     if (!s) {
         nb_call_set_mode(c, NB_MODE_BWD);
-        nb_call_arg(c, 0, p);
-        nb_call_arg(c, 1, q);
+        nb_call_arg(c, 0, flat(&fv, p));
+        nb_call_arg(c, 1, flat(&fv, q));
         nb_call_arg_double(c, 2, 1.0);
         nb_call_grad(c, 2, l1);
         nb_call_dout(c, dout);
         s = nb_call_run(c, NULL);
     }
+    flat_free(&fv);
     nb_tensor_free(dout);
     nb_tensor_free(l1);
     return s;
@@ -321,18 +406,26 @@ nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *d
     int64_t one = 1;
     nb_tensor *g1;
     NB_TRY(nb_tensor_reshape(dloss, 1, &one, &g1));
+    double w = (double)(1.0f / (float)nb_tensor_numel(p));
+    if (dp && dq) {
+        nb_status s = run_plain(o->fn[F_MSE_BWD], 1, 6, (slot[]){{.t = p}, {.t = q}, {.v = w}, {.t = g1}, {.t = dp}, {.t = dq}});
+        nb_tensor_free(g1);
+        return s;
+    }
     nb_call *c;
+    flat_views fv = {.on = 1};
     nb_status s = nb_call_begin(o->fn[F_MSE], &c);
     if (!s) {
         nb_call_set_mode(c, NB_MODE_BWD);
-        nb_call_arg(c, 0, p);
-        nb_call_arg(c, 1, q);
-        nb_call_arg_double(c, 2, (double)(1.0f / (float)nb_tensor_numel(p)));
-        if (dp) nb_call_grad(c, 0, dp);
-        if (dq) nb_call_grad(c, 1, dq);
+        nb_call_arg(c, 0, flat(&fv, p));
+        nb_call_arg(c, 1, flat(&fv, q));
+        nb_call_arg_double(c, 2, w);
+        if (dp) nb_call_grad(c, 0, flat(&fv, dp));
+        if (dq) nb_call_grad(c, 1, flat(&fv, dq));
         nb_call_dout(c, g1);
         s = nb_call_run(c, NULL);
     }
+    flat_free(&fv);
     nb_tensor_free(g1);
     return s;
 }
@@ -365,11 +458,14 @@ nb_status nb_nbops_adamw(nb_nbops *o, const nb_adam_config *cfg, int64_t step, n
                   cfg->decoupled ? 0.0f : cfg->weight_decay, cfg->decoupled ? cfg->lr * cfg->weight_decay : 0.0f};
     nb_call *c;
     NB_TRY(nb_call_begin(o->fn[F_ADAMW], &c));
-    nb_call_arg(c, 0, params);
-    nb_call_arg(c, 1, grads);
-    nb_call_arg(c, 2, m);
-    nb_call_arg(c, 3, v);
+    flat_views fv = {.on = 1};
+    nb_call_arg(c, 0, flat(&fv, params));
+    nb_call_arg(c, 1, flat(&fv, grads));
+    nb_call_arg(c, 2, flat(&fv, m));
+    nb_call_arg(c, 3, flat(&fv, v));
     for (int i = 0; i < 7; i++) nb_call_arg_double(c, 4 + i, (double)k[i]);
-    NB_TRY(nb_call_run(c, NULL));
+    nb_status s = nb_call_run(c, NULL);
+    flat_free(&fv);
+    NB_TRY(s);
     return zero_grads ? nb_tensor_fill_bytes(grads, 0) : NB_OK;
 }
