@@ -22,14 +22,13 @@
 #include "nn/ops/nb_ops.h"
 #include "nn/tape/tape_internal.h" /* nb_tape_cast: the hand-written cast row */
 
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        nb_status s_ = (x);                                                                        \
-        if (s_) {                                                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, nb_last_error());         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+/* Exits with the message of a failed step (a benchmark has nothing to recover). */
+static void check(nb_status s, const char *what, int line) {
+    if (!s) return;
+    fprintf(stderr, "bench_nb_ops.c:%d: %s: %s\n", line, what, nb_last_error());
+    exit(1);
+}
+#define CHECK(x) check((x), #x, __LINE__)
 
 enum { N = 32, C = 128, H = 32, W = 32, MAXIT = 64 };
 #define NUMEL ((int64_t)N * C * H * W)

@@ -172,26 +172,44 @@ static nb_status run_plain(nb_func *f, int flatten, int n, const slot *args) {
     return s;
 }
 
-/* ---- unary: silu ---------------------------------------------------------------------------- */
+/* ---- unary: silu, cast ----------------------------------------------------------------------- */
 
-nb_status nb_nbops_silu(nb_nbops *o, nb_tensor *x, nb_tensor *y) {
-    const char *fn = "nb_nbops_silu";
+/* y = f(x) (x, y of one shape; bf16: either may be bf16) */
+static nb_status unary_fwd(nb_nbops *o, int f, const char *fn, int bf16, nb_tensor *x, nb_tensor *y) {
     NB_TRY(check_ctx(o, fn));
-    NB_TRY(check_arg(o, fn, "x", x, 0));
-    NB_TRY(check_arg(o, fn, "y", y, 0));
+    NB_TRY(check_arg(o, fn, "x", x, bf16));
+    NB_TRY(check_arg(o, fn, "y", y, bf16));
     NB_TRY(check_same(fn, "x", x, "y", y));
-    return run_fwd(o->fn[F_SILU], 1, 1, &x, y);
+    return run_fwd(o->fn[f], 1, 1, &x, y);
 }
 
-nb_status nb_nbops_silu_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
-    const char *fn = "nb_nbops_silu_bwd";
+/* dx += dy f'(x) through f_bwd (the owned-element wrapper); dx stays f32 */
+static nb_status unary_bwd(nb_nbops *o, int f_bwd, const char *fn, int bf16, nb_tensor *x, nb_tensor *dy,
+                           nb_tensor *dx) {
+    char b[128];
     NB_TRY(check_ctx(o, fn));
-    NB_TRY(check_arg(o, fn, "x", x, 0));
-    NB_TRY(check_arg(o, fn, "dy", dy, 0));
+    NB_TRY(check_arg(o, fn, "x", x, bf16));
+    NB_TRY(check_arg(o, fn, "dy", dy, bf16));
     NB_TRY(check_same(fn, "x", x, "dy", dy));
+    if (bf16 && dx && nb_tensor_dtype(dx) == NB_BF16)
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: dx %s is bf16; gradients accumulate in f32 arrays only", fn,
+                        nb_tensor_describe(dx, b, sizeof b));
     NB_TRY(check_grad(o, fn, "dx", dx, "x", x));
     if (!dx) return NB_OK;
-    return run_plain(o->fn[F_SILU_BWD], 1, 3, (slot[]){{.t = x}, {.t = dy}, {.t = dx}});
+    return run_plain(o->fn[f_bwd], 1, 3, (slot[]){{.t = x}, {.t = dy}, {.t = dx}});
+}
+
+nb_status nb_nbops_silu(nb_nbops *o, nb_tensor *x, nb_tensor *y) {
+    return unary_fwd(o, F_SILU, "nb_nbops_silu", 0, x, y);
+}
+nb_status nb_nbops_silu_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
+    return unary_bwd(o, F_SILU_BWD, "nb_nbops_silu_bwd", 0, x, dy, dx);
+}
+nb_status nb_nbops_cast(nb_nbops *o, nb_tensor *x, nb_tensor *y) {
+    return unary_fwd(o, F_CAST, "nb_nbops_cast", 1, x, y);
+}
+nb_status nb_nbops_cast_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
+    return unary_bwd(o, F_CAST_BWD, "nb_nbops_cast_bwd", 1, x, dy, dx);
 }
 
 /* ---- binary: add, mul ----------------------------------------------------------------------- */
@@ -312,32 +330,6 @@ nb_status nb_nbops_add_channel_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_
     if (!s && dcv) s = run_bwd(o->fn[F_ADD], 0, 2, args, dyv, grads);
     nb_tensor_free(cv), nb_tensor_free(dcv), nb_tensor_free(xo), nb_tensor_free(dyo), nb_tensor_free(dxo);
     return s;
-}
-
-/* ---- cast ----------------------------------------------------------------------------------- */
-
-nb_status nb_nbops_cast(nb_nbops *o, nb_tensor *x, nb_tensor *y) {
-    const char *fn = "nb_nbops_cast";
-    NB_TRY(check_ctx(o, fn));
-    NB_TRY(check_arg(o, fn, "x", x, 1));
-    NB_TRY(check_arg(o, fn, "y", y, 1));
-    NB_TRY(check_same(fn, "x", x, "y", y));
-    return run_fwd(o->fn[F_CAST], 1, 1, &x, y);
-}
-
-nb_status nb_nbops_cast_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
-    const char *fn = "nb_nbops_cast_bwd";
-    char b[128];
-    NB_TRY(check_ctx(o, fn));
-    NB_TRY(check_arg(o, fn, "x", x, 1));
-    NB_TRY(check_arg(o, fn, "dy", dy, 1));
-    NB_TRY(check_same(fn, "x", x, "dy", dy));
-    if (dx && nb_tensor_dtype(dx) == NB_BF16)
-        return nb_error(NB_ERR_UNSUPPORTED, "%s: dx %s is bf16; gradients accumulate in f32 arrays only", fn,
-                        nb_tensor_describe(dx, b, sizeof b));
-    NB_TRY(check_grad(o, fn, "dx", dx, "x", x));
-    if (!dx) return NB_OK;
-    return run_plain(o->fn[F_CAST_BWD], 1, 3, (slot[]){{.t = x}, {.t = dy}, {.t = dx}});
 }
 
 /* ---- MSE: a reduction through the broadcast gradient of nn_mse_term's w ---------------------- */
