@@ -11,8 +11,7 @@
  *   train+dx  the same with dx (what an encoding in front of the MLP needs).
  *   infer   nb_mlp_inference.
  *   fwd(train)  nb_mlp_forward(training) alone (train minus this = the backward).
- * The backward has two implementations, both measured: split (mlp_bwd + mlp_dw) and fused
- * (mlp_bwd_fused + mlp_dw_reduce, 16 or 8 warps per block); see docs/NN.md.
+ * The backward is the one the shape selects (recompute, fused or split; see docs/NN.md).
  *
  * Each is timed with device events around --reps repetitions of one step, median of 5 such
  * measurements, after warm-up. Samples/s = batch / step time. Printed beside tiny-cuda-nn's
@@ -169,87 +168,54 @@ int main(int argc, char **argv) {
     const double tcnn_train[4] = {0, 0, 4.5e8, 2.4e8}, tcnn_infer[4] = {0, 0, 1.09e9, 7.0e8};
     printf("%-6s %-22s %10s %14s %14s %10s\n", "width", "mode", "ms/step", "samples/s",
            "tcnn samples/s", "vs tcnn");
-    /* Backward variants (read by nb_mlp_create from the environment): split = mlp_bwd + mlp_dw,
-     * fused = mlp_bwd_fused + mlp_dw_reduce with 16 (or 8) warps per block. */
-    /* Backward variants measured (env read by nb_mlp_create): the default (recompute for widths
-     * <= 64, else fused), fused, split, and at width 128 two 16-row tiles per warp. Earlier runs
-     * also measured 4 and 16 warps per fused block and 1 tile per warp at 64 (docs/NN.md). */
-    const char *variants[6][4] = {{"recompute", "recompute", "0", "0"},
-                                  {"fused", "fused", "0", "0"},
-                                  {"split", "split", "0", "0"},
-                                  {"split mt2", "split", "0", "2"},
-                                  {"fused mt2", "fused", "0", "2"},
-                                  {"", "", "", ""}};
+    /* The backward is the one the shape selects (mlp_cuda.c): recompute at widths <= 64, split at
+     * 128 (5 hidden layers: the weights do not fit in shared memory beside the fused tiles).
+     * Earlier runs measured the other variants through switches since removed (docs/NN.md,
+     * docs/PERF.md keep those numbers). */
     for (int wi = 0; wi < 4; wi++) {
         int W = widths[wi];
         if (only_w && W != only_w) continue;
         nb_mlp_config cfg = nb_mlp_config_default(W, W, W, 5);
         if (bf16) cfg.compute = NB_BF16;
-        for (int v = 0; v < 5; v++) {
-            if (v == 0 && W > 64) continue;        /* recompute: widths <= 64 */
-            if (v >= 3 && W != 128) continue;      /* 2 tiles per warp: width 128 only */
-            setenv("NABLA_MLP_BWD", variants[v][1], 1);
-            setenv("NABLA_MLP_FW", variants[v][2], 1);
-            setenv("NABLA_MLP_MT", variants[v][3], 1);
-            ctx c;
-            setup(dev, &c, &cfg, B);
-            for (int md = 0; md < 4; md++) {
-                /* inference and the training forward do not depend on the backward variant */
-                int plain = md == INFER || md == FWD_TRAIN;
-                /* inference and the training forward: once per compiled variant */
-                if (plain && !(v == 0 || v == 1 || v == 3)) continue;
-                double ms = time_step(dev, &c, (mode)md, reps);
-                double sps = (double)B / (ms * 1e-3);
-                double ref = md == INFER ? tcnn_infer[wi] : md == TRAIN ? tcnn_train[wi] : 0;
-                char refs[32] = "-", ratio[32] = "-", name[48];
-                if (ref > 0) {
-                    snprintf(refs, sizeof refs, "%.3g", ref);
-                    snprintf(ratio, sizeof ratio, "%.2fx", sps / ref);
-                }
-                snprintf(name, sizeof name, "%s %s",
-                         md == INFER ? "infer" : md == FWD_TRAIN ? "fwd(train)" : md == TRAIN ? "train" : "train+dx",
-                         variants[v][0]);
-                printf("%-6d %-22s %10.4f %14.4g %14s %10s\n", W, name, ms, sps, refs, ratio);
+        ctx c;
+        setup(dev, &c, &cfg, B);
+        for (int md = 0; md < 4; md++) {
+            double ms = time_step(dev, &c, (mode)md, reps);
+            double sps = (double)B / (ms * 1e-3);
+            double ref = md == INFER ? tcnn_infer[wi] : md == TRAIN ? tcnn_train[wi] : 0;
+            char refs[32] = "-", ratio[32] = "-";
+            if (ref > 0) {
+                snprintf(refs, sizeof refs, "%.3g", ref);
+                snprintf(ratio, sizeof ratio, "%.2fx", sps / ref);
             }
-            fflush(stdout);
-            teardown(&c);
+            const char *name = md == INFER ? "infer" : md == FWD_TRAIN ? "fwd(train)" : md == TRAIN ? "train" : "train+dx";
+            printf("%-6d %-22s %10.4f %14.4g %14s %10s\n", W, name, ms, sps, refs, ratio);
         }
-        unsetenv("NABLA_MLP_MT");
+        fflush(stdout);
+        teardown(&c);
         if (W == 64)
             printf("       target (issue 6): train >= 9e8 samples/s, inference >= 4e9 samples/s\n");
-        /* Per-kernel times (each launch synchronised) for the split and the default fused path. */
-        for (int v = 0; v < 3; v++) {
-            if (v == 0 && W > 64) continue;
-            setenv("NABLA_MLP_PROFILE", "1", 1);
-            setenv("NABLA_MLP_BWD", variants[v][1], 1);
-            unsetenv("NABLA_MLP_FW");
-            unsetenv("NABLA_MLP_MT");
-            ctx c;
-            setup(dev, &c, &cfg, B);
-            for (int i = 0; i < 3; i++) {
-                step(&c, TRAIN);
-                step(&c, INFER);
-            }
-            fflush(stdout);
-            teardown(&c); /* prints the profile to stderr */
-            unsetenv("NABLA_MLP_PROFILE");
+        /* Per-kernel times (each launch synchronised), printed to stderr by nb_mlp_free. */
+        setup(dev, &c, &cfg, B);
+        CHECK(nb_mlp_set_profile(c.m, 1));
+        for (int i = 0; i < 3; i++) {
+            step(&c, TRAIN);
+            step(&c, INFER);
         }
+        fflush(stdout);
+        teardown(&c);
     }
-    unsetenv("NABLA_MLP_FW");
     /* The fit-image model: hash grid (32 features) -> MLP 64 wide, 2 hidden, ReLU, 3 outputs. */
-    unsetenv("NABLA_MLP_MT");
-    for (int v = 0; v < 3; v++) {
-        setenv("NABLA_MLP_BWD", variants[v][1], 1);
-        setenv("NABLA_MLP_FW", variants[v][2], 1);
+    {
         nb_mlp_config cfg = nb_mlp_config_default(32, 3, 64, 2);
         if (bf16) cfg.compute = NB_BF16;
         ctx c;
         setup(dev, &c, &cfg, (int64_t)1 << 18);
         double ms = time_step(dev, &c, TRAIN_DX, 50);
         double msi = time_step(dev, &c, INFER, 50);
-        printf("fit-image MLP (32 -> 64 x2 -> 3, batch 2^18, %s): forward+backward(dx) %.4f ms, "
+        printf("fit-image MLP (32 -> 64 x2 -> 3, batch 2^18): forward+backward(dx) %.4f ms, "
                "inference %.4f ms (whole-step budget incl. encoding + loss + Adam: 0.25 ms)\n",
-               variants[v][0], ms, msi);
+               ms, msi);
         teardown(&c);
     }
     nb_device_close(dev);

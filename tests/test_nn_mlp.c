@@ -428,9 +428,10 @@ static int compare_case(nb_device *gpu, nb_device *cpu, const cmp_case *k) {
     return fails;
 }
 
-/* Every comparison runs with the backward path chosen by $NABLA_MLP_BWD (read when an mlp is
- * created): "split" (mlp_bwd + mlp_dw) or "fused" (mlp_bwd_fused + mlp_dw_reduce), and for the
- * fused one with 4, 8 and 16 warps per block ($NABLA_MLP_FW). */
+/* Every comparison runs the backward the shape selects (mlp_cuda.c): recompute (mlp_bwd_rc,
+ * widths <= 64 without an output activation), fused (mlp_bwd_fused + mlp_dw_reduce_w, where the
+ * weights fit in shared memory) or split (mlp_bwd + mlp_dw, e.g. width 128 with 3+ hidden
+ * layers); the cases below include each. */
 /* $NB_MLP_TEST_SHARD = "i/n" runs only the comparisons with index % n == i (the device script
  * runs shards in parallel: every new configuration costs an NVRTC compile of a few seconds). */
 static int in_shard(int idx) {
@@ -440,13 +441,10 @@ static int in_shard(int idx) {
     return idx % n == i;
 }
 
-static void run_cuda_vs_cpu(const char *mode, const char *fw, int subset) {
+static void test_cuda_vs_cpu(void) {
     nb_device *gpu, *cpu;
     OPEN_CUDA_OR_SKIP(gpu);
     NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
-    setenv("NABLA_MLP_BWD", mode, 1);
-    setenv("NABLA_MLP_FW", fw, 1);
-    printf("  backward %s, %s warps\n", mode, fw);
     const int widths[4] = {16, 32, 64, 128};
     const int batches[4] = {1, 7, 129, 1000};
     int fails = 0, n = 0;
@@ -463,7 +461,6 @@ static void run_cuda_vs_cpu(const char *mode, const char *fw, int subset) {
                           .bias = v % 2,
                           .compute = (v % 5 == 4) ? NB_BF16 : NB_F16,
                           .x_f16 = (v % 7 == 6)};
-            if (subset && v % 3 != 0) continue; /* each new config costs an NVRTC compile */
             if (!in_shard(v)) continue;
             fails += compare_case(gpu, cpu, &k);
             n++;
@@ -482,70 +479,37 @@ static void run_cuda_vs_cpu(const char *mode, const char *fw, int subset) {
         {130, 33, 128, 1, 65, NB_ACT_TANH, NB_ACT_SIGMOID, 0, NB_F16, 0},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-        if (subset && i % 4 != 0) continue;
         if (!in_shard(16 + (int)i)) continue;
         fails += compare_case(gpu, cpu, &extra[i]);
         n++;
     }
     printf("  %d of %d CUDA/CPU comparisons agree\n", n - fails, n);
     NB_EXPECT(fails == 0);
-    unsetenv("NABLA_MLP_BWD");
-    unsetenv("NABLA_MLP_FW");
     nb_device_close(cpu);
     nb_device_close(gpu);
-}
-
-static void test_cuda_vs_cpu_split(void) { run_cuda_vs_cpu("split", "0", 0); }
-static void test_cuda_vs_cpu_fused(void) { run_cuda_vs_cpu("fused", "0", 0); }
-static void test_cuda_vs_cpu_fused_16warps(void) { run_cuda_vs_cpu("fused", "16", 1); }
-static void test_cuda_vs_cpu_fused_4warps(void) { run_cuda_vs_cpu("fused", "4", 1); }
-/* Recomputing backward (falls back to the fused one where it does not apply). */
-static void test_cuda_vs_cpu_recompute(void) { run_cuda_vs_cpu("recompute", "0", 0); }
-/* Another number of 16-row tiles per warp than the width's default ($NABLA_MLP_MT). */
-static void test_cuda_vs_cpu_mt2(void) {
-    setenv("NABLA_MLP_MT", "2", 1);
-    run_cuda_vs_cpu("split", "0", 1);
-    run_cuda_vs_cpu("fused", "0", 1);
-    unsetenv("NABLA_MLP_MT");
-}
-
-/* The shuffle fallback of the fragment transposes (movmatrix otherwise). */
-static void test_cuda_vs_cpu_trans_shfl(void) {
-    setenv("NABLA_MLP_TRANS", "shfl", 1);
-    run_cuda_vs_cpu("split", "0", 1);
-    run_cuda_vs_cpu("fused", "0", 1);
-    unsetenv("NABLA_MLP_TRANS");
 }
 
 /* The fit-image shape at a batch where every persistent block of the recomputing backward takes
  * several block tiles (2^15 + 3 rows: ~2 per block on 132 SMs, more on smaller GPUs), so the
- * weight-gradient sums carried across tiles are checked: scratch read-modify-write (default),
- * sums in registers ($NABLA_MLP_RCREG=1), two blocks per SM ($NABLA_MLP_RC_BPS=2), and the
- * one-thread-per-element reduction ($NABLA_MLP_REDW=0). All in shard 0 of NB_MLP_TEST_SHARD. */
+ * weight-gradient sums carried across tiles (scratch read-modify-write) are checked. In shard 0
+ * of NB_MLP_TEST_SHARD. */
 static void test_cuda_vs_cpu_fit_shape_large(void) {
     nb_device *gpu, *cpu;
     OPEN_CUDA_OR_SKIP(gpu);
     NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
-    static const char *const vars[4][2] = {{"NABLA_MLP_RCREG", "0"}, {"NABLA_MLP_RCREG", "1"},
-                                           {"NABLA_MLP_RC_BPS", "2"}, {"NABLA_MLP_REDW", "0"}};
     cmp_case k = {32, 3, 64, 2, (1 << 15) + 3, NB_ACT_RELU, NB_ACT_NONE, 0, NB_F16, 1};
-    for (int i = 0; i < 4; i++) {
-        if (!in_shard(0)) break; /* all four in shard 0 */
-        setenv(vars[i][0], vars[i][1], 1);
-        printf("  %s=%s\n", vars[i][0], vars[i][1]);
-        NB_EXPECT(compare_case(gpu, cpu, &k) == 0);
-        unsetenv(vars[i][0]);
-    }
+    if (in_shard(0)) NB_EXPECT(compare_case(gpu, cpu, &k) == 0);
     nb_device_close(cpu);
     nb_device_close(gpu);
 }
 
-static void steady_state(const char *mode) {
+/* width, hidden layers, output activation: picks the backward path (see test_cuda_vs_cpu) */
+static void steady_state(int width, int hidden, nb_activation out_act) {
     nb_device *gpu;
     OPEN_CUDA_OR_SKIP(gpu);
-    setenv("NABLA_MLP_BWD", mode, 1);
-    nb_mlp_config c = nb_mlp_config_default(32, 3, 64, 2);
+    nb_mlp_config c = nb_mlp_config_default(32, 3, width, hidden);
     c.bias = 1;
+    c.out_act = out_act;
     nb_mlp *m;
     NB_REQUIRE_OK(nb_mlp_create(gpu, &c, &m));
     NB_REQUIRE_OK(nb_mlp_init_params(m, 1));
@@ -571,23 +535,19 @@ static void steady_state(const char *mode) {
     free(dyf);
     nb_tensor_free(x); nb_tensor_free(y); nb_tensor_free(dy); nb_tensor_free(dx);
     nb_mlp_free(m);
-    unsetenv("NABLA_MLP_BWD");
     nb_device_close(gpu);
 }
 
 static void test_cuda_steady_state_no_alloc(void) {
-    steady_state("split");
-    steady_state("fused");
-    steady_state("recompute");
+    steady_state(128, 4, NB_ACT_NONE);   /* split */
+    steady_state(64, 2, NB_ACT_SIGMOID); /* fused */
+    steady_state(64, 2, NB_ACT_NONE);    /* recompute */
 }
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_config_errors, test_param_layout, test_call_errors,
                  test_cuda_device_mismatch, test_cpu_finite_differences,
-                 test_cpu_inference_keeps_saved_state, test_cpu_f16_input, test_cuda_vs_cpu_split,
-                 test_cuda_vs_cpu_fused, test_cuda_vs_cpu_fused_16warps, test_cuda_vs_cpu_fused_4warps,
-                 test_cuda_vs_cpu_recompute,
-                 test_cuda_vs_cpu_trans_shfl,
-                 test_cuda_vs_cpu_mt2, test_cuda_vs_cpu_fit_shape_large,
+                 test_cpu_inference_keeps_saved_state, test_cpu_f16_input, test_cuda_vs_cpu,
+                 test_cuda_vs_cpu_fit_shape_large,
                  test_cuda_steady_state_no_alloc);
 }

@@ -246,38 +246,15 @@ static void test_qkv_cuda_vs_cpu(void) {
     nb_device_close(dev);
 }
 
-/* TF32 / BF16 at d <= 32, L <= 256 can run the whole-sequence kernels (nb_attn_fwd_fa /
- * nb_attn_bwd_fa; NB_ATTN_IMPL=fa: wherever they can), NB_ATTN_IMPL=tiled the 64 x 64 tiled
- * ones: both agree (the UNet's shapes with N = 2, f32 and bf16 qkv, and a second contribution
- * that accumulates). */
-static void test_qkv_cuda_fa_vs_tiled(void) {
+/* The UNet's shapes (N = 2; f32 and bf16 qkv, and a second contribution that accumulates), where
+ * TF32 (forward, L > 64) and BF16 (bf16 qkv) run the whole-sequence kernels nb_attn_fwd_fa /
+ * nb_attn_bwd_fa and the others the 64 x 64 tiled ones, against the CPU tape. */
+static void test_qkv_cuda_fa_shapes(void) {
     nb_device *dev = open_gpu();
     if (!dev) NB_SKIP("no CUDA device");
     const qcase cases[] = {{2, 6, 32, 16, 16, 0}, {2, 8, 32, 8, 8, 0}, {1, 3, 32, 12, 12, 1},
                            {1, 2, 24, 11, 0, 0}};
-    static const double tol_o[] = {0, 5e-3, 3e-2}, tol_g[] = {0, 1e-2, 8e-2};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const qcase *c = &cases[i];
-        qbufs b;
-        qb_alloc(c, &b);
-        for (int p = NB_TAPE_TF32; p <= NB_TAPE_BF16; p++)
-            for (int cast = 0; cast < (p == NB_TAPE_BF16 ? 2 : 1); cast++) {
-                setenv("NB_ATTN_IMPL", "fa", 1);
-                NB_EXPECT_OK(run(dev, p, 1, cast, c, b.x, b.tgt, b.o1, b.g1));
-                setenv("NB_ATTN_IMPL", "tiled", 1);
-                NB_EXPECT_OK(run(dev, p, 1, cast, c, b.x, b.tgt, b.o0, b.g0));
-                unsetenv("NB_ATTN_IMPL");
-                double eo = rel_err(b.o1, b.o0, qc_nout(c), 1e-3),
-                       eg = rel_err(b.g1, b.g0, qc_nin(c), 1e-6);
-                char what[64];
-                snprintf(what, sizeof what, "cuda %s%s whole-seq vs tiled", p == NB_TAPE_TF32 ? "tf32" : "bf16",
-                         cast ? " (bf16 qkv)" : "");
-                print_case(what, c, eo, eg);
-                NB_EXPECT(eo < tol_o[p]);
-                NB_EXPECT(eg < tol_g[p]);
-            }
-        qb_free(&b);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) cuda_case(dev, &cases[i]);
     nb_device_close(dev);
 }
 
@@ -323,7 +300,7 @@ static void test_qkv_cuda_bad_head_dim(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_qkv_cpu_vs_composition, test_qkv_cpu_uniform,
-                 test_qkv_bad_input, test_qkv_cuda_vs_cpu, test_qkv_cuda_fa_vs_tiled,
+                 test_qkv_bad_input, test_qkv_cuda_vs_cpu, test_qkv_cuda_fa_shapes,
                  test_qkv_cuda_memory,
                  test_qkv_cuda_bad_head_dim);
 }

@@ -127,6 +127,11 @@ nb_status nb_mlp_backward(nb_mlp *mlp, const nb_tensor *dy, nb_tensor *dx);
 /* Bytes of workspace the mlp holds now (saved activations, half weights). */
 size_t nb_mlp_workspace_bytes(const nb_mlp *mlp);
 
+/* Profiling (benchmarks): on != 0 times every CUDA launch of this mlp with events (each launch
+ * synchronised: slow) and prints the mean time per kernel to stderr when the mlp is freed.
+ * on = 0 stops it (the totals so far are dropped). No effect on the CPU device. */
+nb_status nb_mlp_set_profile(nb_mlp *mlp, int on);
+
 #ifdef __cplusplus
 }
 #endif

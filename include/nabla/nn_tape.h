@@ -79,8 +79,7 @@
  * by a recorded cast op); parameters, their gradients and optimizer state,
  * inputs (nb_tape_input) and the timestep embedding stay f32, and every sum is taken in f32.
  * nb_tape_read / nb_tape_read_grad return such values widened to f32; the raw pointers of
- * nb_tape_data / nb_tape_grad then address 2-byte elements. Setting the environment variable
- * NABLA_TAPE_BF16_STORAGE=0 keeps f32 activations (bf16 GEMM operands only; for comparisons).
+ * nb_tape_data / nb_tape_grad then address 2-byte elements.
  * The CPU always computes and stores in fp32.
  */
 #ifndef NABLA_NN_TAPE_H

@@ -33,9 +33,7 @@
  * Kernel choice (tape_cuda_attn.c): feature-major views with d <= 32 and Tq, Tk <= 256 can run
  * the whole-sequence kernels (one block per batch-head in the backward: dq is stored, no
  * scratch; nb_attn_cuda_dq_scratch then returns 0); by default BF16 with all-bf16 storage does
- * (forward and backward), and TF32 for the forward when Tq > 64 (measured on the H100). In the
- * environment, NB_ATTN_IMPL=tiled selects the 64 x 64 tiled kernels everywhere and
- * NB_ATTN_IMPL=fa the whole-sequence kernels wherever they can run (tests, comparisons).
+ * (forward and backward), and TF32 for the forward when Tq > 64 (measured on the H100).
  *
  * Limits: 1 <= d <= NB_ATTN_CUDA_MAX_D; Tq, Tk < 2^30. Work is queued on nb_device_stream(dev);
  * nothing synchronises. precision: nb_tape_precision: FP32 = fp32 SIMT kernels; TF32 / BF16 =

@@ -347,11 +347,11 @@
  *                   accumulators (transposed products: results run along positions), dS^T ->
  *                   shared (two buffers: one barrier per chunk), then dQ^T = K^T dS^T by units
  *                   of 16 features x 8 queries, one warp per unit over all keys (default).
- *                   Options when there are at least twice as many warps as units: fa_flags & 1
- *                   splits each unit's keys over warps adding into an f32 chunk buffer with
- *                   shared atomics (stored after the next barrier; slower on the H100),
- *                   nb_attn_bwd_fa_pairs (fa_flags & 2) over warp pairs whose second half
- *                   reaches the first through shared memory behind a named barrier. BF16 keeps
+ *                   fa_flags & 1 (never set by the host since the NB_ATTN_FA_DQSPLIT switch
+ *                   went; kept because removing it changes this kernel's PTX) splits each
+ *                   unit's keys over warps adding into an f32 chunk buffer with shared atomics
+ *                   (slower on the H100); the warp-pair variant nb_attn_bwd_fa_pairs (also
+ *                   slower) was deleted. BF16 keeps
  *                   the warp's K, V fragments in registers over the chunks. The block owns
  *                   every key: dq is stored, never accumulated with global atomics (STORE / ADD
  *                   modes only; no delta pass, no dq scratch). */
@@ -364,13 +364,6 @@
     }                                                                                         \
     __device__ __forceinline__ void cp16(void *s, const void *g) {                            \
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(s)), "l"(g));      \
-    }                                                                                         \
-    /* named barriers (ids 1..15) over n threads: a producer warp arrives, its consumer syncs */ \
-    __device__ __forceinline__ void nbar_sync(int id, int n) {                                \
-        asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");                        \
-    }                                                                                         \
-    __device__ __forceinline__ void nbar_arrive(int id, int n) {                              \
-        asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");                      \
     }                                                                                         \
     __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); } \
     /* wait until at most n (0..7) of this thread's committed groups are pending */           \
@@ -612,9 +605,6 @@
             b[f * S + q] = 0.0f;                                                              \
         }                                                                                     \
     }                                                                                         \
-    /* PAIRS: nb_attn_bwd_fa_pairs (fa_flags & 2); a separate entry, as run-time barrier ids \
-     * make ptxas reserve all 16 named barriers */                                           \
-    template <bool PAIRS>                                                                     \
     __device__ __forceinline__ void bwd_fa(const BwdArgs &a) {                               \
         extern __shared__ __align__(16) unsigned char smc[];                                  \
         const int NW = blockDim.x >> 5, Tkp = 16 * NW, Tqp = (a.Tq + QC - 1) / QC * QC;       \
@@ -656,10 +646,7 @@
          * stored after the next barrier */                                                   \
         constexpr int NU = (DP / 16) * (QC / 8), SQD = QC + 1;                                \
         const int NS = (a.fa_flags & 1) && NW >= 2 * NU ? NW / NU : 1;                        \
-        /* fa_flags & 2: warp pairs (u, u + NU) split a unit's keys in halves; the second adds \
-         * its sums through shared memory behind named barrier 1 + u (no atomics) */          \
-        const int NP = PAIRS && NS == 1 && NW >= 2 * NU && NU <= 15 ? 2 : 1;                  \
-        const int kper = NP == 2 ? (Tkp / KS + 1) / 2 * KS : (Tkp / KS + NS - 1) / NS * KS;   \
+        const int kper = (Tkp / KS + NS - 1) / NS * KS;   \
         if (NS > 1)                                                                           \
             for (int i = tid; i < 2 * DP * SQD; i += blockDim.x) sQd[i] = 0.0f;               \
         if constexpr (!IS_BF16) { /* all tiles, rounded to tf32 once */                       \
@@ -739,7 +726,7 @@
             if (a.dq.p && NS > 1 && c > 0) /* the previous chunk's sums are complete */       \
                 flush_dq(a, bh, sQd + ((c / QC - 1) & 1) * DP * SQD, SQD, c - QC);            \
             if (a.dq.p)                                                                       \
-                for (int u0 = w; u0 < NU * NS * NP; u0 += NW) {                              \
+                for (int u0 = w; u0 < NU * NS; u0 += NW) {                                   \
                     const int u = u0 % NU, part = u0 / NU, mt = u % (DP / 16), nt = u / (DP / 16); \
                     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                  \
                     const int kend = min(Tkp, (part + 1) * kper);                             \
@@ -753,14 +740,7 @@
                         float *b = sQd + ((c / QC) & 1) * DP * SQD;                           \
                         _Pragma("unroll") for (int i = 0; i < 4; i++)                         \
                             atomicAdd(b + (16 * mt + g + 8 * (i >> 1)) * SQD + 8 * nt + 2 * t + (i & 1), acc[i]); \
-                    } else if (NP == 2 && part == 1) { /* sQd: free when the pairs run */    \
-                        _Pragma("unroll") for (int i = 0; i < 4; i++) sQd[(u * 32 + lane) * 4 + i] = acc[i]; \
-                        if constexpr (PAIRS) nbar_arrive(1 + u, 64);                          \
                     } else {                                                                  \
-                        if (NP == 2) {                                                        \
-                            if constexpr (PAIRS) nbar_sync(1 + u, 64);                        \
-                            _Pragma("unroll") for (int i = 0; i < 4; i++) acc[i] += sQd[(u * 32 + lane) * 4 + i]; \
-                        }                                                                     \
                         _Pragma("unroll") for (int h = 0; h < 2; h++)                         \
                             st_pair(a.dq, bh, c + 8 * nt + 2 * t, 16 * mt + g + 8 * h, a.Tq, a.d, \
                                     acc[2 * h], acc[2 * h + 1], a.dq_mode);                   \
@@ -780,10 +760,7 @@
                 }                                                                             \
     }                                                                                         \
     extern "C" __global__ void __launch_bounds__(512) nb_attn_bwd_fa(const BwdArgs a) {       \
-        bwd_fa<false>(a);                                                                     \
-    }                                                                                         \
-    extern "C" __global__ void __launch_bounds__(512) nb_attn_bwd_fa_pairs(const BwdArgs a) { \
-        bwd_fa<true>(a);                                                                      \
+        bwd_fa(a);                                                                            \
     }                                                                                         \
     )
 

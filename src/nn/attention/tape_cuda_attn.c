@@ -163,35 +163,15 @@ static nb_attn_view rowmajor(const float *p, int64_t T, int64_t d) {
  * [32,6,256,32] / [32,8,64,32]): BF16 with bf16 q, k, v, o storage (forward 35.6 -> 15.4 us and
  * 6.8 -> 4.5 us, backward 101.3 -> 59.6 us and 18.8 -> 13.0 us) and the TF32 forward for
  * Tq > 64 (36.1 -> 29.4 us; at Tq = 64 5.7 vs 6.8 us, and the TF32 backward 104 vs 106 us, stay
- * tiled); f32 storage under BF16 (converted on the load) measured slower. NB_ATTN_IMPL=tiled
- * selects the tiled kernels everywhere, NB_ATTN_IMPL=fa the whole-sequence ones wherever they
- * can run (tests, comparisons). */
+ * tiled); f32 storage under BF16 (converted on the load) measured slower. (The A/B switch
+ * NB_ATTN_IMPL=tiled|fa that forced one kind everywhere is gone; docs/PERF.md keeps the numbers.) */
 #define ATTN_FA_MAXT 256
-static int attn_fa_mode(void) { /* 0 tiled, 1 measured choice (default), 2 always */
-    const char *e = getenv("NB_ATTN_IMPL");
-    return e && !strcmp(e, "tiled") ? 0 : e && !strcmp(e, "fa") ? 2 : 1;
-}
 
-/* Warps (16 queries each) per forward block for long sequences: 8 (NB_ATTN_FA_FWD_WARPS=1..8
- * overrides, for tuning). */
-static int attn_fa_fwd_warps(void) {
-    const char *e = getenv("NB_ATTN_FA_FWD_WARPS");
-    int n = e ? atoi(e) : 8;
-    return n < 1 ? 1 : n > 8 ? 8 : n;
-}
-
-/* nb_attn_bwd_fa's dQ (fa_flags): one warp per 16 x 8 tile over all keys (default: 0), keys
- * split over warps adding into shared f32 sums with atomics (NB_ATTN_FA_DQSPLIT=1: measured
- * slower on the H100), or over warp pairs joined by named barriers (NB_ATTN_FA_DQSPLIT=2). */
-static int attn_fa_dq_split(void) {
-    const char *e = getenv("NB_ATTN_FA_DQSPLIT");
-    return e && (!strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 0;
-}
+/* Warps (16 queries each) per forward block for long sequences (the measured best). */
+#define ATTN_FA_FWD_WARPS 8
 
 static int attn_fa_ok(int tc, int var, int dp, int precision, int fwd, int64_t Tq, int64_t Tk) {
-    const int mode = attn_fa_mode();
-    if (!tc || var == 0 || dp > 32 || Tq > ATTN_FA_MAXT || Tk > ATTN_FA_MAXT || mode == 0) return 0;
-    if (mode == 2) return 1;
+    if (!tc || var == 0 || dp > 32 || Tq > ATTN_FA_MAXT || Tk > ATTN_FA_MAXT) return 0;
     if (precision == NB_TAPE_BF16) return var == 3;
     return fwd && var == 1 && Tq > 64; /* TF32 */
 }
@@ -220,7 +200,7 @@ nb_status nb_attn_cuda_forward_v(nb_device *dev, int precision, const nb_attn_vi
     attn_fwd_args a = {*q, *k, *v, *o, lse, (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
                        (float)(1.4426950408889634 / sqrt((double)d))};
     if (attn_fa_ok(tc, var, dp, precision, 1, Tq, Tk)) { /* 16 nw queries per block; all keys in shared */
-        int nw = (int)(Tq + 15) / 16, cap = attn_fa_fwd_warps();
+        int nw = (int)(Tq + 15) / 16, cap = ATTN_FA_FWD_WARPS;
         if (nw > cap) nw = cap;
         const size_t es = precision == NB_TAPE_BF16 ? 2 : 4, pad = precision == NB_TAPE_BF16 ? 8 : 4;
         const size_t tk = (size_t)(Tk + 63) / 64 * 64;
@@ -303,8 +283,10 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
             attn_bwd_args a = {*q, *k, *v, *dout, *dq, *dk, *dv, lse, delta, mode, mode,
                                (int32_t)Tq, (int32_t)Tk, (int32_t)d, 1,
                                (float)(1.4426950408889634 / sqrt((double)d)),
-                               (float)(1.0 / sqrt((double)d)), *o, attn_fa_dq_split()};
-            return attn_launch(dev, src, a.fa_flags & 2 ? "nb_attn_bwd_fa_pairs" : "nb_attn_bwd_fa", (unsigned)BH,
+                               (float)(1.0 / sqrt((double)d)), *o,
+                               0 /* fa_flags: dQ one warp per unit over all keys (the key split
+                                    over warps measured slower on the H100) */};
+            return attn_launch(dev, src, "nb_attn_bwd_fa", (unsigned)BH,
                                32 * (unsigned)((Tk + 15) / 16),
                                attn_fa_bwd_smem(precision, dp, Tq, Tk), &a);
         }

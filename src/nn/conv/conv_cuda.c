@@ -412,7 +412,7 @@ nb_status nb_cuda_conv2d_backward_wc(nb_device *dev, int precision, const nb_con
     }
     /* bf16 3x3 stride 1 (lead, session 5): the vectorized-im2col kernel (conv_cuda_wg4.h),
      * 1.2-2.4x ahead of both paths below on every reference-UNet shape (H100, batch 32,
-     * tools/device/wg4.sh (removed; git history)); NABLA_CONV_WG4=0 for A/B */
+     * tools/device/wg4.sh (removed; git history); UNet step BF16 13.86 -> 12.61 ms, docs/PERF.md) */
     if (dw && nb_conv_algo == 0 && ((uintptr_t)x | (uintptr_t)dy) % 16 == 0 &&
         nb_conv_wg4_preferred(d, precision, xdt, ydt)) {
         NB_TRY(nb_conv_wg4(dev, precision, d, x, dy, dw, db)); /* (db along with dy's read) */

@@ -73,14 +73,10 @@ int nb_conv_wg4_supports(const nb_conv_dims *d, int precision, nb_dtype xdt, nb_
            d->N * d->O * d->H * d->W < ((int64_t)1 << 31);
 }
 
-static int nb_wg4_env = -1;
-void nb_conv_wg4_enable(int on) { nb_wg4_env = on; }
+static int nb_wg4_on = 1;
+void nb_conv_wg4_enable(int on) { nb_wg4_on = on != 0; }
 int nb_conv_wg4_preferred(const nb_conv_dims *d, int precision, nb_dtype xdt, nb_dtype ydt) {
-    if (nb_wg4_env < 0) {
-        const char *e = getenv("NABLA_CONV_WG4");
-        nb_wg4_env = e && !strcmp(e, "0") ? 0 : 1;
-    }
-    return nb_wg4_env && nb_conv_wg4_supports(d, precision, xdt, ydt) && d->C >= 32 && d->O >= 32;
+    return nb_wg4_on && nb_conv_wg4_supports(d, precision, xdt, ydt) && d->C >= 32 && d->O >= 32;
 }
 
 nb_status nb_conv_wg4(nb_device *dev, int precision, const nb_conv_dims *d, const void *x,

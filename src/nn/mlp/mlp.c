@@ -179,6 +179,13 @@ size_t nb_mlp_workspace_bytes(const nb_mlp *m) {
     return 2 * m->cpu_cap * sizeof(float) + nb_mlp_cuda_workspace_bytes(m);
 }
 
+nb_status nb_mlp_set_profile(nb_mlp *m, int on) {
+    NB_CHECK_ARG(m);
+    m->profile = on != 0;
+    nb_mlp_cuda_set_profile(m);
+    return NB_OK;
+}
+
 nb_status nb_mlp_layer_info(const nb_mlp *m, int layer, int64_t *w_off, int64_t *b_off, int *rows,
                             int *cols) {
     NB_CHECK_ARG(m);

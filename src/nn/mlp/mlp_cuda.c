@@ -19,7 +19,6 @@
 #include "nn/mlp/mlp_kernels.h"
 #include "nn/mlp/mlp_kernels_fused.h"
 #include "nn/mlp/mlp_kernels_rc.h"
-#include <stdlib.h>
 
 /* Must match struct MlpParams in mlp_kernels.h field by field. */
 typedef struct mlp_params {
@@ -47,8 +46,6 @@ typedef struct mlp_params {
 struct nb_mlp_cuda {
     nb_jit_kernel *convert, *fwd[2][2] /* [train][x is f16] */, *bwd[2] /* [dx] */, *dw;
     nb_jit_kernel *bwd_fused[2] /* [dx] */, *dw_reduce;
-    int reduce_w;             /* dw_reduce is mlp_dw_reduce_w (8 warps per 32 elements) */
-    int rc_bps, rcreg;        /* recompute: blocks per SM; weight-gradient sums in registers */
     char prefix[1024];        /* the #define prefix of this configuration's source */
     nb_jit_kernel *bwd_enc;   /* mlp_bwd_rc_enc for the grid source hashed in enc_hash */
     nb_jit_kernel *train_enc[2]; /* mlp_train_rc_enc_{f32,f16}, same source */
@@ -62,7 +59,7 @@ struct nb_mlp_cuda {
                                  accumulator copies per block */
     int64_t acc_block;        /* floats of one block's weight-gradient accumulator */
     nb_buffer *scratch;       /* [grid_fused][kspl][acc_block] f32 */
-    nb_event *prof_e0, *prof_e1; /* $NABLA_MLP_PROFILE */
+    nb_event *prof_e0, *prof_e1; /* nb_mlp_set_profile */
     double prof_ms[8];
     long prof_n[8];
     int in_pad, out_pad, mt, warps, minb, dww, ncho, nchi, wsmem_f, wsmem_b, sms;
@@ -74,22 +71,13 @@ struct nb_mlp_cuda {
     int64_t t16_cap;          /* 16-row tiles the saved buffer was laid out for */
 };
 
-/* $NABLA_MLP_PROFILE=1: every launch is timed with events (and synchronised: slow) and the
+/* nb_mlp_set_profile(m, 1): every launch is timed with events (and synchronised: slow) and the
  * per-kernel totals are printed to stderr when the mlp is freed. For benchmarks only. */
 enum { K_CONVERT, K_FWD, K_FWD_TRAIN, K_BWD, K_DW, K_BWD_FUSED, K_DW_REDUCE, K_COUNT };
 static const char *const k_names[K_COUNT] = {"convert", "fwd", "fwd_train", "bwd",
                                              "dw", "bwd_fused", "dw_reduce"};
 
-/* Backward used when $NABLA_MLP_BWD is unset: "split", "fused" or "auto". */
-#define NB_MLP_DEFAULT_BWD "recompute"
-
 static int round16(int n) { return (n + 15) / 16 * 16; }
-
-/* Weight-gradient slices of one layer (O_PAD x I_PAD) in the fused backward (FusedTile). */
-static int dw_items(int o_pad, int i_pad) {
-    int n8 = i_pad / 8, ni = n8 % 4 == 0 ? 4 : 2;
-    return (o_pad / 16) * (n8 / ni);
-}
 
 static int pick_chunk(int n8, int cap) {
     int best = 2;
@@ -98,14 +86,37 @@ static int pick_chunk(int n8, int cap) {
     return best;
 }
 
+/* Creates the profiling events (nb_mlp_set_profile); without them the launches are not timed. */
+static void mlp_profile_on(nb_mlp *m) {
+    nb_mlp_cuda *c = m->cuda;
+    if (c->prof_e0) return;
+    if (nb_event_create(m->dev, &c->prof_e0) != NB_OK || nb_event_create(m->dev, &c->prof_e1) != NB_OK) {
+        nb_event_destroy(c->prof_e0);
+        c->prof_e0 = NULL;
+    }
+}
+
+void nb_mlp_cuda_set_profile(nb_mlp *m) {
+    nb_mlp_cuda *c = m->cuda;
+    if (!c) return;
+    if (m->profile) {
+        mlp_profile_on(m);
+        return;
+    }
+    nb_event_destroy(c->prof_e0); /* off: launches untimed again, the totals dropped */
+    nb_event_destroy(c->prof_e1);
+    c->prof_e0 = c->prof_e1 = NULL;
+    memset(c->prof_ms, 0, sizeof c->prof_ms);
+    memset(c->prof_n, 0, sizeof c->prof_n);
+}
+
 void nb_mlp_cuda_free(nb_mlp *m) {
     if (!m->cuda) return;
     if (m->cuda->prof_e0) {
         nb_mlp_cuda *c = m->cuda;
-        fprintf(stderr, "nabla: mlp profile (width %d, %d layers, %s backward, %d warps, mt %d, rc %d/SM%s%s):",
+        fprintf(stderr, "nabla: mlp profile (width %d, %d layers, %s backward, %d warps, mt %d):",
                 m->cfg.width, m->n_layers, c->rc ? "recompute" : c->fused ? "fused" : "split",
-                c->fused ? c->fw : c->warps, c->mt, c->rc_bps, c->rcreg ? ", dW in registers" : "",
-                c->reduce_w ? ", warp reduce" : "");
+                c->fused ? c->fw : c->warps, c->mt);
         for (int k = 0; k < K_COUNT; k++)
             if (c->prof_n[k])
                 fprintf(stderr, " %s %.4f ms", k_names[k], c->prof_ms[k] / (double)c->prof_n[k]);
@@ -149,20 +160,18 @@ static nb_status cuda_init(nb_mlp *m) {
     size_t smem_b = (size_t)c->ttot * 2;
     size_t optin = info->shared_mem_per_block_optin;
     int kw = W / 16, ki = c->in_pad / 16, ko = c->out_pad / 16;
-    /* Backward: split | fused (whenever it fits) | auto (fused when the weights fit in shared
-     * memory beside the tiles) | recompute (fused, recomputing the forward from the saved input
-     * instead of saving every layer; widths <= 64, no output activation, few layers).
-     * NB_MLP_DEFAULT_BWD is the default (docs/NN.md says why). */
-    const char *mode = getenv("NABLA_MLP_BWD");
-    if (!mode || !mode[0]) mode = NB_MLP_DEFAULT_BWD;
+    /* Backward, chosen from the shape (docs/NN.md and docs/PERF.md give the H100 measurements):
+     * recompute (fused, recomputing the forward from the saved input instead of saving every
+     * layer) where it can run (widths <= 64, no output activation, few layers, fits in shared
+     * memory), else fused where the weights fit in shared memory beside the tiles, else split
+     * (width 128: split measured faster than fused without the weights in shared memory). */
     size_t smem_rc = (size_t)(c->ftot + c->ttot) * 2 +
                      (size_t)8 * 512 * (size_t)((kw > ko ? kw : ko) + (kw > ki ? kw : ki)) +
                      (cfg->bias ? (size_t)c->btot * 4 : 0);
-    c->rc = !strcmp(mode, "recompute") && W <= 64 && cfg->out_act == NB_ACT_NONE &&
+    c->rc = W <= 64 && cfg->out_act == NB_ACT_NONE &&
             (L - 1) * kw * 4 <= 96 && smem_rc <= optin;
-    c->mt = W == 16 ? 8 : W == 32 ? 4 : 2; /* 2 at 128 too: measured faster (docs/NN.md) */
-    long mt_env = nb_env_long("NABLA_MLP_MT", 0); /* tuning: 16-row tiles per warp */
-    if (mt_env == 1 || mt_env == 2 || mt_env == 4 || mt_env == 8) c->mt = (int)mt_env;
+    /* 16-row tiles per warp; 2 at 128 too: measured faster than 1 (docs/NN.md) */
+    c->mt = W == 16 ? 8 : W == 32 ? 4 : 2;
     if (c->rc) c->mt = 1;
     c->warps = 8;
     c->minb = W <= 64 ? 2 : 1;
@@ -178,21 +187,16 @@ static nb_status cuda_init(nb_mlp *m) {
     c->sms = info->multiprocessors > 0 ? info->multiprocessors : 1;
     /* Fused backward: FW warps per block (8, with the next layer prefetched in registers), the
      * weights staged in shared memory if they fit beside the transposed dL/dz and input tiles
-     * and the bias sums. $NABLA_MLP_BWD = split|fused and $NABLA_MLP_FW = 8|16 override (for
-     * tests and tuning). */
+     * and the bias sums. */
     c->fw = 8; /* measured on the H100 (docs/NN.md): 8 beats 16 and 4 at every width */
-    long fw_env = nb_env_long("NABLA_MLP_FW", 0);
-    if (fw_env == 4 || fw_env == 8 || fw_env == 16) c->fw = (int)fw_env;
-    if (c->rc) c->fw = 8;
     int fr16 = c->fw * c->mt;
     size_t tiles = (size_t)fr16 * 512 * (size_t)((kw > ko ? kw : ko) + (kw > ki ? kw : ki)) +
                    (cfg->bias ? (size_t)c->btot * 4 : 0);
     c->fwsmem = tiles + smem_b <= optin;
     size_t smem_fu = tiles + (c->fwsmem ? smem_b : 0);
-    /* recompute / auto fall back to fused only where its weights fit in shared memory, else to
-     * split (width 128: split measured faster than fused on the H100) */
-    int want_fused = !strcmp(mode, "fused") ||
-                     ((!strcmp(mode, "auto") || !strcmp(mode, "recompute")) && (c->fwsmem || c->rc));
+    /* fused only where its weights fit in shared memory, else split (width 128: split measured
+     * faster than fused on the H100) */
+    int want_fused = c->fwsmem || c->rc;
     if (c->rc) smem_fu = smem_rc;
     c->smem_fused = (unsigned)smem_fu;
     c->acc_block = (int64_t)W * c->in_pad + (int64_t)(L - 2) * W * W + (int64_t)c->out_pad * W + c->btot;
@@ -200,29 +204,14 @@ static nb_status cuda_init(nb_mlp *m) {
         int ni = (W / 8) % 4 == 0 ? 4 : 2, items = (W / 16) * ((W / 8) / ni);
         c->kspl = c->fw / items > 1 ? c->fw / items : 1;
     }
-    /* Recompute mode: $NABLA_MLP_RC_BPS = 1|2 blocks per SM (launch bounds follow); with
-     * $NABLA_MLP_RCREG = 1 each warp keeps its weight-gradient slices in registers for the whole
-     * kernel (needs every layer's slices to fit one per warp, and at most 4 layers). */
-    c->rc_bps = nb_env_long("NABLA_MLP_RC_BPS", 1) == 2 ? 2 : 1;
-    c->rcreg = c->rc && nb_env_long("NABLA_MLP_RCREG", 0) == 1 && L <= 4 &&
-               dw_items(W, c->in_pad) * c->kspl <= c->fw && dw_items(W, W) * c->kspl <= c->fw &&
-               dw_items(c->out_pad, W) * c->kspl <= c->fw;
-    { /* blocks per SM: 1, or 2 of 4 warps (independent barriers overlap) when they fit */
-        int64_t per_sm = c->fw == 4 ? (int64_t)(info->shared_mem_per_sm / (smem_fu + 1024)) : 1;
-        if (per_sm > 2) per_sm = 2;
-        if (c->rc) per_sm = c->rc_bps;
-        if (per_sm < 1) per_sm = 1;
-        c->grid_fused = (unsigned)(c->sms * per_sm);
-    }
-    c->reduce_w = nb_env_long("NABLA_MLP_REDW", 1) != 0;
+    /* one block per SM (8 warps; the recompute kernel too: 2 per SM and its weight-gradient sums
+     * kept in registers measured no faster, docs/PERF.md) */
+    c->grid_fused = (unsigned)c->sms;
     /* per-block f32 accumulators of all weights: fine for small models, not for 1000 layers */
     int64_t scratch_bytes = (int64_t)c->grid_fused * c->kspl * c->acc_block * 4;
     c->fused = want_fused && smem_fu <= optin && scratch_bytes <= ((int64_t)256 << 20);
     if (!c->fused) c->rc = 0;
 
-    /* $NABLA_MLP_TRANS=shfl: fragment transposes with shuffles instead of movmatrix */
-    const char *tr = getenv("NABLA_MLP_TRANS");
-    int trans_shfl = tr && !strcmp(tr, "shfl");
     char *prefix = c->prefix;
     snprintf(prefix, sizeof c->prefix,
              "#define W %d\n#define IN_PAD %d\n#define OUT_PAD %d\n#define N_IN %d\n"
@@ -231,11 +220,11 @@ static nb_status cuda_init(nb_mlp *m) {
              "#define MINB %d\n#define NCHO %d\n#define NCHI %d\n#define WSMEM_F %d\n"
              "#define WSMEM_B %d\n#define DWW %d\n#define FW %d\n#define FMINB 1\n"
              "#define FWSMEM %d\n#define FR16 %d\n#define FKD %d\n#define FKH %d\n#define KSPL %d\n"
-             "#define TRANS_SHFL %d\n#define FPF %d\n#define RCMINB %d\n#define RCREG %d\n",
+             "#define FPF %d\n#define RCMINB 1\n",
              W, c->in_pad, c->out_pad, cfg->n_in, cfg->n_out, L, (int)cfg->act,
              (int)cfg->out_act, cfg->bias ? 1 : 0, cfg->compute == NB_BF16, c->mt, c->warps,
              c->minb, c->ncho, c->nchi, c->wsmem_f, c->wsmem_b, c->dww, c->fw, c->fwsmem, fr16,
-             kw > ko ? kw : ko, kw > ki ? kw : ki, c->kspl, trans_shfl, c->fw <= 8, c->rc_bps, c->rcreg);
+             kw > ko ? kw : ko, kw > ki ? kw : ki, c->kspl, c->fw <= 8);
     size_t n = strlen(prefix) + sizeof nb_mlp_src_enc_stub + sizeof nb_mlp_src_head + sizeof nb_mlp_src_asm +
                sizeof nb_mlp_src_body + sizeof nb_mlp_src_fused + sizeof nb_mlp_src_rc + 8;
     char *src = nb_alloc(n, 16);
@@ -264,7 +253,7 @@ static nb_status cuda_init(nb_mlp *m) {
         if (s == NB_OK && c->rc) s = nb_jit_load(m->dev, src, "mlp_fwd_train_nz_f32", &opts, &c->fwd[1][0]);
         if (s == NB_OK && c->rc) s = nb_jit_load(m->dev, src, "mlp_fwd_train_nz_f16", &opts, &c->fwd[1][1]);
         if (s == NB_OK)
-            s = nb_jit_load(m->dev, src, c->reduce_w ? "mlp_dw_reduce_w" : "mlp_dw_reduce", &opts, &c->dw_reduce);
+            s = nb_jit_load(m->dev, src, "mlp_dw_reduce_w", &opts, &c->dw_reduce);
         c->scratch_cap = (size_t)c->grid_fused * (size_t)c->kspl * (size_t)c->acc_block * 4;
         if (s == NB_OK) s = nb_buffer_alloc(m->dev, c->scratch_cap, &c->scratch);
     }
@@ -277,13 +266,8 @@ static nb_status cuda_init(nb_mlp *m) {
         nb_free(c, sizeof *c);
         return s;
     }
-    if (nb_env_long("NABLA_MLP_PROFILE", 0) == 1) {
-        if (nb_event_create(m->dev, &c->prof_e0) != NB_OK || nb_event_create(m->dev, &c->prof_e1) != NB_OK) {
-            nb_event_destroy(c->prof_e0);
-            c->prof_e0 = NULL;
-        }
-    }
     m->cuda = c;
+    if (m->profile) mlp_profile_on(m);
     return NB_OK;
 }
 
@@ -414,9 +398,7 @@ nb_status nb_mlp_cuda_backward(nb_mlp *m, const nb_tensor *dy, nb_tensor *dx) {
         p.dw_tiles = (int)grid * c->kspl;
         NB_TRY(launch_k(c, K_BWD_FUSED, c->bwd_fused[dx ? 1 : 0], grid, 1, (unsigned)c->fw * 32,
                         c->smem_fused, &p));
-        int64_t blocks = (c->acc_block + 255) / 256;
-        if (blocks > (int64_t)c->sms * 4) blocks = (int64_t)c->sms * 4;
-        if (c->reduce_w) blocks = (c->acc_block + 31) / 32; /* mlp_dw_reduce_w: 32 elements per block */
+        int64_t blocks = (c->acc_block + 31) / 32; /* mlp_dw_reduce_w: 32 elements per block */
         return launch_k(c, K_DW_REDUCE, c->dw_reduce, (unsigned)blocks, 1, 256, 0, &p);
     }
     unsigned grid = persistent_grid(c, p.n_wtiles, c->smem_b, info->shared_mem_per_sm);
@@ -454,9 +436,8 @@ static nb_status load_enc(nb_mlp *m, const char *enc_src, int enc_smem_floats, s
     uint64_t h = fnv1a(enc_src);
     if (c->bwd_enc && h == c->enc_hash) return NB_OK;
     /* Blocks per SM: 2 where two fit in shared memory (measured faster on the H100 than 1:
-     * docs/PERF.md), unless $NB_ENC_MLP_BPS = 1; the scratch grows to match. */
-    int bps = nb_env_long("NB_ENC_MLP_BPS", 2) == 1 ? 1 : 2;
-    if (bps == 2 && 2 * (*smem + 1024) > info->shared_mem_per_sm) bps = 1;
+     * docs/PERF.md, 0.230 vs 0.251 ms); the scratch grows to match. */
+    int bps = 2 * (*smem + 1024) > info->shared_mem_per_sm ? 1 : 2;
     size_t need = (size_t)c->sms * (size_t)bps * (size_t)c->kspl * (size_t)c->acc_block * 4;
     if (need > c->scratch_cap) {
         nb_buffer *nbuf = NULL;
@@ -503,9 +484,7 @@ static nb_status launch_enc(nb_mlp *m, nb_jit_kernel *k, size_t smem, mlp_params
     p->scratch = nb_buffer_ptr(c->scratch);
     p->dw_tiles = (int)grid * c->kspl;
     NB_TRY(launch_k(c, K_BWD_FUSED, k, grid, 1, (unsigned)c->fw * 32, (unsigned)smem, p));
-    int64_t blocks = (c->acc_block + 255) / 256;
-    if (blocks > (int64_t)c->sms * 4) blocks = (int64_t)c->sms * 4;
-    if (c->reduce_w) blocks = (c->acc_block + 31) / 32;
+    int64_t blocks = (c->acc_block + 31) / 32; /* mlp_dw_reduce_w: 32 elements per block */
     return launch_k(c, K_DW_REDUCE, c->dw_reduce, (unsigned)blocks, 1, 256, 0, p);
 }
 

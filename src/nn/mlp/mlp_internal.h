@@ -25,6 +25,7 @@ struct nb_mlp {
     int64_t saved_batch; /* batch of the last training forward, -1 if none */
 
     nb_mlp_cuda *cuda;
+    int profile;         /* nb_mlp_set_profile: time every CUDA launch */
 };
 
 /* Offsets of layer l's blocks in cpu_h / cpu_z for batch B. */
@@ -39,6 +40,8 @@ float nb_mlp_dact(nb_activation a, float z);
 nb_status nb_mlp_cuda_forward(nb_mlp *m, const nb_tensor *x, nb_tensor *y, int training);
 nb_status nb_mlp_cuda_backward(nb_mlp *m, const nb_tensor *dy, nb_tensor *dx);
 void nb_mlp_cuda_free(nb_mlp *m);
+/* Starts timing the launches of an mlp whose CUDA state exists (else its setup does). */
+void nb_mlp_cuda_set_profile(nb_mlp *m);
 /* The backward with a grid encoding's backward fused in (nb_encoding_backward_mlp, encoding.c);
  * NB_ERR_UNSUPPORTED when this mlp has no such path (then nothing was launched). */
 nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *enc_src, int enc_smem_floats,

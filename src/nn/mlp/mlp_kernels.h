@@ -1,6 +1,6 @@
 /* CUDA source of the fully fused MLP kernels, as one string (NVRTC compiles it at run time,
  * specialised by a prefix of #defines written by mlp_cuda.c: W, IN_PAD, OUT_PAD, N_IN, N_OUT,
- * NL, ACT, OUT_ACT, HAS_BIAS, IS_BF16, MT, WARPS, NCHO, NCHI, WSMEM_F, WSMEM_B, DWW, TRANS_SHFL).
+ * NL, ACT, OUT_ACT, HAS_BIAS, IS_BF16, MT, WARPS, NCHO, NCHI, WSMEM_F, WSMEM_B, DWW).
  *
  * The code is written inside NB_MLP_STR(...), so it may not contain preprocessor directives
  * (use _Pragma) and all lines collapse to one in compiler messages.
@@ -105,18 +105,10 @@ __device__ __forceinline__ void mma(float *c, const u32 *a, u32 b0, u32 b1) {
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 /* Transpose of an 8x8 b16 matrix held one row pair per lane (lane l: row l/4, columns
- * 2(l%4), 2(l%4)+1): movmatrix, or (TRANS_SHFL) two shuffles, the fallback. */
+ * 2(l%4), 2(l%4)+1), by movmatrix (sm_75+; the two-shuffle form measured no faster). */
 __device__ __forceinline__ u32 trans8(u32 v) {
     u32 r;
-    if (TRANS_SHFL) {
-        const int l = threadIdx.x & 31, row = l >> 2, c0 = 2 * (l & 3);
-        u32 v0 = __shfl_sync(0xffffffffu, v, c0 * 4 + (row >> 1));
-        u32 v1 = __shfl_sync(0xffffffffu, v, (c0 + 1) * 4 + (row >> 1));
-        u32 e0 = (row & 1) ? (v0 >> 16) : (v0 & 0xffffu), e1 = (row & 1) ? (v1 >> 16) : (v1 & 0xffffu);
-        r = e0 | (e1 << 16);
-    } else {
-        asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(v));
-    }
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(v));
     return r;
 }
 );

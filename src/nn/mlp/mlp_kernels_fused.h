@@ -11,7 +11,7 @@
  * (also transposed). After a barrier all warps compute slices of dW_l += delta^T h over the
  * block tile with mma.sync, accumulating in f32 in a per-block scratch region in global memory
  * (L2 resident: read-modify-write, no atomics). Bias gradients are summed in shared memory.
- * mlp_dw_reduce then sums the per-block regions into the gradient buffer (overwriting it).
+ * mlp_dw_reduce_w then sums the per-block regions into the gradient buffer (overwriting it).
  * Nothing per layer goes back to DRAM: the dL/dz tensors of the split path are never written.
  */
 #ifndef NB_NN_MLP_KERNELS_FUSED_H
@@ -59,39 +59,6 @@ __device__ __forceinline__ void fused_dw_phase(float *acc_base, const uint4 *sD,
         }
         _Pragma("unroll") for (int n = 0; n < NI; n++) ap[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
     }
-}
-
-/* RCREG variants of fused_dw_phase (mlp_bwd_rc with every slice owned by one warp, which holds
- * its f32 sums in registers for the whole kernel; written to the scratch region once at the end
- * by fused_dw_store instead of a read-modify-write of the scratch per block tile). */
-template <int O_PAD, int I_PAD> struct DwSlice {
-    static constexpr int NI = FusedTile<I_PAD>::NI, NIG = FusedTile<I_PAD>::NIG;
-    static constexpr int ITEMS = (O_PAD / 16) * NIG;
-};
-template <int O_PAD, int I_PAD>
-__device__ __forceinline__ void fused_dw_reg(float (&acc)[4][4], const uint4 *sD, const uint4 *sH, int warp, int lane) {
-    constexpr int NI = DwSlice<O_PAD, I_PAD>::NI, NIG = DwSlice<O_PAD, I_PAD>::NIG, ITEMS = DwSlice<O_PAD, I_PAD>::ITEMS;
-    constexpr int KD = O_PAD / 16, KH = I_PAD / 16;
-    if (warp >= ITEMS * KSPL) return;
-    const int it = warp % ITEMS, ksub = warp / ITEMS;
-    const int og = it / NIG, ig = it % NIG;
-    _Pragma("unroll 2") for (int ks = ksub; ks < FR16; ks += KSPL) {
-        uint4 av = sD[(ks * KD + og) * 32 + lane];
-        const u32 a[4] = {av.x, av.y, av.z, av.w};
-        _Pragma("unroll") for (int j = 0; j < NI / 2; j++) {
-            uint4 hv = sH[(ks * KH + ig * (NI / 2) + j) * 32 + lane];
-            mma(acc[2 * j], a, hv.x, hv.y);
-            mma(acc[2 * j + 1], a, hv.z, hv.w);
-        }
-    }
-}
-template <int O_PAD, int I_PAD>
-__device__ __forceinline__ void fused_dw_store(const float (&acc)[4][4], float *acc_base, int warp, int lane) {
-    constexpr int NI = DwSlice<O_PAD, I_PAD>::NI, ITEMS = DwSlice<O_PAD, I_PAD>::ITEMS;
-    if (warp >= ITEMS * KSPL) return;
-    const int it = warp % ITEMS, ksub = warp / ITEMS;
-    float4 *ap = (float4 *)(acc_base + (long long)ksub * ACC_BLOCK) + (long long)it * NI * 32 + lane;
-    _Pragma("unroll") for (int n = 0; n < NI; n++) ap[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
 }
 
 /* Adds the column sums of one 16x16 gradient fragment (rows: batch) to the bias accumulator. */
@@ -333,28 +300,6 @@ extern "C" __global__ void __launch_bounds__(256) mlp_dw_reduce_w(MlpParams p) {
     }
 }
 
-extern "C" __global__ void mlp_dw_reduce(MlpParams p) {
-    const int nb = p.dw_tiles;
-    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < ACC_BLOCK; e += (long long)gridDim.x * blockDim.x) {
-        float s = 0.f;
-        for (int b = 0; b < nb; b++) s += p.scratch[(long long)b * ACC_BLOCK + e];
-        s *= p.inv_scale;
-        if (e < ACC_TOT) {
-            int l, o, i;
-            long long loc;
-            if (e < acc_off(1)) { l = 0; loc = e; reduce_map<W, IN_PAD>(loc, o, i); }
-            else if (e >= acc_off(NL - 1)) { l = NL - 1; loc = e - acc_off(NL - 1); reduce_map<OUT_PAD, W>(loc, o, i); }
-            else { l = 1 + (int)((e - acc_off(1)) / ((long long)W * W)); loc = e - acc_off(l); reduce_map<W, W>(loc, o, i); }
-            if (o < l_rows(l) && i < l_cols(l)) p.grads[p_off(l) + (long long)o * l_cols(l) + i] = s;
-        } else if (HAS_BIAS) {
-            int j = (int)(e - ACC_TOT);
-            int l = j / W;
-            if (l > NL - 1) l = NL - 1;
-            int o = j - l * W;
-            if (o < l_rows(l)) p.grads[p_off(l) + (long long)l_rows(l) * l_cols(l) + o] = s;
-        }
-    }
-}
 );
 
 #endif

@@ -49,10 +49,6 @@ template <int DX, int FL = 0, int XH = 1> __device__ __forceinline__ void bwd_rc
     }
     if (HAS_BIAS) for (int i = threadIdx.x; i < BTOT; i += blockDim.x) sb[i] = 0.f;
     float *accb = p.scratch + (long long)blockIdx.x * KSPL * ACC_BLOCK;
-    float accr[RCREG ? NL : 1][4][4]; /* RCREG: this warp's weight-gradient slice of each layer */
-    _Pragma("unroll") for (int l = 0; l < (RCREG ? NL : 1); l++)
-        _Pragma("unroll") for (int n = 0; n < 4; n++)
-            _Pragma("unroll") for (int i = 0; i < 4; i++) accr[l][n][i] = 0.f;
     for (long long i = threadIdx.x; i < KSPL * ACC_BLOCK; i += blockDim.x) accb[i] = 0.f;
     if (DX == 2) enc_smem_zero(s_g);
     __syncthreads();
@@ -196,13 +192,8 @@ template <int DX, int FL = 0, int XH = 1> __device__ __forceinline__ void bwd_rc
                 sH[(warp * KW + kt) * 32 + lane] = make_uint4(trans8(hh[0]), trans8(hh[1]), trans8(hh[2]), trans8(hh[3]));
             }
             __syncthreads();
-            if constexpr (RCREG) {
-                if (l + 1 == NL - 1) fused_dw_reg<OUT_PAD, W>(accr[RCREG ? l + 1 : 0], sD, sH, warp, lane);
-                else fused_dw_reg<W, W>(accr[RCREG ? l + 1 : 0], sD, sH, warp, lane);
-            } else {
-                if (l + 1 == NL - 1) fused_dw_phase<OUT_PAD, W>(accb + acc_off(l + 1), sD, sH, warp, lane);
-                else fused_dw_phase<W, W>(accb + acc_off(l + 1), sD, sH, warp, lane);
-            }
+            if (l + 1 == NL - 1) fused_dw_phase<OUT_PAD, W>(accb + acc_off(l + 1), sD, sH, warp, lane);
+            else fused_dw_phase<W, W>(accb + acc_off(l + 1), sD, sH, warp, lane);
             __syncthreads();
             _Pragma("unroll") for (int kt = 0; kt < KW; kt++) {
                 sD[(warp * KW + kt) * 32 + lane] = make_uint4(trans8(d[kt][0]), trans8(d[kt][2]), trans8(d[kt][1]), trans8(d[kt][3]));
@@ -253,14 +244,8 @@ template <int DX, int FL = 0, int XH = 1> __device__ __forceinline__ void bwd_rc
             sH[(warp * KI + kt) * 32 + lane] = make_uint4(trans8(hv.x), trans8(hv.y), trans8(hv.z), trans8(hv.w));
         }
         __syncthreads();
-        if constexpr (RCREG) fused_dw_reg<W, IN_PAD>(accr[0], sD, sH, warp, lane);
-        else fused_dw_phase<W, IN_PAD>(accb, sD, sH, warp, lane);
+        fused_dw_phase<W, IN_PAD>(accb, sD, sH, warp, lane);
         __syncthreads();
-    }
-    if constexpr (RCREG) {
-        fused_dw_store<W, IN_PAD>(accr[0], accb, warp, lane);
-        _Pragma("unroll") for (int l = 1; l < NL - 1; l++) fused_dw_store<W, W>(accr[RCREG ? l : 0], accb + acc_off(l), warp, lane);
-        fused_dw_store<OUT_PAD, W>(accr[RCREG ? NL - 1 : 0], accb + acc_off(NL - 1), warp, lane);
     }
     if (HAS_BIAS) for (int i = threadIdx.x; i < BTOT; i += blockDim.x) accb[ACC_TOT + i] = sb[i];
     if (DX == 2) {

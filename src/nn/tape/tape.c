@@ -604,12 +604,7 @@ nb_status nb_tape_zero_grad(nb_tape *t) {
 /* ---- op log and backward -------------------------------------------------------------------- */
 
 int nb_tape_bf16_storage(const nb_tape *t) {
-    static int env = -1; /* NABLA_TAPE_BF16_STORAGE=0: keep f32 activations (A/B runs) */
-    if (env < 0) {
-        const char *e = getenv("NABLA_TAPE_BF16_STORAGE");
-        env = !(e && e[0] == '0');
-    }
-    return env && t->precision == NB_TAPE_BF16 && nb_tape_on_cuda(t);
+    return t->precision == NB_TAPE_BF16 && nb_tape_on_cuda(t);
 }
 
 /* The row flags of an op kind on this tape (0 on CPU tapes). */

@@ -164,7 +164,7 @@ void *nb_tape_alloc_dt(nb_tape *t, int64_t count, nb_dtype dt, int zero);
 /* Bytes per element of a tape storage dtype (4 for NB_F32, 2 for NB_BF16). */
 static inline size_t nb_tape_dt_size(nb_dtype dt) { return dt == NB_BF16 ? 2 : 4; }
 /* 1 when ops whose CUDA row has NB_TOPF_OUT_BF16 store their outputs as BF16: a CUDA tape in
- * NB_TAPE_BF16 precision (unless NABLA_TAPE_BF16_STORAGE=0, for A/B measurements). */
+ * NB_TAPE_BF16 precision. */
 int nb_tape_bf16_storage(const nb_tape *t);
 /* Host scratch of at least count floats, valid until the next call (NULL + nb_error). */
 float *nb_tape_scratch(nb_tape *t, int64_t count);
