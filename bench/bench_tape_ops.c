@@ -90,7 +90,7 @@ static nb_tape *bench_tape(nb_device *dev, int bf16) {
     CHECK(nb_tape_create_on(dev, &t));
     CHECK(nb_tape_set_precision(t, bf16 ? NB_TAPE_BF16 : NB_TAPE_FP32));
     if (bf16 && !nb_tape_bf16_storage(t)) {
-        fprintf(stderr, "bf16 storage is off (NABLA_TAPE_BF16_STORAGE=0?)\n");
+        fprintf(stderr, "bf16 storage is off (not a CUDA tape?)\n");
         exit(1);
     }
     return t;

@@ -449,32 +449,26 @@ static void test_cuda_agrees(void) {
     cuda_vs_cpu(&c, 3000, "dense3d F=1");
     c = nb_frequency_config(3, 6);
     cuda_vs_cpu(&c, 3000, "frequency");
-    /* the other parameter-backward kernels: plain atomics, and the warp-aggregated one (chosen
-     * from the environment when an encoding first runs on CUDA) */
+    /* the other parameter-backward kernels: plain atomics (no level fits in shared memory: a
+     * first level of 128^2 entries), and the warp-aggregated one (spatially ordered batches) */
+    nb_encoding_config cp = nb_hash_grid_config(2, 8, 2, 15, 128, 1.5f);
+    cuda_vs_cpu(&cp, 5000, "hash2d, plain atomics");
     c = nb_hash_grid_config(2, 16, 2, 15, 16, 1.5f);
-    setenv("NB_ENC_SMEM", "0", 1);
-    cuda_vs_cpu(&c, 5000, "hash2d, plain atomics");
-    unsetenv("NB_ENC_SMEM");
     ordered = 1; /* nb_encoding_set_spatially_ordered: the warp-aggregated kernel */
     cuda_vs_cpu(&c, 5000, "hash2d, warp-aggregated");
     clustered = 1;
     cuda_vs_cpu(&c, 5003, "hash2d, warp-aggregated, clustered points");
     nb_encoding_config c3 = nb_hash_grid_config(3, 8, 4, 12, 4, 2.0f);
     cuda_vs_cpu(&c3, 3001, "hash3d F=4, warp-aggregated, clustered points");
-    setenv("NB_ENC_AGG_P", "32", 1); /* 32 points x 1 level per warp */
-    cuda_vs_cpu(&c, 5007, "hash2d, warp-aggregated x32, clustered points");
     clustered = 0;
-    cuda_vs_cpu(&c3, 3001, "hash3d F=4, warp-aggregated x32");
-    unsetenv("NB_ENC_AGG_P");
     ordered = 0;
 }
 
-/* $NB_ENC_PAIR = 1 (the default): the paired 16-byte gradient reductions (2-D grids of 2
- * features), in the shared-memory kernel and in the plain one, on spread and on clustered points;
- * other shapes ignore the switch (checked too); then = 0. */
+/* The paired 16-byte gradient reductions (2-D grids of 2 features), in the shared-memory kernel
+ * and in the plain one (first levels too big for shared memory), on spread and on clustered
+ * points; other shapes take the unpaired code (checked too). */
 static void test_cuda_paired_atomics(void) {
     if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
-    setenv("NB_ENC_PAIR", "1", 1);
     nb_encoding_config c = nb_hash_grid_config(2, 16, 2, 15, 16, 1.5f);
     cuda_vs_cpu(&c, 5000, "hash2d, paired atomics");
     clustered = 1;
@@ -482,24 +476,22 @@ static void test_cuda_paired_atomics(void) {
     clustered = 0;
     nb_encoding_config d = nb_dense_grid_config(2, 2, 31, 17, 0); /* odd side: pairs at odd x too */
     cuda_vs_cpu(&d, 3000, "dense2d F=2, paired atomics");
-    setenv("NB_ENC_SMEM", "0", 1);
-    cuda_vs_cpu(&c, 5002, "hash2d, paired atomics, no shared memory");
-    cuda_vs_cpu(&d, 3001, "dense2d F=2, paired atomics, no shared memory");
-    unsetenv("NB_ENC_SMEM");
+    nb_encoding_config cn = nb_hash_grid_config(2, 8, 2, 15, 128, 1.5f);
+    nb_encoding_config dn = nb_dense_grid_config(2, 2, 97, 91, 0); /* 17654 floats: no shared memory */
+    cuda_vs_cpu(&cn, 5002, "hash2d, paired atomics, no shared memory");
+    cuda_vs_cpu(&dn, 3001, "dense2d F=2, paired atomics, no shared memory");
     nb_encoding_config c3 = nb_hash_grid_config(3, 8, 4, 12, 4, 2.0f);
-    cuda_vs_cpu(&c3, 3000, "hash3d F=4 (pairing off for this shape)");
-    setenv("NB_ENC_PAIR", "0", 1); /* and off: the unpaired kernels (the default is on) */
-    cuda_vs_cpu(&c, 5004, "hash2d, unpaired atomics");
-    setenv("NB_ENC_SMEM", "0", 1);
-    cuda_vs_cpu(&c, 5005, "hash2d, unpaired atomics, no shared memory");
-    unsetenv("NB_ENC_SMEM");
-    unsetenv("NB_ENC_PAIR");
+    cuda_vs_cpu(&c3, 3000, "hash3d F=4 (unpaired: other shapes)");
+    nb_encoding_config c23 = nb_hash_grid_config(2, 8, 3, 14, 16, 1.5f);
+    cuda_vs_cpu(&c23, 3002, "hash2d F=3 (unpaired: other shapes)");
 }
 
 /* nb_encoding_backward_mlp: hash grid -> MLP (the fit-image model) on dev; returns the grid
  * gradients and the MLP gradients (malloc'd) after forward + the combined backward. */
 static int train_mode;  /* enc_mlp_run: 0 forward + nb_encoding_backward_mlp(dys); 1 nb_encoding_mlp_train
-                          (dys is the target, L2 loss), 2 the same with f16 features */
+                          (dys is the target, L2 loss), 2 the same with f16 features; 3 like 0 and
+                          4 like 1 by separate calls (nb_mlp_backward + nb_encoding_backward) */
+static int mlp_ordered; /* enc_mlp_run: nb_encoding_set_spatially_ordered (warp-aggregated scatter) */
 static float train_loss; /* enc_mlp_run, modes 1-2: the loss */
 
 static void enc_mlp_run(nb_device *dev, int B, const float *xs, const float *dys, const float *gp,
@@ -507,6 +499,7 @@ static void enc_mlp_run(nb_device *dev, int B, const float *xs, const float *dys
     nb_encoding_config c = nb_hash_grid_config(2, 16, 2, 15, 16, 1.5f);
     nb_encoding *e;
     NB_REQUIRE_OK(nb_encoding_create(dev, &c, &e));
+    NB_REQUIRE_OK(nb_encoding_set_spatially_ordered(e, mlp_ordered));
     nb_mlp_config mc = nb_mlp_config_default(32, 3, 64, 2);
     mc.act = NB_ACT_RELU;
     mc.out_act = NB_ACT_NONE;
@@ -526,6 +519,18 @@ static void enc_mlp_run(nb_device *dev, int B, const float *xs, const float *dys
     if (train_mode == 0) {
         NB_REQUIRE_OK(nb_mlp_forward(m, f, y, 1));
         NB_EXPECT_OK(nb_encoding_backward_mlp(e, m, p, x, dy, g));
+    } else if (train_mode >= 3) { /* the same arithmetic by separate calls */
+        nb_tensor *df = tens(dev, 2, B, 32, NULL), *d = dy;
+        NB_REQUIRE_OK(nb_mlp_forward(m, f, y, 1));
+        if (train_mode == 4) { /* dys is the target: the loss gradient into a fresh dL/dy */
+            d = tens(dev, 2, B, 3, NULL);
+            NB_EXPECT_OK(nb_loss(NB_LOSS_L2, y, dy, ls, d));
+            NB_EXPECT_OK(nb_tensor_to_host(ls, &train_loss, 4));
+        }
+        NB_EXPECT_OK(nb_mlp_backward(m, d, df));
+        NB_EXPECT_OK(nb_encoding_backward(e, p, x, df, g, NULL));
+        if (d != dy) nb_tensor_free(d);
+        nb_tensor_free(df);
     } else {
         NB_EXPECT_OK(nb_encoding_mlp_train(e, m, p, x, fh ? fh : f, dy, 0, ls, g));
         NB_EXPECT_OK(nb_tensor_to_host(ls, &train_loss, 4));
@@ -548,8 +553,8 @@ static double rel_max(const float *a, const float *b, int64_t n) {
 /* The fused CUDA backward (one kernel: MLP backward + grid scatter) against the two calls on
  * CUDA (same arithmetic: only the atomic order differs) and against the CPU reference (the MLP in
  * f16 there too: 1e-2 of the largest gradient). Batches: small, and 2^15 + 3 (several block tiles
- * per persistent block, the shared-memory flush of the coarse levels). Also unpaired atomics, one
- * block per SM, and nb_encoding_mlp_train (forward + loss fused too) with f32 and f16 features. */
+ * per persistent block, the shared-memory flush of the coarse levels). Also the warp-aggregated
+ * scatter, and nb_encoding_mlp_train (forward + loss fused too) with f32 and f16 features. */
 static void test_cuda_backward_mlp(void) {
     if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
     nb_device *cpu, *gpu;
@@ -567,19 +572,17 @@ static void test_cuda_backward_mlp(void) {
         for (int i = 0; i < 3 * B; i++) dys[i] = (frand() * 2 - 1) / (float)B;
         float *ge_c, *gm_c, *ge_u, *gm_u, *ge_f, *gm_f, *ge_p, *gm_p;
         enc_mlp_run(cpu, B, xs, dys, gp, mp, &ge_c, &gm_c);
-        setenv("NB_ENC_MLP_FUSED", "0", 1);
+        train_mode = 3;
         enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_u, &gm_u);
-        unsetenv("NB_ENC_MLP_FUSED");
+        train_mode = 0;
         enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_f, &gm_f);
-        setenv("NB_ENC_PAIR", "0", 1); /* the unpaired scatter (paired is the default), 1 block/SM */
-        setenv("NB_ENC_MLP_BPS", "1", 1);
+        mlp_ordered = 1; /* the warp-aggregated scatter (spatially ordered batches) */
         enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_p, &gm_p);
-        unsetenv("NB_ENC_MLP_BPS");
-        unsetenv("NB_ENC_PAIR");
+        mlp_ordered = 0;
         double e_fu = rel_max(ge_f, ge_u, np), m_fu = rel_max(gm_f, gm_u, nm);
         double e_pu = rel_max(ge_p, ge_u, np), e_fc = rel_max(ge_f, ge_c, np), m_fc = rel_max(gm_f, gm_c, nm);
-        printf("  B %d: fused vs two calls: grid %.2e mlp %.2e; unpaired %.2e; fused vs CPU: grid %.2e mlp %.2e\n", B,
-               e_fu, m_fu, e_pu, e_fc, m_fc);
+        printf("  B %d: fused vs two calls: grid %.2e mlp %.2e; warp-aggregated %.2e; fused vs CPU: grid %.2e mlp %.2e\n",
+               B, e_fu, m_fu, e_pu, e_fc, m_fc);
         NB_EXPECT(e_fu < 1e-5);
         NB_EXPECT(m_fu < 1e-5); /* weight-gradient partial sums per block: other block counts */
         NB_EXPECT(e_pu < 1e-5);
@@ -596,10 +599,10 @@ static void test_cuda_backward_mlp(void) {
         train_mode = 1;
         enc_mlp_run(cpu, B, xs, dys, gp, mp, &ge_c, &gm_c);
         lc = train_loss;
-        setenv("NB_ENC_MLP_FUSED", "0", 1);
+        train_mode = 4;
         enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_u, &gm_u);
         lu = train_loss;
-        unsetenv("NB_ENC_MLP_FUSED");
+        train_mode = 1;
         enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_f, &gm_f);
         lf = train_loss;
         train_mode = 2;
@@ -628,18 +631,18 @@ static void test_cuda_backward_mlp(void) {
         free(ge_c), free(gm_c), free(ge_u), free(gm_u), free(ge_f), free(gm_f), free(ge_p), free(gm_p);
         free(xs), free(dys);
     }
-    { /* warp aggregation in the fused scatter ($NB_ENC_MLP_AGG=1), clustered points (many merges) */
+    { /* warp aggregation in the fused scatter (spatially ordered), clustered points (many merges) */
         int B = 5003;
         float *xs = malloc((size_t)B * 8), *dys = malloc((size_t)B * 12);
         for (int i = 0; i < 2 * B; i++) xs[i] = 0.4f + 0.02f * frand();
         for (int i = 0; i < 3 * B; i++) dys[i] = (frand() * 2 - 1) / (float)B;
         float *ge_u, *gm_u, *ge_a, *gm_a;
-        setenv("NB_ENC_MLP_FUSED", "0", 1);
+        train_mode = 3;
         enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_u, &gm_u);
-        unsetenv("NB_ENC_MLP_FUSED");
-        setenv("NB_ENC_MLP_AGG", "1", 1);
+        train_mode = 0;
+        mlp_ordered = 1;
         enc_mlp_run(gpu, B, xs, dys, gp, mp, &ge_a, &gm_a);
-        unsetenv("NB_ENC_MLP_AGG");
+        mlp_ordered = 0;
         double e = rel_max(ge_a, ge_u, np), m = rel_max(gm_a, gm_u, nm);
         printf("  B %d clustered, warp-aggregated fused scatter vs two calls: grid %.2e mlp %.2e\n", B, e, m);
         NB_EXPECT(e < 1e-5);

@@ -100,7 +100,7 @@ nb_status nb_encoding_level_info(const nb_encoding *enc, int level, int side[3],
  * nb_image_sample_stratified), so lanes of a warp often update the same parameters; the
  * backward then merges those updates with warp shuffles before its atomics (faster for such
  * batches, slower for random ones). 0 (the default) = random order. Results are the same up to
- * float rounding order. The environment variable NB_ENC_BWD=agg|plain overrides it. */
+ * float rounding order. */
 nb_status nb_encoding_set_spatially_ordered(nb_encoding *enc, int ordered);
 
 /* params f32[n_params] <- uniform(-1e-4, 1e-4) from a counter-based generator (same values on

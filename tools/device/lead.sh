@@ -15,7 +15,6 @@ N=$B/nabla
 for p in tf32 bf16; do
   timeout 60 $N unet bench --device cuda --precision $p --batch 32 --warmup 3 --steps 20 --no-progress
 done > "$O/unet_bench.log" 2>&1
-NABLA_TAPE_BF16_STORAGE=0 timeout 60 $N unet bench --device cuda --precision bf16 --batch 32 --warmup 3 --steps 20 --no-progress > "$O/unet_bench_bf16_f32storage.log" 2>&1
 for p in bf16 tf32; do
   timeout 60 $N unet bench --device cuda --precision $p --batch 32 --warmup 2 --steps 3 --profile --no-progress > "$O/unet_profile_$p.log" 2>&1
 done

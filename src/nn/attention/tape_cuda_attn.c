@@ -22,7 +22,7 @@
  * nb_attn_fwd_fa / nb_attn_bwd_fa instead: all keys of a (batch, head) in shared memory, the
  * backward one block per (batch, head) with delta fused and dq stored directly (no delta pass,
  * no dq scratch, no conversion pass) -- by default where measured faster (BF16 with bf16
- * storage; the TF32 forward for long sequences: attn_fa_ok). NB_ATTN_IMPL=tiled / fa select.
+ * storage; the TF32 forward for long sequences: attn_fa_ok).
  */
 #include <math.h>
 #include <stdlib.h>

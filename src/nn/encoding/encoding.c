@@ -455,8 +455,7 @@ nb_status nb_encoding_backward_mlp(nb_encoding *enc, nb_mlp *mlp, const nb_tenso
         return nb_error(NB_ERR_INVALID_ARG, "%s: needs an encoding with parameters and their grads", fn);
     NB_TRY(nb_nn_check_f32(fn, "grads", grads, enc->dev, 1, enc->n_params, -1));
     if (B == 0) return nb_mlp_backward(mlp, dy, NULL);
-    const char *env = getenv("NB_ENC_MLP_FUSED"); /* 0: always the two calls (for A/B runs) */
-    if (nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA && !(env && !strcmp(env, "0"))) {
+    if (nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA) { /* the fused kernel where it applies */
         const char *src = NULL;
         int smem = 0;
         nb_status s = nb_enc_cuda_mlp_source(enc, &src, &smem);
@@ -501,8 +500,7 @@ nb_status nb_encoding_mlp_train(nb_encoding *enc, nb_mlp *mlp, const nb_tensor *
     if (enc->n_params == 0 || !grads)
         return nb_error(NB_ERR_INVALID_ARG, "%s: needs an encoding with parameters and their grads", fn);
     NB_TRY(nb_nn_check_f32(fn, "grads", grads, enc->dev, 1, enc->n_params, -1));
-    const char *env = getenv("NB_ENC_MLP_FUSED"); /* 0: always the separate calls (for A/B runs) */
-    if (B > 0 && nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA && !(env && !strcmp(env, "0"))) {
+    if (B > 0 && nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA) { /* the fused kernel where it applies */
         const char *src = NULL;
         int smem = 0;
         nb_status s = nb_enc_cuda_mlp_source(enc, &src, &smem);

@@ -87,7 +87,7 @@ static const char nb_enc_cuda_body[] =
     "    for (int f = 0; f < NB_F; f++) atomicAdd(p + f, v[f]);\n"
     "#endif\n"
     "}\n"
-    /* The gradient of one point at all corners of its cell (2-D, NB_PAIR = 1): the two corners
+    /* The gradient of one point at all corners of its cell (2-D grids of 2 features): the two corners
      * of a row differ in x only; when their entries are adjacent and the pair is 16-byte
      * aligned (hashed cells with even x, dense cells at even indices: about half), one 16-byte
      * vector reduction adds both (red.v4), else two 8-byte ones. Levels below `smem_levels` go
@@ -179,7 +179,7 @@ static const char nb_enc_cuda_body[] =
     "        unsigned cell[3] = {0, 0, 0}; float fr[3] = {0, 0, 0};\n"
     "        #pragma unroll\n"
     "        for (int d = 0; d < NB_D; d++) grid_cell(__ldg(a.x + b * NB_D + d), lv.side[d], cell[d], fr[d]);\n"
-    "#if NB_PAIR && NB_D == 2 && NB_F == 2\n"
+    "#if NB_D == 2 && NB_F == 2\n"
     "        add_cell2(a.grads, (float *)0, false, lv, cell, fr, dy);\n"
     "#else\n"
     "        #pragma unroll\n"
@@ -214,7 +214,7 @@ static const char nb_enc_cuda_body[] =
     "        unsigned cell[3] = {0, 0, 0}; float fr[3] = {0, 0, 0};\n"
     "        #pragma unroll\n"
     "        for (int d = 0; d < NB_D; d++) grid_cell(__ldg(a.x + b * NB_D + d), lv.side[d], cell[d], fr[d]);\n"
-    "#if NB_PAIR && NB_D == 2 && NB_F == 2\n"
+    "#if NB_D == 2 && NB_F == 2\n"
     "        add_cell2(a.grads, s_g, l < NB_SMEM_LEVELS, lv, cell, fr, dy);\n"
     "#else\n"
     "        #pragma unroll\n"
@@ -392,13 +392,11 @@ static const char nb_enc_cuda_body[] =
 #define NB_ENC_SMEM_FLOATS 11776
 
 /* The prefix of levels whose gradients fit in shared memory: *levels of them, *floats floats.
- * 0 levels for the frequency encoding, or when NB_ENC_SMEM=0 in the environment. */
+ * 0 levels for the frequency encoding (docs/NN.md: H100 0.353 -> 0.171 ms at 2^18 points). */
 static void nb_enc_smem_levels(const nb_encoding *e, int *levels, int *floats) {
     *levels = 0;
     *floats = 0;
     if (e->cfg.kind == NB_ENCODING_FREQUENCY) return;
-    const char *env = getenv("NB_ENC_SMEM");
-    if (env && !strcmp(env, "0")) return;
     int64_t n = 0;
     int l = 0;
     while (l < e->n_levels && n + e->level[l].entries * e->cfg.n_features <= NB_ENC_SMEM_FLOATS)
@@ -407,22 +405,11 @@ static void nb_enc_smem_levels(const nb_encoding *e, int *levels, int *floats) {
     *floats = (int)n;
 }
 
-/* Levels per warp of the warp-aggregated backward: 4 (8 points per warp), or 32 / $NB_ENC_AGG_P
- * for NB_ENC_AGG_P = 8, 16 or 32 (an experiment: more points per warp merge more). */
-static int nb_enc_agg_lpw(void) {
-    const char *p = getenv("NB_ENC_AGG_P");
-    if (p && !strcmp(p, "32")) return 1;
-    if (p && !strcmp(p, "16")) return 2;
-    return 4;
-}
-
-/* Paired 16-byte gradient reductions in the plain and shared-memory backward kernels and the
- * fused MLP scatter (2-D grids of 2 features): on unless $NB_ENC_PAIR = 0 (measured on the H100:
- * the uniform-sample backward 0.171 -> 0.145 ms, docs/PERF.md). */
-static int nb_enc_pair(void) {
-    const char *p = getenv("NB_ENC_PAIR");
-    return !(p && !strcmp(p, "0"));
-}
+/* Levels per warp of the warp-aggregated backward: 4 (8 points per warp; 16 and 32 points per
+ * warp were an unmeasured experiment, removed). Paired 16-byte gradient reductions in the plain
+ * and shared-memory backward kernels and the fused MLP scatter for 2-D grids of 2 features
+ * (measured on the H100: the uniform-sample backward 0.171 -> 0.145 ms, docs/PERF.md). */
+#define NB_ENC_AGG_LPW 4
 
 static nb_status nb_enc_cuda_prepare(nb_encoding *e) {
     if (e->k_fwd) return NB_OK;
@@ -435,10 +422,10 @@ static nb_status nb_enc_cuda_prepare(nb_encoding *e) {
         nb_enc_smem_levels(e, &sl, &sf);
         snprintf(src, cap,
                  "// nabla encoding (%s)\n#define NB_D %d\n#define NB_F %d\n#define NB_L %d\n#define NB_NFREQ %d\n"
-                 "#define NB_SMEM_LEVELS %d\n#define NB_SMEM_FLOATS %d\n#define NB_AGG_LPW %d\n#define NB_PAIR %d\n%s",
+                 "#define NB_SMEM_LEVELS %d\n#define NB_SMEM_FLOATS %d\n#define NB_AGG_LPW %d\n%s",
                  freq ? "frequency" : "grid", e->cfg.n_dims, freq ? 1 : e->cfg.n_features,
                  freq ? 1 : e->n_levels, freq ? e->cfg.n_frequencies : 1, sl, sf > 0 ? sf : 1,
-                 nb_enc_agg_lpw(), nb_enc_pair(), nb_enc_cuda_body);
+                 NB_ENC_AGG_LPW, nb_enc_cuda_body);
         e->cuda_src = src;
     }
     if (e->cfg.kind == NB_ENCODING_FREQUENCY) {
@@ -451,11 +438,9 @@ static nb_status nb_enc_cuda_prepare(nb_encoding *e) {
     nb_enc_smem_levels(e, &sl, &sf);
     e->k_bwd_smem = e->k_bwd_agg = NULL;
     if (sl > 0) NB_TRY(nb_nn_cuda_kernel(e->dev, e->cuda_src, "nb_grid_bwd_smem", &e->k_bwd_smem));
-    /* the warp-aggregated kernel: when the caller says batches are spatially ordered, or
-     * NB_ENC_BWD=agg; NB_ENC_BWD=plain forces the others */
-    const char *bwd = getenv("NB_ENC_BWD");
-    int agg = bwd && !strcmp(bwd, "agg") ? 1 : bwd && !strcmp(bwd, "plain") ? 0 : e->spatially_ordered;
-    if (agg && e->n_levels % nb_enc_agg_lpw() == 0)
+    /* the warp-aggregated kernel: when the caller says batches are spatially ordered
+     * (nb_encoding_set_spatially_ordered; docs/NN.md: faster on such batches, slower on random) */
+    if (e->spatially_ordered && e->n_levels % NB_ENC_AGG_LPW == 0)
         NB_TRY(nb_nn_cuda_kernel(e->dev, e->cuda_src, "nb_grid_bwd_agg", &e->k_bwd_agg));
     NB_TRY(nb_nn_cuda_kernel(e->dev, e->cuda_src, "nb_grid_bwd_dx", &e->k_bwd_dx));
     NB_TRY(nb_nn_cuda_kernel(e->dev, e->cuda_src, "nb_grid_fwd_h", &e->k_fwd_h));
@@ -595,7 +580,7 @@ static const char nb_enc_mlp_body[] =
     "        const float wy = k ? fy : 1.0f - fy, w0 = (1.0f - fx) * wy, w1 = fx * wy;\n"
     "        const unsigned a0 = off + enc_index(l, cx, cy + k) * 2u, a1 = off + enc_index(l, cx + 1, cy + k) * 2u;\n"
     "#if __CUDA_ARCH__ >= 900 && !ENC_AGG\n"
-    "        if (ENC_PAIR && !smem && a1 == a0 + 2u && (a0 & 3u) == 0u) {\n"
+    "        if (!smem && a1 == a0 + 2u && (a0 & 3u) == 0u) {\n"
     "            asm volatile(\"red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\" :: \"l\"(grads + a0), \"f\"(w0 * d0),\n"
     "                         \"f\"(w0 * d1), \"f\"(w1 * d0), \"f\"(w1 * d1) : \"memory\");\n"
     "            continue;\n"
@@ -617,14 +602,6 @@ static const char nb_enc_mlp_body[] =
 
 #define NB_ENC_MLP_TABLES 4096
 
-/* Warp aggregation in the fused scatter: for spatially ordered batches, unless
- * $NB_ENC_MLP_AGG = 0 (or forced on with 1). */
-static int nb_enc_mlp_agg(const nb_encoding *e) {
-    const char *v = getenv("NB_ENC_MLP_AGG");
-    if (v && !strcmp(v, "0")) return 0;
-    if (v && !strcmp(v, "1")) return 1;
-    return e->spatially_ordered;
-}
 
 nb_status nb_enc_cuda_mlp_source(nb_encoding *e, const char **src, int *smem_floats) {
     *src = NULL;
@@ -639,8 +616,8 @@ nb_status nb_enc_cuda_mlp_source(nb_encoding *e, const char **src, int *smem_flo
         char *s = nb_alloc(cap, 16);
         if (!s) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_encoding_backward_mlp: out of host memory");
         int n = snprintf(s, cap, "// nabla grid scatter (fused MLP backward)\n#define ENC_L %d\n#define ENC_SMEM_LEVELS %d\n"
-                                 "#define ENC_SMEM_FLOATS %d\n#define ENC_PAIR %d\n#define ENC_AGG %d\n",
-                         e->n_levels, sl, sf, nb_enc_pair(), nb_enc_mlp_agg(e));
+                                 "#define ENC_SMEM_FLOATS %d\n#define ENC_AGG %d\n",
+                         e->n_levels, sl, sf, e->spatially_ordered); /* warp aggregation: docs/PERF.md */
         const char *names[4] = {"enc_sx", "enc_sy", "enc_off", "enc_mask"};
         for (int t = 0; t < 4 && n > 0 && (size_t)n < cap; t++) {
             n += snprintf(s + n, cap - (size_t)n, "__constant__ %s %s[%d] = {", t < 2 ? "int" : "unsigned", names[t],
