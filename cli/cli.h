@@ -75,6 +75,7 @@ int cli_is_generator(const char *text);
 int cli_parse_generator(const char *text, struct nb_generator *g, char *err, size_t cap);
 int nb_cmd_call_ad(int argc, char **argv); /* call --fwd / --bwd (cmd_call_ad.c) */
 int nb_cmd_cache(int argc, char **argv);
+int nb_cmd_env(int argc, char **argv);
 int nb_cmd_fit_image(int argc, char **argv); /* cmd_fit_image.c */
 int nb_cmd_unet(int argc, char **argv); /* cmd_unet.c */
 

@@ -12,6 +12,7 @@ static const nb_cli_command nb_commands[] = {
     {"emit", "print the C / CUDA code or IR generated for a .nb / .slang file", nb_cmd_emit},
     {"call", "call a .nb / .slang function over JSON / .npy arrays, print JSON", nb_cmd_call},
     {"cache", "show, list or clear the compiled-kernel cache", nb_cmd_cache},
+    {"env", "list the environment settings nabla reads, with their values", nb_cmd_env},
     {"fit-image", "fit a neural field (hash grid + MLP) to an image", nb_cmd_fit_image},
     {"unet", "train / sample / benchmark a diffusion UNet (DDPM, CPU or CUDA)", nb_cmd_unet},
 };

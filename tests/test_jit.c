@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "jit/jit.h"
+#include "nabla/env.h"
 #include "nb_test.h"
 
 static char g_root[1024];  /* the run's temp dir, removed at exit */
@@ -67,6 +68,7 @@ static void fresh(void) { /* no in-process kernels, zero counters, the default c
     nb_jit_forget_all();
     nb_jit_stats_reset();
     setenv("NABLA_CACHE_DIR", g_cache, 1);
+    nb_env_reload();
 }
 
 static void entry_path(char *buf, size_t cap, const char *key, const char *ext) {
@@ -196,9 +198,11 @@ static void test_key_changes(void) {
     NB_EXPECT(run_check(kc, 100, 14));
     /* $NABLA_CFLAGS is part of the key too (read once per process: forget to reread it). */
     setenv("NABLA_CFLAGS", "-DEXTRA=20", 1);
+    nb_env_reload();
     nb_jit_forget_all();
     NB_REQUIRE_OK(nb_jit_load(NULL, a, "k_key", NULL, &kd));
     unsetenv("NABLA_CFLAGS");
+    nb_env_reload();
     NB_EXPECT(stats().compiles == 4);
     NB_EXPECT(run_check(kd, 100, 24));
     nb_jit_forget_all();
@@ -399,14 +403,17 @@ static void test_compiler_from_env(void) {
     make_src(src, sizeof src, "k_cc", 11);
     nb_jit_kernel *k;
     setenv("CC", "/nonexistent/bin/cc", 1);
+    nb_env_reload();
     nb_jit_forget_all();
     NB_EXPECT_ERR(nb_jit_load(NULL, src, "k_cc", NULL, &k), NB_ERR_UNSUPPORTED, "/nonexistent/bin/cc");
     /* $CC may carry arguments; they are part of the compiler's identity (the key). */
     setenv("CC", "cc -DEXTRA=100", 1);
+    nb_env_reload();
     nb_jit_forget_all();
     NB_EXPECT_OK(nb_jit_load(NULL, src, "k_cc", NULL, &k));
     NB_EXPECT(run_check(k, 100, 111));
     unsetenv("CC");
+    nb_env_reload();
     nb_jit_forget_all();
     NB_REQUIRE_OK(nb_jit_load(NULL, src, "k_cc", NULL, &k));
     NB_EXPECT(run_check(k, 100, 11));
@@ -423,6 +430,7 @@ static void test_unusable_cache_dir(void) {
     fclose(f);
     snprintf(dir, sizeof dir, "%s/cache", file);
     setenv("NABLA_CACHE_DIR", dir, 1);
+    nb_env_reload();
     char src[2048];
     make_src(src, sizeof src, "k_nodir", 12);
     nb_jit_kernel *k;
@@ -437,6 +445,7 @@ static void test_unusable_cache_dir(void) {
     NB_EXPECT(nb_jit_load(NULL, src, "k_nodir", NULL, &k) == NB_OK && stats().memory_hits == 1);
     /* no_disk_cache: compiled privately even with a good cache directory. */
     setenv("NABLA_CACHE_DIR", g_cache, 1);
+    nb_env_reload();
     nb_jit_options o = {.no_disk_cache = 1};
     make_src(src, sizeof src, "k_nodisk", 13);
     NB_REQUIRE_OK(nb_jit_load(NULL, src, "k_nodisk", &o, &k));
@@ -517,10 +526,12 @@ static void test_list_and_clear(void) {
     NB_EXPECT(exists(keep));
     /* A missing directory is an empty cache. */
     setenv("NABLA_CACHE_DIR", "/nonexistent/nabla-cache", 1);
+    nb_env_reload();
     NB_EXPECT_OK(nb_kernel_cache_list(count_entry, &c3));
     NB_EXPECT_OK(nb_kernel_cache_clear(&removed));
     NB_EXPECT(removed == 0);
     setenv("NABLA_CACHE_DIR", g_cache, 1);
+    nb_env_reload();
 }
 
 /* `test_jit --child-load TOKEN`: a fresh process compiles (or loads) the kernel of TOKEN, runs it
@@ -647,20 +658,26 @@ static void test_cache_dir_resolution(void) {
     char buf[4096], want[1200];
     char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
     setenv("NABLA_CACHE_DIR", "/some/where/", 1);
+    nb_env_reload();
     NB_EXPECT_OK(nb_kernel_cache_dir(buf, sizeof buf));
     NB_EXPECT(!strcmp(buf, "/some/where"));
     unsetenv("NABLA_CACHE_DIR");
+    nb_env_reload();
     setenv("HOME", "/home/someone", 1);
+    nb_env_reload();
     NB_EXPECT_OK(nb_kernel_cache_dir(buf, sizeof buf));
     NB_EXPECT(!strcmp(buf, "/home/someone/.cache/nabla"));
     unsetenv("HOME");
+    nb_env_reload();
     NB_EXPECT_OK(nb_kernel_cache_dir(buf, sizeof buf));
     snprintf(want, sizeof want, "/tmp/nabla-cache-%lu", (unsigned long)geteuid());
     NB_EXPECT(!strcmp(buf, want));
     NB_EXPECT_ERR(nb_kernel_cache_dir(buf, 8), NB_ERR_INVALID_ARG, "too long");
     if (home) setenv("HOME", home, 1);
+    nb_env_reload();
     free(home);
     setenv("NABLA_CACHE_DIR", g_cache, 1);
+    nb_env_reload();
 }
 
 /* ---- CUDA (skips without a GPU) ------------------------------------------------------------ */
@@ -790,6 +807,7 @@ int main(int argc, char **argv) {
     atexit(cleanup); /* forked children leave with _exit and do not run it */
     snprintf(g_cache, sizeof g_cache, "%s/cache", g_root);
     setenv("NABLA_CACHE_DIR", g_cache, 1);
+    nb_env_reload();
     NB_TEST_MAIN(argc, argv, test_compile_and_run, test_memory_hit_is_cheap,
                  test_disk_hit_after_forget, test_key_changes, test_corrupt_entry_rebuilt,
                  test_two_processes_compile_concurrently, test_second_process_reuses,

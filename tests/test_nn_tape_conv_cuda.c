@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "jit/cuda_files.h"
+#include "nabla/env.h"
 #include "nb_test.h"
 #include "nabla/device.h"
 #include "nabla/nn_tape.h"
@@ -683,6 +684,7 @@ static void test_cublas_missing(void) {
     pid_t pid = fork();
     if (pid == 0) {
         setenv("NABLA_CUBLAS", "/nonexistent/libcublas.so.13", 1);
+        nb_env_reload();
         int ok = !nb_cublas_available() && strstr(nb_cublas_unavailable_reason(), "libcublas.so.13") &&
                  strstr(nb_cublas_unavailable_reason(), "cuBLAS not found");
         nb_device *gpu = open_gpu();

@@ -8,6 +8,7 @@
 #include "nabla/cmdlist.h"
 #include "nabla/device.h"
 #include "nabla/dtype.h"
+#include "nabla/env.h"
 #include "nabla/file.h"
 #include "nabla/log.h"
 #include "nabla/module.h"

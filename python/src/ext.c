@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "nabla/env.h"
+
 PyObject *nbp_TensorType, *nbp_DeviceType, *nbp_ModuleType, *nbp_FunctionType;
 PyObject *nbp_Error, *nbp_CompileError, *nbp_ShapeError, *nbp_DtypeError, *nbp_LayoutError,
     *nbp_DeviceError, *nbp_NotFoundError, *nbp_ArgumentError, *nbp_UnsupportedError,
@@ -88,8 +90,8 @@ PyObject *nbp_device_get(const char *spec) {
 
 PyObject *nbp_default_device(void) {
     if (!g_default_device) {
-        const char *spec = getenv("NABLA_DEVICE");
-        g_default_device = nbp_device_get(spec && *spec ? spec : "auto");
+        const char *spec = nb_env_get(NB_ENV_DEVICE);
+        g_default_device = nbp_device_get(spec ? spec : "auto");
     }
     return g_default_device;
 }

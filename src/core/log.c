@@ -1,4 +1,5 @@
-/* Levelled logging. The level is read from $NABLA_LOG once, lazily, unless set explicitly. */
+/* Levelled logging. The level is read from $NABLA_LOG (nabla/env.h) once, lazily, unless set
+ * explicitly. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -6,6 +7,7 @@
 #include <strings.h>
 
 #include "nabla/log.h"
+#include "nabla/env.h"
 
 static int nb_log_level_ = -1; /* -1: not yet read from the environment */
 static nb_log_sink nb_log_sink_;
@@ -24,11 +26,12 @@ int nb_log_parse_level(const char *name) {
 
 static void nb_log_init_env(void) {
     if (nb_log_level_ >= 0) return;
-    const char *env = getenv("NABLA_LOG");
+    /* not nb_env_log_level: its error path logs (nb_error), which would re-enter this once */
+    const char *env = nb_env_get(NB_ENV_LOG);
     int lv = nb_log_parse_level(env);
-    if (env && env[0] && lv < 0)
-        fprintf(stderr, "nabla: [warn] NABLA_LOG=%s is not one of debug|info|warn|error|off; "
-                        "using warn\n", env);
+    if (env && lv < 0)
+        fprintf(stderr, "nabla: [warn] $NABLA_LOG='%s' is not valid: expected debug | info | warn | "
+                        "error | off; using warn\n", env);
     nb_log_level_ = lv < 0 ? NB_LOG_WARN : lv;
 }
 

@@ -8,6 +8,7 @@
 #include "core/threadpool.h"
 #include "core/util.h"
 #include "nabla/alloc.h"
+#include "nabla/env.h"
 #include "nabla/log.h"
 
 struct nb_threadpool {
@@ -146,9 +147,9 @@ static pthread_once_t nb_global_once = PTHREAD_ONCE_INIT;
 static void nb_global_pool_destroy(void) { nb_threadpool_destroy(nb_global_pool); }
 
 static void nb_global_pool_init(void) {
-    long n = nb_env_long("NABLA_THREADS", nb_cpu_count());
-    if (n < 1) n = 1;
-    if (n > 1024) n = 1024;
+    long n = 1;
+    if (nb_env_threads(&n) != NB_OK) /* a bad $NABLA_THREADS: said once, the CPU count used */
+        NB_LOG_W("%s; using %ld threads", nb_last_error(), n);
     if (nb_threadpool_create((int)n, &nb_global_pool) == NB_OK)
         atexit(nb_global_pool_destroy);
     else

@@ -38,12 +38,3 @@ int nb_cpu_count(void) {
     return n < 1 ? 1 : (int)n;
 }
 
-long nb_env_long(const char *name, long def) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end) return def;
-    return x;
-}

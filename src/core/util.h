@@ -33,7 +33,4 @@ void nb_strided_copy_host(void *dst, const int64_t *dst_strides, const void *src
 /* Number of online CPUs (>= 1). */
 int nb_cpu_count(void);
 
-/* Reads an environment variable as an integer, or def if unset or malformed. */
-long nb_env_long(const char *name, long def);
-
 #endif

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nabla/env.h"
 #include "nabla/file.h"
 #include "nabla/image.h"
 #include "nabla/nn_dataset.h"
@@ -172,7 +173,7 @@ static uint32_t be32(const unsigned char *p) {
 nb_status nb_dataset_fashion_mnist(const char *dir, int image_size, int channels, nb_dataset **out) {
     nb_status s = check_args(image_size, channels, out);
     if (s) return s;
-    if (!dir) dir = getenv("NABLA_FASHION_MNIST_DIR");
+    if (!dir) dir = nb_env_get(NB_ENV_FASHION_MNIST_DIR);
     if (!dir || !*dir) dir = NB_FASHION_MNIST_DIR;
     char path[1024];
     struct stat st;

@@ -19,6 +19,7 @@
 #include "jit/jit.h"
 #include "jit/jit_internal.h"
 #include "nabla/alloc.h"
+#include "nabla/env.h"
 #include "nabla/log.h"
 
 #define NB_TRAILER_MAGIC "nbjit\0\0\1"
@@ -65,12 +66,12 @@ static int nb_fmt(char *buf, size_t cap, const char *fmt, const char *a, const c
 /* is_tmp: the shared /tmp fallback, which must be checked for ownership before use. */
 static nb_status nb_cache_resolve(char *buf, size_t cap, int *is_tmp) {
     *is_tmp = 0;
-    const char *env = getenv("NABLA_CACHE_DIR");
-    const char *home = getenv("HOME");
+    const char *env = nb_env_get(NB_ENV_CACHE_DIR);
+    const char *home = nb_env_get(NB_ENV_HOME);
     int ok;
-    if (env && env[0]) {
+    if (env) {
         ok = nb_fmt(buf, cap, "%s%s%s", env, "", "");
-    } else if (home && home[0]) {
+    } else if (home) {
         ok = nb_fmt(buf, cap, "%s%s%s", home, strcmp(home, "/") ? "/" : "", ".cache/nabla");
     } else {
         char uid[32];
@@ -340,8 +341,8 @@ nb_status nb_jit_entry_write(const char *dir, const char *key, nb_art_kind kind,
 }
 
 nb_status nb_jit_private_dir(char *buf, size_t cap) {
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !tmp[0]) tmp = "/tmp";
+    const char *tmp = nb_env_get(NB_ENV_TMPDIR);
+    if (!tmp) tmp = "/tmp";
     int n = snprintf(buf, cap, "%s/nabla-jit-XXXXXX", tmp);
     if (n < 0 || (size_t)n >= cap || (size_t)n >= NB_JIT_DIR_MAX)
         return nb_error(NB_ERR_IO, "$TMPDIR's path is too long");

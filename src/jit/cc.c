@@ -20,6 +20,7 @@
 #include "core/strbuf.h"
 #include "jit/jit_internal.h"
 #include "nabla/alloc.h"
+#include "nabla/env.h"
 #include "nabla/log.h"
 
 extern char **environ;
@@ -102,14 +103,14 @@ static nb_status nb_run(const char *const *argv, nb_strbuf *out, int *exit_code)
 /* Caller holds nb_cc_lock. */
 static nb_status nb_cc_init_locked(void) {
     if (nb_cc_ready) return NB_OK;
-    const char *cc = getenv("CC");
+    const char *cc = nb_env_get(NB_ENV_CC);
     if (!cc || !cc[strspn(cc, " \t\n")]) cc = "cc";
     size_t pos = 0;
     nb_cc_nargs = nb_cc_nflags = 0;
     int n = 0;
     if (nb_split(cc, &pos, &n) != 0) return nb_error(NB_ERR_INVALID_ARG, "$CC is too long");
     nb_cc_nargs = n;
-    if (nb_split(getenv("NABLA_CFLAGS"), &pos, &n) != 0)
+    if (nb_split(nb_env_get(NB_ENV_CFLAGS), &pos, &n) != 0)
         return nb_error(NB_ERR_INVALID_ARG, "$NABLA_CFLAGS is too long");
     nb_cc_nflags = n;
 

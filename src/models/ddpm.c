@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "nabla/device.h"
+#include "nabla/env.h"
 #include "nabla/log.h"
 #include "nabla/nn_optim.h"
 #include "nabla/nn_unet.h"
@@ -129,8 +130,8 @@ nb_status nb_ddpm_create(nb_unet *u, const nb_ddpm_config *cfg, nb_ddpm **out) {
     d->t = nb_unet_tape(u);
     d->rng = cfg->seed * 0x2545F4914F6CDD1Dull + 7;
     d->grads_dirty = 1; /* the first step zeroes whatever an earlier backward left */
-    const char *ge = getenv("NABLA_CUDA_GRAPH");
-    d->graphs = !(ge && !strcmp(ge, "0"));
+    if (nb_env_cuda_graph(&d->graphs) != NB_OK) /* a bad $NABLA_CUDA_GRAPH: said, graphs on */
+        NB_LOG_W("%s; using 1", nb_last_error());
     nb_status s = nb_unet_get_config(u, &d->ucfg);
     if (!s) s = nb_ddpm_dev_init(&d->k, nb_tape_device(d->t));
     int T = cfg->timesteps;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # CLI behaviour: help, version, devices, and usage errors (exit 2) for unknown commands/flags;
-# nabla call's usage, integer ranges and JSON output.
+# nabla env; nabla call's usage, integer ranges and JSON output.
 NABLA="$1"
 fail=0; passed=0
 check() { # check NAME EXPECTED_RC CMD... ; output in $out
@@ -25,6 +25,22 @@ check unknown-subflag 2 "$NABLA" devices --frob && contains unknown-subflag "unk
 check bad-log-level 2 "$NABLA" --log loud devices && contains bad-log-level "unknown log level 'loud'"
 check log-missing 2 "$NABLA" --log
 check log-debug 0 "$NABLA" --log debug devices
+
+# nabla env: every registry setting with its value and source; a bad value names itself (exit 1).
+check env 0 env NABLA_CACHE_DIR=/some/cache NABLA_LOG= "$NABLA" env && contains env "NABLA_CACHE_DIR=/some/cache  (environment)" \
+    && contains env "NABLA_LOG  (unset; default: warn)" && contains env "NABLA_THREADS" && contains env "TMPDIR" \
+    && contains env "values: debug | info | warn | error | off"
+check env-one 0 env NABLA_THREADS=3 "$NABLA" env NABLA_THREADS && contains env-one "NABLA_THREADS=3  (environment)" \
+    && case "$out" in *NABLA_LOG*) echo "FAIL env-one: printed other settings"; fail=$((fail+1));; esac
+check env-help 0 "$NABLA" env --help && contains env-help "usage: nabla env"
+check env-unknown 2 "$NABLA" env NABLA_FROB && contains env-unknown "'NABLA_FROB' is not a nabla setting"
+check env-bad-log 1 env NABLA_LOG=bogus "$NABLA" env NABLA_LOG \
+    && contains env-bad-log "\$NABLA_LOG='bogus' is not valid: expected debug | info | warn | error | off"
+check env-bad-threads 1 env NABLA_THREADS=0 "$NABLA" env && contains env-bad-threads "\$NABLA_THREADS='0' is not valid" \
+    && contains env-bad-threads "NABLA_THREADS=0  (environment, INVALID)"
+check env-bad-graph 1 env NABLA_CUDA_GRAPH=yes "$NABLA" env NABLA_CUDA_GRAPH && contains env-bad-graph "expected 0 | 1"
+# a bad NABLA_LOG warns once and the command still runs (at the default level)
+check bad-env-log 0 env NABLA_LOG=bogus "$NABLA" devices && contains bad-env-log "\$NABLA_LOG='bogus' is not valid"
 
 # nabla call: its own usage without arguments; out-of-range integers are errors naming the range;
 # non-finite results print as valid JSON (the strings "Infinity", "-Infinity", "NaN").

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "device/cuda/cuda_api.h"
+#include "nabla/env.h"
 
 typedef int cublasStatus_t;
 typedef struct cublasContext *cublasHandle_t;
@@ -50,8 +51,8 @@ static nb_cublas_slot nb_cb_slots[NB_CUBLAS_MAX_DEV];
 /* With nb_cublas_lock held. */
 static int nb_cublas_load_locked(void) {
     if (nb_cb_state) return nb_cb_state > 0;
-    const char *env = getenv("NABLA_CUBLAS");
-    const char *names[] = {env && env[0] ? env : NULL, "libcublas.so.13", "libcublas.so.12",
+    const char *env = nb_env_get(NB_ENV_CUBLAS);
+    const char *names[] = {env, "libcublas.so.13", "libcublas.so.12",
                            "/usr/local/cuda/lib64/libcublas.so.13",
                            "/usr/local/cuda/lib64/libcublas.so.12"};
     void *lib = NULL;

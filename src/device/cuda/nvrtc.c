@@ -30,6 +30,7 @@
 #include "device/device_impl.h"
 #include "nabla/alloc.h"
 #include "nabla/device.h"
+#include "nabla/env.h"
 #include "nabla/log.h"
 #include "nabla/status.h"
 
@@ -141,9 +142,9 @@ static int nb_cuda_env_roots(const char *out[2]) {
     static int n = -1;
     if (n < 0) { /* (callers hold nb_nvrtc_lock) */
         n = 0;
-        const char *env[2] = {getenv("CUDA_HOME"), getenv("CUDA_PATH")};
+        const char *env[2] = {nb_env_get(NB_ENV_CUDA_HOME), nb_env_get(NB_ENV_CUDA_PATH)};
         for (int i = 0; i < 2; i++)
-            if (env[i] && env[i][0]) roots[n++] = env[i];
+            if (env[i]) roots[n++] = env[i];
     }
     for (int i = 0; i < n; i++) out[i] = roots[i];
     return n;
@@ -170,8 +171,8 @@ static void nb_nvrtc_load_locked(void) {
     if (nb_nvrtc_loaded || nb_nvrtc_tried) return;
     nb_nvrtc_tried = 1;
     nb_nvrtc_reason[0] = '\0';
-    const char *env = getenv("NABLA_NVRTC");
-    if (env && env[0]) {
+    const char *env = nb_env_get(NB_ENV_NVRTC);
+    if (env) {
         if (nb_nvrtc_try(env)) goto ok;
         NB_LOG_W("NABLA_NVRTC=%s could not be loaded; searching the default places", env);
     }
