@@ -17,7 +17,7 @@
  *   bench_tape_ops [iters [small|full [gn-bf16]]]   one line per (shape, op): ms per fwd+bwd,
  *                                                   fwd, bwd, GB/s
  * ("small": tiny shapes, to check the program itself; "gn-bf16": the bf16 group norms only, for
- * A/B runs of NABLA_GN_BF16_R, see src/nn/norm/tape_cuda_norm.c). */
+ * timing them alone). */
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,7 +350,7 @@ int main(int argc, char **argv) {
     const int64_t shapes[][4] = {{32, 128, 32, 32}, {32, 64, 64, 64}, {32, 256, 16, 16}, {32, 256, 8, 8}};
     const int64_t small[][4] = {{2, 64, 8, 8}};
     int use_small = argc > 2 && !strcmp(argv[2], "small");
-    int gn_bf16_only = argc > 3 && !strcmp(argv[3], "gn-bf16"); /* A/B runs of NABLA_GN_BF16_R */
+    int gn_bf16_only = argc > 3 && !strcmp(argv[3], "gn-bf16"); /* the bf16 group norms alone */
     size_t nshapes = use_small ? 1 : sizeof shapes / sizeof shapes[0];
     for (size_t k = 0; k < nshapes; k++)
         for (int silu = 0; silu < 2; silu++)

@@ -1,15 +1,15 @@
-/* Group norm (+ SiLU) on CUDA, src/nn/norm/tape_cuda_norm.c: the split kernels (the default where
- * S % 8 == 0: per-(n, c) statistics kernels, then per-slice kernels) against the per-group
- * kernels (NABLA_GN_IMPL=old) at UNet shapes and edge shapes (more than 32 channels per group,
- * planes longer than the statistics kernel's registers, several slices per group), f32 and
- * bf16 storage, dx stored (a first gradient) and added (an existing one): y, dx, dgamma, dbeta
- * within rounding of each other. The CPU references of both paths are in
+/* Group norm (+ SiLU) on CUDA, src/nn/norm/tape_cuda_norm.c: the split kernels (the default for
+ * bf16 storage where S % 8 == 0: per-(n, c) statistics kernels, then per-slice kernels) against
+ * the per-group kernels (nb_gn_cuda_set_path) at UNet shapes and edge shapes (more than 32
+ * channels per group, planes longer than the statistics kernel's registers, several slices per
+ * group), bf16 storage, dx stored (a first gradient) and added (an existing one): y, dx, dgamma,
+ * dbeta within rounding of each other. The CPU references of both paths are in
  * test_nn_tape_cuda.c / test_nn_tape_bf16_cuda.c. Skips without a GPU.
  *
  * NB_GN_BENCH=1: also a micro-benchmark of the forward and the backward
  * (dx, dgamma, dbeta) of group norm + SiLU at every group-norm shape of the reference UNet step
- * (batch 32, 64 channels, mult 1,2,3,4, GroupNorm(32)), f32 and bf16 storage, old and split (2,
- * 4, 8 chunks per thread in the statistics kernels: NABLA_GN_CPT): the median of 20 calls each
+ * (batch 32, 64 channels, mult 1,2,3,4, GroupNorm(32)), f32 and bf16 storage, per-group and
+ * the automatic choice (split for bf16): the median of 20 calls each
  * timed with device events after an L2 flush ("cold"), and 20 calls back to back ("warm"), next
  * to the byte floor (forward: read x, write y; backward: read x and dy, write dx) at 3 TB/s;
  * then the per-step sums weighted by each shape's count. */
@@ -66,13 +66,13 @@ static int gc_make(gcase *c, const int64_t sh[4], int groups, int silu, int bf16
     nb_tvar x0;
     nb_status s = nb_tape_input(c->t, 4, sh, h, 1, &x0);
     if (!s) s = nb_tape_cast(c->t, x0, bf16 ? NB_BF16 : NB_F32, &c->x);
-    /* recorded on the split path with gn_fst always, whose forward allocates the most (the arena
+    /* recorded on the split path where it can run, whose forward allocates the most (the arena
      * marks below: each re-run forward's allocations stay below dy) */
-    setenv("NABLA_GN_IMPL", "split-noself", 1);
+    nb_gn_cuda_set_path(2);
     if (!s)
         s = silu ? nb_tape_group_norm_silu(c->t, c->x, groups, c->gm, c->bt, 1e-5f, &c->y)
                  : nb_tape_group_norm(c->t, c->x, groups, c->gm, c->bt, 1e-5f, &c->y);
-    unsetenv("NABLA_GN_IMPL");
+    nb_gn_cuda_set_path(0);
     float *dy = NULL;
     if (!s) s = nb_tape_grad_buf(c->t, c->y, &dy);
     if (!s) {
@@ -165,10 +165,9 @@ static void test_split_vs_old(void) {
         {{5, 12, 4, 4}, 3, 0.0f},     /* planes count not a multiple of the planes per block */
     };
     const char *small = getenv("NB_GN_TEST_SMALL"); /* for a CPU emulation: the small cases only */
-    setenv("NABLA_GN_SPLIT_MIN_BWD", "0", 1); /* the split backward on small groups too */
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int silu = 0; silu < 2; silu++)
-            for (int bf16 = 0; bf16 < 2; bf16++)
+            for (int bf16 = 1; bf16 < 2; bf16++) /* (f32 storage has the per-group kernels only) */
                 for (int acc = 0; acc < 2; acc++) {
                     gcase c;
                     if (small && cases[k].sh[0] * cases[k].sh[1] * cases[k].sh[2] * cases[k].sh[3] > 100000)
@@ -182,16 +181,15 @@ static void test_split_vs_old(void) {
                     }
                     size_t sz = sizeof(float) * (size_t)(2 * c.n + 2 * c.C);
                     float *ref = malloc(sz), *got = malloc(sz);
-                    setenv("NABLA_GN_IMPL", "old", 1);
+                    nb_gn_cuda_set_path(1);
                     NB_EXPECT_OK(gc_fwd(&c));
                     NB_EXPECT_OK(gc_bwd(&c, acc));
                     NB_EXPECT_OK(gc_read(&c, ref));
-                    static const char *const impls[3] = {"split", "split-noself", "split"};
-                    for (int im = 0; im < 3; im++) {
-                        /* split (forced for f32 too), split with gn_fst for small groups, split
-                         * with 8 chunks per thread in the statistics kernels */
-                        setenv("NABLA_GN_IMPL", impls[im], 1);
-                        if (im == 2) setenv("NABLA_GN_CPT", "8", 1);
+                    static const char *const impls[2] = {"split", "auto"};
+                    for (int im = 0; im < 2; im++) {
+                        /* split wherever it can run (the backward of small groups too), then the
+                         * automatic choice */
+                        nb_gn_cuda_set_path(im == 0 ? 2 : 0);
                         NB_EXPECT_OK(gc_fwd(&c));
                         NB_EXPECT_OK(gc_bwd(&c, acc));
                         NB_EXPECT_OK(gc_read(&c, got));
@@ -214,13 +212,11 @@ static void test_split_vs_old(void) {
                         NB_EXPECT(eg <= (bf16 ? 2e-3 : 2e-5));
                         NB_EXPECT(eb <= (bf16 ? 2e-3 : 2e-5));
                     }
-                    unsetenv("NABLA_GN_IMPL");
-                    unsetenv("NABLA_GN_CPT");
+                    nb_gn_cuda_set_path(0);
                     free(ref);
                     free(got);
                     nb_tape_free(c.t);
                 }
-    unsetenv("NABLA_GN_SPLIT_MIN_BWD");
 }
 
 /* ---- micro-benchmark (NB_GN_BENCH=1) -------------------------------------------------------- */
@@ -269,13 +265,12 @@ static void test_bench(void) {
     nb_buffer *fb = NULL;
     NB_REQUIRE_OK(nb_buffer_alloc(g_dev, flush_bytes, &fb));
     void *flush = nb_buffer_ptr(fb);
-    enum { NI = 4 };
-    /* NABLA_GN_IMPL, NABLA_GN_CPT of each variant ("split" forces the split path for f32 too) */
-    static const char *const impl[NI][2] = {{"old", NULL}, {"split", NULL}, {"split", "4"}, {"split", "8"}};
-    static const char *const name[NI] = {"old", "split", "split cpt4", "split cpt8"};
+    enum { NI = 2 };
+    /* nb_gn_cuda_set_path of each variant: the per-group kernels, the automatic choice */
+    static const int impl[NI] = {1, 0};
+    static const char *const name[NI] = {"per-group", "auto"};
     /* per-step sums [bf16][impl][fwd/bwd][cold/warm], floors [bf16][fwd/bwd] */
     double tot[2][NI][2][2] = {{{{0}}}}, floor_tot[2][2] = {{0}};
-    setenv("NABLA_GN_SPLIT_MIN_BWD", "0", 1); /* the split backward on small groups too */
     printf("group norm + SiLU, N=32, G=32, us per call: cold = median of 20 single calls after an L2 "
            "flush (includes ~5 us of host launch latency), warm = 20 calls back to back; floor = bytes / "
            "3 TB/s (fwd: x + y, bwd: x + dy + dx)\n");
@@ -296,11 +291,7 @@ static void test_bench(void) {
             double fl[2] = {2 * es * (double)c.n / 3e12 * 1e6, 3 * es * (double)c.n / 3e12 * 1e6};
             double r[NI][2][2]; /* [impl][fwd/bwd][cold/warm], us */
             for (int im = 0; im < NI; im++) {
-                setenv("NABLA_GN_IMPL", impl[im][0], 1);
-                if (impl[im][1])
-                    setenv("NABLA_GN_CPT", impl[im][1], 1);
-                else
-                    unsetenv("NABLA_GN_CPT");
+                nb_gn_cuda_set_path(impl[im]);
                 NB_EXPECT_OK(gc_fwd(&c)); /* mean / rstd of this path for its backward */
                 for (int w = 0; w < 2; w++)
                     for (int d = 0; d < 2; d++)
@@ -318,9 +309,7 @@ static void test_bench(void) {
             fflush(stdout);
             nb_tape_free(c.t);
         }
-    unsetenv("NABLA_GN_IMPL");
-    unsetenv("NABLA_GN_CPT");
-    unsetenv("NABLA_GN_SPLIT_MIN_BWD");
+    nb_gn_cuda_set_path(0);
     printf("per step (counts above), ms:\n");
     for (int bf16 = 1; bf16 >= 0; bf16--)
         for (int d = 0; d < 2; d++) {

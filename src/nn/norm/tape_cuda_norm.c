@@ -15,8 +15,8 @@
  * the f32 kernels are unchanged). Statistics, sums, γ / β and their gradients stay f32.
  *
  * The split path (the default for bf16 storage where S % 8 == 0 and the buffers are 16-byte
- * aligned; the per-group kernels above stay for f32 storage (NABLA_GN_IMPL=split: split too),
- * mixed storage, other shapes, and A/B runs with NABLA_GN_IMPL=old): one block per (n, group)
+ * aligned; the per-group kernels above stay for f32 storage, mixed storage, other shapes and
+ * the backward of groups under 4096 elements): one block per (n, group)
  * leaves most SMs waiting on a group's reduction, and a group beyond the registers is re-read;
  * instead the reductions are per (n, channel) plane in a statistics kernel (many small blocks,
  * 8 elements per 16-byte load), and a second kernel combines a group's channel sums (Cg of them)
@@ -25,7 +25,7 @@
  *             gn_fnm  group mean / variance from its channels' (Chan et al.'s combination),
  *                     saves mean / rstd, writes y (silu fused); a group of at most 4096
  *                     elements is one block of gn_fnm, which then takes the statistics from
- *                     its registers and gn_fst is skipped (NABLA_GN_IMPL=split-noself: not)
+ *                     its registers and gn_fst is skipped
  *   backward: gn_bst  plane sums of dz xh and dz (dz = dy, times silu'(z) when fused)
  *             gn_bdx  md = Σ_c γ_c Σdz / M, mdx = Σ_c γ_c Σdz xh / M, dx (+)= rstd (dz γ - md -
  *                     xh mdx); dγ, dβ summed over n in a fixed order (gn_dgb's work, fused)
@@ -36,9 +36,9 @@
  * 0.760 -> 0.669 ms, backward 1.506 -> 1.192 ms per step (byte floors 0.291 / 0.437 ms);
  * `nabla unet bench --batch 32 --precision bf16` 12.89 -> 12.47 ms/step. In f32 storage the
  * split forward is slower (1.02 vs 0.93 ms; the per-group forward is near its floor there) and
- * the backward only a little faster, so f32 keeps the per-group kernels by default. Knobs (A/B
- * runs): NABLA_GN_CPT (chunks per thread of the statistics kernels, 2 / 4 / 8: 4 measured 0.045
- * ms faster in the forward, equal end to end), NABLA_GN_SPLIT_MIN_FWD / _BWD (see gn_split_ok).
+ * the backward only a little faster, so f32 keeps the per-group kernels (the f32 split kernels
+ * and the A/B switches NABLA_GN_IMPL, NABLA_GN_CPT, NABLA_GN_BF16_R, NABLA_GN_SPLIT_MIN_FWD /
+ * _BWD were removed; the choices are in gn_split_ok and gn_split_tp).
  * Tried and dropped (H100, session 5): thread-block clusters of 8 per group exchanging partial
  * sums through distributed shared memory (x, dy read once, but 1.2-4.6x slower than this path as
  * written, 14.10 vs 12.64 ms per UNet step), and L2 evict_last / evict_first hints on the two
@@ -598,7 +598,11 @@ static const char gn_src[] = NB_CUDA_BF16_HELPERS
     "    if (h0) bdx_chunk<BF>(p, dx, e0, c0 + e0 / S, x0, g0, d0, mean, rstd, md, mdx);\n"
     "    if (h1) bdx_chunk<BF>(p, dx, e1, c0 + e1 / S, x1, g1, d1, mean, rstd, md, mdx);\n"
     "}\n"
-        "#define GN_SPLIT(K, LB) \\\n"
+        "/* The split path runs for bf16 storage only (f32 measured slower, see the top): the f32\n"
+    " * entries gn_fst .. gn_bdx are never launched, but compiled beside their bf16 twins: without\n"
+    " * them ptxas lays out gn_fnm_bf's shared memory in another order (checked: PTX and sm_90\n"
+    " * machine code), so they stay until a GPU run measures the change. */\n"
+    "#define GN_SPLIT(K, LB) \\\n"
     "    extern \"C\" __global__ void __launch_bounds__ LB gn_##K(const G p) { gn_##K##_t<0>(p); } \\\n"
     "    extern \"C\" __global__ void __launch_bounds__ LB gn_##K##_bf(const G p) { gn_##K##_t<1>(p); }\n"
     "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fst) || defined(GN_ONLY_gn_fst_bf)\n"
@@ -670,48 +674,31 @@ static nb_status gn_launch(nb_tape *t, int id, const gn_args *a, unsigned grid, 
 
 static int al16(const void *p) { return p == NULL || ((uintptr_t)p & 15u) == 0; }
 
-/* The bf16 variants' minimum register depth R (chunks of 4 per thread): NABLA_GN_BF16_R = 4 or
- * 8 asks for deeper ones (fewer threads per group, more groups per SM) than the f32 choice (2);
- * read once. For A/B measurements (bench/bench_tape_ops.c). */
-static int gn_bf16_rmin(void) {
-    static int r = -1;
-    if (r < 0) {
-        const char *e = getenv("NABLA_GN_BF16_R");
-        int v = e ? atoi(e) : 2;
-        r = v == 4 || v == 8 ? v : 2;
-    }
-    return r;
-}
+/* Which kernels run (nb_gn_cuda_set_path): 0 the choice below, 1 the per-group kernels, 2 the
+ * split ones wherever they can run. Process-wide; tests compare the paths on the same shapes. */
+static int gn_path;
+void nb_gn_cuda_set_path(int path) { gn_path = path == 1 || path == 2 ? path : 0; }
 
-/* The split path (the kernels' comment above): NABLA_GN_IMPL = "old" keeps the per-group
- * kernels for both passes, "fwd" / "bwd" splits only that pass, unset (or "auto") splits bf16
- * storage only, anything else ("split", "split-noself") both dtypes;
- * read at every call (A/B runs switch it in one process). Needs S % 8 == 0, 16-byte aligned
- * buffers (x, y and dy, and dx in the backward) and one storage dtype for x and y; other cases
- * take the per-group kernels. */
+/* The split path (the kernels' comment above) for bf16 storage (x and y both bf16: f32 keeps the
+ * per-group kernels, their forward is near the byte floor in f32 and the split path's second
+ * read of x and dy costs more than it saves there). Needs S % 8 == 0 and 16-byte aligned
+ * buffers (x, y and dy, and dx in the backward); other cases take the per-group kernels. The
+ * backward of groups under 4096 elements too: a group that one block holds needs no split, and
+ * the per-group backward reads x and dy once (the split forward does the same with gn_fnm
+ * alone, see above). */
 static int gn_split_ok(const gn_args *a, int pass, const float *dx) {
-    const char *e = getenv("NABLA_GN_IMPL");
-    if (e && (!strcmp(e, "old") || (!strcmp(e, "fwd") && pass == 1) || (!strcmp(e, "bwd") && pass == 0)))
-        return 0;
-    /* f32 storage: the per-group kernels unless asked (their forward is near the byte floor in
-     * f32, and the split path's second read of x and dy costs more than it saves there) */
-    if (a->dt == 0 && (!e || !e[0] || !strcmp(e, "auto"))) return 0;
-    /* groups smaller than NABLA_GN_SPLIT_MIN_FWD / _BWD elements (default 0 / 4096) keep the
-     * per-group kernels: a group that one block holds needs no split, and the per-group backward
-     * reads x and dy once (the split forward does the same with gn_fnm alone, see above) */
-    const char *m = getenv(pass ? "NABLA_GN_SPLIT_MIN_BWD" : "NABLA_GN_SPLIT_MIN_FWD");
-    if (a->M < (m ? atoi(m) : pass ? 4096 : 0)) return 0;
-    return (a->dt == 0 || a->dt == 3) && a->S % 8 == 0 && al16(a->x) && al16(a->y) && al16(a->dy) && al16(dx);
+    if (gn_path == 1 || a->dt != 3) return 0;
+    if (pass && a->M < 4096 && gn_path != 2) return 0;
+    return a->S % 8 == 0 && al16(a->x) && al16(a->y) && al16(a->dy) && al16(dx);
 }
 
 /* Threads per (n, c) plane of the split statistics kernels: a power of two in 8 .. 256, about
- * NABLA_GN_CPT (2, 4 or 8; default 2) chunks of 8 per thread; 256 / tp planes per block of 256.
- * gn_fst keeps 2 chunks in registers and re-reads the others (L1) for its second pass. */
+ * 2 chunks of 8 per thread (4 measured 0.045 ms faster in the forward, equal end to end); 256 /
+ * tp planes per block of 256. gn_fst keeps 2 chunks in registers and re-reads the others (L1)
+ * for its second pass. */
 static int32_t gn_split_tp(int64_t S) {
-    const char *e = getenv("NABLA_GN_CPT");
-    int64_t cpt = e ? atoi(e) : 2, tp = 8;
-    if (cpt != 4 && cpt != 8) cpt = 2;
-    while (tp < 256 && tp * 8 * cpt < S) tp *= 2;
+    int64_t tp = 8;
+    while (tp < 256 && tp * 8 * 2 < S) tp *= 2;
     return (int32_t)tp;
 }
 
@@ -725,17 +712,11 @@ static unsigned gn_split_slices(gn_args *a) {
     return (unsigned)bt;
 }
 
-static const char *const gn_split_entry[8] = {"gn_fst",    "gn_fnm",    "gn_bst",    "gn_bdx",
-                                              "gn_fst_bf", "gn_fnm_bf", "gn_bst_bf", "gn_bdx_bf"};
+static const char *const gn_split_entry[4] = {"gn_fst_bf", "gn_fnm_bf", "gn_bst_bf", "gn_bdx_bf"};
 
-/* Launches split kernel id (NB_TK_GN_FST .. NB_TK_GN_BDX), its bf16 variant when a->dt != 0. */
+/* Launches split kernel id (NB_TK_GN_FST_BF .. NB_TK_GN_BDX_BF; bf16 storage only). */
 static nb_status gn_launch_split(nb_tape *t, int id, const gn_args *a, unsigned grid, unsigned block) {
-    int e = id - NB_TK_GN_FST;
-    if (a->dt) {
-        id += 4;
-        e += 4;
-    }
-    nb_status s = gn_kernel(t, id, gn_split_entry[e]);
+    nb_status s = gn_kernel(t, id, gn_split_entry[id - NB_TK_GN_FST_BF]);
     if (s) return s;
     const unsigned g[3] = {grid, 1, 1}, b[3] = {block, 1, 1};
     return nb_jit_launch_cuda_grid(t->kern[id], a, sizeof *a, g, b, nb_device_stream(t->dev));
@@ -778,10 +759,6 @@ static nb_status gn_setup(nb_tape *t, const nb_top *op, int rmax, gn_args *a, un
     a->v4 = S % 4 == 0 && al16(a->x) && al16(a->y) && al16(a->dy);
     a->wuni = a->v4 && S % 128 == 0;
     int64_t nch = (M + 3) / 4, R = nch <= 2 * 512 ? 2 : nch <= 4 * 512 || rmax < 8 ? 4 : 8;
-    if (a->dt) {
-        int64_t rm = gn_bf16_rmin() < rmax ? gn_bf16_rmin() : rmax;
-        if (R < rm) R = rm;
-    }
     int64_t b = ((nch + R - 1) / R + 31) / 32 * 32;
     if (b < 64) b = 64;
     if (b > 512) b = 512;
@@ -804,16 +781,15 @@ static nb_status gn_fwd(nb_tape *t, nb_top *op) {
     if (s) return s;
     if (!gn_split_ok(&a, 0, NULL)) return gn_launch(t, NB_TK_GN_FWD2 + v, &a, (unsigned)NG, block);
     block = gn_split_slices(&a);
-    const char *ie = getenv("NABLA_GN_IMPL");
-    a.self = a.nsl == 1 && !(ie && !strcmp(ie, "split-noself")); /* one kernel for small groups */
+    a.self = a.nsl == 1; /* one kernel for small groups */
     if (!a.self) {
         int64_t NC = (int64_t)a.N * a.C; /* per-plane mean, squared deviations */
         a.pg = nb_tape_alloc_f32(t, NC, 0);
         a.pb = nb_tape_alloc_f32(t, NC, 0);
         if (!a.pg || !a.pb) return NB_ERR_OUT_OF_MEMORY;
-        if ((s = gn_launch_split(t, NB_TK_GN_FST, &a, gn_split_grid(&a), 256))) return s;
+        if ((s = gn_launch_split(t, NB_TK_GN_FST_BF, &a, gn_split_grid(&a), 256))) return s;
     }
-    return gn_launch_split(t, NB_TK_GN_FNM, &a, (unsigned)(NG * a.nsl), block);
+    return gn_launch_split(t, NB_TK_GN_FNM_BF, &a, (unsigned)(NG * a.nsl), block);
 }
 
 static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
@@ -837,9 +813,9 @@ static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
         a.pg = nb_tape_alloc_f32(t, NC, 0);
         a.pb = nb_tape_alloc_f32(t, NC, 0);
         if (!a.pg || !a.pb) return NB_ERR_OUT_OF_MEMORY;
-        if ((s = gn_launch_split(t, NB_TK_GN_BST, &a, gn_split_grid(&a), 256))) return s;
+        if ((s = gn_launch_split(t, NB_TK_GN_BST_BF, &a, gn_split_grid(&a), 256))) return s;
         block = gn_split_slices(&a);
-        return gn_launch_split(t, NB_TK_GN_BDX, &a, (unsigned)(a.N * a.G * a.nsl), block);
+        return gn_launch_split(t, NB_TK_GN_BDX_BF, &a, (unsigned)(a.N * a.G * a.nsl), block);
     }
     if (affine) {
         if (a.Cg > GN_MAX_CG)

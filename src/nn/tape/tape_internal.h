@@ -106,8 +106,7 @@ enum nb_tape_kern {
     NB_TK_GN_FWD2_BF, NB_TK_GN_FWD4_BF, NB_TK_GN_FWD8_BF, NB_TK_GN_BWD2_BF, NB_TK_GN_BWD4_BF,
     /* tape_cast.c (one kernel, both directions) */
     NB_TK_CAST,
-    /* tape_cuda_norm.c, the split group norm: f32 kernels, then their bf16 variants */
-    NB_TK_GN_FST, NB_TK_GN_FNM, NB_TK_GN_BST, NB_TK_GN_BDX,
+    /* tape_cuda_norm.c, the split group norm (bf16 storage only; nb_gn_cuda_set_path) */
     NB_TK_GN_FST_BF, NB_TK_GN_FNM_BF, NB_TK_GN_BST_BF, NB_TK_GN_BDX_BF,
     NB_TK_COUNT = 48 /* room for more */
 };
@@ -166,6 +165,10 @@ static inline size_t nb_tape_dt_size(nb_dtype dt) { return dt == NB_BF16 ? 2 : 4
 /* 1 when ops whose CUDA row has NB_TOPF_OUT_BF16 store their outputs as BF16: a CUDA tape in
  * NB_TAPE_BF16 precision. */
 int nb_tape_bf16_storage(const nb_tape *t);
+/* Group norm on CUDA (tape_cuda_norm.c), for tests and benchmarks like nb_cuda_conv_set_algo:
+ * 0 the automatic choice, 1 the per-group kernels always, 2 the split kernels wherever they can
+ * run (bf16 storage, aligned, S % 8 == 0; small groups' backward too). Process-wide. */
+void nb_gn_cuda_set_path(int path);
 /* Host scratch of at least count floats, valid until the next call (NULL + nb_error). */
 float *nb_tape_scratch(nb_tape *t, int64_t count);
 /* Host -> tape memory (memcpy, or an h2d copy on CUDA); zeroing of tape memory (async on CUDA). */
