@@ -154,9 +154,9 @@ nb_status nb_conv_split_out(nb_device *dev, float *src, void *y, const float *b,
 nb_status nb_conv_dw_bias_grad(nb_device *dev, float *dwr, float *dw, int64_t O, int64_t C,
                                int64_t KK, const void *dy, nb_dtype ydt, float *db, int64_t N,
                                int64_t P);
-/* A/B runs: 1 = the old helper kernels (scalar bias add / bias gradient, per-call weight
+/* Tests: 1 = the old helper kernels (scalar bias add / bias gradient, per-call weight
  * rearrangement by the igemm source's kernels, separate row-shift launches); 0 = the new ones
- * (default). The environment variable NABLA_CONV_AUX_LEGACY=1 sets 1 at first use. Process-wide. */
+ * (default). Tests only. Process-wide. */
 void nb_cuda_conv_set_aux_legacy(int legacy);
 int nb_cuda_conv_get_aux_legacy(void);
 

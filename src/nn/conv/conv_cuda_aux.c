@@ -54,17 +54,14 @@ typedef struct {
     int N, OP, P, nper, bf;
 } nb_col_p;
 
-/* The old bias kernels (one element per thread with a 64-bit division; a strided scalar sum),
- * for A/B runs: -1 = not read yet (NABLA_CONV_AUX_LEGACY=1 in the environment sets it). */
-static int nb_conv_aux_legacy = -1;
+/* The old helper kernels (bias: one element per thread with a 64-bit division, a strided scalar
+ * sum; the separate weight preparations), measured slower (docs/PERF.md: UNet step BF16 13.54 ->
+ * 12.49 ms). Off; tests still turn them on to compare (test_nn_conv_aux_cuda.c). The environment
+ * switch NABLA_CONV_AUX_LEGACY is gone; deleting these kernels and rewriting those comparisons
+ * against the CPU references is left to a session with a GPU (docs/ENV.md). */
+static int nb_conv_aux_legacy;
 void nb_cuda_conv_set_aux_legacy(int legacy) { nb_conv_aux_legacy = legacy ? 1 : 0; }
-int nb_cuda_conv_get_aux_legacy(void) {
-    if (nb_conv_aux_legacy < 0) {
-        const char *e = getenv("NABLA_CONV_AUX_LEGACY");
-        nb_conv_aux_legacy = e && e[0] == '1';
-    }
-    return nb_conv_aux_legacy;
-}
+int nb_cuda_conv_get_aux_legacy(void) { return nb_conv_aux_legacy; }
 
 /* Planes of y [N*O][P] split into units for nb_conv_bias_rows / nb_conv_bias_grad_rows: 2^lg
  * lanes per unit (up to a warp: enough lanes for one 16-byte vector each), units of up to 8
