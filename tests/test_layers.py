@@ -42,8 +42,8 @@ ALLOWED = {
 # for programs only. image.h is io's (PNG files); it also declares the fit-image samplers of
 # src/models/image.c, which io never calls.
 PUBLIC_OWNER = {
-    "alloc.h": "core", "dtype.h": "core", "file.h": "core", "log.h": "core", "shape.h": "core",
-    "status.h": "core", "version.h": "core",
+    "alloc.h": "core", "dtype.h": "core", "env.h": "core", "file.h": "core", "log.h": "core",
+    "shape.h": "core", "status.h": "core", "version.h": "core",
     "device.h": "device", "tensor.h": "device", "npy.h": "device",
     "cache.h": "jit",
     "module.h": "call", "cmdlist.h": "call",

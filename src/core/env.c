@@ -123,32 +123,35 @@ nb_status nb_env_check(nb_env_id id) {
                     nb_env_get(id), e->values, e->def);
 }
 
+/* The set value of id (*v, NULL when unset) after its check: the typed getters' common part. */
+static nb_status nb_env_checked(nb_env_id id, const char **v) {
+    *v = nb_env_get(id);
+    return *v ? nb_env_check(id) : NB_OK;
+}
+
 nb_status nb_env_threads(long *out) {
     NB_CHECK_ARG(out);
     *out = nb_cpu_count();
-    const char *v = nb_env_get(NB_ENV_THREADS);
-    if (!v) return NB_OK;
-    NB_TRY(nb_env_check(NB_ENV_THREADS));
-    nb_env_parse_long(v, 1, 1024, out);
+    const char *v;
+    NB_TRY(nb_env_checked(NB_ENV_THREADS, &v));
+    if (v) nb_env_parse_long(v, 1, 1024, out);
     return NB_OK;
 }
 
 nb_status nb_env_log_level(int *out) {
     NB_CHECK_ARG(out);
     *out = NB_LOG_WARN;
-    const char *v = nb_env_get(NB_ENV_LOG);
-    if (!v) return NB_OK;
-    NB_TRY(nb_env_check(NB_ENV_LOG));
-    *out = nb_log_parse_level(v);
+    const char *v;
+    NB_TRY(nb_env_checked(NB_ENV_LOG, &v));
+    if (v) *out = nb_log_parse_level(v);
     return NB_OK;
 }
 
 nb_status nb_env_cuda_graph(int *out) {
     NB_CHECK_ARG(out);
     *out = 1;
-    const char *v = nb_env_get(NB_ENV_CUDA_GRAPH);
-    if (!v) return NB_OK;
-    NB_TRY(nb_env_check(NB_ENV_CUDA_GRAPH));
-    *out = v[0] == '1';
+    const char *v;
+    NB_TRY(nb_env_checked(NB_ENV_CUDA_GRAPH, &v));
+    if (v) *out = v[0] == '1';
     return NB_OK;
 }
