@@ -227,7 +227,7 @@ static int run_case(int BH, int L, int d, int qbf, int obf, double tol) {
         const size_t tk = (L + 15) / 16 * 16, tq = (L + 31) / 32 * 32;
         const size_t smb = (2 * DP * (tk + pad) + 2 * DP * (tq + pad) + 2 * tk * (32 + pad)) * es + 2 * tq * 4 + 2 * DP * 33 * 4;
         BwdArgs ba = {q, k, v, gm, dq, dk, dv, lse.data(), nullptr, mode, mode, L, L, d, 1, sl2, scale, o, g_split};
-        launch<BwdArgs>(g_split & 2 ? nb_attn_bwd_fa_pairs : nb_attn_bwd_fa, ba, BH, 32 * nwb, smb);
+        launch<BwdArgs>(nb_attn_bwd_fa, ba, BH, 32 * nwb, smb); // (fa_flags & 1: ATTN2_EMU_SPLIT=1)
         if (getenv("ATTN2_EMU_SUM")) { double cs = 0; for (long long i = 0; i < nx; i++) cs += DX.get(i) * (double)(i % 7 + 1); printf("  dx checksum %.12e\n", cs); }
         for (int bh = 0; bh < BH; bh++) {
             auto Q = [&](int t, int f) { return (double)X.get(bh * 3LL * d * L + (long long)f * L + t); };
