@@ -169,6 +169,8 @@ const nb_type *ck_expr_to(nb_checker *c, nb_expr **slot, const nb_type *to, cons
     nb_expr *e = *slot;
     if (!e) return c->tt->t_error;
     if (e->kind == NB_EX_INIT_LIST) return ck_init_list(c, e, to);
+    const nb_type *hv = ck_host_diff_view(c, slot, to); /* DiffTensorView(x, dx) in host code (check_host.c) */
+    if (hv) return hv;
     if (!e->pretyped) ck_expr(c, slot);
     ck_coerce(c, slot, to, what);
     return (*slot)->type;

@@ -245,11 +245,13 @@ static int is_diff_view_ctor(const nb_expr *e) {
     return n && !strcmp(n, "DiffTensorView");
 }
 
-/* A DiffTensorView parameter's argument: a TorchTensor<T> (the primal view, no gradient) or
+/* A DiffTensorView parameter's argument (kn, pn: the kernel and parameter; kn NULL: a value
+ * assigned to a DiffTensorView in host code): a TorchTensor<T> (the primal view, no gradient) or
  * DiffTensorView(primal, grad) of TorchTensors, into out[0] (primal) and out[1] (the gradient, or
  * the int 0 for none). 0 after a diagnostic. */
 static int dispatch_diff_view(nb_checker *c, const char *kn, const char *pn, const nb_type *pt, nb_expr *arg,
                               nb_expr **out) {
+    const char *who = kn ? "__dispatch_kernel" : "DiffTensorView in host code";
     nb_expr *zero = ck_alloc(c, sizeof *zero);
     if (!zero) return 0;
     memset(zero, 0, sizeof *zero);
@@ -262,7 +264,7 @@ static int dispatch_diff_view(nb_checker *c, const char *kn, const char *pn, con
     if (is_diff_view_ctor(arg)) {
         n = arg->u.call.nargs;
         if (n < 1 || n > 2) {
-            ck_err(c, arg->loc, "__dispatch_kernel: DiffTensorView(primal[, grad]) takes 1 or 2 TorchTensors, got %d", n);
+            ck_err(c, arg->loc, "%s: DiffTensorView(primal[, grad]) takes 1 or 2 TorchTensors, got %d", who, n);
             return 0;
         }
         out[0] = arg->u.call.args[0];
@@ -272,13 +274,27 @@ static int dispatch_diff_view(nb_checker *c, const char *kn, const char *pn, con
         const nb_type *at = ck_expr(c, &out[j]);
         if (ck_is_error(at)) return 0;
         if (at->kind != NB_TY_TORCH || at->elem != pt->elem) {
-            ck_err(c, out[j]->loc, "__dispatch_kernel: %s of parameter '%s' of '%s' (a DiffTensorView of %s) is '%s'; "
-                   "pass a TorchTensor<%s>, or DiffTensorView(primal, grad) of two", j ? "the gradient" : "the argument",
-                   pn, kn, pt->elem->name, at->name, pt->elem->name);
+            char of[200] = "";
+            if (kn) snprintf(of, sizeof of, " of parameter '%s' of '%s'", pn, kn);
+            ck_err(c, out[j]->loc, "%s: %s%s (a DiffTensorView of %s) is '%s'; pass a TorchTensor<%s>, or "
+                   "DiffTensorView(primal, grad) of two", who, j ? "the gradient" : kn ? "the argument" : "the primal",
+                   of, pt->elem->name, at->name, pt->elem->name);
             return 0;
         }
     }
     return 1;
+}
+
+const nb_type *ck_host_diff_view(nb_checker *c, nb_expr **slot, const nb_type *to) {
+    nb_expr *e = *slot;
+    if (!to || to->kind != NB_TY_TENSOR || !to->diff_tensor || to->buffer || !c->fn || !c->fn->u.func.is_host ||
+        !is_diff_view_ctor(e))
+        return NULL;
+    nb_expr **a = new_args(c, 2);
+    if (!a) return e->type = c->tt->t_error;
+    if (!dispatch_diff_view(c, NULL, NULL, to, e, a)) return e->type = c->tt->t_error;
+    int n = a[1]->kind == NB_EX_INT ? 1 : 2; /* (the int 0: no gradient) */
+    return as_intrinsic(c, e, NB_INTR_TORCH_VIEW, a, n, to);
 }
 
 /* __dispatch_kernel(kernel, gridDim, blockDim)(args…). */

@@ -239,6 +239,9 @@ void ck_host_signature(nb_checker *c, nb_decl *fn, const nb_type *ret);
 int ck_host_type_allowed(nb_checker *c, nb_loc loc);
 /* Indexing a view or calling its methods inside host code: a diagnostic, 1 (check_host.c). */
 int ck_host_view_use(nb_checker *c, nb_loc loc);
+/* `DiffTensorView(x, dx)` converted to the DiffTensorView type `to` in host code (a struct field):
+ * the intrinsic TORCH_VIEW of both handles; NULL when *slot is not that (check_host.c). */
+const nb_type *ck_host_diff_view(nb_checker *c, nb_expr **slot, const nb_type *to);
 const nb_type *ck_torch_static(nb_checker *c, nb_expr **slot, const nb_type *st, const char *m);
 const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt);
 const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot);

@@ -174,7 +174,8 @@ void nb_emit_host_intrinsic(nb_emitter *e, const nb_ir_inst *x, const nb_type *r
         APPEND(o, "((unsigned)nb_hrt->stride(nb_hrt->ctx, (%s).h, %s))", args[0], args[1]);
         return;
     case NB_INTR_TORCH_VIEW: /* (E.host_views: a view is { h, g }) */
-        APPEND(o, "((%s){(%s).h, 0})", nb_emit_ctype(e, rt), args[0]);
+        APPEND(o, "((%s){(%s).h, %s%s%s})", nb_emit_ctype(e, rt), args[0], n > 1 ? "(" : "", n > 1 ? args[1] : "0",
+               n > 1 ? ").h" : "");
         return;
     case NB_INTR_TORCH_DIMS:
         APPEND(o, "((unsigned)nb_hrt->dims(nb_hrt->ctx, (%s).h))", args[0]);

@@ -194,8 +194,9 @@ enum {
     X(TORCH_STRIDE, "TorchTensor.stride",   2, 2, TORCH, NONE, 0) \
     X(DISPATCH_KERNEL, "__dispatch_kernel()", 2, 64, TORCH, NONE, NB_IFLAG_EFFECT) \
     /* a TorchTensor assigned to a TensorView (a struct field passed to a kernel): Slang's implicit \
-       TorchTensor -> TensorView conversion in host code; the view is the tensor's handle */      \
-    X(TORCH_VIEW,  "TorchTensor as TensorView", 1, 1, TORCH, NONE, 0) \
+       TorchTensor -> TensorView conversion in host code; the view is the tensor's handle; a       \
+       DiffTensorView field assigned DiffTensorView(x, dx): both handles (check_host.c)          */ \
+    X(TORCH_VIEW,  "TorchTensor as TensorView", 1, 2, TORCH, NONE, 0) /* (primal[, grad]) */ \
     /* autodiff */                                                         \
     X(DIFF_PAIR,   "diffPair",    1, 2, DIFFPAIR,      SPECIAL, 0)         \
     X(DETACH,      "detach",      1, 1, DETACH,        SPECIAL, 0)         \
