@@ -127,6 +127,10 @@ static void test_call_errors(void) {
     nb_tensor *y5 = mat(cpu, 5, 3, NULL), *dy = mat(cpu, 4, 3, NULL), *dy5 = mat(cpu, 5, 3, NULL);
     nb_tensor *x0 = mat(cpu, 0, 5, NULL), *y0 = mat(cpu, 0, 3, NULL);
     NB_EXPECT_ERR(nb_mlp_backward(m, dy, NULL), NB_ERR_INVALID_ARG, "no saved activations");
+    NB_EXPECT_ERR(nb_mlp_set_profile(NULL, 1), NB_ERR_INVALID_ARG, "");
+    NB_EXPECT_OK(nb_mlp_set_profile(m, 1)); /* no CUDA launches to time on the CPU: no effect */
+    NB_EXPECT_OK(nb_mlp_forward(m, x, y, 1));
+    NB_EXPECT_OK(nb_mlp_set_profile(m, 0));
     NB_EXPECT_ERR(nb_mlp_forward(m, bad_x, y, 1), NB_ERR_SHAPE, "x has shape [4,6]");
     NB_EXPECT_ERR(nb_mlp_forward(m, x, y5, 1), NB_ERR_SHAPE, "y has shape [5,3]");
     NB_EXPECT_ERR(nb_mlp_inference(m, x0, y0), NB_ERR_SHAPE, "batch size is 0");
