@@ -62,20 +62,20 @@ static double time_ms(nb_device *dev, int iters, nb_status (*fn)(nb_tape *, nb_t
 /* Re-running the forward re-carves mean / rstd, the backward a fresh dx (as a first gradient
  * contribution: stored, not added, like PyTorch's autograd) and the dgamma / dbeta partials: both
  * rewind the arena (one block, pre-sized) to where setup / the forward left it. */
-static const nb_top_cuda_impl *g_row;
+static const nb_top_row *g_row;
 static size_t g_mark[2]; /* arena fill before the forward's allocations, and after dy */
 static nb_tvar g_in[2];  /* the op's inputs whose gradients each backward recreates */
 static int g_nin;
 static nb_status fwd(nb_tape *t, nb_top *op) {
     t->blocks->used = g_mark[0];
     t->arena_used = (int64_t)g_mark[0];
-    return g_row->forward(t, op);
+    return g_row->cuda_forward(t, op);
 }
 static nb_status bwd(nb_tape *t, nb_top *op) {
     t->blocks->used = g_mark[1];
     t->arena_used = (int64_t)g_mark[1];
     for (int i = 0; i < g_nin; i++) t->vals[g_in[i]].grad = NULL;
-    return g_row->backward(t, op);
+    return g_row->cuda_backward(t, op);
 }
 static nb_status both(nb_tape *t, nb_top *op) {
     nb_status s = fwd(t, op);
@@ -135,7 +135,7 @@ static void bench_dy(nb_tape *t, nb_tvar y, uint64_t seed) {
 }
 
 /* Times the last recorded op's row: forward, backward (fresh input gradients), both. */
-static void time_row(nb_device *dev, nb_tape *t, int iters, const nb_top_cuda_impl *row,
+static void time_row(nb_device *dev, nb_tape *t, int iters, const nb_top_row *row,
                      double *tf, double *tb, double *ta) {
     nb_top *op = &t->ops[t->n_ops - 1];
     if (t->blocks->next) {
@@ -171,7 +171,7 @@ static void bench_gn(nb_device *dev, int iters, const int64_t *sh, int silu, int
         CHECK(nb_tape_group_norm(t, x, 32, gm, bt, 1e-5f, &y));
     bench_dy(t, y, 777);
     double tf, tb, ta;
-    time_row(dev, t, iters, silu ? &nb_top_group_norm_silu_cuda : &nb_top_group_norm_cuda, &tf, &tb, &ta);
+    time_row(dev, t, iters, silu ? &nb_top_rows[NB_TOP_GROUP_NORM_SILU] : &nb_top_rows[NB_TOP_GROUP_NORM], &tf, &tb, &ta);
     /* minimum traffic: fwd reads x, writes y; bwd reads x, dy and writes dx (fresh) */
     double gb = 5.0 * (bf16 ? 2.0 : 4.0) * (double)n / 1e9;
     printf("%-16s %-4s [%lld,%lld,%lld,%lld] G=32  fwd+bwd %.4f ms  fwd %.4f ms  bwd %.4f ms  "
@@ -191,52 +191,52 @@ static void bench_ew(nb_device *dev, int iters, int which, int bf16, int use_sma
     nb_tape *t = bench_tape(dev, bf16);
     bench_arena(t, 14 * n);
     nb_tvar a, b, y = 0;
-    const nb_top_cuda_impl *row = NULL;
+    const nb_top_row *row = NULL;
     const char *name = "";
     double elems = 0; /* fwd + bwd minimum traffic, in elements */
     switch (which) {
     case R_SILU:
         a = bench_input(t, 4, sh, 1);
         CHECK(nb_tape_silu(t, a, &y));
-        row = &nb_top_silu_cuda, name = "silu", elems = 2.0 * n + 3.0 * n;
+        row = &nb_top_rows[NB_TOP_SILU], name = "silu", elems = 2.0 * n + 3.0 * n;
         break;
     case R_ADD:
         a = bench_input(t, 4, sh, 1), b = bench_input(t, 4, sh, 2);
         CHECK(nb_tape_add(t, a, b, &y));
-        row = &nb_top_add_cuda, name = "add", elems = 3.0 * n + 3.0 * n;
+        row = &nb_top_rows[NB_TOP_ADD], name = "add", elems = 3.0 * n + 3.0 * n;
         break;
     case R_ADDC:
         a = bench_input(t, 4, sh, 1), b = bench_input(t, 2, (int64_t[]){N, C}, 2);
         CHECK(nb_tape_add_channel(t, a, b, &y));
-        row = &nb_top_add_channel_cuda, name = "add_channel", elems = 2.0 * n + 2.0 * n;
+        row = &nb_top_rows[NB_TOP_ADD_CHANNEL], name = "add_channel", elems = 2.0 * n + 2.0 * n;
         break;
     case R_CONCAT:
         a = bench_input(t, 4, sh, 1), b = bench_input(t, 4, sh, 2);
         CHECK(nb_tape_concat(t, a, b, &y));
-        row = &nb_top_concat_cuda, name = "concat", elems = 4.0 * n + 4.0 * n;
+        row = &nb_top_rows[NB_TOP_CONCAT], name = "concat", elems = 4.0 * n + 4.0 * n;
         break;
     case R_UP: {
         int64_t s2[4] = {N, C, H / 2, H / 2};
         a = bench_input(t, 4, s2, 1);
         CHECK(nb_tape_upsample2x(t, a, &y));
-        row = &nb_top_upsample_cuda, name = "upsample2x", elems = 1.25 * n + 1.25 * n;
+        row = &nb_top_rows[NB_TOP_UPSAMPLE2X], name = "upsample2x", elems = 1.25 * n + 1.25 * n;
         break;
     }
     case R_POOL:
         a = bench_input(t, 4, sh, 1);
         CHECK(nb_tape_avgpool2x(t, a, &y));
-        row = &nb_top_avgpool_cuda, name = "avgpool2x", elems = 1.25 * n + 1.25 * n;
+        row = &nb_top_rows[NB_TOP_AVGPOOL2X], name = "avgpool2x", elems = 1.25 * n + 1.25 * n;
         break;
     case R_TRANSPOSE: /* attention's [B, C, HW] -> [B, HW, C] */
         a = bench_input(t, 3, (int64_t[]){N, C, H * H}, 1);
         CHECK(nb_tape_transpose(t, a, &y));
-        row = &nb_top_transpose_cuda, name = "transpose", elems = 2.0 * n + 2.0 * n;
+        row = &nb_top_rows[NB_TOP_TRANSPOSE], name = "transpose", elems = 2.0 * n + 2.0 * n;
         break;
     case R_SLICE: { /* half the channels of a [N, 2C, H, W] (backward: zero fill + add) */
         int64_t s2[4] = {N, 2 * C, H, H};
         a = bench_input(t, 4, s2, 1);
         CHECK(nb_tape_slice_channels(t, a, 0, C, &y));
-        row = &nb_top_slice_cuda, name = "slice_channels", elems = 2.0 * n + 4.0 * n;
+        row = &nb_top_rows[NB_TOP_SLICE_CHANNELS], name = "slice_channels", elems = 2.0 * n + 4.0 * n;
         break;
     }
     }

@@ -43,7 +43,7 @@ static int open_cuda(void) {
 typedef struct gcase {
     nb_tape *t;
     nb_tvar x, gm, bt, y;
-    const nb_top_cuda_impl *row;
+    const nb_top_row *row;
     size_t mark0, mark1;
     int64_t n, C;
     int bf16;
@@ -89,7 +89,7 @@ static int gc_make(gcase *c, const int64_t sh[4], int groups, int silu, int bf16
     free(h);
     if (s || c->t->blocks->next) return 0;
     nb_top *op = &c->t->ops[c->t->n_ops - 1];
-    c->row = silu ? &nb_top_group_norm_silu_cuda : &nb_top_group_norm_cuda;
+    c->row = silu ? &nb_top_rows[NB_TOP_GROUP_NORM_SILU] : &nb_top_rows[NB_TOP_GROUP_NORM];
     c->mark0 = (size_t)((char *)op->saved[0] - c->t->blocks->base);
     c->mark1 = c->t->blocks->used;
     return 1;
@@ -98,7 +98,7 @@ static int gc_make(gcase *c, const int64_t sh[4], int groups, int silu, int bf16
 static nb_status gc_fwd(gcase *c) {
     c->t->blocks->used = c->mark0;
     c->t->arena_used = (int64_t)c->mark0;
-    return c->row->forward(c->t, &c->t->ops[c->t->n_ops - 1]);
+    return c->row->cuda_forward(c->t, &c->t->ops[c->t->n_ops - 1]);
 }
 
 /* acc: dx added to an existing gradient of known values (else stored); dgamma / dbeta are
@@ -125,7 +125,7 @@ static nb_status gc_bwd(gcase *c, int acc) {
             }
         }
     }
-    return s ? s : c->row->backward(c->t, &c->t->ops[c->t->n_ops - 1]);
+    return s ? s : c->row->cuda_backward(c->t, &c->t->ops[c->t->n_ops - 1]);
 }
 
 /* y, dx, dgamma, dbeta of one run into out (n, n, C, C floats) */

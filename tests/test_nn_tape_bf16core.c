@@ -94,11 +94,11 @@ static void test_cuda_storage(void) {
         NB_EXPECT(t->vals[xv].dtype == NB_F32); /* inputs stay f32 */
         NB_REQUIRE_OK(nb_tape_silu(t, xv, &y));
         NB_REQUIRE_OK(nb_tape_add(t, y, xv, &z));
-        unsigned fl = nb_top_silu_cuda.flags;
+        unsigned fl = nb_top_rows[NB_TOP_SILU].flags;
         nb_dtype want = p && (fl & NB_TOPF_OUT_BF16) && nb_tape_bf16_storage(t) ? NB_BF16 : NB_F32;
         NB_EXPECT(t->vals[y].dtype == want);
         NB_REQUIRE_OK(nb_tape_mse(t, z, tv, &l));
-        NB_EXPECT(t->vals[l].dtype == NB_F32 || !(nb_top_mse_cuda.flags & NB_TOPF_OUT_BF16));
+        NB_EXPECT(t->vals[l].dtype == NB_F32 || !(nb_top_rows[NB_TOP_MSE].flags & NB_TOPF_OUT_BF16));
         NB_REQUIRE_OK(nb_tape_read(t, l, &loss[p], 1));
         NB_REQUIRE_OK(nb_tape_backward(t, l));
         NB_REQUIRE_OK(nb_tape_read_grad(t, xv, gx[p], N));

@@ -359,7 +359,7 @@ nb_status nb_attn_cuda_backward(nb_device *dev, int precision, const float *q, c
 
 #define VAL(t, v) (&(t)->vals[(v)])
 
-static nb_status attn_cuda_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_attention_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *q = VAL(t, op->in[0]), *k = VAL(t, op->in[1]), *v = VAL(t, op->in[2]);
     const nb_tval *o = VAL(t, op->out);
     int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], d = q->shape[3];
@@ -370,7 +370,7 @@ static nb_status attn_cuda_fwd(nb_tape *t, nb_top *op) {
                                 op->saved[0], BH, Tq, Tk, d);
 }
 
-static nb_status attn_cuda_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_attention_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *q = VAL(t, op->in[0]), *k = VAL(t, op->in[1]), *v = VAL(t, op->in[2]);
     const nb_tval *o = VAL(t, op->out);
     int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], d = q->shape[3];
@@ -384,8 +384,6 @@ static nb_status attn_cuda_bwd(nb_tape *t, const nb_top *op) {
     return nb_attn_cuda_backward(t->dev, t->precision, q->data, k->data, v->data, o->data,
                                  o->grad, op->saved[0], delta, dq, dk, dv, BH, Tq, Tk, d);
 }
-
-const nb_top_cuda_impl nb_top_attention_cuda = {attn_cuda_fwd, attn_cuda_bwd, 0};
 
 /* ---- the fused legacy-layout QKV row (nb_tape_qkv_attention) ------------------------------
  * qkv [N, heads*3d, L] (or [N, heads*3d, H, W]) -> out [N, heads*d, L]: the kernels read q, k, v
@@ -412,7 +410,7 @@ static void qkv_make_views(const nb_tape *t, const nb_top *op, void *qkv, int qk
     w->o = ov;
 }
 
-static nb_status qkv_cuda_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_qkv_attention_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
     qkv_views w;
     qkv_make_views(t, op, x->data, x->dtype == NB_BF16, o->data, o->dtype == NB_BF16, &w);
@@ -423,7 +421,7 @@ static nb_status qkv_cuda_fwd(nb_tape *t, nb_top *op) {
                                   w.BH, w.L, w.L, w.d);
 }
 
-static nb_status qkv_cuda_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_qkv_attention_cuda_bwd(nb_tape *t, const nb_top *op) {
     float *g;
     int overwrite;
     NB_TRY(nb_tape_grad_buf_w(t, op->in[0], &g, &overwrite));
@@ -443,6 +441,3 @@ static nb_status qkv_cuda_bwd(nb_tape *t, const nb_top *op) {
                                    op->saved[0], delta, &gw.q, &gw.k, &gw.v, mode, scratch, w.BH,
                                    w.L, w.L, w.d);
 }
-
-const nb_top_cuda_impl nb_top_qkv_attention_cuda = {qkv_cuda_fwd, qkv_cuda_bwd,
-                                                    NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};

@@ -89,7 +89,7 @@ static void attn_fill(nb_tape *t, const nb_top *op, attn_ctx *c) {
     c->scale = 1.0f / sqrtf((float)c->D);
 }
 
-static nb_status attn_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_attention_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *q = VAL(t, op->in[0]), *k = VAL(t, op->in[1]);
     op->saved[0] = nb_tape_alloc_f32(t, q->shape[0] * q->shape[1] * q->shape[2] * k->shape[2], 0);
     if (!op->saved[0]) return NB_ERR_OUT_OF_MEMORY;
@@ -99,7 +99,7 @@ static nb_status attn_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status attn_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_attention_cpu_bwd(nb_tape *t, const nb_top *op) {
     attn_ctx c;
     attn_fill(t, op, &c);
     nb_status s;
@@ -111,8 +111,6 @@ static nb_status attn_bwd(nb_tape *t, const nb_top *op) {
     nb_tape_parallel(c.BH, 1, attn_bwd_range, &c);
     return NB_OK;
 }
-
-const nb_top_impl nb_top_attention_impl = {"attention", attn_fwd, attn_bwd};
 
 nb_status nb_tape_attention(nb_tape *t, nb_tvar q, nb_tvar k, nb_tvar v, nb_tvar *out) {
     if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_attention: tape or out is NULL");
@@ -235,7 +233,7 @@ static void qkv_fill(nb_tape *t, const nb_top *op, qkv_ctx *c) {
     c->scale = 1.0f / sqrtf((float)c->D);
 }
 
-static nb_status qkv_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_qkv_attention_cpu_fwd(nb_tape *t, nb_top *op) {
     qkv_ctx c;
     const nb_tval *x = VAL(t, op->in[0]);
     int64_t BH = x->shape[0] * op->ip[0], L = x->count / (x->shape[0] * x->shape[1]);
@@ -246,7 +244,7 @@ static nb_status qkv_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status qkv_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_qkv_attention_cpu_bwd(nb_tape *t, const nb_top *op) {
     qkv_ctx c;
     qkv_fill(t, op, &c);
     NB_TRY(nb_tape_grad_buf(t, op->in[0], &c.dqkv));
@@ -257,8 +255,6 @@ static nb_status qkv_bwd(nb_tape *t, const nb_top *op) {
     nb_tape_parallel(BH, 1, qkv_bwd_range, &c);
     return NB_OK;
 }
-
-const nb_top_impl nb_top_qkv_attention_impl = {"qkv_attention", qkv_fwd, qkv_bwd};
 
 nb_status nb_tape_qkv_attention(nb_tape *t, nb_tvar qkv, int heads, nb_tvar *out) {
     if (!t || !out)

@@ -35,7 +35,7 @@ static nb_conv_wcache wcache_of(const nb_top *op) {
 }
 
 /* x [N,F], w [O,F], b [O] -> y [N,O] */
-static nb_status linear_cuda_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_linear_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
     const float *b = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
     nb_conv_wcache wc;
@@ -52,7 +52,7 @@ static nb_status linear_cuda_fwd(nb_tape *t, nb_top *op) {
     return s;
 }
 
-static nb_status linear_cuda_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_linear_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
     float *dx, *dw, *db;
     int store;
@@ -75,7 +75,7 @@ static nb_status conv_cuda_dims(nb_tape *t, const nb_top *op, nb_conv_dims *d) {
 }
 
 /* x [N,C,H,W], w [O,C,K,K], b [O] -> y [N,O,OH,OW] */
-static nb_status conv_cuda_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_conv2d_cuda_fwd(nb_tape *t, nb_top *op) {
     nb_conv_dims d;
     NB_TRY(conv_cuda_dims(t, op, &d));
     const float *b = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
@@ -91,7 +91,7 @@ static nb_status conv_cuda_fwd(nb_tape *t, nb_top *op) {
     return s;
 }
 
-static nb_status conv_cuda_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_conv2d_cuda_bwd(nb_tape *t, const nb_top *op) {
     nb_conv_dims d;
     NB_TRY(conv_cuda_dims(t, op, &d));
     float *dx, *dw, *db;
@@ -107,8 +107,3 @@ static nb_status conv_cuda_bwd(nb_tape *t, const nb_top *op) {
     return nb_cuda_conv2d_backward_wc(t->dev, t->precision, &d, x->dtype, y->dtype, x->data,
                                       VAL(t, op->in[1])->data, y->grad, dx, dw, db, store, &wc);
 }
-
-const nb_top_cuda_impl nb_top_linear_cuda = {linear_cuda_fwd, linear_cuda_bwd,
-                                             NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-const nb_top_cuda_impl nb_top_conv2d_cuda = {conv_cuda_fwd, conv_cuda_bwd,
-                                             NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};

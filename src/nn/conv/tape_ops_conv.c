@@ -116,14 +116,14 @@ static void conv_fill(nb_tape *t, const nb_top *op, conv_ctx *c) {
     c->stride = op->ip[0], c->pad = op->ip[1];
 }
 
-static nb_status conv_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_conv2d_cpu_fwd(nb_tape *t, nb_top *op) {
     conv_ctx c;
     conv_fill(t, op, &c);
     nb_tape_parallel(c.N * c.O, 1, conv_fwd_range, &c);
     return NB_OK;
 }
 
-static nb_status conv_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_conv2d_cpu_bwd(nb_tape *t, const nb_top *op) {
     conv_ctx c;
     conv_fill(t, op, &c);
     nb_status s;
@@ -134,8 +134,6 @@ static nb_status conv_bwd(nb_tape *t, const nb_top *op) {
     if (c.dw || c.db) nb_tape_parallel(c.O, 1, conv_bwd_dw, &c);
     return NB_OK;
 }
-
-const nb_top_impl nb_top_conv2d_impl = {"conv2d", conv_fwd, conv_bwd};
 
 nb_status nb_tape_conv2d(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, int stride, int pad,
                          nb_tvar *out) {

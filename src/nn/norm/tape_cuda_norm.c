@@ -768,7 +768,7 @@ static nb_status gn_setup(nb_tape *t, const nb_top *op, int rmax, gn_args *a, un
     return NB_OK;
 }
 
-static nb_status gn_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_group_norm_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     int64_t NG = x->shape[0] * op->ip[0];
     op->saved[0] = nb_tape_alloc_f32(t, NG, 0);
@@ -792,7 +792,7 @@ static nb_status gn_fwd(nb_tape *t, nb_top *op) {
     return gn_launch_split(t, NB_TK_GN_FNM_BF, &a, (unsigned)(NG * a.nsl), block);
 }
 
-static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_group_norm_cuda_bwd(nb_tape *t, const nb_top *op) {
     gn_args a;
     unsigned block = 0;
     int v = 0;
@@ -832,9 +832,5 @@ static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
     unsigned blocks = (unsigned)((a.C + 7) / 8); /* 8 warps of 256 threads, a warp per channel */
     return gn_launch(t, NB_TK_GN_DGB, &a, blocks, 256);
 }
-
-const nb_top_cuda_impl nb_top_group_norm_cuda = {gn_fwd, gn_bwd, NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-const nb_top_cuda_impl nb_top_group_norm_silu_cuda = {gn_fwd, gn_bwd,
-                                                      NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
 
 const char *nb_tape_cuda_norm_source(void) { return gn_src; }

@@ -106,7 +106,7 @@ static void gn_fill(nb_tape *t, const nb_top *op, gn_ctx *c) {
     c->silu = op->kind == NB_TOP_GROUP_NORM_SILU;
 }
 
-static nb_status gn_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_group_norm_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     int64_t NG = x->shape[0] * op->ip[0];
     op->saved[0] = nb_tape_alloc_f32(t, NG, 0);
@@ -118,7 +118,7 @@ static nb_status gn_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_group_norm_cpu_bwd(nb_tape *t, const nb_top *op) {
     gn_ctx c;
     gn_fill(t, op, &c);
     float *dgamma, *dbeta;
@@ -146,9 +146,6 @@ static nb_status gn_bwd(nb_tape *t, const nb_top *op) {
     }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_group_norm_impl = {"group_norm", gn_fwd, gn_bwd};
-const nb_top_impl nb_top_group_norm_silu_impl = {"group_norm_silu", gn_fwd, gn_bwd};
 
 static nb_status gn_op(nb_tape *t, int kind, const char *fn, nb_tvar x, int groups, nb_tvar gamma,
                        nb_tvar beta, float eps, nb_tvar *out) {

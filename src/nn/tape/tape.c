@@ -13,70 +13,8 @@
 
 #define NB_TAPE_HDR ((sizeof(struct nb_tape_block) + NB_TAPE_ALIGN - 1) / NB_TAPE_ALIGN * NB_TAPE_ALIGN)
 
-/* The per-op implementation table: the CPU column (reference). */
-static const nb_top_impl *const nb_top_impls[NB_TOP_COUNT] = {
-    [NB_TOP_LINEAR] = &nb_top_linear_impl,
-    [NB_TOP_CONV2D] = &nb_top_conv2d_impl,
-    [NB_TOP_GROUP_NORM] = &nb_top_group_norm_impl,
-    [NB_TOP_SILU] = &nb_top_silu_impl,
-    [NB_TOP_ADD] = &nb_top_add_impl,
-    [NB_TOP_ADD_CHANNEL] = &nb_top_add_channel_impl,
-    [NB_TOP_CONCAT] = &nb_top_concat_impl,
-    [NB_TOP_UPSAMPLE2X] = &nb_top_upsample_impl,
-    [NB_TOP_AVGPOOL2X] = &nb_top_avgpool_impl,
-    [NB_TOP_MSE] = &nb_top_mse_impl,
-    [NB_TOP_ATTENTION] = &nb_top_attention_impl,
-    [NB_TOP_RESHAPE] = &nb_top_reshape_impl,
-    [NB_TOP_TRANSPOSE] = &nb_top_transpose_impl,
-    [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_impl,
-    [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_impl,
-    [NB_TOP_CAST] = &nb_top_cast_impl,
-    [NB_TOP_QKV_ATTENTION] = &nb_top_qkv_attention_impl,
-};
-
-/* The CUDA column (rows defined where each op's CUDA code lives). */
-static const nb_top_cuda_impl *const nb_top_cuda_impls[NB_TOP_COUNT] = {
-    [NB_TOP_LINEAR] = &nb_top_linear_cuda,
-    [NB_TOP_CONV2D] = &nb_top_conv2d_cuda,
-    [NB_TOP_GROUP_NORM] = &nb_top_group_norm_cuda,
-    [NB_TOP_SILU] = &nb_top_silu_cuda,
-    [NB_TOP_ADD] = &nb_top_add_cuda,
-    [NB_TOP_ADD_CHANNEL] = &nb_top_add_channel_cuda,
-    [NB_TOP_CONCAT] = &nb_top_concat_cuda,
-    [NB_TOP_UPSAMPLE2X] = &nb_top_upsample_cuda,
-    [NB_TOP_AVGPOOL2X] = &nb_top_avgpool_cuda,
-    [NB_TOP_MSE] = &nb_top_mse_cuda,
-    [NB_TOP_ATTENTION] = &nb_top_attention_cuda,
-    [NB_TOP_RESHAPE] = &nb_top_reshape_cuda,
-    [NB_TOP_TRANSPOSE] = &nb_top_transpose_cuda,
-    [NB_TOP_SLICE_CHANNELS] = &nb_top_slice_cuda,
-    [NB_TOP_GROUP_NORM_SILU] = &nb_top_group_norm_silu_cuda,
-    [NB_TOP_CAST] = &nb_top_cast_cuda,
-    [NB_TOP_QKV_ATTENTION] = &nb_top_qkv_attention_cuda,
-};
-
 int nb_tape_on_cuda(const nb_tape *t) {
     return t->dev && nb_device_get_kind(t->dev) == NB_DEVICE_CUDA;
-}
-
-/* Forward / backward of one recorded op on the tape's device. */
-nb_status nb_tape_run_op(nb_tape *t, nb_top *op, int backward) {
-    const nb_top_impl *impl = nb_top_impls[op->kind];
-    if (!nb_tape_on_cuda(t)) return backward ? impl->cpu_backward(t, op) : impl->cpu_forward(t, op);
-    const nb_top_cuda_impl *c = nb_top_cuda_impls[op->kind];
-    if (!c || !(backward ? (void *)c->backward : (void *)c->forward))
-        return nb_error(NB_ERR_UNSUPPORTED, "tape: op '%s' has no CUDA %s path yet", impl->name,
-                        backward ? "backward" : "forward");
-    return backward ? c->backward(t, op) : c->forward(t, op);
-}
-
-static const nb_top_impl *nb_top_table(int kind) {
-    return kind >= 0 && kind < NB_TOP_COUNT ? nb_top_impls[kind] : NULL;
-}
-
-const char *nb_tape_op_name(int kind) {
-    const nb_top_impl *impl = nb_top_table(kind);
-    return impl ? impl->name : NULL;
 }
 
 /* Runs an op, through the profiler when it is on (one branch when off). */
@@ -609,8 +547,8 @@ int nb_tape_bf16_storage(const nb_tape *t) {
 
 /* The row flags of an op kind on this tape (0 on CPU tapes). */
 static unsigned nb_top_flags(const nb_tape *t, int kind) {
-    if (!nb_tape_on_cuda(t) || kind < 0 || kind >= NB_TOP_COUNT || !nb_top_cuda_impls[kind]) return 0;
-    return nb_top_cuda_impls[kind]->flags;
+    if (!nb_tape_on_cuda(t) || kind < 0 || kind >= NB_TOP_COUNT) return 0;
+    return nb_top_rows[kind].flags;
 }
 
 nb_status nb_tape_op_out(nb_tape *t, nb_top *op, int ndim, const int64_t *shape) {
@@ -648,9 +586,8 @@ nb_status nb_tape_cast(nb_tape *t, nb_tvar x, nb_dtype dt, nb_tvar *out) {
 }
 
 nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
-    const nb_top_impl *impl = nb_top_table(op->kind);
-    if (!impl) return nb_error(NB_ERR_INTERNAL, "tape: unknown op kind %d", op->kind);
-    nb_status s = NB_OK;
+    nb_status s = nb_tape_check_op(t, op);
+    if (s) return s;
     nb_top cp = *op;
     if (op->kind != NB_TOP_CAST && !(nb_top_flags(t, op->kind) & NB_TOPF_IN_BF16)) {
         /* the row reads f32 only: record casts of its bf16 inputs first */

@@ -20,13 +20,13 @@ static void cpu_st(void *p, int64_t i, nb_dtype dt, float v) {
     else ((float *)p)[i] = v;
 }
 
-static nb_status cast_cpu_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_cast_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
     nb_convert(y->data, y->dtype, x->data, x->dtype, (size_t)x->count);
     return NB_OK;
 }
 
-static nb_status cast_cpu_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_cast_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
     float *dx;
     int ow;
@@ -40,8 +40,6 @@ static nb_status cast_cpu_bwd(nb_tape *t, const nb_top *op) {
         cpu_st(dx, i, x->dtype, cpu_ld(dx, i, x->dtype) + cpu_ld(y->grad, i, y->dtype));
     return NB_OK;
 }
-
-const nb_top_impl nb_top_cast_impl = {"cast", cast_cpu_fwd, cast_cpu_bwd};
 
 /* ---- CUDA ----------------------------------------------------------------------------------- */
 
@@ -63,12 +61,12 @@ static nb_status cast_launch(nb_tape *t, const void *x, nb_dtype xdt, void *y, n
                               nb_device_stream(t->dev));
 }
 
-static nb_status cast_cuda_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_cast_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
     return cast_launch(t, x->data, x->dtype, y->data, y->dtype, x->count, 0);
 }
 
-static nb_status cast_cuda_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_cast_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = &t->vals[op->in[0]], *y = &t->vals[op->out];
     float *dx;
     int ow;
@@ -78,4 +76,3 @@ static nb_status cast_cuda_bwd(nb_tape *t, const nb_top *op) {
 }
 
 /* (the output's dtype is ip[0], set by nb_tape_cast, not by the flags) */
-const nb_top_cuda_impl nb_top_cast_cuda = {cast_cuda_fwd, cast_cuda_bwd, NB_TOPF_IN_BF16};

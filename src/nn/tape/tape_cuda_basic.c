@@ -142,7 +142,7 @@ nb_status nb_tape_cuda_add_scalar(nb_tape *t, float *p, float v) {
 
 /* ---- SiLU ----------------------------------------------------------------------------------- */
 
-static nb_status silu_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_silu_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     nb_status s = tk_check_count("silu", x->count);
     if (s) return s;
@@ -151,7 +151,7 @@ static nb_status silu_fwd(nb_tape *t, nb_top *op) {
     return tk_ew(t, NB_TK_SILU_FWD, &a);
 }
 
-static nb_status silu_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_silu_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *dx;
     int ow;
@@ -162,11 +162,9 @@ static nb_status silu_bwd(nb_tape *t, const nb_top *op) {
     return tk_ew(t, NB_TK_SILU_BWD, &a);
 }
 
-const nb_top_cuda_impl nb_top_silu_cuda = {silu_fwd, silu_bwd, NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-
 /* ---- add (backward: dy into both inputs' gradients), reshape (a view) ----------------------- */
 
-static nb_status add_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_add_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     nb_status s = tk_check_count("add", x->count);
     if (s) return s;
@@ -177,7 +175,7 @@ static nb_status add_fwd(nb_tape *t, nb_top *op) {
 }
 
 /* Gradients of both inputs += the output's gradient. */
-static nb_status add_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_add_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *o = VAL(t, op->out);
     float *d0 = NULL, *d1 = NULL;
     int w0 = 0, w1 = 0; /* add(x, x): the first stores, the second adds (in order, per thread) */
@@ -189,29 +187,24 @@ static nb_status add_bwd(nb_tape *t, const nb_top *op) {
     return tk_ew(t, NB_TK_ACC, &a);
 }
 
-const nb_top_cuda_impl nb_top_add_cuda = {add_fwd, add_bwd, NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-
 /* Reshape on CUDA is a view: the output shares the input's data (values are never written after
  * their op) and, through alias1, its gradient buffer, so neither direction runs a kernel. (The
  * arena slot carved for the output's own data stays unused.) */
-static nb_status reshape_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_reshape_cuda_fwd(nb_tape *t, nb_top *op) {
     nb_tval *o = VAL(t, op->out);
     o->data = VAL(t, op->in[0])->data;
     o->alias1 = op->in[0] + 1;
     return NB_OK;
 }
 
-static nb_status reshape_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_reshape_cuda_bwd(nb_tape *t, const nb_top *op) {
     (void)t, (void)op; /* the gradient already landed in the input's buffer */
     return NB_OK;
 }
 
-const nb_top_cuda_impl nb_top_reshape_cuda = {reshape_fwd, reshape_bwd,
-                                               NB_TOPF_IN_BF16 | NB_TOPF_OUT_LIKE_IN};
-
 /* ---- per-channel add: x [N,C,H,W] + c [N,C] ------------------------------------------------- */
 
-static nb_status addc_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_add_channel_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     nb_status s = tk_check_count("add_channel", x->count);
     if (s) return s;
@@ -223,7 +216,7 @@ static nb_status addc_fwd(nb_tape *t, nb_top *op) {
     return tk_launch(t, NB_TK_ADDC_FWD, &a, ew_items(&a));
 }
 
-static nb_status addc_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_add_channel_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *dx, *dc;
     int wx, wc;
@@ -240,12 +233,9 @@ static nb_status addc_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_ADDC_BWD, &a, NC * 32); /* a warp per row */
 }
 
-const nb_top_cuda_impl nb_top_add_channel_cuda = {addc_fwd, addc_bwd,
-                                                   NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-
 /* ---- channel concat ------------------------------------------------------------------------- */
 
-static nb_status concat_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_concat_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *A = VAL(t, op->in[0]), *B = VAL(t, op->in[1]), *o = VAL(t, op->out);
     nb_status s = tk_check_count("concat", o->count);
     if (s) return s;
@@ -257,7 +247,7 @@ static nb_status concat_fwd(nb_tape *t, nb_top *op) {
     return tk_launch(t, NB_TK_CONCAT_FWD, &a, ew_items(&a));
 }
 
-static nb_status concat_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_concat_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *A = VAL(t, op->in[0]), *B = VAL(t, op->in[1]), *o = VAL(t, op->out);
     float *da, *db;
     int wa, wb;
@@ -281,12 +271,9 @@ static nb_status concat_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_CONCAT_BWD, &a, ew_items(&a));
 }
 
-const nb_top_cuda_impl nb_top_concat_cuda = {concat_fwd, concat_bwd,
-                                              NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-
 /* ---- nearest upsample ×2, average pool 2×2 (float2 accesses: W of the larger side is even) -- */
 
-static nb_status up_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_upsample2x_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     nb_status s = tk_check_count("upsample2x", 4 * x->count);
     if (s) return s;
@@ -296,7 +283,7 @@ static nb_status up_fwd(nb_tape *t, nb_top *op) {
     return tk_launch(t, NB_TK_UP_FWD, &a, a.n);
 }
 
-static nb_status up_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_upsample2x_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *dx;
     int ow;
@@ -308,9 +295,7 @@ static nb_status up_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_UP_BWD, &a, a.n);
 }
 
-const nb_top_cuda_impl nb_top_upsample_cuda = {up_fwd, up_bwd, NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-
-static nb_status pool_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_avgpool2x_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
     nb_status s = tk_check_count("avgpool2x", x->count);
     if (s) return s;
@@ -320,7 +305,7 @@ static nb_status pool_fwd(nb_tape *t, nb_top *op) {
     return tk_launch(t, NB_TK_POOL_FWD, &a, a.n);
 }
 
-static nb_status pool_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_avgpool2x_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
     float *dx;
     int ow;
@@ -332,11 +317,9 @@ static nb_status pool_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_POOL_BWD, &a, a.n);
 }
 
-const nb_top_cuda_impl nb_top_avgpool_cuda = {pool_fwd, pool_bwd, NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
-
 /* ---- MSE: deterministic two-pass reduction (block partials in double, then one block) ------- */
 
-static nb_status mse_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_mse_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *p = VAL(t, op->in[0]), *q = VAL(t, op->in[1]);
     nb_status s = tk_check_count("mse", p->count);
     if (s) return s;
@@ -354,7 +337,7 @@ static nb_status mse_fwd(nb_tape *t, nb_top *op) {
     return tk_launch_grid(t, NB_TK_MSE_FIN, &f, 1, 1, 1, 256, 1);
 }
 
-static nb_status mse_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_mse_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *p = VAL(t, op->in[0]), *q = VAL(t, op->in[1]);
     float *dp, *dq;
     int wp, wq;
@@ -370,7 +353,6 @@ static nb_status mse_bwd(nb_tape *t, const nb_top *op) {
 }
 
 /* IN_BF16 only: the loss [1] stays f32 (so does its gradient, read by tk_mse_bwd as c[0]) */
-const nb_top_cuda_impl nb_top_mse_cuda = {mse_fwd, mse_bwd, NB_TOPF_IN_BF16};
 
 /* ---- transpose of the last two dims (32×32 shared-memory tiles) ----------------------------- */
 
@@ -384,7 +366,7 @@ static nb_status tr_run(nb_tape *t, const float *src, float *dst, int64_t B, int
                           (unsigned)B, 32, 8);
 }
 
-static nb_status transpose_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_transpose_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     nb_status s = tk_check_count("transpose", x->count);
     if (s) return s;
@@ -393,7 +375,7 @@ static nb_status transpose_fwd(nb_tape *t, nb_top *op) {
                   bfbit(t, op->in[0], TK_A) | bfbit(t, op->out, TK_Y));
 }
 
-static nb_status transpose_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_transpose_cuda_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *dx;
     int ow;
@@ -404,9 +386,6 @@ static nb_status transpose_bwd(nb_tape *t, const nb_top *op) {
     return tr_run(t, VAL(t, op->out)->grad, dx, x->count / (R * C), C, R, ow,
                   bfbit(t, op->out, TK_A) | bfbit(t, op->in[0], TK_Y));
 }
-
-const nb_top_cuda_impl nb_top_transpose_cuda = {transpose_fwd, transpose_bwd,
-                                                 NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
 
 /* ---- channel slice -------------------------------------------------------------------------- */
 
@@ -420,7 +399,7 @@ static void slice_args(nb_tape *t, const nb_top *op, tk_args *a) {
     a->d2 = (int32_t)(op->ip[0] * S);
 }
 
-static nb_status slice_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_slice_channels_cuda_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     nb_status s = tk_check_count("slice_channels", x->count);
     if (s) return s;
@@ -433,7 +412,7 @@ static nb_status slice_fwd(nb_tape *t, nb_top *op) {
     return tk_launch(t, NB_TK_SLICE_FWD, &a, ew_items(&a));
 }
 
-static nb_status slice_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_slice_channels_cuda_bwd(nb_tape *t, const nb_top *op) {
     float *dx;
     nb_status s = nb_tape_grad_buf(t, op->in[0], &dx);
     if (s || !dx) return s;
@@ -445,6 +424,4 @@ static nb_status slice_bwd(nb_tape *t, const nb_top *op) {
     a.v4 = a.d0 % 4 == 0 && a.d1 % 4 == 0 && a.d2 % 4 == 0 && al16(a.a) && al16(a.y);
     return tk_launch(t, NB_TK_SLICE_BWD, &a, ew_items(&a));
 }
-
-const nb_top_cuda_impl nb_top_slice_cuda = {slice_fwd, slice_bwd, NB_TOPF_IN_BF16 | NB_TOPF_OUT_BF16};
 

@@ -27,25 +27,19 @@ typedef struct nb_tval {
     char name[64];  /* params */
 } nb_tval;
 
+/* Op kinds: NB_TOP_<ID> for each row of ops.def, in its order. */
 enum nb_top_kind {
-    NB_TOP_LINEAR = 0,
-    NB_TOP_CONV2D,
-    NB_TOP_GROUP_NORM,
-    NB_TOP_SILU,
-    NB_TOP_ADD,
-    NB_TOP_ADD_CHANNEL,
-    NB_TOP_CONCAT,
-    NB_TOP_UPSAMPLE2X,
-    NB_TOP_AVGPOOL2X,
-    NB_TOP_MSE,
-    NB_TOP_ATTENTION,
-    NB_TOP_RESHAPE,
-    NB_TOP_TRANSPOSE,
-    NB_TOP_SLICE_CHANNELS,
-    NB_TOP_GROUP_NORM_SILU,
-    NB_TOP_CAST,          /* dtype conversion (inserted by nb_tape_record; ip[0] = nb_dtype) */
-    NB_TOP_QKV_ATTENTION, /* fused legacy-layout QKV attention (tape_ops_attn.c) */
+#define NB_OP(id, name, nin, shape, cpu_fwd, cpu_bwd, cuda_fwd, cuda_bwd, flags) NB_TOP_##id,
+#include "nn/tape/ops.def"
+#undef NB_OP
     NB_TOP_COUNT
+};
+
+/* Shape rules of ops.def (what the out shape is; nb_tape_record checks LIKE_IN0 and SCALAR). */
+enum nb_top_shape_rule {
+    NB_OPSHAPE_LIKE_IN0 = 0, /* out has in[0]'s shape */
+    NB_OPSHAPE_SCALAR,       /* out is [1] */
+    NB_OPSHAPE_ATTRS,        /* out computed by the op's builder from inputs and attributes */
 };
 
 #define NB_TOP_MAX_IN 3
@@ -59,22 +53,33 @@ typedef struct nb_top {
     float *saved[2];/* saved tensors in the arena (e.g. group norm mean / rstd) */
 } nb_top;
 
-/* Per-op implementation table: one row per op kind, with a CPU forward and backward. */
-typedef struct nb_top_impl {
+/* One op kind's row of ops.def (tape_ops.c holds the table nb_top_rows[NB_TOP_COUNT]). The CPU
+ * functions are the reference. On a CUDA tape every nb_tval data/grad pointer is a device
+ * address on t->dev; CUDA work is queued on nb_device_stream(t->dev) and nothing synchronises
+ * unless the host needs a value. */
+typedef nb_status (*nb_top_fwd_fn)(nb_tape *t, nb_top *op);
+typedef nb_status (*nb_top_bwd_fn)(nb_tape *t, const nb_top *op);
+typedef struct nb_top_row {
     const char *name;
-    nb_status (*cpu_forward)(nb_tape *t, nb_top *op);
-    nb_status (*cpu_backward)(nb_tape *t, const nb_top *op);
-} nb_top_impl;
+    int nin;
+    int shape;      /* enum nb_top_shape_rule */
+    nb_top_fwd_fn cpu_forward, cuda_forward;
+    nb_top_bwd_fn cpu_backward, cuda_backward;
+    unsigned flags; /* NB_TOPF_*: which storage dtypes the CUDA row handles */
+} nb_top_row;
+extern const nb_top_row nb_top_rows[NB_TOP_COUNT];
 
-/* CUDA column of the table (tape.c dispatches on the tape's device): a row per op kind, defined
- * in the tape_cuda_*.c file that implements it. NULL functions = no CUDA path (a clear error).
- * On a CUDA tape every nb_tval data/grad pointer is a device address on t->dev; work is queued
- * on nb_device_stream(t->dev) and nothing synchronises unless the host needs a value. */
-typedef struct nb_top_cuda_impl {
-    nb_status (*forward)(nb_tape *t, nb_top *op);
-    nb_status (*backward)(nb_tape *t, const nb_top *op);
-    unsigned flags; /* NB_TOPF_*: which storage dtypes the row handles */
-} nb_top_cuda_impl;
+/* The functions named in ops.def (defined in the file of each op's module). */
+#define NB_OP(id, name, nin, shape, cpu_fwd, cpu_bwd, cuda_fwd, cuda_bwd, flags)                 \
+    nb_status cpu_fwd(nb_tape *t, nb_top *op);                                                     \
+    nb_status cpu_bwd(nb_tape *t, const nb_top *op);                                               \
+    nb_status cuda_fwd(nb_tape *t, nb_top *op);                                                    \
+    nb_status cuda_bwd(nb_tape *t, const nb_top *op);
+#include "nn/tape/ops.def"
+#undef NB_OP
+/* The CUDA functions of an op without a CUDA path (NB_ERR_UNSUPPORTED naming the op). */
+nb_status nb_op_no_cuda_fwd(nb_tape *t, nb_top *op);
+nb_status nb_op_no_cuda_bwd(nb_tape *t, const nb_top *op);
 
 /* BF16 storage (CUDA tapes in NB_TAPE_BF16 precision; see nb_tape_bf16_storage):
  *   NB_TOPF_IN_BF16   the row's forward reads, and its backward writes the gradients of, BF16
@@ -222,28 +227,18 @@ void nb_tape_parallel(int64_t n, int64_t grain, void (*fn)(void *, int64_t, int6
 /* Shape helpers for error messages. */
 const char *nb_tape_shape_str(const nb_tval *v, char *buf, size_t cap);
 
-/* Implementation rows, one per source file. */
-extern const nb_top_impl nb_top_linear_impl, nb_top_silu_impl, nb_top_add_impl,
-    nb_top_add_channel_impl, nb_top_concat_impl, nb_top_upsample_impl, nb_top_avgpool_impl,
-    nb_top_mse_impl, nb_top_conv2d_impl, nb_top_group_norm_impl, nb_top_attention_impl,
-    nb_top_reshape_impl, nb_top_transpose_impl, nb_top_slice_impl, nb_top_group_norm_silu_impl,
-    nb_top_cast_impl, nb_top_qkv_attention_impl;
-
-/* CUDA rows (tape_cuda_basic.c, tape_cuda_conv.c, tape_cuda_attn.c). */
-extern const nb_top_cuda_impl nb_top_linear_cuda, nb_top_silu_cuda, nb_top_add_cuda,
-    nb_top_add_channel_cuda, nb_top_concat_cuda, nb_top_upsample_cuda, nb_top_avgpool_cuda,
-    nb_top_mse_cuda, nb_top_conv2d_cuda, nb_top_group_norm_cuda, nb_top_attention_cuda,
-    nb_top_reshape_cuda, nb_top_transpose_cuda, nb_top_slice_cuda, nb_top_group_norm_silu_cuda,
-    nb_top_cast_cuda, nb_top_qkv_attention_cuda;
 /* CUDA C source of tape_cuda_norm.c's kernels (tests; the kernel files under kernels/ are
  * compiled by tests/test_cuda_files.c). */
 const char *nb_tape_cuda_norm_source(void);
 /* 1 when the tape runs on a CUDA device. */
 int nb_tape_on_cuda(const nb_tape *t);
 
-/* Forward (backward = 0) or backward of one recorded op on the tape's device (tape.c). */
+/* Forward (backward = 0) or backward of one recorded op on the tape's device (tape_ops.c). */
 nb_status nb_tape_run_op(nb_tape *t, nb_top *op, int backward);
-/* The op kind's name ("conv2d", ...), or NULL for an unknown kind. */
+/* NB_ERR_INTERNAL unless op (about to be recorded; its out value created) has a known kind, its
+ * row's arity, valid inputs and an output that keeps the row's shape rule (tape_ops.c). */
+nb_status nb_tape_check_op(const nb_tape *t, const nb_top *op);
+/* The op kind's name ("conv2d", ...: ops.def), or NULL for an unknown kind. */
 const char *nb_tape_op_name(int kind);
 /* Profiler (tape_profile.c): nb_tape_run_op timed (CUDA events / a monotonic clock) and
  * aggregated per op kind; called by tape.c when t->prof_level is set. */

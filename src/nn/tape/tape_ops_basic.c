@@ -36,7 +36,7 @@ static void lin_fwd_rows(void *c_, int64_t n0, int64_t n1) {
         }
 }
 
-static nb_status linear_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_linear_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]);
     lin_ctx c = {x->data, w->data, op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL,
                  VAL(t, op->out)->data, x->shape[1], w->shape[0]};
@@ -44,7 +44,7 @@ static nb_status linear_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status linear_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_linear_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]);
     const float *dy = VAL(t, op->out)->grad;
     int64_t N = x->shape[0], F = x->shape[1], O = w->shape[0];
@@ -64,8 +64,6 @@ static nb_status linear_bwd(nb_tape *t, const nb_top *op) {
         }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_linear_impl = {"linear", linear_fwd, linear_bwd};
 
 nb_status nb_tape_linear(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *out) {
     nb_status s = nb_tape_check_args(t, out, "nb_tape_linear");
@@ -92,7 +90,7 @@ nb_status nb_tape_linear(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *o
 
 /* ---- SiLU ----------------------------------------------------------------------------------- */
 
-static nb_status silu_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_silu_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *y = VAL(t, op->out)->data;
     for (int64_t i = 0; i < x->count; i++) {
@@ -102,7 +100,7 @@ static nb_status silu_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status silu_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_silu_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     const float *dy = VAL(t, op->out)->grad;
     float *dx;
@@ -114,8 +112,6 @@ static nb_status silu_bwd(nb_tape *t, const nb_top *op) {
     }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_silu_impl = {"silu", silu_fwd, silu_bwd};
 
 static nb_status unary(nb_tape *t, int kind, nb_tvar x, nb_tvar *out, const char *fn) {
     nb_status s = nb_tape_check_args(t, out, fn);
@@ -136,14 +132,14 @@ nb_status nb_tape_silu(nb_tape *t, nb_tvar x, nb_tvar *out) {
 
 /* ---- add ------------------------------------------------------------------------------------ */
 
-static nb_status add_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_add_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *a = VAL(t, op->in[0]), *b = VAL(t, op->in[1]);
     float *y = VAL(t, op->out)->data;
     for (int64_t i = 0; i < a->count; i++) y[i] = a->data[i] + b->data[i];
     return NB_OK;
 }
 
-static nb_status add_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_add_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *o = VAL(t, op->out);
     for (int k = 0; k < 2; k++) {
         float *d;
@@ -154,8 +150,6 @@ static nb_status add_bwd(nb_tape *t, const nb_top *op) {
     }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_add_impl = {"add", add_fwd, add_bwd};
 
 static int same_shape(const nb_tval *a, const nb_tval *b) {
     if (a->ndim != b->ndim) return 0;
@@ -182,7 +176,7 @@ nb_status nb_tape_add(nb_tape *t, nb_tvar a, nb_tvar b, nb_tvar *out) {
 
 /* ---- per-channel add: x [N,C,H,W] + c [N,C] ------------------------------------------------- */
 
-static nb_status addc_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_add_channel_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *c = VAL(t, op->in[1]);
     float *y = VAL(t, op->out)->data;
     int64_t NC = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3];
@@ -191,7 +185,7 @@ static nb_status addc_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status addc_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_add_channel_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     const float *dy = VAL(t, op->out)->grad;
     int64_t NC = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3];
@@ -209,8 +203,6 @@ static nb_status addc_bwd(nb_tape *t, const nb_top *op) {
     }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_add_channel_impl = {"add_channel", addc_fwd, addc_bwd};
 
 nb_status nb_tape_add_channel(nb_tape *t, nb_tvar x, nb_tvar c, nb_tvar *out) {
     nb_status s = nb_tape_check_args(t, out, "nb_tape_add_channel");
@@ -231,7 +223,7 @@ nb_status nb_tape_add_channel(nb_tape *t, nb_tvar x, nb_tvar c, nb_tvar *out) {
 
 /* ---- channel concat: a [N,Ca,H,W], b [N,Cb,H,W] -> [N,Ca+Cb,H,W] ---------------------------- */
 
-static nb_status concat_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_concat_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *a = VAL(t, op->in[0]), *b = VAL(t, op->in[1]);
     float *y = VAL(t, op->out)->data;
     int64_t N = a->shape[0], sa = a->count / N, sb = b->count / N;
@@ -242,7 +234,7 @@ static nb_status concat_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status concat_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_concat_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *a = VAL(t, op->in[0]), *b = VAL(t, op->in[1]);
     const float *dy = VAL(t, op->out)->grad;
     int64_t N = a->shape[0], sa = a->count / N, sb = b->count / N;
@@ -258,8 +250,6 @@ static nb_status concat_bwd(nb_tape *t, const nb_top *op) {
     }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_concat_impl = {"concat", concat_fwd, concat_bwd};
 
 nb_status nb_tape_concat(nb_tape *t, nb_tvar a, nb_tvar b, nb_tvar *out) {
     nb_status s = nb_tape_check_args(t, out, "nb_tape_concat");
@@ -282,7 +272,7 @@ nb_status nb_tape_concat(nb_tape *t, nb_tvar a, nb_tvar b, nb_tvar *out) {
 
 /* ---- nearest upsample ×2 and average pool 2×2 ----------------------------------------------- */
 
-static nb_status up_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_upsample2x_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *y = VAL(t, op->out)->data;
     int64_t NC = x->shape[0] * x->shape[1], H = x->shape[2], W = x->shape[3];
@@ -293,7 +283,7 @@ static nb_status up_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status up_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_upsample2x_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     const float *dy = VAL(t, op->out)->grad;
     float *dx;
@@ -307,9 +297,7 @@ static nb_status up_bwd(nb_tape *t, const nb_top *op) {
     return NB_OK;
 }
 
-const nb_top_impl nb_top_upsample_impl = {"upsample2x", up_fwd, up_bwd};
-
-static nb_status pool_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_avgpool2x_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *y = VAL(t, op->out)->data;
     int64_t NC = x->shape[0] * x->shape[1], H = x->shape[2], W = x->shape[3];
@@ -323,7 +311,7 @@ static nb_status pool_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status pool_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_avgpool2x_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     const float *dy = VAL(t, op->out)->grad;
     float *dx;
@@ -339,8 +327,6 @@ static nb_status pool_bwd(nb_tape *t, const nb_top *op) {
             }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_avgpool_impl = {"avgpool2x", pool_fwd, pool_bwd};
 
 nb_status nb_tape_upsample2x(nb_tape *t, nb_tvar x, nb_tvar *out) {
     nb_status s = nb_tape_check_args(t, out, "nb_tape_upsample2x");
@@ -376,7 +362,7 @@ nb_status nb_tape_avgpool2x(nb_tape *t, nb_tvar x, nb_tvar *out) {
 
 /* ---- MSE: mean((p - q)^2) -> [1] ------------------------------------------------------------ */
 
-static nb_status mse_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_mse_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *p = VAL(t, op->in[0]), *q = VAL(t, op->in[1]);
     double acc = 0.0;
     for (int64_t i = 0; i < p->count; i++) {
@@ -387,7 +373,7 @@ static nb_status mse_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status mse_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_mse_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *p = VAL(t, op->in[0]), *q = VAL(t, op->in[1]);
     float g = VAL(t, op->out)->grad[0] * 2.0f / (float)p->count;
     float *dp, *dq;
@@ -401,8 +387,6 @@ static nb_status mse_bwd(nb_tape *t, const nb_top *op) {
     }
     return NB_OK;
 }
-
-const nb_top_impl nb_top_mse_impl = {"mse", mse_fwd, mse_bwd};
 
 nb_status nb_tape_mse(nb_tape *t, nb_tvar pred, nb_tvar target, nb_tvar *out) {
     nb_status s = nb_tape_check_args(t, out, "nb_tape_mse");

@@ -8,13 +8,13 @@
 
 /* ---- reshape -------------------------------------------------------------------------------- */
 
-static nb_status reshape_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_reshape_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     memcpy(VAL(t, op->out)->data, x->data, (size_t)x->count * sizeof(float));
     return NB_OK;
 }
 
-static nb_status reshape_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_reshape_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *o = VAL(t, op->out);
     float *dx;
     nb_status s = nb_tape_grad_buf(t, op->in[0], &dx);
@@ -22,8 +22,6 @@ static nb_status reshape_bwd(nb_tape *t, const nb_top *op) {
     for (int64_t i = 0; i < o->count; i++) dx[i] += o->grad[i];
     return NB_OK;
 }
-
-const nb_top_impl nb_top_reshape_impl = {"reshape", reshape_fwd, reshape_bwd};
 
 nb_status nb_tape_reshape(nb_tape *t, nb_tvar x, int ndim, const int64_t *shape, nb_tvar *out) {
     if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_reshape: tape or out is NULL");
@@ -52,7 +50,7 @@ static void tr_dims(const nb_tval *x, int64_t *B, int64_t *R, int64_t *C) {
     *B = x->count / (*R * *C);
 }
 
-static nb_status transpose_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_transpose_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *y = VAL(t, op->out)->data;
     int64_t B, R, C;
@@ -63,7 +61,7 @@ static nb_status transpose_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status transpose_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_transpose_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]);
     const float *dy = VAL(t, op->out)->grad;
     float *dx;
@@ -76,8 +74,6 @@ static nb_status transpose_bwd(nb_tape *t, const nb_top *op) {
             for (int64_t j = 0; j < C; j++) dx[(b * R + i) * C + j] += dy[(b * C + j) * R + i];
     return NB_OK;
 }
-
-const nb_top_impl nb_top_transpose_impl = {"transpose", transpose_fwd, transpose_bwd};
 
 nb_status nb_tape_transpose(nb_tape *t, nb_tvar x, nb_tvar *out) {
     if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_transpose: tape or out is NULL");
@@ -102,7 +98,7 @@ nb_status nb_tape_transpose(nb_tape *t, nb_tvar x, nb_tvar *out) {
 
 /* ---- channel slice: ip[0] = c0 ---------------------------------------------------------------- */
 
-static nb_status slice_fwd(nb_tape *t, nb_top *op) {
+nb_status nb_op_slice_channels_cpu_fwd(nb_tape *t, nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
     int64_t N = x->shape[0], S = x->count / (N * x->shape[1]);
     int64_t sx = x->count / N, so = o->count / N;
@@ -111,7 +107,7 @@ static nb_status slice_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-static nb_status slice_bwd(nb_tape *t, const nb_top *op) {
+nb_status nb_op_slice_channels_cpu_bwd(nb_tape *t, const nb_top *op) {
     const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
     float *dx;
     nb_status s = nb_tape_grad_buf(t, op->in[0], &dx);
@@ -122,8 +118,6 @@ static nb_status slice_bwd(nb_tape *t, const nb_top *op) {
         for (int64_t i = 0; i < so; i++) dx[n * sx + op->ip[0] * S + i] += o->grad[n * so + i];
     return NB_OK;
 }
-
-const nb_top_impl nb_top_slice_impl = {"slice_channels", slice_fwd, slice_bwd};
 
 nb_status nb_tape_slice_channels(nb_tape *t, nb_tvar x, int64_t c0, int64_t count, nb_tvar *out) {
     if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_slice_channels: tape or out is NULL");

@@ -1,0 +1,431 @@
+/* Table-driven test of every op of the tape's op table (src/nn/tape/ops.def), in the manner of
+ * ggml's test-backend-ops. A per-op case list gives input and parameter shapes and attributes;
+ * test_every_op_has_a_case fails for a row of ops.def without a case, so a new op cannot skip it.
+ * Each case builds its op through the public nb_tape_* API (plus nb_tape_cast for the cast op)
+ * and checks:
+ *   - the op of the case's kind was recorded, with its row's shape rule;
+ *   - CPU: the gradient of every input and parameter against central finite differences of the
+ *     loss L = mse(y, T) (T a fixed random target: dL/dy = 2 (y - T) / n, a random projection
+ *     of the output) or L = y for a scalar op;
+ *   - CUDA (skips without a GPU; NB_REQUIRE_CUDA=1 makes that a failure): forward and every
+ *     gradient against the CPU tape, in FP32 precision and in BF16 (bf16 storage; inputs cast to
+ *     bf16 first where the row reads bf16, the CPU reference fed the same rounded values).
+ *
+ * Tolerances (f32 finite differences): h = 1e-2 on O(1) inputs. L is O(1) and rounds at ~1e-7,
+ * so the difference quotient's noise is ~1e-5 of L, and the truncation error h^2/6 f''' is
+ * ~2e-5 relative for these smooth ops (measured: <= 1.3e-5 absolute, <= 1e-4 of max|g|); the
+ * check is max|fd - g| <= 1e-3 max|g| + 1e-6 per tensor (a wrong factor, a missed term or a
+ * dropped accumulation is off by >= 10%). The cast case's forward rounds to bf16: its inputs
+ * and h lie on the 1/64 grid that bf16 holds exactly over [-2, 2], so the quotient is exact up
+ * to rounding of L; its analytic gradient passes through a bf16 gradient of y (relative
+ * rounding 2^-9), hence 1e-2 there (measured 2e-3). */
+#include "nb_test.h"
+#include "nabla/device.h"
+#include "nabla/nn_tape.h"
+#include "nn/tape/tape_internal.h"
+
+#define MAXT 3 /* inputs / parameters per case */
+
+typedef struct op_case {
+    int kind;          /* NB_TOP_* exercised */
+    const char *label;
+    int nin;           /* activation inputs (all need gradients) */
+    int nd[MAXT];
+    int64_t in[MAXT][4];
+    int npar;          /* parameters, in the builder's order */
+    int pnd[MAXT];
+    int64_t par[MAXT][4];
+    int a, b;          /* attributes: groups, heads, stride / pad, slice start / count, ... */
+    int grid;          /* inputs and h on the 1/64 grid (the cast's rounding forward) */
+} op_case;
+
+static const op_case cases[] = {
+    {NB_TOP_LINEAR, "linear", 1, {2}, {{3, 5}}, 2, {2, 1}, {{4, 5}, {4}}, 0, 0, 0},
+    {NB_TOP_LINEAR, "linear no bias", 1, {2}, {{2, 6}}, 1, {2}, {{3, 6}}, 0, 0, 0},
+    {NB_TOP_CONV2D, "conv2d 3x3 s1 p1", 1, {4}, {{2, 3, 5, 5}}, 2, {4, 1}, {{4, 3, 3, 3}, {4}}, 1, 1, 0},
+    {NB_TOP_CONV2D, "conv2d 3x3 s2 p1", 1, {4}, {{1, 2, 6, 5}}, 2, {4, 1}, {{3, 2, 3, 3}, {3}}, 2, 1, 0},
+    {NB_TOP_CONV2D, "conv2d 1x1 no bias", 1, {4}, {{2, 3, 3, 4}}, 1, {4}, {{2, 3, 1, 1}}, 1, 0, 0},
+    {NB_TOP_GROUP_NORM, "group_norm", 1, {4}, {{2, 4, 3, 3}}, 2, {1, 1}, {{4}, {4}}, 2, 0, 0},
+    {NB_TOP_GROUP_NORM, "group_norm no affine", 1, {3}, {{2, 6, 4}}, 0, {0}, {{0}}, 3, 0, 0},
+    {NB_TOP_GROUP_NORM_SILU, "group_norm_silu", 1, {4}, {{2, 4, 3, 3}}, 2, {1, 1}, {{4}, {4}}, 2, 0, 0},
+    {NB_TOP_SILU, "silu", 1, {3}, {{2, 3, 7}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_ADD, "add", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_ADD_CHANNEL, "add_channel", 2, {4, 2}, {{2, 3, 4, 4}, {2, 3}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_CONCAT, "concat", 2, {4, 4}, {{2, 3, 4, 3}, {2, 2, 4, 3}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_UPSAMPLE2X, "upsample2x", 1, {4}, {{2, 3, 3, 4}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_AVGPOOL2X, "avgpool2x", 1, {4}, {{2, 3, 4, 6}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_MSE, "mse", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_ATTENTION, "attention", 3, {4, 4, 4}, {{1, 2, 3, 8}, {1, 2, 5, 8}, {1, 2, 5, 8}}, 0,
+     {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_RESHAPE, "reshape", 1, {3}, {{2, 3, 4}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_TRANSPOSE, "transpose", 1, {3}, {{2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_SLICE_CHANNELS, "slice_channels", 1, {4}, {{2, 5, 3, 3}}, 0, {0}, {{0}}, 1, 3, 0},
+    {NB_TOP_CAST, "cast f32->bf16", 1, {3}, {{2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 1},
+    {NB_TOP_QKV_ATTENTION, "qkv_attention 3-D", 1, {3}, {{1, 24, 5}}, 0, {0}, {{0}}, 2, 0, 0},
+    {NB_TOP_QKV_ATTENTION, "qkv_attention 4-D", 1, {4}, {{2, 12, 2, 3}}, 0, {0}, {{0}}, 1, 0, 0},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+static int64_t numel(int nd, const int64_t *s) {
+    int64_t c = 1;
+    for (int i = 0; i < nd; i++) c *= s[i];
+    return c;
+}
+
+/* Builds the case's op on t from inputs in[] and parameters p[]. */
+static nb_status build(nb_tape *t, const op_case *c, const nb_tvar *in, const nb_tvar *p,
+                       nb_tvar *y) {
+    nb_tvar p0 = c->npar > 0 ? p[0] : NB_TVAR_NONE, p1 = c->npar > 1 ? p[1] : NB_TVAR_NONE;
+    switch (c->kind) {
+    case NB_TOP_LINEAR: return nb_tape_linear(t, in[0], p0, p1, y);
+    case NB_TOP_CONV2D: return nb_tape_conv2d(t, in[0], p0, p1, c->a, c->b, y);
+    case NB_TOP_GROUP_NORM: return nb_tape_group_norm(t, in[0], c->a, p0, p1, 1e-5f, y);
+    case NB_TOP_GROUP_NORM_SILU: return nb_tape_group_norm_silu(t, in[0], c->a, p0, p1, 1e-5f, y);
+    case NB_TOP_SILU: return nb_tape_silu(t, in[0], y);
+    case NB_TOP_ADD: return nb_tape_add(t, in[0], in[1], y);
+    case NB_TOP_ADD_CHANNEL: return nb_tape_add_channel(t, in[0], in[1], y);
+    case NB_TOP_CONCAT: return nb_tape_concat(t, in[0], in[1], y);
+    case NB_TOP_UPSAMPLE2X: return nb_tape_upsample2x(t, in[0], y);
+    case NB_TOP_AVGPOOL2X: return nb_tape_avgpool2x(t, in[0], y);
+    case NB_TOP_MSE: return nb_tape_mse(t, in[0], in[1], y);
+    case NB_TOP_ATTENTION: return nb_tape_attention(t, in[0], in[1], in[2], y);
+    case NB_TOP_RESHAPE: {
+        const int64_t *s = c->in[0];
+        return nb_tape_reshape(t, in[0], 2, (int64_t[]){s[0] * s[1], s[2]}, y);
+    }
+    case NB_TOP_TRANSPOSE: return nb_tape_transpose(t, in[0], y);
+    case NB_TOP_SLICE_CHANNELS: return nb_tape_slice_channels(t, in[0], c->a, c->b, y);
+    case NB_TOP_CAST: return nb_tape_cast(t, in[0], NB_BF16, y);
+    case NB_TOP_QKV_ATTENTION: return nb_tape_qkv_attention(t, in[0], c->a, y);
+    default: return nb_error(NB_ERR_INTERNAL, "test_ops: no builder for op kind %d", c->kind);
+    }
+}
+
+/* Host data of one case: inputs, parameters, the loss target. */
+typedef struct case_data {
+    float *in[MAXT];
+    int64_t nin_el[MAXT];
+    float *par; /* all parameters, in the tape's parameter-buffer order */
+    int64_t npar_el;
+    float *tgt; /* [numel(y)] */
+    int64_t ny;
+} case_data;
+
+/* What one run of a case gives back. */
+typedef struct case_out {
+    double loss;
+    float *y;          /* [ny] */
+    float *gin[MAXT];  /* input gradients */
+    float *gpar;       /* parameter gradients */
+} case_out;
+
+static void free_out(case_out *o) {
+    free(o->y);
+    for (int i = 0; i < MAXT; i++) free(o->gin[i]);
+    free(o->gpar);
+    memset(o, 0, sizeof *o);
+}
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform [-1, 1) */
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float rnd(int grid) { return grid ? roundf(frand() * 64.0f) / 64.0f : frand(); }
+
+/* One run of case c on dev (NULL: CPU) in precision prec: bf16_in casts every input to bf16
+ * before the op (the bf16 storage path of rows that read bf16; the CPU reference rounds the
+ * same way). want_grad: also the backward and every gradient. d->tgt / d->ny are filled on the
+ * first call (ny = 0). */
+static nb_status run_case(const op_case *c, case_data *d, nb_device *dev, int prec, int bf16_in,
+                          int want_grad, case_out *o) {
+    memset(o, 0, sizeof *o);
+    nb_tape *t = NULL;
+    nb_status s = dev ? nb_tape_create_on(dev, &t) : nb_tape_create(&t);
+    if (s) return s;
+    nb_tvar p[MAXT], in[MAXT], x[MAXT], y = NB_TVAR_NONE, loss = NB_TVAR_NONE;
+    char name[16];
+    for (int i = 0; i < c->npar && !s; i++) {
+        snprintf(name, sizeof name, "p%d", i);
+        s = nb_tape_param(t, name, c->pnd[i], c->par[i], &p[i]);
+    }
+    if (!s) s = nb_tape_set_precision(t, (nb_tape_precision)prec);
+    if (!s && c->npar) s = nb_tape_write_params(t, d->par, d->npar_el);
+    for (int i = 0; i < c->nin && !s; i++) {
+        s = nb_tape_input(t, c->nd[i], c->in[i], d->in[i], 1, &in[i]);
+        x[i] = in[i];
+        if (!s && bf16_in) s = nb_tape_cast(t, in[i], NB_BF16, &x[i]);
+    }
+    if (!s) s = build(t, c, x, p, &y);
+    /* the recorded op: the case's kind, its row's shape rule */
+    if (!s) {
+        const nb_top *op = &t->ops[t->n_ops - 1];
+        const nb_tval *yv = &t->vals[y];
+        if (op->kind != c->kind || op->out != y)
+            s = nb_error(NB_ERR_INTERNAL, "%s: the last op recorded is '%s', not '%s'", c->label,
+                         nb_tape_op_name(op->kind), nb_tape_op_name(c->kind));
+        else if (nb_top_rows[c->kind].shape == NB_OPSHAPE_SCALAR && yv->count != 1)
+            s = nb_error(NB_ERR_INTERNAL, "%s: a scalar op with %lld outputs", c->label,
+                         (long long)yv->count);
+        else if (nb_top_rows[c->kind].shape == NB_OPSHAPE_LIKE_IN0 &&
+                 (yv->ndim != c->nd[0] || memcmp(yv->shape, c->in[0], sizeof(int64_t) * c->nd[0])))
+            s = nb_error(NB_ERR_INTERNAL, "%s: output shape is not in[0]'s", c->label);
+    }
+    int64_t ny = 0;
+    if (!s) s = nb_tape_shape(t, y, NULL, NULL);
+    if (!s) ny = t->vals[y].count;
+    if (!s && !d->ny) {
+        d->ny = ny;
+        d->tgt = malloc(sizeof(float) * (size_t)ny);
+        for (int64_t i = 0; i < ny; i++) d->tgt[i] = frand();
+    }
+    if (!s && nb_top_rows[c->kind].shape == NB_OPSHAPE_SCALAR) {
+        loss = y;
+    } else if (!s) {
+        nb_tvar tv;
+        int ndy = 0;
+        int64_t sh[4];
+        s = nb_tape_shape(t, y, &ndy, sh);
+        if (!s) s = nb_tape_input(t, ndy, sh, d->tgt, 0, &tv);
+        if (!s) s = nb_tape_mse(t, y, tv, &loss);
+    }
+    float l = 0;
+    if (!s) s = nb_tape_read(t, loss, &l, 1);
+    o->loss = l;
+    if (!s) {
+        o->y = malloc(sizeof(float) * (size_t)ny);
+        s = nb_tape_read(t, y, o->y, ny);
+    }
+    if (!s && want_grad) {
+        s = nb_tape_backward(t, loss);
+        for (int i = 0; i < c->nin && !s; i++) {
+            o->gin[i] = malloc(sizeof(float) * (size_t)d->nin_el[i]);
+            s = nb_tape_read_grad(t, in[i], o->gin[i], d->nin_el[i]);
+        }
+        if (!s && c->npar) {
+            o->gpar = malloc(sizeof(float) * (size_t)d->npar_el);
+            s = nb_tape_read_grads(t, o->gpar, d->npar_el);
+        }
+    }
+    nb_tape_free(t);
+    if (s) free_out(o);
+    return s;
+}
+
+static void case_data_init(const op_case *c, case_data *d) {
+    memset(d, 0, sizeof *d);
+    for (int i = 0; i < c->nin; i++) {
+        d->nin_el[i] = numel(c->nd[i], c->in[i]);
+        d->in[i] = malloc(sizeof(float) * (size_t)d->nin_el[i]);
+        for (int64_t k = 0; k < d->nin_el[i]; k++) d->in[i][k] = rnd(c->grid);
+    }
+    for (int i = 0; i < c->npar; i++) d->npar_el += numel(c->pnd[i], c->par[i]);
+    d->par = malloc(sizeof(float) * (size_t)(d->npar_el ? d->npar_el : 1));
+    for (int64_t k = 0; k < d->npar_el; k++) d->par[k] = rnd(c->grid);
+}
+
+static void case_data_free(case_data *d) {
+    for (int i = 0; i < MAXT; i++) free(d->in[i]);
+    free(d->par);
+    free(d->tgt);
+}
+
+static double max_abs(const float *a, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i]));
+    return m;
+}
+
+/* max|a - b| <= rtol max|b| + atol, else a message naming the worst element. */
+static int close_enough(const char *label, const char *what, const float *a, const float *b,
+                        int64_t n, double rtol, double atol) {
+    double ref = max_abs(b, n), worst = 0;
+    int64_t wi = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (e > worst || e != e) worst = e, wi = i;
+    }
+    if (worst <= rtol * ref + atol) return 1;
+    fprintf(stderr, "  %s: %s: max error %.3g at [%lld] (%.6g vs %.6g; max |ref| %.3g)\n", label,
+            what, worst, (long long)wi, a[wi], b[wi], ref);
+    return 0;
+}
+
+/* Central differences of the loss over every element of buf (an input or the parameters). */
+static int check_fd(const op_case *c, case_data *d, float *buf, int64_t n, const float *g,
+                    const char *what) {
+    if (!n) return 1;
+    const float h = c->grid ? 1.0f / 64.0f : 1e-2f;
+    float *fd = malloc(sizeof(float) * (size_t)n);
+    int ok = 1;
+    for (int64_t k = 0; k < n && ok; k++) {
+        float x0 = buf[k];
+        case_out lo, hi;
+        buf[k] = x0 + h;
+        nb_status s = run_case(c, d, NULL, NB_TAPE_FP32, 0, 0, &hi);
+        buf[k] = x0 - h;
+        if (!s) s = run_case(c, d, NULL, NB_TAPE_FP32, 0, 0, &lo);
+        buf[k] = x0;
+        if (s) {
+            fprintf(stderr, "  %s: %s: %s\n", c->label, what, nb_last_error());
+            ok = 0;
+            break;
+        }
+        fd[k] = (float)((hi.loss - lo.loss) / (2.0 * (double)h));
+        free_out(&lo);
+        free_out(&hi);
+    }
+    /* a gradient that is zero everywhere would make the comparison vacuous */
+    if (ok && max_abs(g, n) < 1e-6) {
+        fprintf(stderr, "  %s: %s: analytic gradient is all zero\n", c->label, what);
+        ok = 0;
+    }
+    if (ok) ok = close_enough(c->label, what, g, fd, n, c->grid ? 1e-2 : 1e-3, 1e-6);
+    free(fd);
+    return ok;
+}
+
+/* ---- tests ----------------------------------------------------------------------------------- */
+
+/* Every row of ops.def has a case, every case names a row, and the names are unique. */
+static void test_every_op_has_a_case(void) {
+    int seen[NB_TOP_COUNT] = {0};
+    for (int i = 0; i < NCASES; i++) {
+        NB_EXPECT(cases[i].kind >= 0 && cases[i].kind < NB_TOP_COUNT);
+        if (cases[i].kind >= 0 && cases[i].kind < NB_TOP_COUNT) seen[cases[i].kind]++;
+    }
+    int k = 0;
+#define NB_OP(id, nm, ni, shape, cpu_fwd, cpu_bwd, cuda_fwd, cuda_bwd, flags)                   \
+    if (!seen[NB_TOP_##id]) {                                                                      \
+        fprintf(stderr, "  ops.def row %s (\"%s\") has no case in tests/test_ops.c\n", #id, nm);   \
+        nb_test_failures_++;                                                                       \
+    }                                                                                              \
+    NB_EXPECT(NB_TOP_##id == k++);                                                                 \
+    NB_EXPECT(!strcmp(nb_tape_op_name(NB_TOP_##id), nm));                                          \
+    NB_EXPECT(nb_top_rows[NB_TOP_##id].nin == ni && ni <= NB_TOP_MAX_IN);
+#include "nn/tape/ops.def"
+#undef NB_OP
+    NB_EXPECT(k == NB_TOP_COUNT);
+    for (int a = 0; a < NB_TOP_COUNT; a++)
+        for (int b = a + 1; b < NB_TOP_COUNT; b++)
+            NB_EXPECT(strcmp(nb_tape_op_name(a), nb_tape_op_name(b)) != 0);
+    NB_EXPECT(nb_tape_op_name(-1) == NULL && nb_tape_op_name(NB_TOP_COUNT) == NULL);
+}
+
+/* CPU forward + backward of every case; every gradient against central differences. */
+static void test_cpu_gradients_vs_finite_differences(void) {
+    for (int i = 0; i < NCASES; i++) {
+        const op_case *c = &cases[i];
+        case_data d;
+        case_data_init(c, &d);
+        case_out o;
+        nb_status s = run_case(c, &d, NULL, NB_TAPE_FP32, 0, 1, &o);
+        if (s) {
+            fprintf(stderr, "  %s: %s\n", c->label, nb_last_error());
+            nb_test_failures_++;
+            case_data_free(&d);
+            continue;
+        }
+        int ok = 1;
+        char what[32];
+        for (int k = 0; k < c->nin; k++) {
+            snprintf(what, sizeof what, "input %d", k);
+            ok &= check_fd(c, &d, d.in[k], d.nin_el[k], o.gin[k], what);
+        }
+        if (c->npar) ok &= check_fd(c, &d, d.par, d.npar_el, o.gpar, "parameters");
+        if (!ok) nb_test_failures_++;
+        free_out(&o);
+        case_data_free(&d);
+    }
+}
+
+/* A recorded op that breaks its row's arity or shape rule is refused (nb_tape_check_op). */
+static void test_record_checks_the_row(void) {
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    nb_tvar a, y;
+    NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){2, 3}, x, 1, &a));
+    nb_top op = {.kind = NB_TOP_SILU, .nin = 2, .in = {a, a, NB_TVAR_NONE}};
+    NB_REQUIRE_OK(nb_tape_op_out(t, &op, 2, (int64_t[]){2, 3}));
+    NB_EXPECT_ERR(nb_tape_record(t, &op), NB_ERR_INTERNAL, "ops.def says 1");
+    op.nin = 1;
+    NB_REQUIRE_OK(nb_tape_op_out(t, &op, 2, (int64_t[]){3, 2}));
+    NB_EXPECT_ERR(nb_tape_record(t, &op), NB_ERR_INTERNAL, "shape rule");
+    op.kind = NB_TOP_COUNT;
+    NB_EXPECT_ERR(nb_tape_record(t, &op), NB_ERR_INTERNAL, "unknown op kind");
+    NB_REQUIRE_OK(nb_tape_silu(t, a, &y)); /* the tape still works */
+    NB_EXPECT(t->n_ops == 1);
+    nb_tape_free(t);
+}
+
+/* The profiler labels its rows with the table's names. */
+static void test_profiler_labels_from_table(void) {
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    NB_REQUIRE_OK(nb_tape_set_profiling(t, 1));
+    float x[6] = {1, -2, 3, -4, 5, -6};
+    nb_tvar a, y, l;
+    NB_REQUIRE_OK(nb_tape_input(t, 1, (int64_t[]){6}, x, 1, &a));
+    NB_REQUIRE_OK(nb_tape_silu(t, a, &y));
+    NB_REQUIRE_OK(nb_tape_mse(t, y, a, &l));
+    NB_REQUIRE_OK(nb_tape_backward(t, l));
+    nb_tape_profile_row rows[8];
+    int n = 0;
+    NB_REQUIRE_OK(nb_tape_profile_rows(t, rows, 8, &n, NULL));
+    int silu = 0, mse = 0;
+    for (int i = 0; i < n && i < 8; i++) {
+        silu += !strcmp(rows[i].name, nb_tape_op_name(NB_TOP_SILU));
+        mse += !strcmp(rows[i].name, nb_tape_op_name(NB_TOP_MSE));
+    }
+    NB_EXPECT(n == 2 && silu == 1 && mse == 1);
+    nb_tape_free(t);
+}
+
+/* CUDA forward and gradients of every case against the CPU tape, FP32 and BF16. */
+static void test_cuda_vs_cpu(void) {
+    nb_device *dev = NULL;
+    if (nb_device_open("cuda", &dev) != NB_OK) NB_SKIP("no CUDA device");
+    for (int i = 0; i < NCASES; i++) {
+        const op_case *c = &cases[i];
+        for (int bf = 0; bf < 2; bf++) {
+            /* bf16: storage in bf16; the inputs cast to bf16 where the row reads bf16 (the cast
+             * op itself does that conversion) */
+            int bf16_in = bf && c->kind != NB_TOP_CAST && (nb_top_rows[c->kind].flags & NB_TOPF_IN_BF16);
+            int prec = bf ? NB_TAPE_BF16 : NB_TAPE_FP32;
+            /* f32: order of sums only; bf16: 8-bit mantissas in storage and GEMM inputs */
+            double rtol = bf ? 4e-2 : 1e-4, atol = bf ? 1e-3 : 1e-6;
+            case_data d;
+            case_data_init(c, &d);
+            case_out ref, got;
+            nb_status s = run_case(c, &d, NULL, NB_TAPE_FP32, bf16_in, 1, &ref);
+            if (!s) s = run_case(c, &d, dev, prec, bf16_in, 1, &got);
+            else memset(&got, 0, sizeof got);
+            char label[96], what[32];
+            snprintf(label, sizeof label, "%s (CUDA %s)", c->label, bf ? "bf16" : "fp32");
+            if (s) {
+                fprintf(stderr, "  %s: %s\n", label, nb_last_error());
+                nb_test_failures_++;
+            } else {
+                int ok = close_enough(label, "forward", got.y, ref.y, d.ny, rtol, atol);
+                for (int k = 0; k < c->nin; k++) {
+                    snprintf(what, sizeof what, "input %d gradient", k);
+                    ok &= close_enough(label, what, got.gin[k], ref.gin[k], d.nin_el[k], rtol, atol);
+                }
+                if (c->npar)
+                    ok &= close_enough(label, "parameter gradients", got.gpar, ref.gpar, d.npar_el,
+                                       rtol, atol);
+                if (!ok) nb_test_failures_++;
+            }
+            free_out(&ref);
+            free_out(&got);
+            case_data_free(&d);
+        }
+    }
+    nb_device_close(dev);
+}
+
+int main(int argc, char **argv) {
+    NB_TEST_MAIN(argc, argv, test_every_op_has_a_case, test_cpu_gradients_vs_finite_differences,
+                 test_record_checks_the_row, test_profiler_labels_from_table, test_cuda_vs_cpu);
+}
