@@ -4,7 +4,9 @@
  *                                  tape_cuda_basic.c), timed by the tape profiler per step;
  *   cast f32 -> bf16 / bf16 -> f32 vs nb_convert (the CPU cast row's conversion) / the CUDA
  *                                  tape's cast row (nb_tape_cast);
- *   AdamW step over 4.2M params    vs nb_adam_step;
+ *   AdamW step over 4.2M params    vs nb_adam_step (on the CPU nb_adam_step now runs the .nb op
+ *                                  itself: the row then shows only its wrapper's cost; the
+ *                                  hand-written loop's numbers are in docs/PERF.md);
  *   mul                            (no hand-written row: the .nb time alone).
  * Prints per row the median ms over the iterations (after 2 warm-up runs), GB/s from the bytes
  * each op must move (stated per row), and .nb / hand-written. The issue-16 rule: an op moves to
@@ -218,6 +220,7 @@ static void bench(const char *devname, int iters) {
             printf("%-16s %5d %10.3f %8.1f %10s %8s %8s\n", row_name[r], row_bytes[r], a, gb / a, "-", "-", "-");
         }
     }
+    if (!cuda) printf("(adamw: on the CPU nb_adam_step runs this .nb op too, per segment)\n");
     nb_device_close(dev);
 }
 

@@ -231,37 +231,63 @@ static void test_cast_cpu(void) {
     nb_device_close(dev);
 }
 
-/* nb_nbops_adamw against nb_adam_step: T steps, Adam (L2) and AdamW. */
+/* The hand-written CPU Adam/AdamW loop that nb_adam_step ran before it moved to the .nb op (the
+ * same float arithmetic, in the same order): nb_nbops_adamw must match it bit for bit. */
+static void adam_ref_f32(float *p, float *g, float *m, float *v, int n, const nb_adam_config *c, int t) {
+    double bc1 = 1.0 - pow((double)c->beta1, (double)t), bc2 = 1.0 - pow((double)c->beta2, (double)t);
+    float lr_bc1 = (float)((double)c->lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    float l2 = c->decoupled ? 0.0f : c->weight_decay, lr_wd = c->decoupled ? c->lr * c->weight_decay : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float pi = p[i], gi = g[i] + l2 * pi;
+        float mi = c->beta1 * m[i] + (1.0f - c->beta1) * gi;
+        float vi = c->beta2 * v[i] + (1.0f - c->beta2) * gi * gi;
+        m[i] = mi, v[i] = vi;
+        pi -= lr_wd * pi;
+        pi -= lr_bc1 * mi / (sqrtf(vi) * inv_sqrt_bc2 + c->eps);
+        p[i] = pi, g[i] = 0.0f;
+    }
+}
+
+/* nb_nbops_adamw against that loop and against nb_adam_step (which runs it on the CPU, through
+ * two segments here): T steps, Adam (L2) and AdamW. */
 static void run_adam(int decoupled) {
     nb_device *dev;
     NB_REQUIRE_OK(nb_device_open("cpu", &dev));
     nb_nbops *o;
     NB_REQUIRE_OK(nb_nbops_create(dev, &o));
-    enum { P = 3000, T = 4 };
-    int64_t n = P;
+    enum { P = 3000, P1 = 1234, T = 4 };
+    int64_t n = P, n1 = P1, n2 = P - P1;
     nb_adam_config c = nb_adam_config_default();
     c.lr = 0.02f, c.beta2 = 0.99f, c.weight_decay = 0.05f, c.decoupled = decoupled;
     nb_adam *opt;
     NB_REQUIRE_OK(nb_adam_create(dev, P, &c, &opt));
-    float *p0 = rnd(P, 8, 1.0f), ref[P], got[P], gz[P];
-    nb_tensor *p1 = mk(dev, 1, &n, p0), *p2 = mk(dev, 1, &n, p0), *g1 = mk(dev, 1, &n, NULL);
-    nb_tensor *g2 = mk(dev, 1, &n, NULL), *m = mk(dev, 1, &n, NULL), *v = mk(dev, 1, &n, NULL);
+    static float ref[P], rm[P], rv[P], got[P], gz[P], via[P];
+    float *p0 = rnd(P, 8, 1.0f);
+    memcpy(ref, p0, sizeof ref), memset(rm, 0, sizeof rm), memset(rv, 0, sizeof rv);
+    nb_tensor *p2 = mk(dev, 1, &n, p0), *g2 = mk(dev, 1, &n, NULL), *m = mk(dev, 1, &n, NULL);
+    nb_tensor *v = mk(dev, 1, &n, NULL), *pa = mk(dev, 1, &n1, p0), *pb = mk(dev, 1, &n2, p0 + P1);
+    nb_tensor *ga = mk(dev, 1, &n1, NULL), *gb = mk(dev, 1, &n2, NULL);
     for (int t = 1; t <= T; t++) {
         float *g = rnd(P, 100 + t, 0.3f);
-        NB_REQUIRE_OK(nb_tensor_from_host_into(g1, g, P * 4));
         NB_REQUIRE_OK(nb_tensor_from_host_into(g2, g, P * 4));
-        NB_REQUIRE_OK(nb_adam_step(opt, p1, g1, 1));
+        NB_REQUIRE_OK(nb_tensor_from_host_into(ga, g, P1 * 4));
+        NB_REQUIRE_OK(nb_tensor_from_host_into(gb, g + P1, (P - P1) * 4));
         NB_EXPECT_OK(nb_nbops_adamw(o, &c, t, p2, g2, m, v, 1));
+        NB_EXPECT_OK(nb_adam_step_multi(opt, 2, (nb_tensor *[]){pa, pb}, (nb_tensor *[]){ga, gb}, 1));
+        adam_ref_f32(ref, g, rm, rv, P, &c, t);
         free(g);
     }
-    get(p1, ref), get(p2, got), get(g2, gz);
+    get(p2, got), get(g2, gz), get(pa, via), get(pb, via + P1);
     expect_close("adam params", got, ref, P, 0.0);
+    expect_close("nb_adam_step params", via, ref, P, 0.0);
+    get(m, got);
+    expect_close("adam m", got, rm, P, 0.0);
     int nz = 0;
     for (int i = 0; i < P; i++) nz += gz[i] != 0.0f;
     NB_EXPECT(nz == 0);
     free(p0);
-    nb_tensor_free(p1), nb_tensor_free(p2), nb_tensor_free(g1), nb_tensor_free(g2), nb_tensor_free(m);
-    nb_tensor_free(v);
+    nb_tensor *all[] = {p2, g2, m, v, pa, pb, ga, gb};
+    for (int i = 0; i < 8; i++) nb_tensor_free(all[i]);
     nb_adam_destroy(opt);
     nb_nbops_destroy(o);
     nb_device_close(dev);
