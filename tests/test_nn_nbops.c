@@ -282,6 +282,14 @@ static void run_adam(int decoupled) {
     expect_close("nb_adam_step params", via, ref, P, 0.0);
     get(m, got);
     expect_close("adam m", got, rm, P, 0.0);
+    /* one more step of nb_adam_step over one segment (a new layout of m and v's views) */
+    float *g = rnd(P, 200, 0.3f);
+    nb_tensor *pc = mk(dev, 1, &n, via), *gc = mk(dev, 1, &n, g);
+    NB_EXPECT_OK(nb_adam_step(opt, pc, gc, 1));
+    adam_ref_f32(ref, g, rm, rv, P, &c, T + 1);
+    get(pc, via);
+    expect_close("nb_adam_step, new segments", via, ref, P, 0.0);
+    nb_tensor_free(pc), nb_tensor_free(gc), free(g);
     int nz = 0;
     for (int i = 0; i < P; i++) nz += gz[i] != 0.0f;
     NB_EXPECT(nz == 0);

@@ -22,6 +22,10 @@ struct nb_adam {
     nb_tensor *m, *v; /* f32[n] */
     nb_jit_kernel *k;
     nb_nbops *ops;    /* CPU: the .nb ops (nn_adamw), loaded on the first step */
+    /* CPU: views of m and v per segment, kept while the segments' ranges stay the same, so a
+     * steady-state step allocates nothing */
+    nb_tensor *mseg[NB_ADAM_MAX_SEGMENTS], *vseg[NB_ADAM_MAX_SEGMENTS];
+    int64_t seg0[NB_ADAM_MAX_SEGMENTS], seg1[NB_ADAM_MAX_SEGMENTS];
 };
 
 /* The kernel's argument block; the CUDA struct below has the same layout. */
@@ -82,6 +86,7 @@ nb_status nb_adam_create(nb_device *dev, int64_t n_params, const nb_adam_config 
 
 void nb_adam_destroy(nb_adam *o) {
     if (!o) return;
+    for (int i = 0; i < NB_ADAM_MAX_SEGMENTS; i++) nb_tensor_free(o->mseg[i]), nb_tensor_free(o->vseg[i]);
     nb_tensor_free(o->m);
     nb_tensor_free(o->v);
     nb_nbops_destroy(o->ops);
@@ -138,13 +143,14 @@ nb_status nb_adam_step_multi(nb_adam *o, int n, nb_tensor *const *params, nb_ten
     const nb_adam_config *c = &o->cfg;
     if (!cuda) { /* each segment with its slice of m and v */
         for (int i = 0; i < n; i++) {
-            nb_tensor *ms = NULL, *vs = NULL;
-            nb_status s = nb_tensor_slice(o->m, 0, a.seg[i].start, a.seg[i].end, 1, &ms);
-            if (!s) s = nb_tensor_slice(o->v, 0, a.seg[i].start, a.seg[i].end, 1, &vs);
-            if (!s) s = nb_nbops_adamw(o->ops, c, o->t, params[i], grads[i], ms, vs, zero_grads);
-            nb_tensor_free(ms);
-            nb_tensor_free(vs);
-            if (s) return s;
+            if (!o->mseg[i] || o->seg0[i] != a.seg[i].start || o->seg1[i] != a.seg[i].end) {
+                nb_tensor_free(o->mseg[i]), nb_tensor_free(o->vseg[i]);
+                o->mseg[i] = o->vseg[i] = NULL;
+                NB_TRY(nb_tensor_slice(o->m, 0, a.seg[i].start, a.seg[i].end, 1, &o->mseg[i]));
+                NB_TRY(nb_tensor_slice(o->v, 0, a.seg[i].start, a.seg[i].end, 1, &o->vseg[i]));
+                o->seg0[i] = a.seg[i].start, o->seg1[i] = a.seg[i].end;
+            }
+            NB_TRY(nb_nbops_adamw(o->ops, c, o->t, params[i], grads[i], o->mseg[i], o->vseg[i], zero_grads));
         }
         return NB_OK;
     }
