@@ -17,7 +17,6 @@
 #include "nb_test.h"
 #include "device/cuda/cuda_api.h" /* nb_nvrtc_compile */
 #include "nn/attention/attn_cuda.h"
-#include "nn/attention/attn_cuda_tc.h"
 #include "nn/tape/tape_internal.h" /* nb_tape_cast (the bench's bf16 qkv) */
 
 #define NB_TRY_T(e)                                                                             \
@@ -665,23 +664,6 @@ static void bench_views(nb_device *dev, int prec, int64_t N, int64_t heads, int6
     free(h), free(hb);
 }
 
-/* The tensor-core modules (with the whole-sequence kernels nb_attn_fwd_fa / nb_attn_bwd_fa in the
- * feature-major ones) compile with NVRTC for sm_90: no driver or GPU needed. */
-static void test_attn_tc_sources_compile(void) {
-    const char *const srcs[] = {NB_ATTN_SRC_TC(32, 1, 1, 2), NB_ATTN_SRC_TC(32, 0, 1, 0),
-                                NB_ATTN_SRC_TC(16, 1, 1, 1), NB_ATTN_SRC_TC(32, 1, 1, 0),
-                                NB_ATTN_SRC_TC(32, 0, 1, 2), NB_ATTN_SRC_TC(32, 1, 0, 0)};
-    for (size_t i = 0; i < sizeof srcs / sizeof srcs[0]; i++) {
-        void *img = NULL;
-        size_t size = 0;
-        nb_status s = nb_nvrtc_compile(srcs[i], "attn_tc.cu", "sm_90", NULL, &img, &size, NULL);
-        if (s == NB_ERR_UNSUPPORTED) NB_SKIP("NVRTC unavailable");
-        if (s) printf("  module %zu: %s\n", i, nb_last_error());
-        NB_EXPECT_OK(s);
-        if (!s) nb_free(img, size);
-    }
-}
-
 static void test_attn_bench(void) {
     nb_device *dev = open_gpu();
     if (!dev) NB_SKIP("no CUDA device");
@@ -717,5 +699,5 @@ int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_attn_raw_kernels, test_attn_raw_aliased_grads,
                  test_attn_tape_vs_cpu, test_attn_tape_partial_grads,
                  test_attn_tape_self_accumulates, test_attn_tape_memory,
-                 test_attn_tape_bad_head_dim, test_attn_tc_sources_compile, test_attn_bench);
+                 test_attn_tape_bad_head_dim, test_attn_bench);
 }

@@ -1,6 +1,6 @@
 // CPU emulation of the whole-sequence attention kernels nb_attn_fwd_fa / nb_attn_bwd_fa
-// (src/nn/attention/attn_cuda_tc.h), to check them without a GPU (build and run: tests/emu/attn2_emu.sh).
-// The kernel source (NB_ATTN_SRC_HEAD, _ATOMIC, _TC_FRAG, _FA of one module variant) is compiled
+// (src/nn/attention/kernels/tc.cu), to check them without a GPU (build and run: tests/emu/attn2_emu.sh).
+// The kernel files (attn_common.cuh, atomic.cuh, tc_frag.cuh, fa.cuh of one module variant) are compiled
 // as C++ with the PTX helpers (NB_ATTN_SRC_TC_ASM, NB_ATTN_SRC_FA_ASM, the bf16 helpers) replaced
 // by host code: one pthread per CUDA thread, blocks one after another; mma.sync (bf16 m16n8k16,
 // tf32 m16n8k8) and ldmatrix (.x4 / .x2, .trans) are warp-collective exchanges through per-warp

@@ -1,7 +1,7 @@
 /* CUDA rows of the tape's scaled-dot-product attention (nb_tape_attention, [BH,T,d] inputs) and
  * of the fused legacy-layout QKV attention (nb_tape_qkv_attention: q, k, v read straight from the
  * qkv conv output, no layout copies): fused, FlashAttention-2 style (kernels and their design in
- * attn_cuda_kernels.h; raw-buffer entry points and strided views in attn_cuda.h). The CPU
+ * kernels/simt.cu; raw-buffer entry points and strided views in attn_cuda.h). The CPU
  * reference is tape_ops_attn.c (it materialises P; this path never holds more than a 64 x 64
  * tile of scores).
  *
@@ -15,7 +15,7 @@
  * accumulate into the inputs' gradient buffers (absent when an input needs no gradient).
  *
  * Precision: NB_TAPE_FP32 runs the fp32 SIMT kernels (exact fp32 math, any d <= 128); TF32 and
- * BF16 run the tensor-core kernels of attn_cuda_tc.h (mma.sync, fp32 accumulation and storage)
+ * BF16 run the tensor-core kernels of kernels/tc.cu (mma.sync, fp32 accumulation and storage)
  * for d <= 64 on compute capability 8.0+, and the SIMT kernels otherwise (64 < d <= 128).
  * Feature-major views (the QKV row) with d <= 32 and Tq, Tk <= 256 (the reference UNet's
  * attention: [32,6,256,32] and [32,8,64,32]) run the whole-sequence tensor-core kernels
@@ -25,17 +25,17 @@
  * storage; the TF32 forward for long sequences: attn_fa_ok).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
+#include "jit/cuda_files.h"
 #include "nn/attention/attn_cuda.h"
-#include "nn/attention/attn_cuda_kernels.h"
-#include "nn/attention/attn_cuda_tc.h"
 #include "nn/common/nn_common.h"
 #include "nn/tape/tape_internal.h"
 
-/* Host mirrors of the kernels' argument structs (attn_cuda_kernels.h; nb_attn_view = Mat). */
+/* Host mirrors of the kernels' argument structs (kernels/simt.cu; nb_attn_view = Mat). */
 typedef struct {
     nb_attn_view q, k, v, o;
     float *lse;
@@ -71,31 +71,39 @@ typedef struct {
 #define ATTN_BK 64
 #define ATTN_NT 256
 
-/* Module variants (attn_cuda_kernels.h): 0 row-major f32 (FM 0), 1 feature-major f32 (FM 1),
- * 2 feature-major with some bf16 views (FM 1, SBF 1), 3 feature-major, all bf16 (FM 1, SBF 2:
- * the UNet's BF16 path). */
-#define ATTN_SIMT_ROW(fm, sbf) {NB_ATTN_SRC(16, fm, sbf), NB_ATTN_SRC(32, fm, sbf), \
-                                NB_ATTN_SRC(64, fm, sbf), NB_ATTN_SRC(128, fm, sbf)}
-static const char *const attn_src[4][4] = {ATTN_SIMT_ROW(0, 0), ATTN_SIMT_ROW(1, 0),
-                                           ATTN_SIMT_ROW(1, 1), ATTN_SIMT_ROW(1, 2)};
+/* Module variants: 0 row-major f32 (FM 0), 1 feature-major f32 (FM 1), 2 feature-major with
+ * some bf16 views (FM 1, SBF 1), 3 feature-major, all bf16 (FM 1, SBF 2: the UNet's BF16 path).
+ * A module is a kernel file of src/nn/attention/kernels with its defines: simt.cu (DP, FM, SBF),
+ * tc.cu (DP, IS_BF16, FM, SBF), aux.cu (the delta / dq conversion kernels; DP 16). */
+typedef struct attn_mod {
+    const char *path;
+    char buf[4][16];
+    const char *defs[5];
+} attn_mod;
 
-#define ATTN_TC_ROW(fm, sbf)                                                                   \
-    {{NB_ATTN_SRC_TC(16, 0, fm, sbf), NB_ATTN_SRC_TC(16, 1, fm, sbf)},                         \
-     {NB_ATTN_SRC_TC(32, 0, fm, sbf), NB_ATTN_SRC_TC(32, 1, fm, sbf)},                         \
-     {NB_ATTN_SRC_TC(64, 0, fm, sbf), NB_ATTN_SRC_TC(64, 1, fm, sbf)}}
-static const char *const attn_src_tc[4][3][2] = {ATTN_TC_ROW(0, 0), ATTN_TC_ROW(1, 0),
-                                                 ATTN_TC_ROW(1, 1), ATTN_TC_ROW(1, 2)};
-/* delta / dq conversion kernels, per variant (a small module: quick to compile) */
-static const char *const attn_src_aux[4] = {NB_ATTN_SRC_AUX(0, 0), NB_ATTN_SRC_AUX(1, 0),
-                                            NB_ATTN_SRC_AUX(1, 1), NB_ATTN_SRC_AUX(1, 2)};
+/* Fills m for file path with DP = dp, IS_BF16 = bf16 (when >= 0) and variant var's FM / SBF. */
+static void attn_mod_make(attn_mod *m, const char *path, int dp, int bf16, int var) {
+    static const int fm[4] = {0, 1, 1, 1}, sbf[4] = {0, 0, 1, 2};
+    int n = 0;
+    m->path = path;
+    snprintf(m->buf[n], sizeof m->buf[n], "DP=%d", dp), n++;
+    if (bf16 >= 0) snprintf(m->buf[n], sizeof m->buf[n], "IS_BF16=%d", bf16), n++;
+    snprintf(m->buf[n], sizeof m->buf[n], "FM=%d", fm[var]), n++;
+    snprintf(m->buf[n], sizeof m->buf[n], "SBF=%d", sbf[var]), n++;
+    for (int i = 0; i < n; i++) m->defs[i] = m->buf[i];
+    m->defs[n] = NULL;
+}
 
-/* Padded head dim and its source for module variant var: *tc = 1 for the tensor-core module
+/* Padded head dim and its module for variant var: *tc = 1 for the tensor-core module
  * (TF32 / BF16, DP <= 64, compute capability 8.0+). */
-static int attn_dp(nb_device *dev, int64_t d, int precision, int var, const char **src, int *tc) {
+static int attn_dp(nb_device *dev, int64_t d, int precision, int var, attn_mod *src, int *tc) {
     int i = d <= 16 ? 0 : d <= 32 ? 1 : d <= 64 ? 2 : 3;
     *tc = i < 3 && (precision == NB_TAPE_TF32 || precision == NB_TAPE_BF16) &&
           nb_device_get_info(dev)->cc_major >= 8;
-    *src = *tc ? attn_src_tc[var][i][precision == NB_TAPE_BF16] : attn_src[var][i];
+    if (*tc)
+        attn_mod_make(src, "src/nn/attention/kernels/tc.cu", 16 << i, precision == NB_TAPE_BF16, var);
+    else
+        attn_mod_make(src, "src/nn/attention/kernels/simt.cu", 16 << i, -1, var);
     return 16 << i;
 }
 
@@ -140,10 +148,10 @@ nb_status nb_attn_cuda_check(const char *fn, int64_t BH, int64_t Tq, int64_t Tk,
     return NB_OK;
 }
 
-static nb_status attn_launch(nb_device *dev, const char *src, const char *entry, unsigned blocks,
+static nb_status attn_launch(nb_device *dev, const attn_mod *src, const char *entry, unsigned blocks,
                              unsigned threads, size_t smem, void *args) {
     nb_jit_kernel *k;
-    NB_TRY(nb_nn_cuda_kernel(dev, src, entry, &k));
+    NB_TRY(nb_jit_cuda_kernel(dev, src->path, src->defs, entry, &k));
     const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
     void *argv[1] = {args};
     return nb_cuda_launch(nb_jit_kernel_cuda_fn(k), grid, block, (unsigned)smem,
@@ -155,7 +163,7 @@ static nb_attn_view rowmajor(const float *p, int64_t T, int64_t d) {
     return v;
 }
 
-/* The whole-sequence kernels nb_attn_fwd_fa / nb_attn_bwd_fa (attn_cuda_tc.h) can run
+/* The whole-sequence kernels nb_attn_fwd_fa / nb_attn_bwd_fa (kernels/tc.cu) can run
  * tensor-core precisions on feature-major views (module variants 1..3) with padded head dim
  * <= 32 (DP 64 would spill in the 512-thread backward) and Tq, Tk <= 256 (the backward holds the
  * whole sequence in shared memory, one warp per 16 keys). By default they run where the H100
@@ -194,7 +202,7 @@ nb_status nb_attn_cuda_forward_v(nb_device *dev, int precision, const nb_attn_vi
     const nb_attn_view *vs[4] = {q, k, v, o};
     int var;
     NB_TRY(attn_variant("attention (CUDA forward)", vs, 4, NB_ATTN_GRAD_ATOMIC, &var));
-    const char *src;
+    attn_mod src;
     int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
     int64_t ntiles = (Tq + ATTN_BQ - 1) / ATTN_BQ;
     attn_fwd_args a = {*q, *k, *v, *o, lse, (int32_t)Tq, (int32_t)Tk, (int32_t)d, (int32_t)ntiles,
@@ -205,14 +213,14 @@ nb_status nb_attn_cuda_forward_v(nb_device *dev, int precision, const nb_attn_vi
         const size_t es = precision == NB_TAPE_BF16 ? 2 : 4, pad = precision == NB_TAPE_BF16 ? 8 : 4;
         const size_t tk = (size_t)(Tk + 63) / 64 * 64;
         a.ntiles = (int32_t)((Tq + 16 * nw - 1) / (16 * nw));
-        return attn_launch(dev, src, "nb_attn_fwd_fa", (unsigned)(a.ntiles * BH), 32 * (unsigned)nw,
+        return attn_launch(dev, &src, "nb_attn_fwd_fa", (unsigned)(a.ntiles * BH), 32 * (unsigned)nw,
                            (2 * dp * (tk + pad) + dp * (16 * (size_t)nw + pad)) * es, &a);
     }
     if (tc) /* Q, K at stride dp + 8, V at dp + 4 */
-        return attn_launch(dev, src, "nb_attn_fwd_tc", (unsigned)(ntiles * BH), 128,
+        return attn_launch(dev, &src, "nb_attn_fwd_tc", (unsigned)(ntiles * BH), 128,
                            (size_t)64 * (3 * dp + 20) * 4, &a);
     size_t smem = ((size_t)(ATTN_BQ + 2 * ATTN_BK) * (dp + 4) + (size_t)ATTN_BQ * (ATTN_BK + 4)) * 4;
-    return attn_launch(dev, src, "nb_attn_fwd", (unsigned)(ntiles * BH), ATTN_NT, smem, &a);
+    return attn_launch(dev, &src, "nb_attn_fwd", (unsigned)(ntiles * BH), ATTN_NT, smem, &a);
 }
 
 nb_status nb_attn_cuda_forward(nb_device *dev, int precision, const float *q, const float *k,
@@ -238,7 +246,7 @@ static int attn_bwd_fa(nb_device *dev, int precision, const nb_attn_view *const 
         nb_clear_error();
         return 0;
     }
-    const char *src;
+    attn_mod src;
     int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
     return attn_fa_ok(tc, var, dp, precision, 0, Tq, Tk) &&
            attn_fa_bwd_smem(precision, dp, Tq, Tk) <= nb_device_get_info(dev)->shared_mem_per_block_optin;
@@ -278,7 +286,7 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
         if (attn_bwd_fa(dev, precision, vs, mode, Tq, Tk, d)) {
             int var;
             NB_TRY(attn_variant("attention (CUDA backward)", vs, 8, mode, &var));
-            const char *src;
+            attn_mod src;
             int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
             attn_bwd_args a = {*q, *k, *v, *dout, *dq, *dk, *dv, lse, delta, mode, mode,
                                (int32_t)Tq, (int32_t)Tk, (int32_t)d, 1,
@@ -286,7 +294,7 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
                                (float)(1.0 / sqrt((double)d)), *o,
                                0 /* fa_flags: dQ one warp per unit over all keys (the key split
                                     over warps measured slower on the H100) */};
-            return attn_launch(dev, src, "nb_attn_bwd_fa", (unsigned)BH,
+            return attn_launch(dev, &src, "nb_attn_bwd_fa", (unsigned)BH,
                                32 * (unsigned)((Tk + 15) / 16),
                                attn_fa_bwd_smem(precision, dp, Tq, Tk), &a);
         }
@@ -311,18 +319,19 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
     const nb_attn_view *vs[8] = {q, k, v, o, dout, dq, dk, dv};
     int var;
     NB_TRY(attn_variant("attention (CUDA backward)", vs, 8, mode, &var));
-    const char *src, *src32 = attn_src_aux[var]; /* delta, dq conversion */
+    attn_mod src, src32; /* src32: delta, dq conversion */
+    attn_mod_make(&src32, "src/nn/attention/kernels/aux.cu", 16, -1, var);
     int tc, dp = attn_dp(dev, d, precision, var, &src, &tc);
     int64_t rows = BH * Tq;
     attn_delta_args da = {*o, *dout, z, delta, rows, (int32_t)Tq, (int32_t)d};
     if (var == 0) { /* row-major: a warp per row */
         int64_t blocks = (rows + 7) / 8;
         if (blocks > 65535) blocks = 65535;
-        NB_TRY(attn_launch(dev, src32, "nb_attn_delta", (unsigned)blocks, 256, 0, &da));
+        NB_TRY(attn_launch(dev, &src32, "nb_attn_delta", (unsigned)blocks, 256, 0, &da));
     } else { /* feature-major: a thread per row, coalesced along positions */
         int64_t blocks = (rows + 127) / 128;
         if (blocks > 65535) blocks = 65535;
-        NB_TRY(attn_launch(dev, src32, "nb_attn_delta_t", (unsigned)blocks, 128, 0, &da));
+        NB_TRY(attn_launch(dev, &src32, "nb_attn_delta_t", (unsigned)blocks, 128, 0, &da));
     }
     int64_t ntiles = (Tk + ATTN_BK - 1) / ATTN_BK;
     attn_bwd_args a = {*q, *k, *v, *dout, dqv, *dk, *dv, lse, delta, dq_mode, mode,
@@ -330,10 +339,10 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
                        (float)(1.4426950408889634 / sqrt((double)d)), (float)(1.0 / sqrt((double)d)),
                        *o, 0};
     if (tc) /* K at stride dp + 4; V, Q, dO at dp + 8; dS 64 x 72; lse, delta */
-        NB_TRY(attn_launch(dev, src, "nb_attn_bwd_tc", (unsigned)(ntiles * BH), 128,
+        NB_TRY(attn_launch(dev, &src, "nb_attn_bwd_tc", (unsigned)(ntiles * BH), 128,
                            ((size_t)64 * (4 * dp + 28 + 72) + 128) * 4, &a));
     else
-        NB_TRY(attn_launch(dev, src, "nb_attn_bwd", (unsigned)(ntiles * BH), ATTN_NT,
+        NB_TRY(attn_launch(dev, &src, "nb_attn_bwd", (unsigned)(ntiles * BH), ATTN_NT,
                            ((size_t)(2 * ATTN_BK + 2 * ATTN_BQ) * (dp + 4) +
                             (size_t)3 * ATTN_BQ * (ATTN_BK + 4) + 2 * ATTN_BQ) * 4,
                            &a));
@@ -341,7 +350,7 @@ nb_status nb_attn_cuda_backward_v(nb_device *dev, int precision, const nb_attn_v
     int64_t n = BH * Tq * d, blocks = (n + 255) / 256;
     if (blocks > 65535) blocks = 65535;
     attn_fin_args fa = {*dq, dq_scratch, n, (int32_t)Tq, (int32_t)d, mode == NB_ATTN_GRAD_ADD};
-    return attn_launch(dev, src32, "nb_attn_dq_fin", (unsigned)blocks, 256, 0, &fa);
+    return attn_launch(dev, &src32, "nb_attn_dq_fin", (unsigned)blocks, 256, 0, &fa);
 }
 
 nb_status nb_attn_cuda_backward(nb_device *dev, int precision, const float *q, const float *k,
