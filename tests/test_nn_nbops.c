@@ -158,6 +158,39 @@ static void test_silu_cpu(void) { check_vs_tape(0); }
 static void test_add_cpu(void) { check_vs_tape(1); }
 static void test_add_channel_cpu(void) { check_vs_tape(2); }
 
+/* add_channel over a non-contiguous x (a transposed view: the 4-D call path) vs the contiguous
+ * (row-kernel) path on the same values */
+static void test_add_channel_strided_cpu(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_nbops *o;
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    int64_t st[4] = {N, C, W, H};
+    float *x = rnd(NUMEL, 21, 1.0f), *c = rnd(N * C, 22, 1.0f), *dy = rnd(NUMEL, 23, 1.0f);
+    float *a = malloc(NUMEL * 4), *b = malloc(NUMEL * 4), da[N * C], db[N * C];
+    nb_tensor *xs = mk(dev, 4, st, x), *xt, *xc, *tc = mk(dev, 2, S2, c), *dys = mk(dev, 4, st, dy), *dyt, *dyc;
+    NB_REQUIRE_OK(nb_tensor_transpose(xs, 2, 3, &xt)); /* [N,C,H,W], strided */
+    NB_REQUIRE_OK(nb_tensor_transpose(dys, 2, 3, &dyt));
+    NB_REQUIRE_OK(nb_tensor_contiguous(xt, &xc));
+    NB_REQUIRE_OK(nb_tensor_contiguous(dyt, &dyc));
+    nb_tensor *y1 = mk(dev, 4, S4, NULL), *y2 = mk(dev, 4, S4, NULL), *dx1 = mk(dev, 4, S4, NULL);
+    nb_tensor *dx2 = mk(dev, 4, S4, NULL), *dc1 = mk(dev, 2, S2, NULL), *dc2 = mk(dev, 2, S2, NULL);
+    NB_EXPECT_OK(nb_nbops_add_channel(o, xt, tc, y1));
+    NB_EXPECT_OK(nb_nbops_add_channel(o, xc, tc, y2));
+    get(y1, a), get(y2, b);
+    expect_close("strided y", a, b, NUMEL, 0.0);
+    NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, xt, tc, dyt, dx1, dc1));
+    NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, xc, tc, dyc, dx2, dc2));
+    get(dx1, a), get(dx2, b), get(dc1, da), get(dc2, db);
+    expect_close("strided dx", a, b, NUMEL, 0.0);
+    expect_close("strided dc", da, db, N * C, 1e-6);
+    nb_tensor *all[] = {xs, xt, xc, tc, dys, dyt, dyc, y1, y2, dx1, dx2, dc1, dc2};
+    for (int i = 0; i < 13; i++) nb_tensor_free(all[i]);
+    free(x), free(c), free(dy), free(a), free(b);
+    nb_nbops_destroy(o);
+    nb_device_close(dev);
+}
+
 static void test_mul_cpu(void) {
     nb_device *dev;
     NB_REQUIRE_OK(nb_device_open("cpu", &dev));
@@ -468,6 +501,22 @@ static void test_nvrtc(void) {
     nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg_double(c, 2, 0.5), nb_call_arg(c, 3, l);
     nb_call_arg(c, 4, y), nb_call_arg(c, 5, b);
     nvrtc_check(c, "mse_bwd");
+    /* the CPU row kernels of add_channel (bound here as nb_ops.c binds them) */
+    int64_t rows = 8;
+    nb_tensor *c1 = mk(dev, 1, &rows, NULL);
+    nb_generator g;
+    nb_generator_init(&g, NB_GEN_CALL_ID);
+    NB_REQUIRE_OK(nb_module_func(m, "nn_add_channel_rows", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_arg(c, 0, x2), nb_call_arg(c, 1, c1), nb_call_arg(c, 2, x2), nb_call_arg_generator(c, 3, &g);
+    nb_call_arg_int(c, 4, 16);
+    nvrtc_check(c, "add_channel rows");
+    NB_REQUIRE_OK(nb_module_func(m, "nn_add_channel_bwd_rows", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_arg(c, 0, x2), nb_call_arg(c, 1, c1), nb_call_arg(c, 2, x2), nb_call_arg(c, 3, x2);
+    nb_call_arg_generator(c, 4, &g), nb_call_arg_int(c, 5, 16), nb_call_arg(c, 6, c1);
+    nvrtc_check(c, "add_channel bwd rows");
+    nb_tensor_free(c1);
     NB_REQUIRE_OK(nb_module_func(m, "nn_adamw", &f));
     NB_REQUIRE_OK(nb_call_begin(f, &c));
     nb_tensor *v = mk(dev, 1, &n, NULL);
@@ -475,7 +524,7 @@ static void test_nvrtc(void) {
     for (int i = 4; i < 11; i++) nb_call_arg_double(c, i, 0.5);
     nvrtc_check(c, "adamw");
     nb_tensor_free(v);
-    NB_EXPECT(g_nvrtc_n == 17);
+    NB_EXPECT(g_nvrtc_n == 19);
     nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(y), nb_tensor_free(x2), nb_tensor_free(ch);
     nb_tensor_free(l), nb_tensor_free(yb);
     nb_module_free(m);
@@ -528,6 +577,6 @@ static void test_bad_args(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_silu_cpu, test_add_cpu, test_add_channel_cpu, test_mul_cpu, test_cast_cpu,
+    NB_TEST_MAIN(argc, argv, test_silu_cpu, test_add_cpu, test_add_channel_cpu, test_add_channel_strided_cpu, test_mul_cpu, test_cast_cpu,
                  test_adam_cpu, test_adamw_cpu, test_cuda_vs_cpu, test_nvrtc, test_bad_args);
 }

@@ -11,10 +11,11 @@
 /* The functions of nn_ops, in this order. */
 enum { F_SILU, F_ADD, F_MUL, F_CAST, F_MSE, F_ADAMW, /* ops */
        F_SILU_BWD, F_CAST_BWD, F_ADD_BWD, F_ADD_BWD_A, F_MUL_BWD, F_MUL_BWD_A, F_MSE_BWD, /* owned bwd */
-       F_COUNT };
+       F_ADDC_ROWS, F_ADDC_BWD_ROWS, F_COUNT }; /* CPU row kernels */
 static const char *const fn_names[F_COUNT] = {
     "nn_silu",     "nn_add",     "nn_mul",       "nn_cast",    "nn_mse_term", "nn_adamw",  "nn_silu_bwd",
-    "nn_cast_bwd", "nn_add_bwd", "nn_add_bwd_a", "nn_mul_bwd", "nn_mul_bwd_a", "nn_mse_bwd"};
+    "nn_cast_bwd", "nn_add_bwd", "nn_add_bwd_a", "nn_mul_bwd", "nn_mul_bwd_a", "nn_mse_bwd",
+    "nn_add_channel_rows", "nn_add_channel_bwd_rows"};
 
 struct nb_nbops {
     nb_device *dev;
@@ -302,7 +303,27 @@ nb_status nb_nbops_add_channel(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_tens
     NB_TRY(channel_view(fn, "c", x, ch, two_d, &cv));
     nb_status s = NB_OK;
     nb_tensor *args[2] = {view2(x, two_d, &xo, &s), cv}, *yv = view2(y, two_d, &yo, &s);
-    if (!s) s = run_fwd(o->fn[F_ADD], 0, 2, args, yv);
+    if (!s && two_d && nb_device_get_kind(o->dev) == NB_DEVICE_CPU) {
+        /* CPU: one thread per contiguous row (nn_add_channel_rows); cv is [N*C, 1] */
+        int64_t rows = nb_tensor_shape(yv)[0];
+        nb_tensor *c1 = NULL;
+        nb_call *c = NULL;
+        s = nb_tensor_reshape(cv, 1, &rows, &c1);
+        if (!s) s = nb_call_begin(o->fn[F_ADDC_ROWS], &c);
+        if (!s) {
+            nb_generator g;
+            nb_generator_init(&g, NB_GEN_CALL_ID);
+            nb_call_arg(c, 0, args[0]);
+            nb_call_arg(c, 1, c1);
+            nb_call_arg(c, 2, yv);
+            nb_call_arg_generator(c, 3, &g);
+            nb_call_arg_int(c, 4, nb_tensor_shape(yv)[1]);
+            s = nb_call_run(c, NULL);
+        }
+        nb_tensor_free(c1);
+    } else if (!s) {
+        s = run_fwd(o->fn[F_ADD], 0, 2, args, yv);
+    }
     nb_tensor_free(cv), nb_tensor_free(xo), nb_tensor_free(yo);
     return s;
 }
@@ -319,15 +340,40 @@ nb_status nb_nbops_add_channel_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_
     NB_TRY(check_grad(o, fn, "dc", dch, "c", ch));
     int two_d = contiguous_all((nb_tensor *[]){x, ch, dy, dx, dch}, 5);
     nb_tensor *cv = NULL, *dcv = NULL, *xo, *dyo, *dxo;
+    int dcv_done = 0;
     nb_status s = channel_view(fn, "c", x, ch, two_d, &cv);
     if (!s && dch) s = channel_view(fn, "dc", x, dch, two_d, &dcv);
     nb_tensor *args[2] = {view2(x, two_d, &xo, &s), cv}, *dxv = view2(dx, two_d, &dxo, &s);
     nb_tensor *dyv = view2(dy, two_d, &dyo, &s);
+    if (!s && two_d && dxv && dcv && nb_device_get_kind(o->dev) == NB_DEVICE_CPU) {
+        /* CPU: one thread per row, dx and dc in one pass (nn_add_channel_bwd_rows) */
+        const int64_t *sh = nb_tensor_shape(x);
+        int64_t rows = sh[0] * sh[1];
+        nb_tensor *c1 = NULL, *dc1 = NULL;
+        s = nb_tensor_reshape(ch, 1, &rows, &c1);
+        if (!s) s = nb_tensor_reshape(dch, 1, &rows, &dc1);
+        nb_call *c = NULL;
+        if (!s) s = nb_call_begin(o->fn[F_ADDC_BWD_ROWS], &c);
+        if (!s) {
+            nb_generator g;
+            nb_generator_init(&g, NB_GEN_CALL_ID);
+            nb_call_arg(c, 0, args[0]);
+            nb_call_arg(c, 1, c1);
+            nb_call_arg(c, 2, dyv);
+            nb_call_arg(c, 3, dxv);
+            nb_call_arg_generator(c, 4, &g);
+            nb_call_arg_int(c, 5, sh[2] * sh[3]);
+            nb_call_arg(c, 6, dc1);
+            s = nb_call_run(c, NULL);
+        }
+        nb_tensor_free(c1), nb_tensor_free(dc1);
+        dxv = NULL, dcv_done = 1;
+    }
     /* dx += dy, one thread per element; dc += the sums of dy over H, W: a bwds call whose
      * gradient array is broadcast over the kernel (accumulated by the call layer) */
     if (!s && dxv) s = run_plain(o->fn[F_ADD_BWD_A], 0, 4, (slot[]){{.t = args[0]}, {.t = cv}, {.t = dyv}, {.t = dxv}});
     nb_tensor *grads[2] = {NULL, dcv};
-    if (!s && dcv) s = run_bwd(o->fn[F_ADD], 0, 2, args, dyv, grads);
+    if (!s && dcv && !dcv_done) s = run_bwd(o->fn[F_ADD], 0, 2, args, dyv, grads);
     nb_tensor_free(cv), nb_tensor_free(dcv), nb_tensor_free(xo), nb_tensor_free(dyo), nb_tensor_free(dxo);
     return s;
 }
