@@ -152,10 +152,12 @@ static nb_status run_bwd(nb_func *f, int flatten, int nargs, nb_tensor *const *a
     return s;
 }
 
-/* One argument of a plain call: an array, or (t NULL) a number for every thread. */
+/* One argument of a plain call: an array, or (t NULL) a number for every thread (an int when
+ * is_int), or (row) the kernel index (a call_id generator: the row of a row kernel). */
 typedef struct slot {
     nb_tensor *t;
     double v;
+    int is_int, row;
 } slot;
 
 /* Runs the plain function f (an owned-gradient backward of nn_ops: inputs, then inout gradient
@@ -164,8 +166,12 @@ static nb_status run_plain(nb_func *f, int flatten, int n, const slot *args) {
     nb_call *c;
     NB_TRY(nb_call_begin(f, &c));
     flat_views fv = {.on = flatten};
+    nb_generator g;
+    nb_generator_init(&g, NB_GEN_CALL_ID);
     for (int i = 0; i < n; i++) {
         if (args[i].t) nb_call_arg(c, i, flat(&fv, args[i].t));
+        else if (args[i].row) nb_call_arg_generator(c, i, &g);
+        else if (args[i].is_int) nb_call_arg_int(c, i, (int64_t)args[i].v);
         else nb_call_arg_double(c, i, args[i].v);
     }
     nb_status s = nb_call_run(c, NULL);
@@ -305,21 +311,12 @@ nb_status nb_nbops_add_channel(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_tens
     nb_tensor *args[2] = {view2(x, two_d, &xo, &s), cv}, *yv = view2(y, two_d, &yo, &s);
     if (!s && two_d && nb_device_get_kind(o->dev) == NB_DEVICE_CPU) {
         /* CPU: one thread per contiguous row (nn_add_channel_rows); cv is [N*C, 1] */
-        int64_t rows = nb_tensor_shape(yv)[0];
+        int64_t rows = nb_tensor_shape(yv)[0], hw = nb_tensor_shape(yv)[1];
         nb_tensor *c1 = NULL;
-        nb_call *c = NULL;
         s = nb_tensor_reshape(cv, 1, &rows, &c1);
-        if (!s) s = nb_call_begin(o->fn[F_ADDC_ROWS], &c);
-        if (!s) {
-            nb_generator g;
-            nb_generator_init(&g, NB_GEN_CALL_ID);
-            nb_call_arg(c, 0, args[0]);
-            nb_call_arg(c, 1, c1);
-            nb_call_arg(c, 2, yv);
-            nb_call_arg_generator(c, 3, &g);
-            nb_call_arg_int(c, 4, nb_tensor_shape(yv)[1]);
-            s = nb_call_run(c, NULL);
-        }
+        if (!s)
+            s = run_plain(o->fn[F_ADDC_ROWS], 0, 5,
+                          (slot[]){{.t = args[0]}, {.t = c1}, {.t = yv}, {.row = 1}, {.v = (double)hw, .is_int = 1}});
         nb_tensor_free(c1);
     } else if (!s) {
         s = run_fwd(o->fn[F_ADD], 0, 2, args, yv);
@@ -352,20 +349,10 @@ nb_status nb_nbops_add_channel_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_
         nb_tensor *c1 = NULL, *dc1 = NULL;
         s = nb_tensor_reshape(ch, 1, &rows, &c1);
         if (!s) s = nb_tensor_reshape(dch, 1, &rows, &dc1);
-        nb_call *c = NULL;
-        if (!s) s = nb_call_begin(o->fn[F_ADDC_BWD_ROWS], &c);
-        if (!s) {
-            nb_generator g;
-            nb_generator_init(&g, NB_GEN_CALL_ID);
-            nb_call_arg(c, 0, args[0]);
-            nb_call_arg(c, 1, c1);
-            nb_call_arg(c, 2, dyv);
-            nb_call_arg(c, 3, dxv);
-            nb_call_arg_generator(c, 4, &g);
-            nb_call_arg_int(c, 5, sh[2] * sh[3]);
-            nb_call_arg(c, 6, dc1);
-            s = nb_call_run(c, NULL);
-        }
+        if (!s)
+            s = run_plain(o->fn[F_ADDC_BWD_ROWS], 0, 7,
+                          (slot[]){{.t = args[0]}, {.t = c1}, {.t = dyv}, {.t = dxv}, {.row = 1},
+                                   {.v = (double)(sh[2] * sh[3]), .is_int = 1}, {.t = dc1}});
         nb_tensor_free(c1), nb_tensor_free(dc1);
         dxv = NULL, dcv_done = 1;
     }
