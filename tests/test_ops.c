@@ -8,8 +8,9 @@
  *     loss L = mse(y, T) (T a fixed random target: dL/dy = 2 (y - T) / n, a random projection
  *     of the output) or L = y for a scalar op;
  *   - CUDA (skips without a GPU; NB_REQUIRE_CUDA=1 makes that a failure): forward and every
- *     gradient against the CPU tape, in FP32 precision and in BF16 (bf16 storage; inputs cast to
- *     bf16 first where the row reads bf16, the CPU reference fed the same rounded values).
+ *     gradient against the CPU tape, in FP32, TF32 and BF16 precision (BF16: bf16 storage;
+ *     inputs cast to bf16 first where the row reads bf16, the CPU reference fed the same
+ *     rounded values).
  *
  * Tolerances (f32 finite differences): h = 1e-2 on O(1) inputs. L is O(1) and rounds at ~1e-7,
  * so the difference quotient's noise is ~1e-5 of L, and the truncation error h^2/6 f''' is
@@ -359,6 +360,16 @@ static void test_record_checks_the_row(void) {
     nb_tape_free(t);
 }
 
+/* The CUDA functions a row without a CUDA path names: a typed error naming the op. */
+static void test_no_cuda_path_error(void) {
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    nb_top op = {.kind = NB_TOP_CONCAT, .nin = 2};
+    NB_EXPECT_ERR(nb_op_no_cuda_fwd(t, &op), NB_ERR_UNSUPPORTED, "op 'concat' has no CUDA forward");
+    NB_EXPECT_ERR(nb_op_no_cuda_bwd(t, &op), NB_ERR_UNSUPPORTED, "op 'concat' has no CUDA backward");
+    nb_tape_free(t);
+}
+
 /* The profiler labels its rows with the table's names. */
 static void test_profiler_labels_from_table(void) {
     nb_tape *t;
@@ -382,19 +393,21 @@ static void test_profiler_labels_from_table(void) {
     nb_tape_free(t);
 }
 
-/* CUDA forward and gradients of every case against the CPU tape, FP32 and BF16. */
+/* CUDA forward and gradients of every case against the CPU tape, in FP32, TF32 and BF16. */
 static void test_cuda_vs_cpu(void) {
     nb_device *dev = NULL;
     if (nb_device_open("cuda", &dev) != NB_OK) NB_SKIP("no CUDA device");
     for (int i = 0; i < NCASES; i++) {
         const op_case *c = &cases[i];
-        for (int bf = 0; bf < 2; bf++) {
+        for (int prec = NB_TAPE_FP32; prec <= NB_TAPE_BF16; prec++) {
+            int bf = prec == NB_TAPE_BF16;
             /* bf16: storage in bf16; the inputs cast to bf16 where the row reads bf16 (the cast
              * op itself does that conversion) */
             int bf16_in = bf && c->kind != NB_TOP_CAST && (nb_top_rows[c->kind].flags & NB_TOPF_IN_BF16);
-            int prec = bf ? NB_TAPE_BF16 : NB_TAPE_FP32;
-            /* f32: order of sums only; bf16: 8-bit mantissas in storage and GEMM inputs */
-            double rtol = bf ? 4e-2 : 1e-4, atol = bf ? 1e-3 : 1e-6;
+            /* fp32: order of sums only; tf32: 10-bit mantissas in GEMM / attention inputs;
+             * bf16: 8-bit mantissas in storage and GEMM inputs */
+            double rtol = bf ? 4e-2 : prec == NB_TAPE_TF32 ? 5e-3 : 1e-4;
+            double atol = bf ? 1e-3 : prec == NB_TAPE_TF32 ? 1e-4 : 1e-6;
             case_data d;
             case_data_init(c, &d);
             case_out ref, got;
@@ -402,7 +415,8 @@ static void test_cuda_vs_cpu(void) {
             if (!s) s = run_case(c, &d, dev, prec, bf16_in, 1, &got);
             else memset(&got, 0, sizeof got);
             char label[96], what[32];
-            snprintf(label, sizeof label, "%s (CUDA %s)", c->label, bf ? "bf16" : "fp32");
+            snprintf(label, sizeof label, "%s (CUDA %s)", c->label,
+                     bf ? "bf16" : prec == NB_TAPE_TF32 ? "tf32" : "fp32");
             if (s) {
                 fprintf(stderr, "  %s: %s\n", label, nb_last_error());
                 nb_test_failures_++;
@@ -427,5 +441,6 @@ static void test_cuda_vs_cpu(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_every_op_has_a_case, test_cpu_gradients_vs_finite_differences,
-                 test_record_checks_the_row, test_profiler_labels_from_table, test_cuda_vs_cpu);
+                 test_record_checks_the_row, test_no_cuda_path_error,
+                 test_profiler_labels_from_table, test_cuda_vs_cpu);
 }
