@@ -156,7 +156,9 @@ static void test_memory_hit_is_cheap(void) {
     double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / iters / 1e3;
     printf("  warm nb_jit_load of a %zu-byte source: %.3f us\n", strlen(src), us);
 #if !defined(__SANITIZE_ADDRESS__) && defined(__OPTIMIZE__) /* sanitized -O0: ~50 us, no bound */
-    NB_EXPECT(us < 5.0);
+    /* ~1-2 us idle; a disk lookup or a compile costs 100 us and more. The bound leaves room for a
+     * loaded CI machine (it measured 5.5 us with 6 builds beside it). */
+    NB_EXPECT(us < 50.0);
 #endif
     NB_EXPECT(stats().memory_hits == 1 + (uint64_t)iters);
 }

@@ -20,7 +20,9 @@ def test_import_is_fast_and_lazy():
                              env=dict(os.environ), check=True).stdout.split()
         best = min(best, float(out[0]))
         assert out[1] == "False" and out[2] == "False", "import nabla imported numpy or torch"
-    assert best < 0.050, f"import nabla took {best * 1e3:.1f} ms"
+    # ~10 ms on an idle machine (docs/PYTHON.md); the bound only catches an import that starts
+    # compiling or loading something heavy: CI machines run this beside other tests.
+    assert best < 0.250, f"import nabla took {best * 1e3:.1f} ms"
 
 
 def test_device():
