@@ -873,17 +873,6 @@ static void test_read_write_api(void) {
     NB_EXPECT(nb_tape_device(NULL) == NULL);
 }
 
-/* The group-norm kernels' source compiles with NVRTC (no driver or GPU needed); the kernel
- * files (the other tape kernels) are compiled by test_cuda_files. */
-static void test_cuda_sources_compile(void) {
-    void *img = NULL;
-    size_t size = 0;
-    nb_status s = nb_nvrtc_compile(nb_tape_cuda_norm_source(), "tape.cu", "sm_90", NULL, &img, &size, NULL);
-    if (s == NB_ERR_UNSUPPORTED) NB_SKIP("NVRTC unavailable");
-    NB_EXPECT_OK(s);
-    if (!s) nb_free(img, size);
-}
-
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 static void test_errors(void) {
@@ -1046,6 +1035,5 @@ int main(int argc, char **argv) {
                  test_grad_elementwise, test_grad_attention, test_grad_small_model,
                  test_grad_unet_block, test_grad_attention_block, test_layout_ops,
                  test_steady_state_no_alloc, test_profiler, test_train_adam, test_arena_growth,
-                 test_accumulate, test_errors, test_group_norm_silu, test_read_write_api,
-                 test_cuda_sources_compile);
+                 test_accumulate, test_errors, test_group_norm_silu, test_read_write_api);
 }

@@ -22,7 +22,7 @@ void nb_nn_parallel(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, i
  * call); name is for messages. */
 nb_status nb_nn_cuda_kernel(nb_device *dev, const char *source, const char *entry, nb_jit_kernel **out);
 
-/* ---- counter-based random numbers (PCG hash); NB_NN_RNG_CUDA is the same code for kernels -- */
+/* ---- counter-based random numbers (PCG hash); nn/common/kernels/rng.cuh is the same code for kernels */
 
 static inline uint32_t nb_nn_pcg(uint32_t v) {
     uint32_t s = v * 747796405u + 2891336453u;
@@ -37,15 +37,5 @@ static inline uint32_t nb_nn_rng_key(uint64_t seed, uint32_t stream) {
 static inline float nb_nn_uniform(uint32_t key, uint32_t i) {
     return (float)(nb_nn_pcg(i ^ key) >> 8) * (1.0f / 16777216.0f);
 }
-
-#define NB_NN_RNG_CUDA                                                                          \
-    "__device__ __forceinline__ unsigned nb_pcg(unsigned v) {\n"                                \
-    "    unsigned s = v * 747796405u + 2891336453u;\n"                                          \
-    "    unsigned w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;\n"                           \
-    "    return (w >> 22u) ^ w;\n"                                                              \
-    "}\n"                                                                                       \
-    "__device__ __forceinline__ float nb_uniform(unsigned key, unsigned i) {\n"                 \
-    "    return (float)(nb_pcg(i ^ key) >> 8) * (1.0f / 16777216.0f);\n"                        \
-    "}\n"
 
 #endif

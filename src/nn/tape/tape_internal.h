@@ -227,9 +227,6 @@ void nb_tape_parallel(int64_t n, int64_t grain, void (*fn)(void *, int64_t, int6
 /* Shape helpers for error messages. */
 const char *nb_tape_shape_str(const nb_tval *v, char *buf, size_t cap);
 
-/* CUDA C source of tape_cuda_norm.c's kernels (tests; the kernel files under kernels/ are
- * compiled by tests/test_cuda_files.c). */
-const char *nb_tape_cuda_norm_source(void);
 /* 1 when the tape runs on a CUDA device. */
 int nb_tape_on_cuda(const nb_tape *t);
 

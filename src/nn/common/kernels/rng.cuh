@@ -1,5 +1,5 @@
 // Counter-based random numbers for kernels (PCG hash): the same numbers as nb_nn_pcg /
-// nb_nn_uniform on the CPU (src/nn/encoding/encoding_internal.h), so CPU and CUDA agree.
+// nb_nn_uniform on the CPU (src/nn/common/nn_common.h), so CPU and CUDA agree.
 // nb_uniform(key, i): uniform float in [0, 1) for counter i under key.
 #pragma once
 __device__ __forceinline__ unsigned nb_pcg(unsigned v) {
