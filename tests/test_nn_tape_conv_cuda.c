@@ -627,15 +627,9 @@ static void test_bad_input(void) {
 static int igemm_compiles(const char *what, int mode, int prec, int bm, int bn, int wm, int wn, int ks,
                           int stride, int cb, int abf, int obf) {
     const int v[12] = {mode, prec, bm, bn, wm, wn, 3, ks, stride, cb, abf, obf};
-    static const char *const names[12] = {"MODE", "PREC", "BM", "BN", "WM", "WN", "STAGES", "KS", "STRIDE",
-                                          "CB", "ABF", "OBF"};
     char buf[12][24];
     const char *defs[13];
-    for (int i = 0; i < 12; i++) {
-        snprintf(buf[i], sizeof buf[i], "%s=%d", names[i], v[i]);
-        defs[i] = buf[i];
-    }
-    defs[12] = NULL;
+    nb_conv_igemm_defines(v, buf, defs);
     nb_cuda_program p;
     void *img = NULL;
     size_t size = 0;

@@ -85,6 +85,16 @@ static pthread_mutex_t nb_ig_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define NB_IG_CU "src/nn/conv/kernels/igemm.cu"
 
+void nb_conv_igemm_defines(const int v[12], char buf[12][24], const char *defs[13]) {
+    static const char *const names[12] = {"MODE", "PREC", "BM", "BN", "WM", "WN", "STAGES", "KS", "STRIDE",
+                                          "CB", "ABF", "OBF"};
+    for (int i = 0; i < 12; i++) {
+        snprintf(buf[i], sizeof buf[i], "%s=%d", names[i], v[i]);
+        defs[i] = buf[i];
+    }
+    defs[12] = NULL;
+}
+
 static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **out) {
     pthread_mutex_lock(&nb_ig_lock);
     for (int i = 0; i < nb_ig_count; i++)
@@ -97,15 +107,9 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
     /* the configuration as defines of src/nn/conv/kernels/igemm.cu (its top lists them) */
     const int v[12] = {c->mode, c->prec, c->bm, c->bn, c->wm, c->wn, c->stages, c->ks, c->stride,
                        c->cb ? c->cb : 8, c->abf, c->obf};
-    static const char *const names[12] = {"MODE", "PREC", "BM", "BN", "WM", "WN", "STAGES", "KS", "STRIDE",
-                                          "CB", "ABF", "OBF"};
     char buf[12][24];
     const char *defs[13];
-    for (int i = 0; i < 12; i++) {
-        snprintf(buf[i], sizeof buf[i], "%s=%d", names[i], v[i]);
-        defs[i] = buf[i];
-    }
-    defs[12] = NULL;
+    nb_conv_igemm_defines(v, buf, defs);
     nb_ig_entry e = {*c, dev, NULL, NULL, NULL, NULL, NULL};
     nb_status s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm", &e.main);
     if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_wr", &e.wr);

@@ -58,4 +58,9 @@ nb_status nb_conv_igemm_arrange_weights(nb_device *dev, int precision, const nb_
                                         int which, int abf, const float *w, void **wr,
                                         size_t *bytes);
 
+/* The defines of src/nn/conv/kernels/igemm.cu for one configuration v = {MODE, PREC, BM, BN, WM,
+ * WN, STAGES, KS, STRIDE, CB, ABF, OBF}: the strings in buf, defs NULL-terminated (for
+ * nb_jit_cuda_kernel / nb_cuda_program_prepare). */
+void nb_conv_igemm_defines(const int v[12], char buf[12][24], const char *defs[13]);
+
 #endif
