@@ -29,7 +29,6 @@ struct nb_encoding {
     nb_enc_level level[NB_ENCODING_MAX_LEVELS];
     int spatially_ordered; /* nb_encoding_set_spatially_ordered */
     /* CUDA kernels, loaded on first use */
-    char *cuda_src;
     char *mlp_src;    /* nb_enc_cuda_mlp_source, built on first use ([mlp_src_cap] bytes) */
     size_t mlp_src_cap;
     nb_jit_kernel *k_fwd, *k_fwd_h, *k_bwd, *k_bwd_smem, *k_bwd_agg, *k_bwd_dx;
