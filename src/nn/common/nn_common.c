@@ -44,9 +44,3 @@ void nb_nn_parallel(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, i
     else
         nb_threadpool_run(p, n, grain, fn, ctx);
 }
-
-nb_status nb_nn_cuda_kernel(nb_device *dev, const char *source, const char *entry, nb_jit_kernel **out) {
-    nb_jit_options o = {0};
-    o.name = entry;
-    return nb_jit_load(dev, source, entry, &o, out);
-}

@@ -18,10 +18,6 @@ nb_status nb_nn_check_f32(const char *fn, const char *arg, const nb_tensor *t, n
 /* Runs fn over [0, n) on the global thread pool (inline if there is none). */
 void nb_nn_parallel(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
 
-/* Loads a CUDA kernel `entry` from `source` on dev through the JIT (memory cache after the first
- * call); name is for messages. */
-nb_status nb_nn_cuda_kernel(nb_device *dev, const char *source, const char *entry, nb_jit_kernel **out);
-
 /* ---- counter-based random numbers (PCG hash); nn/common/kernels/rng.cuh is the same code for kernels */
 
 static inline uint32_t nb_nn_pcg(uint32_t v) {
