@@ -1,5 +1,5 @@
 /* Helpers shared by the layers of src/nn and by src/models: tensor argument checks, the
- * thread-pool loop, the CUDA kernel loader, and the counter-based random generator (the same
+ * thread-pool loop and the counter-based random generator (the same
  * numbers on CPU and CUDA). Implemented in nn_common.c. */
 #ifndef NB_NN_COMMON_H
 #define NB_NN_COMMON_H
