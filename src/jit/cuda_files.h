@@ -41,7 +41,7 @@ extern const nb_cuda_file nb_cuda_files[];
 const char *nb_cuda_file_text(const char *path);
 
 #define NB_CUDA_MAX_INCLUDES 32 /* distinct files one .cu may reach through #include */
-#define NB_CUDA_MAX_DEFINES 24
+#define NB_CUDA_MAX_DEFINES 32
 
 /* A .cu file ready for NVRTC: its text, program name (its path), the headers it reaches and
  * the -D options of the defines. Filled by nb_cuda_program_prepare; holds pointers into the table

@@ -1,4 +1,4 @@
-/* Fused MLP on CUDA: specialises the kernel source (mlp_kernels*.h) for one configuration,
+/* Fused MLP on CUDA: specialises the kernel file (kernels/mlp.cu) for one configuration,
  * compiles it once through the JIT layer (NVRTC + disk cache), owns the workspaces, launches.
  *
  * Per training step: mlp_convert (f32 master weights -> padded f16/bf16 copies, forward and
@@ -13,14 +13,12 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "jit/cuda_files.h"
 #include "jit/jit.h"
 #include "nabla/alloc.h"
 #include "nn/mlp/mlp_internal.h"
-#include "nn/mlp/mlp_kernels.h"
-#include "nn/mlp/mlp_kernels_fused.h"
-#include "nn/mlp/mlp_kernels_rc.h"
 
-/* Must match struct MlpParams in mlp_kernels.h field by field. */
+/* Must match struct MlpParams in kernels/mlp_head.cuh field by field. */
 typedef struct mlp_params {
     const void *x;
     float *y;
@@ -137,18 +135,11 @@ size_t nb_mlp_cuda_workspace_bytes(const nb_mlp *m) {
            (m->cuda->scratch ? nb_buffer_size(m->cuda->scratch) : 0);
 }
 
-static nb_status cuda_init(nb_mlp *m) {
-    if (m->cuda) return NB_OK;
-    const nb_device_info *info = nb_device_get_info(m->dev);
-    if (info->cc_major < 8)
-        return nb_error(NB_ERR_UNSUPPORTED,
-                        "nb_mlp: the CUDA MLP needs compute capability 8.0 or newer (mma.sync "
-                        "f16/bf16); %s is %d.%d", nb_device_name(m->dev), info->cc_major,
-                        info->cc_minor);
-    nb_mlp_cuda *c = nb_calloc(sizeof *c, 16);
-    if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_mlp: out of host memory");
-    const nb_mlp_config *cfg = &m->cfg;
-    int W = cfg->width, L = m->n_layers;
+/* The configuration of an mlp of cfg with L layers on a device of info: the kernel shapes and
+ * backward mode in c, and c->prefix = the #define lines the kernels are specialised with (the -D
+ * defines of kernels/mlp.cu; the source prefix of the grid-fused variant, load_enc). */
+static void mlp_plan(nb_mlp_cuda *c, const nb_mlp_config *cfg, int L, const nb_device_info *info) {
+    int W = cfg->width;
     c->in_pad = round16(cfg->n_in);
     c->out_pad = round16(cfg->n_out);
     c->ftot = (int64_t)W * (c->in_pad + 8) + (int64_t)(L - 2) * W * (W + 8) +
@@ -225,39 +216,67 @@ static nb_status cuda_init(nb_mlp *m) {
              (int)cfg->out_act, cfg->bias ? 1 : 0, cfg->compute == NB_BF16, c->mt, c->warps,
              c->minb, c->ncho, c->nchi, c->wsmem_f, c->wsmem_b, c->dww, c->fw, c->fwsmem, fr16,
              kw > ko ? kw : ko, kw > ki ? kw : ki, c->kspl, c->fw <= 8);
-    size_t n = strlen(prefix) + sizeof nb_mlp_src_enc_stub + sizeof nb_mlp_src_head + sizeof nb_mlp_src_asm +
-               sizeof nb_mlp_src_body + sizeof nb_mlp_src_fused + sizeof nb_mlp_src_rc + 8;
-    char *src = nb_alloc(n, 16);
-    if (!src) {
-        nb_free(c, sizeof *c);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_mlp: out of host memory");
+}
+
+/* c->prefix's "#define NAME VALUE" lines as "NAME=VALUE" defines in buf, plus RC=rc; defs ends
+ * with NULL. */
+#define MLP_MAX_DEFS 30
+static void mlp_defines(const char *prefix, int rc, char buf[MLP_MAX_DEFS][48], const char *defs[MLP_MAX_DEFS + 1]) {
+    int n = 0;
+    for (const char *s = prefix; n < MLP_MAX_DEFS - 1 && !strncmp(s, "#define ", 8);) {
+        const char *e = strchr(s, '\n');
+        if (!e) break;
+        int len = (int)(e - s) - 8;
+        snprintf(buf[n], sizeof buf[n], "%.*s", len, s + 8);
+        char *sp = strchr(buf[n], ' ');
+        if (sp) *sp = '=';
+        defs[n] = buf[n];
+        n++;
+        s = e + 1;
     }
-    snprintf(src, n, "%s%s%s\n%s\n%s\n%s\n%s\n", prefix, nb_mlp_src_enc_stub, nb_mlp_src_head, nb_mlp_src_asm,
-             nb_mlp_src_body, nb_mlp_src_fused, c->rc ? nb_mlp_src_rc : "");
-    char name[64];
-    snprintf(name, sizeof name, "mlp_w%d_l%d", W, L);
-    nb_jit_options opts = {.name = name};
-    nb_status s = nb_jit_load(m->dev, src, "mlp_convert", &opts, &c->convert);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_fwd_f32", &opts, &c->fwd[0][0]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_fwd_f16", &opts, &c->fwd[0][1]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_fwd_train_f32", &opts, &c->fwd[1][0]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_fwd_train_f16", &opts, &c->fwd[1][1]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_bwd", &opts, &c->bwd[0]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_bwd_dx", &opts, &c->bwd[1]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_dw", &opts, &c->dw);
+    snprintf(buf[n], sizeof buf[n], "RC=%d", rc);
+    defs[n] = buf[n];
+    defs[n + 1] = NULL;
+}
+
+static nb_status load_k(nb_device *dev, const char *const *defs, const char *entry, nb_jit_kernel **out) {
+    return nb_jit_cuda_kernel(dev, "src/nn/mlp/kernels/mlp.cu", defs, entry, out);
+}
+
+static nb_status cuda_init(nb_mlp *m) {
+    if (m->cuda) return NB_OK;
+    const nb_device_info *info = nb_device_get_info(m->dev);
+    if (info->cc_major < 8)
+        return nb_error(NB_ERR_UNSUPPORTED,
+                        "nb_mlp: the CUDA MLP needs compute capability 8.0 or newer (mma.sync "
+                        "f16/bf16); %s is %d.%d", nb_device_name(m->dev), info->cc_major,
+                        info->cc_minor);
+    nb_mlp_cuda *c = nb_calloc(sizeof *c, 16);
+    if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_mlp: out of host memory");
+    mlp_plan(c, &m->cfg, m->n_layers, info);
+    char dbuf[MLP_MAX_DEFS][48];
+    const char *defs[MLP_MAX_DEFS + 1];
+    mlp_defines(c->prefix, c->rc, dbuf, defs);
+    nb_status s = load_k(m->dev, defs, "mlp_convert", &c->convert);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_fwd_f32", &c->fwd[0][0]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_fwd_f16", &c->fwd[0][1]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_fwd_train_f32", &c->fwd[1][0]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_fwd_train_f16", &c->fwd[1][1]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_bwd", &c->bwd[0]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_bwd_dx", &c->bwd[1]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_dw", &c->dw);
     if (s == NB_OK && c->fused) {
         const char *e0 = c->rc ? "mlp_bwd_rc" : "mlp_bwd_fused";
         const char *e1 = c->rc ? "mlp_bwd_rc_dx" : "mlp_bwd_fused_dx";
-        s = nb_jit_load(m->dev, src, e0, &opts, &c->bwd_fused[0]);
-        if (s == NB_OK) s = nb_jit_load(m->dev, src, e1, &opts, &c->bwd_fused[1]);
-        if (s == NB_OK && c->rc) s = nb_jit_load(m->dev, src, "mlp_fwd_train_nz_f32", &opts, &c->fwd[1][0]);
-        if (s == NB_OK && c->rc) s = nb_jit_load(m->dev, src, "mlp_fwd_train_nz_f16", &opts, &c->fwd[1][1]);
+        s = load_k(m->dev, defs, e0, &c->bwd_fused[0]);
+        if (s == NB_OK) s = load_k(m->dev, defs, e1, &c->bwd_fused[1]);
+        if (s == NB_OK && c->rc) s = load_k(m->dev, defs, "mlp_fwd_train_nz_f32", &c->fwd[1][0]);
+        if (s == NB_OK && c->rc) s = load_k(m->dev, defs, "mlp_fwd_train_nz_f16", &c->fwd[1][1]);
         if (s == NB_OK)
-            s = nb_jit_load(m->dev, src, "mlp_dw_reduce_w", &opts, &c->dw_reduce);
+            s = load_k(m->dev, defs, "mlp_dw_reduce_w", &c->dw_reduce);
         c->scratch_cap = (size_t)c->grid_fused * (size_t)c->kspl * (size_t)c->acc_block * 4;
         if (s == NB_OK) s = nb_buffer_alloc(m->dev, c->scratch_cap, &c->scratch);
     }
-    nb_free(src, n);
     if (s == NB_OK)
         s = nb_buffer_alloc(m->dev, (size_t)(c->ftot + c->ttot) * 2 + (size_t)c->btot * 4, &c->wbuf);
     if (s != NB_OK) {
@@ -448,12 +467,22 @@ static nb_status load_enc(nb_mlp *m, const char *enc_src, int enc_smem_floats, s
         c->scratch_cap = need;
     }
     c->enc_bps = bps;
-    size_t n = strlen(c->prefix) + strlen(enc_src) + sizeof nb_mlp_src_head + sizeof nb_mlp_src_asm +
-               sizeof nb_mlp_src_body + sizeof nb_mlp_src_fused + sizeof nb_mlp_src_rc + sizeof nb_mlp_src_rc_enc + 64;
+    /* prefix, enc_src, then the kernel files' texts (no #include inside them: nb_jit_load takes one
+     * source) */
+    static const char *const parts[6] = {"mlp_head", "mlp_asm", "mlp_body", "mlp_fused", "mlp_rc", "mlp_rc_enc"};
+    const char *text[6];
+    size_t n = strlen(c->prefix) + strlen(enc_src) + 64;
+    for (int i = 0; i < 6; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "src/nn/mlp/kernels/%s.cuh", parts[i]);
+        text[i] = nb_cuda_file_text(path);
+        if (!text[i]) return nb_error(NB_ERR_INTERNAL, "nb_mlp: kernel file %s is not embedded", path);
+        n += strlen(text[i]) + 1;
+    }
     char *src = nb_alloc(n, 16);
     if (!src) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_mlp: out of host memory");
     snprintf(src, n, "%s#undef RCMINB\n#define RCMINB %d\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n", c->prefix, bps, enc_src,
-             nb_mlp_src_head, nb_mlp_src_asm, nb_mlp_src_body, nb_mlp_src_fused, nb_mlp_src_rc, nb_mlp_src_rc_enc);
+             text[0], text[1], text[2], text[3], text[4], text[5]);
     char name[64];
     snprintf(name, sizeof name, "mlp_w%d_l%d_enc", m->cfg.width, m->n_layers);
     nb_jit_options opts = {.name = name};

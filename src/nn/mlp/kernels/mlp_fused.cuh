@@ -1,25 +1,5 @@
-/* CUDA source of the fused backward (appended after nb_mlp_src_body, same #define prefix, plus
- * FPF = prefetch of the next layer's pre-activations (registers), KSPL = accumulator copies per block (row split of the weight-gradient slices),
- * FW = warps per block, FMINB = its launch-bounds minimum blocks, FWSMEM = weights staged in
- * shared memory, FR16 = FW x MT 16-row tiles per block tile and FKD / FKH = max column tiles of the gradient / input
- * tiles kept in shared memory).
- *
- * mlp_bwd_fused does in one kernel what mlp_bwd + mlp_dw do in two: a persistent block takes
- * block tiles of WARPS x MT x 16 rows; per layer (last to first) each warp computes dL/dz for
- * its rows (as in mlp_bwd) and writes it, already transposed for the weight-gradient product
- * (movmatrix once, by the producer), into shared memory next to the layer's input h = act(z)
- * (also transposed). After a barrier all warps compute slices of dW_l += delta^T h over the
- * block tile with mma.sync, accumulating in f32 in a per-block scratch region in global memory
- * (L2 resident: read-modify-write, no atomics). Bias gradients are summed in shared memory.
- * mlp_dw_reduce_w then sums the per-block regions into the gradient buffer (overwriting it).
- * Nothing per layer goes back to DRAM: the dL/dz tensors of the split path are never written.
- */
-#ifndef NB_NN_MLP_KERNELS_FUSED_H
-#define NB_NN_MLP_KERNELS_FUSED_H
-
-#include "nn/mlp/mlp_kernels.h"
-
-static const char nb_mlp_src_fused[] = NB_MLP_STR(
+// The fused backward (mlp_bwd_fused*, one block per SM, per-block f32 weight-gradient sums reduced by
+// mlp_dw_reduce_w).
 constexpr long long ACC_TOT = (long long)W * IN_PAD + (long long)(NL - 2) * W * W + (long long)OUT_PAD * W;
 constexpr long long ACC_BLOCK = ACC_TOT + BTOT;
 __device__ __forceinline__ long long acc_off(int l) { return l == 0 ? 0 : (long long)W * IN_PAD + (long long)(l - 1) * W * W; }
@@ -300,6 +280,3 @@ extern "C" __global__ void __launch_bounds__(256) mlp_dw_reduce_w(MlpParams p) {
     }
 }
 
-);
-
-#endif

@@ -1,19 +1,5 @@
-/* CUDA source of the recomputing fused backward (appended after nb_mlp_src_fused, only for
- * configurations that use it: widths <= 64, no output activation, few layers, MT = 1).
- *
- * The training forward of this mode (mlp_fwd_train_nz_*) saves only the layer-0 input; the
- * backward (mlp_bwd_rc) recomputes every block tile's forward from it with the forward weights
- * (staged in shared memory beside the transposed ones), keeps all pre-activations in registers
- * (NL - 1 layers x KW x 4 words per lane), then runs the fused backward of mlp_bwd_fused on
- * them. It trades one extra forward (tensor-core work) for the write and the read of every
- * saved pre-activation (DRAM traffic), which bounds the other paths.
- */
-#ifndef NB_NN_MLP_KERNELS_RC_H
-#define NB_NN_MLP_KERNELS_RC_H
-
-#include "nn/mlp/mlp_kernels.h"
-
-static const char nb_mlp_src_rc[] = NB_MLP_STR(
+// The recomputing fused backward (mlp_fwd_train_nz_*, mlp_bwd_rc*): only for configurations that
+// use it (widths <= 64, no output activation, few layers, MT = 1).
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MINB) mlp_fwd_train_nz_f32(MlpParams p) { fwd_body<0, 1, 0>(p); }
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MINB) mlp_fwd_train_nz_f16(MlpParams p) { fwd_body<1, 1, 0>(p); }
 
@@ -260,15 +246,3 @@ template <int DX, int FL = 0, int XH = 1> __device__ __forceinline__ void bwd_rc
 
 extern "C" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc(MlpParams p) { bwd_rc_body<0>(p); }
 extern "C" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_dx(MlpParams p) { bwd_rc_body<1>(p); }
-);
-
-/* The recomputing backward with the grid-encoding backward fused in (appended, with the grid's
- * device code before nb_mlp_src_head instead of nb_mlp_src_enc_stub, only for
- * nb_encoding_backward_mlp). */
-static const char nb_mlp_src_rc_enc[] = NB_MLP_STR(
-extern "C" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_enc(MlpParams p) { bwd_rc_body<2>(p); }
-extern "C" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f16(MlpParams p) { bwd_rc_body<2, 1, 1>(p); }
-extern "C" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f32(MlpParams p) { bwd_rc_body<2, 1, 0>(p); }
-);
-
-#endif
