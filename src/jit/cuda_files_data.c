@@ -1694,8 +1694,8 @@ static const char nb_cu_14[] =
     "// contiguous); MODE 1/3 halo planes [c][row][W+8] (4 zero columns each side). Padding keeps\n"
     "// the fragment loads (mostly) free of bank conflicts. Loads are cp.async (4-byte with zero fill\n"
     "// for gathers and padding, 16-byte for contiguous rows). Defining NB_IG_HOST_EMU drops the PTX\n"
-    "// helpers (cp4, cp16, cp_commit, cp_wait, pack_bf16, ig_bf2f, ig_f2bf, ig_red2, mma_tf32,\n"
-    "// mma_bf16) so that a host emulation can supply its own: tests/emu/conv_emu.sh runs any\n"
+    "// helpers of ptx.cuh (cp4, cp16, cp_commit, cp_wait, pack_bf16, ig_bf2f, ig_f2bf, ig_red2,\n"
+    "// mma_tf32, mma_bf16) so that a host emulation can supply its own: tests/emu/conv_emu.sh runs any\n"
     "// configuration on the CPU.\n"
     "//\n"
     "// The bf16-activation variants (ABF = 1) are igemm_bf16.cuh, included at their #if branches.\n"
@@ -1749,46 +1749,7 @@ static const char nb_cu_14[] =
     "    int kt_per_split;  /* k tiles per blockIdx.z (MODE 0: 0 = all) */\n"
     "};\n"
     "#ifndef NB_IG_HOST_EMU\n"
-    "__device__ __forceinline__ unsigned smem_u32(const void *p) {\n"
-    "    return (unsigned)__cvta_generic_to_shared(p);\n"
-    "}\n"
-    "__device__ __forceinline__ void cp4(float *dst, const float *src, bool v) {\n"
-    "    asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4, %2;\\n\" ::\n"
-    "                 \"r\"(smem_u32(dst)), \"l\"(src), \"r\"(v ? 4 : 0));\n"
-    "}\n"
-    "__device__ __forceinline__ void cp16(float *dst, const float *src, bool v) {\n"
-    "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" ::\n"
-    "                 \"r\"(smem_u32(dst)), \"l\"(src), \"r\"(v ? 16 : 0));\n"
-    "}\n"
-    "__device__ __forceinline__ void cp_commit() { asm volatile(\"cp.async.commit_group;\\n\" ::); }\n"
-    "template <int n> __device__ __forceinline__ void cp_wait() {\n"
-    "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(n));\n"
-    "}\n"
-    "__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {\n"
-    "    unsigned r;\n"
-    "    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\\n\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
-    "    return r;\n"
-    "}\n"
-    "__device__ __forceinline__ float ig_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }\n"
-    "__device__ __forceinline__ unsigned short ig_f2bf(float f) {\n"
-    "    unsigned short r; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(r) : \"f\"(f)); return r;\n"
-    "}\n"
-    "/* *p += a, p[1] += b as one 8-byte atomic (sm_90 red.v2.f32; p 8-byte aligned) */\n"
-    "__device__ __forceinline__ void ig_red2(float *p, float a, float b) {\n"
-    "    asm volatile(\"red.global.add.v2.f32 [%0], {%1, %2};\" :: \"l\"(p), \"f\"(a), \"f\"(b) : \"memory\");\n"
-    "}\n"
-    "__device__ __forceinline__ void mma_tf32(float *c, const unsigned *a, const unsigned *b) {\n"
-    "    asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \"\n"
-    "                 \"{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\\n\"\n"
-    "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
-    "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
-    "}\n"
-    "__device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b) {\n"
-    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
-    "                 \"{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\\n\"\n"
-    "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
-    "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
-    "}\n"
+    "#include \"ptx.cuh\"\n"
     "#endif\n"
     "#if MODE == 3 && ABF\n"
     "#include \"igemm_bf16.cuh\"\n"
@@ -2952,8 +2913,63 @@ static const char nb_cu_15[] =
     "#endif\n"
     "#endif\n";
 
-/* src/nn/conv/kernels/wg4.cu */
+/* src/nn/conv/kernels/ptx.cuh */
 static const char nb_cu_16[] =
+    "// PTX helpers the tensor-core conv kernels share (igemm.cu, igemm_bf16.cuh, wg4.cu): cp.async\n"
+    "// copies into shared memory with zero fill, their commit / wait, bf16 conversions, the 8-byte\n"
+    "// global atomic add, ldmatrix and the two mma shapes. igemm.cu includes this only without\n"
+    "// NB_IG_HOST_EMU (tests/emu/conv_emu.sh supplies host versions of the same names).\n"
+    "#pragma once\n"
+    "__device__ __forceinline__ unsigned smem_u32(const void *p) {\n"
+    "    return (unsigned)__cvta_generic_to_shared(p);\n"
+    "}\n"
+    "/* 4-byte / 16-byte async copies global -> shared; v false: the bytes are zero (src unread) */\n"
+    "__device__ __forceinline__ void cp4(float *dst, const float *src, bool v) {\n"
+    "    asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4, %2;\\n\" ::\n"
+    "                 \"r\"(smem_u32(dst)), \"l\"(src), \"r\"(v ? 4 : 0));\n"
+    "}\n"
+    "__device__ __forceinline__ void cp16(void *dst, const void *src, bool v) {\n"
+    "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" ::\n"
+    "                 \"r\"(smem_u32(dst)), \"l\"(src), \"r\"(v ? 16 : 0));\n"
+    "}\n"
+    "__device__ __forceinline__ void cp_commit() { asm volatile(\"cp.async.commit_group;\\n\" ::); }\n"
+    "template <int n> __device__ __forceinline__ void cp_wait() {\n"
+    "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(n));\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {\n"
+    "    unsigned r;\n"
+    "    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\\n\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
+    "    return r;\n"
+    "}\n"
+    "__device__ __forceinline__ float ig_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }\n"
+    "__device__ __forceinline__ unsigned short ig_f2bf(float f) {\n"
+    "    unsigned short r; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(r) : \"f\"(f)); return r;\n"
+    "}\n"
+    "/* *p += a, p[1] += b as one 8-byte atomic (sm_90 red.v2.f32; p 8-byte aligned) */\n"
+    "__device__ __forceinline__ void ig_red2(float *p, float a, float b) {\n"
+    "    asm volatile(\"red.global.add.v2.f32 [%0], {%1, %2};\" :: \"l\"(p), \"f\"(a), \"f\"(b) : \"memory\");\n"
+    "}\n"
+    "/* four 8x8 b16 matrices from shared memory (lane l gives row l's 16-byte address) */\n"
+    "__device__ __forceinline__ void ldm4(unsigned *r, const void *p) {\n"
+    "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\\n\"\n"
+    "                 : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(smem_u32(p)));\n"
+    "}\n"
+    "/* c[4] += a (16x8 tf32 / 16x16 bf16, 4 registers) * b (8x8 / 16x8, 2 registers) */\n"
+    "__device__ __forceinline__ void mma_tf32(float *c, const unsigned *a, const unsigned *b) {\n"
+    "    asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \"\n"
+    "                 \"{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\\n\"\n"
+    "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "}\n"
+    "__device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b) {\n"
+    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
+    "                 \"{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\\n\"\n"
+    "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "}\n";
+
+/* src/nn/conv/kernels/wg4.cu */
+static const char nb_cu_17[] =
     "// The tensor-core 3x3 conv weight gradient (src/nn/conv/conv_cuda_wg4.c), specialised by PREC.\n"
     "//! nvrtc-check: PREC=1\n"
     "//! nvrtc-check: PREC=2\n"
@@ -2980,29 +2996,14 @@ static const char nb_cu_16[] =
     "#define A_PER (BM * BK / EPV / NTH) /* 16-byte A chunks per thread and k tile */\n"
     "#define B_PER (TRI * BK / EPV / NTH) /* B tasks (EPV pixels of one x row) per thread */\n"
     "struct Wg4P { const E *x, *dy; float *dw, *db; int N, C, H, W, O, kt_per_split; };\n"
-    "__device__ __forceinline__ unsigned smem_u32(const void *p) {\n"
-    "    return (unsigned)__cvta_generic_to_shared(p);\n"
-    "}\n"
-    "__device__ __forceinline__ void cp16(void *dst, const void *src, bool v) {\n"
-    "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" ::\n"
-    "                 \"r\"(smem_u32(dst)), \"l\"(src), \"r\"(v ? 16 : 0));\n"
-    "}\n"
-    "__device__ __forceinline__ void ldm4(unsigned *r, const void *p) {\n"
-    "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\\n\"\n"
-    "                 : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(smem_u32(p)));\n"
-    "}\n"
+    "#include \"ptx.cuh\"\n"
+    "/* the mma of this precision */\n"
     "__device__ __forceinline__ void mma(float *c, const unsigned *a, const unsigned *b) {\n"
     "#if PREC == 2\n"
-    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
+    "    mma_bf16(c, a, b);\n"
     "#else\n"
-    "    asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \"\n"
+    "    mma_tf32(c, a, b);\n"
     "#endif\n"
-    "                 \"{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\\n\"\n"
-    "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
-    "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
-    "}\n"
-    "__device__ __forceinline__ void red2(float *p, float a, float b) {\n"
-    "    asm volatile(\"red.global.add.v2.f32 [%0], {%1, %2};\" :: \"l\"(p), \"f\"(a), \"f\"(b) : \"memory\");\n"
     "}\n"
     "/* the three kw-shifted copies of EPV pixels v (16 bytes) with left neighbour l, right r:\n"
     " * kw = 0: pixels -1 .. EPV-2, kw = 1: 0 .. EPV-1, kw = 2: 1 .. EPV */\n"
@@ -3038,7 +3039,7 @@ static const char nb_cu_16[] =
     "            cp16(&As[s][row][EPV * ch], v ? (const void *)(p.dy + ((long long)n * p.O + o) * P + p0 + EPV * ch)\n"
     "                                          : (const void *)p.dy, v);\n"
     "        }\n"
-    "        asm volatile(\"cp.async.commit_group;\\n\" ::);\n"
+    "        cp_commit();\n"
     "    };\n"
     "    uint4 bv[B_PER]; unsigned bl[B_PER], br[B_PER];\n"
     "    auto bload = [&](int kt) {\n"
@@ -3090,7 +3091,7 @@ static const char nb_cu_16[] =
     "        aload(0, kt0);\n"
     "        bload(kt0);\n"
     "        bstore(0);\n"
-    "        asm volatile(\"cp.async.wait_group 0;\\n\" ::);\n"
+    "        cp_wait<0>();\n"
     "    }\n"
     "    __syncthreads();\n"
     "    /* ldmatrix lane addresses (16-byte rows = 8 bf16 / 4 f32): A rows (lane & 15), k half\n"
@@ -3132,7 +3133,7 @@ static const char nb_cu_16[] =
     "                for (int j = 0; j < NT; j++) mma(acc[i][j], a[i], &b[j >> 1][2 * (j & 1)]);\n"
     "        }\n"
     "        if (more) bstore(s ^ 1);\n"
-    "        asm volatile(\"cp.async.wait_group 0;\\n\" ::);\n"
+    "        cp_wait<0>();\n"
     "        __syncthreads();\n"
     "    }\n"
     "    if (kt0 >= kt1) return;\n"
@@ -3159,7 +3160,7 @@ static const char nb_cu_16[] =
     "            for (int j = 0; j < NT; j++) {\n"
     "                int n = 3 * q0 + wn0 + 8 * j + 2 * t;\n"
     "                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];\n"
-    "                if (n + 1 < J && ((unsigned long long)(row + n) & 7) == 0) red2(row + n, v0, v1);\n"
+    "                if (n + 1 < J && ((unsigned long long)(row + n) & 7) == 0) ig_red2(row + n, v0, v1);\n"
     "                else {\n"
     "                    if (n < J) atomicAdd(row + n, v0);\n"
     "                    if (n + 1 < J) atomicAdd(row + n + 1, v1);\n"
@@ -3169,7 +3170,7 @@ static const char nb_cu_16[] =
     "}\n";
 
 /* src/nn/conv/kernels/wgrad.cu */
-static const char nb_cu_17[] =
+static const char nb_cu_18[] =
     "// The conv weight gradient's kernels (src/nn/conv/conv_cuda_wgrad.c): im2col of x (two layouts),\n"
     "// the dy transpose, reduced-sum (rs / rs2) kernels and the final sum.\n"
     "#include \"nn/common/kernels/bf16.cuh\"\n"
@@ -3339,7 +3340,7 @@ static const char nb_cu_17[] =
     "}\n";
 
 /* src/nn/conv/kernels/wprep.cu */
-static const char nb_cu_18[] =
+static const char nb_cu_19[] =
     "// Weight arrangement for the implicit-GEMM convolution (src/nn/conv/conv_cuda_igemm.c, see\n"
     "// its \"weight arrangement\" comment): nb_conv_wprep writes one layout the igemm kernels read,\n"
     "// nb_conv_wprep2 two in one launch (WpP mirrors nb_ig_wprep_params).\n"
@@ -3393,7 +3394,7 @@ static const char nb_cu_18[] =
     "}\n";
 
 /* src/nn/encoding/kernels/encoding.cu */
-static const char nb_cu_19[] =
+static const char nb_cu_20[] =
     "// The encodings' kernels (src/nn/encoding/encoding_cuda.c): dense / hash grid and frequency\n"
     "// forward (f32 / f16 output), backward to the parameters (plain, shared-memory levels, warp-\n"
     "// aggregated) and to the inputs. Defines: NB_D dims, NB_F features per level, NB_L levels,\n"
@@ -3732,7 +3733,7 @@ static const char nb_cu_19[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp.cu */
-static const char nb_cu_20[] =
+static const char nb_cu_21[] =
     "// The fully fused MLP kernels (loaded by mlp_cuda.c through nb_jit_cuda_kernel), specialised by\n"
     "// -D defines for one configuration: W, IN_PAD, OUT_PAD, N_IN, N_OUT, NL, ACT, OUT_ACT, HAS_BIAS,\n"
     "// IS_BF16, MT, WARPS, MINB, NCHO, NCHI, WSMEM_F, WSMEM_B, DWW, FW, FMINB, FWSMEM, FR16, FKD, FKH,\n"
@@ -3764,7 +3765,7 @@ static const char nb_cu_20[] =
     "#endif\n";
 
 /* src/nn/mlp/kernels/mlp_asm.cuh */
-static const char nb_cu_21[] =
+static const char nb_cu_22[] =
     "// The PTX-level helpers: f16/bf16 conversions, mma.sync m16n8k16, movmatrix.\n"
     "__device__ __forceinline__ u32 pack2(float lo, float hi) {\n"
     "    u32 r;\n"
@@ -3813,7 +3814,7 @@ static const char nb_cu_21[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_body.cuh */
-static const char nb_cu_22[] =
+static const char nb_cu_23[] =
     "// The split kernels: weight conversion (mlp_convert), forward (mlp_fwd_*, mlp_fwd_train_*),\n"
     "// backward (mlp_bwd, mlp_bwd_dx) and weight gradient (mlp_dw).\n"
     "template <int A> __device__ __forceinline__ float act_f(float x) {\n"
@@ -4223,7 +4224,7 @@ static const char nb_cu_22[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_enc_stub.cuh */
-static const char nb_cu_23[] =
+static const char nb_cu_24[] =
     "// Stand-ins for the grid-encoding device code of mlp_bwd_rc_enc (nb_enc_cuda_mlp_source), included\n"
     "// before mlp_head.cuh in every program that does not fuse the grid backward.\n"
     "#define ENC_SMEM_FLOATS 0\n"
@@ -4232,7 +4233,7 @@ static const char nb_cu_23[] =
     "__device__ __forceinline__ void enc_smem_flush(float *, const float *) {}\n";
 
 /* src/nn/mlp/kernels/mlp_fused.cuh */
-static const char nb_cu_24[] =
+static const char nb_cu_25[] =
     "// The fused backward (mlp_bwd_fused*, one block per SM, per-block f32 weight-gradient sums reduced by\n"
     "// mlp_dw_reduce_w).\n"
     "constexpr long long ACC_TOT = (long long)W * IN_PAD + (long long)(NL - 2) * W * W + (long long)OUT_PAD * W;\n"
@@ -4517,7 +4518,7 @@ static const char nb_cu_24[] =
     "\n";
 
 /* src/nn/mlp/kernels/mlp_head.cuh */
-static const char nb_cu_25[] =
+static const char nb_cu_26[] =
     "// Types, the parameter block (struct MlpParams: must match mlp_params in mlp_cuda.c field by field)\n"
     "// and the sizes / offsets of the padded weight copies.\n"
     "typedef unsigned int u32;\n"
@@ -4554,7 +4555,7 @@ static const char nb_cu_25[] =
     "__device__ __forceinline__ int l_cols(int l) { return l == 0 ? N_IN : W; }\n";
 
 /* src/nn/mlp/kernels/mlp_rc.cuh */
-static const char nb_cu_26[] =
+static const char nb_cu_27[] =
     "// The recomputing fused backward (mlp_fwd_train_nz_*, mlp_bwd_rc*): only for configurations that\n"
     "// use it (widths <= 64, no output activation, few layers, MT = 1).\n"
     "extern \"C\" __global__ void __launch_bounds__(WARPS * 32, MINB) mlp_fwd_train_nz_f32(MlpParams p) { fwd_body<0, 1, 0>(p); }\n"
@@ -4805,7 +4806,7 @@ static const char nb_cu_26[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_dx(MlpParams p) { bwd_rc_body<1>(p); }\n";
 
 /* src/nn/mlp/kernels/mlp_rc_enc.cuh */
-static const char nb_cu_27[] =
+static const char nb_cu_28[] =
     "// The recomputing backward with the grid-encoding backward fused in (after mlp_rc.cuh, with the\n"
     "// grid's generated device code (nb_enc_cuda_mlp_source) before mlp_head.cuh instead of\n"
     "// mlp_enc_stub.cuh; only for nb_encoding_backward_mlp / nb_encoding_train_mlp).\n"
@@ -4814,7 +4815,7 @@ static const char nb_cu_27[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f32(MlpParams p) { bwd_rc_body<2, 1, 0>(p); }\n";
 
 /* src/nn/norm/kernels/group_norm.cu */
-static const char nb_cu_28[] =
+static const char nb_cu_29[] =
     "// Group norm (and group norm + SiLU) forward / backward for the tape (src/nn/norm/tape_cuda_norm.c),\n"
     "// f32 and mixed f32/bf16 storage. The loader compiles one entry's kernels at a time: defines\n"
     "// GN_ONLY and GN_ONLY_<entry> (19 kernels in all; compiling all of them per entry made a cold\n"
@@ -5391,7 +5392,7 @@ static const char nb_cu_28[] =
     "#endif\n";
 
 /* src/nn/optim/kernels/adam.cu */
-static const char nb_cu_29[] =
+static const char nb_cu_30[] =
     "// Adam / AdamW step over several parameter segments in one launch (src/nn/optim/optim.c;\n"
     "// Args mirrors its host struct).\n"
     "struct Seg { float *p, *g; long long start, end; };\n"
@@ -5416,7 +5417,7 @@ static const char nb_cu_29[] =
     "}\n";
 
 /* src/nn/optim/kernels/loss.cu */
-static const char nb_cu_30[] =
+static const char nb_cu_31[] =
     "// Losses over f32 arrays (src/nn/optim/loss.c): per-element loss and gradient, reduced per\n"
     "// block into a.loss; kind 0 = MSE, 1 = L1, 2 = relative L2 (the Args struct mirrors nb_loss_args).\n"
     "struct Args { const float *pred, *target; float *loss, *dpred; long long n; float inv_n; int kind; };\n"
@@ -5444,7 +5445,7 @@ static const char nb_cu_30[] =
     "}\n";
 
 /* src/nn/tape/kernels/basic.cu */
-static const char nb_cu_31[] =
+static const char nb_cu_32[] =
     "// The tape's elementwise, broadcast, shape and loss kernels (src/nn/tape/tape_cuda_basic.c;\n"
     "// struct A mirrors its tk_args, the entries are its tk_entry table): add/silu/concat/upsample/\n"
     "// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage.\n"
@@ -5693,7 +5694,7 @@ static const char nb_cu_31[] =
     "    } }\n";
 
 /* src/nn/tape/kernels/cast.cu */
-static const char nb_cu_32[] =
+static const char nb_cu_33[] =
     "// Tape dtype cast (src/nn/tape/tape_cast.c): y (+)= x elementwise between f32 and bf16 buffers.\n"
     "#include \"nn/common/kernels/bf16.cuh\"\n"
     "struct CastP { const void *x; void *y; long long n; int xbf, ybf, acc; };\n"
@@ -5734,22 +5735,23 @@ const nb_cuda_file nb_cuda_files[] = {
     {"src/nn/conv/kernels/conv_aux.cu", nb_cu_13},
     {"src/nn/conv/kernels/igemm.cu", nb_cu_14},
     {"src/nn/conv/kernels/igemm_bf16.cuh", nb_cu_15},
-    {"src/nn/conv/kernels/wg4.cu", nb_cu_16},
-    {"src/nn/conv/kernels/wgrad.cu", nb_cu_17},
-    {"src/nn/conv/kernels/wprep.cu", nb_cu_18},
-    {"src/nn/encoding/kernels/encoding.cu", nb_cu_19},
-    {"src/nn/mlp/kernels/mlp.cu", nb_cu_20},
-    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_21},
-    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_22},
-    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_23},
-    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_24},
-    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_25},
-    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_26},
-    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_27},
-    {"src/nn/norm/kernels/group_norm.cu", nb_cu_28},
-    {"src/nn/optim/kernels/adam.cu", nb_cu_29},
-    {"src/nn/optim/kernels/loss.cu", nb_cu_30},
-    {"src/nn/tape/kernels/basic.cu", nb_cu_31},
-    {"src/nn/tape/kernels/cast.cu", nb_cu_32},
+    {"src/nn/conv/kernels/ptx.cuh", nb_cu_16},
+    {"src/nn/conv/kernels/wg4.cu", nb_cu_17},
+    {"src/nn/conv/kernels/wgrad.cu", nb_cu_18},
+    {"src/nn/conv/kernels/wprep.cu", nb_cu_19},
+    {"src/nn/encoding/kernels/encoding.cu", nb_cu_20},
+    {"src/nn/mlp/kernels/mlp.cu", nb_cu_21},
+    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_22},
+    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_23},
+    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_24},
+    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_25},
+    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_26},
+    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_27},
+    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_28},
+    {"src/nn/norm/kernels/group_norm.cu", nb_cu_29},
+    {"src/nn/optim/kernels/adam.cu", nb_cu_30},
+    {"src/nn/optim/kernels/loss.cu", nb_cu_31},
+    {"src/nn/tape/kernels/basic.cu", nb_cu_32},
+    {"src/nn/tape/kernels/cast.cu", nb_cu_33},
     {0, 0},
 };

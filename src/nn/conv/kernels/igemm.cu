@@ -29,8 +29,8 @@
 // contiguous); MODE 1/3 halo planes [c][row][W+8] (4 zero columns each side). Padding keeps
 // the fragment loads (mostly) free of bank conflicts. Loads are cp.async (4-byte with zero fill
 // for gathers and padding, 16-byte for contiguous rows). Defining NB_IG_HOST_EMU drops the PTX
-// helpers (cp4, cp16, cp_commit, cp_wait, pack_bf16, ig_bf2f, ig_f2bf, ig_red2, mma_tf32,
-// mma_bf16) so that a host emulation can supply its own: tests/emu/conv_emu.sh runs any
+// helpers of ptx.cuh (cp4, cp16, cp_commit, cp_wait, pack_bf16, ig_bf2f, ig_f2bf, ig_red2,
+// mma_tf32, mma_bf16) so that a host emulation can supply its own: tests/emu/conv_emu.sh runs any
 // configuration on the CPU.
 //
 // The bf16-activation variants (ABF = 1) are igemm_bf16.cuh, included at their #if branches.
@@ -84,46 +84,7 @@ struct IgP {
     int kt_per_split;  /* k tiles per blockIdx.z (MODE 0: 0 = all) */
 };
 #ifndef NB_IG_HOST_EMU
-__device__ __forceinline__ unsigned smem_u32(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp4(float *dst, const float *src, bool v) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::
-                 "r"(smem_u32(dst)), "l"(src), "r"(v ? 4 : 0));
-}
-__device__ __forceinline__ void cp16(float *dst, const float *src, bool v) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
-                 "r"(smem_u32(dst)), "l"(src), "r"(v ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int n> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(n));
-}
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ float ig_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
-__device__ __forceinline__ unsigned short ig_f2bf(float f) {
-    unsigned short r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;
-}
-/* *p += a, p[1] += b as one 8-byte atomic (sm_90 red.v2.f32; p 8-byte aligned) */
-__device__ __forceinline__ void ig_red2(float *p, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(a), "f"(b) : "memory");
-}
-__device__ __forceinline__ void mma_tf32(float *c, const unsigned *a, const unsigned *b) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+#include "ptx.cuh"
 #endif
 #if MODE == 3 && ABF
 #include "igemm_bf16.cuh"

@@ -24,29 +24,14 @@ typedef float E;
 #define A_PER (BM * BK / EPV / NTH) /* 16-byte A chunks per thread and k tile */
 #define B_PER (TRI * BK / EPV / NTH) /* B tasks (EPV pixels of one x row) per thread */
 struct Wg4P { const E *x, *dy; float *dw, *db; int N, C, H, W, O, kt_per_split; };
-__device__ __forceinline__ unsigned smem_u32(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp16(void *dst, const void *src, bool v) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
-                 "r"(smem_u32(dst)), "l"(src), "r"(v ? 16 : 0));
-}
-__device__ __forceinline__ void ldm4(unsigned *r, const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
-}
+#include "ptx.cuh"
+/* the mma of this precision */
 __device__ __forceinline__ void mma(float *c, const unsigned *a, const unsigned *b) {
 #if PREC == 2
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+    mma_bf16(c, a, b);
 #else
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+    mma_tf32(c, a, b);
 #endif
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void red2(float *p, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(a), "f"(b) : "memory");
 }
 /* the three kw-shifted copies of EPV pixels v (16 bytes) with left neighbour l, right r:
  * kw = 0: pixels -1 .. EPV-2, kw = 1: 0 .. EPV-1, kw = 2: 1 .. EPV */
@@ -82,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) nb_conv_wg4(Wg4P p) {
             cp16(&As[s][row][EPV * ch], v ? (const void *)(p.dy + ((long long)n * p.O + o) * P + p0 + EPV * ch)
                                           : (const void *)p.dy, v);
         }
-        asm volatile("cp.async.commit_group;\n" ::);
+        cp_commit();
     };
     uint4 bv[B_PER]; unsigned bl[B_PER], br[B_PER];
     auto bload = [&](int kt) {
@@ -134,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) nb_conv_wg4(Wg4P p) {
         aload(0, kt0);
         bload(kt0);
         bstore(0);
-        asm volatile("cp.async.wait_group 0;\n" ::);
+        cp_wait<0>();
     }
     __syncthreads();
     /* ldmatrix lane addresses (16-byte rows = 8 bf16 / 4 f32): A rows (lane & 15), k half
@@ -176,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) nb_conv_wg4(Wg4P p) {
                 for (int j = 0; j < NT; j++) mma(acc[i][j], a[i], &b[j >> 1][2 * (j & 1)]);
         }
         if (more) bstore(s ^ 1);
-        asm volatile("cp.async.wait_group 0;\n" ::);
+        cp_wait<0>();
         __syncthreads();
     }
     if (kt0 >= kt1) return;
@@ -203,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) nb_conv_wg4(Wg4P p) {
             for (int j = 0; j < NT; j++) {
                 int n = 3 * q0 + wn0 + 8 * j + 2 * t;
                 float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (n + 1 < J && ((unsigned long long)(row + n) & 7) == 0) red2(row + n, v0, v1);
+                if (n + 1 < J && ((unsigned long long)(row + n) & 7) == 0) ig_red2(row + n, v0, v1);
                 else {
                     if (n < J) atomicAdd(row + n, v0);
                     if (n + 1 < J) atomicAdd(row + n + 1, v1);
