@@ -189,19 +189,7 @@ extern "C" __global__ void __launch_bounds__(256, IS_BF16 && SBF != 1 ? 3 : 1) n
             }
         }
     }
-    _Pragma("unroll") for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(FULL, l[h], 1);
-        l[h] += __shfl_xor_sync(FULL, l[h], 2);
-        const int row = q0 + 16 * w + g + 8 * h;
-        if (row >= a.Tq) continue;
-        const float inv = 1.0f / l[h];
-        _Pragma("unroll") for (int n = 0; n < DP / 8; n++)
-            _Pragma("unroll") for (int j = 0; j < 2; j++) {
-                const int col = 8 * n + 2 * t + j;
-                if (col < a.d) nb_st(a.o.p, at(a.o, bh, row, col), mbf(a.o), o[n][2 * h + j] * inv);
-            }
-        if (t == 0) a.lse[bh * a.Tq + row] = m[h] + log2f(l[h]);
-    }
+    fwd_store(a, bh, q0, w, g, t, o, m, l);
 }
 /* dq rows [q0, q0 + QC) from the f32 chunk buffer b[f][q] (row stride S), in dq's mode,
  * coalesced along positions; b is zeroed for its next chunk */

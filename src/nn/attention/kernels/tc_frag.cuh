@@ -1,5 +1,6 @@
 // Fragment loads of the tensor-core attention kernels (tc.cu; see its top for ldA_rows,
-// ldB_rows, ldB_cols, ldA_acc). A file of its own so tests/emu/attn2_emu.sh can run it on the CPU.
+// ldB_rows, ldB_cols, ldA_acc) and the forward epilogue fwd_store that nb_attn_fwd_tc and
+// nb_attn_fwd_fa (fa.cuh) share. A file of its own so tests/emu/attn2_emu.sh can run it on the CPU.
 #pragma once
 constexpr int KS = IS_BF16 ? 16 : 8;
 constexpr int SQ = DP + 8, SV = DP + 4, SSS = 64 + 8;
@@ -58,5 +59,24 @@ __device__ __forceinline__ void ldA_acc(u32 *a, float (*c)[4], int kk) {
         a[3] = cvt2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
     } else {
         a[0] = cvt1(c[kk][0]); a[1] = cvt1(c[kk][2]); a[2] = cvt1(c[kk][1]); a[3] = cvt1(c[kk][3]);
+    }
+}
+/* the forward epilogue (nb_attn_fwd_tc, nb_attn_fwd_fa): warp w's 16 query rows q0 + 16 w +
+ * [0, 16), row g and g + 8 of this lane; the row sums l[2] reduced over the row's 4 lanes, then
+ * o[DP / 8][4] / l stored in o's mode and lse = m + log2 l */
+__device__ __forceinline__ void fwd_store(const FwdArgs &a, long long bh, int q0, int w, int g, int t,
+                                          float (*o)[4], const float *m, float *l) {
+    _Pragma("unroll") for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(FULL, l[h], 1);
+        l[h] += __shfl_xor_sync(FULL, l[h], 2);
+        const int row = q0 + 16 * w + g + 8 * h;
+        if (row >= a.Tq) continue;
+        const float inv = 1.0f / l[h];
+        _Pragma("unroll") for (int n = 0; n < DP / 8; n++)
+            _Pragma("unroll") for (int j = 0; j < 2; j++) {
+                const int col = 8 * n + 2 * t + j;
+                if (col < a.d) nb_st(a.o.p, at(a.o, bh, row, col), mbf(a.o), o[n][2 * h + j] * inv);
+            }
+        if (t == 0) a.lse[bh * a.Tq + row] = m[h] + log2f(l[h]);
     }
 }
