@@ -1334,6 +1334,7 @@ static const char nb_cu_12[] =
     "// gradient over planes, the split-sum and MODE 2 endings with the bias gradient taken along, the\n"
     "// bf16 weight conversion with the bias fill, the end of a split sum into bf16.\n"
     "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"sum_parts.cuh\"\n"
     "struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };\n"
     "/* y[n][o][p] += b[o] */\n"
     "extern \"C\" __global__ void nb_conv_bias(BiasP p) {\n"
@@ -1524,14 +1525,7 @@ static const char nb_cu_12[] =
     "}\n"
     "struct SumNP { const float *s; float *dw; long long L; int N; };\n"
     "/* dw[i] += sum over n < N of s[n * L + i] */\n"
-    "extern \"C\" __global__ void nb_conv_sum_n(SumNP p) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.L;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float acc = 0.0f;\n"
-    "        for (int n = 0; n < p.N; n++) acc += p.s[n * p.L + i];\n"
-    "        p.dw[i] += acc;\n"
-    "    }\n"
-    "}\n"
+    "extern \"C\" __global__ void nb_conv_sum_n(SumNP p) { sum_parts_add(p.s, p.dw, p.L, p.N); }\n"
     "struct SumN4P { const float *s; float *dw; long long L; int N, vec; };\n"
     "/* dw[i] += sum over n < N of s[n * L + i]: vec (L % 4 == 0, 16-byte aligned) a thread per 4\n"
     " * columns with float4 loads, else one; the n loop two-way unrolled */\n"
@@ -2964,8 +2958,23 @@ static const char nb_cu_16[] =
     "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
     "}\n";
 
-/* src/nn/conv/kernels/wg4.cu */
+/* src/nn/conv/kernels/sum_parts.cuh */
 static const char nb_cu_17[] =
+    "// The partial-sum ending the conv kernels share (bias.cu nb_conv_sum_n, wgrad.cu nb_wg_sum):\n"
+    "// one definition instead of a copy in each file.\n"
+    "#pragma once\n"
+    "/* dw[i] += sum over n < N of s[n * L + i], grid-stride over i < L */\n"
+    "__device__ __forceinline__ void sum_parts_add(const float *s, float *dw, long long L, int N) {\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < L;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        float acc = 0.0f;\n"
+    "        for (int n = 0; n < N; n++) acc += s[n * L + i];\n"
+    "        dw[i] += acc;\n"
+    "    }\n"
+    "}\n";
+
+/* src/nn/conv/kernels/wg4.cu */
+static const char nb_cu_18[] =
     "// The tensor-core 3x3 conv weight gradient (src/nn/conv/conv_cuda_wg4.c), specialised by PREC.\n"
     "//! nvrtc-check: PREC=1\n"
     "//! nvrtc-check: PREC=2\n"
@@ -3166,10 +3175,11 @@ static const char nb_cu_17[] =
     "}\n";
 
 /* src/nn/conv/kernels/wgrad.cu */
-static const char nb_cu_18[] =
+static const char nb_cu_19[] =
     "// The conv weight gradient's kernels (src/nn/conv/conv_cuda_wgrad.c): im2col of x (two layouts),\n"
     "// the dy transpose, reduced-sum (rs / rs2) kernels and the final sum.\n"
     "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"sum_parts.cuh\"\n"
     "struct WgColP { const void *x; void *col; int C, H, W, K, S, pad, OH, OW, Kt, CKK, xbf, cbf, vec; };\n"
     "/* col[c*KK + kk][n*P + p] = x[n][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside): block row y takes\n"
     " * rows c*KK + kk, each thread 4 consecutive columns (vec: one 4-element store, Kt % 4 == 0) */\n"
@@ -3326,17 +3336,10 @@ static const char nb_cu_18[] =
     "}\n"
     "struct WgSumP { const float *part; float *dw; long long L; int S; };\n"
     "/* dw[i] += sum over s < S of part[s*L + i] */\n"
-    "extern \"C\" __global__ void nb_wg_sum(WgSumP a) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.L;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float acc = 0.0f;\n"
-    "        for (int s = 0; s < a.S; s++) acc += a.part[s * a.L + i];\n"
-    "        a.dw[i] += acc;\n"
-    "    }\n"
-    "}\n";
+    "extern \"C\" __global__ void nb_wg_sum(WgSumP a) { sum_parts_add(a.part, a.dw, a.L, a.S); }\n";
 
 /* src/nn/conv/kernels/wprep.cu */
-static const char nb_cu_19[] =
+static const char nb_cu_20[] =
     "// Weight arrangement for the implicit-GEMM convolution (src/nn/conv/conv_cuda_igemm.c, see\n"
     "// its \"weight arrangement\" comment): nb_conv_wprep writes one layout the igemm kernels read,\n"
     "// nb_conv_wprep2 two in one launch (WpP mirrors nb_ig_wprep_params).\n"
@@ -3390,7 +3393,7 @@ static const char nb_cu_19[] =
     "}\n";
 
 /* src/nn/encoding/kernels/encoding.cu */
-static const char nb_cu_20[] =
+static const char nb_cu_21[] =
     "// The encodings' kernels (src/nn/encoding/encoding_cuda.c): dense / hash grid and frequency\n"
     "// forward (f32 / f16 output), backward to the parameters (plain, shared-memory levels, warp-\n"
     "// aggregated) and to the inputs. Defines: NB_D dims, NB_F features per level, NB_L levels,\n"
@@ -3729,7 +3732,7 @@ static const char nb_cu_20[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp.cu */
-static const char nb_cu_21[] =
+static const char nb_cu_22[] =
     "// The fully fused MLP kernels (loaded by mlp_cuda.c through nb_jit_cuda_kernel), specialised by\n"
     "// -D defines for one configuration: W, IN_PAD, OUT_PAD, N_IN, N_OUT, NL, ACT, OUT_ACT, HAS_BIAS,\n"
     "// IS_BF16, MT, WARPS, MINB, NCHO, NCHI, WSMEM_F, WSMEM_B, DWW, FW, FMINB, FWSMEM, FR16, FKD, FKH,\n"
@@ -3761,7 +3764,7 @@ static const char nb_cu_21[] =
     "#endif\n";
 
 /* src/nn/mlp/kernels/mlp_asm.cuh */
-static const char nb_cu_22[] =
+static const char nb_cu_23[] =
     "// The PTX-level helpers: f16/bf16 conversions, mma.sync m16n8k16, movmatrix.\n"
     "__device__ __forceinline__ u32 pack2(float lo, float hi) {\n"
     "    u32 r;\n"
@@ -3810,7 +3813,7 @@ static const char nb_cu_22[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_body.cuh */
-static const char nb_cu_23[] =
+static const char nb_cu_24[] =
     "// The split kernels: weight conversion (mlp_convert), forward (mlp_fwd_*, mlp_fwd_train_*),\n"
     "// backward (mlp_bwd, mlp_bwd_dx) and weight gradient (mlp_dw).\n"
     "template <int A> __device__ __forceinline__ float act_f(float x) {\n"
@@ -4220,7 +4223,7 @@ static const char nb_cu_23[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_enc_stub.cuh */
-static const char nb_cu_24[] =
+static const char nb_cu_25[] =
     "// Stand-ins for the grid-encoding device code of mlp_bwd_rc_enc (nb_enc_cuda_mlp_source), included\n"
     "// before mlp_head.cuh in every program that does not fuse the grid backward.\n"
     "#define ENC_SMEM_FLOATS 0\n"
@@ -4229,7 +4232,7 @@ static const char nb_cu_24[] =
     "__device__ __forceinline__ void enc_smem_flush(float *, const float *) {}\n";
 
 /* src/nn/mlp/kernels/mlp_fused.cuh */
-static const char nb_cu_25[] =
+static const char nb_cu_26[] =
     "// The fused backward (mlp_bwd_fused*, one block per SM, per-block f32 weight-gradient sums reduced by\n"
     "// mlp_dw_reduce_w).\n"
     "constexpr long long ACC_TOT = (long long)W * IN_PAD + (long long)(NL - 2) * W * W + (long long)OUT_PAD * W;\n"
@@ -4514,7 +4517,7 @@ static const char nb_cu_25[] =
     "\n";
 
 /* src/nn/mlp/kernels/mlp_head.cuh */
-static const char nb_cu_26[] =
+static const char nb_cu_27[] =
     "// Types, the parameter block (struct MlpParams: must match mlp_params in mlp_cuda.c field by field)\n"
     "// and the sizes / offsets of the padded weight copies.\n"
     "typedef unsigned int u32;\n"
@@ -4551,7 +4554,7 @@ static const char nb_cu_26[] =
     "__device__ __forceinline__ int l_cols(int l) { return l == 0 ? N_IN : W; }\n";
 
 /* src/nn/mlp/kernels/mlp_rc.cuh */
-static const char nb_cu_27[] =
+static const char nb_cu_28[] =
     "// The recomputing fused backward (mlp_fwd_train_nz_*, mlp_bwd_rc*): only for configurations that\n"
     "// use it (widths <= 64, no output activation, few layers, MT = 1).\n"
     "extern \"C\" __global__ void __launch_bounds__(WARPS * 32, MINB) mlp_fwd_train_nz_f32(MlpParams p) { fwd_body<0, 1, 0>(p); }\n"
@@ -4802,7 +4805,7 @@ static const char nb_cu_27[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_dx(MlpParams p) { bwd_rc_body<1>(p); }\n";
 
 /* src/nn/mlp/kernels/mlp_rc_enc.cuh */
-static const char nb_cu_28[] =
+static const char nb_cu_29[] =
     "// The recomputing backward with the grid-encoding backward fused in (after mlp_rc.cuh, with the\n"
     "// grid's generated device code (nb_enc_cuda_mlp_source) before mlp_head.cuh instead of\n"
     "// mlp_enc_stub.cuh; only for nb_encoding_backward_mlp / nb_encoding_train_mlp).\n"
@@ -4811,7 +4814,7 @@ static const char nb_cu_28[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f32(MlpParams p) { bwd_rc_body<2, 1, 0>(p); }\n";
 
 /* src/nn/norm/kernels/group_norm.cu */
-static const char nb_cu_29[] =
+static const char nb_cu_30[] =
     "// Group norm (and group norm + SiLU) forward / backward for the tape (src/nn/norm/tape_cuda_norm.c),\n"
     "// f32 and mixed f32/bf16 storage. The loader compiles one entry's kernels at a time: defines\n"
     "// GN_ONLY and GN_ONLY_<entry> (19 kernels in all; compiling all of them per entry made a cold\n"
@@ -5388,7 +5391,7 @@ static const char nb_cu_29[] =
     "#endif\n";
 
 /* src/nn/optim/kernels/adam.cu */
-static const char nb_cu_30[] =
+static const char nb_cu_31[] =
     "// Adam / AdamW step over several parameter segments in one launch (src/nn/optim/optim.c;\n"
     "// Args mirrors its host struct).\n"
     "struct Seg { float *p, *g; long long start, end; };\n"
@@ -5413,7 +5416,7 @@ static const char nb_cu_30[] =
     "}\n";
 
 /* src/nn/optim/kernels/loss.cu */
-static const char nb_cu_31[] =
+static const char nb_cu_32[] =
     "// Losses over f32 arrays (src/nn/optim/loss.c): per-element loss and gradient, reduced per\n"
     "// block into a.loss; kind 0 = MSE, 1 = L1, 2 = relative L2 (the Args struct mirrors nb_loss_args).\n"
     "struct Args { const float *pred, *target; float *loss, *dpred; long long n; float inv_n; int kind; };\n"
@@ -5441,7 +5444,7 @@ static const char nb_cu_31[] =
     "}\n";
 
 /* src/nn/tape/kernels/basic.cu */
-static const char nb_cu_32[] =
+static const char nb_cu_33[] =
     "// The tape's elementwise, broadcast, shape and loss kernels (src/nn/tape/tape_cuda_basic.c;\n"
     "// struct A mirrors its tk_args, the entries are its tk_entry table): add/silu/concat/upsample/\n"
     "// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage.\n"
@@ -5690,7 +5693,7 @@ static const char nb_cu_32[] =
     "    } }\n";
 
 /* src/nn/tape/kernels/cast.cu */
-static const char nb_cu_33[] =
+static const char nb_cu_34[] =
     "// Tape dtype cast (src/nn/tape/tape_cast.c): y (+)= x elementwise between f32 and bf16 buffers.\n"
     "#include \"nn/common/kernels/bf16.cuh\"\n"
     "struct CastP { const void *x; void *y; long long n; int xbf, ybf, acc; };\n"
@@ -5732,22 +5735,23 @@ const nb_cuda_file nb_cuda_files[] = {
     {"src/nn/conv/kernels/igemm.cu", nb_cu_14},
     {"src/nn/conv/kernels/igemm_bf16.cuh", nb_cu_15},
     {"src/nn/conv/kernels/ptx.cuh", nb_cu_16},
-    {"src/nn/conv/kernels/wg4.cu", nb_cu_17},
-    {"src/nn/conv/kernels/wgrad.cu", nb_cu_18},
-    {"src/nn/conv/kernels/wprep.cu", nb_cu_19},
-    {"src/nn/encoding/kernels/encoding.cu", nb_cu_20},
-    {"src/nn/mlp/kernels/mlp.cu", nb_cu_21},
-    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_22},
-    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_23},
-    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_24},
-    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_25},
-    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_26},
-    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_27},
-    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_28},
-    {"src/nn/norm/kernels/group_norm.cu", nb_cu_29},
-    {"src/nn/optim/kernels/adam.cu", nb_cu_30},
-    {"src/nn/optim/kernels/loss.cu", nb_cu_31},
-    {"src/nn/tape/kernels/basic.cu", nb_cu_32},
-    {"src/nn/tape/kernels/cast.cu", nb_cu_33},
+    {"src/nn/conv/kernels/sum_parts.cuh", nb_cu_17},
+    {"src/nn/conv/kernels/wg4.cu", nb_cu_18},
+    {"src/nn/conv/kernels/wgrad.cu", nb_cu_19},
+    {"src/nn/conv/kernels/wprep.cu", nb_cu_20},
+    {"src/nn/encoding/kernels/encoding.cu", nb_cu_21},
+    {"src/nn/mlp/kernels/mlp.cu", nb_cu_22},
+    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_23},
+    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_24},
+    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_25},
+    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_26},
+    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_27},
+    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_28},
+    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_29},
+    {"src/nn/norm/kernels/group_norm.cu", nb_cu_30},
+    {"src/nn/optim/kernels/adam.cu", nb_cu_31},
+    {"src/nn/optim/kernels/loss.cu", nb_cu_32},
+    {"src/nn/tape/kernels/basic.cu", nb_cu_33},
+    {"src/nn/tape/kernels/cast.cu", nb_cu_34},
     {0, 0},
 };

@@ -2,6 +2,7 @@
 // gradient over planes, the split-sum and MODE 2 endings with the bias gradient taken along, the
 // bf16 weight conversion with the bias fill, the end of a split sum into bf16.
 #include "nn/common/kernels/bf16.cuh"
+#include "sum_parts.cuh"
 struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };
 /* y[n][o][p] += b[o] */
 extern "C" __global__ void nb_conv_bias(BiasP p) {
@@ -192,14 +193,7 @@ extern "C" __global__ void nb_conv_bias_cols(ColP p) {
 }
 struct SumNP { const float *s; float *dw; long long L; int N; };
 /* dw[i] += sum over n < N of s[n * L + i] */
-extern "C" __global__ void nb_conv_sum_n(SumNP p) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.L;
-         i += (long long)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (int n = 0; n < p.N; n++) acc += p.s[n * p.L + i];
-        p.dw[i] += acc;
-    }
-}
+extern "C" __global__ void nb_conv_sum_n(SumNP p) { sum_parts_add(p.s, p.dw, p.L, p.N); }
 struct SumN4P { const float *s; float *dw; long long L; int N, vec; };
 /* dw[i] += sum over n < N of s[n * L + i]: vec (L % 4 == 0, 16-byte aligned) a thread per 4
  * columns with float4 loads, else one; the n loop two-way unrolled */

@@ -1,6 +1,7 @@
 // The conv weight gradient's kernels (src/nn/conv/conv_cuda_wgrad.c): im2col of x (two layouts),
 // the dy transpose, reduced-sum (rs / rs2) kernels and the final sum.
 #include "nn/common/kernels/bf16.cuh"
+#include "sum_parts.cuh"
 struct WgColP { const void *x; void *col; int C, H, W, K, S, pad, OH, OW, Kt, CKK, xbf, cbf, vec; };
 /* col[c*KK + kk][n*P + p] = x[n][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside): block row y takes
  * rows c*KK + kk, each thread 4 consecutive columns (vec: one 4-element store, Kt % 4 == 0) */
@@ -157,11 +158,4 @@ extern "C" __global__ void nb_wg_sum3j(WgSum3P a) {
 }
 struct WgSumP { const float *part; float *dw; long long L; int S; };
 /* dw[i] += sum over s < S of part[s*L + i] */
-extern "C" __global__ void nb_wg_sum(WgSumP a) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.L;
-         i += (long long)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < a.S; s++) acc += a.part[s * a.L + i];
-        a.dw[i] += acc;
-    }
-}
+extern "C" __global__ void nb_wg_sum(WgSumP a) { sum_parts_add(a.part, a.dw, a.L, a.S); }
