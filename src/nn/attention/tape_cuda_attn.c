@@ -77,7 +77,7 @@ typedef struct {
  * tc.cu (DP, IS_BF16, FM, SBF), aux.cu (the delta / dq conversion kernels; DP 16). */
 typedef struct attn_mod {
     const char *path;
-    char buf[4][16];
+    char buf[4][32]; /* "IS_BF16=%d" of any int fits */
     const char *defs[5];
 } attn_mod;
 
