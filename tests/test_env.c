@@ -120,6 +120,12 @@ static void test_too_long(void) {
     NB_EXPECT_ERR(nb_env_check(NB_ENV_CFLAGS), NB_ERR_INVALID_ARG, "$NABLA_CFLAGS is longer than 4095 bytes");
     set("NABLA_CFLAGS", NULL);
     NB_EXPECT_OK(nb_env_check(NB_ENV_CFLAGS));
+    /* a typed getter reports it too, instead of taking the default */
+    memset(v, '7', n);
+    set("NABLA_THREADS", v);
+    long threads = 0;
+    NB_EXPECT_ERR(nb_env_threads(&threads), NB_ERR_INVALID_ARG, "$NABLA_THREADS is longer than 4095 bytes");
+    set("NABLA_THREADS", NULL);
     free(v);
 }
 

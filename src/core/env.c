@@ -123,10 +123,11 @@ nb_status nb_env_check(nb_env_id id) {
                     nb_env_get(id), e->values, e->def);
 }
 
-/* The set value of id (*v, NULL when unset) after its check: the typed getters' common part. */
+/* The set value of id (*v, NULL when unset) after its check (a value too long to keep is an
+ * error, not "unset"): the typed getters' common part. */
 static nb_status nb_env_checked(nb_env_id id, const char **v) {
     *v = nb_env_get(id);
-    return *v ? nb_env_check(id) : NB_OK;
+    return nb_env_check(id);
 }
 
 nb_status nb_env_threads(long *out) {

@@ -8,16 +8,15 @@
 #include "core/util.h"
 #include "jit/cuda_files.h"
 
-const char *nb_cuda_file_text(const char *path) {
-    for (const nb_cuda_file *f = nb_cuda_files; path && f->path; f++)
-        if (!strcmp(f->path, path)) return f->text;
-    return NULL;
-}
-
 static const nb_cuda_file *nb_table_find(const nb_cuda_file *table, const char *path) {
     for (const nb_cuda_file *f = table; f->path; f++)
         if (!strcmp(f->path, path)) return f;
     return NULL;
+}
+
+const char *nb_cuda_file_text(const char *path) {
+    const nb_cuda_file *f = path ? nb_table_find(nb_cuda_files, path) : NULL;
+    return f ? f->text : NULL;
 }
 
 /* Joins dir and name into out, folding "." and ".." components. 0 if it does not fit or climbs

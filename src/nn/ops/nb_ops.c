@@ -457,18 +457,38 @@ nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *d
 
 /* ---- AdamW ---------------------------------------------------------------------------------- */
 
+nb_status nb_adamw_check_config(const char *fn, const nb_adam_config *c) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "%s: cfg is NULL", fn);
+    if (!(c->lr > 0.0f) || !isfinite(c->lr))
+        return nb_error(NB_ERR_INVALID_ARG, "%s: lr = %g (want > 0)", fn, (double)c->lr);
+    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+        return nb_error(NB_ERR_INVALID_ARG, "%s: betas (%g, %g) must lie in [0, 1)", fn, (double)c->beta1,
+                        (double)c->beta2);
+    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f))
+        return nb_error(NB_ERR_INVALID_ARG, "%s: eps = %g and weight_decay = %g must be >= 0", fn,
+                        (double)c->eps, (double)c->weight_decay);
+    return NB_OK;
+}
+
+void nb_adamw_consts_at(const nb_adam_config *c, int64_t step, nb_adamw_consts *k) {
+    double bc1 = 1.0 - pow((double)c->beta1, (double)step);
+    double bc2 = 1.0 - pow((double)c->beta2, (double)step);
+    k->lr_bc1 = (float)((double)c->lr / bc1);
+    k->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    k->beta1 = c->beta1;
+    k->beta2 = c->beta2;
+    k->eps = c->eps;
+    k->l2 = c->decoupled ? 0.0f : c->weight_decay;
+    k->lr_wd = c->decoupled ? c->lr * c->weight_decay : 0.0f;
+}
+
 nb_status nb_nbops_adamw(nb_nbops *o, const nb_adam_config *cfg, int64_t step, nb_tensor *params,
                          nb_tensor *grads, nb_tensor *m, nb_tensor *v, int zero_grads) {
     const char *fn = "nb_nbops_adamw";
     NB_TRY(check_ctx(o, fn));
     if (!cfg) return nb_error(NB_ERR_INVALID_ARG, "%s: cfg is NULL", fn);
     if (step < 1) return nb_error(NB_ERR_INVALID_ARG, "%s: step = %lld (want >= 1)", fn, (long long)step);
-    if (!(cfg->lr > 0.0f) || !(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) ||
-        !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f) || !(cfg->eps >= 0.0f) || !(cfg->weight_decay >= 0.0f))
-        return nb_error(NB_ERR_INVALID_ARG,
-                        "%s: lr %g must be > 0, betas (%g, %g) in [0, 1), eps %g and weight_decay %g >= 0", fn,
-                        (double)cfg->lr, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
-                        (double)cfg->weight_decay);
+    NB_TRY(nb_adamw_check_config(fn, cfg));
     NB_TRY(check_arg(o, fn, "params", params, 0));
     NB_TRY(check_arg(o, fn, "grads", grads, 0));
     NB_TRY(check_arg(o, fn, "m", m, 0));
@@ -476,11 +496,9 @@ nb_status nb_nbops_adamw(nb_nbops *o, const nb_adam_config *cfg, int64_t step, n
     NB_TRY(check_same(fn, "params", params, "grads", grads));
     NB_TRY(check_same(fn, "params", params, "m", m));
     NB_TRY(check_same(fn, "params", params, "v", v));
-    /* the host-side constants exactly as nb_adam_step computes them */
-    double bc1 = 1.0 - pow((double)cfg->beta1, (double)step);
-    double bc2 = 1.0 - pow((double)cfg->beta2, (double)step);
-    float k[7] = {(float)((double)cfg->lr / bc1), (float)(1.0 / sqrt(bc2)), cfg->beta1, cfg->beta2, cfg->eps,
-                  cfg->decoupled ? 0.0f : cfg->weight_decay, cfg->decoupled ? cfg->lr * cfg->weight_decay : 0.0f};
+    nb_adamw_consts a;
+    nb_adamw_consts_at(cfg, step, &a);
+    const float k[7] = {a.lr_bc1, a.inv_sqrt_bc2, a.beta1, a.beta2, a.eps, a.l2, a.lr_wd};
     nb_call *c;
     NB_TRY(nb_call_begin(o->fn[F_ADAMW], &c));
     flat_views fv = {.on = 1};

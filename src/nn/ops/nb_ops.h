@@ -62,6 +62,14 @@ nb_status nb_nbops_mse(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *loss)
 nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *dloss, nb_tensor *dp,
                            nb_tensor *dq);
 
+/* AdamW's configuration check (fn names the caller in the message) and its per-step constants,
+ * shared by the .nb step below and nb_adam_step's CUDA kernel so both use the same float values. */
+typedef struct nb_adamw_consts {
+    float lr_bc1, inv_sqrt_bc2, beta1, beta2, eps, l2, lr_wd;
+} nb_adamw_consts;
+nb_status nb_adamw_check_config(const char *fn, const nb_adam_config *cfg);
+void nb_adamw_consts_at(const nb_adam_config *cfg, int64_t step, nb_adamw_consts *k);
+
 /* One Adam / AdamW step (cfg->decoupled) of step number `step` (1, 2, ...) in place: params,
  * grads, m, v of one shape (the update of nb_adam_step, same float arithmetic); zero_grads: set
  * grads to 0 afterwards. */

@@ -47,18 +47,6 @@ nb_adam_config nb_adam_config_default(void) {
     return c;
 }
 
-static nb_status nb_adam_check_cfg(const nb_adam_config *c) {
-    if (!(c->lr > 0.0f) || !isfinite(c->lr))
-        return nb_error(NB_ERR_INVALID_ARG, "adam: lr = %g (want > 0)", (double)c->lr);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
-        return nb_error(NB_ERR_INVALID_ARG, "adam: betas (%g, %g) must lie in [0, 1)", (double)c->beta1,
-                        (double)c->beta2);
-    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f))
-        return nb_error(NB_ERR_INVALID_ARG, "adam: eps = %g and weight_decay = %g must be >= 0",
-                        (double)c->eps, (double)c->weight_decay);
-    return NB_OK;
-}
-
 nb_status nb_adam_create(nb_device *dev, int64_t n_params, const nb_adam_config *cfg, nb_adam **out) {
     if (!out) return nb_error(NB_ERR_INVALID_ARG, "nb_adam_create: out is NULL");
     *out = NULL;
@@ -66,7 +54,7 @@ nb_status nb_adam_create(nb_device *dev, int64_t n_params, const nb_adam_config 
     if (n_params < 1 || n_params > ((int64_t)1 << 40))
         return nb_error(NB_ERR_INVALID_ARG, "nb_adam_create: n_params = %lld (want >= 1)", (long long)n_params);
     nb_adam_config c = cfg ? *cfg : nb_adam_config_default();
-    NB_TRY(nb_adam_check_cfg(&c));
+    NB_TRY(nb_adamw_check_config("adam", &c));
     nb_adam *o = nb_calloc(sizeof *o, 16);
     if (!o) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_adam_create: out of host memory");
     o->dev = dev;
@@ -97,7 +85,7 @@ nb_status nb_adam_set_lr(nb_adam *o, float lr) {
     if (!o) return nb_error(NB_ERR_INVALID_ARG, "nb_adam_set_lr: opt is NULL");
     nb_adam_config c = o->cfg;
     c.lr = lr;
-    NB_TRY(nb_adam_check_cfg(&c));
+    NB_TRY(nb_adamw_check_config("adam", &c));
     o->cfg = c;
     return NB_OK;
 }
@@ -154,18 +142,18 @@ nb_status nb_adam_step_multi(nb_adam *o, int n, nb_tensor *const *params, nb_ten
         }
         return NB_OK;
     }
-    double bc1 = 1.0 - pow((double)c->beta1, (double)o->t);
-    double bc2 = 1.0 - pow((double)c->beta2, (double)o->t);
+    nb_adamw_consts k;
+    nb_adamw_consts_at(c, o->t, &k);
     a.m = nb_tensor_data(o->m);
     a.v = nb_tensor_data(o->v);
     a.n = total;
-    a.lr_bc1 = (float)((double)c->lr / bc1);
-    a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    a.beta1 = c->beta1;
-    a.beta2 = c->beta2;
-    a.eps = c->eps;
-    a.l2 = c->decoupled ? 0.0f : c->weight_decay;
-    a.lr_wd = c->decoupled ? c->lr * c->weight_decay : 0.0f;
+    a.lr_bc1 = k.lr_bc1;
+    a.inv_sqrt_bc2 = k.inv_sqrt_bc2;
+    a.beta1 = k.beta1;
+    a.beta2 = k.beta2;
+    a.eps = k.eps;
+    a.l2 = k.l2;
+    a.lr_wd = k.lr_wd;
     a.zero = zero_grads ? 1 : 0;
     a.nseg = n;
     return nb_jit_launch_cuda(o->k, &a, sizeof a, total, NULL);
