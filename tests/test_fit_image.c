@@ -1,9 +1,10 @@
 /* The image-fitting trainer (fit_image.h): bad configurations and images (typed errors naming the
  * cause), the resolved defaults, the hash model's first loss against the same step assembled from
  * the encoding / MLP / loss calls by hand, learning (PSNR rises) and reproducibility on the CPU
- * for both models, the profiler's phases, the prediction view; the same fit on CUDA when there is
+ * for both models (on CUDA: equal to float-atomic rounding), the profiler's phases, the prediction view; the same fit on CUDA when there is
  * a GPU. Also the datasheet peak table (device.h) and the loss-curve plot (image.h) that the CLI
  * prints and draws with. */
+#include <math.h>
 #include <unistd.h>
 
 #include "nabla/fit_image.h"
@@ -128,8 +129,21 @@ static void check_fit(nb_device *d, nb_fit_image_model model, int side, int64_t 
             nb_device_name(d), p0, p1, la[0], la[steps - 1]);
     NB_EXPECT(p1 > min_psnr && p1 > p0 + 3);
     NB_EXPECT(la[steps - 1] < 0.5 * la[0]);
-    NB_EXPECT(p1 == p1b);
-    for (int i = 0; i < steps; i++) NB_EXPECT(la[i] == lb[i]);
+    /* The same seed gives the same run. On the CPU bit for bit; on CUDA the gradients of the grid /
+     * hash table are summed with float atomics, whose order varies between runs (as in
+     * tiny-cuda-nn), so the runs agree to rounding that grows slowly over the steps. */
+    int exact = nb_device_get_kind(d) == NB_DEVICE_CPU;
+    double worst = 0;
+    for (int i = 0; i < steps; i++) {
+        double rel = fabs(la[i] - lb[i]) / fmax(fabs(la[i]), 1e-30);
+        if (rel > worst) worst = rel;
+        if (exact) NB_EXPECT(la[i] == lb[i]);
+        else NB_EXPECT(rel < 1e-3);
+    }
+    if (exact) NB_EXPECT(p1 == p1b);
+    else NB_EXPECT(fabs(p1 - p1b) < 0.05);
+    fprintf(stderr, "  same seed twice: largest loss difference %.3g (relative), PSNR %.3g dB\n",
+            worst, fabs(p1 - p1b));
     c.seed = 7; /* another seed: another run */
     run_fit(d, img, &c, steps, &p0b, &p1b, lb);
     NB_EXPECT(lb[0] != la[0]);
