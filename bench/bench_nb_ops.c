@@ -9,7 +9,9 @@
  *                                  hand-written loop's numbers are in docs/PERF.md);
  *   mul                            (no hand-written row: the .nb time alone).
  * Prints per row the median ms over the iterations (after 2 warm-up runs), GB/s from the bytes
- * each op must move (stated per row), and .nb / hand-written. The issue-16 rule: an op moves to
+ * each op must move (stated per row), and .nb / hand-written. On CUDA both sides are device time
+ * (CUDA events, as the tape profiler's); the last column is the .nb call's wall-clock time with
+ * the device synchronised around it, which adds the host side and the wait. The issue-16 rule: an op moves to
  * .nb where that ratio is <= 1.10 (CUDA measured on an H100).
  *   bench_nb_ops [iters [cpu|cuda|all]]   (default 9 all: the CPU, then CUDA when present) */
 #include <stdio.h>
@@ -60,7 +62,7 @@ static const char *row_name[R_COUNT] = {"silu fwd", "silu bwd", "add fwd", "add 
                                         "cast bf16->f32", "adamw step", "mul fwd", "mul bwd"};
 /* bytes per element: reads + writes (a gradient that accumulates is read and written) */
 static const int row_bytes[R_COUNT] = {8, 16, 12, 20, 8, 12, 8, 24, 6, 6, 32, 12, 28};
-static double t_nb[R_COUNT][MAXIT], t_hand[R_COUNT][MAXIT];
+static double t_nb[R_COUNT][MAXIT], t_wall[R_COUNT][MAXIT], t_hand[R_COUNT][MAXIT];
 static int n_hand[R_COUNT];
 
 static nb_tensor *mk(nb_device *dev, int ndim, const int64_t *shape, uint32_t seed) {
@@ -77,19 +79,30 @@ static nb_tensor *mk(nb_device *dev, int ndim, const int64_t *shape, uint32_t se
     return t;
 }
 
-/* one .nb op, timed (device synchronised around it) */
+/* one .nb op, timed: t_nb is device time on CUDA (events on the device stream around the call,
+ * as the tape profiler times the hand-written rows), wall-clock time on the CPU; t_wall is always
+ * the wall-clock time of the call with the device synchronised around it (host binding + launch
+ * + the wait). */
+static nb_event *ev0, *ev1;
 #define TIME_NB(row, it, call)                                                                     \
     do {                                                                                           \
         CHECK(nb_device_synchronize(dev));                                                         \
         double t0_ = now_ms();                                                                     \
+        if (ev0) CHECK(nb_event_record(ev0, nb_device_stream(dev)));                               \
         CHECK(call);                                                                               \
+        if (ev1) CHECK(nb_event_record(ev1, nb_device_stream(dev)));                               \
         CHECK(nb_device_synchronize(dev));                                                         \
-        if ((it) >= 0) t_nb[row][it] = now_ms() - t0_;                                             \
+        double t1_ = now_ms();                                                                     \
+        float ms_ = 0.0f;                                                                          \
+        if (ev0) CHECK(nb_event_elapsed_ms(ev0, ev1, &ms_));                                       \
+        if ((it) >= 0) t_nb[row][it] = ev0 ? (double)ms_ : t1_ - t0_, t_wall[row][it] = t1_ - t0_; \
     } while (0)
 
 static void run_nb(nb_device *dev, int iters) {
     nb_nbops *o;
     CHECK(nb_nbops_create(dev, &o));
+    ev0 = ev1 = NULL;
+    if (nb_device_get_kind(dev) == NB_DEVICE_CUDA) CHECK(nb_event_create(dev, &ev0)), CHECK(nb_event_create(dev, &ev1));
     nb_tensor *x = mk(dev, 4, S4, 1), *b = mk(dev, 4, S4, 2), *dy = mk(dev, 4, S4, 3), *c = mk(dev, 2, S2, 4);
     nb_tensor *y = mk(dev, 4, S4, 5), *dx = mk(dev, 4, S4, 6), *db = mk(dev, 4, S4, 7), *dc = mk(dev, 2, S2, 8);
     nb_tensor *m = mk(dev, 4, S4, 9), *v, *loss = mk(dev, 1, (int64_t[]){1}, 10), *xb;
@@ -116,6 +129,8 @@ static void run_nb(nb_device *dev, int iters) {
     nb_tensor *all[] = {x, b, dy, c, y, dx, db, dc, m, v, loss, xb, dl};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
     nb_nbops_destroy(o);
+    if (ev0) nb_event_destroy(ev0), nb_event_destroy(ev1);
+    ev0 = ev1 = NULL;
 }
 
 /* the tape's rows: one step silu -> add -> add_channel -> mse (+ on CUDA a bf16 round trip
@@ -209,15 +224,20 @@ static void bench(const char *devname, int iters) {
     run_tape(dev, iters, cuda);
     printf("\n%s, f32 [%d,%d,%d,%d], median of %d (ms; GB/s from the bytes per element named)\n",
            nb_device_name(dev), N, C, H, W, iters);
-    printf("%-16s %5s %10s %8s %10s %8s %8s\n", "op", "B/el", ".nb ms", "GB/s", "hand ms", "GB/s", "ratio");
+    if (cuda)
+        printf("(.nb ms and hand ms: device time by CUDA events; .nb wall: the call's wall-clock time "
+               "with the device synchronised around it: host binding + launch + the wait)\n");
+    printf("%-16s %5s %10s %8s %10s %8s %8s %10s\n", "op", "B/el", ".nb ms", "GB/s", "hand ms", "GB/s", "ratio",
+           ".nb wall");
     for (int r = 0; r < R_COUNT; r++) {
-        double a = median(t_nb[r], iters), gb = (double)row_bytes[r] * NUMEL * 1e-6;
+        double a = median(t_nb[r], iters), w = median(t_wall[r], iters), gb = (double)row_bytes[r] * NUMEL * 1e-6;
         if (n_hand[r]) {
             double h = median(t_hand[r], n_hand[r]);
-            printf("%-16s %5d %10.3f %8.1f %10.3f %8.1f %8.2f\n", row_name[r], row_bytes[r], a, gb / a, h, gb / h,
-                   a / h);
+            printf("%-16s %5d %10.3f %8.1f %10.3f %8.1f %8.2f %10.3f\n", row_name[r], row_bytes[r], a, gb / a, h,
+                   gb / h, a / h, w);
         } else {
-            printf("%-16s %5d %10.3f %8.1f %10s %8s %8s\n", row_name[r], row_bytes[r], a, gb / a, "-", "-", "-");
+            printf("%-16s %5d %10.3f %8.1f %10s %8s %8s %10.3f\n", row_name[r], row_bytes[r], a, gb / a, "-", "-",
+                   "-", w);
         }
     }
     if (!cuda) printf("(adamw: on the CPU nb_adam_step runs this .nb op too, per segment)\n");

@@ -402,6 +402,7 @@ static int g_nvrtc_n;
 static void nvrtc_check(nb_call *c, const char *what) {
     nb_status s = nb_call_ad_fuse(c, 0);
     if (!s) s = nb_call_bind(c, 0, NULL);
+    if (!s) nb_call_owned_grads(c); /* (as a run decides it: gradients one thread owns) */
     NB_EXPECT(s == NB_OK);
     if (s) {
         fprintf(stderr, "  %s: bind: %s\n", what, nb_last_error());
@@ -484,12 +485,17 @@ static void test_nvrtc(void) {
     nb_call_set_mode(c, NB_MODE_BWD);
     nb_call_arg(c, 0, x2), nb_call_arg(c, 1, ch), nb_call_grad(c, 1, ch), nb_call_dout(c, x2);
     nvrtc_check(c, "add_channel dc");
+    NB_REQUIRE_OK(nb_call_begin(f, &c)); /* what nb_ops.c runs on CUDA: dx (owned) and dc in one call */
+    nb_call_set_mode(c, NB_MODE_BWD);
+    nb_call_arg(c, 0, x2), nb_call_arg(c, 1, ch), nb_call_grad(c, 0, x2), nb_call_grad(c, 1, ch), nb_call_dout(c, x2);
+    nvrtc_check(c, "add_channel dx, dc");
     /* mse: forward = the broadcast gradient of w; backward owned, and bwds for one gradient */
     NB_REQUIRE_OK(nb_module_func(m, "nn_mse_term", &f));
     NB_REQUIRE_OK(nb_call_begin(f, &c));
     nb_call_set_mode(c, NB_MODE_BWD);
     nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg_double(c, 2, 1.0), nb_call_grad(c, 2, l);
-    nb_call_dout(c, l);
+    float inv_n = 1.0f / 64;
+    nb_call_arg_value_named(c, "_dout", NB_F32, 0, NULL, &inv_n); /* (a uniform, as nb_ops.c binds it) */
     nvrtc_check(c, "mse");
     NB_REQUIRE_OK(nb_call_begin(f, &c));
     nb_call_set_mode(c, NB_MODE_BWD);
@@ -524,7 +530,7 @@ static void test_nvrtc(void) {
     for (int i = 4; i < 11; i++) nb_call_arg_double(c, i, 0.5);
     nvrtc_check(c, "adamw");
     nb_tensor_free(v);
-    NB_EXPECT(g_nvrtc_n == 19);
+    NB_EXPECT(g_nvrtc_n == 20);
     nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(y), nb_tensor_free(x2), nb_tensor_free(ch);
     nb_tensor_free(l), nb_tensor_free(yb);
     nb_module_free(m);

@@ -1107,6 +1107,45 @@ void nb_call_vec4_rows(nb_call *c) {
     }
 }
 
+int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strides, int64_t elem_bytes) {
+    int64_t ext[NB_MAX_DIMS], str[NB_MAX_DIMS];
+    int m = 0;
+    if (n < 0 || n > NB_MAX_DIMS || elem_bytes <= 0) return 0;
+    for (int k = 0; k < n; k++) {
+        if (shape[k] <= 0) return 0; /* (an empty kernel runs no index) */
+        if (shape[k] == 1) continue;
+        if (strides[k] == 0) return 0; /* broadcast: several indices on one element */
+        int64_t s = strides[k] < 0 ? -strides[k] : strides[k];
+        int at = m++; /* insertion sort by |stride| */
+        while (at > 0 && str[at - 1] > s) str[at] = str[at - 1], ext[at] = ext[at - 1], at--;
+        str[at] = s, ext[at] = shape[k];
+    }
+    int64_t span = elem_bytes; /* bytes covered by the dims below */
+    for (int k = 0; k < m; k++) {
+        if (str[k] < span) return 0;
+        if (ext[k] > INT64_MAX / str[k]) return 0;
+        span = str[k] * ext[k];
+    }
+    return 1;
+}
+
+void nb_call_owned_grads(nb_call *c) {
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    size_t n = strlen(c->f->name);
+    int bwd = n > 6 && (!strcmp(c->f->name + n - 6, "__bwds") || !strcmp(c->f->name + n - 6, "__bwdr"));
+    for (int j = 0; j < c->nleaves && j < c->sig.nleaves; j++) {
+        const nb_leaf_bind *b = &c->leaves[j];
+        const nb_fn_leaf *l = &in->leaves[j];
+        /* (the wrapper's reflection shows an accumulated gradient as an input with a default,
+         * like _dout: lang/ad_call.c; the generator uses the flag on accumulated leaves only) */
+        int grad = l->dir == 0 && l->has_default && l->param >= 0 && strcmp(l->path, "_dout") != 0;
+        c->sig.leaves[j].owned = bwd && grad && b->bind == NB_BIND_ARRAY && l->kind == NB_LEAF_VALUE &&
+                                 l->value_rank == 0 && (b->storage == NB_F32 || b->storage == NB_F64) &&
+                                 nb_call_strides_one_to_one(c->kdim, c->kshape, b->kstrides,
+                                                            (int64_t)nb_dtype_size(b->storage));
+    }
+}
+
 void nb_call_release_temps(nb_call *c) {
     for (int j = 0; j < c->sig.nleaves && j <= NB_CALL_MAX_LEAVES; j++) {
         nb_leaf_bind *b = &c->leaves[j];

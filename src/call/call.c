@@ -361,6 +361,8 @@ static void make_key(const nb_call *c, nb_sig_key *k) {
         k->leaves[j].storage = (uint8_t)s->leaves[j].storage;
         k->leaves[j].vec4 = (uint8_t)s->leaves[j].vec4;
         k->leaves[j].gen = (uint8_t)s->leaves[j].gen;
+        k->leaves[j].owned = (uint8_t)s->leaves[j].owned;
+        k->leaves[j].pad = 0;
     }
 }
 
@@ -648,6 +650,7 @@ static nb_status prepare(nb_call *c, nb_tensor **results, int max, int single, c
                         in->name, in->signature, c->nres, max);
     if ((s = nb_call_materialize(c, results != NULL))) return s;
     nb_call_vec4_rows(c);
+    nb_call_owned_grads(c);
     for (int j = 0; j < c->sig.nleaves; j++)
         if (c->leaves[j].bind == NB_BIND_TENSOR)
             c->leaves[j].data = (uint64_t)(uintptr_t)nb_tensor_data(c->leaves[j].tensor);

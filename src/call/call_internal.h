@@ -32,6 +32,7 @@ typedef struct nb_sig_key {
         uint8_t storage;
         uint8_t vec4;
         uint8_t gen;        /* NB_BIND_GEN: nb_gen_sig */
+        uint8_t owned, pad; /* nb_leaf_sig.owned; pad 0 (keys compare with memcmp) */
     } leaves[NB_CALL_MAX_LEAVES];
 } nb_sig_key;
 
@@ -179,6 +180,13 @@ nb_status nb_call_ad_fuse(nb_call *c, int want_result);
 nb_status nb_call_bind(nb_call *c, int want_result, const int64_t *grid);
 nb_status nb_call_materialize(nb_call *c, int want_result);
 void nb_call_vec4_rows(nb_call *c);
+/* Marks the scalar ARRAY gradient leaves of a bwds call (the gradients it accumulates) whose every
+ * element belongs to one kernel index (nb_leaf_sig.owned). Part of the kernel's signature. */
+void nb_call_owned_grads(nb_call *c);
+/* Whether a scalar of elem_bytes at strides[0 .. n) (bytes) over extents shape[0 .. n) is reached
+ * by exactly one index per element: extent-1 dims aside, no stride is 0 and, by increasing
+ * |stride|, each stride is at least the extent of the dims below it (so rows never overlap). */
+int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strides, int64_t elem_bytes);
 /* Frees the temporaries of a bound call (uploads; allocations unless handed out). */
 void nb_call_release_temps(nb_call *c);
 

@@ -255,7 +255,8 @@ static const char *storage_ctype(nb_dtype d)
 
 /* Emits loads (store = 0) or stores (store = 1) of every component of a value of type t at
  * lvalue `lv`, from/to address expression `addr` whose per-dimension byte strides are
- * inner[depth…]. */
+ * inner[depth…]; store = 2 adds lv atomically (nb_accum_*, a gradient), 3 adds it with a plain
+ * read-modify-write (a gradient element only this index writes). */
 static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t, const char *lv, const char *addr,
                        char inner[][96], int depth, nb_dtype dt, int ind)
 {
@@ -287,7 +288,10 @@ static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t,
         nb_strbuf_append(&l, lv);
         nb_emit_comp(t, k, &l);
         nb_strbuf_append(o, pad);
-        if (store == 2) { /* accumulate (bwds gradients): nb_accum_* helpers, see gen_accum_helpers */
+        if (store == 3) { /* accumulate into an element this index owns (nb_leaf_sig.owned): no atomic */
+            const char *ct = dt == NB_F64 ? "double" : "float";
+            APPEND(o, "*(%s *)(%s) += (%s)%s;\n", ct, nb_strbuf_cstr(&a), ct, nb_strbuf_cstr(&l));
+        } else if (store == 2) { /* accumulate (bwds gradients): nb_accum_* helpers, see gen_accum_helpers */
             APPEND(o, "nb_accum_%s((void *)(%s), (%s)%s, nb_bc);\n", dt == NB_F64 ? "f64" : "f32", nb_strbuf_cstr(&a),
                    dt == NB_F64 ? "double" : "float", nb_strbuf_cstr(&l));
         } else if (store) {
@@ -307,24 +311,28 @@ static void gen_access(nb_emitter *e, nb_strbuf *o, int store, const nb_type *t,
 static int leaf_writes_back(const nb_ir_func *f, const leaf *l) { return f->params[l->param]->dir != NB_DIR_IN; }
 
 /* Gradient accumulation of bwds kernels (out params flagged NB_IRF_ACCUM, lang/ad.h): every
- * thread adds its contribution. nb_bc says the leaf is broadcast over the whole kernel (all
- * strides 0, e.g. a shared weight): on CUDA a full warp then sums by shuffles and lane 0 does one
- * atomicAdd (not one per thread); otherwise (and on the CPU) each thread adds atomically. */
+ * thread adds its contribution (a gradient whose elements each belong to one index is added
+ * without atomics instead: nb_leaf_sig.owned). On CUDA, when a full warp adds into one address
+ * (nb_bc: the leaf is broadcast over the whole kernel, e.g. a shared weight; or the 32 lanes'
+ * addresses agree, e.g. a per-channel bias over a row of H*W elements) the warp sums by shuffles
+ * and lane 0 does one atomicAdd, not 32; otherwise (and on the CPU) each thread adds atomically. */
 static void gen_accum_helpers(nb_emitter *e, int cuda)
 {
     if (!nb_emit_need_helper(e, "nb_accum")) return;
     if (cuda)
-        APPEND(&e->helpers,
-               "static __device__ __forceinline__ void nb_accum_f32(void *p, float v, int bc) {\n"
-               "    if (bc && __activemask() == 0xffffffffu) {\n"
-               "        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
-               "        if ((threadIdx.x & 31) == 0) atomicAdd((float *)p, v);\n"
-               "    } else atomicAdd((float *)p, v);\n}\n"
-               "static __device__ __forceinline__ void nb_accum_f64(void *p, double v, int bc) {\n"
-               "    if (bc && __activemask() == 0xffffffffu) {\n"
-               "        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
-               "        if ((threadIdx.x & 31) == 0) atomicAdd((double *)p, v);\n"
-               "    } else atomicAdd((double *)p, v);\n}\n");
+        for (int k = 0; k < 2; k++)
+            APPEND(&e->helpers,
+                   "static __device__ __forceinline__ void nb_accum_%s(void *p, %s v, int bc) {\n"
+                   "    if (__activemask() == 0xffffffffu) {\n"
+                   "        const unsigned long long a = (unsigned long long)p;\n"
+                   "        if (bc || __all_sync(0xffffffffu, a == __shfl_sync(0xffffffffu, a, 0))) { /* one address */\n"
+                   "            for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
+                   "            if ((threadIdx.x & 31) == 0) atomicAdd((%s *)p, v);\n"
+                   "            return;\n"
+                   "        }\n"
+                   "    }\n"
+                   "    atomicAdd((%s *)p, v);\n}\n",
+                   k ? "f64" : "f32", k ? "double" : "float", k ? "double" : "float", k ? "double" : "float");
     else
         APPEND(&e->helpers,
                "static inline void nb_accum_f32(void *p, float v, int bc) {\n"
@@ -847,7 +855,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         const leaf *l = &L.items[i];
         const nb_leaf_sig *ls = &sig->leaves[i];
         int ns = leaf_scalars(l->type);
-        if (ls->bind != NB_BIND_ARRAY || !leaf_writes_back(f, l) || !leaf_accumulates(f, l)) continue;
+        if (ls->bind != NB_BIND_ARRAY || !leaf_writes_back(f, l) || !leaf_accumulates(f, l) || ls->owned) continue;
         if ((ls->storage != NB_F32 && ls->storage != NB_F64) || ns <= 0 || nacc + ns > NB_ACC_LOCAL_MAX) continue;
         acc_local[i] = 1;
         nacc += ns;
@@ -1038,6 +1046,10 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             if (ls->storage != NB_F32 && ls->storage != NB_F64) {
                 st = nb_error(NB_ERR_DTYPE, "%s: gradient '%s' must be an f32 or f64 array", sig->func, l->path);
                 break;
+            }
+            if (ls->owned) { /* this index owns the element: a plain add (no atomic, no broadcast) */
+                gen_access(e, &b, 3, l->type, lv, addr, inner, 0, ls->storage, 1);
+                continue;
             }
             gen_accum_helpers(e, cuda);
             APPEND(&b, "    {\n        const int nb_bc = 1");

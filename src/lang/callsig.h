@@ -102,6 +102,12 @@ typedef struct nb_leaf_sig {
                            read with 16-byte loads (a quarter of the load instructions; each
                            thread reading its own row is bound by L1 requests otherwise) */
     int gen;            /* NB_BIND_GEN: nb_gen_sig */
+    int owned;          /* ARRAY leaf of a scalar gradient of a bwds call whose every element
+                           belongs to exactly one kernel index (checked by the call layer: no
+                           stride 0 on a kernel dim of extent > 1, no two indices on one
+                           element): the accumulated gradient is then added with a plain read-
+                           modify-write, not an atomic add, and never summed as a broadcast
+                           (ignored on leaves that do not accumulate) */
 } nb_leaf_sig;
 
 typedef struct nb_call_sig {

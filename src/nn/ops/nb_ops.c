@@ -356,11 +356,12 @@ nb_status nb_nbops_add_channel_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_
         nb_tensor_free(c1), nb_tensor_free(dc1);
         dxv = NULL, dcv_done = 1;
     }
-    /* dx += dy, one thread per element; dc += the sums of dy over H, W: a bwds call whose
-     * gradient array is broadcast over the kernel (accumulated by the call layer) */
-    if (!s && dxv) s = run_plain(o->fn[F_ADD_BWD_A], 0, 4, (slot[]){{.t = args[0]}, {.t = cv}, {.t = dyv}, {.t = dxv}});
-    nb_tensor *grads[2] = {NULL, dcv};
-    if (!s && dcv && !dcv_done) s = run_bwd(o->fn[F_ADD], 0, 2, args, dyv, grads);
+    /* one bwds call of nn_add, one thread per element: dx += dy (each element belongs to one
+     * thread: a plain add, nb_leaf_sig.owned) and dc += the sums of dy over H, W (dc is
+     * broadcast over a row: on CUDA each warp sums its 32 lanes' contributions to one channel
+     * and adds them with one atomic, the call layer's nb_accum) */
+    nb_tensor *grads[2] = {dxv, dcv};
+    if (!s && !dcv_done) s = run_bwd(o->fn[F_ADD], 0, 2, args, dyv, grads);
     nb_tensor_free(cv), nb_tensor_free(dcv), nb_tensor_free(xo), nb_tensor_free(dyo), nb_tensor_free(dxo);
     return s;
 }
@@ -398,9 +399,7 @@ nb_status nb_nbops_mse(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *loss)
     nb_tensor *l1;
     NB_TRY(nb_tensor_reshape(loss, 1, &one, &l1));
     nb_status s = nb_tensor_fill_bytes(l1, 0);
-    nb_tensor *dout = NULL;
-    double inv_n = 1.0 / (double)nb_tensor_numel(p);
-    if (!s) s = nb_tensor_from_host(o->dev, NB_F32, 1, &one, &(float){(float)inv_n}, &dout);
+    const float inv_n = (float)(1.0 / (double)nb_tensor_numel(p)); /* dL/dterm: a uniform (no upload) */
     nb_call *c = NULL;
     flat_views fv = {.on = 1};
     if (!s) s = nb_call_begin(o->fn[F_MSE], &c);
@@ -410,11 +409,10 @@ nb_status nb_nbops_mse(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *loss)
         nb_call_arg(c, 1, flat(&fv, q));
         nb_call_arg_double(c, 2, 1.0);
         nb_call_grad(c, 2, l1);
-        nb_call_dout(c, dout);
+        nb_call_arg_value_named(c, "_dout", NB_F32, 0, NULL, &inv_n);
         s = nb_call_run(c, NULL);
     }
     flat_free(&fv);
-    nb_tensor_free(dout);
     nb_tensor_free(l1);
     return s;
 }

@@ -1,0 +1,252 @@
+/* Gradients of bwds calls that one thread owns (nb_leaf_sig.owned) and gradients broadcast over
+ * part of the kernel (CUDA: summed per warp, one atomic): the call layer's decision
+ * (nb_call_strides_one_to_one, nb_call_owned_grads) for contiguous, transposed, broadcast,
+ * partly broadcast, overlapping and huge layouts; the values on the CPU (the plain add keeps what
+ * the gradient array held; broadcast sums stay complete over many chunks); the generated C and
+ * CUDA (NVRTC, no GPU needed): an owned gradient has no atomic, a partly broadcast one the
+ * warp-uniform shuffle sum. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call/call_internal.h"
+#include "device/cuda/cuda_api.h"
+#include "lang/compiler.h"
+#include "nabla/alloc.h"
+#include "nabla/module.h"
+#include "nb_test.h"
+
+static const char *SRC = "[Differentiable]\n"
+                         "float madd(float a, float b, float c) { return a * b + c; }\n";
+
+/* ---- the decision ------------------------------------------------------------------------- */
+
+static void test_one_to_one(void) {
+    const int64_t s2[2] = {8, 16};
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){64, 4}, 4));       /* row-major f32 */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){4, 32}, 4));       /* transposed */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){-64, 4}, 4));      /* flipped rows */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){128, 8}, 4));      /* every 2nd column */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){64, 4}, 8) == 0);  /* f64 on 4-byte steps */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){4, 0}, 4) == 0);   /* a row broadcast */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){0, 4}, 4) == 0);   /* a column broadcast */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){32, 4}, 4) == 0);  /* rows overlap */
+    NB_EXPECT(nb_call_strides_one_to_one(2, s2, (int64_t[]){4, 4}, 4) == 0);   /* the same element twice */
+    NB_EXPECT(nb_call_strides_one_to_one(2, (int64_t[]){1, 16}, (int64_t[]){0, 4}, 4)); /* extent 1 */
+    NB_EXPECT(nb_call_strides_one_to_one(1, (int64_t[]){1}, (int64_t[]){0}, 4));        /* one index */
+    NB_EXPECT(nb_call_strides_one_to_one(0, NULL, NULL, 4));                            /* rank 0 */
+    NB_EXPECT(nb_call_strides_one_to_one(1, (int64_t[]){0}, (int64_t[]){4}, 4) == 0);   /* empty */
+    /* more than 2^31 elements: the decision is exact in 64 bits */
+    const int64_t big = ((int64_t)1 << 31) + 5;
+    NB_EXPECT(nb_call_strides_one_to_one(1, &big, (int64_t[]){4}, 4));
+    NB_EXPECT(nb_call_strides_one_to_one(2, (int64_t[]){big, 3}, (int64_t[]){12, 4}, 4));
+    NB_EXPECT(nb_call_strides_one_to_one(2, (int64_t[]){big, 3}, (int64_t[]){8, 4}, 4) == 0);
+    /* a stride times its extent past INT64_MAX: not proven, so not owned */
+    NB_EXPECT(nb_call_strides_one_to_one(2, (int64_t[]){4, big}, (int64_t[]){INT64_MAX / 2, 4}, 4) == 0);
+    NB_EXPECT(nb_call_strides_one_to_one(9, s2, s2, 4) == 0); /* rank past NB_MAX_DIMS */
+}
+
+/* ---- bound calls ---------------------------------------------------------------------------- */
+
+static nb_tensor *filled(nb_device *dev, int nd, const int64_t *shape, float base, float step) {
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    float *h = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) h[i] = base + step * (float)(i % 13);
+    nb_tensor *t = NULL;
+    NB_EXPECT_OK(nb_tensor_from_host(dev, NB_F32, nd, shape, h, &t));
+    free(h);
+    return t;
+}
+
+/* A bwds call of madd over a [R, C] kernel: da (a's gradient, shaped like a) and dc (c's
+ * gradient: c is [R, C], [R, 1] or [1] as given). */
+static nb_call *madd_bwd(nb_module *m, nb_tensor *a, nb_tensor *b, nb_tensor *c, nb_tensor *dout, nb_tensor *da,
+                         nb_tensor *dc) {
+    nb_func *f = NULL;
+    nb_call *call = NULL;
+    NB_EXPECT_OK(nb_module_func(m, "madd", &f));
+    NB_EXPECT_OK(nb_call_begin(f, &call));
+    NB_EXPECT_OK(nb_call_set_mode(call, NB_MODE_BWD));
+    nb_call_arg(call, 0, a), nb_call_arg(call, 1, b), nb_call_arg(call, 2, c);
+    if (da) nb_call_grad(call, 0, da);
+    if (dc) nb_call_grad(call, 2, dc);
+    nb_call_dout(call, dout);
+    return call;
+}
+
+/* The owned flags the call layer gives leaves path_a / path_c of a bound call (-1: no such leaf). */
+static void owned_flags(nb_call *c, int *oa, int *oc) {
+    *oa = *oc = -1;
+    NB_EXPECT_OK(nb_call_ad_fuse(c, 0));
+    NB_EXPECT_OK(nb_call_bind(c, 0, NULL));
+    nb_call_owned_grads(c);
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    for (int j = 0; j < c->nleaves; j++) {
+        if (!strcmp(in->leaves[j].path, "a_grad")) *oa = c->sig.leaves[j].owned;
+        if (!strcmp(in->leaves[j].path, "c_grad")) *oc = c->sig.leaves[j].owned;
+        if (!strcmp(in->leaves[j].path, "a") || !strcmp(in->leaves[j].path, "_dout"))
+            NB_EXPECT(c->sig.leaves[j].owned == 0); /* inputs are never marked */
+    }
+}
+
+/* Emits the call's kernel for target and returns its source (caller frees). */
+static char *emit(nb_call *c, nb_call_target target) {
+    nb_call_sig sig = c->sig;
+    sig.target = target;
+    nb_strbuf src;
+    nb_strbuf_init(&src);
+    nb_call_layout lay;
+    NB_EXPECT_OK(nb_program_emit_call(c->f->m->prog, &sig, &src, &lay));
+    char *s = strdup(nb_strbuf_cstr(&src));
+    nb_strbuf_free(&src);
+    return s;
+}
+
+static void check_values(const char *what, nb_tensor *t, const float *want, int64_t n) {
+    float *h = malloc((size_t)n * 4);
+    NB_EXPECT_OK(nb_tensor_to_host(t, h, (size_t)n * 4));
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 4; i++) {
+        double tol = 1e-4 * (1.0 + (want[i] < 0 ? -want[i] : want[i]));
+        if (!(h[i] - want[i] <= tol && want[i] - h[i] <= tol)) {
+            fprintf(stderr, "  %s[%lld] = %g, want %g\n", what, (long long)i, (double)h[i], (double)want[i]);
+            bad++;
+        }
+    }
+    NB_EXPECT(bad == 0);
+    free(h);
+}
+
+/* da += dout * b (owned: kernel-shaped) and dc += dout summed as c is broadcast, on the CPU; the
+ * flags the call layer picks, and the generated C. R x C = 96 x 1024 spans many CPU chunks. */
+static void test_cpu_values(void) {
+    enum { R = 96, C = 1024 };
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    const int64_t s2[2] = {R, C}, r1[2] = {R, 1}, one = 1, t2[2] = {C, R};
+    nb_tensor *a = filled(dev, 2, s2, 0.5f, 0.1f), *b = filled(dev, 2, s2, -1.0f, 0.25f);
+    nb_tensor *dout = filled(dev, 2, s2, 0.25f, 0.5f);
+    float *hb = malloc(R * C * 4), *hd = malloc(R * C * 4), *want = malloc(R * C * 4);
+    NB_REQUIRE_OK(nb_tensor_to_host(b, hb, R * C * 4));
+    NB_REQUIRE_OK(nb_tensor_to_host(dout, hd, R * C * 4));
+    for (int k = 0; k < 4; k++) {
+        /* k = 0: c and dc kernel-shaped; 1: c per row [R, 1] (add_channel's dc); 2: c one value
+         * [1] (a whole-kernel broadcast); 3: da a transposed view, dc per row */
+        nb_tensor *c = k == 0 ? filled(dev, 2, s2, 1, 0) : k == 2 ? filled(dev, 1, &one, 1, 0) : filled(dev, 2, r1, 1, 0);
+        nb_tensor *dc = k == 0 ? filled(dev, 2, s2, 3, 0) : k == 2 ? filled(dev, 1, &one, 3, 0) : filled(dev, 2, r1, 3, 0);
+        nb_tensor *da_base = k == 3 ? filled(dev, 2, t2, 2, 0) : filled(dev, 2, s2, 2, 0), *da = da_base;
+        if (k == 3) NB_REQUIRE_OK(nb_tensor_transpose(da_base, 0, 1, &da));
+        int oa, oc;
+        nb_call *call = madd_bwd(m, a, b, c, dout, da, dc);
+        owned_flags(call, &oa, &oc);
+        NB_EXPECT(oa == 1);            /* kernel-shaped (transposed too): one thread per element */
+        NB_EXPECT(oc == (k == 0));     /* broadcast over a row / the kernel: shared */
+        char *src = emit(call, NB_TARGET_C);
+        NB_EXPECT(strstr(src, "nb_accum_f32((void *)(nb_a3)") == NULL); /* a_grad: leaf 3 */
+        NB_EXPECT(strstr(src, "*(float *)(nb_a3) += (float)") != NULL);
+        NB_EXPECT((strstr(src, "nb_accum_f32((void *)(nb_a5)") != NULL) == (k != 0)); /* c_grad: leaf 5 */
+        free(src);
+        nb_call_free(call);
+        call = madd_bwd(m, a, b, c, dout, da, dc);
+        NB_EXPECT_OK(nb_call_run(call, NULL));
+        /* da = 2 + dout * b (the plain add keeps the 2 the array held) */
+        for (int64_t i = 0; i < R * C; i++) want[i] = 2.0f + hd[i] * hb[i];
+        if (k == 3) { /* read da in kernel order through a contiguous copy */
+            nb_tensor *cc = NULL;
+            NB_REQUIRE_OK(nb_tensor_contiguous(da, &cc));
+            check_values("da (transposed)", cc, want, R * C);
+            nb_tensor_free(cc);
+        } else {
+            check_values("da", da, want, R * C);
+        }
+        /* dc = 3 + the sum of dout over what c is broadcast over */
+        int64_t nc = k == 0 ? R * C : k == 2 ? 1 : R;
+        for (int64_t i = 0; i < nc; i++) want[i] = 3.0f;
+        for (int64_t i = 0; i < R * C; i++) want[k == 0 ? i : k == 2 ? 0 : i / C] += hd[i];
+        check_values("dc", dc, want, nc);
+        nb_tensor_free(c), nb_tensor_free(dc), nb_tensor_free(da_base);
+        if (da != da_base) nb_tensor_free(da);
+    }
+    free(hb), free(hd), free(want);
+    nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(dout);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+/* A gradient bound twice over the kernel (a [C] array for a [R, C] kernel: every column's
+ * element is shared by R threads) is not owned, and its sums are complete. */
+static void test_cpu_shared_columns(void) {
+    enum { R = 64, C = 256 };
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    const int64_t s2[2] = {R, C}, c1 = C;
+    nb_tensor *a = filled(dev, 1, &c1, 0.5f, 0.1f), *b = filled(dev, 2, s2, -1.0f, 0.25f);
+    nb_tensor *c = filled(dev, 2, s2, 1, 0), *dout = filled(dev, 2, s2, 0.25f, 0.5f);
+    nb_tensor *da = filled(dev, 1, &c1, 0, 0);
+    int oa, oc;
+    nb_call *call = madd_bwd(m, a, b, c, dout, da, NULL);
+    owned_flags(call, &oa, &oc);
+    NB_EXPECT(oa == 0);
+    NB_EXPECT(oc == -1 || oc == 0);
+    nb_call_free(call);
+    call = madd_bwd(m, a, b, c, dout, da, NULL);
+    NB_EXPECT_OK(nb_call_run(call, NULL));
+    float *hb = malloc(R * C * 4), *hd = malloc(R * C * 4), want[C];
+    NB_REQUIRE_OK(nb_tensor_to_host(b, hb, R * C * 4));
+    NB_REQUIRE_OK(nb_tensor_to_host(dout, hd, R * C * 4));
+    memset(want, 0, sizeof want);
+    for (int64_t i = 0; i < R * C; i++) want[i % C] += hd[i] * hb[i];
+    check_values("da (shared columns)", da, want, C);
+    free(hb), free(hd);
+    nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(c), nb_tensor_free(dout), nb_tensor_free(da);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+/* The CUDA kernels of these calls compile (NVRTC, compute_90) and their PTX shows the paths: an
+ * owned gradient alone has no atomic; a row-broadcast one the warp vote, shuffles and atomics. */
+static void test_nvrtc(void) {
+    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    const int64_t s2[2] = {16, 64}, r1[2] = {16, 1};
+    nb_tensor *a = filled(dev, 2, s2, 0, 0), *b = filled(dev, 2, s2, 0, 0), *c = filled(dev, 2, s2, 0, 0);
+    nb_tensor *cr = filled(dev, 2, r1, 0, 0), *dout = filled(dev, 2, s2, 0, 0), *da = filled(dev, 2, s2, 0, 0);
+    nb_tensor *dcr = filled(dev, 2, r1, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        int oa, oc;
+        nb_call *call = k == 0 ? madd_bwd(m, a, b, c, dout, da, NULL) : madd_bwd(m, a, b, cr, dout, da, dcr);
+        owned_flags(call, &oa, &oc);
+        char *src = emit(call, NB_TARGET_CUDA);
+        void *img = NULL;
+        size_t size = 0;
+        int cubin = 0;
+        nb_status s = nb_nvrtc_compile(src, "owned.cu", "compute_90", NULL, &img, &size, &cubin);
+        NB_EXPECT(s == NB_OK);
+        if (s) fprintf(stderr, "  NVRTC: %s\n%s\n", nb_last_error(), src);
+        if (!s && !cubin) {
+            const char *ptx = (const char *)img;
+            NB_EXPECT((strstr(ptx, "atom.global.add.f32") != NULL) == (k == 1));
+            NB_EXPECT((strstr(ptx, "vote.sync.all") != NULL) == (k == 1));
+            NB_EXPECT(strstr(ptx, "st.global.f32") != NULL); /* da's plain add */
+        }
+        if (img) nb_free(img, size);
+        free(src);
+        nb_call_free(call);
+    }
+    nb_tensor *all[] = {a, b, c, cr, dout, da, dcr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+int main(int argc, char **argv) {
+    NB_TEST_MAIN(argc, argv, test_one_to_one, test_cpu_values, test_cpu_shared_columns, test_nvrtc);
+}
