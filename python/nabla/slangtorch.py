@@ -113,6 +113,26 @@ def _zero_stride(x):
     return False
 
 
+def _leading(x, info):
+    """slang-torch's TensorView has the bound tensor's rank at run time, and an access with fewer
+    indices than dims uses the leading strides (slang's prelude: load(i) = data + strides[0] * i).
+    nabla's view has the rank its uses give (check_view_rank.c), so a tensor of more dims binds as
+    the view of its leading dims (the same memory, no copy; x[i] reads x[i, 0, ...]). Views of
+    vectors (TensorView<float3>: the trailing dims are the element) and empty tensors bind as
+    they are (nabla's rank check then names both)."""
+    rank = info["tensor_rank"]
+    if info["value_shape"] or rank < 1 or not _is_array(x) or len(x.shape) <= rank:
+        return x
+    shape = tuple(x.shape)
+    if 0 in shape[rank:]:
+        return x
+    if _is_torch(x):
+        return x.as_strided(shape[:rank], x.stride()[:rank], x.storage_offset())
+    if _is_numpy(x):
+        return sys.modules["numpy"].lib.stride_tricks.as_strided(x, shape[:rank], x.strides[:rank])
+    return _nabla.tensor_view(x, x.scalar_dtype, shape[:rank], tuple(x.strides)[:rank], 0)
+
+
 def _zeros_like(x):
     """A zeroed gradient for a DiffTensorView given without one: same kind, shape, device."""
     if _is_torch(x):
@@ -274,7 +294,10 @@ def _flatten(node, value, fn, where, mode, out):
             raise BroadcastError(f"{fn}: argument '{where}': a tensor with a zero stride "
                                  "(broadcast / expand) cannot be a kernel's view; call "
                                  ".contiguous() first")
-        if grad is None and mode != "primal":
+        primal = _leading(primal, node.info)
+        if grad is not None:
+            grad = _leading(grad, node.info)
+        elif mode != "primal":
             grad = _zeros_like(primal)  # slang-torch: a view without a gradient gets a scratch one
         out[node.path] = primal if grad is None else (primal, grad)
     elif node.kind == "tensor":
@@ -284,7 +307,7 @@ def _flatten(node, value, fn, where, mode, out):
             raise BroadcastError(f"{fn}: argument '{where}': a tensor with a zero stride "
                                  "(broadcast / expand) cannot be a kernel's view; call "
                                  ".contiguous() first")
-        out[node.path] = value
+        out[node.path] = _leading(value, node.info)
     else:
         out[node.path] = value
 
@@ -426,7 +449,9 @@ class KernelFunction:
             tree = self._module._param_tree(self._name)
             # parameters that are all single leaves (no structs / arrays of structs): the fast path
             if all(isinstance(n, _Leaf) and n.path == p for p, n in tree.items()):
-                self._plan = tuple((p, n.kind) for p, n in tree.items())
+                # (with the dims a tensor must have to bind as it is: others take _leading)
+                self._plan = tuple((p, n.kind, n.info["tensor_rank"] + len(n.info["value_shape"]))
+                                   for p, n in tree.items())
             self._tree = tree
         return self._tree
 
@@ -461,10 +486,11 @@ class KernelFunction:
             return None
         tt = _TT[0]
         dev, t = -2, None
-        for pname, kind in plan:
+        for pname, kind, nd in plan:
             v = kwargs.get(pname)
             if type(v) is tt:
-                if kind == "value" or (kind == "diff" and mode != "primal") or 0 in v.stride():
+                if (kind == "value" or (kind == "diff" and mode != "primal") or 0 in v.stride()
+                        or v.dim() != nd):
                     return None
                 d = v.get_device()
                 if d != dev:

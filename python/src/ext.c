@@ -417,11 +417,13 @@ static struct PyModuleDef ext_def = {PyModuleDef_HEAD_INIT, "nabla._nabla",
                                      "nabla's C extension (use the nabla package)", -1, ext_methods,
                                      NULL, NULL, NULL, NULL};
 
+/* nabla.NAME deriving from base1 and the optional base2 / base3. */
 static PyObject *new_exc(PyObject *mod, const char *name, PyObject *base1, PyObject *base2,
-                         const char *doc) {
+                         PyObject *base3, const char *doc) {
     char full[128];
     snprintf(full, sizeof full, "nabla.%s", name);
-    PyObject *bases = base2 ? PyTuple_Pack(2, base1, base2) : PyTuple_Pack(1, base1);
+    PyObject *bases = base3 ? PyTuple_Pack(3, base1, base2, base3)
+                      : base2 ? PyTuple_Pack(2, base1, base2) : PyTuple_Pack(1, base1);
     if (!bases) return NULL;
     PyObject *e = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
     Py_DECREF(bases);
@@ -439,22 +441,25 @@ PyMODINIT_FUNC PyInit__nabla(void) {
     if (!mod) return NULL;
     g_devices = PyDict_New();
     if (!g_devices) goto fail;
-#define EXC(var, name, b1, b2, doc)                                                             \
-    if (!(var = new_exc(mod, name, b1, b2, doc))) goto fail
-    EXC(nbp_Error, "NablaError", PyExc_Exception, NULL, "Base of nabla's errors.");
+#define EXC(var, name, b1, b2, b3, doc)                                                         \
+    if (!(var = new_exc(mod, name, b1, b2, b3, doc))) goto fail
+    EXC(nbp_Error, "NablaError", PyExc_Exception, NULL, NULL, "Base of nabla's errors.");
     /* CompileError is also a RuntimeError: what torch.utils.cpp_extension and slang-torch raise for a
-     * failed build, so `except RuntimeError` code moves over (slang-torch's tests/test.py) */
-    EXC(nbp_CompileError, "CompileError", nbp_Error, PyExc_RuntimeError, "A .nb file or kernel failed to compile; the message has the diagnostics.");
-    EXC(nbp_ShapeError, "ShapeError", nbp_Error, PyExc_ValueError, "Shapes that do not fit together.");
-    EXC(nbp_DtypeError, "DtypeError", nbp_Error, PyExc_TypeError, "Dtypes that do not fit together or are not supported.");
-    EXC(nbp_LayoutError, "LayoutError", nbp_Error, PyExc_ValueError, "A memory layout nabla cannot use here (stride-0 outputs, …).");
-    EXC(nbp_DeviceError, "DeviceError", nbp_Error, NULL, "A device is missing or its driver failed.");
-    EXC(nbp_NotFoundError, "NotFoundError", nbp_Error, PyExc_LookupError, "A named function, constant or file does not exist.");
-    EXC(nbp_ArgumentError, "ArgumentError", nbp_Error, PyExc_ValueError, "A bad argument.");
-    EXC(nbp_UnsupportedError, "UnsupportedError", nbp_Error, NULL, "A valid request this build or device cannot do (yet).");
-    EXC(nbp_MemoryError, "OutOfMemoryError", nbp_Error, PyExc_MemoryError, "Host or device memory ran out.");
-    EXC(nbp_IOError, "FileError", nbp_Error, NULL, "File I/O failed.");
-    EXC(nbp_InternalError, "InternalError", nbp_Error, NULL, "A bug in nabla; please report it.");
+     * failed build, so `except RuntimeError` code moves over (slang-torch's tests/test.py). The
+     * errors about an array argument (its shape, dtype, layout, device) are RuntimeErrors too, as
+     * torch's and slang-torch's are (slang-torch's make_tensor_view: "tensor is not of the expected
+     * type", "not on CUDA device", "broadcasted dimensions"), besides the Python class they had. */
+    EXC(nbp_CompileError, "CompileError", nbp_Error, PyExc_RuntimeError, NULL, "A .nb file or kernel failed to compile; the message has the diagnostics.");
+    EXC(nbp_ShapeError, "ShapeError", nbp_Error, PyExc_ValueError, PyExc_RuntimeError, "Shapes that do not fit together (also a ValueError and a RuntimeError).");
+    EXC(nbp_DtypeError, "DtypeError", nbp_Error, PyExc_TypeError, PyExc_RuntimeError, "Dtypes that do not fit together or are not supported (also a TypeError and a RuntimeError).");
+    EXC(nbp_LayoutError, "LayoutError", nbp_Error, PyExc_ValueError, PyExc_RuntimeError, "A memory layout nabla cannot use here (stride-0 outputs, …; also a ValueError and a RuntimeError).");
+    EXC(nbp_DeviceError, "DeviceError", nbp_Error, PyExc_RuntimeError, NULL, "A device is missing or its driver failed, or arrays on the wrong device (also a RuntimeError).");
+    EXC(nbp_NotFoundError, "NotFoundError", nbp_Error, PyExc_LookupError, NULL, "A named function, constant or file does not exist.");
+    EXC(nbp_ArgumentError, "ArgumentError", nbp_Error, PyExc_ValueError, NULL, "A bad argument.");
+    EXC(nbp_UnsupportedError, "UnsupportedError", nbp_Error, NULL, NULL, "A valid request this build or device cannot do (yet).");
+    EXC(nbp_MemoryError, "OutOfMemoryError", nbp_Error, PyExc_MemoryError, NULL, "Host or device memory ran out.");
+    EXC(nbp_IOError, "FileError", nbp_Error, NULL, NULL, "File I/O failed.");
+    EXC(nbp_InternalError, "InternalError", nbp_Error, NULL, NULL, "A bug in nabla; please report it.");
 #undef EXC
     if (!(nbp_DeviceType = PyType_FromSpec(&device_spec))) goto fail;
     Py_INCREF(nbp_DeviceType);

@@ -541,6 +541,60 @@ def test_broadcast_tensor_is_an_error():
     assert y.tolist() == [3.0, 3.0, 3.0]
 
 
+@pytest.mark.parametrize("dev", tdevices())
+def test_view_of_more_dims_uses_the_leading_dims(dev):
+    # slang-torch's TensorView takes the tensor's rank at run time and x[i] on a [3, 4] tensor
+    # reads x[i, 0] (the leading stride): nabla's rank-1 views (cube indexes x[i]) bind a tensor of
+    # more dims as the view of its leading dims - the same memory, so the writes land in y itself
+    # (slang-torch's tests/test.py TestBroadcastedTensorError launches a contiguous [3, 4] so)
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("kernels.slang"))
+    x = torch.arange(12, dtype=torch.float32, device=dev).reshape(3, 4)
+    y = torch.zeros(3, 2, device=dev)
+    launch1d(m.cube(x=x, y=y), 3)  # (the one-pass binding path: plain torch tensors)
+    want = [v ** 3 + 2 * v for v in (0.0, 4.0, 8.0)]
+    assert y[:, 0].tolist() == want and y[:, 1].tolist() == [0.0] * 3
+    dy = torch.ones(3, 2, device=dev)
+    dx = torch.zeros(3, 4, device=dev)
+    launch1d(m.cube.bwd(x=(x, dx), y=(y, dy)), 3)  # pairs: the gradients alike
+    assert dx[:, 0].tolist() == [3 * v * v + 2 for v in (0.0, 4.0, 8.0)]
+    assert dx[:, 1:].abs().sum().item() == 0.0
+    # numpy and nabla tensors (the general path) the same way
+    if dev == "cpu":
+        xn, yn = x.numpy().copy(), np.zeros((3, 2), np.float32)
+        launch1d(m.cube(x=xn, y=yn), 3)
+        assert yn[:, 0].tolist() == want
+        xt, yt = nabla.Tensor.from_numpy(xn), nabla.Tensor.zeros((3, 2), dtype="f32")
+        launch1d(m.cube(x=xt, y=yt), 3)
+        assert yt.to_numpy()[:, 0].tolist() == want
+    # a kernel that indexes past the leading dim is still an error (nothing written past y):
+    # slang-torch's test above writes y[1], y[2] of a [1, 4] output, 32 bytes past its end
+    y1 = torch.zeros(1, 4, device=dev)
+    with pytest.raises(nabla.ShapeError, match=r"out-of-bounds index \[1\] into tensor 'y' of shape \[1\]"):
+        launch1d(m.cube(x=x, y=y1), 3)
+    # fewer dims than the kernel's indices: an error naming both (affine2d indexes a[p], p uint2)
+    with pytest.raises(nabla.ShapeError, match="'a' is f32\\[3\\] but parameter 'a' is"):
+        launch1d(m.affine2d(a=torch.ones(3, device=dev), s=1.0, offset=(0.0, 0.0, 0.0),
+                            dst=torch.zeros(3, 3, device=dev)), 3)
+
+
+def test_argument_errors_are_runtime_errors_as_in_slang_torch():
+    # slang-torch's make_tensor_view raises RuntimeError for a wrong dtype, a tensor not on the
+    # device and broadcast dims; nabla's ShapeError / DtypeError / LayoutError / DeviceError are
+    # RuntimeErrors too (beside ValueError / TypeError), so `except RuntimeError` code moves over
+    torch = pytest.importorskip("torch")
+    for cls, also in ((nabla.ShapeError, ValueError), (nabla.DtypeError, TypeError),
+                      (nabla.LayoutError, ValueError), (nabla.DeviceError, RuntimeError)):
+        assert issubclass(cls, RuntimeError) and issubclass(cls, also) and issubclass(cls, nabla.NablaError)
+    m = slangtorch.loadModule(path("kernels.slang"))
+    with pytest.raises(RuntimeError, match="f64"):
+        launch1d(m.cube(x=torch.ones(3, dtype=torch.float64), y=torch.zeros(3)), 3)
+    with pytest.raises(nabla.DtypeError):
+        launch1d(m.cube(x=torch.ones(3, dtype=torch.float64), y=torch.zeros(3)), 3)
+    with pytest.raises(RuntimeError, match="zero stride"):
+        m.cube(x=torch.ones(1).expand(3), y=torch.zeros(3))
+
+
 def test_mixed_devices_are_an_error():
     torch = pytest.importorskip("torch")
     if "cuda" not in tdevices():
