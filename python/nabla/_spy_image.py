@@ -1,38 +1,21 @@
 """SlangPy's Tensor.load_from_image(device, path, flip_y, linearize, scale, offset, grayscale).
 
 As SlangPy (slangpy/types/common.py load_buffer_data_from_image + Bitmap.convert): the image is
-read as float32 in [0, 1]; a file of 1 channel gives a `float` tensor (H, W), 2 channels `float2`,
-3 `float3`, 4 `float4` (nabla's flat layout: f32 (H, W, C)); `grayscale=True` keeps one channel
+read as float32; a file of 1 channel gives a `float` tensor (H, W), 2 channels `float2`, 3
+`float3`, 4 `float4` (nabla's flat layout: f32 (H, W, C)); `grayscale=True` keeps one channel
 (R of an RGB(A) file: SlangPy's converter takes the red channel, not the luminance; Y of a gray
-file); a gray + alpha file gives (Y, Y) as SlangPy's converter derives both R and G from Y. 8-bit
-files hold sRGB-encoded values: they stay encoded unless `linearize=True`, which applies the sRGB
-transfer function to the colour channels (not alpha). Then rows are flipped (`flip_y`) and
-`data * scale + offset` applied. nabla reads PNG (8-bit gray, gray + alpha, RGB, RGBA, palette:
-include/nabla/image.h); other formats are an UnsupportedError naming the format.
+file); a gray + alpha file gives (Y, Y) as SlangPy's converter derives both R and G from Y.
+Integer formats (PNG, BMP, TGA, PPM / PGM) give values in [0, 1] that hold sRGB-encoded colours:
+they stay encoded unless `linearize=True`, which applies the sRGB transfer function to the colour
+channels (not alpha). Float formats (Radiance HDR, PFM) hold linear values as stored (above 1
+too): `linearize` leaves them unchanged, as a linear bitmap is not re-linearized by sgl. Then rows
+are flipped (`flip_y`) and `data * scale + offset` applied. The files are read by nabla's C
+reader (nb_image_read, include/nabla/image.h: PNG, BMP, TGA, HDR, PFM, PPM / PGM); JPEG, OpenEXR
+and other formats are an UnsupportedError naming the format and listing the supported ones.
 """
 import os
 
 from . import _nabla
-
-_PNG_SIG = b"\x89PNG\r\n\x1a\n"
-
-
-def _png_color_type(path):
-    """The PNG's IHDR colour type (0 gray, 2 RGB, 3 palette, 4 gray + alpha, 6 RGBA)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(26)
-    except FileNotFoundError:
-        raise _nabla.FileError(f"load_from_image: no such file '{path}'") from None
-    except OSError as e:
-        raise _nabla.FileError(f"load_from_image: cannot read '{path}': {e.strerror}") from None
-    if head[:8] != _PNG_SIG:
-        ext = os.path.splitext(str(path))[1] or "(no extension)"
-        raise _nabla.UnsupportedError(
-            f"load_from_image: '{path}' is not a PNG file ({ext}); nabla reads PNG images only")
-    if len(head) < 26 or head[12:16] != b"IHDR":
-        raise _nabla.FileError(f"load_from_image: '{path}' is a truncated PNG file (no IHDR header)")
-    return head[25]
 
 
 def load_data(path, flip_y=False, linearize=False, scale=1.0, offset=0.0, grayscale=False):
@@ -40,19 +23,21 @@ def load_data(path, flip_y=False, linearize=False, scale=1.0, offset=0.0, graysc
     import numpy as np
 
     path = os.fspath(path)
-    ctype = _png_color_type(path)
-    cpu = _nabla.device("cpu")
-    has_alpha = False
-    if ctype in (0, 4):  # gray (+ alpha): nabla's reader spreads gray; SlangPy gives Y, or (Y, Y)
-        y = _nabla.image_read_png(path, 1, cpu).to_numpy()[..., 0]
-        data = y if grayscale or ctype == 0 else np.stack([y, y], axis=-1)
-    else:
-        data = _nabla.image_read_png(path, 0, cpu).to_numpy()  # RGB (palette: RGB or RGBA), RGBA
-        has_alpha = data.shape[-1] == 4
-        if grayscale:
-            data, has_alpha = data[..., 0], False
+    if not os.path.exists(path):
+        raise _nabla.FileError(f"load_from_image: no such file '{path}'")
+    t, info = _nabla.image_read(path, _nabla.device("cpu"))
+    data = t.to_numpy()
+    ch = info["channels"]
+    has_alpha = ch == 4
+    if ch == 1:
+        data = data[..., 0]
+    elif ch == 2:  # gray + alpha: SlangPy gives Y, or (Y, Y)
+        y = data[..., 0]
+        data = y if grayscale else np.stack([y, y], axis=-1)
+    elif grayscale:
+        data, has_alpha = data[..., 0], False
     data = np.asarray(data, dtype=np.float32)
-    if linearize:  # 8-bit PNG values are sRGB-encoded: decode the colour channels
+    if linearize and info["srgb"]:  # integer samples are sRGB-encoded: decode the colour channels
         def srgb_to_linear(v):
             return np.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4).astype(np.float32)
 

@@ -38,6 +38,28 @@ static PyObject *py_image_read_png(PyObject *self, PyObject *args, PyObject *kw)
     return st ? nbn_raise(st) : nbp_tensor_new(t, NULL);
 }
 
+/* image_read(path, device=None) -> (f32 [H, W, C] Tensor with the file's channels, {"format",
+ * "width", "height", "channels", "srgb"}): any format nb_image_read reads. */
+static PyObject *py_image_read(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwl[] = {"path", "device", NULL};
+    const char *path;
+    PyObject *devo = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|O", kwl, &path, &devo)) return NULL;
+    nb_device *dev = nbp_device_ptr(devo);
+    if (!dev) return NULL;
+    nb_tensor *t = NULL;
+    nb_image_info info;
+    nb_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = nb_image_read(path, dev, &info, &t);
+    Py_END_ALLOW_THREADS
+    if (st) return nbn_raise(st);
+    PyObject *to = nbp_tensor_new(t, NULL);
+    if (!to) return NULL;
+    return Py_BuildValue("(N{s:s,s:i,s:i,s:i,s:O})", to, "format", info.format, "width", info.width, "height",
+                         info.height, "channels", info.channels, "srgb", info.srgb ? Py_True : Py_False);
+}
+
 /* image_write_png(path, img, height=0): img [H, W, C], or [H*W, C] pixels with height = H. */
 static PyObject *py_image_write_png(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwl[] = {"path", "img", "height", NULL};
@@ -159,6 +181,7 @@ static PyObject *py_image_psnr(PyObject *self, PyObject *args) {
 static PyMethodDef image_fns[] = {
     {"image_procedural", (PyCFunction)(void (*)(void))py_image_procedural, METH_VARARGS | METH_KEYWORDS, "image_procedural(width, height, device=None) -> f32 [H, W, 3] Tensor"},
     {"image_read_png", (PyCFunction)(void (*)(void))py_image_read_png, METH_VARARGS | METH_KEYWORDS, "image_read_png(path, channels=0, device=None) -> f32 [H, W, C] Tensor"},
+    {"image_read", (PyCFunction)(void (*)(void))py_image_read, METH_VARARGS | METH_KEYWORDS, "image_read(path, device=None) -> (f32 [H, W, C] Tensor, info dict): PNG, BMP, TGA, HDR, PFM, PPM / PGM"},
     {"image_write_png", (PyCFunction)(void (*)(void))py_image_write_png, METH_VARARGS | METH_KEYWORDS, "image_write_png(path, img [H, W, C] or [H*W, C], height=0)"},
     {"image_sample", (PyCFunction)(void (*)(void))py_image_sample, METH_VARARGS | METH_KEYWORDS, "image_sample(img, x, target, seed, step, stratified=False)"},
     {"image_pixel_coords", (PyCFunction)(void (*)(void))py_image_pixel_coords, METH_VARARGS | METH_KEYWORDS, "image_pixel_coords(width, height, device=None) -> f32 [H*W, 2] Tensor"},

@@ -142,8 +142,17 @@ def test_load_from_image_errors(tmp_path):
         Tensor.load_from_image(dev, str(tmp_path / "missing.png"))
     exr = tmp_path / "img.exr"
     exr.write_bytes(b"v/1\x01" + bytes(40))
-    with pytest.raises(spy.UnsupportedError, match=r"not a PNG file \(.exr\)"):
+    with pytest.raises(spy.UnsupportedError, match=r"in the OpenEXR format, which nabla does not read \(nabla reads PNG, "
+                                                   r"BMP, TGA, Radiance HDR, PFM and PPM / PGM"):
         Tensor.load_from_image(dev, str(exr))
+    jpg = tmp_path / "img.jpg"
+    jpg.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(20))
+    with pytest.raises(spy.UnsupportedError, match="in the JPEG format"):
+        Tensor.load_from_image(dev, str(jpg))
+    bmp = tmp_path / "bad.bmp"
+    bmp.write_bytes(b"BM" + bytes(30))
+    with pytest.raises(spy.FileError, match="not a valid BMP file"):
+        Tensor.load_from_image(dev, str(bmp))
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(4))
     with pytest.raises(spy.FileError, match="truncated"):
@@ -154,3 +163,63 @@ def test_load_from_image_errors(tmp_path):
     write_png(p, RGB, 2)
     with pytest.raises(spy.ArgumentError, match="scale must be a number"):
         Tensor.load_from_image(dev, p, scale="2")
+
+
+def write_bmp(path, rgb):
+    """A 24-bit bottom-up BMP of uint8 [H, W, 3] (rows padded to 4 bytes, BGR)."""
+    h, w = rgb.shape[:2]
+    stride = (w * 3 + 3) // 4 * 4
+    rows = b"".join(rgb[y, :, ::-1].tobytes().ljust(stride, b"\0") for y in range(h - 1, -1, -1))
+    head = b"BM" + struct.pack("<IHHI", 54 + len(rows), 0, 0, 54)
+    head += struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, len(rows), 0, 0, 0, 0)
+    with open(path, "wb") as f:
+        f.write(head + rows)
+
+
+@pytest.mark.parametrize("kind", devices())
+def test_load_from_image_formats(kind, tmp_path):
+    # BMP, TGA, PPM / PGM (integer samples: sRGB-encoded, linearize decodes them), Radiance HDR and
+    # PFM (linear floats as stored, above 1 too; linearize leaves them)
+    dev = spy.init_device(type=kind)
+    ref = RGB / 255.0
+    p = str(tmp_path / "a.bmp")
+    write_bmp(p, RGB)
+    t = Tensor.load_from_image(dev, p)
+    assert t.shape == (2, 3, 3) and t.device.name == dev.name
+    np.testing.assert_allclose(t.to_numpy(), ref, atol=1e-6)
+    np.testing.assert_allclose(Tensor.load_from_image(dev, p, linearize=True, flip_y=True).to_numpy(),
+                               srgb_to_linear(ref)[::-1], atol=1e-6)
+    # TGA: 32-bit, top-left origin, BGRA
+    rgba = np.concatenate([RGB, np.full((2, 3, 1), 51, np.uint8)], -1)
+    p = str(tmp_path / "a.tga")
+    with open(p, "wb") as f:
+        f.write(struct.pack("<BBBHHBHHHHBB", 0, 0, 2, 0, 0, 0, 0, 0, 3, 2, 32, 0x28)
+                + rgba[..., [2, 1, 0, 3]].tobytes())
+    np.testing.assert_allclose(Tensor.load_from_image(dev, p).to_numpy(), rgba / 255.0, atol=1e-6)
+    # PPM P6 and PGM P5
+    p = str(tmp_path / "a.ppm")
+    with open(p, "wb") as f:
+        f.write(b"P6\n3 2\n255\n" + RGB.tobytes())
+    np.testing.assert_allclose(Tensor.load_from_image(dev, p).to_numpy(), ref, atol=1e-6)
+    p = str(tmp_path / "a.pgm")
+    with open(p, "wb") as f:
+        f.write(b"P5 3 2 255\n" + RGB[..., 1].tobytes())
+    g = Tensor.load_from_image(dev, p)
+    assert g.shape == (2, 3)
+    np.testing.assert_allclose(g.to_numpy(), ref[..., 1], atol=1e-6)
+    # PFM: rows bottom to top, little-endian (negative scale); values kept as stored
+    hdr = np.array([[[0.5, 2.0, 100.0], [0.0, 1.0, 3.5]]], np.float32)  # (1, 2, 3)
+    hdr = np.concatenate([hdr, hdr * 2], 0)  # (2, 2, 3)
+    p = str(tmp_path / "a.pfm")
+    with open(p, "wb") as f:
+        f.write(b"PF\n2 2\n-1.0\n" + hdr[::-1].astype("<f4").tobytes())
+    np.testing.assert_array_equal(Tensor.load_from_image(dev, p).to_numpy(), hdr)
+    np.testing.assert_array_equal(Tensor.load_from_image(dev, p, linearize=True).to_numpy(), hdr)
+    np.testing.assert_array_equal(Tensor.load_from_image(dev, p, grayscale=True).to_numpy(), hdr[..., 0])
+    # Radiance HDR: RGBE, value = byte * 2^(e - 136)
+    p = str(tmp_path / "a.hdr")
+    with open(p, "wb") as f:
+        f.write(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 1 +X 2\n" + bytes([128, 64, 32, 129, 255, 0, 1, 140]))
+    want = np.array([[[1.0, 0.5, 0.25], [255 * 16.0, 0.0, 16.0]]], np.float32)
+    np.testing.assert_array_equal(Tensor.load_from_image(dev, p).to_numpy(), want)
+    np.testing.assert_array_equal(Tensor.load_from_image(dev, p, linearize=True, scale=0.5).to_numpy(), want * 0.5)
