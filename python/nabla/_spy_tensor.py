@@ -522,6 +522,28 @@ class NDBuffer(metaclass=_NDBufferMeta):
     empty_like = staticmethod(_like(False))
 
 
+def make_to_torch(c_torch):
+    def to_torch(self):
+        """The tensor as a torch tensor sharing its memory (DLPack; torch is imported here). A
+        tensor of a struct whose fields share one scalar type gives that dtype with the fields as
+        its trailing dim, in declaration order, depth-first (`Pixel` (H, W) -> float32 (H, W, 3);
+        `struct P { float3 pos; float w; }` -> (..., 4); a one-field struct its field's dims), as
+        flatten_dtype() holds it. A struct mixing scalar types (stored as C records) has no torch
+        dtype: DtypeError naming the struct and its fields; take its fields one by one
+        (`t["w"].to_torch()`: zero-copy strided views) or to_numpy() (a structured array)."""
+        st = self.slang_type
+        if st is not None and st.is_struct and len({f[1] for f in st.fields}) > 1:
+            fields = ", ".join(f"{p}: {d}" for p, d, _ in st.fields)
+            first = st.fields[0][0]
+            raise _nabla.DtypeError(
+                f"to_torch: a tensor of struct {st.name} mixes field types ({fields}): a torch tensor has "
+                f"one dtype; convert its fields one by one (t[{first!r}].to_torch(), zero-copy) or use "
+                "to_numpy() for a structured array")
+        return c_torch(self)
+
+    return to_torch
+
+
 def install():
     c_with_grads = Tensor.with_grads
     Tensor.to_numpy = make_to_numpy(Tensor.to_numpy)
@@ -545,5 +567,5 @@ def install():
     Tensor.broadcast_to = broadcast_to
     Tensor.__getitem__ = getitem
     Tensor.__str__ = _str
-    Tensor.to_torch = Tensor.torch
+    Tensor.torch = Tensor.to_torch = make_to_torch(Tensor.torch)
     Tensor.element_count = property(_element_count)

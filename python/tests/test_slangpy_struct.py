@@ -162,3 +162,32 @@ def test_struct_tensor_errors():
         Tensor.zeros(dev, shape=(3,), dtype="float")["w"]
     with pytest.raises(spy.ShapeError, match="records"):
         t.copy_from_numpy(np.zeros(2, REC))
+
+
+@pytest.mark.parametrize("kind", devices())
+def test_struct_tensor_to_torch(kind):
+    # one scalar type: the fields are the trailing dim (flatten_dtype's layout), zero-copy; mixed
+    # scalar types: DtypeError naming the struct, its fields one by one instead
+    torch = pytest.importorskip("torch")
+    m = mod(kind)
+    dev = spy.init_device(type=kind)
+    v = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    p = m.px(Tensor.from_numpy(dev, v))
+    assert p.dtype == m.Pixel and p.shape == (2, 2, 3)
+    tp = p.to_torch()
+    assert tp.dtype == torch.float32 and tuple(tp.shape) == (2, 2, 3)
+    np.testing.assert_allclose(tp.cpu().numpy(), np.stack([v, 2 * v, 3 * v], -1))
+    tp[0, 0, 1] = 7.0  # the same memory
+    assert p.to_numpy()["g"][0, 0] == 7.0
+    assert p.torch().data_ptr() == tp.data_ptr()
+    r = m.mk(Tensor.from_numpy(dev, np.arange(3, dtype=np.int32)), Tensor.from_numpy(dev, np.ones(3, np.float32)))
+    with pytest.raises(spy.DtypeError, match=r"struct Rec mixes field types \(id: i32, w: f32, pos: f32\).*"
+                                             r"t\['id'\]\.to_torch\(\)"):
+        r.to_torch()
+    with pytest.raises(RuntimeError, match="struct Rec"):
+        r.torch()
+    pos = r["pos"].to_torch()  # a field: a strided view into the records
+    assert tuple(pos.shape) == (3, 3) and pos.dtype == torch.float32
+    np.testing.assert_allclose(pos.cpu().numpy(), np.ones((3, 3)) * [1, 2, 3])
+    assert r["id"].to_torch().tolist() == [0, 2, 4]
+    assert r.flatten_dtype().to_torch().dtype == torch.uint8  # the records' bytes, asked for
