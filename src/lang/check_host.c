@@ -285,11 +285,22 @@ static int dispatch_diff_view(nb_checker *c, const char *kn, const char *pn, con
     return 1;
 }
 
+/* DiffTensorView(primal, grad) written for a view without a gradient (a TensorView field or
+ * parameter): a diagnostic saying so (else it reads as a call of an undeclared function). */
+static void diff_view_into_plain(nb_checker *c, const nb_expr *e, const char *who, const char *what,
+                                 const nb_type *to) {
+    ck_err(c, e->loc, "%s: DiffTensorView(primal, grad) goes to a DiffTensorView, but %s is a TensorView<%s> (no "
+           "gradient): pass the TorchTensor<%s> itself", who, what, to->elem->name, to->elem->name);
+}
+
 const nb_type *ck_host_diff_view(nb_checker *c, nb_expr **slot, const nb_type *to) {
     nb_expr *e = *slot;
-    if (!to || to->kind != NB_TY_TENSOR || !to->diff_tensor || to->buffer || !c->fn || !c->fn->u.func.is_host ||
-        !is_diff_view_ctor(e))
+    if (!to || to->kind != NB_TY_TENSOR || to->buffer || !c->fn || !c->fn->u.func.is_host || !is_diff_view_ctor(e))
         return NULL;
+    if (!to->diff_tensor) {
+        diff_view_into_plain(c, e, "DiffTensorView in host code", "the target", to);
+        return e->type = c->tt->t_error;
+    }
     nb_expr **a = new_args(c, 2);
     if (!a) return e->type = c->tt->t_error;
     if (!dispatch_diff_view(c, NULL, NULL, to, e, a)) return e->type = c->tt->t_error;
@@ -368,6 +379,13 @@ const nb_type *ck_dispatch_kernel(nb_checker *c, nb_expr **slot) {
         a[na] = arg;
         if (!pt || ck_is_error(pt)) { ck_expr(c, &a[na++]); continue; }
         if (pt->kind == NB_TY_TENSOR) {
+            if (is_diff_view_ctor(arg) && !pt->buffer) {
+                char what[160];
+                snprintf(what, sizeof what, "parameter '%s' of '%s'", pn, kn);
+                diff_view_into_plain(c, arg, "__dispatch_kernel", what, pt);
+                a[na++] = arg;
+                continue;
+            }
             const nb_type *at = ck_expr(c, &a[na++]);
             if (ck_is_error(at)) continue;
             if (pt->buffer || (pt->elem->kind != NB_TY_SCALAR && pt->elem->kind != NB_TY_VECTOR)) {

@@ -13,7 +13,8 @@
  *   //TEST: cli ARG...           `nabla ARG...` (FILE not added), e.g. usage errors
  *   //EXPECT: JSON               exit 0 and stdout equal as JSON (numbers within tolerance);
  *                                for check, `//EXPECT: ok` means exit 0
- *   //EXPECT-ERROR: TEXT         exit != 0 and stderr contains TEXT (several lines: all of them)
+ *   //EXPECT-ERROR: TEXT         exit != 0 and stderr contains TEXT (several lines: all of them, up to
+ *                                MAX_EXPECT per test; more is a failure)
  *   //EXPECT-EXIT: N             the exit code (with EXPECT-ERROR: instead of "!= 0")
  *   //EXPECT-CONTAINS: TEXT      exit 0 and stdout contains TEXT
  *   //TOL: RTOL ATOL             tolerance for the next test (default 1e-5 1e-6)
@@ -41,7 +42,7 @@
 #include "nabla/nabla.h"
 
 #define MAX_ARGS 64
-#define MAX_EXPECT 16
+#define MAX_EXPECT 64 /* EXPECT-ERROR / EXPECT-CONTAINS lines of one test; more is a failure */
 
 typedef struct test {
     int line;
@@ -316,10 +317,16 @@ static void run_file(const char *dir, const char *file, int have_cuda) {
         } else if (starts(l, "EXPECT:") && have) {
             free(t.expect_json);
             t.expect_json = subst(trim(l + 7));
-        } else if (starts(l, "EXPECT-ERROR:") && have && t.nerrors < MAX_EXPECT) {
-            t.errors[t.nerrors++] = subst(trim(l + 13));
-        } else if (starts(l, "EXPECT-CONTAINS:") && have && t.ncontains < MAX_EXPECT) {
-            t.contains[t.ncontains++] = subst(trim(l + 16));
+        } else if ((starts(l, "EXPECT-ERROR:") || starts(l, "EXPECT-CONTAINS:")) && have) {
+            int err = starts(l, "EXPECT-ERROR:");
+            int *n = err ? &t.nerrors : &t.ncontains;
+            if (*n < MAX_EXPECT) { /* (past the limit: a failure, never an expectation dropped unchecked) */
+                (err ? t.errors : t.contains)[(*n)++] = subst(trim(l + (err ? 13 : 16)));
+            } else {
+                printf("FAIL  %s:%d: more than %d %s lines in one test\n", file, lineno, MAX_EXPECT,
+                       err ? "EXPECT-ERROR" : "EXPECT-CONTAINS");
+                nfail++;
+            }
         } else if (starts(l, "EXPECT-EXIT:") && have) {
             t.expect_exit = atoi(l + 12);
         } else if (starts(l, "TOL:")) {
