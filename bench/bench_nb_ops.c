@@ -24,7 +24,7 @@
 #include "nabla/nn_tape.h"
 #include "nabla/tensor.h"
 #include "nn/ops/nb_ops.h"
-#include "nn/tape/tape_internal.h" /* nb_tape_cast: the hand-written cast row */
+#include "graph/op_rows.h" /* nb_tape_cast: the hand-written cast row */
 
 /* Exits with the message of a failed step (a benchmark has nothing to recover). */
 static void check(nb_status s, const char *what, int line) {

@@ -25,7 +25,7 @@
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define CHECK(x)                                                                                   \
     do {                                                                                           \

@@ -4,7 +4,8 @@ Reads every `#include "..."` of src/ (and of the front doors cli/, python/src/, 
 resolves it the way the build does (the including file's folder, then src/, then include/), and
 fails, listing each offending line, when:
   - a layer includes a layer it may not (ALLOWED below: core -> nothing above it, device -> core,
-    jit -> core + device, lang -> core, call -> lang + jit + device + core, nn -> below, models ->
+    jit -> core + device, lang -> core, call -> lang + jit + device + core, graph -> call and
+    below (never nn), nn -> graph and below, models ->
     nn + io + below, io -> core + device); a public header counts as the layer that implements it
     (PUBLIC_OWNER), so `core` may include only core's own public headers;
   - a file outside a backend (src/device/cuda, src/device/cpu) includes one of its headers;
@@ -24,8 +25,11 @@ import re
 import sys
 import tempfile
 
-# Layers: who may include whom (each may include itself). `graph` is the planned layer between
-# call and nn (issue #17); listed so that moving the tape there needs no edit here.
+# Layers: who may include whom (each may include itself). `graph` (src/graph: the op table
+# ops.def, its row interface op_rows.h and the tape) sits between call and nn: it includes no nn
+# header. Rows whose kernels are nn's (conv, attention, norms, MLP, encodings) are declared in
+# graph/op_rows.h and defined in src/nn/<module>/ (the linker joins them), so the arrow stays
+# nn -> graph (docs/ARCHITECTURE.md).
 ALLOWED = {
     "core": {"core"},
     "device": {"core"},
@@ -47,7 +51,7 @@ PUBLIC_OWNER = {
     "device.h": "device", "tensor.h": "device", "npy.h": "device",
     "cache.h": "jit",
     "module.h": "call", "cmdlist.h": "call",
-    "nn_tape.h": "nn", "nn_mlp.h": "nn", "nn_encoding.h": "nn", "nn_optim.h": "nn",
+    "nn_tape.h": "graph", "nn_mlp.h": "nn", "nn_encoding.h": "nn", "nn_optim.h": "nn",
     "nn_unet.h": "models", "fit_image.h": "models",
     "image.h": "io", "nn_dataset.h": "io", "safetensors.h": "io",
     "nabla.h": "app",
@@ -59,9 +63,6 @@ BACKENDS = ("device/cuda", "device/cpu")
 # Private headers (*_internal.h, *_impl.h) shared beyond their folder, and with whom (path
 # prefixes under src/). Each is an interface between modules that has no better home yet.
 SHARED_PRIVATE = {
-    # the tape's op-row interface: every nn module and the models add ops / read tape values
-    # (issue #17 replaces it with the graph layer's op table)
-    "nn/tape/tape_internal.h": ("nn/", "models/"),
     # the fused grid + MLP kernels: the encoding drives the MLP's CUDA backward
     "nn/mlp/mlp_internal.h": ("nn/mlp/", "nn/encoding/"),
 }
@@ -71,9 +72,9 @@ FRONT_DOORS = ("cli", "python/src", "examples", "bench")
 # CUDA row alone, without the tape around it; bench_nb_ops.c times the library's .nb ops (an nn-internal
 # layer) against the tape's rows, the CUDA cast row through nb_tape_cast (docs/ARCHITECTURE.md).
 FRONT_DOOR_EXCEPTIONS = {("bench/bench_call.c", "jit/jit.h"),
-                         ("bench/bench_tape_ops.c", "nn/tape/tape_internal.h"),
+                         ("bench/bench_tape_ops.c", "graph/op_rows.h"),
                          ("bench/bench_nb_ops.c", "nn/ops/nb_ops.h"),
-                         ("bench/bench_nb_ops.c", "nn/tape/tape_internal.h")}
+                         ("bench/bench_nb_ops.c", "graph/op_rows.h")}
 
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".cpp", ".inc")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
@@ -233,9 +234,14 @@ SELF_TREE = {
     "src/core/up.c": '#include "nabla/tensor.h"\n',                       # core -> device (public)
     "src/device/cuda/api.h": "",
     "src/device/cuda/ok.c": '#include "device/cuda/api.h"\n#include "api.h"\n',
-    "src/device/up.c": '#include "nn/tape/tape_internal.h"\n',            # device -> nn
-    "src/nn/tape/tape_internal.h": '#include "nabla/nn_tape.h"\n',
-    "src/nn/conv/ok.c": '#include "nn/tape/tape_internal.h"\n',          # shared private: fine
+    "src/device/up.c": '#include "graph/op_rows.h"\n',                   # device -> graph
+    "src/graph/op_rows.h": '#include "nabla/nn_tape.h"\n',
+    "src/graph/tape_internal.h": '#include "graph/op_rows.h"\n',
+    "src/graph/tape.c": '#include "graph/tape_internal.h"\n',           # own private: fine
+    "src/graph/row_up.c": '#include "nn/conv/ok.h"\n',                  # graph -> nn
+    "src/nn/conv/ok.h": "",
+    "src/nn/conv/ok.c": '#include "graph/op_rows.h"\n',                 # row contract: fine
+    "src/nn/conv/tape.c": '#include "graph/tape_internal.h"\n',          # graph private
     "src/nn/conv/backend.c": '#include "device/cuda/api.h"\n',            # backend private
     "src/nn/enc/enc_internal.h": "",
     "src/nn/conv/priv.c": '#include "nn/enc/enc_internal.h"\n',           # folder private
@@ -249,7 +255,9 @@ SELF_TREE = {
 }
 SELF_EXPECT = [
     "src/core/up.c:1: layer core includes nabla/tensor.h",
-    "src/device/up.c:1: layer device includes nn/tape/tape_internal.h",
+    "src/device/up.c:1: layer device includes graph/op_rows.h",
+    "src/graph/row_up.c:1: layer graph includes nn/conv/ok.h",
+    "src/nn/conv/tape.c:1: includes graph/tape_internal.h, private to the folder",
     "src/nn/conv/backend.c:1: includes device/cuda/api.h, private to the backend",
     "src/nn/conv/priv.c:1: includes nn/enc/enc_internal.h, private to the folder",
     "src/lang/dev.c:1: layer lang includes device/cuda/api.h",

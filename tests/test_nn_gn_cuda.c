@@ -19,7 +19,7 @@
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 static nb_device *g_dev;
 

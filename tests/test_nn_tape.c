@@ -7,7 +7,7 @@
 #include "device/cuda/cuda_api.h"
 #include "nabla/alloc.h"
 #include "nabla/device.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 

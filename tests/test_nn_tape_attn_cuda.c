@@ -17,7 +17,7 @@
 #include "nb_test.h"
 #include "device/cuda/cuda_api.h" /* nb_nvrtc_compile */
 #include "nn/attention/attn_cuda.h"
-#include "nn/tape/tape_internal.h" /* nb_tape_cast (the bench's bf16 qkv) */
+#include "graph/op_rows.h" /* nb_tape_cast (the bench's bf16 qkv) */
 
 #define NB_TRY_T(e)                                                                             \
     do {                                                                                        \

@@ -1,5 +1,5 @@
-/* BF16 activation storage on the CUDA tape (tape_internal.h: nb_tval.dtype, NB_TOPF_*): every
- * elementwise, layout and normalisation row of src/nn/tape/tape_cuda_basic.c / tape_cuda_norm.c on a
+/* BF16 activation storage on the CUDA tape (op_rows.h: nb_tval.dtype, NB_TOPF_*): every
+ * elementwise, layout and normalisation row of src/graph/tape_cuda_basic.c / tape_cuda_norm.c on a
  * CUDA tape in NB_TAPE_BF16 precision against the CPU tape (f32) on the same inputs: forward
  * values, loss, input and parameter gradients within bf16 tolerances (relative to each tensor's
  * max |value|). Inputs enter as f32 (nb_tape_input) and are cast to bf16 (nb_tape_cast) per a
@@ -14,7 +14,7 @@
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 static nb_device *g_dev;
 

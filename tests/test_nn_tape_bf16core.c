@@ -1,4 +1,4 @@
-/* BF16 storage core of the tape (tape_internal.h: nb_tval.dtype, nb_tape_cast, the casts that
+/* BF16 storage core of the tape (op_rows.h: nb_tval.dtype, nb_tape_cast, the casts that
  * nb_tape_record inserts before rows that read f32 only, gradient buffers in the value's dtype,
  * nb_tape_read widening bf16). Runs on the CPU tape (whose rows read f32 only, so every bf16
  * value goes through recorded casts) and, when a GPU is present, on a CUDA tape, where a BF16
@@ -9,7 +9,7 @@
 #include "nabla/device.h"
 #include "nabla/dtype.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define N 1027 /* odd: the CUDA cast's scalar tail */
 

@@ -1,4 +1,4 @@
-/* Tape autograd on CUDA (nn_tape.h, src/nn/tape/tape_cuda_basic.c, tape_cuda_norm.c): every op with a
+/* Tape autograd on CUDA (nn_tape.h, src/graph/tape_cuda_basic.c, tape_cuda_norm.c): every op with a
  * CUDA row against the CPU tape (forward values, input and parameter gradients) on odd shapes
  * (scalar paths) and aligned ones (float4 paths), aliasing inputs, gradient accumulation, the
  * read / write API, no allocation in steady state, and errors. Skips without a GPU. */

@@ -1,4 +1,4 @@
-/* Parameter views (tape_internal.h: nb_tape_param_view): one parameter value over consecutive
+/* Parameter views (op_rows.h: nb_tape_param_view): one parameter value over consecutive
  * parameters' memory. A linear through the view of two stacked weights must equal the two
  * linears, its gradients must land in the two parameters' slots of the gradient buffer, the
  * view adds no floats, and bad views are errors. CPU tape (CI). */
@@ -7,7 +7,7 @@
 
 #include "nb_test.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 static void test_view_linear(void) {
     nb_tape *t;

@@ -14,7 +14,7 @@
 #include "nabla/device.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
-#include "nn/tape/tape_internal.h" /* nb_tape_cast: a bf16 qkv like a bf16 conv output */
+#include "graph/op_rows.h" /* nb_tape_cast: a bf16 qkv like a bf16 conv output */
 
 static void fill(float *x, int64_t n, uint32_t seed, float scale) {
     uint32_t s = seed * 2654435761u + 12345u;

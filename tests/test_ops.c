@@ -1,4 +1,4 @@
-/* Table-driven test of every op of the tape's op table (src/nn/tape/ops.def), in the manner of
+/* Table-driven test of every op of the tape's op table (src/graph/ops.def), in the manner of
  * ggml's test-backend-ops. A per-op case list gives input and parameter shapes and attributes;
  * test_every_op_has_a_case fails for a row of ops.def without a case, so a new op cannot skip it.
  * Each case builds its op through the public nb_tape_* API (plus nb_tape_cast for the cast op)
@@ -23,7 +23,7 @@
 #include "nb_test.h"
 #include "nabla/device.h"
 #include "nabla/nn_tape.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define MAXT 3 /* inputs / parameters per case */
 
@@ -304,7 +304,7 @@ static void test_every_op_has_a_case(void) {
     NB_EXPECT(NB_TOP_##id == k++);                                                                 \
     NB_EXPECT(!strcmp(nb_tape_op_name(NB_TOP_##id), nm));                                          \
     NB_EXPECT(nb_top_rows[NB_TOP_##id].nin == ni && ni <= NB_TOP_MAX_IN);
-#include "nn/tape/ops.def"
+#include "graph/ops.def"
 #undef NB_OP
     NB_EXPECT(k == NB_TOP_COUNT);
     for (int a = 0; a < NB_TOP_COUNT; a++)

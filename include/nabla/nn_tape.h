@@ -50,7 +50,7 @@
  * On such a tape the pointers returned by nb_tape_params / nb_tape_grads / nb_tape_data /
  * nb_tape_grad are DEVICE addresses; nb_tape_read / nb_tape_read_grad / nb_tape_write_params
  * copy to and from host memory on any device. Each op kind has a row in a per-op table
- * (src/nn/tape/tape_internal.h) with a CPU and a CUDA forward and backward; an op whose CUDA row is
+ * (src/graph/op_rows.h) with a CPU and a CUDA forward and backward; an op whose CUDA row is
  * missing fails with NB_ERR_UNSUPPORTED naming the op.
  *
  *   nb_device *gpu; nb_device_open("cuda", &gpu);

@@ -11,7 +11,7 @@
  *
  * Includes: `#include "name"` inside a kernel file names another embedded file, either relative
  * to the including file's directory ("common.cuh") or as a path under src/
- * ("nn/common/kernels/bf16.cuh"). The loader finds every file the .cu reaches and hands them to
+ * ("graph/kernels/bf16.cuh"). The loader finds every file the .cu reaches and hands them to
  * NVRTC as its headers (includeNames: the name as written), so kernels share device code
  * through #include instead of copies. `#include <...>` is left to NVRTC (toolkit headers).
  *

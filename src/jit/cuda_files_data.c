@@ -2,8 +2,323 @@
  * src/: do not edit (edit the kernel files and rerun it). */
 #include "jit/cuda_files.h"
 
-/* src/models/kernels/ddpm.cu */
+/* src/graph/kernels/basic.cu */
 static const char nb_cu_0[] =
+    "// The tape's elementwise, broadcast, shape and loss kernels (src/graph/tape_cuda_basic.c;\n"
+    "// struct A mirrors its tk_args, the entries are its tk_entry table): add/silu/concat/upsample/\n"
+    "// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage.\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
+    "/* ow: bit 0 = store into y instead of adding, bit 1 = the same for y2 (a fresh gradient);\n"
+    " * dt: storage of a, b, c, y, y2 (bits 0..4; set = bf16, clear = f32) */\n"
+    "struct A { const float *a, *b, *c; float *y, *y2; int n, d0, d1, d2; int v4, ow; float f; int dt; };\n"
+    "#define TID (blockIdx.x * blockDim.x + threadIdx.x)\n"
+    "#define STRIDE (gridDim.x * blockDim.x)\n"
+    "/* EW4: 4-element chunks [0, n/4); EW1: then the scalar tail (v4 == 0: all scalar) */\n"
+    "#define EW4(N) unsigned n4_ = p.v4 ? (unsigned)(N) / 4u : 0u; \\\n"
+    "    for (unsigned i = TID; i < n4_; i += STRIDE)\n"
+    "#define EW1(N) for (unsigned i = n4_ * 4u + TID; i < (unsigned)(N); i += STRIDE)\n"
+    "/* Kernel bodies are templates on BF: 0 = every buffer f32 (the f32 code: the dtype tests below\n"
+    " * fold to 0), 1 = each buffer in the dtype its dt bit names. The entry points take BF = 1 when\n"
+    " * any dt bit is set (a uniform branch at the top). Buffers are indexed by element (not by\n"
+    " * pointer arithmetic on float *, which would be wrong for bf16). */\n"
+    "#define FA (BF && (p.dt & 1))\n"
+    "#define FB (BF && (p.dt & 2))\n"
+    "#define FC (BF && (p.dt & 4))\n"
+    "#define FY (BF && (p.dt & 8))\n"
+    "#define FY2 (BF && (p.dt & 16))\n"
+    "#define ENTRY(name) extern \"C\" __global__ void name(const A p) { \\\n"
+    "    if (p.dt) name##_t<1>(p); else name##_t<0>(p); }\n"
+    "__device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }\n"
+    "__device__ __forceinline__ float dsilu(float v) {\n"
+    "    float s = 1.0f / (1.0f + __expf(-v)); return s * (1.0f + v * (1.0f - s)); }\n"
+    "__device__ __forceinline__ float4 add4(float4 a, float4 b) {\n"
+    "    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }\n"
+    "/* elements i, i + 1 (i even): float2 / one 32-bit pair of bf16 */\n"
+    "__device__ __forceinline__ float2 ld2(const void *p, long long i, int bf) {\n"
+    "    if (!bf) return *(const float2 *)((const float *)p + i);\n"
+    "    unsigned u = *(const unsigned *)((const unsigned short *)p + i);\n"
+    "    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)); }\n"
+    "__device__ __forceinline__ void st2(void *p, long long i, int bf, float2 v) {\n"
+    "    if (!bf) *(float2 *)((float *)p + i) = v;\n"
+    "    else *(unsigned *)((unsigned short *)p + i) = nb_f2bf2(v.x, v.y); }\n"
+    "/* p[i .. i+3] / p[i] (+)= v: store when ow, else accumulate (bf: p is bf16) */\n"
+    "__device__ __forceinline__ void acc4(void *p, long long i, int bf, float4 v, bool ow) {\n"
+    "    nb_st4(p, i, bf, ow ? v : add4(nb_ld4(p, i, bf), v)); }\n"
+    "__device__ __forceinline__ void acc1(void *p, long long i, int bf, float v, bool ow) {\n"
+    "    nb_st(p, i, bf, ow ? v : nb_ld(p, i, bf) + v); }\n"
+    "#define OW0 (p.ow & 1)\n"
+    "#define OW1 (p.ow & 2)\n"
+    "extern \"C\" __global__ void tk_add_scalar(const A p) {\n"
+    "    if (TID == 0) p.y[0] += p.f; }\n"
+    "/* y = silu(a) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_silu_fwd_t(const A &p) {\n"
+    "    EW4(p.n) { float4 v = nb_ld4(p.a, 4u * i, FA);\n"
+    "        nb_st4(p.y, 4u * i, FY, make_float4(silu(v.x), silu(v.y), silu(v.z), silu(v.w))); }\n"
+    "    EW1(p.n) nb_st(p.y, i, FY, silu(nb_ld(p.a, i, FA))); }\n"
+    "ENTRY(tk_silu_fwd)\n"
+    "/* y += b * silu'(a) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_silu_bwd_t(const A &p) {\n"
+    "    EW4(p.n) {\n"
+    "        float4 v = nb_ld4(p.a, 4u * i, FA), g = nb_ld4(p.b, 4u * i, FB);\n"
+    "        acc4(p.y, 4u * i, FY, make_float4(g.x * dsilu(v.x), g.y * dsilu(v.y), g.z * dsilu(v.z), g.w * dsilu(v.w)), OW0);\n"
+    "    }\n"
+    "    EW1(p.n) acc1(p.y, i, FY, nb_ld(p.b, i, FB) * dsilu(nb_ld(p.a, i, FA)), OW0); }\n"
+    "ENTRY(tk_silu_bwd)\n"
+    "/* y = a + b */\n"
+    "template <int BF> __device__ __forceinline__ void tk_add_fwd_t(const A &p) {\n"
+    "    EW4(p.n) nb_st4(p.y, 4u * i, FY, add4(nb_ld4(p.a, 4u * i, FA), nb_ld4(p.b, 4u * i, FB)));\n"
+    "    EW1(p.n) nb_st(p.y, i, FY, nb_ld(p.a, i, FA) + nb_ld(p.b, i, FB)); }\n"
+    "ENTRY(tk_add_fwd)\n"
+    "/* y += a; y2 += a (each may be NULL; the same pointer twice adds twice, in order) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_acc_t(const A &p) {\n"
+    "    EW4(p.n) {\n"
+    "        float4 g = nb_ld4(p.a, 4u * i, FA);\n"
+    "        if (p.y) acc4(p.y, 4u * i, FY, g, OW0);\n"
+    "        if (p.y2) acc4(p.y2, 4u * i, FY2, g, OW1);\n"
+    "    }\n"
+    "    EW1(p.n) { float g = nb_ld(p.a, i, FA); if (p.y) acc1(p.y, i, FY, g, OW0); if (p.y2) acc1(p.y2, i, FY2, g, OW1); } }\n"
+    "ENTRY(tk_acc)\n"
+    "/* y[i] = a[i] + b[i / HW], d0 = HW (v4 only when HW % 4 == 0) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_addc_fwd_t(const A &p) {\n"
+    "    EW4(p.n) {\n"
+    "        float c = nb_ld(p.b, (4u * i) / (unsigned)p.d0, FB); float4 v = nb_ld4(p.a, 4u * i, FA);\n"
+    "        nb_st4(p.y, 4u * i, FY, make_float4(v.x + c, v.y + c, v.z + c, v.w + c));\n"
+    "    }\n"
+    "    EW1(p.n) nb_st(p.y, i, FY, nb_ld(p.a, i, FA) + nb_ld(p.b, i / (unsigned)p.d0, FB)); }\n"
+    "ENTRY(tk_addc_fwd)\n"
+    "/* a warp per row r of d1 rows of HW = d0 elements: y2[r] += sum_j a[r, j]; y[r, j] += a[r, j] */\n"
+    "template <int BF> __device__ __forceinline__ void tk_addc_bwd_t(const A &p) {\n"
+    "    unsigned lane = threadIdx.x & 31u, warp = TID >> 5, nw = STRIDE >> 5;\n"
+    "    unsigned HW = (unsigned)p.d0;\n"
+    "    for (unsigned r = warp; r < (unsigned)p.d1; r += nw) {\n"
+    "        size_t o = (size_t)r * HW;\n"
+    "        float s = 0.0f;\n"
+    "        if (p.v4 && HW % 4u == 0u) {\n"
+    "            for (unsigned j = lane; j < HW / 4u; j += 32u) {\n"
+    "                float4 v = nb_ld4(p.a, o + 4u * j, FA); s += (v.x + v.y) + (v.z + v.w);\n"
+    "                if (p.y) acc4(p.y, o + 4u * j, FY, v, OW0);\n"
+    "            }\n"
+    "        } else {\n"
+    "            for (unsigned j = lane; j < HW; j += 32u) { float v = nb_ld(p.a, o + j, FA); s += v; if (p.y) acc1(p.y, o + j, FY, v, OW0); }\n"
+    "        }\n"
+    "        for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);\n"
+    "        if (lane == 0 && p.y2) acc1(p.y2, r, FY2, s, OW1);\n"
+    "    } }\n"
+    "/* (at most 40 registers, as the f32 code alone: 6 blocks of 256 per SM) */\n"
+    "extern \"C\" __global__ void __launch_bounds__(256, 6) tk_addc_bwd(const A p) {\n"
+    "    if (p.dt) tk_addc_bwd_t<1>(p); else tk_addc_bwd_t<0>(p); }\n"
+    "/* concat: d0 = sa, d1 = sb elements per sample; y [N, sa + sb] */\n"
+    "template <int BF> __device__ __forceinline__ void tk_concat_fwd_t(const A &p) {\n"
+    "    unsigned sa = (unsigned)p.d0, sb = (unsigned)p.d1, so = sa + sb;\n"
+    "    EW4(p.n) {\n"
+    "        unsigned e = 4u * i, n = e / so, r = e - n * so;\n"
+    "        nb_st4(p.y, e, FY, r < sa ? nb_ld4(p.a, n * sa + r, FA) : nb_ld4(p.b, n * sb + r - sa, FB));\n"
+    "    }\n"
+    "    EW1(p.n) { unsigned n = i / so, r = i - n * so;\n"
+    "        nb_st(p.y, i, FY, r < sa ? nb_ld(p.a, n * sa + r, FA) : nb_ld(p.b, n * sb + r - sa, FB)); } }\n"
+    "ENTRY(tk_concat_fwd)\n"
+    "/* concat backward: a = dy; y += dy[:, :sa], y2 += dy[:, sa:] (NULL: skipped) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_concat_bwd_t(const A &p) {\n"
+    "    unsigned sa = (unsigned)p.d0, sb = (unsigned)p.d1, so = sa + sb;\n"
+    "    EW4(p.n) {\n"
+    "        unsigned e = 4u * i, n = e / so, r = e - n * so;\n"
+    "        if (r < sa) { if (p.y) acc4(p.y, n * sa + r, FY, nb_ld4(p.a, e, FA), OW0); }\n"
+    "        else if (p.y2) acc4(p.y2, n * sb + r - sa, FY2, nb_ld4(p.a, e, FA), OW1);\n"
+    "    }\n"
+    "    EW1(p.n) {\n"
+    "        unsigned n = i / so, r = i - n * so;\n"
+    "        if (r < sa) { if (p.y) acc1(p.y, n * sa + r, FY, nb_ld(p.a, i, FA), OW0); }\n"
+    "        else if (p.y2) acc1(p.y2, n * sb + r - sa, FY2, nb_ld(p.a, i, FA), OW1);\n"
+    "    } }\n"
+    "ENTRY(tk_concat_bwd)\n"
+    "/* nearest ×2 upsample: thread per input element, d0 = H, d1 = W */\n"
+    "template <int BF> __device__ __forceinline__ void tk_up_fwd_t(const A &p) {\n"
+    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, HW = H * W;\n"
+    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
+    "        unsigned q = i / HW, rem = i - q * HW, r = rem / W, c = rem - r * W;\n"
+    "        float v = nb_ld(p.a, i, FA); float2 v2 = make_float2(v, v);\n"
+    "        size_t o = ((size_t)q * 2u * H + 2u * r) * 2u * W + 2u * c;\n"
+    "        st2(p.y, o, FY, v2); st2(p.y, o + 2u * W, FY, v2);\n"
+    "    } }\n"
+    "ENTRY(tk_up_fwd)\n"
+    "template <int BF> __device__ __forceinline__ void tk_up_bwd_t(const A &p) {\n"
+    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, HW = H * W;\n"
+    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
+    "        unsigned q = i / HW, rem = i - q * HW, r = rem / W, c = rem - r * W;\n"
+    "        size_t o = ((size_t)q * 2u * H + 2u * r) * 2u * W + 2u * c;\n"
+    "        float2 u = ld2(p.a, o, FA), l = ld2(p.a, o + 2u * W, FA);\n"
+    "        acc1(p.y, i, FY, (u.x + u.y) + (l.x + l.y), OW0);\n"
+    "    } }\n"
+    "ENTRY(tk_up_bwd)\n"
+    "/* 2×2 average pool: thread per output element, d0 = H, d1 = W (input) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_pool_fwd_t(const A &p) {\n"
+    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, oh = H / 2u, ow = W / 2u, ohw = oh * ow;\n"
+    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
+    "        unsigned q = i / ohw, rem = i - q * ohw, r = rem / ow, c = rem - r * ow;\n"
+    "        size_t o = ((size_t)q * H + 2u * r) * W + 2u * c;\n"
+    "        float2 u = ld2(p.a, o, FA), l = ld2(p.a, o + W, FA);\n"
+    "        nb_st(p.y, i, FY, 0.25f * ((u.x + u.y) + (l.x + l.y)));\n"
+    "    } }\n"
+    "ENTRY(tk_pool_fwd)\n"
+    "template <int BF> __device__ __forceinline__ void tk_pool_bwd_t(const A &p) {\n"
+    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, oh = H / 2u, ow = W / 2u, ohw = oh * ow;\n"
+    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
+    "        unsigned q = i / ohw, rem = i - q * ohw, r = rem / ow, c = rem - r * ow;\n"
+    "        size_t o = ((size_t)q * H + 2u * r) * W + 2u * c; float g = 0.25f * nb_ld(p.a, i, FA);\n"
+    "        float2 u = make_float2(g, g), l = u;\n"
+    "        if (!OW0) {\n"
+    "            float2 a = ld2(p.y, o, FY), b = ld2(p.y, o + W, FY);\n"
+    "            u.x += a.x; u.y += a.y; l.x += b.x; l.y += b.y;\n"
+    "        }\n"
+    "        st2(p.y, o, FY, u); st2(p.y, o + W, FY, l);\n"
+    "    } }\n"
+    "ENTRY(tk_pool_bwd)\n"
+    "/* block-wide sum (result in thread 0) */\n"
+    "__device__ double block_sum(double v) {\n"
+    "    __shared__ double sh[32];\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "    if ((threadIdx.x & 31u) == 0) sh[threadIdx.x >> 5] = v;\n"
+    "    __syncthreads();\n"
+    "    double r = 0.0;\n"
+    "    if (threadIdx.x == 0) for (unsigned w = 0; w < (blockDim.x + 31u) / 32u; w++) r += sh[w];\n"
+    "    return r; }\n"
+    "/* MSE: per-block partial sums of (a - b)^2 (double) into y2 as double[gridDim.x] */\n"
+    "template <int BF> __device__ __forceinline__ void tk_mse_part_t(const A &p) {\n"
+    "    double s = 0.0;\n"
+    "    EW4(p.n) {\n"
+    "        float4 u = nb_ld4(p.a, 4u * i, FA), v = nb_ld4(p.b, 4u * i, FB);\n"
+    "        float e0 = u.x - v.x, e1 = u.y - v.y, e2 = u.z - v.z, e3 = u.w - v.w;\n"
+    "        s += (double)(e0 * e0 + e1 * e1) + (double)(e2 * e2 + e3 * e3);\n"
+    "    }\n"
+    "    EW1(p.n) { float d = nb_ld(p.a, i, FA) - nb_ld(p.b, i, FB); s += (double)(d * d); }\n"
+    "    double r = block_sum(s);\n"
+    "    if (threadIdx.x == 0) ((double *)p.y2)[blockIdx.x] = r; }\n"
+    "ENTRY(tk_mse_part)\n"
+    "/* y[0] = sum of the d0 partials in c / n (one block; fixed order; all f32 / double) */\n"
+    "extern \"C\" __global__ void tk_mse_fin(const A p) {\n"
+    "    double s = 0.0;\n"
+    "    for (unsigned i = threadIdx.x; i < (unsigned)p.d0; i += blockDim.x) s += ((const double *)p.c)[i];\n"
+    "    double r = block_sum(s);\n"
+    "    if (threadIdx.x == 0) p.y[0] = (float)(r / (double)p.n); }\n"
+    "/* dp (y) += g (a - b), dq (y2) -= g (a - b), g = 2 c[0] / n (c: the f32 loss gradient) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_mse_bwd_t(const A &p) {\n"
+    "    float g = 2.0f * p.c[0] / (float)p.n;\n"
+    "    EW4(p.n) {\n"
+    "        float4 u = nb_ld4(p.a, 4u * i, FA), v = nb_ld4(p.b, 4u * i, FB);\n"
+    "        float4 d = make_float4(g * (u.x - v.x), g * (u.y - v.y), g * (u.z - v.z), g * (u.w - v.w));\n"
+    "        if (p.y) acc4(p.y, 4u * i, FY, d, OW0);\n"
+    "        if (p.y2) acc4(p.y2, 4u * i, FY2, make_float4(-d.x, -d.y, -d.z, -d.w), OW1);\n"
+    "    }\n"
+    "    EW1(p.n) { float d = g * (nb_ld(p.a, i, FA) - nb_ld(p.b, i, FB));\n"
+    "        if (p.y) acc1(p.y, i, FY, d, OW0); if (p.y2) acc1(p.y2, i, FY2, -d, OW1); } }\n"
+    "ENTRY(tk_mse_bwd)\n"
+    "/* batched transpose a [B, R, C] -> y [B, C, R] (d0 = R, d1 = C), 32×32 tiles, blocks (32, 8);\n"
+    " * ow bit 0: store (else accumulate into y) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_transpose_t(const A &p, float (&tile)[32][33]) {\n"
+    "    unsigned R = (unsigned)p.d0, C = (unsigned)p.d1;\n"
+    "    size_t off = (size_t)blockIdx.z * R * C;\n"
+    "    unsigned c = blockIdx.x * 32u + threadIdx.x, r0 = blockIdx.y * 32u;\n"
+    "    for (unsigned k = threadIdx.y; k < 32u; k += 8u)\n"
+    "        if (c < C && r0 + k < R) tile[k][threadIdx.x] = nb_ld(p.a, off + (size_t)(r0 + k) * C + c, FA);\n"
+    "    __syncthreads();\n"
+    "    unsigned r = r0 + threadIdx.x, c0 = blockIdx.x * 32u;\n"
+    "    for (unsigned k = threadIdx.y; k < 32u; k += 8u)\n"
+    "        if (r < R && c0 + k < C) acc1(p.y, off + (size_t)(c0 + k) * R + r, FY, tile[threadIdx.x][k], OW0);\n"
+    "}\n"
+    "extern \"C\" __global__ void tk_transpose(const A p) {\n"
+    "    __shared__ float tile[32][33];\n"
+    "    if (p.dt) tk_transpose_t<1>(p, tile); else tk_transpose_t<0>(p, tile); }\n"
+    "/* channel slice: d0 = so (elements per sample out), d1 = sx (in), d2 = offset (c0 * S) */\n"
+    "template <int BF> __device__ __forceinline__ void tk_slice_fwd_t(const A &p) {\n"
+    "    unsigned so = (unsigned)p.d0, sx = (unsigned)p.d1, off = (unsigned)p.d2;\n"
+    "    EW4(p.n) { unsigned e = 4u * i, n = e / so, r = e - n * so; nb_st4(p.y, e, FY, nb_ld4(p.a, n * sx + off + r, FA)); }\n"
+    "    EW1(p.n) { unsigned n = i / so, r = i - n * so; nb_st(p.y, i, FY, nb_ld(p.a, n * sx + off + r, FA)); } }\n"
+    "ENTRY(tk_slice_fwd)\n"
+    "template <int BF> __device__ __forceinline__ void tk_slice_bwd_t(const A &p) {\n"
+    "    unsigned so = (unsigned)p.d0, sx = (unsigned)p.d1, off = (unsigned)p.d2;\n"
+    "    EW4(p.n) { unsigned e = 4u * i, n = e / so, r = e - n * so; acc4(p.y, n * sx + off + r, FY, nb_ld4(p.a, e, FA), false); }\n"
+    "    EW1(p.n) { unsigned n = i / so, r = i - n * so; acc1(p.y, n * sx + off + r, FY, nb_ld(p.a, i, FA), false); } }\n"
+    "ENTRY(tk_slice_bwd)\n"
+    "/* sinusoidal timestep embedding (f32), thread per output element of y [n, dim]: the timesteps\n"
+    " * travel in the parameter block (no host -> device copy); double math as on the CPU\n"
+    " * (or, with tsp, from device memory: what a captured graph replays with new values) */\n"
+    "struct TE { float *y; const float *tsp; int n, dim; double lmp; float ts[512]; };\n"
+    "extern \"C\" __global__ void tk_temb(const TE p) {\n"
+    "    unsigned half = (unsigned)p.dim / 2u;\n"
+    "    for (unsigned i = TID; i < (unsigned)(p.n * p.dim); i += STRIDE) {\n"
+    "        unsigned r = i / (unsigned)p.dim, j = i - r * (unsigned)p.dim, k = j < half ? j : j - half;\n"
+    "        double f = exp(-p.lmp * (double)k / (double)half), a = (double)(p.tsp ? p.tsp[r] : p.ts[r]) * f;\n"
+    "        p.y[i] = (float)(j < half ? cos(a) : sin(a));\n"
+    "    } }\n";
+
+/* src/graph/kernels/bf16.cuh */
+static const char nb_cu_1[] =
+    "// Device helpers for values stored as bf16 (tape values: op_rows.h nb_tval.dtype; conv\n"
+    "// and attention operands). Include with #include \"graph/kernels/bf16.cuh\"; no cuda_bf16.h.\n"
+    "//\n"
+    "// bf16 <-> f32: the bf16 is the top 16 bits of the f32; f32 -> bf16 rounds to nearest even\n"
+    "// (cvt.rn), like PyTorch's .to(torch.bfloat16). A buffer's dtype travels to kernels as an int\n"
+    "// flag (0 = f32, 1 = bf16): the nb_ld / nb_st / nb_ld4 / nb_st4 forms branch on it (uniform\n"
+    "// across a launch, so the branch costs nothing measurable); kernels that want no branch\n"
+    "// specialise on a macro instead. Vector forms need 16-byte (f32) / 8-byte (bf16) alignment:\n"
+    "// element index a multiple of 4 on a tape arena buffer.\n"
+    "#pragma once\n"
+    "__device__ __forceinline__ float nb_bf2f(unsigned short h) {\n"
+    "    return __uint_as_float(((unsigned)h) << 16);\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned short nb_f2bf(float f) {\n"
+    "    unsigned short r; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(r) : \"f\"(f)); return r;\n"
+    "}\n"
+    "/* two floats -> one 32-bit pair (lo in the low half) */\n"
+    "__device__ __forceinline__ unsigned nb_f2bf2(float lo, float hi) {\n"
+    "    unsigned r; asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
+    "    return r;\n"
+    "}\n"
+    "__device__ __forceinline__ float nb_ld(const void *p, long long i, int bf) {\n"
+    "    return bf ? nb_bf2f(((const unsigned short *)p)[i]) : ((const float *)p)[i];\n"
+    "}\n"
+    "__device__ __forceinline__ void nb_st(void *p, long long i, int bf, float v) {\n"
+    "    if (bf) ((unsigned short *)p)[i] = nb_f2bf(v); else ((float *)p)[i] = v;\n"
+    "}\n"
+    "/* elements i .. i+3 (i % 4 == 0) */\n"
+    "__device__ __forceinline__ float4 nb_ld4(const void *p, long long i, int bf) {\n"
+    "    if (!bf) return *(const float4 *)((const float *)p + i);\n"
+    "    uint2 u = *(const uint2 *)((const unsigned short *)p + i);\n"
+    "    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),\n"
+    "                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));\n"
+    "}\n"
+    "__device__ __forceinline__ void nb_st4(void *p, long long i, int bf, float4 v) {\n"
+    "    if (!bf) { *(float4 *)((float *)p + i) = v; return; }\n"
+    "    *(uint2 *)((unsigned short *)p + i) = make_uint2(nb_f2bf2(v.x, v.y), nb_f2bf2(v.z, v.w));\n"
+    "}\n";
+
+/* src/graph/kernels/cast.cu */
+static const char nb_cu_2[] =
+    "// Tape dtype cast (src/graph/tape_cast.c): y (+)= x elementwise between f32 and bf16 buffers.\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
+    "struct CastP { const void *x; void *y; long long n; int xbf, ybf, acc; };\n"
+    "/* y[i] (+= when acc) x[i], each in its dtype; 4 elements per item (the tape's buffers are\n"
+    " * 64-byte aligned), the tail one by one */\n"
+    "extern \"C\" __global__ void tk_cast(CastP p) {\n"
+    "    long long n4 = p.n / 4;\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4 + p.n % 4;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        if (i < n4) {\n"
+    "            float4 v = nb_ld4(p.x, 4 * i, p.xbf);\n"
+    "            if (p.acc) { float4 o = nb_ld4(p.y, 4 * i, p.ybf);\n"
+    "                v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w; }\n"
+    "            nb_st4(p.y, 4 * i, p.ybf, v);\n"
+    "        } else {\n"
+    "            long long j = 4 * n4 + (i - n4);\n"
+    "            float v = nb_ld(p.x, j, p.xbf);\n"
+    "            if (p.acc) v += nb_ld(p.y, j, p.ybf);\n"
+    "            nb_st(p.y, j, p.ybf, v);\n"
+    "        }\n"
+    "    }\n"
+    "}\n";
+
+/* src/models/kernels/ddpm.cu */
+static const char nb_cu_3[] =
     "// DDPM training and sampling kernels (src/models/ddpm_kernels.c): q-sample, squared-norm\n"
     "// reduction, gradient clipping, EMA, Gaussian noise, sampler update.\n"
     "//\n"
@@ -79,7 +394,7 @@ static const char nb_cu_0[] =
     "}\n";
 
 /* src/models/kernels/image_sample.cu */
-static const char nb_cu_1[] =
+static const char nb_cu_4[] =
     "// Random (stratified) pixel samples of an image: positions and target colours for fitting\n"
     "// (src/models/image.c; Args mirrors its host struct).\n"
     "#include \"nn/common/kernels/rng.cuh\"\n"
@@ -112,7 +427,7 @@ static const char nb_cu_1[] =
     "}\n";
 
 /* src/nn/attention/kernels/atomic.cuh */
-static const char nb_cu_2[] =
+static const char nb_cu_5[] =
     "// Vector atomics: float2 atomicAdd exists from sm_90 on.\n"
     "#pragma once\n"
     "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
@@ -128,12 +443,12 @@ static const char nb_cu_2[] =
     "#endif\n";
 
 /* src/nn/attention/kernels/attn_common.cuh */
-static const char nb_cu_3[] =
+static const char nb_cu_6[] =
     "// Shared by the fused attention kernels (simt.cu, tc.cu, aux.cu): the argument structs (the\n"
     "// host structs in tape_cuda_attn.c mirror them field by field), view access and helpers.\n"
     "// Needs DP, FM and SBF defined (see simt.cu).\n"
     "#pragma once\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
     "typedef unsigned int u32;\n"
     "struct Mat { void *p; long long bs, rs, cs; int bf; };\n"
     "struct FwdArgs { Mat q, k, v, o; float *lse; int Tq, Tk, d, ntiles; float sl2; };\n"
@@ -214,7 +529,7 @@ static const char nb_cu_3[] =
     "}\n";
 
 /* src/nn/attention/kernels/aux.cu */
-static const char nb_cu_4[] =
+static const char nb_cu_7[] =
     "// The small module of nb_attn_delta / nb_attn_delta_t / nb_attn_dq_fin alone (no tiles: DP is\n"
     "// only there for the shared helpers; tape_cuda_attn.c passes DP=16), per layout FM and storage SBF.\n"
     "//! nvrtc-check: DP=16 FM=0 SBF=0\n"
@@ -223,7 +538,7 @@ static const char nb_cu_4[] =
     "#include \"delta.cuh\"\n";
 
 /* src/nn/attention/kernels/delta.cuh */
-static const char nb_cu_5[] =
+static const char nb_cu_8[] =
     "// nb_attn_delta / nb_attn_delta_t / nb_attn_dq_fin (see simt.cu), shared by simt.cu and aux.cu.\n"
     "#pragma once\n"
     "extern \"C\" __global__ void nb_attn_delta(const DeltaArgs a) {\n"
@@ -272,7 +587,7 @@ static const char nb_cu_5[] =
     "}\n";
 
 /* src/nn/attention/kernels/fa.cuh */
-static const char nb_cu_6[] =
+static const char nb_cu_9[] =
     "// The whole-sequence kernels nb_attn_fwd_fa / nb_attn_bwd_fa of tc.cu (feature-major modules,\n"
     "// FM 1). A file of its own so tests/emu/attn2_emu.sh can run it on the CPU.\n"
     "#pragma once\n"
@@ -635,7 +950,7 @@ static const char nb_cu_6[] =
     "}\n";
 
 /* src/nn/attention/kernels/simt.cu */
-static const char nb_cu_7[] =
+static const char nb_cu_10[] =
     "// The tape's fused scaled-dot-product attention (tape_cuda_attn.c), SIMT fp32 kernels, compiled\n"
     "// by NVRTC at run time, specialised by the define DP <16|32|64|128> (the head dim rounded up;\n"
     "// tiles are zero-padded to DP columns, the true d is a run-time argument).\n"
@@ -646,7 +961,7 @@ static const char nb_cu_7[] =
     "// kernels and the all-bf16 ones carry no dtype branches (a run-time dtype costs ~30 registers).\n"
     "//\n"
     "// Layout: every tensor is a strided view (struct Mat, attn_cuda.h's nb_attn_view): element\n"
-    "// (bh, position t, feature i) at p[bh bs + t rs + i cs], f32 or bf16 (Mat.bf; nn/common/kernels/bf16.cuh's\n"
+    "// (bh, position t, feature i) at p[bh bs + t rs + i cs], f32 or bf16 (Mat.bf; graph/kernels/bf16.cuh's\n"
     "// nb_ld / nb_st: loads widen to f32, stores round to nearest even). nb_tape_attention uses\n"
     "// [BH,T,d] row-major (cs = 1); the fused QKV op reads q, k, v straight from the legacy qkv layout\n"
     "// [N, heads*3d, L] (rs = 1, cs = L: feature-major, positions contiguous; tiles are then loaded\n"
@@ -915,7 +1230,7 @@ static const char nb_cu_7[] =
     "}\n";
 
 /* src/nn/attention/kernels/tc.cu */
-static const char nb_cu_8[] =
+static const char nb_cu_11[] =
     "// The tensor-core variants of the fused attention (tape_cuda_attn.c), used for the TF32 and\n"
     "// BF16 tape precisions at padded head dims 16, 32 and 64 (DP = 128 runs the fp32 SIMT kernels of\n"
     "// simt.cu: its accumulators would not fit in registers). Defines: DP <16|32|64>, IS_BF16 <0|1>,\n"
@@ -1188,7 +1503,7 @@ static const char nb_cu_8[] =
     "#endif\n";
 
 /* src/nn/attention/kernels/tc_frag.cuh */
-static const char nb_cu_9[] =
+static const char nb_cu_12[] =
     "// Fragment loads of the tensor-core attention kernels (tc.cu; see its top for ldA_rows,\n"
     "// ldB_rows, ldB_cols, ldA_acc) and the forward epilogue fwd_store that nb_attn_fwd_tc and\n"
     "// nb_attn_fwd_fa (fa.cuh) share. A file of its own so tests/emu/attn2_emu.sh can run it on the CPU.\n"
@@ -1272,49 +1587,8 @@ static const char nb_cu_9[] =
     "    }\n"
     "}\n";
 
-/* src/nn/common/kernels/bf16.cuh */
-static const char nb_cu_10[] =
-    "// Device helpers for values stored as bf16 (tape values: tape_internal.h nb_tval.dtype; conv\n"
-    "// and attention operands). Include with #include \"nn/common/kernels/bf16.cuh\"; no cuda_bf16.h.\n"
-    "//\n"
-    "// bf16 <-> f32: the bf16 is the top 16 bits of the f32; f32 -> bf16 rounds to nearest even\n"
-    "// (cvt.rn), like PyTorch's .to(torch.bfloat16). A buffer's dtype travels to kernels as an int\n"
-    "// flag (0 = f32, 1 = bf16): the nb_ld / nb_st / nb_ld4 / nb_st4 forms branch on it (uniform\n"
-    "// across a launch, so the branch costs nothing measurable); kernels that want no branch\n"
-    "// specialise on a macro instead. Vector forms need 16-byte (f32) / 8-byte (bf16) alignment:\n"
-    "// element index a multiple of 4 on a tape arena buffer.\n"
-    "#pragma once\n"
-    "__device__ __forceinline__ float nb_bf2f(unsigned short h) {\n"
-    "    return __uint_as_float(((unsigned)h) << 16);\n"
-    "}\n"
-    "__device__ __forceinline__ unsigned short nb_f2bf(float f) {\n"
-    "    unsigned short r; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(r) : \"f\"(f)); return r;\n"
-    "}\n"
-    "/* two floats -> one 32-bit pair (lo in the low half) */\n"
-    "__device__ __forceinline__ unsigned nb_f2bf2(float lo, float hi) {\n"
-    "    unsigned r; asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
-    "    return r;\n"
-    "}\n"
-    "__device__ __forceinline__ float nb_ld(const void *p, long long i, int bf) {\n"
-    "    return bf ? nb_bf2f(((const unsigned short *)p)[i]) : ((const float *)p)[i];\n"
-    "}\n"
-    "__device__ __forceinline__ void nb_st(void *p, long long i, int bf, float v) {\n"
-    "    if (bf) ((unsigned short *)p)[i] = nb_f2bf(v); else ((float *)p)[i] = v;\n"
-    "}\n"
-    "/* elements i .. i+3 (i % 4 == 0) */\n"
-    "__device__ __forceinline__ float4 nb_ld4(const void *p, long long i, int bf) {\n"
-    "    if (!bf) return *(const float4 *)((const float *)p + i);\n"
-    "    uint2 u = *(const uint2 *)((const unsigned short *)p + i);\n"
-    "    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),\n"
-    "                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));\n"
-    "}\n"
-    "__device__ __forceinline__ void nb_st4(void *p, long long i, int bf, float4 v) {\n"
-    "    if (!bf) { *(float4 *)((float *)p + i) = v; return; }\n"
-    "    *(uint2 *)((unsigned short *)p + i) = make_uint2(nb_f2bf2(v.x, v.y), nb_f2bf2(v.z, v.w));\n"
-    "}\n";
-
 /* src/nn/common/kernels/rng.cuh */
-static const char nb_cu_11[] =
+static const char nb_cu_13[] =
     "// Counter-based random numbers for kernels (PCG hash): the same numbers as nb_nn_pcg /\n"
     "// nb_nn_uniform on the CPU (src/nn/common/nn_common.h), so CPU and CUDA agree.\n"
     "// nb_uniform(key, i): uniform float in [0, 1) for counter i under key.\n"
@@ -1329,11 +1603,11 @@ static const char nb_cu_11[] =
     "}\n";
 
 /* src/nn/conv/kernels/bias.cu */
-static const char nb_cu_12[] =
+static const char nb_cu_14[] =
     "// The conv path's bias and epilogue kernels (src/nn/conv/conv_cuda_aux.c): bias add / fill /\n"
     "// gradient over planes, the split-sum and MODE 2 endings with the bias gradient taken along, the\n"
     "// bf16 weight conversion with the bias fill, the end of a split sum into bf16.\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
     "#include \"sum_parts.cuh\"\n"
     "struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };\n"
     "/* y[n][o][p] += b[o] */\n"
@@ -1582,11 +1856,11 @@ static const char nb_cu_12[] =
     "}\n";
 
 /* src/nn/conv/kernels/conv_aux.cu */
-static const char nb_cu_13[] =
+static const char nb_cu_15[] =
     "// The cuBLAS conv path's helpers (src/nn/conv/conv_cuda.c): im2col / col2im over f32 or bf16\n"
     "// activations and the f32 <-> bf16 convert / accumulate kernel (the P structs mirror its\n"
     "// nb_im2col_p / nb_col2im_p / nb_cvt_p).\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
     "struct Im2colP { const void *x; void *col; long long total;\n"
     "                 int C, H, W, K, S, pad, OH, OW, xbf, cbf; };\n"
     "/* col[nl][c*K*K + ki*K + kj][oh*OW + ow] = x[nl][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside);\n"
@@ -1652,7 +1926,7 @@ static const char nb_cu_13[] =
     "}\n";
 
 /* src/nn/conv/kernels/igemm.cu */
-static const char nb_cu_14[] =
+static const char nb_cu_16[] =
     "// The implicit-GEMM convolution kernels (NVRTC), specialised by\n"
     "// defines (-D options) from conv_cuda_igemm.c:\n"
     "//   MODE    0: forward-style conv  out[n][o][p] (+)= sum_k A(m=(n,p), k) B(k, o), gathered per\n"
@@ -2327,7 +2601,7 @@ static const char nb_cu_14[] =
     "}\n";
 
 /* src/nn/conv/kernels/igemm_bf16.cuh */
-static const char nb_cu_15[] =
+static const char nb_cu_17[] =
     "// The implicit-GEMM kernels' bf16-activation variants (ABF = 1, PREC 2), included by igemm.cu\n"
     "// at each of its MODE == m && ABF branches (this file picks the section of that MODE): the body of MODE 3 (halo\n"
     "// weight gradient on bf16 dy and x), of MODE 1 up to its main loop's end (halo forward /\n"
@@ -2904,7 +3178,7 @@ static const char nb_cu_15[] =
     "#endif\n";
 
 /* src/nn/conv/kernels/ptx.cuh */
-static const char nb_cu_16[] =
+static const char nb_cu_18[] =
     "// PTX helpers the tensor-core conv kernels share (igemm.cu, igemm_bf16.cuh, wg4.cu): cp.async\n"
     "// copies into shared memory with zero fill, their commit / wait, bf16 conversions, the 8-byte\n"
     "// global atomic add, ldmatrix and the two mma shapes. igemm.cu includes this only without\n"
@@ -2959,7 +3233,7 @@ static const char nb_cu_16[] =
     "}\n";
 
 /* src/nn/conv/kernels/sum_parts.cuh */
-static const char nb_cu_17[] =
+static const char nb_cu_19[] =
     "// The partial-sum ending the conv kernels share (bias.cu nb_conv_sum_n, wgrad.cu nb_wg_sum):\n"
     "// one definition instead of a copy in each file.\n"
     "#pragma once\n"
@@ -2974,7 +3248,7 @@ static const char nb_cu_17[] =
     "}\n";
 
 /* src/nn/conv/kernels/wg4.cu */
-static const char nb_cu_18[] =
+static const char nb_cu_20[] =
     "// The tensor-core 3x3 conv weight gradient (src/nn/conv/conv_cuda_wg4.c), specialised by PREC.\n"
     "//! nvrtc-check: PREC=1\n"
     "//! nvrtc-check: PREC=2\n"
@@ -3175,10 +3449,10 @@ static const char nb_cu_18[] =
     "}\n";
 
 /* src/nn/conv/kernels/wgrad.cu */
-static const char nb_cu_19[] =
+static const char nb_cu_21[] =
     "// The conv weight gradient's kernels (src/nn/conv/conv_cuda_wgrad.c): im2col of x (two layouts),\n"
     "// the dy transpose, reduced-sum (rs / rs2) kernels and the final sum.\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
     "#include \"sum_parts.cuh\"\n"
     "struct WgColP { const void *x; void *col; int C, H, W, K, S, pad, OH, OW, Kt, CKK, xbf, cbf, vec; };\n"
     "/* col[c*KK + kk][n*P + p] = x[n][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside): block row y takes\n"
@@ -3339,11 +3613,11 @@ static const char nb_cu_19[] =
     "extern \"C\" __global__ void nb_wg_sum(WgSumP a) { sum_parts_add(a.part, a.dw, a.L, a.S); }\n";
 
 /* src/nn/conv/kernels/wprep.cu */
-static const char nb_cu_20[] =
+static const char nb_cu_22[] =
     "// Weight arrangement for the implicit-GEMM convolution (src/nn/conv/conv_cuda_igemm.c, see\n"
     "// its \"weight arrangement\" comment): nb_conv_wprep writes one layout the igemm kernels read,\n"
     "// nb_conv_wprep2 two in one launch (WpP mirrors nb_ig_wprep_params).\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
     "struct WpP { const float *w; void *wr; long long total; int O, C, KK, R, CB, flip, perm, bf, vec; };\n"
     "/* wr [G][R][KK][CB] (f32, or bf16 with bf) from w [O][C][KK]: R rows (o; with flip c), inner\n"
     " * channel ch = g*CB + k (c; with flip o; zero at or past C / O), the taps reversed with flip;\n"
@@ -3393,7 +3667,7 @@ static const char nb_cu_20[] =
     "}\n";
 
 /* src/nn/encoding/kernels/encoding.cu */
-static const char nb_cu_21[] =
+static const char nb_cu_23[] =
     "// The encodings' kernels (src/nn/encoding/encoding_cuda.c): dense / hash grid and frequency\n"
     "// forward (f32 / f16 output), backward to the parameters (plain, shared-memory levels, warp-\n"
     "// aggregated) and to the inputs. Defines: NB_D dims, NB_F features per level, NB_L levels,\n"
@@ -3732,7 +4006,7 @@ static const char nb_cu_21[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp.cu */
-static const char nb_cu_22[] =
+static const char nb_cu_24[] =
     "// The fully fused MLP kernels (loaded by mlp_cuda.c through nb_jit_cuda_kernel), specialised by\n"
     "// -D defines for one configuration: W, IN_PAD, OUT_PAD, N_IN, N_OUT, NL, ACT, OUT_ACT, HAS_BIAS,\n"
     "// IS_BF16, MT, WARPS, MINB, NCHO, NCHI, WSMEM_F, WSMEM_B, DWW, FW, FMINB, FWSMEM, FR16, FKD, FKH,\n"
@@ -3764,7 +4038,7 @@ static const char nb_cu_22[] =
     "#endif\n";
 
 /* src/nn/mlp/kernels/mlp_asm.cuh */
-static const char nb_cu_23[] =
+static const char nb_cu_25[] =
     "// The PTX-level helpers: f16/bf16 conversions, mma.sync m16n8k16, movmatrix.\n"
     "__device__ __forceinline__ u32 pack2(float lo, float hi) {\n"
     "    u32 r;\n"
@@ -3813,7 +4087,7 @@ static const char nb_cu_23[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_body.cuh */
-static const char nb_cu_24[] =
+static const char nb_cu_26[] =
     "// The split kernels: weight conversion (mlp_convert), forward (mlp_fwd_*, mlp_fwd_train_*),\n"
     "// backward (mlp_bwd, mlp_bwd_dx) and weight gradient (mlp_dw).\n"
     "template <int A> __device__ __forceinline__ float act_f(float x) {\n"
@@ -4223,7 +4497,7 @@ static const char nb_cu_24[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_enc_stub.cuh */
-static const char nb_cu_25[] =
+static const char nb_cu_27[] =
     "// Stand-ins for the grid-encoding device code of mlp_bwd_rc_enc (nb_enc_cuda_mlp_source), included\n"
     "// before mlp_head.cuh in every program that does not fuse the grid backward.\n"
     "#define ENC_SMEM_FLOATS 0\n"
@@ -4232,7 +4506,7 @@ static const char nb_cu_25[] =
     "__device__ __forceinline__ void enc_smem_flush(float *, const float *) {}\n";
 
 /* src/nn/mlp/kernels/mlp_fused.cuh */
-static const char nb_cu_26[] =
+static const char nb_cu_28[] =
     "// The fused backward (mlp_bwd_fused*, one block per SM, per-block f32 weight-gradient sums reduced by\n"
     "// mlp_dw_reduce_w).\n"
     "constexpr long long ACC_TOT = (long long)W * IN_PAD + (long long)(NL - 2) * W * W + (long long)OUT_PAD * W;\n"
@@ -4517,7 +4791,7 @@ static const char nb_cu_26[] =
     "\n";
 
 /* src/nn/mlp/kernels/mlp_head.cuh */
-static const char nb_cu_27[] =
+static const char nb_cu_29[] =
     "// Types, the parameter block (struct MlpParams: must match mlp_params in mlp_cuda.c field by field)\n"
     "// and the sizes / offsets of the padded weight copies.\n"
     "typedef unsigned int u32;\n"
@@ -4554,7 +4828,7 @@ static const char nb_cu_27[] =
     "__device__ __forceinline__ int l_cols(int l) { return l == 0 ? N_IN : W; }\n";
 
 /* src/nn/mlp/kernels/mlp_rc.cuh */
-static const char nb_cu_28[] =
+static const char nb_cu_30[] =
     "// The recomputing fused backward (mlp_fwd_train_nz_*, mlp_bwd_rc*): only for configurations that\n"
     "// use it (widths <= 64, no output activation, few layers, MT = 1).\n"
     "extern \"C\" __global__ void __launch_bounds__(WARPS * 32, MINB) mlp_fwd_train_nz_f32(MlpParams p) { fwd_body<0, 1, 0>(p); }\n"
@@ -4805,7 +5079,7 @@ static const char nb_cu_28[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_dx(MlpParams p) { bwd_rc_body<1>(p); }\n";
 
 /* src/nn/mlp/kernels/mlp_rc_enc.cuh */
-static const char nb_cu_29[] =
+static const char nb_cu_31[] =
     "// The recomputing backward with the grid-encoding backward fused in (after mlp_rc.cuh, with the\n"
     "// grid's generated device code (nb_enc_cuda_mlp_source) before mlp_head.cuh instead of\n"
     "// mlp_enc_stub.cuh; only for nb_encoding_backward_mlp / nb_encoding_train_mlp).\n"
@@ -4814,14 +5088,14 @@ static const char nb_cu_29[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f32(MlpParams p) { bwd_rc_body<2, 1, 0>(p); }\n";
 
 /* src/nn/norm/kernels/group_norm.cu */
-static const char nb_cu_30[] =
+static const char nb_cu_32[] =
     "// Group norm (and group norm + SiLU) forward / backward for the tape (src/nn/norm/tape_cuda_norm.c),\n"
     "// f32 and mixed f32/bf16 storage. The loader compiles one entry's kernels at a time: defines\n"
     "// GN_ONLY and GN_ONLY_<entry> (19 kernels in all; compiling all of them per entry made a cold\n"
     "// start slow); without GN_ONLY every kernel is compiled.\n"
     "//! nvrtc-check:\n"
     "//! nvrtc-check: GN_ONLY GN_ONLY_gn_bwd4_bf\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
+    "#include \"graph/kernels/bf16.cuh\"\n"
     "/* one block per (n, group): blockIdx.x = n * G + g; the group's M = Cg * S elements are contiguous */\n"
     "struct G { const float *x, *gamma, *beta, *dy; float *y, *dx, *mean, *rstd, *pg, *pb, *dgamma, *dbeta;\n"
     "           int N, C, G, S, Cg, M, v4, silu, tiles, wuni, ow; float eps; int dt, tp, nsl, self; };\n"
@@ -5391,7 +5665,7 @@ static const char nb_cu_30[] =
     "#endif\n";
 
 /* src/nn/optim/kernels/adam.cu */
-static const char nb_cu_31[] =
+static const char nb_cu_33[] =
     "// Adam / AdamW step over several parameter segments in one launch (src/nn/optim/optim.c;\n"
     "// Args mirrors its host struct).\n"
     "struct Seg { float *p, *g; long long start, end; };\n"
@@ -5416,7 +5690,7 @@ static const char nb_cu_31[] =
     "}\n";
 
 /* src/nn/optim/kernels/loss.cu */
-static const char nb_cu_32[] =
+static const char nb_cu_34[] =
     "// Losses over f32 arrays (src/nn/optim/loss.c): per-element loss and gradient, reduced per\n"
     "// block into a.loss; kind 0 = MSE, 1 = L1, 2 = relative L2 (the Args struct mirrors nb_loss_args).\n"
     "struct Args { const float *pred, *target; float *loss, *dpred; long long n; float inv_n; int kind; };\n"
@@ -5443,315 +5717,41 @@ static const char nb_cu_32[] =
     "    }\n"
     "}\n";
 
-/* src/nn/tape/kernels/basic.cu */
-static const char nb_cu_33[] =
-    "// The tape's elementwise, broadcast, shape and loss kernels (src/nn/tape/tape_cuda_basic.c;\n"
-    "// struct A mirrors its tk_args, the entries are its tk_entry table): add/silu/concat/upsample/\n"
-    "// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage.\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
-    "/* ow: bit 0 = store into y instead of adding, bit 1 = the same for y2 (a fresh gradient);\n"
-    " * dt: storage of a, b, c, y, y2 (bits 0..4; set = bf16, clear = f32) */\n"
-    "struct A { const float *a, *b, *c; float *y, *y2; int n, d0, d1, d2; int v4, ow; float f; int dt; };\n"
-    "#define TID (blockIdx.x * blockDim.x + threadIdx.x)\n"
-    "#define STRIDE (gridDim.x * blockDim.x)\n"
-    "/* EW4: 4-element chunks [0, n/4); EW1: then the scalar tail (v4 == 0: all scalar) */\n"
-    "#define EW4(N) unsigned n4_ = p.v4 ? (unsigned)(N) / 4u : 0u; \\\n"
-    "    for (unsigned i = TID; i < n4_; i += STRIDE)\n"
-    "#define EW1(N) for (unsigned i = n4_ * 4u + TID; i < (unsigned)(N); i += STRIDE)\n"
-    "/* Kernel bodies are templates on BF: 0 = every buffer f32 (the f32 code: the dtype tests below\n"
-    " * fold to 0), 1 = each buffer in the dtype its dt bit names. The entry points take BF = 1 when\n"
-    " * any dt bit is set (a uniform branch at the top). Buffers are indexed by element (not by\n"
-    " * pointer arithmetic on float *, which would be wrong for bf16). */\n"
-    "#define FA (BF && (p.dt & 1))\n"
-    "#define FB (BF && (p.dt & 2))\n"
-    "#define FC (BF && (p.dt & 4))\n"
-    "#define FY (BF && (p.dt & 8))\n"
-    "#define FY2 (BF && (p.dt & 16))\n"
-    "#define ENTRY(name) extern \"C\" __global__ void name(const A p) { \\\n"
-    "    if (p.dt) name##_t<1>(p); else name##_t<0>(p); }\n"
-    "__device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }\n"
-    "__device__ __forceinline__ float dsilu(float v) {\n"
-    "    float s = 1.0f / (1.0f + __expf(-v)); return s * (1.0f + v * (1.0f - s)); }\n"
-    "__device__ __forceinline__ float4 add4(float4 a, float4 b) {\n"
-    "    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }\n"
-    "/* elements i, i + 1 (i even): float2 / one 32-bit pair of bf16 */\n"
-    "__device__ __forceinline__ float2 ld2(const void *p, long long i, int bf) {\n"
-    "    if (!bf) return *(const float2 *)((const float *)p + i);\n"
-    "    unsigned u = *(const unsigned *)((const unsigned short *)p + i);\n"
-    "    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)); }\n"
-    "__device__ __forceinline__ void st2(void *p, long long i, int bf, float2 v) {\n"
-    "    if (!bf) *(float2 *)((float *)p + i) = v;\n"
-    "    else *(unsigned *)((unsigned short *)p + i) = nb_f2bf2(v.x, v.y); }\n"
-    "/* p[i .. i+3] / p[i] (+)= v: store when ow, else accumulate (bf: p is bf16) */\n"
-    "__device__ __forceinline__ void acc4(void *p, long long i, int bf, float4 v, bool ow) {\n"
-    "    nb_st4(p, i, bf, ow ? v : add4(nb_ld4(p, i, bf), v)); }\n"
-    "__device__ __forceinline__ void acc1(void *p, long long i, int bf, float v, bool ow) {\n"
-    "    nb_st(p, i, bf, ow ? v : nb_ld(p, i, bf) + v); }\n"
-    "#define OW0 (p.ow & 1)\n"
-    "#define OW1 (p.ow & 2)\n"
-    "extern \"C\" __global__ void tk_add_scalar(const A p) {\n"
-    "    if (TID == 0) p.y[0] += p.f; }\n"
-    "/* y = silu(a) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_silu_fwd_t(const A &p) {\n"
-    "    EW4(p.n) { float4 v = nb_ld4(p.a, 4u * i, FA);\n"
-    "        nb_st4(p.y, 4u * i, FY, make_float4(silu(v.x), silu(v.y), silu(v.z), silu(v.w))); }\n"
-    "    EW1(p.n) nb_st(p.y, i, FY, silu(nb_ld(p.a, i, FA))); }\n"
-    "ENTRY(tk_silu_fwd)\n"
-    "/* y += b * silu'(a) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_silu_bwd_t(const A &p) {\n"
-    "    EW4(p.n) {\n"
-    "        float4 v = nb_ld4(p.a, 4u * i, FA), g = nb_ld4(p.b, 4u * i, FB);\n"
-    "        acc4(p.y, 4u * i, FY, make_float4(g.x * dsilu(v.x), g.y * dsilu(v.y), g.z * dsilu(v.z), g.w * dsilu(v.w)), OW0);\n"
-    "    }\n"
-    "    EW1(p.n) acc1(p.y, i, FY, nb_ld(p.b, i, FB) * dsilu(nb_ld(p.a, i, FA)), OW0); }\n"
-    "ENTRY(tk_silu_bwd)\n"
-    "/* y = a + b */\n"
-    "template <int BF> __device__ __forceinline__ void tk_add_fwd_t(const A &p) {\n"
-    "    EW4(p.n) nb_st4(p.y, 4u * i, FY, add4(nb_ld4(p.a, 4u * i, FA), nb_ld4(p.b, 4u * i, FB)));\n"
-    "    EW1(p.n) nb_st(p.y, i, FY, nb_ld(p.a, i, FA) + nb_ld(p.b, i, FB)); }\n"
-    "ENTRY(tk_add_fwd)\n"
-    "/* y += a; y2 += a (each may be NULL; the same pointer twice adds twice, in order) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_acc_t(const A &p) {\n"
-    "    EW4(p.n) {\n"
-    "        float4 g = nb_ld4(p.a, 4u * i, FA);\n"
-    "        if (p.y) acc4(p.y, 4u * i, FY, g, OW0);\n"
-    "        if (p.y2) acc4(p.y2, 4u * i, FY2, g, OW1);\n"
-    "    }\n"
-    "    EW1(p.n) { float g = nb_ld(p.a, i, FA); if (p.y) acc1(p.y, i, FY, g, OW0); if (p.y2) acc1(p.y2, i, FY2, g, OW1); } }\n"
-    "ENTRY(tk_acc)\n"
-    "/* y[i] = a[i] + b[i / HW], d0 = HW (v4 only when HW % 4 == 0) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_addc_fwd_t(const A &p) {\n"
-    "    EW4(p.n) {\n"
-    "        float c = nb_ld(p.b, (4u * i) / (unsigned)p.d0, FB); float4 v = nb_ld4(p.a, 4u * i, FA);\n"
-    "        nb_st4(p.y, 4u * i, FY, make_float4(v.x + c, v.y + c, v.z + c, v.w + c));\n"
-    "    }\n"
-    "    EW1(p.n) nb_st(p.y, i, FY, nb_ld(p.a, i, FA) + nb_ld(p.b, i / (unsigned)p.d0, FB)); }\n"
-    "ENTRY(tk_addc_fwd)\n"
-    "/* a warp per row r of d1 rows of HW = d0 elements: y2[r] += sum_j a[r, j]; y[r, j] += a[r, j] */\n"
-    "template <int BF> __device__ __forceinline__ void tk_addc_bwd_t(const A &p) {\n"
-    "    unsigned lane = threadIdx.x & 31u, warp = TID >> 5, nw = STRIDE >> 5;\n"
-    "    unsigned HW = (unsigned)p.d0;\n"
-    "    for (unsigned r = warp; r < (unsigned)p.d1; r += nw) {\n"
-    "        size_t o = (size_t)r * HW;\n"
-    "        float s = 0.0f;\n"
-    "        if (p.v4 && HW % 4u == 0u) {\n"
-    "            for (unsigned j = lane; j < HW / 4u; j += 32u) {\n"
-    "                float4 v = nb_ld4(p.a, o + 4u * j, FA); s += (v.x + v.y) + (v.z + v.w);\n"
-    "                if (p.y) acc4(p.y, o + 4u * j, FY, v, OW0);\n"
-    "            }\n"
-    "        } else {\n"
-    "            for (unsigned j = lane; j < HW; j += 32u) { float v = nb_ld(p.a, o + j, FA); s += v; if (p.y) acc1(p.y, o + j, FY, v, OW0); }\n"
-    "        }\n"
-    "        for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);\n"
-    "        if (lane == 0 && p.y2) acc1(p.y2, r, FY2, s, OW1);\n"
-    "    } }\n"
-    "/* (at most 40 registers, as the f32 code alone: 6 blocks of 256 per SM) */\n"
-    "extern \"C\" __global__ void __launch_bounds__(256, 6) tk_addc_bwd(const A p) {\n"
-    "    if (p.dt) tk_addc_bwd_t<1>(p); else tk_addc_bwd_t<0>(p); }\n"
-    "/* concat: d0 = sa, d1 = sb elements per sample; y [N, sa + sb] */\n"
-    "template <int BF> __device__ __forceinline__ void tk_concat_fwd_t(const A &p) {\n"
-    "    unsigned sa = (unsigned)p.d0, sb = (unsigned)p.d1, so = sa + sb;\n"
-    "    EW4(p.n) {\n"
-    "        unsigned e = 4u * i, n = e / so, r = e - n * so;\n"
-    "        nb_st4(p.y, e, FY, r < sa ? nb_ld4(p.a, n * sa + r, FA) : nb_ld4(p.b, n * sb + r - sa, FB));\n"
-    "    }\n"
-    "    EW1(p.n) { unsigned n = i / so, r = i - n * so;\n"
-    "        nb_st(p.y, i, FY, r < sa ? nb_ld(p.a, n * sa + r, FA) : nb_ld(p.b, n * sb + r - sa, FB)); } }\n"
-    "ENTRY(tk_concat_fwd)\n"
-    "/* concat backward: a = dy; y += dy[:, :sa], y2 += dy[:, sa:] (NULL: skipped) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_concat_bwd_t(const A &p) {\n"
-    "    unsigned sa = (unsigned)p.d0, sb = (unsigned)p.d1, so = sa + sb;\n"
-    "    EW4(p.n) {\n"
-    "        unsigned e = 4u * i, n = e / so, r = e - n * so;\n"
-    "        if (r < sa) { if (p.y) acc4(p.y, n * sa + r, FY, nb_ld4(p.a, e, FA), OW0); }\n"
-    "        else if (p.y2) acc4(p.y2, n * sb + r - sa, FY2, nb_ld4(p.a, e, FA), OW1);\n"
-    "    }\n"
-    "    EW1(p.n) {\n"
-    "        unsigned n = i / so, r = i - n * so;\n"
-    "        if (r < sa) { if (p.y) acc1(p.y, n * sa + r, FY, nb_ld(p.a, i, FA), OW0); }\n"
-    "        else if (p.y2) acc1(p.y2, n * sb + r - sa, FY2, nb_ld(p.a, i, FA), OW1);\n"
-    "    } }\n"
-    "ENTRY(tk_concat_bwd)\n"
-    "/* nearest ×2 upsample: thread per input element, d0 = H, d1 = W */\n"
-    "template <int BF> __device__ __forceinline__ void tk_up_fwd_t(const A &p) {\n"
-    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, HW = H * W;\n"
-    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
-    "        unsigned q = i / HW, rem = i - q * HW, r = rem / W, c = rem - r * W;\n"
-    "        float v = nb_ld(p.a, i, FA); float2 v2 = make_float2(v, v);\n"
-    "        size_t o = ((size_t)q * 2u * H + 2u * r) * 2u * W + 2u * c;\n"
-    "        st2(p.y, o, FY, v2); st2(p.y, o + 2u * W, FY, v2);\n"
-    "    } }\n"
-    "ENTRY(tk_up_fwd)\n"
-    "template <int BF> __device__ __forceinline__ void tk_up_bwd_t(const A &p) {\n"
-    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, HW = H * W;\n"
-    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
-    "        unsigned q = i / HW, rem = i - q * HW, r = rem / W, c = rem - r * W;\n"
-    "        size_t o = ((size_t)q * 2u * H + 2u * r) * 2u * W + 2u * c;\n"
-    "        float2 u = ld2(p.a, o, FA), l = ld2(p.a, o + 2u * W, FA);\n"
-    "        acc1(p.y, i, FY, (u.x + u.y) + (l.x + l.y), OW0);\n"
-    "    } }\n"
-    "ENTRY(tk_up_bwd)\n"
-    "/* 2×2 average pool: thread per output element, d0 = H, d1 = W (input) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_pool_fwd_t(const A &p) {\n"
-    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, oh = H / 2u, ow = W / 2u, ohw = oh * ow;\n"
-    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
-    "        unsigned q = i / ohw, rem = i - q * ohw, r = rem / ow, c = rem - r * ow;\n"
-    "        size_t o = ((size_t)q * H + 2u * r) * W + 2u * c;\n"
-    "        float2 u = ld2(p.a, o, FA), l = ld2(p.a, o + W, FA);\n"
-    "        nb_st(p.y, i, FY, 0.25f * ((u.x + u.y) + (l.x + l.y)));\n"
-    "    } }\n"
-    "ENTRY(tk_pool_fwd)\n"
-    "template <int BF> __device__ __forceinline__ void tk_pool_bwd_t(const A &p) {\n"
-    "    unsigned H = (unsigned)p.d0, W = (unsigned)p.d1, oh = H / 2u, ow = W / 2u, ohw = oh * ow;\n"
-    "    for (unsigned i = TID; i < (unsigned)p.n; i += STRIDE) {\n"
-    "        unsigned q = i / ohw, rem = i - q * ohw, r = rem / ow, c = rem - r * ow;\n"
-    "        size_t o = ((size_t)q * H + 2u * r) * W + 2u * c; float g = 0.25f * nb_ld(p.a, i, FA);\n"
-    "        float2 u = make_float2(g, g), l = u;\n"
-    "        if (!OW0) {\n"
-    "            float2 a = ld2(p.y, o, FY), b = ld2(p.y, o + W, FY);\n"
-    "            u.x += a.x; u.y += a.y; l.x += b.x; l.y += b.y;\n"
-    "        }\n"
-    "        st2(p.y, o, FY, u); st2(p.y, o + W, FY, l);\n"
-    "    } }\n"
-    "ENTRY(tk_pool_bwd)\n"
-    "/* block-wide sum (result in thread 0) */\n"
-    "__device__ double block_sum(double v) {\n"
-    "    __shared__ double sh[32];\n"
-    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-    "    if ((threadIdx.x & 31u) == 0) sh[threadIdx.x >> 5] = v;\n"
-    "    __syncthreads();\n"
-    "    double r = 0.0;\n"
-    "    if (threadIdx.x == 0) for (unsigned w = 0; w < (blockDim.x + 31u) / 32u; w++) r += sh[w];\n"
-    "    return r; }\n"
-    "/* MSE: per-block partial sums of (a - b)^2 (double) into y2 as double[gridDim.x] */\n"
-    "template <int BF> __device__ __forceinline__ void tk_mse_part_t(const A &p) {\n"
-    "    double s = 0.0;\n"
-    "    EW4(p.n) {\n"
-    "        float4 u = nb_ld4(p.a, 4u * i, FA), v = nb_ld4(p.b, 4u * i, FB);\n"
-    "        float e0 = u.x - v.x, e1 = u.y - v.y, e2 = u.z - v.z, e3 = u.w - v.w;\n"
-    "        s += (double)(e0 * e0 + e1 * e1) + (double)(e2 * e2 + e3 * e3);\n"
-    "    }\n"
-    "    EW1(p.n) { float d = nb_ld(p.a, i, FA) - nb_ld(p.b, i, FB); s += (double)(d * d); }\n"
-    "    double r = block_sum(s);\n"
-    "    if (threadIdx.x == 0) ((double *)p.y2)[blockIdx.x] = r; }\n"
-    "ENTRY(tk_mse_part)\n"
-    "/* y[0] = sum of the d0 partials in c / n (one block; fixed order; all f32 / double) */\n"
-    "extern \"C\" __global__ void tk_mse_fin(const A p) {\n"
-    "    double s = 0.0;\n"
-    "    for (unsigned i = threadIdx.x; i < (unsigned)p.d0; i += blockDim.x) s += ((const double *)p.c)[i];\n"
-    "    double r = block_sum(s);\n"
-    "    if (threadIdx.x == 0) p.y[0] = (float)(r / (double)p.n); }\n"
-    "/* dp (y) += g (a - b), dq (y2) -= g (a - b), g = 2 c[0] / n (c: the f32 loss gradient) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_mse_bwd_t(const A &p) {\n"
-    "    float g = 2.0f * p.c[0] / (float)p.n;\n"
-    "    EW4(p.n) {\n"
-    "        float4 u = nb_ld4(p.a, 4u * i, FA), v = nb_ld4(p.b, 4u * i, FB);\n"
-    "        float4 d = make_float4(g * (u.x - v.x), g * (u.y - v.y), g * (u.z - v.z), g * (u.w - v.w));\n"
-    "        if (p.y) acc4(p.y, 4u * i, FY, d, OW0);\n"
-    "        if (p.y2) acc4(p.y2, 4u * i, FY2, make_float4(-d.x, -d.y, -d.z, -d.w), OW1);\n"
-    "    }\n"
-    "    EW1(p.n) { float d = g * (nb_ld(p.a, i, FA) - nb_ld(p.b, i, FB));\n"
-    "        if (p.y) acc1(p.y, i, FY, d, OW0); if (p.y2) acc1(p.y2, i, FY2, -d, OW1); } }\n"
-    "ENTRY(tk_mse_bwd)\n"
-    "/* batched transpose a [B, R, C] -> y [B, C, R] (d0 = R, d1 = C), 32×32 tiles, blocks (32, 8);\n"
-    " * ow bit 0: store (else accumulate into y) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_transpose_t(const A &p, float (&tile)[32][33]) {\n"
-    "    unsigned R = (unsigned)p.d0, C = (unsigned)p.d1;\n"
-    "    size_t off = (size_t)blockIdx.z * R * C;\n"
-    "    unsigned c = blockIdx.x * 32u + threadIdx.x, r0 = blockIdx.y * 32u;\n"
-    "    for (unsigned k = threadIdx.y; k < 32u; k += 8u)\n"
-    "        if (c < C && r0 + k < R) tile[k][threadIdx.x] = nb_ld(p.a, off + (size_t)(r0 + k) * C + c, FA);\n"
-    "    __syncthreads();\n"
-    "    unsigned r = r0 + threadIdx.x, c0 = blockIdx.x * 32u;\n"
-    "    for (unsigned k = threadIdx.y; k < 32u; k += 8u)\n"
-    "        if (r < R && c0 + k < C) acc1(p.y, off + (size_t)(c0 + k) * R + r, FY, tile[threadIdx.x][k], OW0);\n"
-    "}\n"
-    "extern \"C\" __global__ void tk_transpose(const A p) {\n"
-    "    __shared__ float tile[32][33];\n"
-    "    if (p.dt) tk_transpose_t<1>(p, tile); else tk_transpose_t<0>(p, tile); }\n"
-    "/* channel slice: d0 = so (elements per sample out), d1 = sx (in), d2 = offset (c0 * S) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_slice_fwd_t(const A &p) {\n"
-    "    unsigned so = (unsigned)p.d0, sx = (unsigned)p.d1, off = (unsigned)p.d2;\n"
-    "    EW4(p.n) { unsigned e = 4u * i, n = e / so, r = e - n * so; nb_st4(p.y, e, FY, nb_ld4(p.a, n * sx + off + r, FA)); }\n"
-    "    EW1(p.n) { unsigned n = i / so, r = i - n * so; nb_st(p.y, i, FY, nb_ld(p.a, n * sx + off + r, FA)); } }\n"
-    "ENTRY(tk_slice_fwd)\n"
-    "template <int BF> __device__ __forceinline__ void tk_slice_bwd_t(const A &p) {\n"
-    "    unsigned so = (unsigned)p.d0, sx = (unsigned)p.d1, off = (unsigned)p.d2;\n"
-    "    EW4(p.n) { unsigned e = 4u * i, n = e / so, r = e - n * so; acc4(p.y, n * sx + off + r, FY, nb_ld4(p.a, e, FA), false); }\n"
-    "    EW1(p.n) { unsigned n = i / so, r = i - n * so; acc1(p.y, n * sx + off + r, FY, nb_ld(p.a, i, FA), false); } }\n"
-    "ENTRY(tk_slice_bwd)\n"
-    "/* sinusoidal timestep embedding (f32), thread per output element of y [n, dim]: the timesteps\n"
-    " * travel in the parameter block (no host -> device copy); double math as on the CPU\n"
-    " * (or, with tsp, from device memory: what a captured graph replays with new values) */\n"
-    "struct TE { float *y; const float *tsp; int n, dim; double lmp; float ts[512]; };\n"
-    "extern \"C\" __global__ void tk_temb(const TE p) {\n"
-    "    unsigned half = (unsigned)p.dim / 2u;\n"
-    "    for (unsigned i = TID; i < (unsigned)(p.n * p.dim); i += STRIDE) {\n"
-    "        unsigned r = i / (unsigned)p.dim, j = i - r * (unsigned)p.dim, k = j < half ? j : j - half;\n"
-    "        double f = exp(-p.lmp * (double)k / (double)half), a = (double)(p.tsp ? p.tsp[r] : p.ts[r]) * f;\n"
-    "        p.y[i] = (float)(j < half ? cos(a) : sin(a));\n"
-    "    } }\n";
-
-/* src/nn/tape/kernels/cast.cu */
-static const char nb_cu_34[] =
-    "// Tape dtype cast (src/nn/tape/tape_cast.c): y (+)= x elementwise between f32 and bf16 buffers.\n"
-    "#include \"nn/common/kernels/bf16.cuh\"\n"
-    "struct CastP { const void *x; void *y; long long n; int xbf, ybf, acc; };\n"
-    "/* y[i] (+= when acc) x[i], each in its dtype; 4 elements per item (the tape's buffers are\n"
-    " * 64-byte aligned), the tail one by one */\n"
-    "extern \"C\" __global__ void tk_cast(CastP p) {\n"
-    "    long long n4 = p.n / 4;\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4 + p.n % 4;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        if (i < n4) {\n"
-    "            float4 v = nb_ld4(p.x, 4 * i, p.xbf);\n"
-    "            if (p.acc) { float4 o = nb_ld4(p.y, 4 * i, p.ybf);\n"
-    "                v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w; }\n"
-    "            nb_st4(p.y, 4 * i, p.ybf, v);\n"
-    "        } else {\n"
-    "            long long j = 4 * n4 + (i - n4);\n"
-    "            float v = nb_ld(p.x, j, p.xbf);\n"
-    "            if (p.acc) v += nb_ld(p.y, j, p.ybf);\n"
-    "            nb_st(p.y, j, p.ybf, v);\n"
-    "        }\n"
-    "    }\n"
-    "}\n";
-
 const nb_cuda_file nb_cuda_files[] = {
-    {"src/models/kernels/ddpm.cu", nb_cu_0},
-    {"src/models/kernels/image_sample.cu", nb_cu_1},
-    {"src/nn/attention/kernels/atomic.cuh", nb_cu_2},
-    {"src/nn/attention/kernels/attn_common.cuh", nb_cu_3},
-    {"src/nn/attention/kernels/aux.cu", nb_cu_4},
-    {"src/nn/attention/kernels/delta.cuh", nb_cu_5},
-    {"src/nn/attention/kernels/fa.cuh", nb_cu_6},
-    {"src/nn/attention/kernels/simt.cu", nb_cu_7},
-    {"src/nn/attention/kernels/tc.cu", nb_cu_8},
-    {"src/nn/attention/kernels/tc_frag.cuh", nb_cu_9},
-    {"src/nn/common/kernels/bf16.cuh", nb_cu_10},
-    {"src/nn/common/kernels/rng.cuh", nb_cu_11},
-    {"src/nn/conv/kernels/bias.cu", nb_cu_12},
-    {"src/nn/conv/kernels/conv_aux.cu", nb_cu_13},
-    {"src/nn/conv/kernels/igemm.cu", nb_cu_14},
-    {"src/nn/conv/kernels/igemm_bf16.cuh", nb_cu_15},
-    {"src/nn/conv/kernels/ptx.cuh", nb_cu_16},
-    {"src/nn/conv/kernels/sum_parts.cuh", nb_cu_17},
-    {"src/nn/conv/kernels/wg4.cu", nb_cu_18},
-    {"src/nn/conv/kernels/wgrad.cu", nb_cu_19},
-    {"src/nn/conv/kernels/wprep.cu", nb_cu_20},
-    {"src/nn/encoding/kernels/encoding.cu", nb_cu_21},
-    {"src/nn/mlp/kernels/mlp.cu", nb_cu_22},
-    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_23},
-    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_24},
-    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_25},
-    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_26},
-    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_27},
-    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_28},
-    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_29},
-    {"src/nn/norm/kernels/group_norm.cu", nb_cu_30},
-    {"src/nn/optim/kernels/adam.cu", nb_cu_31},
-    {"src/nn/optim/kernels/loss.cu", nb_cu_32},
-    {"src/nn/tape/kernels/basic.cu", nb_cu_33},
-    {"src/nn/tape/kernels/cast.cu", nb_cu_34},
+    {"src/graph/kernels/basic.cu", nb_cu_0},
+    {"src/graph/kernels/bf16.cuh", nb_cu_1},
+    {"src/graph/kernels/cast.cu", nb_cu_2},
+    {"src/models/kernels/ddpm.cu", nb_cu_3},
+    {"src/models/kernels/image_sample.cu", nb_cu_4},
+    {"src/nn/attention/kernels/atomic.cuh", nb_cu_5},
+    {"src/nn/attention/kernels/attn_common.cuh", nb_cu_6},
+    {"src/nn/attention/kernels/aux.cu", nb_cu_7},
+    {"src/nn/attention/kernels/delta.cuh", nb_cu_8},
+    {"src/nn/attention/kernels/fa.cuh", nb_cu_9},
+    {"src/nn/attention/kernels/simt.cu", nb_cu_10},
+    {"src/nn/attention/kernels/tc.cu", nb_cu_11},
+    {"src/nn/attention/kernels/tc_frag.cuh", nb_cu_12},
+    {"src/nn/common/kernels/rng.cuh", nb_cu_13},
+    {"src/nn/conv/kernels/bias.cu", nb_cu_14},
+    {"src/nn/conv/kernels/conv_aux.cu", nb_cu_15},
+    {"src/nn/conv/kernels/igemm.cu", nb_cu_16},
+    {"src/nn/conv/kernels/igemm_bf16.cuh", nb_cu_17},
+    {"src/nn/conv/kernels/ptx.cuh", nb_cu_18},
+    {"src/nn/conv/kernels/sum_parts.cuh", nb_cu_19},
+    {"src/nn/conv/kernels/wg4.cu", nb_cu_20},
+    {"src/nn/conv/kernels/wgrad.cu", nb_cu_21},
+    {"src/nn/conv/kernels/wprep.cu", nb_cu_22},
+    {"src/nn/encoding/kernels/encoding.cu", nb_cu_23},
+    {"src/nn/mlp/kernels/mlp.cu", nb_cu_24},
+    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_25},
+    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_26},
+    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_27},
+    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_28},
+    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_29},
+    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_30},
+    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_31},
+    {"src/nn/norm/kernels/group_norm.cu", nb_cu_32},
+    {"src/nn/optim/kernels/adam.cu", nb_cu_33},
+    {"src/nn/optim/kernels/loss.cu", nb_cu_34},
     {0, 0},
 };

@@ -15,7 +15,7 @@
 #include "nabla/tensor.h"
 #include "models/ddpm_internal.h"
 #include "nn/common/nn_common.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define TRY(expr)                                                                              \
     do {                                                                                       \

@@ -8,7 +8,7 @@
 
 #include "nabla/device.h"
 #include "nabla/nn_unet.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define TRY(expr)                                                                              \
     do {                                                                                       \

@@ -52,7 +52,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
     wbar();
     return r;
 }
-// bf16 helpers (src/nn/common/kernels/bf16.cuh): round to nearest even
+// bf16 helpers (src/graph/kernels/bf16.cuh): round to nearest even
 static inline float nb_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
 static inline unsigned short nb_f2bf(float f) {
     unsigned u = f2u(f);

@@ -33,7 +33,7 @@
 #include "jit/cuda_files.h"
 #include "nn/attention/attn_cuda.h"
 #include "nn/common/nn_common.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 /* Host mirrors of the kernels' argument structs (kernels/simt.cu; nb_attn_view = Mat). */
 typedef struct {

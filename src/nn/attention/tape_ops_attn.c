@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 

@@ -11,7 +11,7 @@
  * prepares the forward's own weights: the backward prepares nothing. */
 #include "core/util.h"
 #include "nn/conv/conv_cuda.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 

@@ -2,7 +2,7 @@
  * Threaded over independent output slices. (Group norm: nn/norm/tape_ops_norm.c.) */
 #include <string.h>
 
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 #define GET(var, handle, what)                                                                 \

@@ -10,7 +10,7 @@
  * reduces Σ dx̂ and Σ dx̂ x̂, accumulates dx, and writes per-(n, channel) partials of Σ dz x̂ and
  * Σ dz; a second small kernel sums them over n in fixed order into dγ, dβ (deterministic, no
  * float atomics on global memory).
- * BF16 storage (tape_internal.h, NB_TOPF_*): x / dx and y / dy may each be bf16 (gn_args.dt);
+ * BF16 storage (op_rows.h, NB_TOPF_*): x / dx and y / dy may each be bf16 (gn_args.dt);
  * then the *_bf kernel variants run (the same code reading / writing 4 bf16 per 8-byte access;
  * the f32 kernels are unchanged). Statistics, sums, γ / β and their gradients stay f32.
  *
@@ -51,7 +51,7 @@
 #include "jit/cuda_files.h"
 #include "nabla/device.h"
 #include "nn/common/nn_common.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 #define GN_MAX_CG 1024 /* channels per group of the backward's shared partials */

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 

@@ -2,7 +2,7 @@
 // host structs in tape_cuda_attn.c mirror them field by field), view access and helpers.
 // Needs DP, FM and SBF defined (see simt.cu).
 #pragma once
-#include "nn/common/kernels/bf16.cuh"
+#include "graph/kernels/bf16.cuh"
 typedef unsigned int u32;
 struct Mat { void *p; long long bs, rs, cs; int bf; };
 struct FwdArgs { Mat q, k, v, o; float *lse; int Tq, Tk, d, ntiles; float sl2; };

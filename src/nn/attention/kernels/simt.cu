@@ -8,7 +8,7 @@
 // kernels and the all-bf16 ones carry no dtype branches (a run-time dtype costs ~30 registers).
 //
 // Layout: every tensor is a strided view (struct Mat, attn_cuda.h's nb_attn_view): element
-// (bh, position t, feature i) at p[bh bs + t rs + i cs], f32 or bf16 (Mat.bf; nn/common/kernels/bf16.cuh's
+// (bh, position t, feature i) at p[bh bs + t rs + i cs], f32 or bf16 (Mat.bf; graph/kernels/bf16.cuh's
 // nb_ld / nb_st: loads widen to f32, stores round to nearest even). nb_tape_attention uses
 // [BH,T,d] row-major (cs = 1); the fused QKV op reads q, k, v straight from the legacy qkv layout
 // [N, heads*3d, L] (rs = 1, cs = L: feature-major, positions contiguous; tiles are then loaded

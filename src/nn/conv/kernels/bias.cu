@@ -1,7 +1,7 @@
 // The conv path's bias and epilogue kernels (src/nn/conv/conv_cuda_aux.c): bias add / fill /
 // gradient over planes, the split-sum and MODE 2 endings with the bias gradient taken along, the
 // bf16 weight conversion with the bias fill, the end of a split sum into bf16.
-#include "nn/common/kernels/bf16.cuh"
+#include "graph/kernels/bf16.cuh"
 #include "sum_parts.cuh"
 struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };
 /* y[n][o][p] += b[o] */

@@ -1,7 +1,7 @@
 // The cuBLAS conv path's helpers (src/nn/conv/conv_cuda.c): im2col / col2im over f32 or bf16
 // activations and the f32 <-> bf16 convert / accumulate kernel (the P structs mirror its
 // nb_im2col_p / nb_col2im_p / nb_cvt_p).
-#include "nn/common/kernels/bf16.cuh"
+#include "graph/kernels/bf16.cuh"
 struct Im2colP { const void *x; void *col; long long total;
                  int C, H, W, K, S, pad, OH, OW, xbf, cbf; };
 /* col[nl][c*K*K + ki*K + kj][oh*OW + ow] = x[nl][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside);

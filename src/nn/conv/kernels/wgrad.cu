@@ -1,6 +1,6 @@
 // The conv weight gradient's kernels (src/nn/conv/conv_cuda_wgrad.c): im2col of x (two layouts),
 // the dy transpose, reduced-sum (rs / rs2) kernels and the final sum.
-#include "nn/common/kernels/bf16.cuh"
+#include "graph/kernels/bf16.cuh"
 #include "sum_parts.cuh"
 struct WgColP { const void *x; void *col; int C, H, W, K, S, pad, OH, OW, Kt, CKK, xbf, cbf, vec; };
 /* col[c*KK + kk][n*P + p] = x[n][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside): block row y takes

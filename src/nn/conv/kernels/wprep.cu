@@ -1,7 +1,7 @@
 // Weight arrangement for the implicit-GEMM convolution (src/nn/conv/conv_cuda_igemm.c, see
 // its "weight arrangement" comment): nb_conv_wprep writes one layout the igemm kernels read,
 // nb_conv_wprep2 two in one launch (WpP mirrors nb_ig_wprep_params).
-#include "nn/common/kernels/bf16.cuh"
+#include "graph/kernels/bf16.cuh"
 struct WpP { const float *w; void *wr; long long total; int O, C, KK, R, CB, flip, perm, bf, vec; };
 /* wr [G][R][KK][CB] (f32, or bf16 with bf) from w [O][C][KK]: R rows (o; with flip c), inner
  * channel ch = g*CB + k (c; with flip o; zero at or past C / O), the taps reversed with flip;

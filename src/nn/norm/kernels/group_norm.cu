@@ -4,7 +4,7 @@
 // start slow); without GN_ONLY every kernel is compiled.
 //! nvrtc-check:
 //! nvrtc-check: GN_ONLY GN_ONLY_gn_bwd4_bf
-#include "nn/common/kernels/bf16.cuh"
+#include "graph/kernels/bf16.cuh"
 /* one block per (n, group): blockIdx.x = n * G + g; the group's M = Cg * S elements are contiguous */
 struct G { const float *x, *gamma, *beta, *dy; float *y, *dx, *mean, *rstd, *pg, *pb, *dgamma, *dbeta;
            int N, C, G, S, Cg, M, v4, silu, tiles, wuni, ow; float eps; int dt, tp, nsl, self; };

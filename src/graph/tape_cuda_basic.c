@@ -3,7 +3,7 @@
  * the sinusoidal timestep embedding and the backward seed. The CPU references are in
  * tape_ops_basic.c / tape_ops_shape.c.
  *
- * Hand-written CUDA C in src/nn/tape/kernels/basic.cu, compiled with NVRTC by the kernel-file
+ * Hand-written CUDA C in src/graph/kernels/basic.cu, compiled with NVRTC by the kernel-file
  * loader (nb_jit_cuda_kernel; each entry loaded on first use and kept per tape in t->kern), launched on nb_device_stream(t->dev); nothing here synchronises.
  * (Not generated from .nb kernels yet: these are plain enough that the hand-written float4
  * versions are the reference the generated code would have to match.)
@@ -13,11 +13,11 @@
  * (dx += ...) as on the CPU, except that the first contribution to a fresh activation gradient
  * is stored (nb_tape_grad_buf_w: no zero fill, no read). Indices are 32-bit: every value has
  * < 2^31 elements (checked).
- * BF16 storage (tape_internal.h, NB_TOPF_*): every row but the timestep embedding reads its
+ * BF16 storage (op_rows.h, NB_TOPF_*): every row but the timestep embedding reads its
  * inputs and writes its output in each value's own dtype (f32 or bf16, any mix; gradients in
  * their value's dtype; the MSE loss [1] stays f32). A kernel gets the dtypes as bits in
  * tk_args.dt and runs a template variant: BF = 0 (all f32) is the f32 code as before (16-byte
- * accesses), BF = 1 reads / writes each buffer through the nn/common/kernels/bf16.cuh helpers (8-byte
+ * accesses), BF = 1 reads / writes each buffer through the graph/kernels/bf16.cuh helpers (8-byte
  * accesses per 4 bf16). Arithmetic is f32 either way; bf16 stores round to nearest even, and a
  * gradient accumulated into a bf16 buffer is rounded after each addition. */
 #include <math.h>
@@ -26,8 +26,8 @@
 
 #include "jit/cuda_files.h"
 #include "nabla/device.h"
-#include "nn/common/nn_common.h"
-#include "nn/tape/tape_internal.h"
+#include "jit/jit.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 
@@ -61,7 +61,7 @@ static const char *const tk_entry[NB_TK_COUNT] = {
 /* The tape's handle of kernel id (loaded on first use). */
 static nb_status tk_kernel(nb_tape *t, int id, nb_jit_kernel **k) {
     if (!t->kern[id]) {
-        nb_status s = nb_jit_cuda_kernel(t->dev, "src/nn/tape/kernels/basic.cu", NULL, tk_entry[id], &t->kern[id]);
+        nb_status s = nb_jit_cuda_kernel(t->dev, "src/graph/kernels/basic.cu", NULL, tk_entry[id], &t->kern[id]);
         if (s) return s;
     }
     *k = t->kern[id];

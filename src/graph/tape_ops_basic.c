@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 

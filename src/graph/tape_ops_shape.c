@@ -2,7 +2,7 @@
  * slice). Each copies into a new arena value, so every value stays dense row-major. */
 #include <string.h>
 
-#include "nn/tape/tape_internal.h"
+#include "graph/op_rows.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 

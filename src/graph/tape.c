@@ -7,7 +7,7 @@
 #include "core/threadpool.h"
 #include "nabla/alloc.h"
 #include "nabla/device.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/tape_internal.h"
 
 #define NB_TAPE_ALIGN 64
 

@@ -1,7 +1,16 @@
-/* Internals of the tape autograd (include/nabla/nn_tape.h): values, the op log, the per-op
- * implementation table and the activation arena. */
-#ifndef NB_NN_TAPE_INTERNAL_H
-#define NB_NN_TAPE_INTERNAL_H
+/* The graph layer's op-row interface: the contract between the op table (ops.def) and the modules
+ * that implement its rows. The tape (immediate mode, include/nabla/nn_tape.h) records ops as
+ * nb_top entries over nb_tval values; each op kind's row names a CPU and a CUDA forward and
+ * backward. Rows whose kernels belong to a higher layer (conv, attention, group norm, MLP,
+ * encodings in src/nn/<module>/) are DEFINED there and only DECLARED here (the prototypes below,
+ * generated from ops.def): the graph layer includes no nn header, the linker joins the table to
+ * the functions, and a row without its function fails the build (an undefined symbol), not a run.
+ *
+ * Who includes this: src/graph itself, every src/nn module that implements rows, src/models (tape
+ * values of the UNet / DDPM), tests and two benches. What only the tape itself needs (the arena's
+ * blocks, dispatch, the profiler) is in src/graph/tape_internal.h, private to src/graph. */
+#ifndef NB_GRAPH_OP_ROWS_H
+#define NB_GRAPH_OP_ROWS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +39,7 @@ typedef struct nb_tval {
 /* Op kinds: NB_TOP_<ID> for each row of ops.def, in its order. */
 enum nb_top_kind {
 #define NB_OP(id, name, nin, shape, cpu_fwd, cpu_bwd, cuda_fwd, cuda_bwd, flags) NB_TOP_##id,
-#include "nn/tape/ops.def"
+#include "graph/ops.def"
 #undef NB_OP
     NB_TOP_COUNT
 };
@@ -75,8 +84,10 @@ extern const nb_top_row nb_top_rows[NB_TOP_COUNT];
     nb_status cpu_bwd(nb_tape *t, const nb_top *op);                                               \
     nb_status cuda_fwd(nb_tape *t, nb_top *op);                                                    \
     nb_status cuda_bwd(nb_tape *t, const nb_top *op);
-#include "nn/tape/ops.def"
+#include "graph/ops.def"
 #undef NB_OP
+/* The op kind's name ("conv2d", ...: ops.def), or NULL for an unknown kind. */
+const char *nb_tape_op_name(int kind);
 /* The CUDA functions of an op without a CUDA path (NB_ERR_UNSUPPORTED naming the op). */
 nb_status nb_op_no_cuda_fwd(nb_tape *t, nb_top *op);
 nb_status nb_op_no_cuda_bwd(nb_tape *t, const nb_top *op);
@@ -230,20 +241,5 @@ const char *nb_tape_shape_str(const nb_tval *v, char *buf, size_t cap);
 /* 1 when the tape runs on a CUDA device. */
 int nb_tape_on_cuda(const nb_tape *t);
 
-/* Forward (backward = 0) or backward of one recorded op on the tape's device (tape_ops.c). */
-nb_status nb_tape_run_op(nb_tape *t, nb_top *op, int backward);
-/* NB_ERR_INTERNAL unless op (about to be recorded; its out value created) has a known kind, its
- * row's arity, valid inputs and an output that keeps the row's shape rule (tape_ops.c). */
-nb_status nb_tape_check_op(const nb_tape *t, const nb_top *op);
-/* The op kind's name ("conv2d", ...: ops.def), or NULL for an unknown kind. */
-const char *nb_tape_op_name(int kind);
-/* Profiler (tape_profile.c): nb_tape_run_op timed (CUDA events / a monotonic clock) and
- * aggregated per op kind; called by tape.c when t->prof_level is set. */
-nb_status nb_tape_prof_run(nb_tape *t, nb_top *op, int backward);
-/* Adds the times of events still pending (waits for them; no-op without profiling data). */
-nb_status nb_tape_prof_collect(nb_tape *t);
-/* Counts one backward pass (the report's per-step unit). */
-void nb_tape_prof_pass(nb_tape *t);
-void nb_tape_prof_free(nb_tape *t);
 
 #endif

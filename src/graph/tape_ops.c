@@ -3,12 +3,12 @@
  * recorded op keeps its row's arity and shape rule. */
 #include <string.h>
 
-#include "nn/tape/tape_internal.h"
+#include "graph/tape_internal.h"
 
 const nb_top_row nb_top_rows[NB_TOP_COUNT] = {
 #define NB_OP(id, name, nin, shape, cpu_fwd, cpu_bwd, cuda_fwd, cuda_bwd, flags)                 \
     [NB_TOP_##id] = {name, nin, shape, cpu_fwd, cuda_fwd, cpu_bwd, cuda_bwd, flags},
-#include "nn/tape/ops.def"
+#include "graph/ops.def"
 #undef NB_OP
 };
 

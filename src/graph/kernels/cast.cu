@@ -1,5 +1,5 @@
-// Tape dtype cast (src/nn/tape/tape_cast.c): y (+)= x elementwise between f32 and bf16 buffers.
-#include "nn/common/kernels/bf16.cuh"
+// Tape dtype cast (src/graph/tape_cast.c): y (+)= x elementwise between f32 and bf16 buffers.
+#include "graph/kernels/bf16.cuh"
 struct CastP { const void *x; void *y; long long n; int xbf, ybf, acc; };
 /* y[i] (+= when acc) x[i], each in its dtype; 4 elements per item (the tape's buffers are
  * 64-byte aligned), the tail one by one */

@@ -1,5 +1,5 @@
-// Device helpers for values stored as bf16 (tape values: tape_internal.h nb_tval.dtype; conv
-// and attention operands). Include with #include "nn/common/kernels/bf16.cuh"; no cuda_bf16.h.
+// Device helpers for values stored as bf16 (tape values: op_rows.h nb_tval.dtype; conv
+// and attention operands). Include with #include "graph/kernels/bf16.cuh"; no cuda_bf16.h.
 //
 // bf16 <-> f32: the bf16 is the top 16 bits of the f32; f32 -> bf16 rounds to nearest even
 // (cvt.rn), like PyTorch's .to(torch.bfloat16). A buffer's dtype travels to kernels as an int

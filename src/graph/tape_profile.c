@@ -13,7 +13,7 @@
 
 #include "nabla/alloc.h"
 #include "nabla/device.h"
-#include "nn/tape/tape_internal.h"
+#include "graph/tape_internal.h"
 
 typedef struct prof_row {
     int kind, sub;                 /* sub: conv2d 0 = other, 1 = 1x1, 2 = 3x3, 3 = 3x3 stride 2 */

@@ -1,7 +1,7 @@
-// The tape's elementwise, broadcast, shape and loss kernels (src/nn/tape/tape_cuda_basic.c;
+// The tape's elementwise, broadcast, shape and loss kernels (src/graph/tape_cuda_basic.c;
 // struct A mirrors its tk_args, the entries are its tk_entry table): add/silu/concat/upsample/
 // pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage.
-#include "nn/common/kernels/bf16.cuh"
+#include "graph/kernels/bf16.cuh"
 /* ow: bit 0 = store into y instead of adding, bit 1 = the same for y2 (a fresh gradient);
  * dt: storage of a, b, c, y, y2 (bits 0..4; set = bf16, clear = f32) */
 struct A { const float *a, *b, *c; float *y, *y2; int n, d0, d1, d2; int v4, ow; float f; int dt; };

@@ -1,4 +1,4 @@
-/* The cast op (NB_TOP_CAST, tape_internal.h): a value converted between the tape's storage
+/* The cast op (NB_TOP_CAST, op_rows.h): a value converted between the tape's storage
  * dtypes f32 and bf16. nb_tape_record inserts it before a row that reads f32 only when an input
  * is bf16 (a bf16-storage CUDA tape, nb_tape_bf16_storage), and nb_tape_cast records it on
  * request. Forward: y = dtype(x) (bf16 rounds to nearest even); backward: dx (+)= dtype_x(dy).
@@ -6,8 +6,8 @@
  * op is a copy); the CUDA row is one grid-stride kernel each way. */
 
 #include "jit/cuda_files.h"
-#include "nn/common/nn_common.h"
-#include "nn/tape/tape_internal.h"
+#include "jit/jit.h"
+#include "graph/op_rows.h"
 
 /* ---- CPU ------------------------------------------------------------------------------------ */
 
@@ -53,7 +53,7 @@ typedef struct {
 static nb_status cast_launch(nb_tape *t, const void *x, nb_dtype xdt, void *y, nb_dtype ydt,
                              int64_t n, int acc) {
     if (!t->kern[NB_TK_CAST]) {
-        nb_status s = nb_jit_cuda_kernel(t->dev, "src/nn/tape/kernels/cast.cu", NULL, "tk_cast", &t->kern[NB_TK_CAST]);
+        nb_status s = nb_jit_cuda_kernel(t->dev, "src/graph/kernels/cast.cu", NULL, "tk_cast", &t->kern[NB_TK_CAST]);
         if (s) return s;
     }
     cast_p a = {x, y, (long long)n, xdt == NB_BF16, ydt == NB_BF16, acc};

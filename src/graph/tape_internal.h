@@ -1,0 +1,22 @@
+/* Private to src/graph: what only the tape itself uses (op dispatch and checks, the per-op
+ * profiler). The row interface that op implementers use is op_rows.h. */
+#ifndef NB_GRAPH_TAPE_INTERNAL_H
+#define NB_GRAPH_TAPE_INTERNAL_H
+
+#include "graph/op_rows.h"
+
+/* Forward (backward = 0) or backward of one recorded op on the tape's device (tape_ops.c). */
+nb_status nb_tape_run_op(nb_tape *t, nb_top *op, int backward);
+/* NB_ERR_INTERNAL unless op (about to be recorded; its out value created) has a known kind, its
+ * row's arity, valid inputs and an output that keeps the row's shape rule (tape_ops.c). */
+nb_status nb_tape_check_op(const nb_tape *t, const nb_top *op);
+/* Profiler (tape_profile.c): nb_tape_run_op timed (CUDA events / a monotonic clock) and
+ * aggregated per op kind; called by tape.c when t->prof_level is set. */
+nb_status nb_tape_prof_run(nb_tape *t, nb_top *op, int backward);
+/* Adds the times of events still pending (waits for them; no-op without profiling data). */
+nb_status nb_tape_prof_collect(nb_tape *t);
+/* Counts one backward pass (the report's per-step unit). */
+void nb_tape_prof_pass(nb_tape *t);
+void nb_tape_prof_free(nb_tape *t);
+
+#endif
