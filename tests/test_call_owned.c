@@ -1,4 +1,7 @@
-/* Gradients of bwds calls that one thread owns (nb_leaf_sig.owned) and gradients broadcast over
+/* Contiguous 1-D calls run 4 indices per CUDA thread (nb_call_sig.contig4: vector loads/stores,
+ * the tail one by one): the decision, the PTX, and on a GPU the values against the CPU for sizes
+ * with and without a tail.
+ * Gradients of bwds calls that one thread owns (nb_leaf_sig.owned) and gradients broadcast over
  * part of the kernel (CUDA: summed per warp, one atomic): the call layer's decision
  * (nb_call_strides_one_to_one, nb_call_owned_grads) for contiguous, transposed, broadcast,
  * partly broadcast, overlapping and huge layouts; the values on the CPU (the plain add keeps what
@@ -17,7 +20,10 @@
 #include "nb_test.h"
 
 static const char *SRC = "[Differentiable]\n"
-                         "float madd(float a, float b, float c) { return a * b + c; }\n";
+                         "float madd(float a, float b, float c) { return a * b + c; }\n"
+                         "float scale(float a, float s) { return a * s; }\n"
+                         "void axpy(float a, float x, inout float y) { y = y + a * x; }\n"
+                         "float idx(int i) { return float(i); }\n";
 
 /* ---- the decision ------------------------------------------------------------------------- */
 
@@ -247,6 +253,161 @@ static void test_nvrtc(void) {
     nb_device_close(dev);
 }
 
+/* ---- 4 contiguous indices per thread ------------------------------------------------------- */
+
+static nb_tensor *typed(nb_device *dev, nb_dtype dt, int64_t n) {
+    nb_tensor *t = NULL;
+    NB_EXPECT_OK(nb_tensor_zeros(dev, dt, 1, &n, &t));
+    return t;
+}
+
+/* nb_call_contig4_ok of scale(a, 2.0) -> y after binding (and materializing) on dev. */
+static int contig4_of(nb_module *m, nb_tensor *a, nb_tensor *y) {
+    nb_func *f = NULL;
+    nb_call *c = NULL;
+    NB_EXPECT_OK(nb_module_func(m, "scale", &f));
+    NB_EXPECT_OK(nb_call_begin(f, &c));
+    nb_call_arg(c, 0, a), nb_call_arg_double(c, 1, 2.0), nb_call_result(c, y);
+    NB_EXPECT_OK(nb_call_bind(c, 1, NULL));
+    NB_EXPECT_OK(nb_call_materialize(c, 1));
+    int ok = nb_call_contig4_ok(c);
+    nb_call_free(c);
+    return ok;
+}
+
+static void test_contig4_decision(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    nb_tensor *a = typed(dev, NB_F32, 1030), *y = typed(dev, NB_F32, 1030), *ab = typed(dev, NB_BF16, 1030);
+    nb_tensor *a64 = typed(dev, NB_F64, 1030), *y2 = typed(dev, NB_F32, 515), *y1 = typed(dev, NB_F32, 1029);
+    nb_tensor *sl4 = NULL, *sl1 = NULL, *st2 = NULL, *m2 = NULL, *yo4 = NULL;
+    NB_REQUIRE_OK(nb_tensor_slice(a, 0, 4, 1030, 1, &sl4));  /* 16 bytes in: aligned */
+    NB_REQUIRE_OK(nb_tensor_slice(a, 0, 1, 1030, 1, &sl1));  /* 4 bytes in: not */
+    NB_REQUIRE_OK(nb_tensor_slice(a, 0, 0, 1030, 2, &st2));  /* every second element */
+    NB_REQUIRE_OK(nb_tensor_slice(y, 0, 4, 1030, 1, &yo4));
+    NB_REQUIRE_OK(nb_tensor_reshape(a, 2, (int64_t[]){10, 103}, &m2));
+    NB_EXPECT(contig4_of(m, a, y) == 1);
+    NB_EXPECT(contig4_of(m, ab, y) == 1);    /* bf16 in (8-byte vectors), f32 out */
+    NB_EXPECT(contig4_of(m, sl4, yo4) == 1);
+    NB_EXPECT(contig4_of(m, sl1, y1) == 0);  /* misaligned */
+    NB_EXPECT(contig4_of(m, st2, y2) == 0);  /* strided */
+    NB_EXPECT(contig4_of(m, a64, y) == 0);   /* 8-byte elements */
+    NB_EXPECT(contig4_of(m, m2, NULL) == 0); /* a 2-D kernel */
+    /* a generator argument: no */
+    nb_func *f = NULL;
+    nb_call *c = NULL;
+    nb_generator g;
+    nb_generator_init(&g, NB_GEN_CALL_ID);
+    NB_REQUIRE_OK(nb_module_func(m, "idx", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    nb_call_arg_generator(c, 0, &g), nb_call_result(c, y);
+    NB_EXPECT_OK(nb_call_bind(c, 1, NULL));
+    NB_EXPECT_OK(nb_call_materialize(c, 1));
+    NB_EXPECT(nb_call_contig4_ok(c) == 0);
+    nb_call_free(c);
+    nb_tensor *all[] = {a, y, ab, a64, y2, y1, sl4, sl1, st2, m2, yo4};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+/* The contig4 kernels compile; their quad loop reads and writes with vector instructions (f32:
+ * 16 bytes, bf16: 8), the plain kernel of the same call has none. */
+static void test_contig4_nvrtc(void) {
+    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    nb_tensor *a = typed(dev, NB_F32, 64), *x = typed(dev, NB_BF16, 64), *y = typed(dev, NB_F32, 64);
+    for (int k = 0; k < 4; k++) { /* scale f32 (contig4, plain); axpy with an inout y and a bf16 x (contig4, plain) */
+        nb_func *f = NULL;
+        nb_call *c = NULL;
+        NB_REQUIRE_OK(nb_module_func(m, k < 2 ? "scale" : "axpy", &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        if (k < 2) nb_call_arg(c, 0, a), nb_call_arg_double(c, 1, 2.0), nb_call_result(c, y);
+        else nb_call_arg_double(c, 0, 0.5), nb_call_arg(c, 1, x), nb_call_arg(c, 2, y);
+        NB_EXPECT_OK(nb_call_bind(c, k < 2, NULL));
+        NB_EXPECT_OK(nb_call_materialize(c, k < 2));
+        NB_EXPECT(nb_call_contig4_ok(c) == 1);
+        c->sig.contig4 = k % 2 == 0;
+        char *src = emit(c, NB_TARGET_CUDA);
+        NB_EXPECT((strstr(src, "nb_quad_") != NULL) == (k % 2 == 0));
+        void *img = NULL;
+        size_t size = 0;
+        int cubin = 0;
+        nb_status s = nb_nvrtc_compile(src, "contig4.cu", "compute_90", NULL, &img, &size, &cubin);
+        NB_EXPECT(s == NB_OK);
+        if (s) fprintf(stderr, "  NVRTC: %s\n%s\n", nb_last_error(), src);
+        if (!s && !cubin) {
+            const char *ptx = (const char *)img;
+            int v4 = strstr(ptx, "ld.global.v4") != NULL, st4 = strstr(ptx, "st.global.v4") != NULL;
+            int v2 = strstr(ptx, "ld.global.v2") != NULL || strstr(ptx, "ld.global.v4.u16") != NULL;
+            if (k % 2) NB_EXPECT(!v4 && !st4 && !v2);
+            else NB_EXPECT(st4 && (k == 0 ? v4 : v2 && v4)); /* axpy: bf16 x (8 bytes), f32 y (16) */
+        }
+        if (img) nb_free(img, size);
+        free(src);
+        nb_call_free(c);
+    }
+    nb_tensor_free(a), nb_tensor_free(x), nb_tensor_free(y);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+/* On a GPU: scale and axpy over sizes with every tail length (and an aligned offset view) agree
+ * with the CPU exactly (the same float operations). */
+static void test_contig4_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *devs[2];
+    NB_REQUIRE_OK(nb_device_open("cpu", &devs[0]));
+    NB_REQUIRE_OK(nb_device_open("cuda", &devs[1]));
+    const int64_t ns[] = {1, 3, 4, 7, 1024, 4099, 100003};
+    for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
+        int64_t n = ns[t];
+        float *out[2][2];
+        for (int d = 0; d < 2; d++) {
+            nb_module *m;
+            NB_REQUIRE_OK(nb_module_load_source(devs[d], "owned.nb", SRC, NULL, &m));
+            nb_tensor *a = filled(devs[d], 1, (int64_t[]){n + 4}, -3.0f, 0.37f), *y = filled(devs[d], 1, &n, 0, 0);
+            nb_tensor *av = NULL, *yy = filled(devs[d], 1, &n, 1.0f, 0.11f);
+            NB_REQUIRE_OK(nb_tensor_slice(a, 0, 4, n + 4, 1, &av)); /* 16 bytes in: still aligned */
+            nb_func *f = NULL;
+            nb_call *c = NULL;
+            NB_REQUIRE_OK(nb_module_func(m, "scale", &f));
+            NB_REQUIRE_OK(nb_call_begin(f, &c));
+            nb_call_arg(c, 0, av), nb_call_arg_double(c, 1, 1.5), nb_call_result(c, y);
+            NB_EXPECT_OK(nb_call_run(c, NULL));
+            NB_REQUIRE_OK(nb_module_func(m, "axpy", &f));
+            NB_REQUIRE_OK(nb_call_begin(f, &c));
+            nb_call_arg_double(c, 0, 0.5), nb_call_arg(c, 1, av), nb_call_arg(c, 2, yy);
+            NB_EXPECT_OK(nb_call_run(c, NULL));
+            for (int k = 0; k < 2; k++) {
+                out[d][k] = malloc((size_t)n * 4);
+                NB_EXPECT_OK(nb_tensor_to_host(k ? yy : y, out[d][k], (size_t)n * 4));
+            }
+            nb_tensor_free(a), nb_tensor_free(av), nb_tensor_free(y), nb_tensor_free(yy);
+            nb_module_free(m);
+        }
+        for (int k = 0; k < 2; k++) {
+            int bad = 0;
+            for (int64_t i = 0; i < n && bad < 4; i++)
+                if (out[1][k][i] != out[0][k][i]) {
+                    fprintf(stderr, "  n %lld %s[%lld]: cuda %g cpu %g\n", (long long)n, k ? "axpy" : "scale", (long long)i,
+                            (double)out[1][k][i], (double)out[0][k][i]);
+                    bad++;
+                }
+            NB_EXPECT(bad == 0);
+            free(out[0][k]), free(out[1][k]);
+        }
+    }
+    nb_device_close(devs[1]);
+    nb_device_close(devs[0]);
+}
+
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_one_to_one, test_cpu_values, test_cpu_shared_columns, test_nvrtc);
+    NB_TEST_MAIN(argc, argv, test_one_to_one, test_cpu_values, test_cpu_shared_columns, test_nvrtc, test_contig4_decision,
+                 test_contig4_nvrtc, test_contig4_cuda);
 }

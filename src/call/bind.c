@@ -1129,6 +1129,23 @@ int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strid
     return 1;
 }
 
+int nb_call_contig4_ok(const nb_call *c) {
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    if (c->kdim != 1 || c->sig.blocks || in->is_kernel) return 0;
+    int arrays = 0;
+    for (int j = 0; j < c->sig.nleaves; j++) {
+        const nb_leaf_bind *b = &c->leaves[j];
+        if (b->bind == NB_BIND_UNIFORM) continue;
+        if (b->bind != NB_BIND_ARRAY) return 0; /* tensors, generators */
+        const nb_fn_leaf *l = j < c->nleaves ? &in->leaves[j] : &in->results[j - c->nleaves];
+        int64_t es = (int64_t)nb_dtype_size(b->storage);
+        if (l->kind != NB_LEAF_VALUE || l->value_rank != 0 || (es != 2 && es != 4)) return 0;
+        if (b->kstrides[0] != es || b->data % (uint64_t)(4 * es)) return 0;
+        arrays++;
+    }
+    return arrays > 0;
+}
+
 void nb_call_owned_grads(nb_call *c) {
     const nb_fn_info *in = &c->f->infos[c->overload];
     size_t n = strlen(c->f->name);

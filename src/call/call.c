@@ -354,6 +354,7 @@ static void make_key(const nb_call *c, nb_sig_key *k) {
     k->ndim = s->ndim;
     k->has_result = s->has_result;
     k->blocks = s->blocks;
+    k->contig4 = s->contig4;
     k->nleaves = s->nleaves;
     for (int j = 0; j < s->nleaves; j++) {
         k->leaves[j].param = (int16_t)s->leaves[j].param;
@@ -651,6 +652,7 @@ static nb_status prepare(nb_call *c, nb_tensor **results, int max, int single, c
     if ((s = nb_call_materialize(c, results != NULL))) return s;
     nb_call_vec4_rows(c);
     nb_call_owned_grads(c);
+    c->sig.contig4 = c->sig.target == NB_TARGET_CUDA && nb_call_contig4_ok(c);
     for (int j = 0; j < c->sig.nleaves; j++)
         if (c->leaves[j].bind == NB_BIND_TENSOR)
             c->leaves[j].data = (uint64_t)(uintptr_t)nb_tensor_data(c->leaves[j].tensor);

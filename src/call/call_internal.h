@@ -25,7 +25,7 @@
 /* The signature as plain numbers, compared with memcmp over its used prefix. The function is
  * implied (one cache per nb_func) and leaf paths follow from (overload, leaf index). */
 typedef struct nb_sig_key {
-    int32_t overload, target, mode, ndim, has_result, blocks, nleaves;
+    int32_t overload, target, mode, ndim, has_result, blocks, contig4, nleaves;
     struct {
         int16_t param;
         uint8_t bind;
@@ -186,6 +186,10 @@ void nb_call_owned_grads(nb_call *c);
 /* Whether a scalar of elem_bytes at strides[0 .. n) (bytes) over extents shape[0 .. n) is reached
  * by exactly one index per element: extent-1 dims aside, no stride is 0 and, by increasing
  * |stride|, each stride is at least the extent of the dims below it (so rows never overlap). */
+/* Whether c (bound, materialized) may run 4 consecutive indices per thread (nb_call_sig.contig4):
+ * a 1-D kernel of plain arguments only (arrays and uniforms), every array a contiguous scalar
+ * array of 2- or 4-byte elements whose data address is aligned to 4 of them. */
+int nb_call_contig4_ok(const nb_call *c);
 int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strides, int64_t elem_bytes);
 /* Frees the temporaries of a bound call (uploads; allocations unless handed out). */
 void nb_call_release_temps(nb_call *c);

@@ -880,21 +880,38 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     /* ---- the function and everything it uses ---- */
     nb_emit_function(e, f);
 
+    /* ---- 4 consecutive indices per thread (nb_call_sig.contig4) ---- */
+    int c4 = cuda && sig->contig4 && !blocks && !gsize && !warp && !nacc && nd_ == 1 && !f->has_tid && !f->is_kernel;
+    for (int i = 0; c4 && i < total; i++) {
+        const nb_leaf_sig *ls = &sig->leaves[i];
+        const leaf *l = LEAF_AT(i);
+        size_t es = nb_dtype_size(ls->storage);
+        if (ls->bind == NB_BIND_UNIFORM) continue;
+        if (ls->bind != NB_BIND_ARRAY || l->type->kind != NB_TY_SCALAR || (es != 2 && es != 4) || ls->vec4 ||
+            (i < L.n && leaf_accumulates(f, l) && !ls->owned)) /* (atomics need the array's address) */
+            c4 = 0;
+    }
+
     /* ---- the per-index body ---- */
     nb_strbuf b;
     nb_strbuf_init(&b);
     const char *I = cuda ? "I" : "long long";
-    if (cuda)
+    if (c4) /* the body proper takes its element addresses: array memory or a register buffer */
+        APPEND(&b, "template <typename I>\nstatic __device__ __forceinline__ void nb_lane_%s(const nb_params_%s *nb_P, const I *nb_idx", ename,
+               ename);
+    else if (cuda)
         APPEND(&b, "template <typename I>\nstatic __device__ __forceinline__ void nb_body_%s(const nb_params_%s *nb_P, const I *nb_idx", ename,
                ename);
     else APPEND(&b, "static inline void nb_body_%s(const nb_params_%s *nb_P, const long long *nb_idx", ename, ename);
+    for (int i = 0; c4 && i < total; i++)
+        if (sig->leaves[i].bind == NB_BIND_ARRAY) APPEND(&b, ", char *nb_a%d", i);
     if (nacc) APPEND(&b, ", nb_acc_%s *nb_acc", ename);
     if (warp) nb_strbuf_append(&b, ", int nb_live");
     nb_strbuf_append(&b, ") {\n");
     (void)I;
-    if (nd_ == 0) nb_strbuf_append(&b, "    (void)nb_idx;\n");
+    if (nd_ == 0 || c4) nb_strbuf_append(&b, "    (void)nb_idx;\n");
     /* element addresses of array leaves */
-    for (int i = 0; i < total; i++) {
+    for (int i = 0; i < total && !c4; i++) {
         if (sig->leaves[i].bind != NB_BIND_ARRAY) continue;
         APPEND(&b, "    char *nb_a%d = (char *)nb_P->l%d_data", i, i);
         for (int d = 0; d < nd_; d++) APPEND(&b, " + (long long)nb_idx[%d] * nb_P->l%d_strides[%d]", d, i, d);
@@ -1087,6 +1104,42 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         gen_access(e, &b, 1, l->type, lv, addr, inner, 0, ls->storage, 1);
     }
     nb_strbuf_append(&b, "}\n");
+    if (c4 && st == NB_OK) {
+        /* one index: the addresses in the arrays */
+        APPEND(&b, "template <typename I>\nstatic __device__ __forceinline__ void nb_body_%s(const nb_params_%s *nb_P, const I *nb_idx) {\n"
+                   "    nb_lane_%s(nb_P, nb_idx", ename, ename, ename);
+        for (int i = 0; i < total; i++)
+            if (sig->leaves[i].bind == NB_BIND_ARRAY)
+                APPEND(&b, ",\n        (char *)nb_P->l%d_data + (long long)nb_idx[0] * nb_P->l%d_strides[0]", i, i);
+        nb_strbuf_append(&b, ");\n}\n");
+        /* indices 4q .. 4q+3: every array read (in, inout, an owned gradient) with one vector
+         * load into a register buffer, the four lanes run on the buffers, every array written
+         * with one vector store (the call layer checked contiguity and alignment) */
+        APPEND(&b, "static __device__ __forceinline__ void nb_quad_%s(const nb_params_%s *nb_P, unsigned nb_q) {\n", ename, ename);
+        for (int i = 0; i < total; i++) {
+            if (sig->leaves[i].bind != NB_BIND_ARRAY) continue;
+            const leaf *l = LEAF_AT(i);
+            const char *vt = nb_dtype_size(sig->leaves[i].storage) == 4 ? "uint4" : "uint2";
+            int rd = i < L.n && (f->params[l->param]->dir != NB_DIR_OUT || leaf_accumulates(f, l));
+            APPEND(&b, "    union { %s v; char c[sizeof(%s)]; } nb_b%d; /* %s */\n", vt, vt, i, l->path);
+            if (rd) APPEND(&b, "    nb_b%d.v = ((const %s *)nb_P->l%d_data)[nb_q];\n", i, vt, i);
+        }
+        nb_strbuf_append(&b, "#pragma unroll\n    for (unsigned nb_k = 0; nb_k < 4u; nb_k++) {\n"
+                             "        const unsigned nb_idx[1] = {4u * nb_q + nb_k};\n");
+        APPEND(&b, "        nb_lane_%s(nb_P, nb_idx", ename);
+        for (int i = 0; i < total; i++)
+            if (sig->leaves[i].bind == NB_BIND_ARRAY)
+                APPEND(&b, ", nb_b%d.c + nb_k * %zuu", i, nb_dtype_size(sig->leaves[i].storage));
+        nb_strbuf_append(&b, ");\n    }\n");
+        for (int i = 0; i < total; i++) {
+            if (sig->leaves[i].bind != NB_BIND_ARRAY) continue;
+            const leaf *l = LEAF_AT(i);
+            if (i < L.n && !leaf_writes_back(f, l)) continue;
+            const char *vt = nb_dtype_size(sig->leaves[i].storage) == 4 ? "uint4" : "uint2";
+            APPEND(&b, "    ((%s *)nb_P->l%d_data)[nb_q] = nb_b%d.v;\n", vt, i, i);
+        }
+        nb_strbuf_append(&b, "}\n");
+    }
 #undef LEAF_AT
 
     /* ---- entry points ---- */
@@ -1214,6 +1267,11 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                 APPEND(&b, "        for (%s nb_w = (%s)blockIdx.x * blockDim.x + (threadIdx.x & ~31u); nb_w < (%s)nb_n; nb_w += nb_stride) {\n", T, T, T);
                 APPEND(&b, "            %s nb_i = nb_w + (threadIdx.x & 31u);\n", T);
                 APPEND(&b, "            const int nb_live = nb_i < (%s)nb_n;\n            if (!nb_live) nb_i = (%s)nb_n - 1;\n", T, T);
+            } else if (c4 && pass == 0) { /* quads of contiguous indices, then the (< 4) tail one by one */
+                APPEND(&b, "        const unsigned nb_n4 = (unsigned)nb_n >> 2;\n"
+                           "        for (unsigned nb_q = blockIdx.x * blockDim.x + threadIdx.x; nb_q < nb_n4; nb_q += nb_stride)\n"
+                           "            nb_quad_%s(&params, nb_q);\n", ename);
+                nb_strbuf_append(&b, "        for (unsigned nb_i = (nb_n4 << 2) + blockIdx.x * blockDim.x + threadIdx.x; nb_i < (unsigned)nb_n; nb_i += nb_stride) {\n");
             } else
             APPEND(&b, "        for (%s nb_i = (%s)blockIdx.x * blockDim.x + threadIdx.x; nb_i < (%s)nb_n; nb_i += nb_stride) {\n", T, T, T);
             APPEND(&b, "            %s nb_idx[%d];\n", T, nd_ > 0 ? nd_ : 1);

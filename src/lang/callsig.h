@@ -123,6 +123,12 @@ typedef struct nb_call_sig {
                                ndim == 6, shape = {grid z, y, x, block z, y, x}; the entry runs
                                blocks (CPU: [begin, end) of the linear block index; CUDA: a real
                                <<<grid, block>>> launch) and every thread of each */
+    int contig4;            /* CUDA, a 1-D kernel whose every ARRAY leaf is a scalar of 2 or 4
+                               bytes, contiguous (stride = its size) and aligned to 4 elements
+                               (checked by the call layer: nb_call_contig4_ok): each thread runs 4
+                               consecutive indices with one vector load / store per array (the
+                               tail scalar); ignored where the kernel has anything else (a
+                               generator, a tensor, a gradient added atomically, thread ids) */
 } nb_call_sig;
 
 typedef struct nb_leaf_layout {
