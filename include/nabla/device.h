@@ -105,6 +105,14 @@ nb_status nb_device_mem_stats(nb_device *dev, nb_mem_stats *out);
 /* Returns every cached free block to the driver. */
 nb_status nb_device_empty_cache(nb_device *dev);
 
+/* Zeroed host memory that kernels on `dev` can write and the host can read without a copy or a
+ * synchronisation (CUDA: pinned, mapped memory, cuMemHostAlloc DEVICEMAP; the CPU: ordinary
+ * memory). *host is its host address, *dev_addr the address kernels use. A kernel's writes are
+ * seen by the host in no particular order while it runs, and all of them once it has finished.
+ * Free it with nb_host_mapped_free once no queued kernel can write it any more. */
+nb_status nb_host_mapped_alloc(nb_device *dev, size_t bytes, void **host, uint64_t *dev_addr);
+void nb_host_mapped_free(nb_device *dev, void *host);
+
 /* ---- streams and events -------------------------------------------------------------------- */
 
 /* The device's main stream: all nabla work is queued here (never NULL for an open device). */

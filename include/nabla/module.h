@@ -333,6 +333,24 @@ nb_status nb_call_run_grid(nb_call *c, const int64_t grid[3]);
  * loads from them and writes the stores' tangents into them.
  * Value parameters get no derivative (slang-torch passes none). Frees c. */
 nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t grid[3]);
+
+/* Bounds-check errors, reported now or later. Every tensor / array index of a checked kernel is
+ * checked; by default a call returns the error of its launch's first out-of-range index
+ * (NB_ERR_SHAPE naming the tensor, index and shape), which on CUDA costs a wait for the launch
+ * to finish. After nb_call_defer_checks(c) the call returns once the kernel is queued, and its
+ * out-of-range index is reported like CUDA's own asynchronous errors: by the module's next check
+ * point, with " (launch #N of this module, reported late)" naming the launch (the module counts
+ * its deferred launches from 1). Check points: the start of every later call or launch of any
+ * function of the module (its own arguments are not bound then: the call fails with that error),
+ * and nb_module_check. One error is reported once; an error still pending when the module is
+ * freed is printed to stderr. slangtorch's launchRaw defers on CUDA (Python: docs/PYTHON.md).
+ * Works on every device (on the CPU the launch has finished when the call returns, so the error
+ * is known at once, but is still reported at the next check point). Calls recorded into a command
+ * list (nb_cmdlist) keep the immediate check. */
+nb_status nb_call_defer_checks(nb_call *c);
+/* Waits for the module's device, then returns the pending error of a deferred launch, if any
+ * (cleared: reported once). */
+nb_status nb_module_check(nb_module *m);
 /* Abandons a call without running it. */
 void nb_call_free(nb_call *c);
 

@@ -82,6 +82,13 @@ class Module:
         self.__dict__[name] = f  # cached: later lookups are plain attribute reads
         return f
 
+    def check_errors(self):
+        """Waits for the module's device, then raises the bounds error (nabla.ShapeError naming
+        the kernel, tensor, index and launch number) of a launch whose check was deferred
+        (slangtorch's launchRaw on CUDA), if one is pending. Its next launch or call checks too,
+        without waiting. docs/PYTHON.md, "Errors of launches"."""
+        self._cmod.check()
+
     def set(self, values=None, **kw):
         """SlangPy: module-wide global parameters: every later call of a function that has a
         parameter of that name (module-scope buffers are trailing parameters) gets the value.

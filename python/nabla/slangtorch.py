@@ -33,7 +33,7 @@ from ._nabla import (
 from . import Module as _NbModule, Tensor as _NbTensor, _define_list
 
 __all__ = [
-    "loadModule", "clearSessionShaderCache", "clearPersistentShaderCache", "clearShaderCaches",
+    "loadModule", "checkErrors", "clearSessionShaderCache", "clearPersistentShaderCache", "clearShaderCaches",
     "DiffTensorView", "SlangModule", "KernelFunction", "LaunchableObject",
     "StructArgumentError",
     "BroadcastError",
@@ -745,6 +745,17 @@ def loadModule(fileName, skipSlang=None, verbose=False, defines={}, includePaths
         print(f"[nabla.slangtorch] loadModule {fileName} defines={defs} includePaths={incs}",
               file=sys.stderr)
     return SlangModule(os.path.abspath(str(fileName)), load_kwargs, devices, bool(verbose))
+
+
+def checkErrors(module):
+    """nabla: a check point for module's launches (not in slang-torch). On CUDA launchRaw returns
+    once the kernel is queued; an out-of-range index it hits is raised (nabla.ShapeError naming
+    the kernel, tensor, index and launch number) by the module's next launch, or here, after
+    waiting for the GPU. docs/PYTHON.md, "Errors of launches"."""
+    if not isinstance(module, SlangModule):
+        raise ArgumentError(f"checkErrors: expected a module of loadModule, got {type(module).__name__}")
+    for m in list(module._mods.values()):
+        m.check_errors()
 
 
 def clearSessionShaderCache():

@@ -355,6 +355,7 @@ static PyMethodDef module_methods[] = {
     {"func", module_func, METH_O, "func(name) -> Function (NotFoundError lists the functions)"},
     {"set_constant", module_set_constant, METH_VARARGS, "set_constant(name, value)"},
     {"functions", nbp_module_functions, METH_NOARGS, "functions() -> [name, ...] the module's callable functions"},
+    {"check", nbp_module_check, METH_NOARGS, "check(): waits for the device, raises a deferred launch's bounds error"},
     {"dump", (PyCFunction)(void (*)(void))module_dump, METH_VARARGS | METH_KEYWORDS,
      "dump(format='c'|'cuda'|'ir', entry=None, mode='primal'|'fwd'|'bwd') -> generated code"},
     {NULL},

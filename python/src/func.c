@@ -937,8 +937,8 @@ static PyMethodDef func_methods[] = {
     {"dispatch", (PyCFunction)(void (*)(void))func_dispatch, METH_VARARGS | METH_KEYWORDS,
      "dispatch(grid, *args, **kw): run a [Kernel] function over grid = n or (x, y, z) threads"},
     {"launch_raw", (PyCFunction)(void (*)(void))nbp_func_launch_raw, METH_VARARGS | METH_KEYWORDS,
-     "launch_raw(block, grid, mode='primal'|'fwd'|'bwd', args={path: value | (primal, grad)}): grid blocks of block "
-     "threads (slangtorch's launchRaw; launch.c)"},
+     "launch_raw(block, grid, mode='primal'|'fwd'|'bwd', args={path: value | (primal, grad)}, defer_checks=None): "
+     "grid blocks of block threads (slangtorch's launchRaw; launch.c)"},
     {"kernel_params", nbp_func_kernel_params, METH_NOARGS, "kernel_params() -> [dict per parameter leaf]"},
     {"param_types", nbp_func_param_types, METH_NOARGS, "param_types() -> {path: struct type name}"},
     {NULL},

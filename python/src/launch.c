@@ -1,12 +1,16 @@
 /* Explicit-block kernel launches for the Python layer (slangtorch's launchRaw; docs/PYTHON.md):
  *
- *   Function.launch_raw(block, grid, mode="primal", args={path: value | (primal, grad)})
+ *   Function.launch_raw(block, grid, mode="primal", args={path: value | (primal, grad)}, defer_checks=None)
  *       block, grid: (x, y, z) ints (fewer given: the rest 1). mode "primal", "fwd" or "bwd"
  *       (slangtorch's m.f / m.f.fwd / m.f.bwd). args keys are leaf paths ("x", "foo.A",
  *       "mlp.layers[1].weights"); a DiffTensor leaf takes a (primal, grad) pair (or a 1-tuple /
  *       bare tensor: no gradient), any other leaf a value: a torch tensor (zero-copy, ordered on
  *       torch's current stream), a numpy array, a nabla.Tensor, a number or a nested sequence (a
  *       vector, matrix or array host value). Returns None; tensors are written in place.
+ *       defer_checks: an out-of-range index is reported at the module's next check point (its
+ *       next launch or call, Module.check()) rather than by this launch, which then does not wait
+ *       for the GPU (nb_call_defer_checks); None: deferred on CUDA, at once on the CPU.
+ *   Module.check() waits for the module's device and raises the pending error of a deferred launch.
  *   Function.kernel_params() -> [ {path, param, param_name, dir, is_tensor, is_diff_tensor,
  *       tensor_rank, dtype, value_shape}, ... ] one dict per leaf (overload 0), depth-first.
  *   Function.param_types() -> {path: type name} of its struct-valued nodes ("foo": "Foo",
@@ -139,10 +143,10 @@ static int bind_one(lr_state *s, nb_func *f, nb_call *c, PyObject *key, PyObject
 }
 
 PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
-    static char *kwl[] = {"block", "grid", "mode", "args", NULL};
-    PyObject *blk = NULL, *grd = NULL, *dict = NULL;
+    static char *kwl[] = {"block", "grid", "mode", "args", "defer_checks", NULL};
+    PyObject *blk = NULL, *grd = NULL, *dict = NULL, *defer = Py_None;
     const char *mode = "primal";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|sO:launch_raw", kwl, &blk, &grd, &mode, &dict)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|sOO:launch_raw", kwl, &blk, &grd, &mode, &dict, &defer)) return NULL;
     FunctionObject *fn = (FunctionObject *)self;
     int64_t b[3], g[3];
     if (dims3(blk, "block", b) < 0 || dims3(grd, "grid", g) < 0) return NULL;
@@ -169,6 +173,10 @@ PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
     nb_call *c = NULL;
     if (check(nb_call_begin(fn->f, &c)) < 0) goto done;
     if (md != NB_MODE_PRIMAL && check(nb_call_set_mode(c, md)) < 0) goto done;
+    /* bounds errors: CUDA reports them at the module's next check point (no wait per launch);
+     * the CPU's launch has finished, so at once (defer_checks=True/False overrides) */
+    if (defer == Py_None ? nb_device_get_kind(s.cx.dev) == NB_DEVICE_CUDA : PyObject_IsTrue(defer) == 1)
+        nb_call_defer_checks(c);
     if (dict && dict != Py_None) {
         Py_ssize_t pos = 0;
         PyObject *k, *v;
@@ -254,6 +262,17 @@ PyObject *nbp_func_param_types(PyObject *self, PyObject *unused) {
 PyObject *nbp_func_get_is_kernel(PyObject *self, void *unused) {
     (void)unused;
     return PyBool_FromLong(nb_func_is_kernel(((FunctionObject *)self)->f, 0));
+}
+
+PyObject *nbp_module_check(PyObject *self, PyObject *unused) {
+    (void)unused;
+    nb_status st;
+    nb_module *m = ((ModuleObject *)self)->m;
+    Py_BEGIN_ALLOW_THREADS
+    st = nb_module_check(m);
+    Py_END_ALLOW_THREADS
+    if (check(st) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 PyObject *nbp_module_functions(PyObject *self, PyObject *unused) {

@@ -200,5 +200,6 @@ PyObject *nbp_func_kernel_params(PyObject *self, PyObject *unused);
 PyObject *nbp_func_param_types(PyObject *self, PyObject *unused);
 PyObject *nbp_func_get_is_kernel(PyObject *self, void *unused);
 PyObject *nbp_module_functions(PyObject *self, PyObject *unused);
+PyObject *nbp_module_check(PyObject *self, PyObject *unused);
 
 #endif

@@ -214,10 +214,14 @@ def test_launch_total_and_auto_launch():
         out = torch.zeros(10, device=dev)
         m.unchecked(dst=out).launchTotal(blockSize=(10, 1, 1), totalSize=(10, 1, 1))
         assert out.cpu().tolist() == list(range(10))
+        # (on CUDA the launch returns at once and the error comes at the module's check point)
         with pytest.raises(nabla.ShapeError, match="out-of-bounds index"):
             m.unchecked(dst=out).launchTotal(blockSize=(4, 1, 1), totalSize=(10, 1, 1))
+            slangtorch.checkErrors(m)
         with pytest.raises(nabla.ShapeError, match="out-of-bounds index"):
             m.unchecked(dst=out).autoLaunch(totalSize=(10, 1, 1))
+            slangtorch.checkErrors(m)
+        slangtorch.checkErrors(m)
 
 
 def test_launch_total_bad_sizes():
@@ -639,3 +643,43 @@ def test_repeated_launches_many_arguments_one_pass_binding():
                 m.many(a=torch.ones(1, device=dev).expand(5), b=b, c=c, d=d, s0=1.0, s1=2, s2=0.5, k=1, o=o)
     finally:
         shutil.rmtree(tmp)
+
+
+def test_deferred_bounds_errors():
+    # launch_raw(defer_checks=True) (the default on CUDA: no wait for the GPU per launch): an
+    # out-of-range index is raised by the module's next check point, naming the kernel, tensor and
+    # launch number; in-range launches raise nothing; one error is raised once
+    for dev in ["cpu"] + (["cuda"] if "cuda" in devices() else []):
+        mod = nabla.load_module(path("blocks.slang"), nabla.device(dev))
+        f, g = mod.unchecked, mod.where
+        dst = nabla.Tensor.from_numpy(np.zeros(8, np.float32), device=nabla.device(dev))
+        ids = nabla.Tensor.from_numpy(np.zeros((4, 9), np.int32), device=nabla.device(dev))
+        f.launch_raw((4, 1, 1), (2, 1, 1), "primal", {"dst": dst}, defer_checks=True)  # launch #1
+        mod.check_errors()  # nothing pending
+        f.launch_raw((4, 1, 1), (3, 1, 1), "primal", {"dst": dst}, defer_checks=True)  # #2: 12 > 8
+        with pytest.raises(nabla.ShapeError, match=r"out-of-bounds index \[8\] into tensor 'dst' of "
+                           r"shape \[8\] in function 'unchecked' \(launch #2 of this module, reported late\)"):
+            g.launch_raw((2, 1, 1), (2, 1, 1), "primal", {"ids": ids}, defer_checks=True)
+        g.launch_raw((2, 1, 1), (2, 1, 1), "primal", {"ids": ids}, defer_checks=True)  # #3: cleared
+        assert ids.numpy()[3, 3] == 1
+        f.launch_raw((4, 1, 1), (3, 1, 1), "primal", {"dst": dst}, defer_checks=True)  # #4
+        with pytest.raises(nabla.ShapeError, match=r"launch #4 of this module"):
+            mod.check_errors()
+        mod.check_errors()
+        # defer_checks=False: the launch's own error, on every device
+        with pytest.raises(nabla.ShapeError, match="out-of-bounds index"):
+            f.launch_raw((4, 1, 1), (3, 1, 1), "primal", {"dst": dst}, defer_checks=False)
+        mod.check_errors()
+
+
+def test_check_errors_slangtorch():
+    # slangtorch.checkErrors(m): the check point of every device m is loaded on
+    m = slangtorch.loadModule(path("blocks.slang"))
+    dst = np.zeros(8, np.float32)
+    m.unchecked(dst=dst).launchRaw(blockSize=(8, 1, 1), gridSize=(1, 1, 1))
+    slangtorch.checkErrors(m)
+    with pytest.raises(nabla.ShapeError, match="out-of-bounds index"):  # the CPU: at once
+        m.unchecked(dst=dst).launchRaw(blockSize=(4, 1, 1), gridSize=(3, 1, 1))
+    slangtorch.checkErrors(m)
+    with pytest.raises(slangtorch.ArgumentError, match="checkErrors: expected a module"):
+        slangtorch.checkErrors("blocks.slang")

@@ -57,6 +57,7 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
     c->ntgrads = 0;
     c->overload_slot = NULL;
     c->blocks = 0;
+    c->defer = 0;
     c->nres = 0;
     c->overload = 0;
     c->nleaves = 0;
@@ -501,10 +502,16 @@ static nb_status fill_block(nb_call *c, const nb_call_layout *L) {
 /* ---- bounds checks (lang/callsig.h) ------------------------------------------------------------ */
 
 /* Where the launch records its first out-of-range index: the call's own record on the CPU, the
- * module's device word on CUDA (allocated once, zero while no error is pending). */
+ * module's device word on CUDA (allocated once, zero while no error is pending); a deferred
+ * launch's slot in the module's host-mapped ring (defer.c). */
 static nb_status oob_record(nb_call *c, const nb_kentry *e, uint64_t *addr) {
+    if (c->defer) { /* a slot of the module's ring (defer.c), unless it cannot be made */
+        nb_status s = nb_defer_slot(c, e, addr);
+        if (s || c->defer) return s;
+    }
     if (nb_jit_kernel_kind(e->kernel) == NB_DEVICE_CPU) {
         c->oob.flag = 0;
+        c->oob.note = 0;
         *addr = (uint64_t)(uintptr_t)&c->oob;
         return NB_OK;
     }
@@ -530,6 +537,38 @@ static void append_dims(nb_strbuf *o, int n, const long long *v) {
     nb_strbuf_append(o, "]");
 }
 
+nb_status nb_call_oob_error(const nb_oob_rec *r, const nb_call_layout *L, const nb_func *f, int overload,
+                            int nleaves, const char *tail) {
+    const nb_fn_info *in = f->infos && overload >= 0 && overload < f->count ? &f->infos[overload] : NULL;
+    const char *fn = in ? in->name : f->name;
+    int rank = r->rank < 0 ? 0 : r->rank > 8 ? 8 : r->rank;
+    nb_strbuf msg;
+    nb_strbuf_init(&msg);
+    nb_strbuf_append(&msg, "out-of-bounds index ");
+    if (r->kind == NB_OOB_ARRAY) {
+        nb_strbuf_printf(&msg, "%lld into ", rank ? r->idx[0] : 0LL);
+        if (r->site >= 0 && r->site < L->noob_sites && r->site < NB_OOB_MAX_SITES) nb_strbuf_append(&msg, L->oob_sites[r->site]);
+        else nb_strbuf_printf(&msg, "a local array of length %lld", rank ? r->shape[0] : 0LL);
+    } else {
+        append_dims(&msg, rank, r->idx);
+        int leaf = r->site - 1; /* parameter leaves, then the result's (as bind.c's sig.leaves) */
+        const char *path = !in || leaf < 0 ? NULL
+                           : leaf < nleaves ? (leaf < in->nleaves ? in->leaves[leaf].path : NULL)
+                           : leaf - nleaves < in->nresults ? in->results[leaf - nleaves].path : NULL;
+        const char *what = r->kind == NB_OOB_TENSOR_GRAD ? "the gradient of tensor" : "tensor";
+        if (path) nb_strbuf_printf(&msg, " into %s '%s' of shape ", what, path);
+        else nb_strbuf_printf(&msg, " into a %s of shape ", what);
+        append_dims(&msg, rank, r->shape);
+        char base[256]; /* f, not its derivative wrapper f__bwdr */
+        nb_strbuf_printf(&msg, " in function '%s'", nb_ad_wrapper_name(fn, base, sizeof base) ? base : fn);
+    }
+    nb_strbuf_append(&msg, tail);
+    nb_status s = nb_strbuf_ok(&msg) ? nb_error(NB_ERR_SHAPE, "%s", nb_strbuf_cstr(&msg))
+                                     : nb_error(NB_ERR_SHAPE, "%s: out-of-bounds index", fn);
+    nb_strbuf_free(&msg);
+    return s;
+}
+
 /* After the launch: the error of its first out-of-range access, if any. On CUDA this reads one
  * word back (the call's synchronisation point), and the whole record only when it is set. */
 static nb_status oob_check(nb_call *c, const nb_kentry *e) {
@@ -546,31 +585,7 @@ static nb_status oob_check(nb_call *c, const nb_kentry *e) {
         if ((s = nb_memcpy_d2h(m->dev, &r, p, sizeof r))) return s;
         if ((s = nb_memset(m->dev, p, 0, sizeof r))) return s;
     }
-    const nb_call_layout *L = &e->layout;
-    int rank = r.rank < 0 ? 0 : r.rank > 8 ? 8 : r.rank;
-    nb_strbuf msg;
-    nb_strbuf_init(&msg);
-    nb_strbuf_append(&msg, "out-of-bounds index ");
-    if (r.kind == NB_OOB_ARRAY) {
-        nb_strbuf_printf(&msg, "%lld into ", rank ? r.idx[0] : 0LL);
-        if (r.site >= 0 && r.site < L->noob_sites && r.site < NB_OOB_MAX_SITES) nb_strbuf_append(&msg, L->oob_sites[r.site]);
-        else nb_strbuf_printf(&msg, "a local array of length %lld", rank ? r.shape[0] : 0LL);
-    } else {
-        append_dims(&msg, rank, r.idx);
-        int leaf = r.site - 1;
-        const char *what = r.kind == NB_OOB_TENSOR_GRAD ? "the gradient of tensor" : "tensor";
-        if (leaf >= 0 && leaf < c->sig.nleaves && c->sig.leaves[leaf].path)
-            nb_strbuf_printf(&msg, " into %s '%s' of shape ", what, c->sig.leaves[leaf].path);
-        else nb_strbuf_printf(&msg, " into a %s of shape ", what);
-        append_dims(&msg, rank, r.shape);
-        char base[256]; /* f, not its derivative wrapper f__bwdr */
-        const char *fn = nb_call_fname(c);
-        nb_strbuf_printf(&msg, " in function '%s'", nb_ad_wrapper_name(fn, base, sizeof base) ? base : fn);
-    }
-    nb_status s = nb_strbuf_ok(&msg) ? nb_error(NB_ERR_SHAPE, "%s", nb_strbuf_cstr(&msg))
-                                     : nb_error(NB_ERR_SHAPE, "%s: out-of-bounds index", nb_call_fname(c));
-    nb_strbuf_free(&msg);
-    return s;
+    return nb_call_oob_error(&r, &e->layout, c->f, c->overload, c->nleaves, "");
 }
 
 /* The launch alone: nothing that waits for the device (so a CUDA graph can capture it). */
@@ -618,7 +633,7 @@ static nb_status after_launch(nb_call *c, nb_kentry *e) {
         fflush(stdout);
         s = nb_device_synchronize(c->f->m->dev);
     }
-    return s || !e->layout.bounds_checked ? s : oob_check(c, e);
+    return s || !e->layout.bounds_checked || c->defer ? s : oob_check(c, e);
 }
 
 static nb_status launch(nb_call *c, nb_kentry *e) {
@@ -632,7 +647,9 @@ nb_status nb_call_after_launch(nb_call *c, nb_kentry *e) { return after_launch(c
 /* Everything before the launch: binding, uploads and allocations, the kernel, the parameter
  * block and its bounds-check record. */
 static nb_status prepare(nb_call *c, nb_tensor **results, int max, int single, const int64_t *grid, nb_kentry **out) {
-    nb_status s = nb_call_ad_fuse(c, results != NULL);
+    nb_status s = nb_defer_check(c->f->m); /* a deferred launch's error first (defer.c) */
+    if (s) return s;
+    s = nb_call_ad_fuse(c, results != NULL);
     if (s) return s;
     s = nb_call_bind(c, results != NULL, grid);
     if (s) return s;
@@ -844,6 +861,12 @@ nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t g
     memcpy(c->bdim, block, sizeof c->bdim);
     c->sig.nleaves = 0;
     return finish(c, run(c, NULL, 0, NULL, 1, grid));
+}
+
+nb_status nb_call_defer_checks(nb_call *c) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_defer_checks: argument 'c' is NULL");
+    c->defer = 1;
+    return NB_OK;
 }
 
 nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor **result) {

@@ -57,6 +57,28 @@ nb_kentry *nb_kcache_find(nb_kcache *c, const nb_sig_key *k, size_t bytes, uint6
 nb_status nb_kcache_add(nb_kcache *c, nb_kentry *e);
 void nb_kcache_clear(nb_kcache *c);
 
+/* ---- deferred bounds checks (defer.c) ------------------------------------------------------- */
+
+#define NB_DEFER_SLOTS 256 /* records per module: launch n writes slot (n - 1) % NB_DEFER_SLOTS */
+
+typedef struct nb_defer_log { /* what a slot's launch was, for its message */
+    uint64_t seq;           /* launch number, from 1 */
+    struct nb_func *f;
+    const nb_kentry *e;
+    int overload, nleaves;
+} nb_defer_log;
+
+typedef struct nb_defer {
+    nb_oob_rec *rec;        /* NB_DEFER_SLOTS records in host-mapped memory (host addresses) */
+    unsigned *note;         /* after them: set by a kernel once it filled its record */
+    uint64_t rec_dev;       /* the records' device address */
+    uint64_t seq;           /* deferred launches so far */
+    nb_event *mark[2];      /* recorded at the start of each half of the ring (slot reuse) */
+    nb_status err;          /* found, not yet reported */
+    char msg[1024];
+    nb_defer_log log[NB_DEFER_SLOTS];
+} nb_defer;
+
 /* ---- module and function handles ------------------------------------------------------------ */
 
 struct nb_module {
@@ -67,6 +89,8 @@ struct nb_module {
     char *name;             /* the file, for messages */
     pthread_mutex_t lock;   /* guards funcs and every function's kernel cache (and oob_dev) */
     nb_buffer *oob_dev;     /* CUDA: the nb_oob_rec its launches report out-of-range indices in */
+    nb_defer *defer;        /* deferred checks' records (defer.c), made by the first such launch */
+    int defer_off;          /* they could not be made: every launch is checked at once */
     nb_func **funcs;
     int nfuncs, cap_funcs;
     nb_jit_kernel *host;    /* the host unit's entry (host.c), compiled on the first host call */
@@ -155,6 +179,7 @@ struct nb_call {
     struct { const char *path; nb_tensor *t; } intos[NB_CALL_MAX_LEAVES];
     int *overload_slot;     /* nb_call_report_overload */
     int blocks;             /* nb_call_run_blocks: launched with explicit blocks */
+    int defer;              /* nb_call_defer_checks: bounds errors reported at a later check point */
     int64_t bdim[3];        /* its block size {x, y, z} (the grid goes where run_grid's does) */
     int ntgrads;            /* nb_call_grad / nb_call_tangent on DiffTensor parameters, by name */
     struct { const char *param; nb_tensor *t; } tgrads[NB_CALL_MAX_LEAVES]; /* param: leaf path */
@@ -205,5 +230,21 @@ nb_status nb_call_after_launch(nb_call *c, nb_kentry *e);
 
 /* Messages: "float add(float a, float b)" of the chosen overload, "f" when unknown. */
 const char *nb_call_fname(const nb_call *c);
+
+/* call.c: the NB_ERR_SHAPE error of a filled record r of a launch of f's overload (nleaves
+ * parameter leaves, then its result's) with layout L; tail is appended ("" for none). */
+nb_status nb_call_oob_error(const nb_oob_rec *r, const nb_call_layout *L, const struct nb_func *f, int overload,
+                            int nleaves, const char *tail);
+
+/* defer.c: the record a deferred launch of c with kernel e writes (its device address; 0 with
+ * c->defer cleared where the records cannot be made: then the launch is checked at once); the
+ * module's check point (returns a pending error, without waiting); nb_defer_settle waits for the
+ * deferred launches and keeps their error as a message (before the kernels and reflection it
+ * names are freed; caller holds the module lock); nb_defer_free does the same and frees the
+ * records (module teardown). */
+nb_status nb_defer_slot(nb_call *c, const nb_kentry *e, uint64_t *addr);
+nb_status nb_defer_check(nb_module *m);
+void nb_defer_settle(nb_module *m);
+void nb_defer_free(nb_module *m);
 
 #endif

@@ -163,6 +163,7 @@ static void func_free(nb_func *f) {
 
 void nb_module_free(nb_module *m) {
     if (!m) return;
+    nb_defer_free(m); /* (waits for deferred launches: they write host memory freed here) */
     for (int i = 0; i < m->nfuncs; i++) func_free(m->funcs[i]);
     if (m->funcs) nb_free(m->funcs, sizeof *m->funcs * (size_t)m->cap_funcs);
     if (m->prog) nb_program_free(m->prog);
@@ -179,6 +180,7 @@ nb_status nb_module_set_constant(nb_module *m, const char *name, double value) {
     NB_CHECK_ARG(m);
     NB_CHECK_ARG(name);
     pthread_mutex_lock(&m->lock);
+    nb_defer_settle(m); /* (a deferred launch's error names the reflection and kernels freed here) */
     nb_status s = nb_program_set_constant(m->prog, name, value);
     if (s == NB_OK) {
         /* Every reflection pointer and kernel may be stale now. */

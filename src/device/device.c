@@ -130,6 +130,20 @@ nb_status nb_device_synchronize(nb_device *dev) {
     return dev->ops->synchronize(dev);
 }
 
+nb_status nb_host_mapped_alloc(nb_device *dev, size_t bytes, void **host, uint64_t *dev_addr) {
+    NB_CHECK_ARG(host);
+    NB_CHECK_ARG(dev_addr);
+    *host = NULL;
+    *dev_addr = 0;
+    NB_CHECK_ARG(dev);
+    if (bytes == 0) return nb_error(NB_ERR_INVALID_ARG, "nb_host_mapped_alloc: 0 bytes");
+    return dev->ops->mapped_alloc(dev, bytes, host, dev_addr);
+}
+
+void nb_host_mapped_free(nb_device *dev, void *host) {
+    if (dev && host) dev->ops->mapped_free(dev, host);
+}
+
 /* ---- buffers ------------------------------------------------------------------------------- */
 
 nb_status nb_buffer_alloc(nb_device *dev, size_t bytes, nb_buffer **out) {

@@ -18,6 +18,9 @@ typedef struct nb_device_ops {
     nb_status (*d2d)(nb_device *dev, void *dst, const void *src, size_t bytes);
     nb_status (*memset)(nb_device *dev, void *dst, int byte, size_t bytes);
     nb_status (*synchronize)(nb_device *dev);
+    /* Host memory the device reads and writes (nb_host_mapped_alloc). */
+    nb_status (*mapped_alloc)(nb_device *dev, size_t bytes, void **host, uint64_t *dev_addr);
+    void (*mapped_free)(nb_device *dev, void *host);
     nb_status (*stream_create)(nb_device *dev, nb_stream *s);
     void (*stream_destroy)(nb_stream *s);
     nb_status (*stream_synchronize)(nb_stream *s);

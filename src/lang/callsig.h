@@ -46,8 +46,9 @@
  * local array / matrix / vector index that is not a constant is checked against its extent. An
  * access out of range does not touch memory (a load gives 0, a store is dropped, an array index
  * is replaced by 0) and records itself in the launch's nb_oob_rec (the block's oob pointer: host
- * memory on the CPU, device memory on CUDA); the first one wins (compare-and-swap on flag). The
- * call layer reads the record after the launch and turns it into an error. */
+ * memory on the CPU, device memory on CUDA; host-mapped memory for deferred checks); the first one
+ * wins (compare-and-swap on flag). The call layer reads the record after the launch (or, deferred,
+ * at the next check point) and turns it into an error. */
 #define NB_OOB_MAX_SITES 32
 enum { NB_OOB_TENSOR = 1, NB_OOB_TENSOR_GRAD = 2, NB_OOB_ARRAY = 3 };
 typedef struct nb_oob_rec {
@@ -57,6 +58,8 @@ typedef struct nb_oob_rec {
     int rank;               /* dims of idx / shape */
     long long idx[8];
     long long shape[8];
+    unsigned long long note; /* 0, or the address of a word the kernel sets to 1 after filling the
+                              * record (deferred checks: call.c reads one word, not every record) */
 } nb_oob_rec;           /* (the generated code declares the same struct) */
 
 typedef enum nb_bind_kind {

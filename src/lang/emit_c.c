@@ -835,23 +835,29 @@ static void need_oob(nb_emitter *e)
     e->oob_used = 1;
     if (!nb_emit_need_helper(e, "nb_oob_report")) return;
     APPEND(&e->types, "/* the first out-of-range index of a launch (bounds checks) */\n"
-                      "typedef struct nb_oob_rec { unsigned int flag; int kind, site, rank; long long idx[8], shape[8]; } nb_oob_rec;\n");
-    const char *claim;
+                      "typedef struct nb_oob_rec { unsigned int flag; int kind, site, rank; long long idx[8], shape[8];\n"
+                      "    unsigned long long note; } nb_oob_rec;\n");
+    /* note: the address of a word set once the record is filled (deferred checks, call.c), 0 none */
+    const char *claim, *note;
     if (e->target == NB_TARGET_CUDA) {
         APPEND(&e->helpers, "static __device__ __noinline__ void nb_oob_report(nb_oob_rec *r, int kind, int site, int rank,\n"
                             "    " OOB_ARGS ") {\n");
         claim = "    if (!r || atomicCAS(&r->flag, 0u, 1u) != 0u) return;\n";
+        /* (a plain store: the note is host memory; the fence orders the record before it) */
+        note = "    if (r->note) { __threadfence_system(); *(volatile unsigned int *)r->note = 1u; }\n";
     } else {
         APPEND(&e->helpers, "static __attribute__((noinline, cold)) void nb_oob_report(nb_oob_rec *r, int kind, int site, int rank,\n"
                             "    " OOB_ARGS ") {\n"
                             "    unsigned nb_z = 0;\n");
         claim = "    if (!r || !__atomic_compare_exchange_n(&r->flag, &nb_z, 1u, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;\n";
+        note = "    if (r->note) __atomic_store_n((unsigned int *)r->note, 1u, __ATOMIC_RELEASE);\n";
     }
     APPEND(&e->helpers, "%s"
                         "    const long long ix[8] = {i0, i1, i2, i3, i4, i5, i6, i7}, sh[8] = {s0, s1, s2, s3, s4, s5, s6, s7};\n"
                         "    r->kind = kind; r->site = site; r->rank = rank;\n"
                         "    for (int k = 0; k < rank && k < 8; k++) { r->idx[k] = ix[k]; r->shape[k] = sh[k]; }\n"
-                        "}\n", claim);
+                        "%s"
+                        "}\n", claim, note);
 }
 
 void nb_emit_checked_index(nb_emitter *e, const char *index, int length, const char *what, nb_strbuf *o)

@@ -2,6 +2,7 @@
  * copies. Work runs on the calling thread or the global thread pool, so streams and events are
  * trivially ordered: an event records the host clock. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,6 +31,19 @@ static nb_status cpu_memset(nb_device *dev, void *dst, int byte, size_t bytes) {
 }
 
 static nb_status cpu_ok(nb_device *dev) { return NB_OK; }
+/* (CPU kernels write host memory directly: ordinary zeroed memory, its own address) */
+static nb_status cpu_mapped_alloc(nb_device *dev, size_t bytes, void **host, uint64_t *dev_addr) {
+    (void)dev;
+    void *p = calloc(1, bytes);
+    if (!p) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_host_mapped_alloc: out of host memory (%zu bytes)", bytes);
+    *host = p;
+    *dev_addr = (uint64_t)(uintptr_t)p;
+    return NB_OK;
+}
+static void cpu_mapped_free(nb_device *dev, void *host) {
+    (void)dev;
+    free(host);
+}
 static nb_status cpu_stream_create(nb_device *dev, nb_stream *s) { return NB_OK; }
 static void cpu_stream_destroy(nb_stream *s) {}
 static nb_status cpu_stream_sync(nb_stream *s) { return NB_OK; }
@@ -63,6 +77,8 @@ static const nb_device_ops nb_cpu_ops = {
     .d2d = cpu_copy,
     .memset = cpu_memset,
     .synchronize = cpu_ok,
+    .mapped_alloc = cpu_mapped_alloc,
+    .mapped_free = cpu_mapped_free,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = cpu_stream_sync,

@@ -40,6 +40,8 @@ typedef struct CUgraphExec_st *CUgraphExec;
 #define CU_STREAM_NON_BLOCKING 0x1 /* no implicit sync with the legacy NULL stream */
 #define CU_EVENT_DEFAULT 0x0       /* records timing (unlike CU_EVENT_DISABLE_TIMING) */
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2 /* enum CUstreamCaptureMode */
+#define CU_MEMHOSTALLOC_PORTABLE 0x01  /* pinned for every context */
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02 /* mapped into the device's address space */
 
 #define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK 1
 #define CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X 2
@@ -84,6 +86,9 @@ typedef struct nb_cuda_api {
     CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);       /* _v2 */
     CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s); /* _v2 */
     CUresult (*MemsetD8Async)(CUdeviceptr dst, unsigned char uc, size_t n, CUstream s);
+    CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
+    CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *d, void *p, unsigned flags); /* _v2 */
     CUresult (*StreamCreate)(CUstream *s, unsigned flags);
     CUresult (*StreamDestroy)(CUstream s);                                /* _v2 */
     CUresult (*StreamSynchronize)(CUstream s);

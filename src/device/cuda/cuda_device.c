@@ -138,6 +138,32 @@ static nb_status nb_cu_synchronize(nb_device *dev) {
     return NB_OK;
 }
 
+/* Pinned host memory mapped into the device (PORTABLE: usable from every context). */
+static nb_status nb_cu_mapped_alloc(nb_device *dev, size_t bytes, void **host, uint64_t *dev_addr) {
+    NB_CU_ENTER(dev);
+    void *p = NULL;
+    CUresult r = cu->MemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (r != CUDA_SUCCESS) return nb_cuda_fail(r, "cuMemHostAlloc");
+    CUdeviceptr d = 0;
+    if ((r = cu->MemHostGetDevicePointer(&d, p, 0)) != CUDA_SUCCESS) {
+        cu->MemFreeHost(p);
+        return nb_cuda_fail(r, "cuMemHostGetDevicePointer");
+    }
+    memset(p, 0, bytes);
+    *host = p;
+    *dev_addr = (uint64_t)d;
+    return NB_OK;
+}
+
+static void nb_cu_mapped_free(nb_device *dev, void *host) {
+    const nb_cuda_api *cu = nb_cuda_api_get();
+    (void)dev;
+    if (cu) {
+        CUresult r = cu->MemFreeHost(host);
+        if (r != CUDA_SUCCESS) nb_cu_warn(r, "cuMemFreeHost");
+    }
+}
+
 /* ---- streams and events -------------------------------------------------------------------- */
 
 static nb_status nb_cu_stream_create(nb_device *dev, nb_stream *s) {
@@ -250,6 +276,8 @@ static const nb_device_ops nb_cuda_ops = {
     .d2d = nb_cu_d2d,
     .memset = nb_cu_memset,
     .synchronize = nb_cu_synchronize,
+    .mapped_alloc = nb_cu_mapped_alloc,
+    .mapped_free = nb_cu_mapped_free,
     .stream_create = nb_cu_stream_create,
     .stream_destroy = nb_cu_stream_destroy,
     .stream_synchronize = nb_cu_stream_synchronize,
