@@ -24,6 +24,7 @@ class CommandEncoder:
         self._list = _nabla._cmdlist_new(device)
         self._device = device
         self._finished = False
+        self._torch_index = -1  # a torch CUDA tensor was bound (on cuda:N): submits order with torch
 
     @property
     def device(self):
@@ -65,7 +66,10 @@ class CommandBuffer:
         return _nabla._cmdlist_uses_graph(self._list)
 
     def submit(self):
-        _nabla._cmdlist_submit(self._list)
+        """Runs the calls in order. Calls that bound torch CUDA tensors are ordered with torch's
+        current stream at submit time: they see what torch queued before, and torch work queued
+        after sees their results (as for calls that run at once)."""
+        _nabla._cmdlist_submit(self._list, self._encoder._torch_index)
         self.submit_count += 1
 
     def __len__(self):

@@ -646,6 +646,12 @@ static PyObject *do_call_spy(PyObject *self, PyObject *args, PyObject *kw, const
         PyObject *held = PyObject_CallMethod(append_to, "_hold", "OOO", self, args, kw ? kw : Py_None);
         if (!held) goto done;
         Py_DECREF(held);
+        if (s->cx.torch_cuda) { /* torch CUDA tensors: the submit is ordered with torch's stream */
+            PyObject *ix = PyLong_FromLong(nb_device_get_info(s->cx.torch_nbdev)->index);
+            int r = ix ? PyObject_SetAttrString(append_to, "_torch_index", ix) : -1;
+            Py_XDECREF(ix);
+            if (r < 0) goto done;
+        }
     }
     for (int i = 0; i < s->na; i++)
         if (nbp_arg_writeback(&s->a[i]) < 0) goto done;

@@ -84,14 +84,30 @@ static PyObject *py_hold(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_submit(PyObject *self, PyObject *cap) {
+/* _cmdlist_submit(capsule, torch_index=-1): runs the list. torch_index >= 0 (torch CUDA tensors
+ * were bound, on that cuda device): the calls first wait for what torch has queued on its current
+ * stream there now, and torch's current stream waits for them, as for a call that runs at once. */
+static PyObject *py_submit(PyObject *self, PyObject *args) {
     (void)self;
+    PyObject *cap;
+    int tix = -1;
+    if (!PyArg_ParseTuple(args, "O|i", &cap, &tix)) return NULL;
     nb_cmdlist *l = from_cap(cap);
     if (!l) return NULL;
-    nb_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = nb_cmdlist_submit(l);
-    Py_END_ALLOW_THREADS
+    nb_device *dev = nb_cmdlist_device(l);
+    void *ts = NULL;
+    int order = tix >= 0 && nb_device_get_kind(dev) == NB_DEVICE_CUDA;
+    if (order && tix != nb_device_get_info(dev)->index)
+        return PyErr_Format(nbp_DeviceError, "submit: the command buffer runs on %s but its torch tensors are on cuda:%d",
+                            nb_device_name(dev), tix);
+    if (order && nbp_torch_current_stream(tix, &ts) < 0) return NULL;
+    nb_status st = order ? nb_stream_wait_native(nb_device_stream(dev), ts) : NB_OK;
+    if (st == NB_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = nb_cmdlist_submit(l);
+        Py_END_ALLOW_THREADS
+    }
+    if (st == NB_OK && order) st = nb_native_wait_stream(ts, nb_device_stream(dev));
     if (st) return nbp_raise(st);
     Py_RETURN_NONE;
 }
@@ -110,7 +126,7 @@ static PyObject *py_uses_graph(PyObject *self, PyObject *cap) {
 
 static PyMethodDef enc_methods[] = {
     {"_cmdlist_new", py_new, METH_O, "internal: a command list for a device"},
-    {"_cmdlist_submit", py_submit, METH_O, "internal: runs a command list"},
+    {"_cmdlist_submit", py_submit, METH_VARARGS, "internal: _cmdlist_submit(list, torch_index=-1) runs a command list"},
     {"_cmdlist_hold", py_hold, METH_VARARGS, "internal: keeps an object alive as long as the list"},
     {"_cmdlist_count", py_count, METH_O, "internal: recorded calls"},
     {"_cmdlist_uses_graph", py_uses_graph, METH_O, "internal: 1 once replayed as a CUDA graph"},

@@ -148,3 +148,41 @@ def test_dispatch_into_command_encoder(dev):
     with pytest.raises(spy.ArgumentError, match="grid must be an int or 1 to 3 ints"):
         km.fill.dispatch((1, 2, 3, 4), dst, 1.0, command_encoder=enc2)
     assert len(enc2) == 0
+
+
+def test_submit_orders_with_torch_stream():
+    # calls that bound torch tensors: on the CPU nothing to order (the encoder records no torch
+    # CUDA device); on CUDA the submit waits for what torch queued on its current stream before
+    # it and torch work queued after it sees the results (a side stream, a long matmul first)
+    torch = pytest.importorskip("torch")
+    m = mod("cpu")
+    x = torch.ones((16, 3))
+    y = torch.zeros((16, 3))
+    enc = spy.device("cpu").create_command_encoder()
+    m.scale_into.append_to(enc, x, 3.0, y)
+    assert enc._torch_index == -1
+    cb = enc.finish()
+    cb.submit()
+    assert torch.all(y == 3)
+    x.fill_(2)
+    cb.submit()
+    assert torch.all(y == 6)
+    if "cuda" not in devices() or not torch.cuda.is_available():
+        return
+    mc = mod("cuda")
+    x = torch.ones((1 << 16, 3), device="cuda")
+    y = torch.zeros_like(x)
+    enc = spy.device("cuda").create_command_encoder()
+    mc.scale_into.append_to(enc, x, 3.0, y)
+    assert enc._torch_index == 0
+    cb = enc.finish()
+    big = torch.rand((4096, 4096), device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for k in range(3):
+            big = big @ big  # keeps the side stream busy
+            big = big / big.abs().max()
+            x.fill_(k + 5)  # written by torch after the matmuls, before the submit
+            cb.submit()
+            y.add_(1)  # torch after the submit: sees y = 3 x
+            assert torch.all(y == 3 * (k + 5) + 1).item()
