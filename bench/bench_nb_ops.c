@@ -11,8 +11,10 @@
  * Prints per row the median ms over the iterations (after 2 warm-up runs), GB/s from the bytes
  * each op must move (stated per row), and .nb / hand-written. On CUDA both sides are device time
  * (CUDA events, as the tape profiler's); the last column is the .nb call's wall-clock time with
- * the device synchronised around it, which adds the host side and the wait. The issue-16 rule: an op moves to
- * .nb where that ratio is <= 1.10 (CUDA measured on an H100).
+ * the device synchronised around it, which adds the host side and the wait. The backward rows of
+ * silu, add, mse and mul run the stored forms (nb_nbops_*_bwd_to: dx = ...), as the tape stores
+ * a fresh gradient's first contribution. The issue-16 rule: an op moves to .nb where that ratio
+ * is <= 1.10 (CUDA measured on an H100).
  *   bench_nb_ops [iters [cpu|cuda|all]]   (default 9 all: the CPU, then CUDA when present) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +62,10 @@ enum { R_SILU_F, R_SILU_B, R_ADD_F, R_ADD_B, R_ADDC_F, R_ADDC_B, R_MSE_F, R_MSE_
 static const char *row_name[R_COUNT] = {"silu fwd", "silu bwd", "add fwd", "add bwd", "add_channel fwd",
                                         "add_channel bwd", "mse fwd", "mse bwd", "cast f32->bf16",
                                         "cast bf16->f32", "adamw step", "mul fwd", "mul bwd"};
-/* bytes per element: reads + writes (a gradient that accumulates is read and written) */
-static const int row_bytes[R_COUNT] = {8, 16, 12, 20, 8, 12, 8, 24, 6, 6, 32, 12, 28};
+/* bytes per element: reads + writes (a gradient that accumulates is read and written; the bwd
+ * rows store fresh gradients, *_bwd_to, as the tape's first contribution does; add_channel's dx
+ * accumulates) */
+static const int row_bytes[R_COUNT] = {8, 12, 12, 12, 8, 12, 8, 16, 6, 6, 32, 12, 20};
 static double t_nb[R_COUNT][MAXIT], t_wall[R_COUNT][MAXIT], t_hand[R_COUNT][MAXIT];
 static int n_hand[R_COUNT];
 
@@ -113,18 +117,18 @@ static void run_nb(nb_device *dev, int iters) {
     cfg.decoupled = 1, cfg.weight_decay = 0.01f, cfg.lr = 1e-6f;
     for (int it = -2; it < iters; it++) {
         TIME_NB(R_SILU_F, it, nb_nbops_silu(o, x, y));
-        TIME_NB(R_SILU_B, it, nb_nbops_silu_bwd(o, x, dy, dx));
+        TIME_NB(R_SILU_B, it, nb_nbops_silu_bwd_to(o, x, dy, dx));
         TIME_NB(R_ADD_F, it, nb_nbops_add(o, x, b, y));
-        TIME_NB(R_ADD_B, it, nb_nbops_add_bwd(o, x, b, dy, dx, db));
+        TIME_NB(R_ADD_B, it, nb_nbops_add_bwd_to(o, x, b, dy, dx, db));
         TIME_NB(R_ADDC_F, it, nb_nbops_add_channel(o, x, c, y));
         TIME_NB(R_ADDC_B, it, nb_nbops_add_channel_bwd(o, x, c, dy, dx, dc));
         TIME_NB(R_MSE_F, it, nb_nbops_mse(o, x, b, loss));
-        TIME_NB(R_MSE_B, it, nb_nbops_mse_bwd(o, x, b, dl, dx, db));
+        TIME_NB(R_MSE_B, it, nb_nbops_mse_bwd_to(o, x, b, dl, dx, db));
         TIME_NB(R_CAST_F, it, nb_nbops_cast(o, x, xb));
         TIME_NB(R_CAST_B, it, nb_nbops_cast(o, xb, y));
         TIME_NB(R_ADAM, it, nb_nbops_adamw(o, &cfg, it + 3, x, dy, m, v, 0));
         TIME_NB(R_MUL_F, it, nb_nbops_mul(o, x, b, y));
-        TIME_NB(R_MUL_B, it, nb_nbops_mul_bwd(o, x, b, dy, dx, db));
+        TIME_NB(R_MUL_B, it, nb_nbops_mul_bwd_to(o, x, b, dy, dx, db));
     }
     nb_tensor *all[] = {x, b, dy, c, y, dx, db, dc, m, v, loss, xb, dl};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);

@@ -229,6 +229,76 @@ static void test_mul_cpu(void) {
     nb_device_close(dev);
 }
 
+/* The stored backward forms (*_bwd_to) equal the accumulating ones run on zeroed gradients, bit
+ * for bit, whatever the gradient arrays held before (NaN bytes: never read), with every
+ * combination of wanted gradients; on dev (the CPU here, CUDA too where present). */
+static void stored_bwd(nb_device *dev) {
+    nb_nbops *o;
+    NB_REQUIRE_OK(nb_nbops_create(dev, &o));
+    float *a = rnd(NUMEL, 14, 2.0f), *b = rnd(NUMEL, 15, 2.0f), *dy = rnd(NUMEL, 16, 1.0f), dl = 0.75f;
+    float *ref = malloc(NUMEL * 4), *got = malloc(NUMEL * 4);
+    int64_t one = 1;
+    nb_tensor *ta = mk(dev, 4, S4, a), *tb = mk(dev, 4, S4, b), *tdy = mk(dev, 4, S4, dy), *tdl;
+    NB_REQUIRE_OK(nb_tensor_from_host(dev, NB_F32, 1, &one, &dl, &tdl));
+    nb_tensor *acc[2] = {mk(dev, 4, S4, NULL), mk(dev, 4, S4, NULL)}, *sto[2] = {mk(dev, 4, S4, NULL), mk(dev, 4, S4, NULL)};
+    for (int op = 0; op < 5; op++) { /* silu, cast, add, mul, mse */
+        for (int want = 1; want < (op < 2 ? 2 : 4); want++) {
+            for (int k = 0; k < 2; k++) {
+                NB_REQUIRE_OK(nb_tensor_fill_bytes(acc[k], 0));
+                NB_REQUIRE_OK(nb_tensor_fill_bytes(sto[k], 0xff)); /* NaN: a read would show */
+            }
+            nb_tensor *ga = want & 1 ? acc[0] : NULL, *gb = want & 2 ? acc[1] : NULL;
+            nb_tensor *sa = want & 1 ? sto[0] : NULL, *sb = want & 2 ? sto[1] : NULL;
+            switch (op) {
+            case 0: NB_EXPECT_OK(nb_nbops_silu_bwd(o, ta, tdy, ga));
+                NB_EXPECT_OK(nb_nbops_silu_bwd_to(o, ta, tdy, sa));
+                break;
+            case 1: NB_EXPECT_OK(nb_nbops_cast_bwd(o, ta, tdy, ga));
+                NB_EXPECT_OK(nb_nbops_cast_bwd_to(o, ta, tdy, sa));
+                break;
+            case 2: NB_EXPECT_OK(nb_nbops_add_bwd(o, ta, tb, tdy, ga, gb));
+                NB_EXPECT_OK(nb_nbops_add_bwd_to(o, ta, tb, tdy, sa, sb));
+                break;
+            case 3: NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, ga, gb));
+                NB_EXPECT_OK(nb_nbops_mul_bwd_to(o, ta, tb, tdy, sa, sb));
+                break;
+            default: NB_EXPECT_OK(nb_nbops_mse_bwd(o, ta, tb, tdl, ga, gb));
+                NB_EXPECT_OK(nb_nbops_mse_bwd_to(o, ta, tb, tdl, sa, sb));
+                break;
+            }
+            for (int k = 0; k < 2; k++) {
+                if (!(want >> k & 1)) continue;
+                char what[64];
+                snprintf(what, sizeof what, "op %d stored gradient %d of mask %d", op, k, want);
+                get(acc[k], ref), get(sto[k], got);
+                expect_close(what, got, ref, NUMEL, 0.0);
+            }
+        }
+    }
+    /* bad arguments are checked as for the accumulating forms */
+    NB_EXPECT_ERR(nb_nbops_add_bwd_to(o, ta, tdl, tdy, sto[0], NULL), NB_ERR_SHAPE, "nb_nbops_add_bwd_to");
+    NB_EXPECT_ERR(nb_nbops_mse_bwd_to(o, ta, tb, tb, sto[0], NULL), NB_ERR_SHAPE, "one value");
+    free(a), free(b), free(dy), free(ref), free(got);
+    nb_tensor *all[] = {ta, tb, tdy, tdl, acc[0], acc[1], sto[0], sto[1]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
+    nb_nbops_destroy(o);
+}
+
+static void test_stored_bwd_cpu(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    stored_bwd(dev);
+    nb_device_close(dev);
+}
+
+static void test_stored_bwd_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cuda", &dev));
+    stored_bwd(dev);
+    nb_device_close(dev);
+}
+
 /* f32 -> bf16 (round to nearest even, bit for bit), bf16 -> f32 (exact), backward dx += dy. */
 static void test_cast_cpu(void) {
     nb_device *dev;
@@ -531,10 +601,21 @@ static void test_nvrtc(void) {
     for (int i = 0; i < 4; i++) nb_call_arg(c, i, i == 0 ? a : i == 1 ? b : i == 2 ? y : v);
     for (int i = 4; i < 11; i++) nb_call_arg_double(c, i, 0.5);
     nvrtc_check(c, "adamw");
-    nb_tensor_free(v);
-    NB_EXPECT(g_nvrtc_n == 20);
+    const char *stored[] = {"nn_silu_bwd_to", "nn_add_bwd_to", "nn_mse_bwd_to"}; /* out gradients */
+    for (int k = 0; k < 3; k++) {
+        NB_REQUIRE_OK(nb_module_func(m, stored[k], &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        if (k == 0) nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg(c, 2, y);
+        if (k == 1) nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg(c, 2, b), nb_call_arg(c, 3, y), nb_call_arg(c, 4, v);
+        if (k == 2) {
+            nb_call_arg(c, 0, a), nb_call_arg(c, 1, b), nb_call_arg_double(c, 2, 0.5), nb_call_arg(c, 3, l);
+            nb_call_arg(c, 4, y), nb_call_arg(c, 5, v);
+        }
+        nvrtc_check(c, stored[k]);
+    }
+    NB_EXPECT(g_nvrtc_n == 23);
     nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(y), nb_tensor_free(x2), nb_tensor_free(ch);
-    nb_tensor_free(l), nb_tensor_free(yb);
+    nb_tensor_free(l), nb_tensor_free(yb), nb_tensor_free(v);
     nb_module_free(m);
     nb_device_close(dev);
 }
@@ -586,5 +667,6 @@ static void test_bad_args(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_silu_cpu, test_add_cpu, test_add_channel_cpu, test_add_channel_strided_cpu, test_mul_cpu, test_cast_cpu,
-                 test_adam_cpu, test_adamw_cpu, test_cuda_vs_cpu, test_nvrtc, test_bad_args);
+                 test_adam_cpu, test_adamw_cpu, test_cuda_vs_cpu, test_nvrtc, test_bad_args, test_stored_bwd_cpu,
+                 test_stored_bwd_cuda);
 }

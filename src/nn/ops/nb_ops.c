@@ -11,11 +11,14 @@
 /* The functions of nn_ops, in this order. */
 enum { F_SILU, F_ADD, F_MUL, F_CAST, F_MSE, F_ADAMW, /* ops */
        F_SILU_BWD, F_CAST_BWD, F_ADD_BWD, F_ADD_BWD_A, F_MUL_BWD, F_MUL_BWD_A, F_MSE_BWD, /* owned bwd */
-       F_ADDC_ROWS, F_ADDC_BWD_ROWS, F_COUNT }; /* CPU row kernels */
+       F_ADDC_ROWS, F_ADDC_BWD_ROWS, /* CPU row kernels */
+       F_SILU_TO, F_CAST_TO, F_ADD_TO, F_ADD_A_TO, F_MUL_TO, F_MUL_A_TO, F_MSE_TO, F_MSE_P_TO, /* stored bwd */
+       F_COUNT };
 static const char *const fn_names[F_COUNT] = {
     "nn_silu",     "nn_add",     "nn_mul",       "nn_cast",    "nn_mse_term", "nn_adamw",  "nn_silu_bwd",
     "nn_cast_bwd", "nn_add_bwd", "nn_add_bwd_a", "nn_mul_bwd", "nn_mul_bwd_a", "nn_mse_bwd",
-    "nn_add_channel_rows", "nn_add_channel_bwd_rows"};
+    "nn_add_channel_rows", "nn_add_channel_bwd_rows", "nn_silu_bwd_to", "nn_cast_bwd_to", "nn_add_bwd_to",
+    "nn_add_bwd_a_to", "nn_mul_bwd_to", "nn_mul_bwd_a_to", "nn_mse_bwd_to", "nn_mse_bwd_p_to"};
 
 struct nb_nbops {
     nb_device *dev;
@@ -190,7 +193,8 @@ static nb_status unary_fwd(nb_nbops *o, int f, const char *fn, int bf16, nb_tens
     return run_fwd(o->fn[f], 1, 1, &x, y);
 }
 
-/* dx += dy f'(x) through f_bwd (the owned-element wrapper); dx stays f32 */
+/* dx += dy f'(x) through f_bwd (the owned-element wrapper; or dx = ... through the stored form);
+ * dx stays f32 */
 static nb_status unary_bwd(nb_nbops *o, int f_bwd, const char *fn, int bf16, nb_tensor *x, nb_tensor *dy,
                            nb_tensor *dx) {
     char b[128];
@@ -218,6 +222,12 @@ nb_status nb_nbops_cast(nb_nbops *o, nb_tensor *x, nb_tensor *y) {
 nb_status nb_nbops_cast_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
     return unary_bwd(o, F_CAST_BWD, "nb_nbops_cast_bwd", 1, x, dy, dx);
 }
+nb_status nb_nbops_silu_bwd_to(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
+    return unary_bwd(o, F_SILU_TO, "nb_nbops_silu_bwd_to", 0, x, dy, dx);
+}
+nb_status nb_nbops_cast_bwd_to(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx) {
+    return unary_bwd(o, F_CAST_TO, "nb_nbops_cast_bwd_to", 1, x, dy, dx);
+}
 
 /* ---- binary: add, mul ----------------------------------------------------------------------- */
 
@@ -232,8 +242,9 @@ static nb_status binary_fwd(nb_nbops *o, int f, const char *fn, nb_tensor *a, nb
     return run_fwd(o->fn[f], 1, 2, args, y);
 }
 
+/* da, db += (store: =) the gradients of f = F_ADD / F_MUL */
 static nb_status binary_bwd(nb_nbops *o, int f, const char *fn, nb_tensor *a, nb_tensor *b, nb_tensor *dy,
-                            nb_tensor *da, nb_tensor *db) {
+                            nb_tensor *da, nb_tensor *db, int store) {
     NB_TRY(check_ctx(o, fn));
     NB_TRY(check_arg(o, fn, "a", a, 0));
     NB_TRY(check_arg(o, fn, "b", b, 0));
@@ -243,6 +254,7 @@ static nb_status binary_bwd(nb_nbops *o, int f, const char *fn, nb_tensor *a, nb
     NB_TRY(check_grad(o, fn, "da", da, "a", a));
     NB_TRY(check_grad(o, fn, "db", db, "b", b));
     int both = f == F_ADD ? F_ADD_BWD : F_MUL_BWD, one = f == F_ADD ? F_ADD_BWD_A : F_MUL_BWD_A;
+    if (store) both = f == F_ADD ? F_ADD_TO : F_MUL_TO, one = f == F_ADD ? F_ADD_A_TO : F_MUL_A_TO;
     if (da && db) return run_plain(o->fn[both], 1, 5, (slot[]){{.t = a}, {.t = b}, {.t = dy}, {.t = da}, {.t = db}});
     if (da) return run_plain(o->fn[one], 1, 4, (slot[]){{.t = a}, {.t = b}, {.t = dy}, {.t = da}});
     if (db) return run_plain(o->fn[one], 1, 4, (slot[]){{.t = b}, {.t = a}, {.t = dy}, {.t = db}}); /* symmetric ops */
@@ -254,14 +266,22 @@ nb_status nb_nbops_add(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *y) {
 }
 nb_status nb_nbops_add_bwd(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
                            nb_tensor *db) {
-    return binary_bwd(o, F_ADD, "nb_nbops_add_bwd", a, b, dy, da, db);
+    return binary_bwd(o, F_ADD, "nb_nbops_add_bwd", a, b, dy, da, db, 0);
+}
+nb_status nb_nbops_add_bwd_to(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
+                              nb_tensor *db) {
+    return binary_bwd(o, F_ADD, "nb_nbops_add_bwd_to", a, b, dy, da, db, 1);
 }
 nb_status nb_nbops_mul(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *y) {
     return binary_fwd(o, F_MUL, "nb_nbops_mul", a, b, y);
 }
 nb_status nb_nbops_mul_bwd(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
                            nb_tensor *db) {
-    return binary_bwd(o, F_MUL, "nb_nbops_mul_bwd", a, b, dy, da, db);
+    return binary_bwd(o, F_MUL, "nb_nbops_mul_bwd", a, b, dy, da, db, 0);
+}
+nb_status nb_nbops_mul_bwd_to(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
+                              nb_tensor *db) {
+    return binary_bwd(o, F_MUL, "nb_nbops_mul_bwd_to", a, b, dy, da, db, 1);
 }
 
 /* ---- per-channel add: nn_add over x [N,C,H,W] and ch viewed as [N,C,1,1] -------------------- */
@@ -417,9 +437,9 @@ nb_status nb_nbops_mse(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *loss)
     return s;
 }
 
-nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *dloss, nb_tensor *dp,
-                           nb_tensor *dq) {
-    const char *fn = "nb_nbops_mse_bwd";
+/* dp, dq += (store: =) the gradients of the mean squared error */
+static nb_status mse_bwd(nb_nbops *o, const char *fn, nb_tensor *p, nb_tensor *q, nb_tensor *dloss, nb_tensor *dp,
+                         nb_tensor *dq, int store) {
     NB_TRY(check_mse(o, fn, p, q));
     NB_TRY(check_one(o, fn, "dloss", dloss));
     NB_TRY(check_grad(o, fn, "dp", dp, "p", p));
@@ -430,8 +450,14 @@ nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *d
     nb_tensor *g1;
     NB_TRY(nb_tensor_reshape(dloss, 1, &one, &g1));
     double w = (double)(1.0f / (float)nb_tensor_numel(p));
-    if (dp && dq) {
-        nb_status s = run_plain(o->fn[F_MSE_BWD], 1, 6, (slot[]){{.t = p}, {.t = q}, {.v = w}, {.t = g1}, {.t = dp}, {.t = dq}});
+    if ((dp && dq) || store) {
+        nb_status s;
+        if (dp && dq)
+            s = run_plain(o->fn[store ? F_MSE_TO : F_MSE_BWD], 1, 6,
+                          (slot[]){{.t = p}, {.t = q}, {.v = w}, {.t = g1}, {.t = dp}, {.t = dq}});
+        else /* one stored gradient: dq is dp's formula with p and q swapped */
+            s = run_plain(o->fn[F_MSE_P_TO], 1, 5,
+                          (slot[]){{.t = dp ? p : q}, {.t = dp ? q : p}, {.v = w}, {.t = g1}, {.t = dp ? dp : dq}});
         nb_tensor_free(g1);
         return s;
     }
@@ -451,6 +477,15 @@ nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *d
     flat_free(&fv);
     nb_tensor_free(g1);
     return s;
+}
+
+nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *dloss, nb_tensor *dp,
+                           nb_tensor *dq) {
+    return mse_bwd(o, "nb_nbops_mse_bwd", p, q, dloss, dp, dq, 0);
+}
+nb_status nb_nbops_mse_bwd_to(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *dloss, nb_tensor *dp,
+                              nb_tensor *dq) {
+    return mse_bwd(o, "nb_nbops_mse_bwd_to", p, q, dloss, dp, dq, 1);
 }
 
 /* ---- AdamW ---------------------------------------------------------------------------------- */

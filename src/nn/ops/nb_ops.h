@@ -15,7 +15,10 @@
  * NB_ERR_DTYPE / NB_ERR_DEVICE naming the op, the argument and its shape. Gradient arguments may
  * be NULL (not wanted). On CUDA the calls are queued on the device's main stream. One context
  * may be used from several threads (module and functions are thread-safe; calls are per call).
- * Compiled kernels are cached per signature (never per extent) in memory and on disk. */
+ * Compiled kernels are cached per signature (never per extent) in memory and on disk.
+ *
+ * The *_bwd_to forms STORE the gradients instead (dx = ..., the array's old content is neither
+ * read nor kept): the tape's first contribution to a fresh gradient, one read less per element. */
 #ifndef NB_NN_OPS_NB_OPS_H
 #define NB_NN_OPS_NB_OPS_H
 
@@ -35,14 +38,19 @@ nb_device *nb_nbops_device(const nb_nbops *o);
 /* y = silu(x), any shape; y has x's shape. dx += dy * silu'(x). */
 nb_status nb_nbops_silu(nb_nbops *o, nb_tensor *x, nb_tensor *y);
 nb_status nb_nbops_silu_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx);
+nb_status nb_nbops_silu_bwd_to(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx); /* dx = ... */
 
 /* y = a + b and y = a * b, a, b, y of one shape; da += dL/da, db += dL/db. */
 nb_status nb_nbops_add(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *y);
 nb_status nb_nbops_add_bwd(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
                            nb_tensor *db);
+nb_status nb_nbops_add_bwd_to(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
+                              nb_tensor *db);
 nb_status nb_nbops_mul(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *y);
 nb_status nb_nbops_mul_bwd(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
                            nb_tensor *db);
+nb_status nb_nbops_mul_bwd_to(nb_nbops *o, nb_tensor *a, nb_tensor *b, nb_tensor *dy, nb_tensor *da,
+                              nb_tensor *db);
 
 /* Per-channel add: y[n,c,h,w] = x[n,c,h,w] + ch[n,c] (x, y [N,C,H,W], ch [N,C]). Backward:
  * dx += dy, dch[n,c] += sum over h, w of dy (the call's broadcast-gradient reduction). */
@@ -55,12 +63,15 @@ nb_status nb_nbops_add_channel_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *ch, nb_
  * gradients in f32/f64 arrays only: a bf16 dx is NB_ERR_UNSUPPORTED). */
 nb_status nb_nbops_cast(nb_nbops *o, nb_tensor *x, nb_tensor *y);
 nb_status nb_nbops_cast_bwd(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx);
+nb_status nb_nbops_cast_bwd_to(nb_nbops *o, nb_tensor *x, nb_tensor *dy, nb_tensor *dx);
 
 /* Mean squared error: loss[0] = mean((p - q)^2) (p, q of one shape, loss f32[1], overwritten).
  * Backward with dloss f32[1] = dL/dloss: dp += dloss 2 (p - q) / n, dq -= the same. */
 nb_status nb_nbops_mse(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *loss);
 nb_status nb_nbops_mse_bwd(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *dloss, nb_tensor *dp,
                            nb_tensor *dq);
+nb_status nb_nbops_mse_bwd_to(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor *dloss, nb_tensor *dp,
+                              nb_tensor *dq);
 
 /* AdamW's configuration check (fn names the caller in the message) and its per-step constants,
  * shared by the .nb step below and nb_adam_step's CUDA kernel so both use the same float values. */
