@@ -295,6 +295,11 @@ static void test_contig4_decision(void) {
     NB_EXPECT(contig4_of(m, st2, y2) == 0);  /* strided */
     NB_EXPECT(contig4_of(m, a64, y) == 0);   /* 8-byte elements */
     NB_EXPECT(contig4_of(m, m2, NULL) == 0); /* a 2-D kernel */
+    nb_tensor *one = typed(dev, NB_F32, 1), *one64 = typed(dev, NB_F64, 1);
+    NB_EXPECT(contig4_of(m, one, y) == 1);   /* a broadcast input ([1] for 1030 indices): read in place */
+    NB_EXPECT(contig4_of(m, one64, y) == 1); /* (any element size: no vector load) */
+    NB_EXPECT(contig4_of(m, one, one) == 0); /* nothing contiguous */
+    nb_tensor_free(one), nb_tensor_free(one64);
     /* a generator argument: no */
     nb_func *f = NULL;
     nb_call *c = NULL;
@@ -332,7 +337,7 @@ static void test_contig4_nvrtc(void) {
         NB_EXPECT_OK(nb_call_bind(c, k < 2, NULL));
         NB_EXPECT_OK(nb_call_materialize(c, k < 2));
         NB_EXPECT(nb_call_contig4_ok(c) == 1);
-        c->sig.contig4 = k % 2 == 0;
+        nb_call_mark_contig4(c, k % 2 == 0);
         char *src = emit(c, NB_TARGET_CUDA);
         NB_EXPECT((strstr(src, "nb_quad_") != NULL) == (k % 2 == 0));
         void *img = NULL;
@@ -367,7 +372,7 @@ static void test_contig4_cuda(void) {
     const int64_t ns[] = {1, 3, 4, 7, 1024, 4099, 100003};
     for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
         int64_t n = ns[t];
-        float *out[2][2];
+        float *out[2][3];
         for (int d = 0; d < 2; d++) {
             nb_module *m;
             NB_REQUIRE_OK(nb_module_load_source(devs[d], "owned.nb", SRC, NULL, &m));
@@ -384,18 +389,23 @@ static void test_contig4_cuda(void) {
             NB_REQUIRE_OK(nb_call_begin(f, &c));
             nb_call_arg_double(c, 0, 0.5), nb_call_arg(c, 1, av), nb_call_arg(c, 2, yy);
             NB_EXPECT_OK(nb_call_run(c, NULL));
-            for (int k = 0; k < 2; k++) {
+            nb_tensor *a1 = filled(devs[d], 1, (int64_t[]){1}, 0.3f, 0), *yb = filled(devs[d], 1, &n, 0, 0);
+            NB_REQUIRE_OK(nb_module_func(m, "madd", &f)); /* a broadcast [1] input (read in place) */
+            NB_REQUIRE_OK(nb_call_begin(f, &c));
+            nb_call_arg(c, 0, a1), nb_call_arg(c, 1, av), nb_call_arg(c, 2, a1), nb_call_result(c, yb);
+            NB_EXPECT_OK(nb_call_run(c, NULL));
+            for (int k = 0; k < 3; k++) {
                 out[d][k] = malloc((size_t)n * 4);
-                NB_EXPECT_OK(nb_tensor_to_host(k ? yy : y, out[d][k], (size_t)n * 4));
+                NB_EXPECT_OK(nb_tensor_to_host(k == 2 ? yb : k ? yy : y, out[d][k], (size_t)n * 4));
             }
-            nb_tensor_free(a), nb_tensor_free(av), nb_tensor_free(y), nb_tensor_free(yy);
+            nb_tensor_free(a), nb_tensor_free(av), nb_tensor_free(y), nb_tensor_free(yy), nb_tensor_free(a1), nb_tensor_free(yb);
             nb_module_free(m);
         }
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
             int bad = 0;
             for (int64_t i = 0; i < n && bad < 4; i++)
                 if (out[1][k][i] != out[0][k][i]) {
-                    fprintf(stderr, "  n %lld %s[%lld]: cuda %g cpu %g\n", (long long)n, k ? "axpy" : "scale", (long long)i,
+                    fprintf(stderr, "  n %lld %s[%lld]: cuda %g cpu %g\n", (long long)n, k == 2 ? "madd" : k ? "axpy" : "scale", (long long)i,
                             (double)out[1][k][i], (double)out[0][k][i]);
                     bad++;
                 }

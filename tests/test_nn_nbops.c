@@ -474,7 +474,7 @@ static void nvrtc_check(nb_call *c, const char *what) {
     if (!s) s = nb_call_bind(c, 0, NULL);
     if (!s) nb_call_owned_grads(c); /* (as a run decides them: gradients one thread owns, */
     if (!s) s = nb_call_materialize(c, 0);
-    if (!s) c->sig.contig4 = nb_call_contig4_ok(c); /* 4 contiguous indices per thread) */
+    if (!s) nb_call_mark_contig4(c, 1); /* 4 contiguous indices per thread) */
     NB_EXPECT(s == NB_OK);
     if (s) {
         fprintf(stderr, "  %s: bind: %s\n", what, nb_last_error());

@@ -1139,11 +1139,18 @@ int nb_call_contig4_ok(const nb_call *c) {
         if (b->bind != NB_BIND_ARRAY) return 0; /* tensors, generators */
         const nb_fn_leaf *l = j < c->nleaves ? &in->leaves[j] : &in->results[j - c->nleaves];
         int64_t es = (int64_t)nb_dtype_size(b->storage);
-        if (l->kind != NB_LEAF_VALUE || l->value_rank != 0 || (es != 2 && es != 4)) return 0;
-        if (b->kstrides[0] != es || b->data % (uint64_t)(4 * es)) return 0;
+        if (l->kind != NB_LEAF_VALUE || l->value_rank != 0) return 0;
+        if (b->kstrides[0] == 0 && j < c->nleaves && l->dir == 0) continue; /* one element for all: read in place */
+        if ((es != 2 && es != 4) || b->kstrides[0] != es || b->data % (uint64_t)(4 * es)) return 0;
         arrays++;
     }
     return arrays > 0;
+}
+
+void nb_call_mark_contig4(nb_call *c, int cuda) {
+    c->sig.contig4 = cuda && nb_call_contig4_ok(c);
+    for (int j = 0; j < c->sig.nleaves; j++) /* (broadcast inputs of a contig4 call: read in place) */
+        c->sig.leaves[j].bcast = c->sig.contig4 && c->leaves[j].bind == NB_BIND_ARRAY && c->leaves[j].kstrides[0] == 0;
 }
 
 void nb_call_owned_grads(nb_call *c) {

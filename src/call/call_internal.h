@@ -32,7 +32,7 @@ typedef struct nb_sig_key {
         uint8_t storage;
         uint8_t vec4;
         uint8_t gen;        /* NB_BIND_GEN: nb_gen_sig */
-        uint8_t owned, pad; /* nb_leaf_sig.owned; pad 0 (keys compare with memcmp) */
+        uint8_t owned, bcast; /* nb_leaf_sig.owned, .bcast */
     } leaves[NB_CALL_MAX_LEAVES];
 } nb_sig_key;
 
@@ -213,8 +213,11 @@ void nb_call_owned_grads(nb_call *c);
  * |stride|, each stride is at least the extent of the dims below it (so rows never overlap). */
 /* Whether c (bound, materialized) may run 4 consecutive indices per thread (nb_call_sig.contig4):
  * a 1-D kernel of plain arguments only (arrays and uniforms), every array a contiguous scalar
- * array of 2- or 4-byte elements whose data address is aligned to 4 of them. */
+ * array of 2- or 4-byte elements whose data address is aligned to 4 of them, or an input array
+ * broadcast to every index (stride 0: nb_leaf_sig.bcast), and at least one contiguous array. */
 int nb_call_contig4_ok(const nb_call *c);
+/* Sets c->sig.contig4 (when cuda and nb_call_contig4_ok) and the leaves' bcast flags. */
+void nb_call_mark_contig4(nb_call *c, int cuda);
 int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strides, int64_t elem_bytes);
 /* Frees the temporaries of a bound call (uploads; allocations unless handed out). */
 void nb_call_release_temps(nb_call *c);

@@ -887,6 +887,10 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         const leaf *l = LEAF_AT(i);
         size_t es = nb_dtype_size(ls->storage);
         if (ls->bind == NB_BIND_UNIFORM) continue;
+        if (ls->bind == NB_BIND_ARRAY && ls->bcast) { /* one element for every index: read in place */
+            if (i >= L.n || leaf_writes_back(f, l) || leaf_accumulates(f, l) || l->type->kind != NB_TY_SCALAR) c4 = 0;
+            continue;
+        }
         if (ls->bind != NB_BIND_ARRAY || l->type->kind != NB_TY_SCALAR || (es != 2 && es != 4) || ls->vec4 ||
             (i < L.n && leaf_accumulates(f, l) && !ls->owned)) /* (atomics need the array's address) */
             c4 = 0;
@@ -1117,7 +1121,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
          * with one vector store (the call layer checked contiguity and alignment) */
         APPEND(&b, "static __device__ __forceinline__ void nb_quad_%s(const nb_params_%s *nb_P, unsigned nb_q) {\n", ename, ename);
         for (int i = 0; i < total; i++) {
-            if (sig->leaves[i].bind != NB_BIND_ARRAY) continue;
+            if (sig->leaves[i].bind != NB_BIND_ARRAY || sig->leaves[i].bcast) continue;
             const leaf *l = LEAF_AT(i);
             const char *vt = nb_dtype_size(sig->leaves[i].storage) == 4 ? "uint4" : "uint2";
             int rd = i < L.n && (f->params[l->param]->dir != NB_DIR_OUT || leaf_accumulates(f, l));
@@ -1128,11 +1132,12 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                              "        const unsigned nb_idx[1] = {4u * nb_q + nb_k};\n");
         APPEND(&b, "        nb_lane_%s(nb_P, nb_idx", ename);
         for (int i = 0; i < total; i++)
-            if (sig->leaves[i].bind == NB_BIND_ARRAY)
+            if (sig->leaves[i].bind == NB_BIND_ARRAY && sig->leaves[i].bcast) APPEND(&b, ", (char *)nb_P->l%d_data", i);
+            else if (sig->leaves[i].bind == NB_BIND_ARRAY)
                 APPEND(&b, ", nb_b%d.c + nb_k * %zuu", i, nb_dtype_size(sig->leaves[i].storage));
         nb_strbuf_append(&b, ");\n    }\n");
         for (int i = 0; i < total; i++) {
-            if (sig->leaves[i].bind != NB_BIND_ARRAY) continue;
+            if (sig->leaves[i].bind != NB_BIND_ARRAY || sig->leaves[i].bcast) continue;
             const leaf *l = LEAF_AT(i);
             if (i < L.n && !leaf_writes_back(f, l)) continue;
             const char *vt = nb_dtype_size(sig->leaves[i].storage) == 4 ? "uint4" : "uint2";

@@ -111,6 +111,9 @@ typedef struct nb_leaf_sig {
                            element): the accumulated gradient is then added with a plain read-
                            modify-write, not an atomic add, and never summed as a broadcast
                            (ignored on leaves that do not accumulate) */
+    int bcast;          /* with contig4: an ARRAY leaf read by every index at one element (its
+                           kernel stride is 0, e.g. a device scalar [1]): the quads read it in
+                           place, not through a vector buffer */
 } nb_leaf_sig;
 
 typedef struct nb_call_sig {
