@@ -19,13 +19,27 @@
  * dropped accumulation is off by >= 10%). The cast case's forward rounds to bf16: its inputs
  * and h lie on the 1/64 grid that bf16 holds exactly over [-2, 2], so the quotient is exact up
  * to rounding of L; its analytic gradient passes through a bf16 gradient of y (relative
- * rounding 2^-9), hence 1e-2 there (measured 2e-3). */
+ * rounding 2^-9), hence 1e-2 there (measured 2e-3).
+ * The module rows: the MLP computes with f16 operands, its hidden activations rounded to 2^-11
+ * relative, so the loss moves by ~1e-4 of rounding noise under any perturbation and h = 1e-2
+ * gave errors of 3.6 % of max|g|; with h = 0.1 the noise falls to ~4e-3 (measured 3.7e-3 for x,
+ * 4.1e-3 for the weights), the SiLU's curvature adds less: MLP_TOL = 1.5e-2 (a wrong factor or a
+ * dropped term stays >= 10 % off). The frequency encoding's sin(2 pi x) has truncation error
+ * (2 pi)^2 h^2 / 6 = 6.6e-4 relative at h = 1e-2 (measured 6e-4): FREQ_TOL = 2e-3. The grids are
+ * linear in their parameters and, with x inside the cells (op_case.cells), in x: default 1e-3.
+ * On CUDA the MLP's tensor cores sum in another order than the CPU reference (f16 roundings of
+ * hidden values flip): its CUDA check uses MLP_TOL too (test_nn_mlp: 1e-2 .. 2e-2 normwise). */
 #include "nb_test.h"
 #include "nabla/device.h"
+#include "nabla/nn_encoding.h"
+#include "nabla/nn_mlp.h"
 #include "nabla/nn_tape.h"
 #include "graph/op_rows.h"
 
 #define MAXT 3 /* inputs / parameters per case */
+#define MLP_TOL 1.5e-2
+#define MLP_H 0.1f
+#define FREQ_TOL 2e-3
 
 typedef struct op_case {
     int kind;          /* NB_TOP_* exercised */
@@ -38,34 +52,104 @@ typedef struct op_case {
     int64_t par[MAXT][4];
     int a, b;          /* attributes: groups, heads, stride / pad, slice start / count, ... */
     int grid;          /* inputs and h on the 1/64 grid (the cast's rounding forward) */
+    int cells;         /* > 0: input 0 lies in (0, 1), inside the cells of a grid of `cells` per
+                        * dimension (>= 0.25 of a cell from their edges, so x +- h crosses none:
+                        * the grid encodings are piecewise linear in x) */
+    float h;           /* > 0: the finite-difference step (default 1e-2; 1/64 with grid) */
+    double tol;        /* > 0: the relative tolerance of the finite-difference and CUDA checks, for
+                        * rows whose module computes in reduced precision (the MLP's f16
+                        * operands); 0: the defaults above */
 } op_case;
 
 static const op_case cases[] = {
-    {NB_TOP_LINEAR, "linear", 1, {2}, {{3, 5}}, 2, {2, 1}, {{4, 5}, {4}}, 0, 0, 0},
-    {NB_TOP_LINEAR, "linear no bias", 1, {2}, {{2, 6}}, 1, {2}, {{3, 6}}, 0, 0, 0},
-    {NB_TOP_CONV2D, "conv2d 3x3 s1 p1", 1, {4}, {{2, 3, 5, 5}}, 2, {4, 1}, {{4, 3, 3, 3}, {4}}, 1, 1, 0},
-    {NB_TOP_CONV2D, "conv2d 3x3 s2 p1", 1, {4}, {{1, 2, 6, 5}}, 2, {4, 1}, {{3, 2, 3, 3}, {3}}, 2, 1, 0},
-    {NB_TOP_CONV2D, "conv2d 1x1 no bias", 1, {4}, {{2, 3, 3, 4}}, 1, {4}, {{2, 3, 1, 1}}, 1, 0, 0},
-    {NB_TOP_GROUP_NORM, "group_norm", 1, {4}, {{2, 4, 3, 3}}, 2, {1, 1}, {{4}, {4}}, 2, 0, 0},
-    {NB_TOP_GROUP_NORM, "group_norm no affine", 1, {3}, {{2, 6, 4}}, 0, {0}, {{0}}, 3, 0, 0},
-    {NB_TOP_GROUP_NORM_SILU, "group_norm_silu", 1, {4}, {{2, 4, 3, 3}}, 2, {1, 1}, {{4}, {4}}, 2, 0, 0},
-    {NB_TOP_SILU, "silu", 1, {3}, {{2, 3, 7}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_ADD, "add", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_ADD_CHANNEL, "add_channel", 2, {4, 2}, {{2, 3, 4, 4}, {2, 3}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_CONCAT, "concat", 2, {4, 4}, {{2, 3, 4, 3}, {2, 2, 4, 3}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_UPSAMPLE2X, "upsample2x", 1, {4}, {{2, 3, 3, 4}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_AVGPOOL2X, "avgpool2x", 1, {4}, {{2, 3, 4, 6}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_MSE, "mse", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0},
+    {NB_TOP_LINEAR, "linear", 1, {2}, {{3, 5}}, 2, {2, 1}, {{4, 5}, {4}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_LINEAR, "linear no bias", 1, {2}, {{2, 6}}, 1, {2}, {{3, 6}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_CONV2D, "conv2d 3x3 s1 p1", 1, {4}, {{2, 3, 5, 5}}, 2, {4, 1}, {{4, 3, 3, 3}, {4}}, 1, 1, 0, 0, 0, 0},
+    {NB_TOP_CONV2D, "conv2d 3x3 s2 p1", 1, {4}, {{1, 2, 6, 5}}, 2, {4, 1}, {{3, 2, 3, 3}, {3}}, 2, 1, 0, 0, 0, 0},
+    {NB_TOP_CONV2D, "conv2d 1x1 no bias", 1, {4}, {{2, 3, 3, 4}}, 1, {4}, {{2, 3, 1, 1}}, 1, 0, 0, 0, 0, 0},
+    {NB_TOP_GROUP_NORM, "group_norm", 1, {4}, {{2, 4, 3, 3}}, 2, {1, 1}, {{4}, {4}}, 2, 0, 0, 0, 0, 0},
+    {NB_TOP_GROUP_NORM, "group_norm no affine", 1, {3}, {{2, 6, 4}}, 0, {0}, {{0}}, 3, 0, 0, 0, 0, 0},
+    {NB_TOP_GROUP_NORM_SILU, "group_norm_silu", 1, {4}, {{2, 4, 3, 3}}, 2, {1, 1}, {{4}, {4}}, 2, 0, 0, 0, 0, 0},
+    {NB_TOP_SILU, "silu", 1, {3}, {{2, 3, 7}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_ADD, "add", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_ADD_CHANNEL, "add_channel", 2, {4, 2}, {{2, 3, 4, 4}, {2, 3}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_CONCAT, "concat", 2, {4, 4}, {{2, 3, 4, 3}, {2, 2, 4, 3}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_UPSAMPLE2X, "upsample2x", 1, {4}, {{2, 3, 3, 4}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_AVGPOOL2X, "avgpool2x", 1, {4}, {{2, 3, 4, 6}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_MSE, "mse", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
     {NB_TOP_ATTENTION, "attention", 3, {4, 4, 4}, {{1, 2, 3, 8}, {1, 2, 5, 8}, {1, 2, 5, 8}}, 0,
-     {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_RESHAPE, "reshape", 1, {3}, {{2, 3, 4}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_TRANSPOSE, "transpose", 1, {3}, {{2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0},
-    {NB_TOP_SLICE_CHANNELS, "slice_channels", 1, {4}, {{2, 5, 3, 3}}, 0, {0}, {{0}}, 1, 3, 0},
-    {NB_TOP_CAST, "cast f32->bf16", 1, {3}, {{2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 1},
-    {NB_TOP_QKV_ATTENTION, "qkv_attention 3-D", 1, {3}, {{1, 24, 5}}, 0, {0}, {{0}}, 2, 0, 0},
-    {NB_TOP_QKV_ATTENTION, "qkv_attention 4-D", 1, {4}, {{2, 12, 2, 3}}, 0, {0}, {{0}}, 1, 0, 0},
+     {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_RESHAPE, "reshape", 1, {3}, {{2, 3, 4}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_TRANSPOSE, "transpose", 1, {3}, {{2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_SLICE_CHANNELS, "slice_channels", 1, {4}, {{2, 5, 3, 3}}, 0, {0}, {{0}}, 1, 3, 0, 0, 0, 0},
+    {NB_TOP_CAST, "cast f32->bf16", 1, {3}, {{2, 3, 5}}, 0, {0}, {{0}}, 0, 0, 1, 0, 0, 0},
+    {NB_TOP_QKV_ATTENTION, "qkv_attention 3-D", 1, {3}, {{1, 24, 5}}, 0, {0}, {{0}}, 2, 0, 0, 0, 0, 0},
+    {NB_TOP_QKV_ATTENTION, "qkv_attention 4-D", 1, {4}, {{2, 12, 2, 3}}, 0, {0}, {{0}}, 1, 0, 0, 0, 0, 0},
+    /* mlp_config(): 3 -> 16 (SiLU) -> 2, biases: 3*16 + 16 + 16*2 + 2 = 98 weights */
+    {NB_TOP_MLP, "mlp f16", 1, {2}, {{5, 3}}, 1, {1}, {{98}}, 0, 0, 0, 0, MLP_H, MLP_TOL},
+    /* enc_config(a): a = 0 dense 4x4 grid of 2 features (32 params), 1 hash grid of 2 levels
+     * (a dense 3x3 level and a hashed 5x5 one in 16 entries: (9 + 16) * 2 = 50 params), 2 the
+     * frequency encoding (2 frequencies, no params) */
+    {NB_TOP_ENCODING, "encoding dense grid", 1, {2}, {{4, 2}}, 1, {1}, {{32}}, 0, 0, 0, 3, 0, 0},
+    {NB_TOP_ENCODING, "encoding hash grid", 1, {2}, {{4, 2}}, 1, {1}, {{50}}, 1, 0, 0, 4, 0, 0},
+    {NB_TOP_ENCODING, "encoding frequency", 1, {2}, {{3, 2}}, 0, {0}, {{0}}, 2, 0, 0, 1, 0, FREQ_TOL},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* The module objects of the MLP and ENCODING cases, created by build() on the tape's device and
+ * freed by run_case after the tape (an op holds its object while on the tape). */
+static nb_mlp *g_mlp;
+static nb_encoding *g_enc;
+static nb_device *g_cpu; /* a CPU tape's device for them (an encoding borrows its device) */
+
+static nb_mlp_config mlp_config(void) {
+    nb_mlp_config c = nb_mlp_config_default(3, 2, 16, 1);
+    c.act = NB_ACT_SILU; /* smooth: finite differences see no kinks */
+    c.bias = 1;
+    return c;
+}
+
+static nb_encoding_config enc_config(int a) {
+    if (a == 0) return nb_dense_grid_config(2, 2, 4, 4, 0);
+    if (a == 1) return nb_hash_grid_config(2, 2, 2, 4, 2, 2.0f);
+    return nb_frequency_config(2, 2);
+}
+
+/* The device the tape runs on, as the modules want it (a CPU tape may have none). */
+static nb_status tape_device(nb_tape *t, nb_device **dev) {
+    if (nb_tape_on_cuda(t)) {
+        *dev = t->dev;
+        return NB_OK;
+    }
+    nb_status s = g_cpu ? NB_OK : nb_device_open("cpu", &g_cpu);
+    *dev = g_cpu;
+    return s;
+}
+
+static nb_status build_mlp(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar *y) {
+    nb_device *dev;
+    nb_status s = tape_device(t, &dev);
+    nb_mlp_config c = mlp_config();
+    if (!s) s = nb_mlp_create(dev, &c, &g_mlp);
+    return s ? s : nb_tape_mlp(t, g_mlp, x, w, y);
+}
+
+static nb_status build_encoding(nb_tape *t, int a, nb_tvar x, nb_tvar p, nb_tvar *y) {
+    nb_device *dev;
+    nb_status s = tape_device(t, &dev);
+    nb_encoding_config c = enc_config(a);
+    if (!s) s = nb_encoding_create(dev, &c, &g_enc);
+    return s ? s : nb_tape_encoding(t, g_enc, x, p, y);
+}
+
+static void free_modules(void) {
+    nb_mlp_free(g_mlp);
+    nb_encoding_destroy(g_enc);
+    nb_device_close(g_cpu);
+    g_mlp = NULL;
+    g_enc = NULL;
+    g_cpu = NULL;
+}
 
 static int64_t numel(int nd, const int64_t *s) {
     int64_t c = 1;
@@ -98,6 +182,8 @@ static nb_status build(nb_tape *t, const op_case *c, const nb_tvar *in, const nb
     case NB_TOP_SLICE_CHANNELS: return nb_tape_slice_channels(t, in[0], c->a, c->b, y);
     case NB_TOP_CAST: return nb_tape_cast(t, in[0], NB_BF16, y);
     case NB_TOP_QKV_ATTENTION: return nb_tape_qkv_attention(t, in[0], c->a, y);
+    case NB_TOP_MLP: return build_mlp(t, in[0], p0, y);
+    case NB_TOP_ENCODING: return build_encoding(t, c->a, in[0], p0, y);
     default: return nb_error(NB_ERR_INTERNAL, "test_ops: no builder for op kind %d", c->kind);
     }
 }
@@ -209,6 +295,7 @@ static nb_status run_case(const op_case *c, case_data *d, nb_device *dev, int pr
         }
     }
     nb_tape_free(t);
+    free_modules();
     if (s) free_out(o);
     return s;
 }
@@ -219,6 +306,12 @@ static void case_data_init(const op_case *c, case_data *d) {
         d->nin_el[i] = numel(c->nd[i], c->in[i]);
         d->in[i] = malloc(sizeof(float) * (size_t)d->nin_el[i]);
         for (int64_t k = 0; k < d->nin_el[i]; k++) d->in[i][k] = rnd(c->grid);
+        if (i == 0 && c->cells) /* (cell + 0.25 .. 0.75) / cells */
+            for (int64_t k = 0; k < d->nin_el[i]; k++) {
+                float u = 0.5f * (frand() + 1.0f); /* [0, 1) */
+                int cell = (int)(u * (float)c->cells) % c->cells;
+                d->in[i][k] = ((float)cell + 0.5f + 0.25f * frand()) / (float)c->cells;
+            }
     }
     for (int i = 0; i < c->npar; i++) d->npar_el += numel(c->pnd[i], c->par[i]);
     d->par = malloc(sizeof(float) * (size_t)(d->npar_el ? d->npar_el : 1));
@@ -256,7 +349,7 @@ static int close_enough(const char *label, const char *what, const float *a, con
 static int check_fd(const op_case *c, case_data *d, float *buf, int64_t n, const float *g,
                     const char *what) {
     if (!n) return 1;
-    const float h = c->grid ? 1.0f / 64.0f : 1e-2f;
+    const float h = c->h > 0 ? c->h : c->grid ? 1.0f / 64.0f : 1e-2f;
     float *fd = malloc(sizeof(float) * (size_t)n);
     int ok = 1;
     for (int64_t k = 0; k < n && ok; k++) {
@@ -281,7 +374,7 @@ static int check_fd(const op_case *c, case_data *d, float *buf, int64_t n, const
         fprintf(stderr, "  %s: %s: analytic gradient is all zero\n", c->label, what);
         ok = 0;
     }
-    if (ok) ok = close_enough(c->label, what, g, fd, n, c->grid ? 1e-2 : 1e-3, 1e-6);
+    if (ok) ok = close_enough(c->label, what, g, fd, n, c->tol > 0 ? c->tol : c->grid ? 1e-2 : 1e-3, 1e-6);
     free(fd);
     return ok;
 }
@@ -407,6 +500,7 @@ static void test_cuda_vs_cpu(void) {
             /* fp32: order of sums only; tf32: 10-bit mantissas in GEMM / attention inputs;
              * bf16: 8-bit mantissas in storage and GEMM inputs */
             double rtol = bf ? 4e-2 : prec == NB_TAPE_TF32 ? 5e-3 : 1e-4;
+            if (c->tol > rtol) rtol = c->tol;
             double atol = bf ? 1e-3 : prec == NB_TAPE_TF32 ? 1e-4 : 1e-6;
             case_data d;
             case_data_init(c, &d);
@@ -439,8 +533,104 @@ static void test_cuda_vs_cpu(void) {
     nb_device_close(dev);
 }
 
+/* loss = mse(mlp(z) + z, 0), z = e + x, e = enc(x) (twice: enc(x) + enc(x), two encoding ops on
+ * x): x's and z's gradients have contributions from several ops, so the module rows take their
+ * accumulate path (the backward runs in reverse: the adds first); gx (or NULL) receives x's. */
+static nb_status compose(nb_encoding *enc, nb_mlp *mlp, int twice, const float *xs, const float *ps,
+                         double *loss, float *gx) {
+    nb_tape *t;
+    nb_status s = nb_tape_create(&t);
+    if (s) return s;
+    nb_tvar p, w, x, f1, f2, z, y, l, tgt;
+    float zero[6] = {0}, lv = 0;
+    s = nb_tape_param(t, "enc", 1, (int64_t[]){32}, &p);
+    if (!s) s = nb_tape_param(t, "mlp", 1, (int64_t[]){nb_mlp_n_params(mlp)}, &w);
+    if (!s) s = nb_tape_write_params(t, ps, 32 + nb_mlp_n_params(mlp));
+    if (!s) s = nb_tape_input(t, 2, (int64_t[]){3, 2}, xs, 1, &x);
+    if (!s) s = nb_tape_encoding(t, enc, x, p, &f1);
+    if (!s && twice) s = nb_tape_encoding(t, enc, x, p, &f2);
+    if (!s && twice) s = nb_tape_add(t, f1, f2, &f1);
+    if (!s) s = nb_tape_add(t, f1, x, &z);
+    if (!s) s = nb_tape_mlp(t, mlp, z, w, &y);
+    if (!s) s = nb_tape_add(t, y, z, &y); /* z's gradient: the add's, then the mlp's added */
+    if (!s) s = nb_tape_input(t, 2, (int64_t[]){3, 2}, zero, 0, &tgt);
+    if (!s) s = nb_tape_mse(t, y, tgt, &l);
+    if (!s) s = nb_tape_read(t, l, &lv, 1);
+    *loss = lv;
+    if (!s && gx) {
+        /* the mlp already has an op that needs a gradient: a second is refused */
+        nb_tvar y2;
+        NB_EXPECT_ERR(nb_tape_mlp(t, mlp, z, w, &y2), NB_ERR_UNSUPPORTED, "one training forward");
+        s = nb_tape_backward(t, l);
+        if (!s) s = nb_tape_read_grad(t, x, gx, 6);
+    }
+    nb_tape_free(t);
+    return s;
+}
+
+/* The module rows add into gradients that have other contributions (x feeds the encoding op(s),
+ * an add and, through it, the mlp): x's gradient against central differences, once with one
+ * encoding op and once with two. Then the builders' typed errors. */
+static void test_module_rows_accumulate_and_check(void) {
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_encoding_config ec = nb_dense_grid_config(2, 2, 4, 4, 0);
+    nb_encoding *enc;
+    NB_REQUIRE_OK(nb_encoding_create(cpu, &ec, &enc));
+    nb_mlp_config mc = mlp_config();
+    mc.n_in = 2;
+    nb_mlp *mlp;
+    NB_REQUIRE_OK(nb_mlp_create(cpu, &mc, &mlp));
+    /* x at the centres of the grid's 3 cells per dimension (x +- h stays inside) */
+    float xs[6] = {1 / 6.f, 0.5f, 5 / 6.f, 0.5f, 1 / 6.f, 5 / 6.f}, ps[32 + 128], gx[6], fd[6];
+    NB_EXPECT(nb_mlp_n_params(mlp) == 16 * 2 + 16 + 16 * 2 + 2); /* fits ps */
+    for (int i = 0; i < 32 + 128; i++) ps[i] = frand();
+    /* h: truncation ~h^2 (14 % of max|g| at h = 0.1) against the f16 noise ~1/h */
+    const float h = 0.02f;
+    for (int twice = 0; twice < 2; twice++) {
+        double l0, lo, hi;
+        NB_REQUIRE_OK(compose(enc, mlp, twice, xs, ps, &l0, gx));
+        for (int k = 0; k < 6; k++) {
+            float x0 = xs[k];
+            xs[k] = x0 + h;
+            NB_REQUIRE_OK(compose(enc, mlp, twice, xs, ps, &hi, NULL));
+            xs[k] = x0 - h;
+            NB_REQUIRE_OK(compose(enc, mlp, twice, xs, ps, &lo, NULL));
+            xs[k] = x0;
+            fd[k] = (float)((hi - lo) / (2.0 * h));
+        }
+        NB_EXPECT(max_abs(gx, 6) > 1e-3);
+        NB_EXPECT(close_enough(twice ? "encoding x2 + mlp" : "encoding + mlp", "x", gx, fd, 6,
+                               MLP_TOL, 1e-6));
+    }
+    /* errors: wrong x width, wrong parameter count, parameters for the frequency encoding,
+     * NULL module */
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    nb_tvar p, w, x, bad;
+    NB_REQUIRE_OK(nb_tape_param(t, "enc", 1, (int64_t[]){32}, &p));
+    NB_REQUIRE_OK(nb_tape_param(t, "mlp", 1, (int64_t[]){nb_mlp_n_params(mlp)}, &w));
+    NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){3, 2}, xs, 1, &x));
+    NB_EXPECT_ERR(nb_tape_mlp(t, mlp, p, w, &bad), NB_ERR_SHAPE, "expected [B, n_in]");
+    NB_EXPECT_ERR(nb_tape_mlp(t, mlp, x, p, &bad), NB_ERR_SHAPE, "parameters");
+    NB_EXPECT_ERR(nb_tape_encoding(t, enc, x, w, &bad), NB_ERR_SHAPE, "the encoding has 32");
+    NB_EXPECT_ERR(nb_tape_encoding(t, enc, p, p, &bad), NB_ERR_SHAPE, "expected [B, n_dims]");
+    nb_encoding_config fc = nb_frequency_config(2, 2);
+    nb_encoding *fe;
+    NB_REQUIRE_OK(nb_encoding_create(cpu, &fc, &fe));
+    NB_EXPECT_ERR(nb_tape_encoding(t, fe, x, p, &bad), NB_ERR_INVALID_ARG, "no parameters");
+    nb_encoding_destroy(fe);
+    NB_EXPECT_ERR(nb_tape_mlp(t, NULL, x, w, &bad), NB_ERR_INVALID_ARG, "NULL");
+    NB_EXPECT_ERR(nb_tape_encoding(t, NULL, x, p, &bad), NB_ERR_INVALID_ARG, "NULL");
+    nb_tape_free(t);
+    nb_mlp_free(mlp);
+    nb_encoding_destroy(enc);
+    nb_device_close(cpu);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_every_op_has_a_case, test_cpu_gradients_vs_finite_differences,
                  test_record_checks_the_row, test_no_cuda_path_error,
-                 test_profiler_labels_from_table, test_cuda_vs_cpu);
+                 test_profiler_labels_from_table, test_module_rows_accumulate_and_check,
+                 test_cuda_vs_cpu);
 }

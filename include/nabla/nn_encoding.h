@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "nabla/device.h"
+#include "nabla/nn_tape.h"
 #include "nabla/status.h"
 #include "nabla/tensor.h"
 
@@ -87,6 +88,7 @@ nb_status nb_encoding_create(nb_device *dev, const nb_encoding_config *cfg, nb_e
 void nb_encoding_destroy(nb_encoding *enc);
 
 int64_t nb_encoding_n_params(const nb_encoding *enc);  /* floats */
+nb_device *nb_encoding_device(const nb_encoding *enc); /* the device it was created on */
 int nb_encoding_n_input_dims(const nb_encoding *enc);
 int nb_encoding_n_output_dims(const nb_encoding *enc); /* F: features per point */
 const nb_encoding_config *nb_encoding_get_config(const nb_encoding *enc);
@@ -138,6 +140,13 @@ nb_status nb_encoding_backward_mlp(nb_encoding *enc, nb_mlp *mlp, const nb_tenso
 nb_status nb_encoding_mlp_train(nb_encoding *enc, nb_mlp *mlp, const nb_tensor *params, const nb_tensor *x,
                                 const nb_tensor *feat, const nb_tensor *target, int loss,
                                 nb_tensor *loss_sum, nb_tensor *grads);
+
+/* The encoding as an op of a tape (nn_tape.h; the row ENCODING of the op table): out [B, F] f32 =
+ * encoding(x) for x [B, n_dims] with the parameters in params, a tape value of
+ * nb_encoding_n_params(enc) floats (an nb_tape_param, [n_params]; NB_TVAR_NONE for the frequency
+ * encoding, which has none). nb_tape_backward adds dL/dparams into params' gradient and dL/dx
+ * into x's. enc must live on the tape's device and stay alive while the op is on the tape. */
+nb_status nb_tape_encoding(nb_tape *t, nb_encoding *enc, nb_tvar x, nb_tvar params, nb_tvar *out);
 
 #ifdef __cplusplus
 }

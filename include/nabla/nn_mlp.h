@@ -49,6 +49,7 @@
 
 #include "nabla/device.h"
 #include "nabla/dtype.h"
+#include "nabla/nn_tape.h"
 #include "nabla/status.h"
 #include "nabla/tensor.h"
 
@@ -131,6 +132,17 @@ size_t nb_mlp_workspace_bytes(const nb_mlp *mlp);
  * synchronised: slow) and prints the mean time per kernel to stderr when the mlp is freed.
  * on = 0 stops it (the totals so far are dropped). No effect on the CPU device. */
 nb_status nb_mlp_set_profile(nb_mlp *mlp, int on);
+
+/* The mlp as an op of a tape (nn_tape.h; the row MLP of the op table): out [B, n_out] f32 =
+ * mlp(x) for x [B, n_in] with the weights taken from w, a tape value of nb_mlp_n_params(mlp)
+ * floats (usually an nb_tape_param, [n_params], initialised e.g. from nb_mlp_params after
+ * nb_mlp_init_params). The forward copies w into the mlp's parameter buffer and runs
+ * nb_mlp_forward (training when out needs a gradient); nb_tape_backward runs nb_mlp_backward and
+ * ADDS dL/dw into w's gradient and dL/dx into x's, like every tape op. The mlp must live on the
+ * tape's device and stay alive while the op is on the tape. Its saved activations hold ONE
+ * training forward, so an mlp is used by at most one op that needs a gradient per tape step
+ * (NB_ERR_UNSUPPORTED otherwise; nb_tape_reset starts a new step). */
+nb_status nb_tape_mlp(nb_tape *t, nb_mlp *mlp, nb_tvar x, nb_tvar w, nb_tvar *out);
 
 #ifdef __cplusplus
 }

@@ -60,6 +60,9 @@ typedef struct nb_top {
     int ip[4];      /* integer attributes (stride, pad, groups, ...) */
     float fp[2];    /* float attributes (eps, ...) */
     float *saved[2];/* saved tensors in the arena (e.g. group norm mean / rstd) */
+    void *obj;      /* the module object of an op kind that has one (MLP: nb_mlp *, ENCODING:
+                     * nb_encoding *): its configuration and workspace; owned by the caller,
+                     * alive while the op is on the tape. NULL for the others. */
 } nb_top;
 
 /* One op kind's row of ops.def (tape_ops.c holds the table nb_top_rows[NB_TOP_COUNT]). The CPU
@@ -190,6 +193,17 @@ float *nb_tape_scratch(nb_tape *t, int64_t count);
 /* Host -> tape memory (memcpy, or an h2d copy on CUDA); zeroing of tape memory (async on CUDA). */
 nb_status nb_tape_upload(nb_tape *t, float *dst, const float *src, int64_t count);
 nb_status nb_tape_zero(nb_tape *t, float *dst, int64_t count);
+/* dst[0, count) = src (tape memory to tape memory, f32; queued on the stream on CUDA). */
+nb_status nb_tape_copy(nb_tape *t, float *dst, const float *src, int64_t count);
+/* dst[0, count) += src (tape memory, f32; one kernel on CUDA): rows whose kernel overwrites its
+ * result (a module's backward) add it into the tape's accumulated gradient this way. */
+nb_status nb_tape_accumulate(nb_tape *t, float *dst, const float *src, int64_t count);
+/* For a backward whose kernel OVERWRITES dL/dv (a module's own backward, e.g. the MLP's dx):
+ * *dst is where it should write -- v's gradient buffer itself when this is the first
+ * contribution, else f32 arena scratch; *g is v's gradient (both NULL when v needs none). After
+ * the kernel, nb_tape_grad_finish adds the scratch into the gradient (nothing when dst == g). */
+nb_status nb_tape_grad_dst(nb_tape *t, nb_tvar v, float **g, float **dst);
+nb_status nb_tape_grad_finish(nb_tape *t, float *g, const float *dst, int64_t count);
 /* CUDA tapes: *p += v on the device (one tiny kernel; the backward seed). */
 nb_status nb_tape_cuda_add_scalar(nb_tape *t, float *p, float v);
 /* CUDA tapes: y [n, dim] = the sinusoidal embedding of n <= NB_TAPE_TEMB_MAX host timesteps,

@@ -285,6 +285,33 @@ nb_status nb_tape_zero(nb_tape *t, float *dst, int64_t count) {
     return NB_OK;
 }
 
+nb_status nb_tape_copy(nb_tape *t, float *dst, const float *src, int64_t count) {
+    if (count <= 0 || dst == src) return NB_OK;
+    if (nb_tape_on_cuda(t)) return nb_memcpy_d2d(t->dev, dst, src, (size_t)count * sizeof(float));
+    memmove(dst, src, (size_t)count * sizeof(float));
+    return NB_OK;
+}
+
+nb_status nb_tape_accumulate(nb_tape *t, float *dst, const float *src, int64_t count) {
+    if (count <= 0) return NB_OK;
+    if (nb_tape_on_cuda(t)) return nb_tape_cuda_accumulate(t, dst, src, count);
+    for (int64_t i = 0; i < count; i++) dst[i] += src[i];
+    return NB_OK;
+}
+
+nb_status nb_tape_grad_dst(nb_tape *t, nb_tvar v, float **g, float **dst) {
+    int ow = 0;
+    *dst = NULL;
+    nb_status s = nb_tape_grad_buf_w(t, v, g, &ow);
+    if (s || !*g) return s;
+    *dst = ow ? *g : nb_tape_alloc_f32(t, t->vals[v].count, 0);
+    return *dst ? NB_OK : NB_ERR_OUT_OF_MEMORY;
+}
+
+nb_status nb_tape_grad_finish(nb_tape *t, float *g, const float *dst, int64_t count) {
+    return g && dst && dst != g ? nb_tape_accumulate(t, g, dst, count) : NB_OK;
+}
+
 /* ---- values --------------------------------------------------------------------------------- */
 
 nb_tval *nb_tape_val(nb_tape *t, nb_tvar v, const char *what) {

@@ -27,7 +27,7 @@
 #include "jit/cuda_files.h"
 #include "nabla/device.h"
 #include "jit/jit.h"
-#include "graph/op_rows.h"
+#include "graph/tape_internal.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 
@@ -160,6 +160,14 @@ nb_status nb_op_silu_cuda_bwd(nb_tape *t, const nb_top *op) {
     tk_args a = {.a = x->data, .b = VAL(t, op->out)->grad, .y = dx, .n = (int32_t)x->count, .ow = ow,
                  .dt = bfbit(t, op->in[0], TK_A | TK_Y) | bfbit(t, op->out, TK_B)};
     return tk_ew(t, NB_TK_SILU_BWD, &a);
+}
+
+/* dst += src over count f32 elements: the add backward's kernel with one output, accumulating. */
+nb_status nb_tape_cuda_accumulate(nb_tape *t, float *dst, const float *src, int64_t count) {
+    nb_status s = tk_check_count("accumulate", count);
+    if (s) return s;
+    tk_args a = {.a = src, .y = dst, .n = (int32_t)count};
+    return tk_ew(t, NB_TK_ACC, &a);
 }
 
 /* ---- add (backward: dy into both inputs' gradients), reshape (a view) ----------------------- */

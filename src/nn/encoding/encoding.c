@@ -153,6 +153,7 @@ void nb_encoding_destroy(nb_encoding *enc) {
 }
 
 int64_t nb_encoding_n_params(const nb_encoding *enc) { return enc ? enc->n_params : 0; }
+nb_device *nb_encoding_device(const nb_encoding *enc) { return enc ? enc->dev : NULL; }
 int nb_encoding_n_input_dims(const nb_encoding *enc) { return enc ? enc->cfg.n_dims : 0; }
 int nb_encoding_n_output_dims(const nb_encoding *enc) { return enc ? enc->n_out : 0; }
 const nb_encoding_config *nb_encoding_get_config(const nb_encoding *enc) { return enc ? &enc->cfg : NULL; }
