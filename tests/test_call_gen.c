@@ -294,6 +294,30 @@ static void test_struct_methods(void) {
     nb_device_close(d);
 }
 
+/* A CUDA call signature of fn over ndim kernel dims with nleaves leaves (to be filled in). */
+static void cuda_sig(nb_call_sig *sig, const char *fn, int ndim, int nleaves) {
+    memset(sig, 0, sizeof *sig);
+    sig->func = fn;
+    sig->target = NB_TARGET_CUDA;
+    sig->ndim = ndim;
+    sig->nleaves = nleaves;
+}
+
+/* The CUDA call kernel of sig is emitted and compiles with NVRTC for sm_90 (its layout into *lay). */
+static void expect_nvrtc(nb_program *p, const nb_call_sig *sig, const char *name, nb_call_layout *lay) {
+    nb_strbuf src;
+    nb_strbuf_init(&src);
+    NB_EXPECT_OK(nb_program_emit_call(p, sig, &src, lay));
+    void *img = NULL;
+    size_t size = 0;
+    int cubin = 0;
+    nb_status s = nb_nvrtc_compile(nb_strbuf_cstr(&src), name, "compute_90", NULL, &img, &size, &cubin);
+    NB_EXPECT(s == NB_OK);
+    if (s != NB_OK) fprintf(stderr, "  NVRTC: %s\n%s\n", nb_last_error(), nb_strbuf_cstr(&src));
+    if (img) nb_free(img, size);
+    nb_strbuf_free(&src);
+}
+
 /* The CUDA call kernels of every generator kind compile with NVRTC (without a GPU too). */
 static void test_generators_nvrtc(void) {
     if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
@@ -306,11 +330,7 @@ static void test_generators_nvrtc(void) {
     };
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         nb_call_sig sig;
-        memset(&sig, 0, sizeof sig);
-        sig.func = ks[i].fn;
-        sig.target = NB_TARGET_CUDA;
-        sig.ndim = 2;
-        sig.nleaves = 2;
+        cuda_sig(&sig, ks[i].fn, 2, 2);
         sig.has_result = 1;
         sig.leaves[0].param = 0;
         sig.leaves[0].path = "v";
@@ -321,22 +341,48 @@ static void test_generators_nvrtc(void) {
         sig.leaves[1].path = "_result";
         sig.leaves[1].bind = NB_BIND_ARRAY;
         sig.leaves[1].storage = ks[i].rs;
-        nb_strbuf src;
-        nb_strbuf_init(&src);
         nb_call_layout lay;
-        NB_EXPECT_OK(nb_program_emit_call(p, &sig, &src, &lay));
-        void *img = NULL;
-        size_t size = 0;
-        int cubin = 0;
-        nb_status s = nb_nvrtc_compile(nb_strbuf_cstr(&src), "gen.cu", "compute_90", NULL, &img, &size, &cubin);
-        NB_EXPECT(s == NB_OK);
-        if (s != NB_OK) fprintf(stderr, "  NVRTC: %s\n%s\n", nb_last_error(), nb_strbuf_cstr(&src));
-        if (img) nb_free(img, size);
-        nb_strbuf_free(&src);
+        expect_nvrtc(p, &sig, "gen.cu", &lay);
+    }
+    nb_program_free(p);
+}
+
+/* Arrays of views as kernel parameters and struct fields ("ws[1]", "m.d[1]": a tensor leaf per
+ * element, as host code and launchRaw bind them): the CUDA block-launch call kernels compile. */
+static void test_view_arrays_nvrtc(void) {
+    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
+    static const char *VSRC =
+        "struct ManyViews { TensorView<float> a[2]; DiffTensorView d[2]; }\n"
+        "[CudaKernel] void diffOf(TensorView<float> ws[2], TensorView<float> res) {\n"
+        "  uint i = cudaThreadIdx().x; if (i < res.size(0)) res[i] = ws[0][i] - ws[1][i]; }\n"
+        "[CudaKernel] void sumMany(ManyViews m, TensorView<float> res) {\n"
+        "  uint i = cudaThreadIdx().x;\n"
+        "  if (i < res.size(0)) res[i] = m.a[0][i] + m.a[1][i] + m.d[0].primal[i] + m.d[1].diff.diff[i]; }\n";
+    nb_program *p = NULL;
+    NB_REQUIRE_OK(nb_program_compile_source("views.slang", VSRC, NULL, &p));
+    struct { const char *fn; int n; const char *paths[5]; } ks[] = {
+        {"diffOf", 3, {"ws[0]", "ws[1]", "res"}},
+        {"sumMany", 5, {"m.a[0]", "m.a[1]", "m.d[0]", "m.d[1]", "res"}},
+    };
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        nb_call_sig sig;
+        cuda_sig(&sig, ks[i].fn, 6, ks[i].n);
+        sig.blocks = 1;
+        for (int j = 0; j < ks[i].n; j++) {
+            sig.leaves[j].param = j < ks[i].n - 1 ? 0 : 1;
+            sig.leaves[j].path = ks[i].paths[j];
+            sig.leaves[j].bind = NB_BIND_TENSOR;
+            sig.leaves[j].storage = NB_F32;
+        }
+        nb_call_layout lay;
+        expect_nvrtc(p, &sig, "views.cu", &lay);
+        /* every element is its own tensor in the parameter block */
+        NB_EXPECT(lay.leaves[0].offset != lay.leaves[1].offset && lay.leaves[1].offset != lay.leaves[2].offset);
     }
     nb_program_free(p);
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_generators_cpu, test_generators_cuda, test_generators_nvrtc, test_struct_methods);
+    NB_TEST_MAIN(argc, argv, test_generators_cpu, test_generators_cuda, test_generators_nvrtc, test_struct_methods,
+                 test_view_arrays_nvrtc);
 }

@@ -599,6 +599,26 @@ def test_argument_errors_are_runtime_errors_as_in_slang_torch():
         m.cube(x=torch.ones(1).expand(3), y=torch.zeros(3))
 
 
+@pytest.mark.parametrize("dev", tdevices())
+def test_arrays_of_views(dev):
+    # `TensorView<float> ws[2]` and a struct field `a[2]`: a list of tensors, one leaf per element
+    torch = pytest.importorskip("torch")
+    m = slangtorch.loadModule(path("view_arrays.slang"))
+    x = torch.tensor([5.0, 7.0, 9.0], device=dev)
+    y = torch.tensor([1.0, 2.0, 3.0], device=dev)
+    r = torch.zeros(3, device=dev)
+    launch1d(m.diffOf(ws=[x, y], res=r), 3)
+    assert r.tolist() == [4.0, 5.0, 6.0]
+    launch1d(m.mixMany(m=m.ManyViews(a=(x, y), k=10.0), res=r), 3)
+    assert r.tolist() == [51.0, 72.0, 93.0]
+    launch1d(m.mixMany(m={"a": [y, x], "k": 2.0}, res=r), 3)
+    assert r.tolist() == [7.0, 11.0, 15.0]
+    with pytest.raises(nabla.ArgumentError, match="argument 'ws': expected 2 items, got 1"):
+        m.diffOf(ws=[x], res=r)
+    with pytest.raises(nabla.ArgumentError, match="expected a list or tuple of 2 items"):
+        m.diffOf(ws=x, res=r)
+
+
 def test_mixed_devices_are_an_error():
     torch = pytest.importorskip("torch")
     if "cuda" not in tdevices():

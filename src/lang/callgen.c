@@ -189,7 +189,8 @@ static nb_status add_leaves(nb_emitter *e, leaves *L, int param, const nb_type *
     }
     const nb_type *inner = t;
     while (inner->kind == NB_TY_ARRAY) inner = inner->elem;
-    if (t->kind == NB_TY_ARRAY && inner->kind == NB_TY_STRUCT) { /* element by element (program.c's leaves) */
+    if (t->kind == NB_TY_ARRAY && (inner->kind == NB_TY_STRUCT || (inner->kind == NB_TY_TENSOR && !inner->buffer))) {
+        /* element by element (program.c's leaves): arrays of structs, arrays of views */
         for (int i = 0; i < t->length; i++) {
             char p2[128], a2[160];
             snprintf(p2, sizeof p2, "%s[%d]", path, i);

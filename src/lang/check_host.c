@@ -216,11 +216,8 @@ const nb_type *ck_torch_method(nb_checker *c, nb_expr **slot, const nb_type *bt)
  * type (an array of views, a buffer). */
 static int kernel_value_ok(const nb_type *t, const nb_type **bad) {
     if (t->kind == NB_TY_SCALAR || t->kind == NB_TY_VECTOR || t->kind == NB_TY_MATRIX) return 1;
-    if (t->kind == NB_TY_ARRAY && t->elem->kind == NB_TY_TENSOR) { /* (arrays of views: not from host code) */
-        *bad = t;
-        return 0;
-    }
-    /* a view field of a struct: filled from a TorchTensor in host code (`p.a = x`, ck_coerce) */
+    /* a view (a struct field, an array element): filled from a TorchTensor in host code (`p.a = x`,
+     * `ws[1] = x`: ck_coerce); the call layer binds each as a leaf ("p.a", "ws[1]") */
     if (t->kind == NB_TY_TENSOR && !t->buffer && (t->elem->kind == NB_TY_SCALAR || t->elem->kind == NB_TY_VECTOR))
         return 1;
     if (t->kind == NB_TY_ARRAY && t->length > 0) return kernel_value_ok(t->elem, bad);

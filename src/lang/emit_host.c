@@ -99,7 +99,8 @@ static void karg_comp(void *u, const char *lv, const nb_type *t)
 }
 
 /* The kernel-argument leaves of a value of type t at lv (program.c add_leaves' order: struct fields
- * depth-first, arrays of structs element by element, anything else one leaf of its components). */
+ * depth-first, arrays of structs and of views element by element, anything else one leaf of its
+ * components). */
 static void karg_values(nb_emitter *e, const nb_type *t, const char *lv, int *count, nb_strbuf *o)
 {
     char sub[600];
@@ -111,7 +112,7 @@ static void karg_values(nb_emitter *e, const nb_type *t, const char *lv, int *co
         }
         return;
     }
-    if (t->kind == NB_TY_ARRAY && innermost(t)->kind == NB_TY_STRUCT) {
+    if (t->kind == NB_TY_ARRAY && (innermost(t)->kind == NB_TY_STRUCT || innermost(t)->kind == NB_TY_TENSOR)) {
         for (int i = 0; i < t->length; i++) {
             snprintf(sub, sizeof sub, "%s.a[%d]", lv, i);
             karg_values(e, t->elem, sub, count, o);

@@ -868,8 +868,10 @@ static void add_leaves(leaf_builder *b, const nb_type *t, const char *path, int 
     }
     const nb_type *in = t;
     while (in->kind == NB_TY_ARRAY) in = in->elem;
-    /* element by element: "m.layers[1].weights"; a host function's TorchTensor<T> arrays too ("a[1]") */
-    if (t->kind == NB_TY_ARRAY && (in->kind == NB_TY_STRUCT || (in->kind == NB_TY_TORCH && b->host))) {
+    /* element by element: "m.layers[1].weights", arrays of views ("ws[1]": a tensor each); a host
+     * function's TorchTensor<T> arrays too ("a[1]") */
+    if (t->kind == NB_TY_ARRAY && (in->kind == NB_TY_STRUCT || (in->kind == NB_TY_TENSOR && !in->buffer) ||
+                                   (in->kind == NB_TY_TORCH && b->host))) {
         if (in->kind == NB_TY_STRUCT) add_struct_node(b, t, path);
         for (int i = 0; i < t->length && b->st == NB_OK; i++) {
             nb_strbuf sb;
