@@ -17,6 +17,7 @@
 #include "device/cublas.h"
 #include "nabla/status.h"
 #include "nb_test_dbuf.h"
+#include "nb_test_conv_ref.h"
 
 #define bfr bf_round
 
@@ -33,59 +34,7 @@ static float *hnan(int64_t n) {
 }
 
 
-/* max |a - ref| / max(max |ref|, 1e-3) */
-static double rel_err(const float *a, const double *ref, int64_t n) {
-    double m = 1e-3, e = 0.0;
-    for (int64_t i = 0; i < n; i++) m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d != d) return d;
-        if (d > e) e = d;
-    }
-    return e / m;
-}
-
-#define CHECK_ERR(what, err, tol, ...)                                                          \
-    do {                                                                                       \
-        double e_ = (err);                                                                     \
-        if (!(e_ <= (tol))) {                                                                  \
-            fprintf(stderr, "  %s: %s rel err %.3g > %.3g for ", nb_test_name_, (what), e_,     \
-                    (double)(tol));                                                            \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            nb_test_failures_++;                                                               \
-        }                                                                                      \
-    } while (0)
-
 static const char *dtn(nb_dtype t) { return t == NB_BF16 ? "bf16" : "f32"; }
-
-static void conv_ref(const nb_conv_dims *d, const float *x, const float *w, const float *b,
-                     const float *dy, double *y, double *dx, double *dw, double *db) {
-    int64_t N = d->N, C = d->C, H = d->H, W = d->W, O = d->O, K = d->K, OH = d->OH, OW = d->OW;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t o = 0; o < O; o++)
-            for (int64_t oh = 0; oh < OH; oh++)
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    double acc = b ? b[o] : 0.0;
-                    double g = dy[((n * O + o) * OH + oh) * OW + ow];
-                    db[o] += g;
-                    for (int64_t c = 0; c < C; c++)
-                        for (int64_t ki = 0; ki < K; ki++) {
-                            int64_t ih = oh * d->stride - d->pad + ki;
-                            if (ih < 0 || ih >= H) continue;
-                            for (int64_t kj = 0; kj < K; kj++) {
-                                int64_t iw = ow * d->stride - d->pad + kj;
-                                if (iw < 0 || iw >= W) continue;
-                                int64_t xi = ((n * C + c) * H + ih) * W + iw;
-                                int64_t wi = ((o * C + c) * K + ki) * K + kj;
-                                acc += (double)w[wi] * x[xi];
-                                dx[xi] += (double)w[wi] * g;
-                                dw[wi] += (double)x[xi] * g;
-                            }
-                        }
-                    y[((n * O + o) * OH + oh) * OW + ow] = acc;
-                }
-}
 
 typedef struct {
     int64_t N, C, H, W, O;

@@ -28,6 +28,7 @@
 #include "nn/conv/conv_cuda_igemm.h"
 #include "device/cublas.h"
 #include "device/cuda/cuda_api.h"
+#include "nb_test_conv_ref.h"
 
 #define NB_TRY_T(expr)                                                                         \
     do {                                                                                       \
@@ -76,17 +77,6 @@ static void dfree(dbuf *d) {
     d->b = NULL;
 }
 
-/* max |a - ref| / max(max |ref|, 1e-3): the error relative to the tensor's scale */
-static double rel_err(const float *a, const double *ref, int64_t n) {
-    double m = 1e-3, e = 0.0;
-    for (int64_t i = 0; i < n; i++) m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d != d) return d; /* NaN: an element never written (store mode) or a bad value */
-        if (d > e) e = d;
-    }
-    return e / m;
-}
 static double rel_err_f(const float *a, const float *ref, int64_t n) {
     double *r = malloc((size_t)n * sizeof(double));
     for (int64_t i = 0; i < n; i++) r[i] = ref[i];
@@ -98,45 +88,7 @@ static double rel_err_f(const float *a, const float *ref, int64_t n) {
 static const char *prec_name[3] = {"fp32", "tf32", "bf16"};
 static const double prec_tol[3] = {1e-4, 1e-2, 3e-2};
 
-#define CHECK_ERR(what, err, tol, ...)                                                          \
-    do {                                                                                       \
-        double e_ = (err);                                                                     \
-        if (!(e_ <= (tol))) {                                                                  \
-            fprintf(stderr, "  %s: %s rel err %.3g > %.3g for ", nb_test_name_, (what), e_,     \
-                    (double)(tol));                                                            \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            nb_test_failures_++;                                                               \
-        }                                                                                      \
-    } while (0)
-
-/* ---- double references ---------------------------------------------------------------------- */
-
-static void conv_ref(const nb_conv_dims *d, const float *x, const float *w, const float *b,
-                     const float *dy, double *y, double *dx, double *dw, double *db) {
-    int64_t N = d->N, C = d->C, H = d->H, W = d->W, O = d->O, K = d->K, OH = d->OH, OW = d->OW;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t o = 0; o < O; o++)
-            for (int64_t oh = 0; oh < OH; oh++)
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    double acc = b ? b[o] : 0.0;
-                    double g = dy[((n * O + o) * OH + oh) * OW + ow];
-                    db[o] += g;
-                    for (int64_t c = 0; c < C; c++)
-                        for (int64_t ki = 0; ki < K; ki++)
-                            for (int64_t kj = 0; kj < K; kj++) {
-                                int64_t ih = oh * d->stride - d->pad + ki;
-                                int64_t iw = ow * d->stride - d->pad + kj;
-                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                                int64_t xi = ((n * C + c) * H + ih) * W + iw;
-                                int64_t wi = ((o * C + c) * K + ki) * K + kj;
-                                acc += (double)w[wi] * x[xi];
-                                dx[xi] += (double)w[wi] * g;
-                                dw[wi] += (double)x[xi] * g;
-                            }
-                    y[((n * O + o) * OH + oh) * OW + ow] = acc;
-                }
-}
+/* (the double references conv_ref / rel_err / CHECK_ERR: nb_test_conv_ref.h) */
 
 /* ---- raw conv2d against the reference ------------------------------------------------------- */
 

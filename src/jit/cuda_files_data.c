@@ -1608,36 +1608,7 @@ static const char nb_cu_14[] =
     "// gradient over planes, the split-sum and MODE 2 endings with the bias gradient taken along, the\n"
     "// bf16 weight conversion with the bias fill, the end of a split sum into bf16.\n"
     "#include \"graph/kernels/bf16.cuh\"\n"
-    "#include \"sum_parts.cuh\"\n"
-    "struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };\n"
-    "/* y[n][o][p] += b[o] */\n"
-    "extern \"C\" __global__ void nb_conv_bias(BiasP p) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;\n"
-    "         i += (long long)gridDim.x * blockDim.x)\n"
-    "        nb_st(p.y, i, p.ybf, nb_ld(p.y, i, p.ybf) + p.b[(int)((i / p.P) % p.O)]);\n"
-    "}\n"
-    "struct BiasGradP { const void *dy; float *db; int N, P, O, ybf; };\n"
-    "/* db[o] += sum over n, p of dy[n][o][p]: blocks (o, y) of 256 threads, each y a strided share\n"
-    " * of the N*P terms, added with one atomic per block */\n"
-    "extern \"C\" __global__ void nb_conv_bias_grad(BiasGradP p) {\n"
-    "    int o = blockIdx.x, tot = p.N * p.P;\n"
-    "    float acc = 0.0f;\n"
-    "    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < tot; i += gridDim.y * blockDim.x) {\n"
-    "        int n = i / p.P, pp = i - n * p.P;\n"
-    "        acc += nb_ld(p.dy, ((long long)n * p.O + o) * p.P + pp, p.ybf);\n"
-    "    }\n"
-    "    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);\n"
-    "    __shared__ float part[32];\n"
-    "    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;\n"
-    "    __syncthreads();\n"
-    "    if (threadIdx.x == 0) {\n"
-    "        float s = 0.0f;\n"
-    "        for (int k = 0; k < (int)(blockDim.x >> 5); k++) s += part[k];\n"
-    "        atomicAdd(p.db + o, s);\n"
-    "    }\n"
-    "}\n"
-    "/* ---- vectorised bias add / bias gradient (the nb_conv_bias / nb_conv_bias_grad above are\n"
-    " * the old forms, kept for A/B runs: nb_cuda_conv_set_aux_legacy) ---- */\n"
+    "/* ---- vectorised bias add / bias gradient ---- */\n"
     "struct RowP { void *y; const float *b; float *db; long long units; int P, O, bf, lg, segs, seg, vec, set; };\n"
     "/* 16 bytes of y: 8 bf16 or 4 f32 values, summed */\n"
     "__device__ __forceinline__ float nb_sum16(uint4 u, int bf) {\n"
@@ -1797,9 +1768,6 @@ static const char nb_cu_14[] =
     "        nb_st(p.y, i, p.bf, nb_ld(p.y, i, p.bf) + bv);\n"
     "    }\n"
     "}\n"
-    "struct SumNP { const float *s; float *dw; long long L; int N; };\n"
-    "/* dw[i] += sum over n < N of s[n * L + i] */\n"
-    "extern \"C\" __global__ void nb_conv_sum_n(SumNP p) { sum_parts_add(p.s, p.dw, p.L, p.N); }\n"
     "struct SumN4P { const float *s; float *dw; long long L; int N, vec; };\n"
     "/* dw[i] += sum over n < N of s[n * L + i]: vec (L % 4 == 0, 16-byte aligned) a thread per 4\n"
     " * columns with float4 loads, else one; the n loop two-way unrolled */\n"
@@ -1943,7 +1911,7 @@ static const char nb_cu_16[] =
     "//   BM, BN  block tile (rows m, columns n); WM x WN warps (= 8); BK = 32; STAGES cp.async stages\n"
     "//   KS      kernel size (1 or 3), STRIDE (1 or 2); CB channels per MODE 1 step (8, bf16 16)\n"
     "//   ABF     1: bf16-stored activations (PREC 2; every mode): MODE 0 / 1 read a bf16 image and\n"
-    "//           bf16 weights (nb_conv_igemm_wr / wr2 convert them), MODE 2 / 3 bf16 dy and x; 0: f32\n"
+    "//           bf16 weights (nb_conv_wprep in wprep.cu converts them), MODE 2 / 3 bf16 dy and x; 0: f32\n"
     "//   OBF     1: MODE 0 / 1 write a bf16 output (bias added, or the old value read, in f32 first;\n"
     "//           no atomic split: the host splits into f32 scratch instead)\n"
     "//\n"
@@ -2545,48 +2513,6 @@ static const char nb_cu_16[] =
     "        }\n"
     "}\n"
     "#endif /* MODE 3 */\n"
-    "struct WrP { const float *w; float *wr; int O, C, flip; };\n"
-    "extern \"C\" __global__ void nb_conv_igemm_wr(WrP p) {\n"
-    "    long long total = (long long)p.O * p.C * KK;\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        int kk = (int)(i % KK); long long r = i / KK;\n"
-    "        int c = (int)(r % p.C), o = (int)(r / p.C);\n"
-    "#if MODE == 0 && ABF\n"
-    "        unsigned short *wr = (unsigned short *)p.wr, v = ig_f2bf(p.w[i]);\n"
-    "        if (p.flip) wr[((long long)c * KK + (KK - 1 - kk)) * p.O + o] = v;\n"
-    "        else wr[((long long)o * KK + kk) * p.C + c] = v;\n"
-    "#else\n"
-    "        if (p.flip) p.wr[((long long)c * KK + (KK - 1 - kk)) * p.O + o] = p.w[i];\n"
-    "        else p.wr[((long long)o * KK + kk) * p.C + c] = p.w[i];\n"
-    "#endif\n"
-    "    }\n"
-    "}\n"
-    "struct FillP { float *y; const float *b; long long total; int P, O; };\n"
-    "extern \"C\" __global__ void nb_conv_igemm_fill(FillP p) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;\n"
-    "         i += (long long)gridDim.x * blockDim.x)\n"
-    "        p.y[i] = p.b ? p.b[(int)((i / p.P) % p.O)] : 0.0f;\n"
-    "}\n"
-    "struct Wr2P { const float *w; float *wr; int O, C, flip; };\n"
-    "extern \"C\" __global__ void nb_conv_igemm_wr2(Wr2P p) {\n"
-    "    long long total = (long long)p.O * p.C * KK;\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        int kk = (int)(i % KK); long long r = i / KK;\n"
-    "        int c = (int)(r % p.C), o = (int)(r / p.C);\n"
-    "#if MODE == 1 && ABF\n"
-    "        /* bf16, k pairs permuted within the CB = 16 group (the bf16 MODE 1 kernel's order) */\n"
-    "        unsigned short *wr = (unsigned short *)p.wr, v = ig_f2bf(p.w[i]);\n"
-    "        int k = p.flip ? o % CB : c % CB, kp = 4 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1);\n"
-    "        if (p.flip) wr[(((long long)(o / CB) * p.C + c) * KK + (KK - 1 - kk)) * CB + kp] = v;\n"
-    "        else wr[(((long long)(c / CB) * p.O + o) * KK + kk) * CB + kp] = v;\n"
-    "#else\n"
-    "        if (p.flip) p.wr[(((long long)(o / CB) * p.C + c) * KK + (KK - 1 - kk)) * CB + o % CB] = p.w[i];\n"
-    "        else p.wr[(((long long)(c / CB) * p.O + o) * KK + kk) * CB + c % CB] = p.w[i];\n"
-    "#endif\n"
-    "    }\n"
-    "}\n"
     "struct DwP { float *dwr; float *dw; int O, C; };\n"
     "extern \"C\" __global__ void nb_conv_igemm_dw(DwP p) {\n"
     "    long long total = (long long)p.O * p.C * KK;\n"
@@ -3232,23 +3158,8 @@ static const char nb_cu_18[] =
     "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
     "}\n";
 
-/* src/nn/conv/kernels/sum_parts.cuh */
-static const char nb_cu_19[] =
-    "// The partial-sum ending the conv kernels share (bias.cu nb_conv_sum_n, wgrad.cu nb_wg_sum):\n"
-    "// one definition instead of a copy in each file.\n"
-    "#pragma once\n"
-    "/* dw[i] += sum over n < N of s[n * L + i], grid-stride over i < L */\n"
-    "__device__ __forceinline__ void sum_parts_add(const float *s, float *dw, long long L, int N) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < L;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float acc = 0.0f;\n"
-    "        for (int n = 0; n < N; n++) acc += s[n * L + i];\n"
-    "        dw[i] += acc;\n"
-    "    }\n"
-    "}\n";
-
 /* src/nn/conv/kernels/wg4.cu */
-static const char nb_cu_20[] =
+static const char nb_cu_19[] =
     "// The tensor-core 3x3 conv weight gradient (src/nn/conv/conv_cuda_wg4.c), specialised by PREC.\n"
     "//! nvrtc-check: PREC=1\n"
     "//! nvrtc-check: PREC=2\n"
@@ -3449,11 +3360,10 @@ static const char nb_cu_20[] =
     "}\n";
 
 /* src/nn/conv/kernels/wgrad.cu */
-static const char nb_cu_21[] =
+static const char nb_cu_20[] =
     "// The conv weight gradient's kernels (src/nn/conv/conv_cuda_wgrad.c): im2col of x (two layouts),\n"
     "// the dy transpose, reduced-sum (rs / rs2) kernels and the final sum.\n"
     "#include \"graph/kernels/bf16.cuh\"\n"
-    "#include \"sum_parts.cuh\"\n"
     "struct WgColP { const void *x; void *col; int C, H, W, K, S, pad, OH, OW, Kt, CKK, xbf, cbf, vec; };\n"
     "/* col[c*KK + kk][n*P + p] = x[n][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside): block row y takes\n"
     " * rows c*KK + kk, each thread 4 consecutive columns (vec: one 4-element store, Kt % 4 == 0) */\n"
@@ -3579,19 +3489,8 @@ static const char nb_cu_21[] =
     "    else nb_wg_rs_body(q.b, blockIdx.y - q.ya, gridDim.y - q.ya, q.db);\n"
     "}\n"
     "struct WgSum3P { const float *part; float *dw; int O, C, T; };\n"
-    "/* dw[o][c*9 + ki*3 + kj] += sum over s < T of part[ki][s][o][c*3 + kj] */\n"
-    "extern \"C\" __global__ void nb_wg_sum3(WgSum3P a) {\n"
-    "    int L = a.O * a.C * 9, N3 = 3 * a.C;\n"
-    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L; i += gridDim.x * blockDim.x) {\n"
-    "        int o = i / (9 * a.C), rem = i - o * 9 * a.C, c = rem / 9, t = rem - c * 9;\n"
-    "        int ki = t / 3, kj = t - ki * 3;\n"
-    "        float acc = 0.0f;\n"
-    "        for (int s = 0; s < a.T; s++)\n"
-    "            acc += a.part[((long long)(ki * a.T + s) * a.O + o) * N3 + c * 3 + kj];\n"
-    "        a.dw[i] += acc;\n"
-    "    }\n"
-    "}\n"
-    "/* the same, a thread per (o, j = c*3 + kj) with the three taps: reads coalesced along j */\n"
+    "/* dw[o][c*9 + ki*3 + kj] += sum over s < T of part[ki][s][o][c*3 + kj]: a thread per\n"
+    " * (o, j = c*3 + kj) with the three taps, reads coalesced along j */\n"
     "extern \"C\" __global__ void nb_wg_sum3j(WgSum3P a) {\n"
     "    int N3 = 3 * a.C, L = a.O * N3;\n"
     "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L; i += gridDim.x * blockDim.x) {\n"
@@ -3610,10 +3509,17 @@ static const char nb_cu_21[] =
     "}\n"
     "struct WgSumP { const float *part; float *dw; long long L; int S; };\n"
     "/* dw[i] += sum over s < S of part[s*L + i] */\n"
-    "extern \"C\" __global__ void nb_wg_sum(WgSumP a) { sum_parts_add(a.part, a.dw, a.L, a.S); }\n";
+    "extern \"C\" __global__ void nb_wg_sum(WgSumP a) {\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.L;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        float acc = 0.0f;\n"
+    "        for (int s = 0; s < a.S; s++) acc += a.part[s * a.L + i];\n"
+    "        a.dw[i] += acc;\n"
+    "    }\n"
+    "}\n";
 
 /* src/nn/conv/kernels/wprep.cu */
-static const char nb_cu_22[] =
+static const char nb_cu_21[] =
     "// Weight arrangement for the implicit-GEMM convolution (src/nn/conv/conv_cuda_igemm.c, see\n"
     "// its \"weight arrangement\" comment): nb_conv_wprep writes one layout the igemm kernels read,\n"
     "// nb_conv_wprep2 two in one launch (WpP mirrors nb_ig_wprep_params).\n"
@@ -3667,7 +3573,7 @@ static const char nb_cu_22[] =
     "}\n";
 
 /* src/nn/encoding/kernels/encoding.cu */
-static const char nb_cu_23[] =
+static const char nb_cu_22[] =
     "// The encodings' kernels (src/nn/encoding/encoding_cuda.c): dense / hash grid and frequency\n"
     "// forward (f32 / f16 output), backward to the parameters (plain, shared-memory levels, warp-\n"
     "// aggregated) and to the inputs. Defines: NB_D dims, NB_F features per level, NB_L levels,\n"
@@ -4006,7 +3912,7 @@ static const char nb_cu_23[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp.cu */
-static const char nb_cu_24[] =
+static const char nb_cu_23[] =
     "// The fully fused MLP kernels (loaded by mlp_cuda.c through nb_jit_cuda_kernel), specialised by\n"
     "// -D defines for one configuration: W, IN_PAD, OUT_PAD, N_IN, N_OUT, NL, ACT, OUT_ACT, HAS_BIAS,\n"
     "// IS_BF16, MT, WARPS, MINB, NCHO, NCHI, WSMEM_F, WSMEM_B, DWW, FW, FMINB, FWSMEM, FR16, FKD, FKH,\n"
@@ -4038,7 +3944,7 @@ static const char nb_cu_24[] =
     "#endif\n";
 
 /* src/nn/mlp/kernels/mlp_asm.cuh */
-static const char nb_cu_25[] =
+static const char nb_cu_24[] =
     "// The PTX-level helpers: f16/bf16 conversions, mma.sync m16n8k16, movmatrix.\n"
     "__device__ __forceinline__ u32 pack2(float lo, float hi) {\n"
     "    u32 r;\n"
@@ -4087,7 +3993,7 @@ static const char nb_cu_25[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_body.cuh */
-static const char nb_cu_26[] =
+static const char nb_cu_25[] =
     "// The split kernels: weight conversion (mlp_convert), forward (mlp_fwd_*, mlp_fwd_train_*),\n"
     "// backward (mlp_bwd, mlp_bwd_dx) and weight gradient (mlp_dw).\n"
     "template <int A> __device__ __forceinline__ float act_f(float x) {\n"
@@ -4497,7 +4403,7 @@ static const char nb_cu_26[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_enc_stub.cuh */
-static const char nb_cu_27[] =
+static const char nb_cu_26[] =
     "// Stand-ins for the grid-encoding device code of mlp_bwd_rc_enc (nb_enc_cuda_mlp_source), included\n"
     "// before mlp_head.cuh in every program that does not fuse the grid backward.\n"
     "#define ENC_SMEM_FLOATS 0\n"
@@ -4506,7 +4412,7 @@ static const char nb_cu_27[] =
     "__device__ __forceinline__ void enc_smem_flush(float *, const float *) {}\n";
 
 /* src/nn/mlp/kernels/mlp_fused.cuh */
-static const char nb_cu_28[] =
+static const char nb_cu_27[] =
     "// The fused backward (mlp_bwd_fused*, one block per SM, per-block f32 weight-gradient sums reduced by\n"
     "// mlp_dw_reduce_w).\n"
     "constexpr long long ACC_TOT = (long long)W * IN_PAD + (long long)(NL - 2) * W * W + (long long)OUT_PAD * W;\n"
@@ -4791,7 +4697,7 @@ static const char nb_cu_28[] =
     "\n";
 
 /* src/nn/mlp/kernels/mlp_head.cuh */
-static const char nb_cu_29[] =
+static const char nb_cu_28[] =
     "// Types, the parameter block (struct MlpParams: must match mlp_params in mlp_cuda.c field by field)\n"
     "// and the sizes / offsets of the padded weight copies.\n"
     "typedef unsigned int u32;\n"
@@ -4828,7 +4734,7 @@ static const char nb_cu_29[] =
     "__device__ __forceinline__ int l_cols(int l) { return l == 0 ? N_IN : W; }\n";
 
 /* src/nn/mlp/kernels/mlp_rc.cuh */
-static const char nb_cu_30[] =
+static const char nb_cu_29[] =
     "// The recomputing fused backward (mlp_fwd_train_nz_*, mlp_bwd_rc*): only for configurations that\n"
     "// use it (widths <= 64, no output activation, few layers, MT = 1).\n"
     "extern \"C\" __global__ void __launch_bounds__(WARPS * 32, MINB) mlp_fwd_train_nz_f32(MlpParams p) { fwd_body<0, 1, 0>(p); }\n"
@@ -5079,7 +4985,7 @@ static const char nb_cu_30[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_dx(MlpParams p) { bwd_rc_body<1>(p); }\n";
 
 /* src/nn/mlp/kernels/mlp_rc_enc.cuh */
-static const char nb_cu_31[] =
+static const char nb_cu_30[] =
     "// The recomputing backward with the grid-encoding backward fused in (after mlp_rc.cuh, with the\n"
     "// grid's generated device code (nb_enc_cuda_mlp_source) before mlp_head.cuh instead of\n"
     "// mlp_enc_stub.cuh; only for nb_encoding_backward_mlp / nb_encoding_train_mlp).\n"
@@ -5088,10 +4994,10 @@ static const char nb_cu_31[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f32(MlpParams p) { bwd_rc_body<2, 1, 0>(p); }\n";
 
 /* src/nn/norm/kernels/group_norm.cu */
-static const char nb_cu_32[] =
+static const char nb_cu_31[] =
     "// Group norm (and group norm + SiLU) forward / backward for the tape (src/nn/norm/tape_cuda_norm.c),\n"
     "// f32 and mixed f32/bf16 storage. The loader compiles one entry's kernels at a time: defines\n"
-    "// GN_ONLY and GN_ONLY_<entry> (19 kernels in all; compiling all of them per entry made a cold\n"
+    "// GN_ONLY and GN_ONLY_<entry> (16 kernels in all; compiling all of them per entry made a cold\n"
     "// start slow); without GN_ONLY every kernel is compiled.\n"
     "//! nvrtc-check:\n"
     "//! nvrtc-check: GN_ONLY GN_ONLY_gn_bwd4_bf\n"
@@ -5626,23 +5532,26 @@ static const char nb_cu_32[] =
     "    if (h0) bdx_chunk<BF>(p, dx, e0, c0 + e0 / S, x0, g0, d0, mean, rstd, md, mdx);\n"
     "    if (h1) bdx_chunk<BF>(p, dx, e1, c0 + e1 / S, x1, g1, d1, mean, rstd, md, mdx);\n"
     "}\n"
-    "/* The split path runs for bf16 storage only (f32 measured slower, see the top): the f32\n"
-    " * entries gn_fst .. gn_bdx are never launched, but compiled beside their bf16 twins: without\n"
-    " * them ptxas lays out gn_fnm_bf's shared memory in another order (checked: PTX and sm_90\n"
-    " * machine code), so they stay until a GPU run measures the change. */\n"
+    "/* The split path runs for bf16 storage only (f32 measured slower, see the top): its kernels\n"
+    " * exist as bf16 entries only, except gn_fnm, the f32 twin of gn_fnm_bf: never launched, but\n"
+    " * compiled beside it because block_sum2's __shared__ arrays are then module-level (two users)\n"
+    " * instead of gn_fnm_bf's own, and ptxas schedules gn_fnm_bf differently without it (same length,\n"
+    " * other order: checked on NVRTC's sm_90 machine code); it stays until a GPU\n"
+    " * run measures that change. Deleting the f32 twins of gn_fst / gn_bst / gn_bdx left their bf16\n"
+    " * kernels' machine code, shared memory and constant bank byte for byte the same. */\n"
     "#define GN_SPLIT(K, LB) \\\n"
-    "    extern \"C\" __global__ void __launch_bounds__ LB gn_##K(const G p) { gn_##K##_t<0>(p); } \\\n"
     "    extern \"C\" __global__ void __launch_bounds__ LB gn_##K##_bf(const G p) { gn_##K##_t<1>(p); }\n"
-    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fst) || defined(GN_ONLY_gn_fst_bf)\n"
+    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fst_bf)\n"
     "GN_SPLIT(fst, (256))\n"
     "#endif\n"
-    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fnm) || defined(GN_ONLY_gn_fnm_bf)\n"
+    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fnm_bf)\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) gn_fnm(const G p) { gn_fnm_t<0>(p); }\n"
     "GN_SPLIT(fnm, (256))\n"
     "#endif\n"
-    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bst) || defined(GN_ONLY_gn_bst_bf)\n"
+    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bst_bf)\n"
     "GN_SPLIT(bst, (256))\n"
     "#endif\n"
-    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bdx) || defined(GN_ONLY_gn_bdx_bf)\n"
+    "#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bdx_bf)\n"
     "GN_SPLIT(bdx, (256))\n"
     "#endif\n"
     "/* dgamma[c] += sum_n pg[n, c]; dbeta[c] += sum_n pb[n, c]: a warp per channel, lane l sums\n"
@@ -5665,7 +5574,7 @@ static const char nb_cu_32[] =
     "#endif\n";
 
 /* src/nn/optim/kernels/adam.cu */
-static const char nb_cu_33[] =
+static const char nb_cu_32[] =
     "// Adam / AdamW step over several parameter segments in one launch (src/nn/optim/optim.c;\n"
     "// Args mirrors its host struct).\n"
     "struct Seg { float *p, *g; long long start, end; };\n"
@@ -5690,7 +5599,7 @@ static const char nb_cu_33[] =
     "}\n";
 
 /* src/nn/optim/kernels/loss.cu */
-static const char nb_cu_34[] =
+static const char nb_cu_33[] =
     "// Losses over f32 arrays (src/nn/optim/loss.c): per-element loss and gradient, reduced per\n"
     "// block into a.loss; kind 0 = MSE, 1 = L1, 2 = relative L2 (the Args struct mirrors nb_loss_args).\n"
     "struct Args { const float *pred, *target; float *loss, *dpred; long long n; float inv_n; int kind; };\n"
@@ -5737,21 +5646,20 @@ const nb_cuda_file nb_cuda_files[] = {
     {"src/nn/conv/kernels/igemm.cu", nb_cu_16},
     {"src/nn/conv/kernels/igemm_bf16.cuh", nb_cu_17},
     {"src/nn/conv/kernels/ptx.cuh", nb_cu_18},
-    {"src/nn/conv/kernels/sum_parts.cuh", nb_cu_19},
-    {"src/nn/conv/kernels/wg4.cu", nb_cu_20},
-    {"src/nn/conv/kernels/wgrad.cu", nb_cu_21},
-    {"src/nn/conv/kernels/wprep.cu", nb_cu_22},
-    {"src/nn/encoding/kernels/encoding.cu", nb_cu_23},
-    {"src/nn/mlp/kernels/mlp.cu", nb_cu_24},
-    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_25},
-    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_26},
-    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_27},
-    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_28},
-    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_29},
-    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_30},
-    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_31},
-    {"src/nn/norm/kernels/group_norm.cu", nb_cu_32},
-    {"src/nn/optim/kernels/adam.cu", nb_cu_33},
-    {"src/nn/optim/kernels/loss.cu", nb_cu_34},
+    {"src/nn/conv/kernels/wg4.cu", nb_cu_19},
+    {"src/nn/conv/kernels/wgrad.cu", nb_cu_20},
+    {"src/nn/conv/kernels/wprep.cu", nb_cu_21},
+    {"src/nn/encoding/kernels/encoding.cu", nb_cu_22},
+    {"src/nn/mlp/kernels/mlp.cu", nb_cu_23},
+    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_24},
+    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_25},
+    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_26},
+    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_27},
+    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_28},
+    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_29},
+    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_30},
+    {"src/nn/norm/kernels/group_norm.cu", nb_cu_31},
+    {"src/nn/optim/kernels/adam.cu", nb_cu_32},
+    {"src/nn/optim/kernels/loss.cu", nb_cu_33},
     {0, 0},
 };

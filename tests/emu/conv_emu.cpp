@@ -85,6 +85,37 @@ static void mma_bf16(float *c, const unsigned *a, const unsigned *b) {
 }
 #include KERNEL_INC
 
+/* The weight layouts the kernels read (what nb_conv_wprep in src/nn/conv/kernels/wprep.cu
+ * writes on the GPU; conv_cuda_igemm.h documents them), from w [O][C][KK] on the host:
+ * emu_wr MODE 0's [O][KK][C] (flip: [C][KK][O], taps reversed; bf16 with ABF), emu_wr2 MODE
+ * 1's [C/CB][O][KK][CB] (flip: [O/CB][C][KK][CB]; bf16 with ABF, channel k of a group in slot
+ * 4*((k&7)>>1) + 2*(k>>3) + (k&1)); the padding is left as the caller zeroed it. */
+static void emu_wr(const float *w, float *wr, int O, int C, int flip) {
+    for (long long i = 0; i < (long long)O * C * KK; i++) {
+        int kk = (int)(i % KK); long long r = i / KK;
+        int c = (int)(r % C), o = (int)(r / C);
+        long long j = flip ? ((long long)c * KK + (KK - 1 - kk)) * O + o : ((long long)o * KK + kk) * C + c;
+        if (MODE == 0 && ABF) ((unsigned short *)wr)[j] = ig_f2bf(w[i]);
+        else wr[j] = w[i];
+    }
+}
+static void emu_wr2(const float *w, float *wr, int O, int C, int flip) {
+    for (long long i = 0; i < (long long)O * C * KK; i++) {
+        int kk = (int)(i % KK); long long r = i / KK;
+        int c = (int)(r % C), o = (int)(r / C);
+        int k = flip ? o % CB : c % CB;
+        int kp = MODE == 1 && ABF ? 4 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1) : k;
+        long long j = flip ? (((long long)(o / CB) * C + c) * KK + (KK - 1 - kk)) * CB + kp
+                           : (((long long)(c / CB) * O + o) * KK + kk) * CB + kp;
+        if (MODE == 1 && ABF) ((unsigned short *)wr)[j] = ig_f2bf(w[i]);
+        else wr[j] = w[i];
+    }
+}
+/* y [total] := b[(i / P) % O]: the start of a split sum (nb_conv_fill_bias on the GPU) */
+static void emu_fill(float *y, const float *b, long long total, int P, int O) {
+    for (long long i = 0; i < total; i++) y[i] = b ? b[(int)((i / P) % O)] : 0.0f;
+}
+
 template <class P> static void launch(void (*fn)(P), P p, int gx, int gy, int gz, size_t smem) {
     gridDim = {gx, gy, gz}; blockDim = {256, 1, 1};
     std::vector<float> sm(smem / 4 + 16, NAN);
@@ -128,11 +159,11 @@ int main(int argc, char **argv) {
     std::vector<float> out; std::vector<double> *ref;
     std::vector<float> wr((size_t)(O + 16) * (C + 16) * KK2, 0.f); /* zero CB padding */
     if (!strcmp(which, "fwd")) {
-        launch(nb_conv_igemm_wr, WrP{w.data(), wr.data(), O, C, 0}, 1, 1, 1, 0);
+        emu_wr(w.data(), wr.data(), O, C, 0);
         out.assign(N * O * P, NAN);
         int M = N * P, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = KK2 * C / 32, kps = (nkt + sp - 1) / sp;
         if (sp > 1) {
-            launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)N * O * P, P, O}, 1, 1, 1, 0);
+            emu_fill(out.data(), b.data(), (long long)N * O * P, P, O);
             launch(nb_conv_igemm, IgP{x.data(), wr.data(), nullptr, out.data(), N, C, H, W, O, OH, OW, pad, 2, kps},
                    (M + BM - 1) / BM, (O + BN - 1) / BN, (nkt + kps - 1) / kps, smem);
         } else
@@ -143,13 +174,13 @@ int main(int argc, char **argv) {
         bool dg = !strncmp(which, "hdgrad", 6), store = !strcmp(which, "hdgrads");
         // forward-equivalent dims
         int iC = dg ? O : C, iH = dg ? OH : H, iW = dg ? OW : W, oC = dg ? C : O, oH = dg ? H : OH, oW = dg ? W : OW, pd = dg ? K - 1 - pad : pad;
-        launch(nb_conv_igemm_wr2, Wr2P{w.data(), wr.data(), O, C, dg ? 1 : 0}, 1, 1, 1, 0);
+        emu_wr2(w.data(), wr.data(), O, C, dg ? 1 : 0);
         int R = BM / oW, HR = R + KS - 1, RS = iW + 8, CS = HR * RS + ((PREC == 2 ? 4 : 8) - (HR * RS) % 32 + 32) % 32;
         int brs = KK2 * CB + (PREC == 2 ? 8 : 4);
         size_t sm = STAGES * (CB * CS + BN * brs) * 4;
         int M = N * oH * oW, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = (iC + CB - 1) / CB, kps = (nkt + sp - 1) / sp;
         if (dg) out.assign(N * C * H * W, store && sp == 1 ? NAN : 0.f); else out.assign(N * O * P, NAN);
-        if (!dg && sp > 1) launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)N * O * P, P, O}, 1, 1, 1, 0);
+        if (!dg && sp > 1) emu_fill(out.data(), b.data(), (long long)N * O * P, P, O);
         int accum = sp > 1 ? 2 : dg && !store ? 1 : 0;
         launch(nb_conv_igemm, IgP{dg ? dy.data() : x.data(), wr.data(), dg || sp > 1 ? nullptr : b.data(), out.data(), N, iC, iH, iW, oC, oH, oW, pd, accum, sp > 1 ? kps : 0},
                M / BM, (oC + BN - 1) / BN, sp > 1 ? (nkt + kps - 1) / kps : 1, sm);
@@ -162,7 +193,7 @@ int main(int argc, char **argv) {
         std::vector<float> &src = dg ? dy : x;
         std::vector<unsigned short> in16(src.size() + 8);
         for (size_t i = 0; i < src.size(); i++) in16[i] = ig_f2bf(src[i]);
-        launch(nb_conv_igemm_wr2, Wr2P{w.data(), wr.data(), O, C, dg ? 1 : 0}, 1, 1, 1, 0);
+        emu_wr2(w.data(), wr.data(), O, C, dg ? 1 : 0);
         int R = BM / oW, HR = R + KS - 1, RS = iW + 8, CS = HR * RS + (8 - (HR * RS) % 32 + 32) % 32;
         size_t sm = STAGES * (CB / 2 * CS + BN * KK2 * CB / 2) * 4;
         int M = N * oH * oW, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = (iC + CB - 1) / CB, kps = (nkt + sp - 1) / sp;
@@ -175,7 +206,7 @@ int main(int argc, char **argv) {
         }
         if (dg) out.assign(no, store && sp == 1 ? NAN : 0.f); else out.assign(no, NAN);
         if (sp > 1 && OBF) { printf("split k needs OBF 0 (EMU_OBF=0)\n"); return 1; }
-        if (!dg && sp > 1) launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)no, oH * oW, oC}, 1, 1, 1, 0);
+        if (!dg && sp > 1) emu_fill(out.data(), b.data(), (long long)no, oH * oW, oC);
         int accum = sp > 1 ? 2 : dg && !store ? 1 : 0;
         float *op = OBF ? (float *)o16.data() : out.data();
         launch(nb_conv_igemm, IgP{(const float *)in16.data(), wr.data(), dg || sp > 1 ? nullptr : b.data(), op, N, iC, iH, iW, oC, oH, oW, pd, accum, sp > 1 ? kps : 0},
@@ -191,7 +222,7 @@ int main(int argc, char **argv) {
         std::vector<float> &src = dg ? dy : x;
         std::vector<unsigned short> in16(src.size() + 8);
         for (size_t i = 0; i < src.size(); i++) in16[i] = ig_f2bf(src[i]);
-        launch(nb_conv_igemm_wr, WrP{w.data(), wr.data(), O, C, dg ? 1 : 0}, 1, 1, 1, 0);
+        emu_wr(w.data(), wr.data(), O, C, dg ? 1 : 0);
         size_t sm = STAGES * (16 * (BM + 8) * 4 + BN * 40 * 2);
         int M = N * oH * oW, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = KK2 * iC / 32, kps = (nkt + sp - 1) / sp;
         size_t no = (size_t)N * oC * oH * oW;
@@ -203,7 +234,7 @@ int main(int argc, char **argv) {
         }
         if (dg) out.assign(no, store && sp == 1 ? NAN : 0.f); else out.assign(no, NAN);
         if (sp > 1 && OBF) { printf("split k needs OBF 0 (EMU_OBF=0)\n"); return 1; }
-        if (!dg && sp > 1) launch(nb_conv_igemm_fill, FillP{out.data(), b.data(), (long long)no, oH * oW, oC}, 1, 1, 1, 0);
+        if (!dg && sp > 1) emu_fill(out.data(), b.data(), (long long)no, oH * oW, oC);
         int accum = sp > 1 ? 2 : dg && !store ? 1 : 0;
         float *op = OBF ? (float *)o16.data() : out.data();
         launch(nb_conv_igemm, IgP{(const float *)in16.data(), wr.data(), dg || sp > 1 ? nullptr : b.data(), op, N, iC, iH, iW, oC, oH, oW, pd, accum, sp > 1 ? kps : 0},
@@ -264,7 +295,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(which, "dgrad") || !strcmp(which, "dgrads")) {
         /* dgrads: store mode (dx_store) without a k split: dx starts as NaNs, accum 0 */
         int store = which[5] == 's';
-        launch(nb_conv_igemm_wr, WrP{w.data(), wr.data(), O, C, 1}, 1, 1, 1, 0);
+        emu_wr(w.data(), wr.data(), O, C, 1);
         out.assign(N * C * H * W, store ? NAN : 0.f);
         int M = N * H * W, sp = argc > 8 ? atoi(argv[8]) : 1, nkt = KK2 * O / 32, kps = (nkt + sp - 1) / sp;
         if (store && sp > 1) out.assign(N * C * H * W, 0.f); /* the host's zero fill */

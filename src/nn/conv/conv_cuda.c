@@ -233,7 +233,7 @@ static void *nb_at_w(void *p, nb_dtype dt, int64_t i) {
  * implicit-GEMM kernels' (dx in the tape's 16-byte aligned arena), or the bf16 copy of the
  * cuBLAS paths. */
 static int nb_conv_wc_key(int precision, const nb_conv_dims *d, nb_dtype xdt, nb_dtype ydt) {
-    if (!d || precision < 0 || precision > 2 || nb_cuda_conv_get_aux_legacy()) return 0;
+    if (!d || precision < 0 || precision > 2) return 0;
     const void *al = (const void *)(uintptr_t)256;
     if (nb_conv_use_igemm(d, precision, 1, al, al))
         return nb_conv_igemm_dgrad_key(d, precision, xdt, ydt);
@@ -247,7 +247,7 @@ size_t nb_cuda_conv2d_wcache_bytes(int precision, const nb_conv_dims *d, nb_dtyp
 
 size_t nb_cuda_linear_wcache_bytes(int precision, int64_t F, int64_t O, nb_dtype xdt,
                                    nb_dtype ydt) {
-    if (precision < 0 || precision > 2 || nb_cuda_conv_get_aux_legacy() || F < 1 || O < 1 ||
+    if (precision < 0 || precision > 2 || F < 1 || O < 1 ||
         (xdt != NB_BF16 && ydt != NB_BF16))
         return 0;
     return (size_t)(F * O) * 2;
@@ -271,20 +271,19 @@ typedef struct {
 } nb_wcvt_fill_p;
 
 /* A forward's bf16 conversion with filled (non-NULL): also y [N,O,P] (ydt) := b[o] in the same
- * launch (nb_conv_wcvt_fill; b non-NULL, not legacy), *filled = 1: the GEMM then runs with
+ * launch (nb_conv_wcvt_fill; b non-NULL), *filled = 1: the GEMM then runs with
  * beta = 1 instead of a bias pass afterwards. */
 static nb_status nb_conv_w_operand_fill(nb_device *dev, const float *w, nb_dtype op, int64_t n,
                                         nb_conv_wcache *fill, const nb_conv_wcache *use,
                                         const void **wo, void *y, nb_dtype ydt, const float *b,
                                         int64_t N, int64_t O, int64_t P, int *filled) {
     if (filled) *filled = 0;
-    int legacy = nb_cuda_conv_get_aux_legacy();
     void *dst = NULL;
     if (op == NB_BF16 && fill && fill->key == NB_CONV_WC_BF16) {
         dst = fill->buf;
     } else {
         if (fill) fill->key = 0;
-        if (op == NB_BF16 && use && use->buf && use->key == NB_CONV_WC_BF16 && !legacy) {
+        if (op == NB_BF16 && use && use->buf && use->key == NB_CONV_WC_BF16) {
             *wo = use->buf;
             return NB_OK;
         }
@@ -294,7 +293,7 @@ static nb_status nb_conv_w_operand_fill(nb_device *dev, const float *w, nb_dtype
         dst = s6;
     }
     *wo = dst;
-    if (!filled || !y || !b || legacy || N <= 0 || O <= 0 || P <= 0)
+    if (!filled || !y || !b || N <= 0 || O <= 0 || P <= 0)
         return nb_conv_convert(dev, w, NB_F32, dst, NB_BF16, n, 0);
     nb_wcvt_fill_p a;
     memset(&a, 0, sizeof a);

@@ -36,8 +36,7 @@
  * operands fills y with the bias in the launch that converts its weights, then runs its GEMM
  * with beta = 1 (the bias rounded to y's dtype first; else a bias pass after the GEMM); split
  * sums into a bf16 output accumulate in a zeroed f32 scratch that one pass rounds out (adding
- * the bias or the old output) and re-zeroes. nb_cuda_conv_set_aux_legacy selects the previous
- * kernels for A/B runs. */
+ * the bias or the old output) and re-zeroes. */
 #ifndef NB_NN_CONV_CUDA_H
 #define NB_NN_CONV_CUDA_H
 
@@ -113,8 +112,8 @@ int nb_cuda_conv_get_algo(void);
 
 /* Scratch memory per device: slot 0 im2col columns, 1 rearranged weights, 2 weight-gradient
  * partials (kept zeroed between calls by the MODE 2 weight gradient), 3 / 4 converted copies of
- * x / dy (dtype conversions), 5 an f32 output (split sums into a bf16 tensor under
- * nb_cuda_conv_set_aux_legacy), 6 bf16 weights for cuBLAS, 7 split partials of
+ * x / dy (dtype conversions), 5 an f32 output or split partials (f32 halo kernels, stored
+ * partial sums), 6 bf16 weights for cuBLAS, 7 split partials of
  * conv_cuda_wgrad.c, 8 the f32 accumulator of split sums into a bf16 output (kept zeroed
  * between calls: nb_conv_split_out). Grow-only, kept for the process's life; valid until the
  * next call for the slot (all users queue on the device's main stream, so reuse is ordered). */
@@ -154,11 +153,6 @@ nb_status nb_conv_split_out(nb_device *dev, float *src, void *y, const float *b,
 nb_status nb_conv_dw_bias_grad(nb_device *dev, float *dwr, float *dw, int64_t O, int64_t C,
                                int64_t KK, const void *dy, nb_dtype ydt, float *db, int64_t N,
                                int64_t P);
-/* Tests: 1 = the old helper kernels (scalar bias add / bias gradient, per-call weight
- * rearrangement by the igemm source's kernels, separate row-shift launches); 0 = the new ones
- * (default). Tests only. Process-wide. */
-void nb_cuda_conv_set_aux_legacy(int legacy);
-int nb_cuda_conv_get_aux_legacy(void);
 
 
 #endif

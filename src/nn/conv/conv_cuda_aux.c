@@ -1,8 +1,7 @@
 /* The conv path's helper passes on CUDA (conv_cuda_aux.h): bias add / fill / gradient over
  * planes with 16-byte vectors, the split-sum and MODE 2 endings with the bias gradient taken
- * along, the bf16 weight conversion with the bias fill, the end of a split sum into bf16; and
- * the previous kernels they replace (nb_cuda_conv_set_aux_legacy, for A/B runs). CPU
- * reference: tape_ops_conv.c (bias and its gradient), tape_ops_basic.c (linear). */
+ * along, the bf16 weight conversion with the bias fill, the end of a split sum into bf16 (the
+ * scalar kernels they replaced were deleted; their numbers: docs/PERF.md). CPU reference: tape_ops_conv.c (bias and its gradient), tape_ops_basic.c (linear). */
 #include "nn/conv/conv_cuda_aux.h"
 
 #include <stdint.h>
@@ -23,24 +22,6 @@ static nb_status nb_aux_kernel(nb_device *dev, const char *entry, nb_jit_kernel 
 }
 
 typedef struct {
-    void *y;
-    const float *b;
-    long long total;
-    long long P;
-    int O, ybf;
-} nb_bias_p;
-typedef struct {
-    const void *dy;
-    float *db;
-    int N, P, O, ybf;
-} nb_bias_grad_p;
-typedef struct {
-    const float *s;
-    float *dw;
-    long long L;
-    int N;
-} nb_sum_n_p;
-typedef struct {
     const float *s;
     float *dw;
     long long L;
@@ -53,15 +34,6 @@ typedef struct {
     float *db;
     int N, OP, P, nper, bf;
 } nb_col_p;
-
-/* The old helper kernels (bias: one element per thread with a 64-bit division, a strided scalar
- * sum; the separate weight preparations), measured slower (docs/PERF.md: UNet step BF16 13.54 ->
- * 12.49 ms). Off; tests still turn them on to compare (test_nn_conv_aux_cuda.c). The environment
- * switch NABLA_CONV_AUX_LEGACY is gone; deleting these kernels and rewriting those comparisons
- * against the CPU references is left to a session with a GPU (docs/ENV.md). */
-static int nb_conv_aux_legacy;
-void nb_cuda_conv_set_aux_legacy(int legacy) { nb_conv_aux_legacy = legacy ? 1 : 0; }
-int nb_cuda_conv_get_aux_legacy(void) { return nb_conv_aux_legacy; }
 
 /* Planes of y [N*O][P] split into units for nb_conv_bias_rows / nb_conv_bias_grad_rows: 2^lg
  * lanes per unit (up to a warp: enough lanes for one 16-byte vector each), units of up to 8
@@ -123,12 +95,6 @@ static int nb_conv_use_cols(int64_t N, int64_t O, int64_t P) {
 nb_status nb_conv_add_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b, int64_t N,
                            int64_t O, int64_t P) {
     if (N <= 0 || O <= 0 || P <= 0) return NB_OK;
-    if (nb_cuda_conv_get_aux_legacy()) {
-        nb_jit_kernel *k;
-        NB_TRY(nb_aux_kernel(dev, "nb_conv_bias", &k));
-        nb_bias_p a = {y, b, (long long)(N * O * P), (long long)P, (int)O, ydt == NB_BF16};
-        return nb_jit_launch_cuda(k, &a, sizeof a, N * O * P, NULL);
-    }
     if (nb_conv_use_cols(N, O, P))
         return nb_conv_launch_cols(dev, "nb_conv_bias_cols", y, ydt, b, NULL, N, O, P, 1);
     nb_row_p a = nb_conv_rows(dev, y, ydt, b, NULL, N, O, P);
@@ -165,19 +131,6 @@ nb_status nb_conv_split_out(nb_device *dev, float *src, void *y, const float *b,
 nb_status nb_conv_bias_grad(nb_device *dev, const void *dy, nb_dtype ydt, float *db, int64_t N,
                             int64_t O, int64_t P) {
     if (N <= 0 || O <= 0 || P <= 0) return NB_OK;
-    if (nb_cuda_conv_get_aux_legacy()) {
-        nb_jit_kernel *k;
-        NB_TRY(nb_aux_kernel(dev, "nb_conv_bias_grad", &k));
-        nb_bias_grad_p a = {dy, db, (int)N, (int)P, (int)O, ydt == NB_BF16};
-        /* about two blocks per SM in all, each summing >= 4096 terms */
-        int64_t want = 2 * (int64_t)nb_device_get_info(dev)->multiprocessors;
-        int64_t y = (want + O - 1) / O, most = (N * P + 4095) / 4096;
-        if (y > most) y = most;
-        if (y < 1) y = 1;
-        if (y > 65535) y = 65535;
-        const unsigned grid[3] = {(unsigned)O, (unsigned)y, 1}, block[3] = {256, 1, 1};
-        return nb_jit_launch_cuda_grid(k, &a, sizeof a, grid, block, NULL);
-    }
     if (nb_conv_use_cols(N, O, P))
         return nb_conv_launch_cols(dev, "nb_conv_bias_grad_cols", (void *)dy, ydt, NULL, db, N, O,
                                    P, 16);
@@ -192,11 +145,11 @@ typedef struct {
 } nb_sum_bg_p;
 
 /* dw += the Z partial sums part [Z][L] (nb_conv_sum_splits), and db[o] += sum dy [N,O,P] (ydt)
- * in the same launch (db NULL: the sum alone; the old kernels: two launches). */
+ * in the same launch (db NULL, or small planes: the sum, then nb_conv_bias_grad). */
 nb_status nb_conv_sum_splits_db(nb_device *dev, const float *part, float *dw, int64_t L,
                                        int64_t Z, const void *dy, nb_dtype ydt, float *db,
                                        int64_t N, int64_t O, int64_t P) {
-    if (!db || L <= 0 || nb_cuda_conv_get_aux_legacy() || nb_conv_use_cols(N, O, P)) {
+    if (!db || L <= 0 || nb_conv_use_cols(N, O, P)) {
         NB_TRY(nb_conv_sum_splits(dev, part, dw, L, Z));
         return db ? nb_conv_bias_grad(dev, dy, ydt, db, N, O, P) : NB_OK;
     }
@@ -239,11 +192,6 @@ nb_status nb_conv_dw_bias_grad(nb_device *dev, float *dwr, float *dw, int64_t O,
 nb_status nb_conv_sum_splits(nb_device *dev, const float *part, float *dw, int64_t L, int64_t Z) {
     nb_jit_kernel *k;
     if (L <= 0) return NB_OK;
-    if (nb_cuda_conv_get_aux_legacy()) {
-        NB_TRY(nb_aux_kernel(dev, "nb_conv_sum_n", &k));
-        nb_sum_n_p a = {part, dw, (long long)L, (int)Z};
-        return nb_jit_launch_cuda(k, &a, sizeof a, L, NULL);
-    }
     NB_TRY(nb_aux_kernel(dev, "nb_conv_sum_n4", &k));
     int vec = L % 4 == 0 && ((uintptr_t)part | (uintptr_t)dw) % 16 == 0;
     nb_sum_n4_p a = {part, dw, (long long)L, (int)Z, vec};

@@ -48,23 +48,10 @@ typedef struct {
 } nb_ig_params;
 
 typedef struct {
-    const float *w;
-    float *wr;
-    int O, C, flip;
-} nb_ig_wr_params;
-
-typedef struct {
     float *dwr;
     float *dw;
     int O, C;
 } nb_ig_dw_params;
-
-typedef struct {
-    float *y;
-    const float *b;
-    long long total;
-    int P, O;
-} nb_ig_fill_params;
 
 typedef struct {
     int mode, prec, bm, bn, wm, wn, stages, ks, stride, cb;
@@ -77,7 +64,7 @@ typedef struct {
 typedef struct {
     nb_ig_cfg cfg;
     nb_device *dev;
-    nb_jit_kernel *main, *wr, *dw, *fill, *wr2;
+    nb_jit_kernel *main, *dw;
 } nb_ig_entry;
 static nb_ig_entry nb_ig_cache[NB_IG_CACHE];
 static int nb_ig_count;
@@ -110,12 +97,9 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
     char buf[12][24];
     const char *defs[13];
     nb_conv_igemm_defines(v, buf, defs);
-    nb_ig_entry e = {*c, dev, NULL, NULL, NULL, NULL, NULL};
+    nb_ig_entry e = {*c, dev, NULL, NULL};
     nb_status s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm", &e.main);
-    if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_wr", &e.wr);
     if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_dw", &e.dw);
-    if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_fill", &e.fill);
-    if (!s) s = nb_jit_cuda_kernel(dev, NB_IG_CU, defs, "nb_conv_igemm_wr2", &e.wr2);
     if (s) return s;
     pthread_mutex_lock(&nb_ig_lock);
     int slot = nb_ig_count < NB_IG_CACHE ? nb_ig_count++ : NB_IG_CACHE - 1; /* full: replace last */
@@ -126,11 +110,10 @@ static nb_status nb_ig_load(nb_device *dev, const nb_ig_cfg *c, nb_ig_entry **ou
 }
 
 /* ---- weight arrangement ------------------------------------------------------------------------
- * One kernel for every layout the implicit-GEMM kernels read (replacing the per-specialisation
- * nb_conv_igemm_wr / wr2 of the source above, kept for A/B runs: nb_cuda_conv_set_aux_legacy):
- * a thread per 4 / 8 consecutive output slots (one 16-byte or 8-byte store; the old kernels
- * stored 4 or 2 bytes per element at a stride), the channel padding written as zeros (no
- * memset), 32-bit index arithmetic once per thread. nb_conv_wprep2 writes two layouts in one
+ * One kernel for every layout the implicit-GEMM kernels read (it replaced per-specialisation
+ * kernels of igemm.cu that stored 4 or 2 bytes per element at a stride; docs/PERF.md): a thread
+ * per 4 / 8 consecutive output slots (one 16-byte or 8-byte store), the channel padding written
+ * as zeros (no memset), 32-bit index arithmetic once per thread. nb_conv_wprep2 writes two layouts in one
  * launch: the forward's, and the one its backward's data gradient reads (nb_conv_wcache).
  * The kernels: src/nn/conv/kernels/wprep.cu. */
 #define NB_IG_WPREP_CU "src/nn/conv/kernels/wprep.cu"
@@ -388,28 +371,19 @@ static nb_status nb_ig_grid_stride(nb_jit_kernel *k, const void *p, size_t size,
 static nb_status nb_ig_weights(nb_device *dev, const nb_ig_cfg *halo, int64_t cout, int64_t cin,
                                int64_t K, float **wr) {
     int64_t cp = halo ? (cin + halo->cb - 1) / halo->cb * halo->cb : cin, n = cout * cp * K * K;
-    NB_TRY(nb_conv_scratch(dev, 1, (size_t)n * sizeof(float), wr));
-    /* the old kernels leave the padding alone (nb_ig_wprep writes it) */
-    if (halo && cp != cin && nb_cuda_conv_get_aux_legacy())
-        NB_TRY(nb_memset(dev, *wr, 0, (size_t)n * sizeof(float)));
-    return NB_OK;
+    /* (nb_ig_wprep writes the padding too: no memset) */
+    return nb_conv_scratch(dev, 1, (size_t)n * sizeof(float), wr);
 }
 
-/* Rearranges w [O][C][KK] into wr for configuration c (loaded as e): the old per-configuration
- * kernels in legacy mode, else nb_ig_wprep. A forward (flip 0) with fill (fill->buf, planned
+/* Rearranges w [O][C][KK] into wr for configuration c (loaded as e) with nb_ig_wprep. A forward (flip 0) with fill (fill->buf, planned
  * fill->key; conv dims d) writes the layout of fill->key into fill->buf in the same launch, or
  * sets fill->key = 0 (nothing kept). */
 static nb_status nb_ig_arrange(nb_device *dev, const nb_ig_entry *e, const float *w, float *wr,
                                int64_t O, int64_t C, int64_t K, int flip, nb_conv_wcache *fill,
                                const nb_conv_dims *d) {
-    int legacy = nb_cuda_conv_get_aux_legacy();
-    if (fill && (legacy || flip || !d || !fill->buf || fill->key <= 0 || fill->key > NB_CONV_WC_BF16)) {
+    if (fill && (flip || !d || !fill->buf || fill->key <= 0 || fill->key > NB_CONV_WC_BF16)) {
         fill->key = 0;
         fill = NULL;
-    }
-    if (legacy) {
-        nb_ig_wr_params wp = {w, wr, (int)O, (int)C, flip};
-        return nb_jit_launch_cuda(e->cfg.mode == 1 ? e->wr2 : e->wr, &wp, sizeof wp, O * C * K * K, NULL);
     }
     if (!fill) return nb_ig_wprep(dev, &e->cfg, w, wr, O, C, K, flip);
     nb_ig_cfg c2;
@@ -430,7 +404,7 @@ static nb_status nb_ig_arrange(nb_device *dev, const nb_ig_entry *e, const float
 static nb_status nb_ig_dgrad_weights(nb_device *dev, const nb_ig_entry *e, const nb_conv_dims *g,
                                      const float *w, int64_t O, int64_t C,
                                      const nb_conv_wcache *use, float **wr) {
-    if (use && use->buf && use->key == nb_ig_key(&e->cfg) && !nb_cuda_conv_get_aux_legacy()) {
+    if (use && use->buf && use->key == nb_ig_key(&e->cfg)) {
         *wr = use->buf;
         return NB_OK;
     }
@@ -439,12 +413,10 @@ static nb_status nb_ig_dgrad_weights(nb_device *dev, const nb_ig_entry *e, const
 }
 
 /* out [N][O][P] (f32) := bias[o] (0 without): the start of a split sum (16-byte stores,
- * nb_conv_fill_bias; the source's nb_conv_igemm_fill in legacy mode). */
-static nb_status nb_ig_fill(nb_device *dev, const nb_ig_entry *e, float *out, const float *bias,
-                            int64_t N, int64_t O, int64_t P) {
-    if (!nb_cuda_conv_get_aux_legacy()) return nb_conv_fill_bias(dev, out, NB_F32, bias, N, O, P);
-    nb_ig_fill_params f = {out, bias, (long long)(N * O * P), (int)P, (int)O};
-    return nb_ig_grid_stride(e->fill, &f, sizeof f, N * O * P);
+ * nb_conv_fill_bias). */
+static nb_status nb_ig_fill(nb_device *dev, float *out, const float *bias, int64_t N, int64_t O,
+                            int64_t P) {
+    return nb_conv_fill_bias(dev, out, NB_F32, bias, N, O, P);
 }
 
 /* MODE 0 on image a [N][Cin][H][W] with weights wr [Cout][KK][Cin] -> out [N][Cout][OH][OW]
@@ -470,7 +442,7 @@ static nb_status nb_ig_mode0(nb_device *dev, const nb_conv_dims *g, nb_ig_entry 
         gz = (unsigned)((nkt + kps - 1) / kps);
         p.kt_per_split = (int)kps;
         if (!accum) {
-            NB_TRY(nb_ig_fill(dev, e, out, bias, g->N, g->O, P));
+            NB_TRY(nb_ig_fill(dev, out, bias, g->N, g->O, P));
         }
         p.accum = 2;
         p.bias = NULL;
@@ -613,7 +585,7 @@ static nb_status nb_ig_wgrad_run(nb_device *dev, int precision, const nb_conv_di
     if (part) NB_TRY(nb_conv_sum_splits(dev, part, dwr, nw, splits));
     if (KK == 1) return NB_OK;
     int64_t P = d->OH * d->OW;
-    if (db && *db && P >= 16 && !nb_cuda_conv_get_aux_legacy()) {
+    if (db && *db && P >= 16) {
         NB_TRY(nb_conv_dw_bias_grad(dev, dwr, dw, d->O, d->C, KK, bdy, bdt, *db, d->N, P));
         *db = NULL;
     } else {
@@ -656,8 +628,8 @@ static unsigned nb_ig_split(nb_device *dev, const nb_conv_dims *g, const nb_ig_c
 
 /* MODE 1 (halo) or MODE 0 (c.mode) on bf16 activations a (the forward-style conv g; weights w
  * [wO][wC][KK], flip for the data gradient) into out (odt; accum 0: = (+ bias), 1: +=). Split
- * over k: f32 partial sums added atomically into out (f32) or an f32 scratch (slot 5) then
- * converted into a bf16 out. */
+ * over k: f32 partial sums added atomically into out (f32) or into the zeroed f32 accumulator
+ * (slot 8) that nb_conv_split_out rounds into a bf16 out. */
 static nb_status nb_ig_run_bf16(nb_device *dev, const nb_conv_dims *g, nb_ig_cfg c, const void *a,
                                 const float *w, int flip, int64_t wO, int64_t wC,
                                 const float *bias, void *out, nb_dtype odt, int accum,
@@ -681,7 +653,7 @@ static nb_status nb_ig_run_bf16(nb_device *dev, const nb_conv_dims *g, nb_ig_cfg
     int64_t smem = halo ? nb_ig_halo_smem(&c, g) : nb_ig_smem(&c);
     if (gz == 1) return nb_ig_launch(e->main, smem, &p, gx, gy, 1);
     int64_t P = g->OH * g->OW, ny = g->N * g->O * P;
-    if (odt == NB_BF16 && !nb_cuda_conv_get_aux_legacy()) {
+    if (odt == NB_BF16) {
         /* into the zeroed f32 accumulator (slot 8), then one pass adds the bias (or the old
          * output), rounds to bf16 and re-zeroes the accumulator: no fill launch */
         size_t bytes = (size_t)ny * sizeof(float);
@@ -700,12 +672,10 @@ static nb_status nb_ig_run_bf16(nb_device *dev, const nb_conv_dims *g, nb_ig_cfg
         z->clean = clean;
         return NB_OK;
     }
-    float *tgt = out;
-    if (odt == NB_BF16) NB_TRY(nb_conv_scratch(dev, 5, (size_t)ny * sizeof(float), &tgt));
-    if (odt == NB_BF16 || !accum) NB_TRY(nb_ig_fill(dev, e, tgt, bias, g->N, g->O, P));
-    p.out = tgt, p.accum = 2, p.bias = NULL, p.kt_per_split = (int)kps;
-    NB_TRY(nb_ig_launch(e->main, smem, &p, gx, gy, gz));
-    return odt == NB_BF16 ? nb_conv_convert(dev, tgt, NB_F32, out, NB_BF16, ny, accum) : NB_OK;
+    /* f32 out: filled with the bias (accum 0), the splits added atomically */
+    if (!accum) NB_TRY(nb_ig_fill(dev, (float *)out, bias, g->N, g->O, P));
+    p.accum = 2, p.bias = NULL, p.kt_per_split = (int)kps;
+    return nb_ig_launch(e->main, smem, &p, gx, gy, gz);
 }
 
 nb_status nb_conv_igemm_forward(nb_device *dev, int precision, const nb_conv_dims *d,
@@ -812,7 +782,7 @@ int nb_conv_igemm_dgrad_key(const nb_conv_dims *d, int precision, nb_dtype xdt, 
 
 nb_status nb_conv_igemm_arrange_weights(nb_device *dev, int precision, const nb_conv_dims *d,
                                         int which, int abf, const float *w, void **wr,
-                                        size_t *bytes) {
+                                        size_t *bytes, int *cb) {
     if (which != 0 && which != 1)
         return nb_error(NB_ERR_INVALID_ARG, "conv2d (CUDA): weight arrangement of part %d (0 "
                         "forward, 1 data gradient)", which);
@@ -834,6 +804,7 @@ nb_status nb_conv_igemm_arrange_weights(nb_device *dev, int precision, const nb_
     int64_t cp = halo ? (g.C + c.cb - 1) / c.cb * c.cb : g.C;
     *bytes = (size_t)(g.O * cp * d->K * d->K) * (abf ? 2 : 4);
     *wr = out;
+    if (cb) *cb = halo ? c.cb : 0;
     return nb_ig_arrange(dev, e, w, out, d->O, d->C, d->K, which, NULL, NULL);
 }
 

@@ -52,11 +52,13 @@ nb_status nb_conv_igemm_prewarm_tiles(nb_device *dev, int mode, int ks, int stri
 /* Tests / benchmarks: rearranges w [O][C][KK] (f32) for part `which` (0 forward, 1 data
  * gradient) exactly as that part would at this precision, abf = 1 for the bf16-activation
  * kernels (BF16 only), into scratch slot 1: *wr and its size in *bytes (valid until the next
- * conv call). Honours nb_cuda_conv_set_aux_legacy (old kernels vs nb_conv_wprep).
- * NB_ERR_UNSUPPORTED where the kernels do not take the shape. */
+ * conv call); *cb (may be NULL) the layout: 0 = MODE 0's [O][KK][C] (data gradient: [C][KK][O],
+ * taps reversed), else MODE 1's [C/cb][O][KK][cb] (data gradient: [O/cb][C][KK][cb], taps
+ * reversed; channels past C / O zero; bf16 with abf, slot kp = 4*((k&7)>>1) + 2*(k>>3) + (k&1)
+ * holding channel k of a group). NB_ERR_UNSUPPORTED where the kernels do not take the shape. */
 nb_status nb_conv_igemm_arrange_weights(nb_device *dev, int precision, const nb_conv_dims *d,
                                         int which, int abf, const float *w, void **wr,
-                                        size_t *bytes);
+                                        size_t *bytes, int *cb);
 
 /* The defines of src/nn/conv/kernels/igemm.cu for one configuration v = {MODE, PREC, BM, BN, WM,
  * WN, STAGES, KS, STRIDE, CB, ABF, OBF}: the strings in buf, defs NULL-terminated (for

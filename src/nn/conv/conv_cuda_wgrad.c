@@ -172,7 +172,7 @@ static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dim
     nb_jit_kernel *krs, *krs2, *ksum;
     NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, "nb_wg_rs", &krs));
     NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, "nb_wg_rs2", &krs2));
-    NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, nb_cuda_conv_get_aux_legacy() ? "nb_wg_sum3" : "nb_wg_sum3j", &ksum));
+    NB_TRY(nb_jit_cuda_kernel(dev, NB_WG_CU, NULL, "nb_wg_sum3j", &ksum));
     float *col, *dyp, *part;
     NB_TRY(nb_conv_scratch(dev, 0, (size_t)(C3 * (nc * Bk + 2 * OW)) * es, &col));
     NB_TRY(nb_conv_scratch(dev, 4, (size_t)(d->O * nc * Bk) * es, &dyp));
@@ -186,7 +186,7 @@ static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dim
         nb_wg_rs_p t = {nb_wg_at(dy, ydt, n0 * d->O * P), dyp, 0, (int)d->H, (int)d->W,
                         (int)d->OH, (int)OW, (int)d->O, (int)Kt, (int)Lr, ydt == NB_BF16,
                         op == NB_BF16, 1};
-        if (!nb_wg_skip && !nb_cuda_conv_get_aux_legacy()) {
+        if (!nb_wg_skip) {
             /* both passes (and the bias gradient) in one launch */
             int64_t ya = C3 < 32768 ? C3 : 32768, yb = d->O < 65535 - ya ? d->O : 65535 - ya;
             nb_wg_rs2_p q = {a, t, db, (int)ya};
@@ -234,7 +234,7 @@ static nb_status nb_wg_rowshift(nb_device *dev, int precision, const nb_conv_dim
         }
         nb_wg_sum3_p sp = {part, dw, (int)d->O, (int)d->C, (int)T};
         NB_TRY(nb_jit_launch_cuda(ksum, &sp, sizeof sp,
-                                  d->O * d->C * (nb_cuda_conv_get_aux_legacy() ? 9 : 3), NULL));
+                                  d->O * d->C * 3, NULL));
     }
     return NB_OK;
 }
@@ -248,8 +248,8 @@ nb_status nb_conv_wgrad_gemm_db(nb_device *dev, int precision, const nb_conv_dim
                                 const void *x, nb_dtype xdt, const void *dy, nb_dtype ydt,
                                 float *dw, float *db) {
     NB_TRY(nb_wg_check(dev, precision, d, x, xdt, dy, ydt, dw));
-    /* the old kernels, or steps skipped (benchmarks): the bias gradient on its own */
-    if (db && (nb_wg_skip || nb_cuda_conv_get_aux_legacy())) {
+    /* steps skipped (benchmarks): the bias gradient on its own */
+    if (db && nb_wg_skip) {
         NB_TRY(nb_conv_bias_grad(dev, dy, ydt, db, d->N, d->O, d->OH * d->OW));
         db = NULL;
     }

@@ -36,8 +36,8 @@
 nb_status nb_conv_wgrad_gemm(nb_device *dev, int precision, const nb_conv_dims *d, const void *x,
                              nb_dtype xdt, const void *dy, nb_dtype ydt, float *dw);
 /* The same, and the bias gradient db [O] += sum over n, p of dy (db may be NULL) taken from the
- * pass that rearranges dy (no separate read of dy, no extra launch; the old kernels under
- * nb_cuda_conv_set_aux_legacy, or skipped steps: nb_conv_bias_grad first). */
+ * pass that rearranges dy (no separate read of dy, no extra launch; with skipped steps,
+ * nb_conv_wgrad_set_skip: nb_conv_bias_grad first). */
 nb_status nb_conv_wgrad_gemm_db(nb_device *dev, int precision, const nb_conv_dims *d,
                                 const void *x, nb_dtype xdt, const void *dy, nb_dtype ydt,
                                 float *dw, float *db);

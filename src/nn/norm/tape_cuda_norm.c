@@ -76,7 +76,7 @@ _Static_assert(NB_TK_GN_FWD2_BF - NB_TK_GN_FWD2 == 6 && NB_TK_GN_BWD4_BF - NB_TK
                "bf16 group-norm kernel ids follow the f32 ones' order");
 
 /* Loads entry into t->kern[id] once, from src/nn/norm/kernels/group_norm.cu with the defines
- * GN_ONLY and GN_ONLY_<entry>, so NVRTC compiles that entry's kernels only (the file holds 19
+ * GN_ONLY and GN_ONLY_<entry>, so NVRTC compiles that entry's kernels only (the file holds 16
  * kernels; compiling all of them for each entry loaded made a cold start slow). */
 static nb_status gn_kernel(nb_tape *t, int id, const char *entry) {
     if (t->kern[id]) return NB_OK;

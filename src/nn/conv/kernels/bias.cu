@@ -2,36 +2,7 @@
 // gradient over planes, the split-sum and MODE 2 endings with the bias gradient taken along, the
 // bf16 weight conversion with the bias fill, the end of a split sum into bf16.
 #include "graph/kernels/bf16.cuh"
-#include "sum_parts.cuh"
-struct BiasP { void *y; const float *b; long long total; long long P; int O, ybf; };
-/* y[n][o][p] += b[o] */
-extern "C" __global__ void nb_conv_bias(BiasP p) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;
-         i += (long long)gridDim.x * blockDim.x)
-        nb_st(p.y, i, p.ybf, nb_ld(p.y, i, p.ybf) + p.b[(int)((i / p.P) % p.O)]);
-}
-struct BiasGradP { const void *dy; float *db; int N, P, O, ybf; };
-/* db[o] += sum over n, p of dy[n][o][p]: blocks (o, y) of 256 threads, each y a strided share
- * of the N*P terms, added with one atomic per block */
-extern "C" __global__ void nb_conv_bias_grad(BiasGradP p) {
-    int o = blockIdx.x, tot = p.N * p.P;
-    float acc = 0.0f;
-    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < tot; i += gridDim.y * blockDim.x) {
-        int n = i / p.P, pp = i - n * p.P;
-        acc += nb_ld(p.dy, ((long long)n * p.O + o) * p.P + pp, p.ybf);
-    }
-    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
-    __shared__ float part[32];
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float s = 0.0f;
-        for (int k = 0; k < (int)(blockDim.x >> 5); k++) s += part[k];
-        atomicAdd(p.db + o, s);
-    }
-}
-/* ---- vectorised bias add / bias gradient (the nb_conv_bias / nb_conv_bias_grad above are
- * the old forms, kept for A/B runs: nb_cuda_conv_set_aux_legacy) ---- */
+/* ---- vectorised bias add / bias gradient ---- */
 struct RowP { void *y; const float *b; float *db; long long units; int P, O, bf, lg, segs, seg, vec, set; };
 /* 16 bytes of y: 8 bf16 or 4 f32 values, summed */
 __device__ __forceinline__ float nb_sum16(uint4 u, int bf) {
@@ -191,9 +162,6 @@ extern "C" __global__ void nb_conv_bias_cols(ColP p) {
         nb_st(p.y, i, p.bf, nb_ld(p.y, i, p.bf) + bv);
     }
 }
-struct SumNP { const float *s; float *dw; long long L; int N; };
-/* dw[i] += sum over n < N of s[n * L + i] */
-extern "C" __global__ void nb_conv_sum_n(SumNP p) { sum_parts_add(p.s, p.dw, p.L, p.N); }
 struct SumN4P { const float *s; float *dw; long long L; int N, vec; };
 /* dw[i] += sum over n < N of s[n * L + i]: vec (L % 4 == 0, 16-byte aligned) a thread per 4
  * columns with float4 loads, else one; the n loop two-way unrolled */

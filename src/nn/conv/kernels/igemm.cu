@@ -14,7 +14,7 @@
 //   BM, BN  block tile (rows m, columns n); WM x WN warps (= 8); BK = 32; STAGES cp.async stages
 //   KS      kernel size (1 or 3), STRIDE (1 or 2); CB channels per MODE 1 step (8, bf16 16)
 //   ABF     1: bf16-stored activations (PREC 2; every mode): MODE 0 / 1 read a bf16 image and
-//           bf16 weights (nb_conv_igemm_wr / wr2 convert them), MODE 2 / 3 bf16 dy and x; 0: f32
+//           bf16 weights (nb_conv_wprep in wprep.cu converts them), MODE 2 / 3 bf16 dy and x; 0: f32
 //   OBF     1: MODE 0 / 1 write a bf16 output (bias added, or the old value read, in f32 first;
 //           no atomic split: the host splits into f32 scratch instead)
 //
@@ -616,48 +616,6 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
         }
 }
 #endif /* MODE 3 */
-struct WrP { const float *w; float *wr; int O, C, flip; };
-extern "C" __global__ void nb_conv_igemm_wr(WrP p) {
-    long long total = (long long)p.O * p.C * KK;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        int kk = (int)(i % KK); long long r = i / KK;
-        int c = (int)(r % p.C), o = (int)(r / p.C);
-#if MODE == 0 && ABF
-        unsigned short *wr = (unsigned short *)p.wr, v = ig_f2bf(p.w[i]);
-        if (p.flip) wr[((long long)c * KK + (KK - 1 - kk)) * p.O + o] = v;
-        else wr[((long long)o * KK + kk) * p.C + c] = v;
-#else
-        if (p.flip) p.wr[((long long)c * KK + (KK - 1 - kk)) * p.O + o] = p.w[i];
-        else p.wr[((long long)o * KK + kk) * p.C + c] = p.w[i];
-#endif
-    }
-}
-struct FillP { float *y; const float *b; long long total; int P, O; };
-extern "C" __global__ void nb_conv_igemm_fill(FillP p) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.total;
-         i += (long long)gridDim.x * blockDim.x)
-        p.y[i] = p.b ? p.b[(int)((i / p.P) % p.O)] : 0.0f;
-}
-struct Wr2P { const float *w; float *wr; int O, C, flip; };
-extern "C" __global__ void nb_conv_igemm_wr2(Wr2P p) {
-    long long total = (long long)p.O * p.C * KK;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        int kk = (int)(i % KK); long long r = i / KK;
-        int c = (int)(r % p.C), o = (int)(r / p.C);
-#if MODE == 1 && ABF
-        /* bf16, k pairs permuted within the CB = 16 group (the bf16 MODE 1 kernel's order) */
-        unsigned short *wr = (unsigned short *)p.wr, v = ig_f2bf(p.w[i]);
-        int k = p.flip ? o % CB : c % CB, kp = 4 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1);
-        if (p.flip) wr[(((long long)(o / CB) * p.C + c) * KK + (KK - 1 - kk)) * CB + kp] = v;
-        else wr[(((long long)(c / CB) * p.O + o) * KK + kk) * CB + kp] = v;
-#else
-        if (p.flip) p.wr[(((long long)(o / CB) * p.C + c) * KK + (KK - 1 - kk)) * CB + o % CB] = p.w[i];
-        else p.wr[(((long long)(c / CB) * p.O + o) * KK + kk) * CB + c % CB] = p.w[i];
-#endif
-    }
-}
 struct DwP { float *dwr; float *dw; int O, C; };
 extern "C" __global__ void nb_conv_igemm_dw(DwP p) {
     long long total = (long long)p.O * p.C * KK;

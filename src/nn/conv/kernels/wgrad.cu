@@ -1,7 +1,6 @@
 // The conv weight gradient's kernels (src/nn/conv/conv_cuda_wgrad.c): im2col of x (two layouts),
 // the dy transpose, reduced-sum (rs / rs2) kernels and the final sum.
 #include "graph/kernels/bf16.cuh"
-#include "sum_parts.cuh"
 struct WgColP { const void *x; void *col; int C, H, W, K, S, pad, OH, OW, Kt, CKK, xbf, cbf, vec; };
 /* col[c*KK + kk][n*P + p] = x[n][c][oh*S-pad+ki][ow*S-pad+kj] (0 outside): block row y takes
  * rows c*KK + kk, each thread 4 consecutive columns (vec: one 4-element store, Kt % 4 == 0) */
@@ -127,19 +126,8 @@ extern "C" __global__ void nb_wg_rs2(Wg3x2P q) {
     else nb_wg_rs_body(q.b, blockIdx.y - q.ya, gridDim.y - q.ya, q.db);
 }
 struct WgSum3P { const float *part; float *dw; int O, C, T; };
-/* dw[o][c*9 + ki*3 + kj] += sum over s < T of part[ki][s][o][c*3 + kj] */
-extern "C" __global__ void nb_wg_sum3(WgSum3P a) {
-    int L = a.O * a.C * 9, N3 = 3 * a.C;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L; i += gridDim.x * blockDim.x) {
-        int o = i / (9 * a.C), rem = i - o * 9 * a.C, c = rem / 9, t = rem - c * 9;
-        int ki = t / 3, kj = t - ki * 3;
-        float acc = 0.0f;
-        for (int s = 0; s < a.T; s++)
-            acc += a.part[((long long)(ki * a.T + s) * a.O + o) * N3 + c * 3 + kj];
-        a.dw[i] += acc;
-    }
-}
-/* the same, a thread per (o, j = c*3 + kj) with the three taps: reads coalesced along j */
+/* dw[o][c*9 + ki*3 + kj] += sum over s < T of part[ki][s][o][c*3 + kj]: a thread per
+ * (o, j = c*3 + kj) with the three taps, reads coalesced along j */
 extern "C" __global__ void nb_wg_sum3j(WgSum3P a) {
     int N3 = 3 * a.C, L = a.O * N3;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L; i += gridDim.x * blockDim.x) {
@@ -158,4 +146,11 @@ extern "C" __global__ void nb_wg_sum3j(WgSum3P a) {
 }
 struct WgSumP { const float *part; float *dw; long long L; int S; };
 /* dw[i] += sum over s < S of part[s*L + i] */
-extern "C" __global__ void nb_wg_sum(WgSumP a) { sum_parts_add(a.part, a.dw, a.L, a.S); }
+extern "C" __global__ void nb_wg_sum(WgSumP a) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.L;
+         i += (long long)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < a.S; s++) acc += a.part[s * a.L + i];
+        a.dw[i] += acc;
+    }
+}

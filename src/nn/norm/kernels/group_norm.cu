@@ -1,6 +1,6 @@
 // Group norm (and group norm + SiLU) forward / backward for the tape (src/nn/norm/tape_cuda_norm.c),
 // f32 and mixed f32/bf16 storage. The loader compiles one entry's kernels at a time: defines
-// GN_ONLY and GN_ONLY_<entry> (19 kernels in all; compiling all of them per entry made a cold
+// GN_ONLY and GN_ONLY_<entry> (16 kernels in all; compiling all of them per entry made a cold
 // start slow); without GN_ONLY every kernel is compiled.
 //! nvrtc-check:
 //! nvrtc-check: GN_ONLY GN_ONLY_gn_bwd4_bf
@@ -535,23 +535,26 @@ template <int BF> __device__ __forceinline__ void gn_bdx_t(const G &p) {
     if (h0) bdx_chunk<BF>(p, dx, e0, c0 + e0 / S, x0, g0, d0, mean, rstd, md, mdx);
     if (h1) bdx_chunk<BF>(p, dx, e1, c0 + e1 / S, x1, g1, d1, mean, rstd, md, mdx);
 }
-/* The split path runs for bf16 storage only (f32 measured slower, see the top): the f32
- * entries gn_fst .. gn_bdx are never launched, but compiled beside their bf16 twins: without
- * them ptxas lays out gn_fnm_bf's shared memory in another order (checked: PTX and sm_90
- * machine code), so they stay until a GPU run measures the change. */
+/* The split path runs for bf16 storage only (f32 measured slower, see the top): its kernels
+ * exist as bf16 entries only, except gn_fnm, the f32 twin of gn_fnm_bf: never launched, but
+ * compiled beside it because block_sum2's __shared__ arrays are then module-level (two users)
+ * instead of gn_fnm_bf's own, and ptxas schedules gn_fnm_bf differently without it (same length,
+ * other order: checked on NVRTC's sm_90 machine code); it stays until a GPU
+ * run measures that change. Deleting the f32 twins of gn_fst / gn_bst / gn_bdx left their bf16
+ * kernels' machine code, shared memory and constant bank byte for byte the same. */
 #define GN_SPLIT(K, LB) \
-    extern "C" __global__ void __launch_bounds__ LB gn_##K(const G p) { gn_##K##_t<0>(p); } \
     extern "C" __global__ void __launch_bounds__ LB gn_##K##_bf(const G p) { gn_##K##_t<1>(p); }
-#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fst) || defined(GN_ONLY_gn_fst_bf)
+#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fst_bf)
 GN_SPLIT(fst, (256))
 #endif
-#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fnm) || defined(GN_ONLY_gn_fnm_bf)
+#if !defined(GN_ONLY) || defined(GN_ONLY_gn_fnm_bf)
+extern "C" __global__ void __launch_bounds__(256) gn_fnm(const G p) { gn_fnm_t<0>(p); }
 GN_SPLIT(fnm, (256))
 #endif
-#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bst) || defined(GN_ONLY_gn_bst_bf)
+#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bst_bf)
 GN_SPLIT(bst, (256))
 #endif
-#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bdx) || defined(GN_ONLY_gn_bdx_bf)
+#if !defined(GN_ONLY) || defined(GN_ONLY_gn_bdx_bf)
 GN_SPLIT(bdx, (256))
 #endif
 /* dgamma[c] += sum_n pg[n, c]; dbeta[c] += sum_n pb[n, c]: a warp per channel, lane l sums
