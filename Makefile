@@ -14,7 +14,7 @@ CMAKE_ARGS += -DNB_WERROR=ON
 endif
 # `make fuzz`: each harness this long (seconds); `make fuzz-ci`: 60 s each.
 FUZZ_SECONDS ?= 300
-FUZZERS      ?= lang npy png safetensors idx json
+FUZZERS      ?= lang npy png image safetensors idx json
 FUZZ_CC      ?= clang
 
 .PHONY: all build run demo test test-asan ci fuzz fuzz-ci fuzz-build clean

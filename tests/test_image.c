@@ -621,6 +621,11 @@ static void test_tga(void) {
     NB_EXPECT_ERR(read_status(put("trunc.tga", f, n - 3)), NB_ERR_IO, "truncated TGA file (pixel data)");
     NB_EXPECT_ERR(read_status(put("trunc2.tga", f, n - 9)), NB_ERR_IO, "truncated TGA file (run-length packets)");
     NB_EXPECT_ERR(read_status(put("short.tga", f, 10)), NB_ERR_IO, "18-byte header");
+    /* a short file claiming a large image: refused before its pixels are allocated */
+    n = tga(f, 2, 8000, 8000, 24, 0, NULL, 0, 0, d24, sizeof d24);
+    NB_EXPECT_ERR(read_status(put("huge.tga", f, n)), NB_ERR_IO, "truncated TGA file (pixel data)");
+    n = tga(f, 10, 8000, 8000, 24, 0, NULL, 0, 0, d24, sizeof d24);
+    NB_EXPECT_ERR(read_status(put("huge_rle.tga", f, n)), NB_ERR_IO, "truncated TGA file (run-length packets)");
     n = tga(f, 1, 2, 1, 8, 0x20, cm, 2, 24, (const unsigned char[]){5, 0}, 2);
     NB_EXPECT_ERR(read_status(put("idx.tga", f, n)), NB_ERR_IO, "colour index 5 outside the map [0, 2)");
     n = tga(f, 5, 2, 1, 8, 0x20, NULL, 0, 0, g, sizeof g);
@@ -717,6 +722,8 @@ static void test_bad_headers(void) {
         {"nohead.hdr", "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n", NB_ERR_IO, "no end of header"},
         {"rep.hdr", "#?RADIANCE\n\n-Y 1 +X 2\n\x01\x01\x01\x01", NB_ERR_IO, "repeat with no pixel before it"},
         {"huge.hdr", "#?RADIANCE\n\n-Y 100000 +X 2\n", NB_ERR_INVALID_ARG, "unsupported size"},
+        {"short.hdr", "#?RADIANCE\n\n-Y 8000 +X 8000\nabcd", NB_ERR_IO, "truncated HDR file (scanline data)"},
+        {"short.ppm", "P3 8000 8000 255 1 2 3", NB_ERR_IO, "truncated PPM file (pixel data)"},
         {"magic.hdr", "#?NOTRADIANCE\n\n-Y 1 +X 1\nabcd", NB_ERR_IO, "not '#?RADIANCE' or '#?RGBE'"},
         {"over.pgm", "P2 2 1 4 1 5", NB_ERR_IO, "sample 5 above maxval 4"},
         {"few.pgm", "P2 2 1 4 1", NB_ERR_IO, "truncated PGM file (pixel data)"},

@@ -107,6 +107,10 @@ nb_status nb_img_decode_hdr(const nb_img_src *s, nb_img *im) {
         (ys != '-' && ys != '+') || xs != '+')
         return nb_error(NB_ERR_UNSUPPORTED, "'%s': Radiance HDR resolution line '%.*s' (nabla reads '-Y H +X W' and "
                         "'+Y H +X W')", s->path, (int)(nl - line > 40 ? 40 : nl - line), line);
+    /* every scanline takes at least 4 bytes (a pixel, or a run-length header): checked before the
+     * pixels are allocated, so that a short file cannot claim a huge image */
+    if (nb_img_size_ok(w, h) && (size_t)(s->p + s->n - (const unsigned char *)nl - 1) < (size_t)h * 4)
+        return nb_img_truncated(s, "scanline data");
     nb_status st = nb_img_alloc(s, w, h, 3, im);
     if (st) return st;
     im->srgb = 0;
@@ -210,7 +214,8 @@ nb_status nb_img_decode_pnm(const nb_img_src *s, nb_img *im) {
     if (!ascii && !end_of_header(s, &i)) return nb_img_corrupt(s, "no whitespace after maxval");
     if (!nb_img_size_ok(w, h)) return nb_img_alloc(s, w, h, c, im); /* (the error) */
     size_t nsamp = (size_t)w * (size_t)h * (size_t)c, bytes = maxv > 255 ? 2 : 1;
-    if (!ascii && s->n - i < nsamp * bytes) return nb_img_truncated(s, "pixel data");
+    /* (ASCII: at least one byte a sample, checked before the pixels are allocated) */
+    if (s->n - i < (ascii ? nsamp : nsamp * bytes)) return nb_img_truncated(s, "pixel data");
     nb_status st = nb_img_alloc(s, w, h, c, im);
     if (st) return st;
     im->srgb = 1;

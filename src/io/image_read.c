@@ -190,6 +190,12 @@ nb_status nb_img_decode_tga(const nb_img_src *s, nb_img *im) {
     at += cmsize;
     int c = gray ? (bpp == 16 ? 2 : 1) : mapped ? (cmbits == 32 ? 4 : 3) : (bpp == 32 ? 4 : 3);
     int src_bytes = mapped ? cmbytes : pbytes; /* bytes of the colour a pixel resolves to */
+    /* the least data the pixels can take (a raw pixel each, or one packet per 128): checked before
+     * the pixels are allocated, so that a short file cannot claim a huge image */
+    if (nb_img_size_ok(w, h)) {
+        size_t npx = (size_t)w * (size_t)h, least = rle ? (npx + 127) / 128 * (size_t)(1 + pbytes) : npx * (size_t)pbytes;
+        if (s->n - at < least) return nb_img_truncated(s, rle ? "run-length packets" : "pixel data");
+    }
     nb_status st = nb_img_alloc(s, w, h, c, im);
     if (st) return st;
     im->srgb = 1;
