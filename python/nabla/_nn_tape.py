@@ -205,6 +205,18 @@ class Tape:
     def silu(self, x):
         return self._new(self._c.silu(self._h(x)))
 
+    def mlp(self, m, x, w):
+        """The fused MLP m (a nabla.nn.FusedMLP on the tape's device) as a tape op: x [B, n_in],
+        w a value of m's n_params floats (a param, e.g. initialised from m.params) -> [B, n_out].
+        The backward adds dL/dw and dL/dx. One op that needs a gradient per FusedMLP and step."""
+        return self._new(self._c.mlp(getattr(m, "_c", m), self._h(x), self._h(w)))
+
+    def encoding(self, e, x, params=None):
+        """The encoding e (HashGrid, DenseGrid, Frequency on the tape's device) as a tape
+        op: x [B, n_dims], params a value of its n_params floats (None for Frequency)
+        -> [B, F]. The backward adds dL/dparams and dL/dx."""
+        return self._new(self._c.encoding(getattr(e, "_c", e), self._h(x), self._h(params)))
+
     def add(self, a, b):
         return self._new(self._c.add(self._h(a), self._h(b)))
 

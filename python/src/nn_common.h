@@ -70,8 +70,14 @@ typedef struct {
     PyObject *device;
     long long gen;   /* nb_tape_reset count: handles of activations are valid within one */
     int views_taken; /* params()/grads() views exist: no more nb_tape_param (the buffers move) */
+    PyObject *keep;  /* list (or NULL) of the CMlp / CEncoding objects whose ops are on the tape
+                      * (an op holds its module object: kept alive until the next reset) */
 } TapeObject;
 extern PyObject *nbn_TapeType;
+
+/* The nb_mlp / nb_encoding of a nabla._nabla.CMlp / CEncoding (nn_mlp.c); NULL + TypeError. */
+nb_mlp *nbn_mlp_ptr(PyObject *o);
+nb_encoding *nbn_encoding_ptr(PyObject *o);
 
 /* Types registered by nbp_nn_init. */
 int nbn_mlp_init(PyObject *mod);

@@ -308,6 +308,16 @@ typedef struct {
 
 static PyObject *EncType;
 
+nb_mlp *nbn_mlp_ptr(PyObject *o) {
+    if (!MlpType || !PyObject_TypeCheck(o, (PyTypeObject *)MlpType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a nabla.nn.FusedMLP");
+        return NULL;
+    }
+    return ((MlpObject *)o)->m;
+}
+
+nb_encoding *nbn_encoding_ptr(PyObject *o);
+
 static void enc_dealloc(PyObject *self) {
     EncObject *o = (EncObject *)self;
     PyTypeObject *tp = Py_TYPE(self);
@@ -545,4 +555,13 @@ int nbn_mlp_init(PyObject *mod) {
     Py_INCREF(EncType);
     if (PyModule_AddObject(mod, "CEncoding", EncType) < 0) return -1;
     return PyModule_AddFunctions(mod, mlp_module_fns);
+}
+
+nb_encoding *nbn_encoding_ptr(PyObject *o) {
+    if (!EncType || !PyObject_TypeCheck(o, (PyTypeObject *)EncType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "expected a nabla.nn encoding (HashGrid, DenseGrid, Frequency)");
+        return NULL;
+    }
+    return ((EncObject *)o)->e;
 }

@@ -19,6 +19,7 @@ static void tape_dealloc(PyObject *self) {
     TapeObject *o = (TapeObject *)self;
     PyTypeObject *tp = Py_TYPE(self);
     if (o->t) nb_tape_free(o->t);
+    Py_XDECREF(o->keep);
     Py_XDECREF(o->device);
     PyObject_Free(self);
     Py_DECREF(tp);
@@ -42,6 +43,7 @@ static PyObject *py_tape_create(PyObject *self, PyObject *args, PyObject *kw) {
     o->device = NULL;
     o->gen = 0;
     o->views_taken = 0;
+    o->keep = NULL;
     nb_status st = nb_tape_create_on(dev, &o->t);
     if (st) {
         Py_DECREF(o);
@@ -141,6 +143,7 @@ static PyObject *tape_reset(PyObject *self, PyObject *u) {
     nb_status st = nb_tape_reset(T(self));
     if (st) return nbn_raise(st);
     ((TapeObject *)self)->gen++;
+    Py_CLEAR(((TapeObject *)self)->keep); /* no op holds a module object any more */
     Py_RETURN_NONE;
 }
 
@@ -391,6 +394,40 @@ static PyObject *op_slice_channels(PyObject *self, PyObject *args) {
     nb_tvar out;
     return ret(nb_tape_slice_channels(T(self), x, c0, n, &out), &out);
 }
+/* Keeps a module object alive while an op on the tape holds it (until the next reset). */
+static int keep_module(PyObject *self, PyObject *mod) {
+    TapeObject *o = (TapeObject *)self;
+    if (!o->keep && !(o->keep = PyList_New(0))) return -1;
+    return PyList_Append(o->keep, mod);
+}
+static PyObject *op_mlp(PyObject *self, PyObject *args) {
+    PyObject *mod;
+    int x, w;
+    if (!PyArg_ParseTuple(args, "Oii", &mod, &x, &w)) return NULL;
+    nb_mlp *m = nbn_mlp_ptr(mod);
+    if (!m) return NULL;
+    nb_tvar out;
+    nb_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = nb_tape_mlp(T(self), m, x, w, &out);
+    Py_END_ALLOW_THREADS
+    if (!st && keep_module(self, mod) < 0) return NULL;
+    return ret(st, &out);
+}
+static PyObject *op_encoding(PyObject *self, PyObject *args) {
+    PyObject *mod;
+    int x, p = NB_TVAR_NONE;
+    if (!PyArg_ParseTuple(args, "Oi|i", &mod, &x, &p)) return NULL;
+    nb_encoding *e = nbn_encoding_ptr(mod);
+    if (!e) return NULL;
+    nb_tvar out;
+    nb_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = nb_tape_encoding(T(self), e, x, p, &out);
+    Py_END_ALLOW_THREADS
+    if (!st && keep_module(self, mod) < 0) return NULL;
+    return ret(st, &out);
+}
 static PyObject *op_timestep_embedding(PyObject *self, PyObject *args) {
     PyObject *ts;
     int dim;
@@ -442,6 +479,8 @@ static PyMethodDef tape_methods[] = {
     {"attention", op_attention, METH_VARARGS, "attention(q, k, v)"},
     {"reshape", op_reshape, METH_VARARGS, "reshape(x, shape)"},
     {"slice_channels", op_slice_channels, METH_VARARGS, "slice_channels(x, c0, count)"},
+    {"mlp", op_mlp, METH_VARARGS, "mlp(CMlp, x, w) -> handle (nb_tape_mlp)"},
+    {"encoding", op_encoding, METH_VARARGS, "encoding(CEncoding, x, params=-1) -> handle (nb_tape_encoding)"},
     {"timestep_embedding", op_timestep_embedding, METH_VARARGS, "timestep_embedding(timesteps, dim, max_period=10000)"},
     {NULL},
 };

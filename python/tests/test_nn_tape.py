@@ -318,3 +318,51 @@ def test_read_config_rejects_repeated_key():
     path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "st_dup_dtype.safetensors")
     with pytest.raises(nabla.NablaError, match="dtype"):
         nn.UNet.read_config(path)
+
+
+def test_mlp_and_encoding_ops_match_the_modules():
+    """Tape.mlp / Tape.encoding (the MLP and ENCODING rows of the op table) give what the modules'
+    own forward and backward give: outputs, dL/dx and the parameter gradients."""
+    rng = np.random.default_rng(5)
+    m = nn.FusedMLP(2, 3, width=16, hidden_layers=1, activation="silu", bias=True, device="cpu")
+    e = nn.DenseGrid(n_dims=2, resolution=5, n_features=2, device="cpu")
+    w0 = np.asarray(m.params).copy()
+    p0 = (rng.standard_normal(e.n_params) * 0.5).astype(np.float32)
+    np.asarray(e.params)[:] = p0
+    xa = rng.uniform(0.05, 0.95, (6, 2)).astype(np.float32)
+    tgt = rng.standard_normal((6, 3)).astype(np.float32)
+
+    t = nn.Tape("cpu", precision="fp32")
+    p = t.param("enc", e.n_params, init=p0)
+    w = t.param("mlp", m.n_params, init=w0)
+    x = t.input(xa, requires_grad=True)
+    f = t.encoding(e, x, p)
+    y = t.mlp(m, f, w)
+    loss = t.mse(y, t.input(tgt))
+    t.backward(loss)
+
+    # the same through the modules: forward, dL/dy = 2 (y - T) / n, backward
+    f_ref = np.asarray(e.forward(xa))
+    y_ref = np.asarray(m.forward(f_ref))
+    np.testing.assert_allclose(f.numpy(), f_ref, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(y.numpy(), y_ref, rtol=1e-6, atol=1e-7)
+    dy = (2.0 * (y_ref - tgt) / y_ref.size).astype(np.float32)
+    df = np.asarray(m.backward(dy))
+    gw_ref = np.asarray(m.params.grad).copy()
+    np.asarray(e.params.grad)[:] = 0
+    dx_ref = np.asarray(e.backward(df, need_dx=True, x=xa))
+    np.testing.assert_allclose(t.grad(w), gw_ref, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(t.grad(p), np.asarray(e.params.grad), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(x.grad, dx_ref, rtol=1e-5, atol=1e-7)
+
+    # typed errors: not a module, a wrong parameter count, the mlp's second training op
+    with pytest.raises(TypeError):
+        t.mlp(e, f, w)
+    t.reset()
+    x = t.input(xa, requires_grad=True)
+    f = t.encoding(e, x, p)
+    with pytest.raises(nabla.ShapeError):
+        t.mlp(m, f, p)
+    t.mlp(m, f, w)
+    with pytest.raises(nabla.UnsupportedError):
+        t.mlp(m, f, w)
