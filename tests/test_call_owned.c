@@ -275,6 +275,20 @@ static int contig4_of(nb_module *m, nb_tensor *a, nb_tensor *y) {
     return ok;
 }
 
+/* The same for madd(a, b, c) -> y (2-D kernels: rows of a multiple of 4, per-row operands). */
+static int contig4_madd(nb_module *m, nb_tensor *a, nb_tensor *b, nb_tensor *c, nb_tensor *y) {
+    nb_func *f = NULL;
+    nb_call *call = NULL;
+    NB_EXPECT_OK(nb_module_func(m, "madd", &f));
+    NB_EXPECT_OK(nb_call_begin(f, &call));
+    nb_call_arg(call, 0, a), nb_call_arg(call, 1, b), nb_call_arg(call, 2, c), nb_call_result(call, y);
+    NB_EXPECT_OK(nb_call_bind(call, 1, NULL));
+    NB_EXPECT_OK(nb_call_materialize(call, 1));
+    int ok = nb_call_contig4_ok(call);
+    nb_call_free(call);
+    return ok;
+}
+
 static void test_contig4_decision(void) {
     nb_device *dev;
     NB_REQUIRE_OK(nb_device_open("cpu", &dev));
@@ -300,6 +314,26 @@ static void test_contig4_decision(void) {
     NB_EXPECT(contig4_of(m, one64, y) == 1); /* (any element size: no vector load) */
     NB_EXPECT(contig4_of(m, one, one) == 0); /* nothing contiguous */
     nb_tensor_free(one), nb_tensor_free(one64);
+    { /* 2-D: [16, 64] arrays with a per-row [16, 1] operand; [16, 6] rows are not a multiple of 4 */
+        nb_tensor *x = NULL, *z = NULL, *r = NULL, *col = NULL, *xt = NULL, *x6 = NULL, *y6 = NULL, *r6 = NULL;
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){16, 64}, &x));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){16, 64}, &z));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){16, 1}, &r));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){1, 64}, &col));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){64, 16}, &xt));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){16, 6}, &x6));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){16, 6}, &y6));
+        NB_REQUIRE_OK(nb_tensor_zeros(dev, NB_F32, 2, (int64_t[]){16, 1}, &r6));
+        nb_tensor *t = NULL;
+        NB_REQUIRE_OK(nb_tensor_transpose(xt, 0, 1, &t));
+        NB_EXPECT(contig4_madd(m, x, x, x, z) == 1);
+        NB_EXPECT(contig4_madd(m, x, r, r, z) == 1);   /* per-row operands: read in place */
+        NB_EXPECT(contig4_madd(m, x, col, x, z) == 0); /* a per-column operand: not (yet) */
+        NB_EXPECT(contig4_madd(m, t, x, x, z) == 0);   /* a transposed array */
+        NB_EXPECT(contig4_madd(m, x6, r6, x6, y6) == 0);
+        nb_tensor *ts[] = {x, z, r, col, xt, x6, y6, r6, t};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) nb_tensor_free(ts[i]);
+    }
     /* a generator argument: no */
     nb_func *f = NULL;
     nb_call *c = NULL;
@@ -369,6 +403,28 @@ static void test_contig4_cuda(void) {
     nb_device *devs[2];
     NB_REQUIRE_OK(nb_device_open("cpu", &devs[0]));
     NB_REQUIRE_OK(nb_device_open("cuda", &devs[1]));
+    for (int d2 = 0; d2 < 1; d2++) { /* 2-D: madd(x [R, W], r [R, 1], x) with W % 4 == 0 */
+        const int64_t R = 37, W = 132;
+        float *o2[2];
+        for (int d = 0; d < 2; d++) {
+            nb_module *m;
+            NB_REQUIRE_OK(nb_module_load_source(devs[d], "owned.nb", SRC, NULL, &m));
+            nb_tensor *x = filled(devs[d], 2, (int64_t[]){R, W}, -2.0f, 0.31f), *r = filled(devs[d], 2, (int64_t[]){R, 1}, 0.5f, 0.7f);
+            nb_tensor *y = filled(devs[d], 2, (int64_t[]){R, W}, 0, 0);
+            nb_func *f = NULL;
+            nb_call *c = NULL;
+            NB_REQUIRE_OK(nb_module_func(m, "madd", &f));
+            NB_REQUIRE_OK(nb_call_begin(f, &c));
+            nb_call_arg(c, 0, x), nb_call_arg(c, 1, r), nb_call_arg(c, 2, x), nb_call_result(c, y);
+            NB_EXPECT_OK(nb_call_run(c, NULL));
+            o2[d] = malloc((size_t)(R * W) * 4);
+            NB_EXPECT_OK(nb_tensor_to_host(y, o2[d], (size_t)(R * W) * 4));
+            nb_tensor_free(x), nb_tensor_free(r), nb_tensor_free(y);
+            nb_module_free(m);
+        }
+        NB_EXPECT(memcmp(o2[0], o2[1], (size_t)(R * W) * 4) == 0);
+        free(o2[0]), free(o2[1]);
+    }
     const int64_t ns[] = {1, 3, 4, 7, 1024, 4099, 100003};
     for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
         int64_t n = ns[t];

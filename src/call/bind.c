@@ -1131,7 +1131,9 @@ int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strid
 
 int nb_call_contig4_ok(const nb_call *c) {
     const nb_fn_info *in = &c->f->infos[c->overload];
-    if (c->kdim != 1 || c->sig.blocks || in->is_kernel) return 0;
+    if (c->kdim < 1 || c->kdim > 2 || c->sig.blocks || in->is_kernel) return 0;
+    const int in_dim = c->kdim - 1; /* 2-D: rows of W = kshape[1] indices, W % 4 == 0 (a quad in one row) */
+    if (c->kdim == 2 && (c->kshape[1] % 4 || c->kshape[1] > 0x7fffffff)) return 0;
     int arrays = 0;
     for (int j = 0; j < c->sig.nleaves; j++) {
         const nb_leaf_bind *b = &c->leaves[j];
@@ -1140,8 +1142,10 @@ int nb_call_contig4_ok(const nb_call *c) {
         const nb_fn_leaf *l = j < c->nleaves ? &in->leaves[j] : &in->results[j - c->nleaves];
         int64_t es = (int64_t)nb_dtype_size(b->storage);
         if (l->kind != NB_LEAF_VALUE || l->value_rank != 0) return 0;
-        if (b->kstrides[0] == 0 && j < c->nleaves && l->dir == 0) continue; /* one element for all: read in place */
-        if ((es != 2 && es != 4) || b->kstrides[0] != es || b->data % (uint64_t)(4 * es)) return 0;
+        /* one element for all indices (1-D) or per row (2-D: a per-row operand): read in place */
+        if (b->kstrides[in_dim] == 0 && j < c->nleaves && l->dir == 0) continue;
+        if ((es != 2 && es != 4) || b->kstrides[in_dim] != es || b->data % (uint64_t)(4 * es)) return 0;
+        if (c->kdim == 2 && c->kshape[0] > 1 && b->kstrides[0] != c->kshape[1] * es) return 0; /* rows back to back */
         arrays++;
     }
     return arrays > 0;
@@ -1150,7 +1154,7 @@ int nb_call_contig4_ok(const nb_call *c) {
 void nb_call_mark_contig4(nb_call *c, int cuda) {
     c->sig.contig4 = cuda && nb_call_contig4_ok(c);
     for (int j = 0; j < c->sig.nleaves; j++) /* (broadcast inputs of a contig4 call: read in place) */
-        c->sig.leaves[j].bcast = c->sig.contig4 && c->leaves[j].bind == NB_BIND_ARRAY && c->leaves[j].kstrides[0] == 0;
+        c->sig.leaves[j].bcast = c->sig.contig4 && c->leaves[j].bind == NB_BIND_ARRAY && c->leaves[j].kstrides[c->kdim - 1] == 0;
 }
 
 void nb_call_owned_grads(nb_call *c) {

@@ -212,9 +212,11 @@ void nb_call_owned_grads(nb_call *c);
  * by exactly one index per element: extent-1 dims aside, no stride is 0 and, by increasing
  * |stride|, each stride is at least the extent of the dims below it (so rows never overlap). */
 /* Whether c (bound, materialized) may run 4 consecutive indices per thread (nb_call_sig.contig4):
- * a 1-D kernel of plain arguments only (arrays and uniforms), every array a contiguous scalar
- * array of 2- or 4-byte elements whose data address is aligned to 4 of them, or an input array
- * broadcast to every index (stride 0: nb_leaf_sig.bcast), and at least one contiguous array. */
+ * a 1-D kernel, or a 2-D one of rows of a multiple of 4 indices, of plain arguments only (arrays
+ * and uniforms), every array a contiguous scalar array of 2- or 4-byte elements (rows back to
+ * back) whose data address is aligned to 4 of them, or an input array at stride 0 along the last
+ * kernel dim (one element for all, or per row: nb_leaf_sig.bcast), and at least one contiguous
+ * array. */
 int nb_call_contig4_ok(const nb_call *c);
 /* Sets c->sig.contig4 (when cuda and nb_call_contig4_ok) and the leaves' bcast flags. */
 void nb_call_mark_contig4(nb_call *c, int cuda);

@@ -882,7 +882,8 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
     nb_emit_function(e, f);
 
     /* ---- 4 consecutive indices per thread (nb_call_sig.contig4) ---- */
-    int c4 = cuda && sig->contig4 && !blocks && !gsize && !warp && !nacc && nd_ == 1 && !f->has_tid && !f->is_kernel;
+    int c4 = cuda && sig->contig4 && !blocks && !gsize && !warp && !nacc && (nd_ == 1 || nd_ == 2) && !f->has_tid &&
+             !f->is_kernel;
     for (int i = 0; c4 && i < total; i++) {
         const nb_leaf_sig *ls = &sig->leaves[i];
         const leaf *l = LEAF_AT(i);
@@ -1113,14 +1114,18 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         /* one index: the addresses in the arrays */
         APPEND(&b, "template <typename I>\nstatic __device__ __forceinline__ void nb_body_%s(const nb_params_%s *nb_P, const I *nb_idx) {\n"
                    "    nb_lane_%s(nb_P, nb_idx", ename, ename, ename);
-        for (int i = 0; i < total; i++)
-            if (sig->leaves[i].bind == NB_BIND_ARRAY)
-                APPEND(&b, ",\n        (char *)nb_P->l%d_data + (long long)nb_idx[0] * nb_P->l%d_strides[0]", i, i);
+        for (int i = 0; i < total; i++) {
+            if (sig->leaves[i].bind != NB_BIND_ARRAY) continue;
+            APPEND(&b, ",\n        (char *)nb_P->l%d_data", i);
+            for (int d = 0; d < nd_; d++) APPEND(&b, " + (long long)nb_idx[%d] * nb_P->l%d_strides[%d]", d, i, d);
+        }
         nb_strbuf_append(&b, ");\n}\n");
         /* indices 4q .. 4q+3: every array read (in, inout, an owned gradient) with one vector
          * load into a register buffer, the four lanes run on the buffers, every array written
          * with one vector store (the call layer checked contiguity and alignment) */
         APPEND(&b, "static __device__ __forceinline__ void nb_quad_%s(const nb_params_%s *nb_P, unsigned nb_q) {\n", ename, ename);
+        if (nd_ == 2) /* (rows hold a multiple of 4 indices: the quad lies in one row) */
+            nb_strbuf_append(&b, "    const unsigned nb_w = (unsigned)nb_P->shape[1], nb_row = 4u * nb_q / nb_w, nb_col = 4u * nb_q - nb_row * nb_w;\n");
         for (int i = 0; i < total; i++) {
             if (sig->leaves[i].bind != NB_BIND_ARRAY || sig->leaves[i].bcast) continue;
             const leaf *l = LEAF_AT(i);
@@ -1129,11 +1134,14 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             APPEND(&b, "    union { %s v; char c[sizeof(%s)]; } nb_b%d; /* %s */\n", vt, vt, i, l->path);
             if (rd) APPEND(&b, "    nb_b%d.v = ((const %s *)nb_P->l%d_data)[nb_q];\n", i, vt, i);
         }
-        nb_strbuf_append(&b, "#pragma unroll\n    for (unsigned nb_k = 0; nb_k < 4u; nb_k++) {\n"
-                             "        const unsigned nb_idx[1] = {4u * nb_q + nb_k};\n");
+        nb_strbuf_append(&b, "#pragma unroll\n    for (unsigned nb_k = 0; nb_k < 4u; nb_k++) {\n");
+        nb_strbuf_append(&b, nd_ == 2 ? "        const unsigned nb_idx[2] = {nb_row, nb_col + nb_k};\n"
+                                      : "        const unsigned nb_idx[1] = {4u * nb_q + nb_k};\n");
         APPEND(&b, "        nb_lane_%s(nb_P, nb_idx", ename);
         for (int i = 0; i < total; i++)
-            if (sig->leaves[i].bind == NB_BIND_ARRAY && sig->leaves[i].bcast) APPEND(&b, ", (char *)nb_P->l%d_data", i);
+            if (sig->leaves[i].bind == NB_BIND_ARRAY && sig->leaves[i].bcast && nd_ == 2)
+                APPEND(&b, ", (char *)nb_P->l%d_data + (long long)nb_row * nb_P->l%d_strides[0]", i, i);
+            else if (sig->leaves[i].bind == NB_BIND_ARRAY && sig->leaves[i].bcast) APPEND(&b, ", (char *)nb_P->l%d_data", i);
             else if (sig->leaves[i].bind == NB_BIND_ARRAY)
                 APPEND(&b, ", nb_b%d.c + nb_k * %zuu", i, nb_dtype_size(sig->leaves[i].storage));
         nb_strbuf_append(&b, ");\n    }\n");

@@ -111,9 +111,10 @@ typedef struct nb_leaf_sig {
                            element): the accumulated gradient is then added with a plain read-
                            modify-write, not an atomic add, and never summed as a broadcast
                            (ignored on leaves that do not accumulate) */
-    int bcast;          /* with contig4: an ARRAY leaf read by every index at one element (its
-                           kernel stride is 0, e.g. a device scalar [1]): the quads read it in
-                           place, not through a vector buffer */
+    int bcast;          /* with contig4: an input ARRAY leaf at stride 0 along the kernel's last
+                           dim (one element for every index, e.g. a device scalar [1], or one
+                           per row of a 2-D kernel, e.g. a per-channel operand): the quads read
+                           it in place, not through a vector buffer */
 } nb_leaf_sig;
 
 typedef struct nb_call_sig {
@@ -129,12 +130,14 @@ typedef struct nb_call_sig {
                                ndim == 6, shape = {grid z, y, x, block z, y, x}; the entry runs
                                blocks (CPU: [begin, end) of the linear block index; CUDA: a real
                                <<<grid, block>>> launch) and every thread of each */
-    int contig4;            /* CUDA, a 1-D kernel whose every ARRAY leaf is a scalar of 2 or 4
-                               bytes, contiguous (stride = its size) and aligned to 4 elements
-                               (checked by the call layer: nb_call_contig4_ok): each thread runs 4
-                               consecutive indices with one vector load / store per array (the
-                               tail scalar); ignored where the kernel has anything else (a
-                               generator, a tensor, a gradient added atomically, thread ids) */
+    int contig4;            /* CUDA, a 1-D kernel (or 2-D with rows of a multiple of 4) whose
+                               every ARRAY leaf is a scalar of 2 or 4 bytes, contiguous (stride =
+                               its size, rows back to back) and aligned to 4 elements, or a
+                               bcast input (checked by the call layer: nb_call_contig4_ok): each
+                               thread runs 4 consecutive indices of one row with one vector load
+                               / store per array (the tail scalar); ignored where the kernel has
+                               anything else (a generator, a tensor, a gradient added
+                               atomically, thread ids) */
 } nb_call_sig;
 
 typedef struct nb_leaf_layout {
