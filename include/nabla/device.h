@@ -124,6 +124,8 @@ nb_status nb_stream_synchronize(nb_stream *s);
 nb_status nb_stream_wait_event(nb_stream *s, nb_event *e);
 /* Native handle (CUstream), NULL for the CPU or the legacy default stream. */
 void *nb_stream_native(nb_stream *s);
+/* The device the stream belongs to. */
+nb_device *nb_stream_device(const nb_stream *s);
 /* Ordering with other CUDA users of the same GPU (PyTorch, CuPy), whose streams are CUstreams of
  * the device's primary context (`native` NULL = the legacy default stream):
  *   nb_stream_wait_native(s, native)  future work on s waits for what is queued on `native` now;
@@ -131,6 +133,10 @@ void *nb_stream_native(nb_stream *s);
  * Each records a private event; no host synchronisation. No-ops on the CPU device. */
 nb_status nb_stream_wait_native(nb_stream *s, void *native);
 nb_status nb_native_wait_stream(void *native, nb_stream *s);
+/* An nb_stream for another library's CUstream of dev's context (`native` NULL: the legacy default
+ * stream; the CPU: a stream like the main one), to launch work there (nb_call_set_stream).
+ * nb_stream_destroy frees the handle only: the CUstream stays its owner's. */
+nb_status nb_stream_wrap_native(nb_device *dev, void *native, nb_stream **out);
 
 nb_status nb_event_create(nb_device *dev, nb_event **out);
 void nb_event_destroy(nb_event *e);

@@ -348,6 +348,13 @@ nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t g
  * is known at once, but is still reported at the next check point). Calls recorded into a command
  * list (nb_cmdlist) keep the immediate check. */
 nb_status nb_call_defer_checks(nb_call *c);
+/* Launches the call's kernel on stream s of the module's device (NULL: the device's stream, the
+ * default) — e.g. torch's current stream (nb_stream_wrap_native), so that torch's tensors need no
+ * ordering between streams. The caller orders the arrays it binds with s. What nabla itself queues
+ * for the call (uploaded host values, allocated outputs) goes on the device's stream: s waits for
+ * it before the launch, and the device's stream waits for the launch after it (so also before an
+ * immediate bounds check reads the record). The CPU ignores s. */
+nb_status nb_call_set_stream(nb_call *c, nb_stream *s);
 /* Waits for the module's device, then returns the pending error of a deferred launch, if any
  * (cleared: reported once). */
 nb_status nb_module_check(nb_module *m);

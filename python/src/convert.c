@@ -345,7 +345,7 @@ static int from_torch(nbp_callctx *cx, PyObject *o, int want_write, nbp_arg *a) 
         /* nabla's stream waits for the work torch has queued so far on its current stream */
         void *s = NULL;
         if (nbp_torch_current_stream((int)idx, &s) < 0) return -1;
-        nb_status ss = nb_stream_wait_native(nb_device_stream(tdev), s);
+        nb_status ss = cx->lazy_order ? NB_OK : nb_stream_wait_native(nb_device_stream(tdev), s);
         if (ss) {
             nbp_raise(ss);
             return -1;

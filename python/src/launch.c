@@ -142,6 +142,42 @@ static int bind_one(lr_state *s, nb_func *f, nb_call *c, PyObject *key, PyObject
     return grad ? bind_grad(s, c, path, grad) : 0;
 }
 
+/* nb_streams wrapping torch's current streams (nb_stream_wrap_native), kept for the process: a
+ * program uses a few streams; past NSTREAMS others fall back to ordering nabla's stream. */
+#define NSTREAMS 16
+static struct {
+    nb_device *dev;
+    void *native;
+    nb_stream *s;
+} g_streams[NSTREAMS];
+
+static nb_stream *torch_stream(nb_device *dev, void *native) {
+    for (int i = 0; i < NSTREAMS; i++) {
+        if (g_streams[i].s && g_streams[i].dev == dev && g_streams[i].native == native) return g_streams[i].s;
+        if (!g_streams[i].s) {
+            if (nb_stream_wrap_native(dev, native, &g_streams[i].s) != NB_OK) return NULL;
+            g_streams[i].dev = dev;
+            g_streams[i].native = native;
+            return g_streams[i].s;
+        }
+    }
+    return NULL;
+}
+
+/* Where a launch that bound torch CUDA tensors runs: on torch's current stream when every array
+ * is a torch tensor of the module's device (nothing of nabla's stream to wait for: no ordering
+ * either way), else on nabla's stream after it waited for torch's (torch's then waits for it:
+ * nbp_torch_after). Returns 1 when launched on torch's stream, 0 if not, -1 on error. */
+static int torch_order(lr_state *s, nb_call *c) {
+    if (!s->cx.torch_cuda) return 0;
+    int all = s->cx.torch_nbdev == s->cx.dev;
+    for (int i = 0; all && i < s->na; i++)
+        if (s->a[i].t && (s->a[i].src != SRC_TORCH || s->a[i].user)) all = 0;
+    nb_stream *ts = all ? torch_stream(s->cx.dev, s->cx.torch_stream) : NULL;
+    if (ts && nb_call_set_stream(c, ts) == NB_OK) return 1;
+    return check(nb_stream_wait_native(nb_device_stream(s->cx.torch_nbdev), s->cx.torch_stream));
+}
+
 PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwl[] = {"block", "grid", "mode", "args", "defer_checks", NULL};
     PyObject *blk = NULL, *grd = NULL, *dict = NULL, *defer = Py_None;
@@ -169,6 +205,7 @@ PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
     s.a = s.cap == LR_SMALL ? s.small : PyMem_Malloc((size_t)s.cap * sizeof(nbp_arg));
     if (!s.a) return PyErr_NoMemory();
     s.cx.dev = nb_module_device(((ModuleObject *)fn->module)->m);
+    s.cx.lazy_order = 1; /* (torch_order decides after binding) */
     PyObject *ret = NULL;
     nb_call *c = NULL;
     if (check(nb_call_begin(fn->f, &c)) < 0) goto done;
@@ -184,13 +221,15 @@ PyObject *nbp_func_launch_raw(PyObject *self, PyObject *args, PyObject *kw) {
             if (bind_one(&s, fn->f, c, k, v) < 0) goto done;
     }
     {
+        int on_torch = torch_order(&s, c);
+        if (on_torch < 0) goto done;
         nb_status st;
         nb_call *cc = c;
         c = NULL; /* (run frees it) */
         Py_BEGIN_ALLOW_THREADS
         st = nb_call_run_blocks(cc, b, g);
         Py_END_ALLOW_THREADS
-        if (nbp_torch_after(&s.cx) < 0 && !st) goto done;
+        if (!on_torch && nbp_torch_after(&s.cx) < 0 && !st) goto done;
         if (check(st) < 0) goto done;
     }
     for (int i = 0; i < s.na; i++)

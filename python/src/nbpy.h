@@ -157,6 +157,8 @@ typedef struct nbp_callctx {
     int torch_cuda;       /* a torch CUDA tensor was bound: streams ordered */
     void *torch_stream;
     nb_device *torch_nbdev;
+    int lazy_order;       /* set by the caller: a torch CUDA tensor only records torch's stream; the
+                           * caller launches there or orders the streams itself (launch.c) */
 } nbp_callctx;
 
 /* Converts o for binding; want_write: 1 = the parameter is written (out/inout/_result: stride-0,

@@ -703,3 +703,30 @@ def test_check_errors_slangtorch():
     slangtorch.checkErrors(m)
     with pytest.raises(slangtorch.ArgumentError, match="checkErrors: expected a module"):
         slangtorch.checkErrors("blocks.slang")
+
+
+def test_launch_on_torch_current_stream():
+    # a launch of torch CUDA tensors runs on torch's current stream (no ordering between streams):
+    # a side stream made busy by matmuls, written by torch before the launch and read after it;
+    # with a nabla.Tensor among the arguments nabla's stream is ordered both ways instead
+    torch = pytest.importorskip("torch")
+    if "cuda" not in devices() or not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    m = slangtorch.loadModule(path("blocks.slang"))
+    n = 1 << 16
+    dst = torch.zeros(n, device="cuda")
+    nb_dst = nabla.Tensor.from_numpy(np.zeros(n, np.float32), device=nabla.device("cuda"))
+    big = torch.rand((4096, 4096), device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for k in range(3):
+            big = big @ big
+            big = big / big.abs().max()
+            dst.fill_(-1)  # torch's write before the launch
+            m.unchecked(dst=dst).launchRaw(blockSize=(256, 1, 1), gridSize=(n // 256, 1, 1))
+            dst.add_(1)  # torch's read after it
+            assert torch.equal(dst, torch.arange(n, device="cuda", dtype=torch.float32) + 1)
+            m.unchecked(dst=nb_dst).launchRaw(blockSize=(256, 1, 1), gridSize=(n // 256, 1, 1))
+            assert nb_dst.numpy()[n - 1] == n - 1
+    torch.cuda.synchronize()
+    slangtorch.checkErrors(m)

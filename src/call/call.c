@@ -58,6 +58,7 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
     c->overload_slot = NULL;
     c->blocks = 0;
     c->defer = 0;
+    c->stream = NULL;
     c->nres = 0;
     c->overload = 0;
     c->nleaves = 0;
@@ -601,7 +602,7 @@ static nb_status launch_only(nb_call *c, nb_kentry *e) {
             return nb_jit_launch_cpu_grain(e->kernel, c->block, nblocks, NB_JIT_CPU_GRAIN / nt > 0 ? NB_JIT_CPU_GRAIN / nt : 1);
         unsigned grid[3] = {(unsigned)c->kshape[2], (unsigned)c->kshape[1], (unsigned)c->kshape[0]};
         unsigned blk[3] = {(unsigned)c->kshape[5], (unsigned)c->kshape[4], (unsigned)c->kshape[3]};
-        nb_status ls = nb_jit_launch_cuda_grid(e->kernel, c->block, e->layout.size, grid, blk, NULL);
+        nb_status ls = nb_jit_launch_cuda_grid(e->kernel, c->block, e->layout.size, grid, blk, c->stream);
         if (ls) { /* (say which launch: a block too large for the kernel's registers fails here) */
             char msg[512];
             snprintf(msg, sizeof msg, "%s", nb_last_error());
@@ -617,8 +618,8 @@ static nb_status launch_only(nb_call *c, nb_kentry *e) {
             return nb_jit_launch_cpu_grain(e->kernel, c->block, n / gs, NB_JIT_CPU_GRAIN / gs > 0 ? NB_JIT_CPU_GRAIN / gs : 1);
         return nb_jit_launch_cpu(e->kernel, c->block, n);
     }
-    if (gs > 0) return nb_jit_launch_cuda_groups(e->kernel, c->block, e->layout.size, n / gs, gs, NULL);
-    return nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, NULL);
+    if (gs > 0) return nb_jit_launch_cuda_groups(e->kernel, c->block, e->layout.size, n / gs, gs, c->stream);
+    return nb_jit_launch_cuda_n(e->kernel, c->block, e->layout.size, n, e->layout.blocks_per_sm, c->stream);
 }
 
 /* After the launch: device printf reaches stdout, and the first out-of-range index is an error. */
@@ -636,8 +637,24 @@ static nb_status after_launch(nb_call *c, nb_kentry *e) {
     return s || !e->layout.bounds_checked || c->defer ? s : oob_check(c, e);
 }
 
+static int owns_temps(const nb_call *c) {
+    for (int j = 0; j < c->sig.nleaves && j <= NB_CALL_MAX_LEAVES; j++)
+        if (c->leaves[j].owns_tensor) return 1;
+    return 0;
+}
+
+/* The launch and what follows it. On a stream of the caller's (nb_call_set_stream) what the
+ * device's stream did for the call comes first (uploads; the immediate bounds record's reset),
+ * and the device's stream waits for the launch where it touches the call's memory after it
+ * (temporaries freed, the bounds record read). A deferred launch of torch tensors needs neither. */
 static nb_status launch(nb_call *c, nb_kentry *e) {
-    nb_status s = launch_only(c, e);
+    nb_stream *ds = nb_device_stream(c->f->m->dev);
+    int other = c->stream && c->stream != ds && nb_jit_kernel_kind(e->kernel) != NB_DEVICE_CPU;
+    int both = other && (owns_temps(c) || (e->layout.bounds_checked && !c->defer));
+    nb_status s = both ? nb_stream_wait_native(c->stream, nb_stream_native(ds)) : NB_OK;
+    if (s == NB_OK) s = launch_only(c, e);
+    if (s == NB_OK && (both || (other && e->layout.prints)))
+        s = nb_stream_wait_native(ds, nb_stream_native(c->stream));
     return s ? s : after_launch(c, e);
 }
 
@@ -861,6 +878,15 @@ nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t g
     memcpy(c->bdim, block, sizeof c->bdim);
     c->sig.nleaves = 0;
     return finish(c, run(c, NULL, 0, NULL, 1, grid));
+}
+
+nb_status nb_call_set_stream(nb_call *c, nb_stream *s) {
+    if (!c) return nb_error(NB_ERR_INVALID_ARG, "nb_call_set_stream: argument 'c' is NULL");
+    if (s && nb_stream_device(s) != c->f->m->dev)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_call_set_stream: the stream belongs to %s, the module to %s",
+                        nb_device_name(nb_stream_device(s)), nb_device_name(c->f->m->dev));
+    c->stream = s;
+    return NB_OK;
 }
 
 nb_status nb_call_defer_checks(nb_call *c) {

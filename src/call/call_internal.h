@@ -180,6 +180,7 @@ struct nb_call {
     int *overload_slot;     /* nb_call_report_overload */
     int blocks;             /* nb_call_run_blocks: launched with explicit blocks */
     int defer;              /* nb_call_defer_checks: bounds errors reported at a later check point */
+    nb_stream *stream;      /* nb_call_set_stream: the launch's stream (NULL: the device's) */
     int64_t bdim[3];        /* its block size {x, y, z} (the grid goes where run_grid's does) */
     int ntgrads;            /* nb_call_grad / nb_call_tangent on DiffTensor parameters, by name */
     struct { const char *param; nb_tensor *t; } tgrads[NB_CALL_MAX_LEAVES]; /* param: leaf path */

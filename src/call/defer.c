@@ -125,7 +125,9 @@ nb_status nb_defer_slot(nb_call *c, const nb_kentry *e, uint64_t *addr) {
         if (slot % HALF == 0) { /* a new half: its slots' last launches (a lap ago) must be done */
             uint64_t lap = (n - 1) / HALF; /* half-laps so far */
             if (lap >= 2) s = nb_event_synchronize(d->mark[(lap - 1) % 2]);
-            if (s == NB_OK) s = nb_event_record(d->mark[lap % 2], nb_device_stream(m->dev));
+            /* (on the launch's stream: a module's launches on several streams at once are named
+             * exactly only while none runs a whole ring behind) */
+            if (s == NB_OK) s = nb_event_record(d->mark[lap % 2], c->stream ? c->stream : nb_device_stream(m->dev));
         }
         if (s == NB_OK && d->rec[slot].flag) { /* (a late report landed in the slot: say it first) */
             resolve(m, d);

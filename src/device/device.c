@@ -266,9 +266,22 @@ nb_status nb_stream_create(nb_device *dev, nb_stream **out) {
     return NB_OK;
 }
 
+nb_status nb_stream_wrap_native(nb_device *dev, void *native, nb_stream **out) {
+    NB_CHECK_ARG(out);
+    *out = NULL;
+    NB_CHECK_ARG(dev);
+    nb_stream *s = nb_calloc(sizeof *s, 16);
+    if (!s) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_stream_wrap_native: out of host memory");
+    s->dev = dev;
+    s->native = dev->kind == NB_DEVICE_CUDA ? native : NULL;
+    s->owned = 2;
+    *out = s;
+    return NB_OK;
+}
+
 void nb_stream_destroy(nb_stream *s) {
     if (!s || !s->owned) return; /* the main stream belongs to its device */
-    s->dev->ops->stream_destroy(s);
+    if (s->owned == 1) s->dev->ops->stream_destroy(s); /* (2: wrapped, the native one is not ours) */
     nb_free(s, sizeof *s);
 }
 
@@ -287,6 +300,7 @@ nb_status nb_stream_wait_event(nb_stream *s, nb_event *e) {
 }
 
 void *nb_stream_native(nb_stream *s) { return s ? s->native : NULL; }
+nb_device *nb_stream_device(const nb_stream *s) { return s ? s->dev : NULL; }
 
 nb_status nb_event_create(nb_device *dev, nb_event **out) {
     NB_CHECK_ARG(out);

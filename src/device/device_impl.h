@@ -51,7 +51,8 @@ typedef struct nb_caching_allocator {
 struct nb_stream {
     nb_device *dev;
     void *native; /* CUstream */
-    int owned;    /* created by nb_stream_create (vs. the device's main stream) */
+    int owned;    /* 1: created by nb_stream_create; 2: nb_stream_wrap_native (the handle only);
+                   * 0: the device's main stream */
 };
 
 struct nb_event {
