@@ -4,9 +4,10 @@
  *       block, grid: (x, y, z) ints (fewer given: the rest 1). mode "primal", "fwd" or "bwd"
  *       (slangtorch's m.f / m.f.fwd / m.f.bwd). args keys are leaf paths ("x", "foo.A",
  *       "mlp.layers[1].weights"); a DiffTensor leaf takes a (primal, grad) pair (or a 1-tuple /
- *       bare tensor: no gradient), any other leaf a value: a torch tensor (zero-copy, ordered on
- *       torch's current stream), a numpy array, a nabla.Tensor, a number or a nested sequence (a
- *       vector, matrix or array host value). Returns None; tensors are written in place.
+ *       bare tensor: no gradient), any other leaf a value: a torch tensor (zero-copy; launched on
+ *       torch's current stream when all arrays are torch CUDA tensors: torch_order), a numpy
+ *       array, a nabla.Tensor, a number or a nested sequence (a vector, matrix or array host
+ *       value). Returns None; tensors are written in place.
  *       defer_checks: an out-of-range index is reported at the module's next check point (its
  *       next launch or call, Module.check()) rather than by this launch, which then does not wait
  *       for the GPU (nb_call_defer_checks); None: deferred on CUDA, at once on the CPU.
