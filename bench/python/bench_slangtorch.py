@@ -63,6 +63,7 @@ def bench_launch(tmp):
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     t2 = time.perf_counter()
+    slangtorch.checkErrors(m)  # (launchRaw's bounds checks are deferred on CUDA: none may be pending)
     for _ in range(n):
         x.mul_(1)
     t3 = time.perf_counter()
