@@ -14,7 +14,8 @@
  *                                t.size(d), t.stride(d) (at least d + 1)
  *   (an index's width comes from how it is written: uint2(…), int3 x, .xy, a `var` from its
  *   initializer, cudaThreadIdx() is 3 wide)
- *   flows join two slots:        g(..., t, ...) (g's parameter), a = b, T a = b,
+ *   flows join two slots:        g(..., t, ...) (g's parameter; also __dispatch_kernel(g, …)(…, t, …)
+ *                                in host code), a = b, T a = b,
  *                                s = { a, b } (the struct's fields in order), v.primal = t
  * Joined slots share one rank (union-find). `v.primal` and `v.diff.diff` (the gradient view,
  * slang-torch's AtomicAdd wrapper) are views of v's rank; an array of views indexed once is a
@@ -406,6 +407,10 @@ static nb_decl *find_callee(vr_ctx *x, const nb_expr *callee, int nargs) {
         }
         return found;
     }
+    if (callee->kind == NB_EX_CALL && callee->u.call.callee && callee->u.call.callee->kind == NB_EX_NAME &&
+        callee->u.call.callee->u.name.name && !strcmp(callee->u.call.callee->u.name.name, "__dispatch_kernel") &&
+        callee->u.call.nargs >= 1) /* host code: __dispatch_kernel(k, grid, block)(args…) passes args to k */
+        callee = callee->u.call.args[0];
     if (callee->kind != NB_EX_NAME || !callee->u.name.name) return NULL;
     const char *name = callee->u.name.name;
     nb_decl *f = method_named(x->owner, name, nargs);
