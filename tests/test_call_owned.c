@@ -86,6 +86,7 @@ static void owned_flags(nb_call *c, int *oa, int *oc) {
     *oa = *oc = -1;
     NB_EXPECT_OK(nb_call_ad_fuse(c, 0));
     NB_EXPECT_OK(nb_call_bind(c, 0, NULL));
+    NB_EXPECT_OK(nb_call_materialize(c, 0));
     nb_call_owned_grads(c);
     const nb_fn_info *in = &c->f->infos[c->overload];
     for (int j = 0; j < c->nleaves; j++) {
@@ -210,6 +211,44 @@ static void test_cpu_shared_columns(void) {
     check_values("da (shared columns)", da, want, C);
     free(hb), free(hd);
     nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(c), nb_tensor_free(dout), nb_tensor_free(da);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+/* Two gradients in one buffer: the same array twice stays owned (one thread adds both); shifted
+ * views of one buffer (element i of da is element i - 1 of dc) are not, and the sums are right. */
+static void test_cpu_aliased_grads(void) {
+    enum { R = 8, C = 64, NE = R * C };
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    const int64_t s2[2] = {R, C}, nbuf = NE + 1;
+    nb_tensor *a = filled(dev, 2, s2, 0.5f, 0.1f), *b = filled(dev, 2, s2, -1.0f, 0.25f), *c = filled(dev, 2, s2, 1, 0);
+    nb_tensor *dout = filled(dev, 2, s2, 0.25f, 0.5f);
+    float *hb = malloc(NE * 4), *hd = malloc(NE * 4), want[NE + 1];
+    NB_REQUIRE_OK(nb_tensor_to_host(b, hb, NE * 4));
+    NB_REQUIRE_OK(nb_tensor_to_host(dout, hd, NE * 4));
+    for (int k = 0; k < 2; k++) {
+        nb_tensor *buf = filled(dev, 1, &nbuf, 0, 0), *v0 = NULL, *v1 = NULL, *g0 = NULL, *g1 = NULL;
+        NB_REQUIRE_OK(nb_tensor_slice(buf, 0, 0, NE, 1, &v0));
+        NB_REQUIRE_OK(nb_tensor_slice(buf, 0, k, NE + k, 1, &v1));
+        NB_REQUIRE_OK(nb_tensor_reshape(v0, 2, s2, &g0));
+        NB_REQUIRE_OK(nb_tensor_reshape(v1, 2, s2, &g1));
+        int oa, oc;
+        nb_call *call = madd_bwd(m, a, b, c, dout, g0, g1);
+        owned_flags(call, &oa, &oc);
+        NB_EXPECT(oa == (k == 0) && oc == (k == 0)); /* k = 0: one array twice; 1: shifted views */
+        nb_call_free(call);
+        call = madd_bwd(m, a, b, c, dout, g0, g1);
+        NB_EXPECT_OK(nb_call_run(call, NULL));
+        memset(want, 0, sizeof want);
+        for (int i = 0; i < NE; i++) want[i] += hd[i] * hb[i], want[i + k] += hd[i];
+        check_values(k ? "shifted gradients" : "one gradient array twice", buf, want, NE + 1);
+        nb_tensor_free(g0), nb_tensor_free(g1), nb_tensor_free(v0), nb_tensor_free(v1), nb_tensor_free(buf);
+    }
+    free(hb), free(hd);
+    nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(c), nb_tensor_free(dout);
     nb_module_free(m);
     nb_device_close(dev);
 }
@@ -474,6 +513,7 @@ static void test_contig4_cuda(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_one_to_one, test_cpu_values, test_cpu_shared_columns, test_nvrtc, test_contig4_decision,
+    NB_TEST_MAIN(argc, argv, test_one_to_one, test_cpu_values, test_cpu_shared_columns, test_cpu_aliased_grads, test_nvrtc,
+                 test_contig4_decision,
                  test_contig4_nvrtc, test_contig4_cuda);
 }

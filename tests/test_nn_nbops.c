@@ -472,8 +472,8 @@ static int g_nvrtc_n;
 static void nvrtc_check(nb_call *c, const char *what) {
     nb_status s = nb_call_ad_fuse(c, 0);
     if (!s) s = nb_call_bind(c, 0, NULL);
-    if (!s) nb_call_owned_grads(c); /* (as a run decides them: gradients one thread owns, */
     if (!s) s = nb_call_materialize(c, 0);
+    if (!s) nb_call_owned_grads(c); /* (as a run decides them: gradients one thread owns, */
     if (!s) nb_call_mark_contig4(c, 1); /* 4 contiguous indices per thread) */
     NB_EXPECT(s == NB_OK);
     if (s) {
