@@ -197,6 +197,27 @@ static void test_includes(void) {
                   "bad define");
     NB_EXPECT_ERR(nb_cuda_program_prepare(g_table, "src/a/kernels/main.cu", bad3, &p), NB_ERR_INVALID_ARG,
                   "bad define");
+    { /* long defines (a level table as a list) fit; past the limits: typed errors */
+        static char big[NB_CUDA_DEFINE_CHARS / 2], many[NB_CUDA_MAX_DEFINES + 1][8];
+        const char *dl[NB_CUDA_MAX_DEFINES + 2];
+        int n = snprintf(big, sizeof big, "TAB=0");
+        for (int i = 1; n < 900; i++) n += snprintf(big + n, sizeof big - (size_t)n, ",%d", 1000000 + i);
+        dl[0] = big, dl[1] = NULL;
+        NB_EXPECT_OK(nb_cuda_program_prepare(g_table, "src/a/kernels/main.cu", dl, &p));
+        NB_EXPECT(p.opts[0] && !strncmp(p.opts[0], "-DTAB=0,1000001,", 16) && strlen(p.opts[0]) == strlen(big) + 2);
+        memset(big + n, 'x', sizeof big - (size_t)n - 1);
+        big[sizeof big - 1] = '\0';
+        const char *two[] = {big, big, big, NULL};
+        NB_EXPECT_ERR(nb_cuda_program_prepare(g_table, "src/a/kernels/main.cu", two, &p), NB_ERR_INVALID_ARG,
+                      "the defines exceed");
+        for (int i = 0; i <= NB_CUDA_MAX_DEFINES; i++) {
+            snprintf(many[i], sizeof many[i], "D%d", i);
+            dl[i] = many[i];
+        }
+        dl[NB_CUDA_MAX_DEFINES + 1] = NULL;
+        NB_EXPECT_ERR(nb_cuda_program_prepare(g_table, "src/a/kernels/main.cu", dl, &p), NB_ERR_INVALID_ARG,
+                      "more than");
+    }
     /* the embedded table is the default */
     NB_EXPECT_ERR(nb_cuda_program_prepare(NULL, "src/a/kernels/main.cu", NULL, &p), NB_ERR_NOT_FOUND,
                   "tools/embed_cu.py");

@@ -147,6 +147,7 @@ nb_status nb_cuda_program_prepare(const nb_cuda_file *table, const char *path,
     out->headers.texts = out->texts;
 
     int nd = 0;
+    size_t used = 0; /* of opt_buf */
     for (int i = 0; defines && defines[i]; i++) {
         const char *d = defines[i];
         if (nd >= NB_CUDA_MAX_DEFINES)
@@ -155,12 +156,15 @@ nb_status nb_cuda_program_prepare(const nb_cuda_file *table, const char *path,
         while (d[id] && (isalnum((unsigned char)d[id]) || d[id] == '_')) id++;
         int ok = id > 0 && !isdigit((unsigned char)d[0]) && (d[id] == '\0' || d[id] == '=') &&
                  !strpbrk(d, "\n\r");
-        int n = ok ? snprintf(out->opt_buf[nd], sizeof out->opt_buf[nd], "-D%s", d) : -1;
-        if (!ok || n < 0 || (size_t)n >= sizeof out->opt_buf[nd])
-            return nb_error(NB_ERR_INVALID_ARG,
-                            "%s: bad define '%s' (want NAME or NAME=VALUE on one line, at most %zu characters)",
-                            path, d, sizeof out->opt_buf[nd] - 3);
-        out->opts[nd] = out->opt_buf[nd];
+        if (!ok)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: bad define '%.64s' (want NAME or NAME=VALUE on one line)",
+                            path, d);
+        int n = snprintf(out->opt_buf + used, sizeof out->opt_buf - used, "-D%s", d);
+        if (n < 0 || (size_t)n >= sizeof out->opt_buf - used)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: the defines exceed %d characters in all (at '%.32s...')",
+                            path, NB_CUDA_DEFINE_CHARS, d);
+        out->opts[nd] = out->opt_buf + used;
+        used += (size_t)n + 1;
         nd++;
     }
     out->opts[nd] = NULL;

@@ -41,7 +41,8 @@ extern const nb_cuda_file nb_cuda_files[];
 const char *nb_cuda_file_text(const char *path);
 
 #define NB_CUDA_MAX_INCLUDES 32 /* distinct files one .cu may reach through #include */
-#define NB_CUDA_MAX_DEFINES 32
+#define NB_CUDA_MAX_DEFINES 48
+#define NB_CUDA_DEFINE_CHARS 8192 /* all -D options of one program together */
 
 /* A .cu file ready for NVRTC: its text, program name (its path), the headers it reaches and
  * the -D options of the defines. Filled by nb_cuda_program_prepare; holds pointers into the table
@@ -56,7 +57,7 @@ typedef struct nb_cuda_program {
     char name_buf[NB_CUDA_MAX_INCLUDES][128];
     nb_cuda_headers headers;                  /* n_headers, names, texts */
     const char *opts[NB_CUDA_MAX_DEFINES + 1]; /* "-DNAME=VALUE" ..., NULL */
-    char opt_buf[NB_CUDA_MAX_DEFINES][128];
+    char opt_buf[NB_CUDA_DEFINE_CHARS];        /* the options' text, one after another */
 } nb_cuda_program;
 
 /* Resolves `path` and its includes in `table` (NULL: the embedded table) and turns each define

@@ -3595,14 +3595,7 @@ static const char nb_cu_22[] =
     "    if (NB_D == 3) h ^= g[2] * 805459861u;\n"
     "    return h & lv.mask;\n"
     "}\n"
-    "__device__ __forceinline__ void grid_cell(float x, int side, unsigned &cell, float &frac) {\n"
-    "    float xc = x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);\n"
-    "    float pos = __fmul_rn(xc, (float)(side - 1));\n"
-    "    float fl = floorf(pos);\n"
-    "    if (fl > (float)(side - 2)) fl = (float)(side - 2);\n"
-    "    cell = (unsigned)fl;\n"
-    "    frac = pos - fl;\n"
-    "}\n"
+    "#include \"grid_cell.cuh\"\n"
     "__device__ __forceinline__ void load_feat(const float *p, float v[NB_F]) {\n"
     "#if NB_F % 4 == 0\n"
     "    #pragma unroll\n"
@@ -3911,8 +3904,116 @@ static const char nb_cu_22[] =
     "    }\n"
     "}\n";
 
-/* src/nn/mlp/kernels/mlp.cu */
+/* src/nn/encoding/kernels/grid_cell.cuh */
 static const char nb_cu_23[] =
+    "// The cell of a grid level a coordinate falls in: one definition for the grid kernels\n"
+    "// (encoding.cu) and the grid backward fused into the MLP kernels (grid_scatter.cuh).\n"
+    "#pragma once\n"
+    "/* x clamped to [0, 1] on a level of `side` vertices: the cell (at most side - 2) and the\n"
+    " * fraction of the way across it */\n"
+    "__device__ __forceinline__ void grid_cell(float x, int side, unsigned &cell, float &frac) {\n"
+    "    float xc = x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);\n"
+    "    float pos = __fmul_rn(xc, (float)(side - 1));\n"
+    "    float fl = floorf(pos);\n"
+    "    if (fl > (float)(side - 2)) fl = (float)(side - 2);\n"
+    "    cell = (unsigned)fl;\n"
+    "    frac = pos - fl;\n"
+    "}\n";
+
+/* src/nn/encoding/kernels/grid_scatter.cuh */
+static const char nb_cu_24[] =
+    "// The 2-D, 2-feature grid encoding's backward as device code for the fused MLP backward\n"
+    "// (mlp_bwd_rc_enc, mlp_train_rc_enc_*: nb_encoding_backward_mlp / nb_encoding_mlp_train):\n"
+    "// the MLP's input gradient of row r, features (2l, 2l+1) = level l, goes straight into the\n"
+    "// level's parameter gradients (the same atomics as encoding.cu's nb_grid_bwd_smem, coarse levels\n"
+    "// summed in the kernel's shared memory and flushed once per block), so dL/dfeatures is never\n"
+    "// stored. Included by src/nn/mlp/kernels/mlp.cu (ENC=1) before mlp_head.cuh, in place of\n"
+    "// mlp_enc_stub.cuh. Defines (encoding_cuda.c, nb_enc_cuda_mlp_defines):\n"
+    "//   ENC_L            levels\n"
+    "//   ENC_SMEM_LEVELS  the first levels summed in shared memory; ENC_SMEM_FLOATS their floats\n"
+    "//   ENC_AGG          1: updates merged across lanes first (spatially ordered batches)\n"
+    "//   ENC_SX, ENC_SY   each level's vertices along x / y (ENC_L comma-separated values)\n"
+    "//   ENC_OFF          each level's first float in the parameters\n"
+    "//   ENC_MASK         entries - 1 of a hashed level, 0 for a dense one\n"
+    "__constant__ int enc_sx[ENC_L] = {ENC_SX};\n"
+    "__constant__ int enc_sy[ENC_L] = {ENC_SY};\n"
+    "__constant__ unsigned enc_off[ENC_L] = {ENC_OFF};\n"
+    "__constant__ unsigned enc_mask[ENC_L] = {ENC_MASK};\n"
+    "#include \"grid_cell.cuh\"\n"
+    "__device__ __forceinline__ unsigned enc_index(int l, unsigned gx, unsigned gy) {\n"
+    "    const unsigned m = enc_mask[l];\n"
+    "    return m ? ((gx ^ (gy * 2654435761u)) & m) : gx + (unsigned)enc_sx[l] * gy;\n"
+    "}\n"
+    "__device__ __forceinline__ void enc_red2(float *p, float a, float b) {\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"red.global.add.v2.f32 [%0], {%1, %2};\" :: \"l\"(p), \"f\"(a), \"f\"(b) : \"memory\");\n"
+    "#else\n"
+    "    atomicAdd(p, a); atomicAdd(p + 1, b);\n"
+    "#endif\n"
+    "}\n"
+    "/* One entry's update (v0, v1) at float a (shared memory when smem). ENC_AGG (spatially\n"
+    " * ordered batches): first merged over the lanes that differ in bits 2..4, which the fused MLP\n"
+    " * backward gives the same level and neighbouring rows; the merged sum goes out once. Every\n"
+    " * lane of the warp must call it (shuffles). */\n"
+    "__device__ __forceinline__ void enc_put(float *grads, float *s_g, bool smem, unsigned a, float v0, float v1,\n"
+    "                                        bool alive) {\n"
+    "#if ENC_AGG\n"
+    "    const unsigned lane = threadIdx.x & 31u;\n"
+    "    #pragma unroll\n"
+    "    for (unsigned o = 4; o <= 16; o <<= 1) {\n"
+    "        const unsigned pa = __shfl_xor_sync(0xffffffffu, a, o);\n"
+    "        const bool pal = __shfl_xor_sync(0xffffffffu, alive ? 1 : 0, o) != 0;\n"
+    "        const float p0 = __shfl_xor_sync(0xffffffffu, v0, o), p1 = __shfl_xor_sync(0xffffffffu, v1, o);\n"
+    "        const bool merge = alive && pal && pa == a;\n"
+    "        if (merge && !(lane & o)) { v0 += p0; v1 += p1; }\n"
+    "        if (merge && (lane & o)) alive = false;\n"
+    "    }\n"
+    "#endif\n"
+    "    if (!alive) return;\n"
+    "    if (smem) { atomicAdd(s_g + a, v0); atomicAdd(s_g + a + 1, v1); }\n"
+    "    else enc_red2(grads + a, v0, v1);\n"
+    "}\n"
+    "/* dL/d(features 2l, 2l+1) of row `row` = (d0, d1): added to the 4 corners of its cell. Every\n"
+    " * lane calls it; inactive ones (active = false) add nothing. */\n"
+    "__device__ __forceinline__ void enc_scatter(const float *x, float *grads, float *s_g, long long row, int l,\n"
+    "                                            float d0, float d1, bool active) {\n"
+    "#if !ENC_AGG\n"
+    "    if (!active) return;\n"
+    "#endif\n"
+    "    const float2 p = active ? __ldg((const float2 *)(x + 2 * row)) : make_float2(0.0f, 0.0f);\n"
+    "    unsigned cx, cy; float fx, fy;\n"
+    "    grid_cell(p.x, enc_sx[l], cx, fx);\n"
+    "    grid_cell(p.y, enc_sy[l], cy, fy);\n"
+    "    const unsigned off = enc_off[l];\n"
+    "    const bool smem = l < ENC_SMEM_LEVELS;\n"
+    "    #pragma unroll\n"
+    "    for (int k = 0; k < 2; k++) {\n"
+    "        const float wy = k ? fy : 1.0f - fy, w0 = (1.0f - fx) * wy, w1 = fx * wy;\n"
+    "        const unsigned a0 = off + enc_index(l, cx, cy + k) * 2u, a1 = off + enc_index(l, cx + 1, cy + k) * 2u;\n"
+    "#if __CUDA_ARCH__ >= 900 && !ENC_AGG\n"
+    "        if (!smem && a1 == a0 + 2u && (a0 & 3u) == 0u) {\n"
+    "            asm volatile(\"red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\" :: \"l\"(grads + a0), \"f\"(w0 * d0),\n"
+    "                         \"f\"(w0 * d1), \"f\"(w1 * d0), \"f\"(w1 * d1) : \"memory\");\n"
+    "            continue;\n"
+    "        }\n"
+    "#endif\n"
+    "        enc_put(grads, s_g, smem, a0, w0 * d0, w0 * d1, active);\n"
+    "        enc_put(grads, s_g, smem, a1, w1 * d0, w1 * d1, active);\n"
+    "    }\n"
+    "}\n"
+    "/* the shared-memory sums of the coarse levels: zeroed at the start, flushed at the end */\n"
+    "__device__ __forceinline__ void enc_smem_zero(float *s_g) {\n"
+    "    for (int j = threadIdx.x; j < ENC_SMEM_FLOATS; j += blockDim.x) s_g[j] = 0.0f;\n"
+    "}\n"
+    "__device__ __forceinline__ void enc_smem_flush(float *grads, const float *s_g) {\n"
+    "    for (int j = 2 * threadIdx.x; j + 1 < ENC_SMEM_FLOATS; j += 2 * blockDim.x) {\n"
+    "        const float p = s_g[j], q = s_g[j + 1];\n"
+    "        if (p != 0.0f || q != 0.0f) enc_red2(grads + j, p, q);\n"
+    "    }\n"
+    "}\n";
+
+/* src/nn/mlp/kernels/mlp.cu */
+static const char nb_cu_25[] =
     "// The fully fused MLP kernels (loaded by mlp_cuda.c through nb_jit_cuda_kernel), specialised by\n"
     "// -D defines for one configuration: W, IN_PAD, OUT_PAD, N_IN, N_OUT, NL, ACT, OUT_ACT, HAS_BIAS,\n"
     "// IS_BF16, MT, WARPS, MINB, NCHO, NCHI, WSMEM_F, WSMEM_B, DWW, FW, FMINB, FWSMEM, FR16, FKD, FKH,\n"
@@ -3928,23 +4029,31 @@ static const char nb_cu_23[] =
     "// reloading are fully coalesced 512-byte warp accesses. The weight-gradient kernel transposes\n"
     "// fragments with movmatrix to put the batch on the reduction axis.\n"
     "//\n"
-    "// The variant with the grid encoding's backward fused in (mlp_bwd_rc_enc, mlp_train_rc_enc_*) is\n"
-    "// not this file: mlp_cuda.c joins the grid's generated device code (nb_enc_cuda_mlp_source) with\n"
-    "// the texts of mlp_head, mlp_asm, mlp_body, mlp_fused, mlp_rc and mlp_rc_enc.cuh.\n"
+    "// ENC=1 (with RC=1): the variant with a 2-D grid encoding's backward fused in (mlp_bwd_rc_enc,\n"
+    "// mlp_train_rc_enc_*): src/nn/encoding/kernels/grid_scatter.cuh in place of mlp_enc_stub.cuh,\n"
+    "// configured by its ENC_* defines (nb_enc_cuda_mlp_defines), and mlp_rc_enc.cuh.\n"
     "//\n"
     "//! nvrtc-check: W=64 IN_PAD=32 OUT_PAD=16 N_IN=32 N_OUT=3 NL=3 ACT=1 OUT_ACT=0 HAS_BIAS=0 IS_BF16=0 MT=1 WARPS=8 MINB=3 NCHO=2 NCHI=4 WSMEM_F=1 WSMEM_B=1 DWW=8 FW=8 FMINB=1 FWSMEM=1 FR16=8 FKD=4 FKH=4 KSPL=1 FPF=1 RCMINB=1 RC=1\n"
     "//! nvrtc-check: W=32 IN_PAD=16 OUT_PAD=16 N_IN=5 N_OUT=7 NL=5 ACT=4 OUT_ACT=5 HAS_BIAS=0 IS_BF16=1 MT=4 WARPS=8 MINB=2 NCHO=2 NCHI=2 WSMEM_F=1 WSMEM_B=1 DWW=8 FW=8 FMINB=1 FWSMEM=1 FR16=32 FKD=2 FKH=2 KSPL=4 FPF=1 RCMINB=1 RC=0\n"
+    "//! nvrtc-check: W=64 IN_PAD=16 OUT_PAD=16 N_IN=16 N_OUT=3 NL=3 ACT=1 OUT_ACT=0 HAS_BIAS=0 IS_BF16=0 MT=1 WARPS=8 MINB=3 NCHO=2 NCHI=2 WSMEM_F=1 WSMEM_B=1 DWW=8 FW=8 FMINB=1 FWSMEM=1 FR16=8 FKD=4 FKH=4 KSPL=1 FPF=1 RCMINB=2 RC=1 ENC=1 ENC_L=8 ENC_SMEM_LEVELS=3 ENC_SMEM_FLOATS=11206 ENC_AGG=0 ENC_SX=17,33,65,129,257,513,1025,2049 ENC_SY=17,33,65,129,257,513,1025,2049 ENC_OFF=0,578,2756,11206,44488,110024,175560,241096 ENC_MASK=0,0,0,0,32767,32767,32767,32767\n"
+    "#if ENC\n"
+    "#include \"nn/encoding/kernels/grid_scatter.cuh\"\n"
+    "#else\n"
     "#include \"mlp_enc_stub.cuh\"\n"
+    "#endif\n"
     "#include \"mlp_head.cuh\"\n"
     "#include \"mlp_asm.cuh\"\n"
     "#include \"mlp_body.cuh\"\n"
     "#include \"mlp_fused.cuh\"\n"
     "#if RC\n"
     "#include \"mlp_rc.cuh\"\n"
+    "#endif\n"
+    "#if ENC\n"
+    "#include \"mlp_rc_enc.cuh\"\n"
     "#endif\n";
 
 /* src/nn/mlp/kernels/mlp_asm.cuh */
-static const char nb_cu_24[] =
+static const char nb_cu_26[] =
     "// The PTX-level helpers: f16/bf16 conversions, mma.sync m16n8k16, movmatrix.\n"
     "__device__ __forceinline__ u32 pack2(float lo, float hi) {\n"
     "    u32 r;\n"
@@ -3993,7 +4102,7 @@ static const char nb_cu_24[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_body.cuh */
-static const char nb_cu_25[] =
+static const char nb_cu_27[] =
     "// The split kernels: weight conversion (mlp_convert), forward (mlp_fwd_*, mlp_fwd_train_*),\n"
     "// backward (mlp_bwd, mlp_bwd_dx) and weight gradient (mlp_dw).\n"
     "template <int A> __device__ __forceinline__ float act_f(float x) {\n"
@@ -4403,16 +4512,17 @@ static const char nb_cu_25[] =
     "}\n";
 
 /* src/nn/mlp/kernels/mlp_enc_stub.cuh */
-static const char nb_cu_26[] =
-    "// Stand-ins for the grid-encoding device code of mlp_bwd_rc_enc (nb_enc_cuda_mlp_source), included\n"
-    "// before mlp_head.cuh in every program that does not fuse the grid backward.\n"
+static const char nb_cu_28[] =
+    "// Stand-ins for the grid-encoding device code of mlp_bwd_rc_enc (src/nn/encoding/kernels/\n"
+    "// grid_scatter.cuh), included by mlp.cu before mlp_head.cuh when it does not fuse the grid\n"
+    "// backward (ENC=0).\n"
     "#define ENC_SMEM_FLOATS 0\n"
     "__device__ __forceinline__ void enc_scatter(const float *, float *, float *, long long, int, float, float, bool) {}\n"
     "__device__ __forceinline__ void enc_smem_zero(float *) {}\n"
     "__device__ __forceinline__ void enc_smem_flush(float *, const float *) {}\n";
 
 /* src/nn/mlp/kernels/mlp_fused.cuh */
-static const char nb_cu_27[] =
+static const char nb_cu_29[] =
     "// The fused backward (mlp_bwd_fused*, one block per SM, per-block f32 weight-gradient sums reduced by\n"
     "// mlp_dw_reduce_w).\n"
     "constexpr long long ACC_TOT = (long long)W * IN_PAD + (long long)(NL - 2) * W * W + (long long)OUT_PAD * W;\n"
@@ -4697,7 +4807,7 @@ static const char nb_cu_27[] =
     "\n";
 
 /* src/nn/mlp/kernels/mlp_head.cuh */
-static const char nb_cu_28[] =
+static const char nb_cu_30[] =
     "// Types, the parameter block (struct MlpParams: must match mlp_params in mlp_cuda.c field by field)\n"
     "// and the sizes / offsets of the padded weight copies.\n"
     "typedef unsigned int u32;\n"
@@ -4734,7 +4844,7 @@ static const char nb_cu_28[] =
     "__device__ __forceinline__ int l_cols(int l) { return l == 0 ? N_IN : W; }\n";
 
 /* src/nn/mlp/kernels/mlp_rc.cuh */
-static const char nb_cu_29[] =
+static const char nb_cu_31[] =
     "// The recomputing fused backward (mlp_fwd_train_nz_*, mlp_bwd_rc*): only for configurations that\n"
     "// use it (widths <= 64, no output activation, few layers, MT = 1).\n"
     "extern \"C\" __global__ void __launch_bounds__(WARPS * 32, MINB) mlp_fwd_train_nz_f32(MlpParams p) { fwd_body<0, 1, 0>(p); }\n"
@@ -4985,16 +5095,16 @@ static const char nb_cu_29[] =
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_dx(MlpParams p) { bwd_rc_body<1>(p); }\n";
 
 /* src/nn/mlp/kernels/mlp_rc_enc.cuh */
-static const char nb_cu_30[] =
-    "// The recomputing backward with the grid-encoding backward fused in (after mlp_rc.cuh, with the\n"
-    "// grid's generated device code (nb_enc_cuda_mlp_source) before mlp_head.cuh instead of\n"
-    "// mlp_enc_stub.cuh; only for nb_encoding_backward_mlp / nb_encoding_train_mlp).\n"
+static const char nb_cu_32[] =
+    "// The recomputing backward with the grid-encoding backward fused in (mlp.cu with ENC=1: after\n"
+    "// mlp_rc.cuh, with src/nn/encoding/kernels/grid_scatter.cuh before mlp_head.cuh instead of\n"
+    "// mlp_enc_stub.cuh; only for nb_encoding_backward_mlp / nb_encoding_mlp_train).\n"
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_bwd_rc_enc(MlpParams p) { bwd_rc_body<2>(p); }\n"
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f16(MlpParams p) { bwd_rc_body<2, 1, 1>(p); }\n"
     "extern \"C\" __global__ void __launch_bounds__(FW * 32, RCMINB) mlp_train_rc_enc_f32(MlpParams p) { bwd_rc_body<2, 1, 0>(p); }\n";
 
 /* src/nn/norm/kernels/group_norm.cu */
-static const char nb_cu_31[] =
+static const char nb_cu_33[] =
     "// Group norm (and group norm + SiLU) forward / backward for the tape (src/nn/norm/tape_cuda_norm.c),\n"
     "// f32 and mixed f32/bf16 storage. The loader compiles one entry's kernels at a time: defines\n"
     "// GN_ONLY and GN_ONLY_<entry> (16 kernels in all; compiling all of them per entry made a cold\n"
@@ -5574,7 +5684,7 @@ static const char nb_cu_31[] =
     "#endif\n";
 
 /* src/nn/optim/kernels/adam.cu */
-static const char nb_cu_32[] =
+static const char nb_cu_34[] =
     "// Adam / AdamW step over several parameter segments in one launch (src/nn/optim/optim.c;\n"
     "// Args mirrors its host struct).\n"
     "struct Seg { float *p, *g; long long start, end; };\n"
@@ -5599,7 +5709,7 @@ static const char nb_cu_32[] =
     "}\n";
 
 /* src/nn/optim/kernels/loss.cu */
-static const char nb_cu_33[] =
+static const char nb_cu_35[] =
     "// Losses over f32 arrays (src/nn/optim/loss.c): per-element loss and gradient, reduced per\n"
     "// block into a.loss; kind 0 = MSE, 1 = L1, 2 = relative L2 (the Args struct mirrors nb_loss_args).\n"
     "struct Args { const float *pred, *target; float *loss, *dpred; long long n; float inv_n; int kind; };\n"
@@ -5650,16 +5760,18 @@ const nb_cuda_file nb_cuda_files[] = {
     {"src/nn/conv/kernels/wgrad.cu", nb_cu_20},
     {"src/nn/conv/kernels/wprep.cu", nb_cu_21},
     {"src/nn/encoding/kernels/encoding.cu", nb_cu_22},
-    {"src/nn/mlp/kernels/mlp.cu", nb_cu_23},
-    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_24},
-    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_25},
-    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_26},
-    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_27},
-    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_28},
-    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_29},
-    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_30},
-    {"src/nn/norm/kernels/group_norm.cu", nb_cu_31},
-    {"src/nn/optim/kernels/adam.cu", nb_cu_32},
-    {"src/nn/optim/kernels/loss.cu", nb_cu_33},
+    {"src/nn/encoding/kernels/grid_cell.cuh", nb_cu_23},
+    {"src/nn/encoding/kernels/grid_scatter.cuh", nb_cu_24},
+    {"src/nn/mlp/kernels/mlp.cu", nb_cu_25},
+    {"src/nn/mlp/kernels/mlp_asm.cuh", nb_cu_26},
+    {"src/nn/mlp/kernels/mlp_body.cuh", nb_cu_27},
+    {"src/nn/mlp/kernels/mlp_enc_stub.cuh", nb_cu_28},
+    {"src/nn/mlp/kernels/mlp_fused.cuh", nb_cu_29},
+    {"src/nn/mlp/kernels/mlp_head.cuh", nb_cu_30},
+    {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_31},
+    {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_32},
+    {"src/nn/norm/kernels/group_norm.cu", nb_cu_33},
+    {"src/nn/optim/kernels/adam.cu", nb_cu_34},
+    {"src/nn/optim/kernels/loss.cu", nb_cu_35},
     {0, 0},
 };

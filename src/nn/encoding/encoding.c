@@ -457,11 +457,11 @@ nb_status nb_encoding_backward_mlp(nb_encoding *enc, nb_mlp *mlp, const nb_tenso
     NB_TRY(nb_nn_check_f32(fn, "grads", grads, enc->dev, 1, enc->n_params, -1));
     if (B == 0) return nb_mlp_backward(mlp, dy, NULL);
     if (nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA) { /* the fused kernel where it applies */
-        const char *src = NULL;
+        const char *const *defs = NULL;
         int smem = 0;
-        nb_status s = nb_enc_cuda_mlp_source(enc, &src, &smem);
+        nb_status s = nb_enc_cuda_mlp_defines(enc, &defs, &smem);
         if (s == NB_OK)
-            s = nb_mlp_cuda_backward_enc(mlp, dy, src, smem, nb_tensor_data(x), nb_tensor_data(grads));
+            s = nb_mlp_cuda_backward_enc(mlp, dy, defs, smem, nb_tensor_data(x), nb_tensor_data(grads));
         if (s != NB_ERR_UNSUPPORTED) return s;
     }
     nb_tensor *dfeat = NULL;
@@ -502,11 +502,11 @@ nb_status nb_encoding_mlp_train(nb_encoding *enc, nb_mlp *mlp, const nb_tensor *
         return nb_error(NB_ERR_INVALID_ARG, "%s: needs an encoding with parameters and their grads", fn);
     NB_TRY(nb_nn_check_f32(fn, "grads", grads, enc->dev, 1, enc->n_params, -1));
     if (B > 0 && nb_device_get_kind(enc->dev) == NB_DEVICE_CUDA) { /* the fused kernel where it applies */
-        const char *src = NULL;
+        const char *const *defs = NULL;
         int smem = 0;
-        nb_status s = nb_enc_cuda_mlp_source(enc, &src, &smem);
+        nb_status s = nb_enc_cuda_mlp_defines(enc, &defs, &smem);
         if (s == NB_OK)
-            s = nb_mlp_cuda_train_enc(mlp, feat, target, loss, loss_sum ? nb_tensor_data(loss_sum) : NULL, src,
+            s = nb_mlp_cuda_train_enc(mlp, feat, target, loss, loss_sum ? nb_tensor_data(loss_sum) : NULL, defs,
                                       smem, nb_tensor_data(x), nb_tensor_data(grads));
         if (s == NB_OK) mlp->saved_batch = -1; /* nothing saved for nb_mlp_backward */
         if (s != NB_ERR_UNSUPPORTED) return s;

@@ -20,6 +20,8 @@ typedef struct nb_enc_level {
     int64_t entries;  /* vertices stored */
 } nb_enc_level;
 
+#define NB_ENC_MLP_DEFS 8 /* nb_enc_cuda_mlp_defines */
+
 struct nb_encoding {
     nb_device *dev;
     nb_encoding_config cfg;
@@ -29,8 +31,10 @@ struct nb_encoding {
     nb_enc_level level[NB_ENCODING_MAX_LEVELS];
     int spatially_ordered; /* nb_encoding_set_spatially_ordered */
     /* CUDA kernels, loaded on first use */
-    char *mlp_src;    /* nb_enc_cuda_mlp_source, built on first use ([mlp_src_cap] bytes) */
-    size_t mlp_src_cap;
+    /* nb_enc_cuda_mlp_defines, built on first use (mlp_defs[0] NULL: not yet): 4 settings and 4
+     * level tables of up to NB_ENCODING_MAX_LEVELS values */
+    const char *mlp_defs[NB_ENC_MLP_DEFS + 1];
+    char mlp_def_buf[128 + 4 * (16 + NB_ENCODING_MAX_LEVELS * 11)];
     nb_jit_kernel *k_fwd, *k_fwd_h, *k_bwd, *k_bwd_smem, *k_bwd_agg, *k_bwd_dx;
 };
 
@@ -41,9 +45,10 @@ nb_status nb_enc_cuda_forward(nb_encoding *enc, const float *params, const float
 nb_status nb_enc_cuda_backward(nb_encoding *enc, const float *params, const float *x,
                                const float *dfeat, float *grads, float *dx, int64_t B);
 void nb_enc_cuda_release(nb_encoding *enc);
-/* CUDA device code of the grid backward fused into the MLP's (enc_scatter, enc_smem_zero,
- * enc_smem_flush and their level tables; owned by enc), and the shared-memory floats it needs.
+/* The defines of src/nn/encoding/kernels/grid_scatter.cuh (the grid backward fused into the
+ * MLP's: ENC_L, ENC_SMEM_LEVELS, ENC_SMEM_FLOATS, ENC_AGG and the level tables ENC_SX, ENC_SY,
+ * ENC_OFF, ENC_MASK; NULL-terminated, owned by enc) and the shared-memory floats it needs.
  * NB_ERR_UNSUPPORTED unless enc is a 2-D grid of 2 features. */
-nb_status nb_enc_cuda_mlp_source(nb_encoding *enc, const char **src, int *smem_floats);
+nb_status nb_enc_cuda_mlp_defines(nb_encoding *enc, const char *const **defs, int *smem_floats);
 
 #endif

@@ -45,8 +45,8 @@ struct nb_mlp_cuda {
     nb_jit_kernel *convert, *fwd[2][2] /* [train][x is f16] */, *bwd[2] /* [dx] */, *dw;
     nb_jit_kernel *bwd_fused[2] /* [dx] */, *dw_reduce;
     char prefix[1024];        /* the #define prefix of this configuration's source */
-    nb_jit_kernel *bwd_enc;   /* mlp_bwd_rc_enc for the grid source hashed in enc_hash */
-    nb_jit_kernel *train_enc[2]; /* mlp_train_rc_enc_{f32,f16}, same source */
+    nb_jit_kernel *bwd_enc;   /* mlp_bwd_rc_enc for the grid defines hashed in enc_hash */
+    nb_jit_kernel *train_enc[2]; /* mlp_train_rc_enc_{f32,f16}, same defines */
     uint64_t enc_hash;
     int enc_bps;              /* blocks per SM of the enc kernels (launch bounds in their source) */
     size_t scratch_cap;       /* bytes of scratch */
@@ -432,19 +432,37 @@ nb_status nb_mlp_cuda_backward(nb_mlp *m, const nb_tensor *dy, nb_tensor *dx) {
 }
 
 /* The recomputing backward with a 2-D, 2-feature grid encoding's backward fused in
- * (nb_encoding_backward_mlp): enc_src is the grid's device code (nb_enc_cuda_mlp_source), x the
- * grid positions [B, 2] and grads the grid's parameter gradients (accumulated). The MLP's input
- * gradient is never stored. NB_ERR_UNSUPPORTED (nothing launched) where the mlp does not run the
- * recomputing backward or the coarse-level sums do not fit in shared memory. */
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ull;
+ * (nb_encoding_backward_mlp): enc_defs configure the grid's device code (nb_enc_cuda_mlp_defines,
+ * src/nn/encoding/kernels/grid_scatter.cuh), x the grid positions [B, 2] and grads the grid's
+ * parameter gradients (accumulated). The MLP's input gradient is never stored. NB_ERR_UNSUPPORTED
+ * (nothing launched) where the mlp does not run the recomputing backward or the coarse-level sums
+ * do not fit in shared memory. */
+static uint64_t fnv1a(uint64_t h, const char *s) {
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 
-/* Loads mlp_bwd_rc_enc and mlp_train_rc_enc_* for enc_src (one compile per grid source); the
- * shared memory they take in *smem. NB_ERR_UNSUPPORTED where this mlp has no such path. */
-static nb_status load_enc(nb_mlp *m, const char *enc_src, int enc_smem_floats, size_t *smem) {
+/* The defines of the grid-fused kernels: the mlp's (mlp_defines) with RCMINB = bps blocks per SM,
+ * then ENC=1 and the encoding's enc_defs. NB_ERR_INTERNAL if they do not fit. */
+#define MLP_ENC_MAX_DEFS (MLP_MAX_DEFS + 17)
+static nb_status mlp_enc_defines(const nb_mlp_cuda *c, int bps, const char *const *enc_defs,
+                                 char buf[MLP_MAX_DEFS][48], const char *defs[MLP_ENC_MAX_DEFS + 1]) {
+    mlp_defines(c->prefix, c->rc, buf, defs);
+    int n = 0;
+    for (; defs[n]; n++)
+        if (!strncmp(defs[n], "RCMINB=", 7)) snprintf(buf[n], sizeof buf[n], "RCMINB=%d", bps);
+    defs[n++] = "ENC=1";
+    for (int i = 0; enc_defs && enc_defs[i]; i++) {
+        if (n >= MLP_ENC_MAX_DEFS) return nb_error(NB_ERR_INTERNAL, "nb_mlp: too many grid defines");
+        defs[n++] = enc_defs[i];
+    }
+    defs[n] = NULL;
+    return NB_OK;
+}
+
+/* Loads mlp_bwd_rc_enc and mlp_train_rc_enc_* for enc_defs (one compile per grid configuration);
+ * the shared memory they take in *smem. NB_ERR_UNSUPPORTED where this mlp has no such path. */
+static nb_status load_enc(nb_mlp *m, const char *const *enc_defs, int enc_smem_floats, size_t *smem) {
     nb_mlp_cuda *c = m->cuda;
     if (!c || !c->saved)
         return nb_error(NB_ERR_INTERNAL, "nb_encoding_backward_mlp: no saved CUDA state in the mlp");
@@ -452,7 +470,8 @@ static nb_status load_enc(nb_mlp *m, const char *enc_src, int enc_smem_floats, s
     *smem = (size_t)c->smem_fused + (size_t)enc_smem_floats * 4;
     if (!c->fused || !c->rc || m->cfg.n_in % 2 != 0 || *smem > info->shared_mem_per_block_optin)
         return nb_error(NB_ERR_UNSUPPORTED, "nb_encoding_backward_mlp: this mlp has no fused grid backward");
-    uint64_t h = fnv1a(enc_src);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; enc_defs && enc_defs[i]; i++) h = fnv1a(fnv1a(h, enc_defs[i]), " ");
     if (c->bwd_enc && h == c->enc_hash) return NB_OK;
     /* Blocks per SM: 2 where two fit in shared memory (measured faster on the H100 than 1:
      * docs/PERF.md, 0.230 vs 0.251 ms); the scratch grows to match. */
@@ -467,30 +486,13 @@ static nb_status load_enc(nb_mlp *m, const char *enc_src, int enc_smem_floats, s
         c->scratch_cap = need;
     }
     c->enc_bps = bps;
-    /* prefix, enc_src, then the kernel files' texts (no #include inside them: nb_jit_load takes one
-     * source) */
-    static const char *const parts[6] = {"mlp_head", "mlp_asm", "mlp_body", "mlp_fused", "mlp_rc", "mlp_rc_enc"};
-    const char *text[6];
-    size_t n = strlen(c->prefix) + strlen(enc_src) + 64;
-    for (int i = 0; i < 6; i++) {
-        char path[64];
-        snprintf(path, sizeof path, "src/nn/mlp/kernels/%s.cuh", parts[i]);
-        text[i] = nb_cuda_file_text(path);
-        if (!text[i]) return nb_error(NB_ERR_INTERNAL, "nb_mlp: kernel file %s is not embedded", path);
-        n += strlen(text[i]) + 1;
-    }
-    char *src = nb_alloc(n, 16);
-    if (!src) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_mlp: out of host memory");
-    snprintf(src, n, "%s#undef RCMINB\n#define RCMINB %d\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n", c->prefix, bps, enc_src,
-             text[0], text[1], text[2], text[3], text[4], text[5]);
-    char name[64];
-    snprintf(name, sizeof name, "mlp_w%d_l%d_enc", m->cfg.width, m->n_layers);
-    nb_jit_options opts = {.name = name};
+    char dbuf[MLP_MAX_DEFS][48];
+    const char *defs[MLP_ENC_MAX_DEFS + 1];
+    NB_TRY(mlp_enc_defines(c, bps, enc_defs, dbuf, defs));
     c->bwd_enc = NULL;
-    nb_status s = nb_jit_load(m->dev, src, "mlp_train_rc_enc_f32", &opts, &c->train_enc[0]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_train_rc_enc_f16", &opts, &c->train_enc[1]);
-    if (s == NB_OK) s = nb_jit_load(m->dev, src, "mlp_bwd_rc_enc", &opts, &c->bwd_enc);
-    nb_free(src, n);
+    nb_status s = load_k(m->dev, defs, "mlp_train_rc_enc_f32", &c->train_enc[0]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_train_rc_enc_f16", &c->train_enc[1]);
+    if (s == NB_OK) s = load_k(m->dev, defs, "mlp_bwd_rc_enc", &c->bwd_enc);
     if (s != NB_OK) c->bwd_enc = NULL;
     NB_TRY(s);
     c->enc_hash = h;
@@ -517,10 +519,10 @@ static nb_status launch_enc(nb_mlp *m, nb_jit_kernel *k, size_t smem, mlp_params
     return launch_k(c, K_DW_REDUCE, c->dw_reduce, (unsigned)blocks, 1, 256, 0, p);
 }
 
-nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *enc_src, int enc_smem_floats,
+nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *const *enc_defs, int enc_smem_floats,
                                    const float *x, float *grads) {
     size_t smem = 0;
-    NB_TRY(load_enc(m, enc_src, enc_smem_floats, &smem));
+    NB_TRY(load_enc(m, enc_defs, enc_smem_floats, &smem));
     mlp_params p;
     fill_common(m, &p, m->saved_batch);
     p.dy = nb_tensor_data(dy);
@@ -530,7 +532,7 @@ nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *e
 }
 
 nb_status nb_mlp_cuda_train_enc(nb_mlp *m, const nb_tensor *in, const nb_tensor *target, int loss_kind,
-                                float *loss_sum, const char *enc_src, int enc_smem_floats, const float *x,
+                                float *loss_sum, const char *const *enc_defs, int enc_smem_floats, const float *x,
                                 float *grads) {
     NB_TRY(cuda_init(m));
     nb_mlp_cuda *c = m->cuda;
@@ -551,7 +553,7 @@ nb_status nb_mlp_cuda_train_enc(nb_mlp *m, const nb_tensor *in, const nb_tensor 
         }
     }
     size_t smem = 0;
-    NB_TRY(load_enc(m, enc_src, enc_smem_floats, &smem));
+    NB_TRY(load_enc(m, enc_defs, enc_smem_floats, &smem));
     NB_TRY(convert_weights(m, &p));
     p.x = nb_tensor_data(in);
     p.enc_x = x;

@@ -44,12 +44,12 @@ void nb_mlp_cuda_free(nb_mlp *m);
 void nb_mlp_cuda_set_profile(nb_mlp *m);
 /* The backward with a grid encoding's backward fused in (nb_encoding_backward_mlp, encoding.c);
  * NB_ERR_UNSUPPORTED when this mlp has no such path (then nothing was launched). */
-nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *enc_src, int enc_smem_floats,
+nb_status nb_mlp_cuda_backward_enc(nb_mlp *m, const nb_tensor *dy, const char *const *enc_defs, int enc_smem_floats,
                                    const float *x, float *grads);
 /* Forward (from in = the encoded x, f16 or f32), loss (kind as nb_loss_kind, mean added into
  * loss_sum) and that backward in one kernel (nb_encoding_mlp_train); NB_ERR_UNSUPPORTED as above. */
 nb_status nb_mlp_cuda_train_enc(nb_mlp *m, const nb_tensor *in, const nb_tensor *target, int loss_kind,
-                                float *loss_sum, const char *enc_src, int enc_smem_floats, const float *x,
+                                float *loss_sum, const char *const *enc_defs, int enc_smem_floats, const float *x,
                                 float *grads);
 size_t nb_mlp_cuda_workspace_bytes(const nb_mlp *m);
 

@@ -19,14 +19,7 @@ __device__ __forceinline__ unsigned grid_index(const Lv &lv, const unsigned g[3]
     if (NB_D == 3) h ^= g[2] * 805459861u;
     return h & lv.mask;
 }
-__device__ __forceinline__ void grid_cell(float x, int side, unsigned &cell, float &frac) {
-    float xc = x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);
-    float pos = __fmul_rn(xc, (float)(side - 1));
-    float fl = floorf(pos);
-    if (fl > (float)(side - 2)) fl = (float)(side - 2);
-    cell = (unsigned)fl;
-    frac = pos - fl;
-}
+#include "grid_cell.cuh"
 __device__ __forceinline__ void load_feat(const float *p, float v[NB_F]) {
 #if NB_F % 4 == 0
     #pragma unroll
