@@ -76,6 +76,9 @@ static void run_all(nb_device *dev) {
     /* out of range (launch #3 of the module): the launch returns OK, the next launch of another
      * function of the module reports it, naming the kernel, tensor and launch; then it is gone */
     NB_EXPECT_OK(copy_n(copy, x, y, 12, 1));
+    /* a launch looks at the note without waiting: it sees the error once the faulting kernel has
+     * run (on CUDA a launch returns before; without this wait the report may come a launch later) */
+    NB_EXPECT_OK(nb_device_synchronize(dev));
     NB_EXPECT_ERR(fill(fl, y, 1.0f), NB_ERR_SHAPE,
                   "out-of-bounds index [8] into tensor 'input' of shape [8] in function 'copy' (launch #3 of this module, reported late)");
     NB_EXPECT_OK(fill(fl, y, 1.0f));

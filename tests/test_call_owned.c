@@ -8,6 +8,7 @@
  * the gradient array held; broadcast sums stay complete over many chunks); the generated C and
  * CUDA (NVRTC, no GPU needed): an owned gradient has no atomic, a partly broadcast one the
  * warp-uniform shuffle sum. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,7 +437,8 @@ static void test_contig4_nvrtc(void) {
 }
 
 /* On a GPU: scale and axpy over sizes with every tail length (and an aligned offset view) agree
- * with the CPU exactly (the same float operations). */
+ * with the CPU exactly (the same float operations); madd (x * r + x) to one rounding, as NVRTC
+ * contracts it into an fma. */
 static void test_contig4_cuda(void) {
     if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
     nb_device *devs[2];
@@ -461,7 +463,9 @@ static void test_contig4_cuda(void) {
             nb_tensor_free(x), nb_tensor_free(r), nb_tensor_free(y);
             nb_module_free(m);
         }
-        NB_EXPECT(memcmp(o2[0], o2[1], (size_t)(R * W) * 4) == 0);
+        int bad2 = 0; /* madd is x * r + x: NVRTC fuses it into one fma, the C back end rounds twice */
+        for (int64_t i = 0; i < R * W; i++) bad2 += !(fabsf(o2[1][i] - o2[0][i]) <= 1e-6f * fabsf(o2[0][i]) + 1e-6f);
+        NB_EXPECT(bad2 == 0);
         free(o2[0]), free(o2[1]);
     }
     const int64_t ns[] = {1, 3, 4, 7, 1024, 4099, 100003};
@@ -499,7 +503,8 @@ static void test_contig4_cuda(void) {
         for (int k = 0; k < 3; k++) {
             int bad = 0;
             for (int64_t i = 0; i < n && bad < 4; i++)
-                if (out[1][k][i] != out[0][k][i]) {
+                if (k == 2 ? !(fabsf(out[1][k][i] - out[0][k][i]) <= 1e-6f * fabsf(out[0][k][i]) + 1e-6f)
+                           : out[1][k][i] != out[0][k][i]) {
                     fprintf(stderr, "  n %lld %s[%lld]: cuda %g cpu %g\n", (long long)n, k == 2 ? "madd" : k ? "axpy" : "scale", (long long)i,
                             (double)out[1][k][i], (double)out[0][k][i]);
                     bad++;

@@ -261,7 +261,16 @@ static void test_loader_cuda(void) {
     int tried = 0;
     for (const nb_cuda_file *f = nb_cuda_files; f->path && !tried; f++) {
         if (!ends_with(f->path, ".cu") || strstr(f->text, "//! nvrtc-check:")) continue;
-        const char *e = strstr(f->text, "extern \"C\" __global__ void ");
+        /* the first entry written out, not one inside a macro (#define ENTRY(name) extern "C" ...) */
+        const char *e = f->text;
+        while ((e = strstr(e, "extern \"C\" __global__ void ")) != NULL) {
+            const char *line = e;
+            while (line > f->text && line[-1] != '\n') line--;
+            while (*line == ' ') line++;
+            int in_macro = !strncmp(line, "#define", 7) || (line - f->text >= 2 && line[-2] == '\\');
+            if (!in_macro) break;
+            e++;
+        }
         if (!e) continue;
         e += strlen("extern \"C\" __global__ void ");
         char entry[128];
