@@ -574,8 +574,10 @@ def test_view_of_more_dims_uses_the_leading_dims(dev):
     # a kernel that indexes past the leading dim is still an error (nothing written past y):
     # slang-torch's test above writes y[1], y[2] of a [1, 4] output, 32 bytes past its end
     y1 = torch.zeros(1, 4, device=dev)
+    # (on CUDA launchRaw reports it late: at the module's next launch or check, here checkErrors)
     with pytest.raises(nabla.ShapeError, match=r"out-of-bounds index \[1\] into tensor 'y' of shape \[1\]"):
         launch1d(m.cube(x=x, y=y1), 3)
+        slangtorch.checkErrors(m)
     # fewer dims than the kernel's indices: an error naming both (affine2d indexes a[p], p uint2)
     with pytest.raises(nabla.ShapeError, match="'a' is f32\\[3\\] but parameter 'a' is"):
         launch1d(m.affine2d(a=torch.ones(3, device=dev), s=1.0, offset=(0.0, 0.0, 0.0),
