@@ -780,26 +780,11 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
     case NB_IR_LOOP: {
         loopinfo *L = B->loops[in->id];
         if (!L || !L->trips) return;
-        /* An unrolled sweep counts down from the loop's bound, a constant, and skips the
-         * iterations past the recorded trip count: the back end then unrolls it fully (a count
-         * read from the tape is unknown when the reverse loop is unrolled, before the forward
-         * one), so the taped arrays and struct-array parameters it indexes stay in registers
-         * instead of local memory (the inline-MLP example's layer loop: 872 bytes of stack). */
-        int unroll = unroll_sweeps(in, L->max);
-        nb_ir_var *rk = tmpvar(B, "nb_rk", B->tt->t_int), *tv = NULL;
-        if (unroll) {
-            tv = tmpvar(B, "nb_ntrips", B->tt->t_int);
-            nb_ir_store(b, tv, NULL, 0, NULL, replay(B, L->trips, in));
-            nb_ir_store(b, rk, NULL, 0, NULL, nb_ir_const_i(b, B->tt->t_int, L->max));
-        } else {
-            nb_ir_store(b, rk, NULL, 0, NULL, replay(B, L->trips, in));
-        }
+        nb_ir_var *rk = tmpvar(B, "nb_rk", B->tt->t_int);
+        nb_ir_store(b, rk, NULL, 0, NULL, replay(B, L->trips, in));
         nb_ir_inst *lp = nb_ir_loop(b);
         if (!lp) return;
-        if (unroll) {
-            lp->flags |= NB_IRF_UNROLL;
-            lp->max_iters = L->max;
-        }
+        if (unroll_sweeps(in, L->max)) lp->flags |= NB_IRF_UNROLL;
         nb_ir_block *save = b->block;
         b->block = lp->blocks[0];
         nb_ir_inst *cur = nb_ir_load(b, rk, NULL, 0, NULL);
@@ -808,20 +793,13 @@ static void rev_inst(bwd *B, nb_ir_inst *in)
         nb_ir_inst *r1 = nb_ir_binary(b, NB_IR_SUB, nb_ir_load(b, rk, NULL, 0, NULL), nb_ir_const_i(b, B->tt->t_int, 1));
         nb_ir_store(b, rk, NULL, 0, NULL, r1);
         L->rev_index = r1;
-        if (unroll) { /* iterations at or past the trip count did not run forward */
-            nb_ir_inst *ran = nb_ir_binary(b, NB_IR_LT, r1, nb_ir_load(b, tv, NULL, 0, NULL));
-            nb_ir_inst *iff = nb_ir_if(b, ran);
-            if (!iff) return;
-            b->block = iff->blocks[0];
-        }
-        nb_ir_block *body = b->block;
         if (L->brk_rec) { /* the step ran unless this iteration broke */
             nb_ir_inst *broke = replay(B, L->brk_rec, in->blocks[1]->first);
             nb_ir_inst *iff = nb_ir_if(b, nb_ir_unary(b, NB_IR_NOT, broke));
             if (iff) {
                 b->block = iff->blocks[0];
                 rev_block(B, in->blocks[2]);
-                b->block = body;
+                b->block = lp->blocks[1];
             }
         } else {
             rev_block(B, in->blocks[2]);
