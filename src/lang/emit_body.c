@@ -514,9 +514,7 @@ static void render_expr(nb_emitter *e, nb_ir_inst *x, nb_strbuf *o)
         break;
     }
     case NB_IR_TLOAD: case NB_IR_TATOMIC_ADD:
-        APPEND(o, "%s(", nb_emit_tensor_helper(e, x->op, x->ops[0]->type,
-                                               ((x->flags & NB_IRF_TGRAD) ? NB_EMIT_TENSOR_GRAD : 0) |
-                                                   (x->op == NB_IR_TATOMIC_ADD && x->uses == 0 ? NB_EMIT_TENSOR_DROP : 0)));
+        APPEND(o, "%s(", nb_emit_tensor_helper(e, x->op, x->ops[0]->type, (x->flags & NB_IRF_TGRAD) != 0));
         for (int i = 0; i < x->nops; i++) {
             if (i) nb_strbuf_append(o, ", ");
             render(e, x->ops[i], o);
@@ -691,7 +689,7 @@ static void emit_inst(nb_emitter *e, nb_ir_inst *in, nb_strbuf *o)
     }
     case NB_IR_TSTORE:
         ind(e, o);
-        APPEND(o, "%s(", nb_emit_tensor_helper(e, NB_IR_TSTORE, in->ops[0]->type, (in->flags & NB_IRF_TGRAD) ? NB_EMIT_TENSOR_GRAD : 0));
+        APPEND(o, "%s(", nb_emit_tensor_helper(e, NB_IR_TSTORE, in->ops[0]->type, (in->flags & NB_IRF_TGRAD) != 0));
         for (int i = 0; i < in->nops; i++) {
             if (i) nb_strbuf_append(o, ", ");
             render(e, in->ops[i], o);

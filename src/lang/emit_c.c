@@ -917,15 +917,11 @@ const char *nb_emit_tensor_part(nb_emitter *e, int which, const nb_type *dt, con
     return nb_emit_registered(e, nm);
 }
 
-const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, int flags)
+const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, int grad)
 {
-    int grad = (flags & NB_EMIT_TENSOR_GRAD) != 0;
     if (grad && !t->diff_tensor) grad = 0; /* (only DiffTensors carry a gradient buffer) */
-    /* an add whose old value nobody reads: CUDA may combine a warp's adds (nb_warp_red_add) */
-    int drop = op == NB_IR_TATOMIC_ADD && (flags & NB_EMIT_TENSOR_DROP) && !grad && e->target == NB_TARGET_CUDA;
-    const char *pre = op == NB_IR_TLOAD    ? (grad ? "tgload" : "tload")
-                      : op == NB_IR_TSTORE ? (grad ? "tgstore" : "tstore")
-                                           : (grad ? "tgatomic_add" : drop ? "tred_add" : "tatomic_add");
+    const char *pre = op == NB_IR_TLOAD ? (grad ? "tgload" : "tload") : op == NB_IR_TSTORE ? (grad ? "tgstore" : "tstore")
+                                                                                           : (grad ? "tgatomic_add" : "tatomic_add");
     char nm[160];
     nb_emit_helper_name(e, pre, t, NULL, nm, sizeof nm);
     if (!nb_emit_need_helper(e, nm)) return nb_emit_registered(e, nm);
@@ -1009,10 +1005,9 @@ const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *t, 
     } else {
         if (el->kind != NB_TY_SCALAR || (s != NB_SC_FLOAT && s != NB_SC_DOUBLE && s != NB_SC_INT && s != NB_SC_UINT)) {
             nb_emit_fail(e, "atomicAdd on tensors of '%s' is not supported", el->name ? el->name : "?");
-        } else if (e->target == NB_TARGET_CUDA && (grad || drop) && (s == NB_SC_FLOAT || s == NB_SC_DOUBLE)) {
-            /* a gradient add of the reverse sweep (its value is never used) or an add whose result
-             * is dropped: the warp's lanes adding into one element combine first */
-            APPEND(&b, "    %s((%s *)p, v);\n    %s\n", nb_emit_nn_warp_red_helper(e), nb_emit_scalar_ctype(s), ret0);
+        } else if (e->target == NB_TARGET_CUDA && grad && e->warp_kernel && s == NB_SC_FLOAT) {
+            /* (a gradient add of the reverse sweep: its value is never used) */
+            APPEND(&b, "    %s((float *)p, v);\n    return 0.0f;\n", nb_emit_nn_warp_red_helper(e));
         } else if (e->target == NB_TARGET_CUDA) {
             APPEND(&b, "    return atomicAdd((%s *)p, v);\n", nb_emit_scalar_ctype(s));
         } else if (s == NB_SC_FLOAT || s == NB_SC_DOUBLE) {

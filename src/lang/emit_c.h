@@ -131,16 +131,12 @@ void nb_emit_nn_intrinsic(nb_emitter *e, int id, const nb_type *const *at, const
 /* 1 when the emitted code accumulates weight gradients per block (CUDA nn_outer16_acc): the call
  * kernel must then call nb_nn_block_begin() / nb_nn_block_end() in every thread (emit_nn.c). */
 int nb_emit_nn_block_accum(const nb_emitter *e);
-/* Name of the warp-aggregated atomic add (float, double; result not returned) used on CUDA for
- * DiffTensor gradients and for atomic adds whose result is unused (emit_nn.c). */
+/* Name of the warp-aggregated float atomic add used for DiffTensor gradients in warp kernels. */
 const char *nb_emit_nn_warp_red_helper(nb_emitter *e);
-/* Tensor element access helpers: returns the helper name ("nb_tload_tensor_float_2"). flags:
- * NB_EMIT_TENSOR_GRAD: the DiffTensor's gradient buffer (t.grad, t.grad_strides; NULL: loads give
- * 0, stores and atomic adds do nothing) instead of its data; NB_EMIT_TENSOR_DROP: an atomic add
- * whose result is not used (CUDA aggregates it over the warp). */
-#define NB_EMIT_TENSOR_GRAD 1
-#define NB_EMIT_TENSOR_DROP 2
-const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *tensor, int flags);
+/* Tensor element access helpers: returns the helper name ("nb_tload_tensor_float_2"). */
+/* grad: the DiffTensor's gradient buffer (t.grad, t.grad_strides; NULL: loads give 0, stores and
+ * atomic adds do nothing) instead of its data. */
+const char *nb_emit_tensor_helper(nb_emitter *e, nb_ir_op op, const nb_type *tensor, int grad);
 /* A DiffTensor's parts (check_view.c): which 0 = its primal Tensor, 1 = its gradient as a Tensor,
  * 2 = (dt, t) -> dt with t as its primal. Returns the helper's name. */
 const char *nb_emit_tensor_part(nb_emitter *e, int which, const nb_type *dt, const nb_type *rt);

@@ -322,65 +322,34 @@ void nb_emit_nn_intrinsic(nb_emitter *e, int id, const nb_type *const *at, const
            args[2]);
 }
 
-/* CUDA: an atomic add whose old value is not used (every DiffTensor gradient add of the reverse
- * sweep, `tgatomic_add`; an InterlockedAdd / atomicAdd whose result is dropped), aggregated over
- * the warp so that the lanes adding into one element issue one atomic between them. Neighbouring
- * pixels hitting one feature-grid corner otherwise serialize on that address in L2 (the inline-MLP
- * example: 14.7 M adds onto 15 k elements per step, 16 lanes of a warp per element).
- *   - the whole warp converged (the usual case): runs of consecutive lanes with the same address
- *     are summed by a segmented shuffle reduction (5 steps for all runs at once) and the run's
- *     first lane adds; equal addresses that are not adjacent stay separate runs (still correct);
- *     a warp whose neighbours all differ adds directly (one shuffle + one ballot of overhead);
- *   - some lanes inactive (a branch, a partial tail warp): the active lanes are grouped by address
- *     (__match_any_sync) and each group sums as a tree in lane order, one shuffle round per level
- *     (log2 of the largest group), its lowest lane adds.
- * The lane is the hardware lane (%laneid), so any block shape works. Float and double (the atomic
- * types of gradients); the order of the additions changes (atomics are unordered anyway). Every
- * lane of the calling set must reach the call together, as with any call site: the helper only
- * synchronizes the lanes __activemask() reports, and their branch is uniform. */
+/* CUDA, kernels that iterate whole warps (callgen.c): DiffTensor gradient adds (the reverse
+ * sweep's `tgatomic_add`) aggregated over the warp — runs of consecutive lanes adding into the
+ * same element (neighbouring pixels hitting one feature-grid corner) are summed by a segmented
+ * shuffle reduction (5 steps for all runs at once) and the run's first lane adds, so a warp
+ * issues one atomic per run instead of one per lane. Equal addresses that are not adjacent are
+ * separate runs (still correct). Falls back to plain atomics when the warp is not converged or
+ * no two neighbours share an address. Returns the helper's name. */
 const char *nb_emit_nn_warp_red_helper(nb_emitter *e)
 {
-    const char *nm = "nb_warp_red_add";
+    const char *nm = "nb_warp_red_add_f32";
     if (!nb_emit_need_helper(e, nm)) return nm;
     APPEND(&e->helpers,
-           "/* atomicAdd(p, v) without its result: one atomic per address per warp (emit_nn.c) */\n"
-           "template <typename T> static __device__ __forceinline__ void nb_warp_red_add(T *p, T v) {\n"
-           "#if __CUDA_ARCH__ >= 700\n"
-           "    const unsigned full = 0xffffffffu, act = __activemask();\n"
-           "    unsigned lane;\n"
-           "    asm(\"mov.u32 %%0, %%%%laneid;\" : \"=r\"(lane));\n"
-           "    const unsigned long long a = (unsigned long long)p;\n"
-           "    T s = v;\n"
-           "    bool lead;\n"
-           "    if (act == full) { /* runs of equal addresses in consecutive lanes */\n"
-           "        const unsigned long long prev = __shfl_up_sync(full, a, 1);\n"
-           "        lead = lane == 0 || prev != a;\n"
-           "        const unsigned heads = __ballot_sync(full, lead);\n"
-           "        if (heads == full) { atomicAdd(p, v); return; }\n"
-           "        const unsigned after = heads & ~((2u << lane) - 1u); /* run heads above this lane */\n"
-           "        const unsigned end = after ? (unsigned)__ffs(after) - 1u : 32u; /* first lane of the next run */\n"
-           "        for (unsigned o = 1; o < 32; o <<= 1) {\n"
-           "            const T t = __shfl_down_sync(full, s, o);\n"
-           "            if (lane + o < end) s += t;\n"
-           "        }\n"
-           "    } else { /* groups of active lanes with one address: a tree over each group's ranks */\n"
-           "        const unsigned peers = __match_any_sync(act, a), me = 1u << lane;\n"
-           "        unsigned above = peers & ~(me | (me - 1u)); /* this lane's peers with higher lanes */\n"
-           "        unsigned rank = __popc(peers & (me - 1u));\n"
-           "        lead = rank == 0;\n"
-           "        while (__any_sync(act, above != 0u)) {\n"
-           "            /* add the partial sum of the next peer still holding one; peers of odd rank\n"
-           "               (at this level) have been added and drop out */\n"
-           "            const T t = __shfl_sync(act, s, above ? __ffs(above) - 1 : (int)lane);\n"
-           "            if (above) s += t;\n"
-           "            above &= ~__ballot_sync(act, rank & 1u);\n"
-           "            rank >>= 1;\n"
-           "        }\n"
+           "/* atomicAdd(p, v), one atomic per run of consecutive lanes with the same p */\n"
+           "static __device__ __forceinline__ void nb_warp_red_add_f32(float *p, float v) {\n"
+           "    const unsigned full = 0xffffffffu;\n"
+           "    if (__activemask() != full) { atomicAdd(p, v); return; }\n"
+           "    const unsigned lane = threadIdx.x & 31;\n"
+           "    const unsigned long long a = (unsigned long long)p, prev = __shfl_up_sync(full, a, 1);\n"
+           "    const bool head = lane == 0 || prev != a;\n"
+           "    const unsigned heads = __ballot_sync(full, head);\n"
+           "    if (heads == full) { atomicAdd(p, v); return; }\n"
+           "    const unsigned after = heads & ~((2u << lane) - 1u); /* run heads above this lane */\n"
+           "    const unsigned end = after ? (unsigned)__ffs(after) - 1u : 32u; /* first lane of the next run */\n"
+           "    float s = v;\n"
+           "    for (unsigned o = 1; o < 32; o <<= 1) {\n"
+           "        const float t = __shfl_down_sync(full, s, o);\n"
+           "        if (lane + o < end) s += t;\n"
            "    }\n"
-           "    if (lead) atomicAdd(p, s);\n"
-           "#else\n"
-           "    atomicAdd(p, v);\n"
-           "#endif\n"
-           "}\n");
+           "    if (head) atomicAdd(p, s);\n}\n");
     return nm;
 }
