@@ -628,6 +628,23 @@ static void tgrad_consume(bwd *B, nb_ir_inst *in)
 static void rev_block(bwd *B, nb_ir_block *bl);
 static void rev_range(bwd *B, nb_ir_inst *first, nb_ir_inst *last);
 
+/* Whether a value of type t holds a DiffTensor: itself, or in a field or element at any depth
+ * (a struct of views such as slang-torch's `struct Linear { DiffTensorView weights, bias; }`).
+ * Reads of such views add their gradients to the views' gradient arrays, so a call taking one has
+ * a backward even when no parameter is differentiable. */
+static int holds_diff_tensor(const nb_type *t, int depth)
+{
+    if (!t || depth > 16) return 0;
+    if (t->kind == NB_TY_TENSOR) return t->diff_tensor;
+    if (t->kind == NB_TY_ARRAY) return holds_diff_tensor(t->elem, depth + 1);
+    if (t->kind == NB_TY_STRUCT && t->decl)
+        for (int i = 0; i < t->decl->u.strct.nfields; i++) {
+            const nb_decl *fd = t->decl->u.strct.fields[i];
+            if (fd && holds_diff_tensor(fd->u.var.type, depth + 1)) return 1;
+        }
+    return 0;
+}
+
 static void rev_call(bwd *B, nb_ir_inst *in)
 {
     nb_ir_builder *b = &B->rb;
@@ -636,7 +653,7 @@ static void rev_call(bwd *B, nb_ir_inst *in)
     int has_adj = B->adji[in->id] != NULL, any_diff = 0;
     for (int i = 0; i < n; i++) {
         const nb_type *pt = cf->params[i]->type;
-        if (pt->kind == NB_TY_TENSOR && pt->diff_tensor) any_diff = 1; /* its reads add into the gradient array */
+        if (holds_diff_tensor(pt, 0)) any_diff = 1; /* its reads add into the gradient arrays */
         if (nb_ad_param_is_ptr(cf->params[i])) any_diff = 1; /* (accesses through .d write gradients) */
         if (!nb_ad_param_is_diff(cf->params[i])) continue;
         any_diff = 1;
