@@ -391,37 +391,37 @@ static void test_cuda_graph_capture_replay(void) {
     float a = 2.0f;
     int nn = n;
     void *args[] = {&a, &px, &py, &nn};
-    nb_graph *g = NULL;
-    NB_REQUIRE_OK(nb_graph_capture_begin(dev));
+    nb_device_graph *g = NULL;
+    NB_REQUIRE_OK(nb_device_graph_capture_begin(dev));
     NB_EXPECT_OK(nb_memset(dev, pz, 0, sizeof(float) * n));
     NB_EXPECT_OK(nb_cuda_launch(f, grid, block, 0, NULL, args)); /* y += 2 x */
     a = 100.0f; /* the argument was captured by value */
-    NB_REQUIRE_OK(nb_graph_capture_end(dev, &g));
+    NB_REQUIRE_OK(nb_device_graph_capture_end(dev, &g));
     NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
     NB_EXPECT(out[7] == 1.0f); /* nothing ran yet */
-    NB_EXPECT_OK(nb_graph_launch(g));
-    NB_EXPECT_OK(nb_graph_launch(g));
+    NB_EXPECT_OK(nb_device_graph_launch(g));
+    NB_EXPECT_OK(nb_device_graph_launch(g));
     NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
     int bad = 0;
     for (int i = 0; i < n; i++) bad += out[i] != 1.0f + 4.0f * i;
     NB_EXPECT(bad == 0);
     x[5] = -1.0f; /* replays read the buffers as they are now */
     NB_EXPECT_OK(nb_memcpy_h2d(dev, px, x, sizeof x));
-    NB_EXPECT_OK(nb_graph_launch(g));
+    NB_EXPECT_OK(nb_device_graph_launch(g));
     NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
     NB_EXPECT(out[5] == 1.0f + 4.0f * 5 - 2.0f && out[6] == 1.0f + 6.0f * 6);
-    nb_graph_destroy(g);
+    nb_device_graph_destroy(g);
     /* a pageable copy inside a capture: an error at the copy or at the end, never a hang */
-    NB_REQUIRE_OK(nb_graph_capture_begin(dev));
+    NB_REQUIRE_OK(nb_device_graph_capture_begin(dev));
     nb_status cs = nb_memcpy_h2d(dev, px, x, sizeof x);
-    nb_status es = nb_graph_capture_end(dev, &g);
+    nb_status es = nb_device_graph_capture_end(dev, &g);
     printf("  pageable copy in a capture: copy %s, end %s\n", nb_status_name(cs), nb_status_name(es));
     NB_EXPECT(es != NB_OK ? g == NULL : 1);
-    nb_graph_destroy(g);
+    nb_device_graph_destroy(g);
     NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out)); /* the stream works again */
     /* no place for the graph: the capture is ended and discarded, an error says so */
-    NB_REQUIRE_OK(nb_graph_capture_begin(dev));
-    NB_EXPECT_ERR(nb_graph_capture_end(dev, NULL), NB_ERR_INVALID_ARG, "out is NULL");
+    NB_REQUIRE_OK(nb_device_graph_capture_begin(dev));
+    NB_EXPECT_ERR(nb_device_graph_capture_end(dev, NULL), NB_ERR_INVALID_ARG, "out is NULL");
     NB_EXPECT_OK(nb_memcpy_d2h(dev, out, py, sizeof out));
     NB_EXPECT(out[6] == 1.0f + 6.0f * 6);
     nb_buffer_release(bx), nb_buffer_release(by), nb_buffer_release(bz);

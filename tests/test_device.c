@@ -137,13 +137,13 @@ static void test_cpu_streams_events(void) {
 static void test_cpu_graphs_unsupported(void) {
     nb_device *dev;
     NB_REQUIRE_OK(nb_device_open("cpu", &dev));
-    NB_EXPECT_ERR(nb_graph_capture_begin(dev), NB_ERR_UNSUPPORTED, "CUDA device");
-    nb_graph *g = (nb_graph *)&g;
-    NB_EXPECT_ERR(nb_graph_capture_end(dev, &g), NB_ERR_UNSUPPORTED, "CUDA device");
+    NB_EXPECT_ERR(nb_device_graph_capture_begin(dev), NB_ERR_UNSUPPORTED, "CUDA device");
+    nb_device_graph *g = (nb_device_graph *)&g;
+    NB_EXPECT_ERR(nb_device_graph_capture_end(dev, &g), NB_ERR_UNSUPPORTED, "CUDA device");
     NB_EXPECT(g == NULL);
-    NB_EXPECT_ERR(nb_graph_capture_begin(NULL), NB_ERR_INVALID_ARG, "NULL");
-    NB_EXPECT_ERR(nb_graph_launch(NULL), NB_ERR_INVALID_ARG, "NULL");
-    nb_graph_destroy(NULL);
+    NB_EXPECT_ERR(nb_device_graph_capture_begin(NULL), NB_ERR_INVALID_ARG, "NULL");
+    NB_EXPECT_ERR(nb_device_graph_launch(NULL), NB_ERR_INVALID_ARG, "NULL");
+    nb_device_graph_destroy(NULL);
     nb_device_close(dev);
 }
 

@@ -619,28 +619,28 @@ static void bench_views(nb_device *dev, int prec, int64_t N, int64_t heads, int6
     /* GPU time alone: 20 calls captured in a CUDA graph per direction (the loop above also
      * counts the host's launch work, e.g. the JIT's lookup of a module by its source text) */
     if (!st) {
-        nb_graph *gf = NULL, *gb = NULL;
+        nb_device_graph *gf = NULL, *gb = NULL;
         const int reps = 20;
-        nb_status sg = nb_graph_capture_begin(dev);
+        nb_status sg = nb_device_graph_capture_begin(dev);
         for (int r = 0; r < reps && !sg; r++)
             sg = nb_attn_cuda_forward_v(dev, prec, &q, &k, &v, &o, L_.p, BH, L, L, d);
-        nb_status se = nb_graph_capture_end(dev, &gf);
+        nb_status se = nb_device_graph_capture_end(dev, &gf);
         if (!sg) sg = se;
-        if (!sg && !(sg = nb_graph_capture_begin(dev))) {
+        if (!sg && !(sg = nb_device_graph_capture_begin(dev))) {
             for (int r = 0; r < reps && !sg; r++)
                 sg = nb_attn_cuda_backward_v(dev, prec, &q, &k, &v, &o, &g, L_.p, DL.p,
                                              gmask & 1 ? &dq : NULL, gmask & 2 ? &dk : NULL,
                                              gmask & 4 ? &dv : NULL, mode, SC.p, BH, L, L, d);
-            se = nb_graph_capture_end(dev, &gb);
+            se = nb_device_graph_capture_end(dev, &gb);
             if (!sg) sg = se;
         }
         float gbf = 1e30f, gbb = 1e30f;
         for (int rep = 0; rep < 4 && !sg; rep++) {
             float a = 0, b = 0;
             sg = nb_event_record(e0, s);
-            if (!sg) sg = nb_graph_launch(gf);
+            if (!sg) sg = nb_device_graph_launch(gf);
             if (!sg) sg = nb_event_record(e1, s);
-            if (!sg) sg = nb_graph_launch(gb);
+            if (!sg) sg = nb_device_graph_launch(gb);
             if (!sg) sg = nb_event_record(e2, s);
             if (!sg) sg = nb_event_synchronize(e2);
             if (!sg) sg = nb_event_elapsed_ms(e0, e1, &a);
@@ -655,8 +655,8 @@ static void bench_views(nb_device *dev, int prec, int64_t N, int64_t heads, int6
                    "total %.1f us (graph, GPU time)\n", pname[prec], fm ? "qkv-layout" : "row-major ",
                    bf ? "bf16" : "f32 ", (long long)BH, (long long)L, (long long)d, gbf * 1e3,
                    gbb * 1e3, (gbf + gbb) * 1e3);
-        if (gf) nb_graph_destroy(gf);
-        if (gb) nb_graph_destroy(gb);
+        if (gf) nb_device_graph_destroy(gf);
+        if (gb) nb_device_graph_destroy(gb);
     }
     nb_event_destroy(e0), nb_event_destroy(e1), nb_event_destroy(e2);
     dbuf all[] = {X, O, G, DX, L_, DL, SC};

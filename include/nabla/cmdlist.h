@@ -18,7 +18,7 @@
  * is freed. Host values are copied at append time.
  *
  * Submitting runs the calls in order on the device's main stream. On CUDA the first submit
- * captures them into a CUDA graph (nb_graph_*) and launches it; later submits replay the graph
+ * captures them into a CUDA graph (nb_device_graph_*) and launches it; later submits replay the graph
  * (one launch for the whole batch). On the CPU the calls just run in order. Out-of-range tensor
  * indices are reported by the submit (the first call whose module recorded one is named).
  * Appending to a list that has been submitted drops its graph (the next submit captures anew).

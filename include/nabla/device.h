@@ -98,7 +98,7 @@ typedef struct nb_mem_stats {
     uint64_t driver_frees;
     uint64_t cache_hits;     /* allocations served from the pool */
     uint64_t buffer_frees;   /* buffers given back (to the pool or the driver): a captured graph
-                              * may point at freed memory once this moves (nb_graph_*) */
+                              * may point at freed memory once this moves (nb_device_graph_*) */
 } nb_mem_stats;
 
 nb_status nb_device_mem_stats(nb_device *dev, nb_mem_stats *out);
@@ -178,23 +178,25 @@ nb_status nb_cuda_launch(nb_cuda_function *f, const unsigned grid[3], const unsi
                     unsigned shared_bytes, nb_stream *s, void **args);
 
 /* ---- CUDA graphs: capture and replay -------------------------------------------------------- */
+/* (nb_device_graph: a CUDA graph of one stream's work, below everything; the computational graphs
+ * that the graph layer builds, fuses and replays are another thing.) */
 
-/* Work queued on the device's main stream between nb_graph_capture_begin and
- * nb_graph_capture_end is recorded, not run, into a graph; nb_graph_launch replays all of it
+/* Work queued on the device's main stream between nb_device_graph_capture_begin and
+ * nb_device_graph_capture_end is recorded, not run, into a graph; nb_device_graph_launch replays all of it
  * (every kernel with the arguments and memory it was captured with) as one launch, without the
  * per-kernel launch gaps. Host <-> device copies from pageable memory and synchronisation cannot
- * be captured: they fail (or make nb_graph_capture_end fail), and the stream is usable again
- * after nb_graph_capture_end. CUDA only (NB_ERR_UNSUPPORTED on the CPU).
- *   nb_graph_capture_begin(dev);  ...queue kernels...;  nb_graph_capture_end(dev, &g);
- *   nb_graph_launch(g);  nb_graph_launch(g);  ...;  nb_graph_destroy(g); */
-typedef struct nb_graph nb_graph;
-nb_status nb_graph_capture_begin(nb_device *dev);
+ * be captured: they fail (or make nb_device_graph_capture_end fail), and the stream is usable again
+ * after nb_device_graph_capture_end. CUDA only (NB_ERR_UNSUPPORTED on the CPU).
+ *   nb_device_graph_capture_begin(dev);  ...queue kernels...;  nb_device_graph_capture_end(dev, &g);
+ *   nb_device_graph_launch(g);  nb_device_graph_launch(g);  ...;  nb_device_graph_destroy(g); */
+typedef struct nb_device_graph nb_device_graph;
+nb_status nb_device_graph_capture_begin(nb_device *dev);
 /* Ends the capture begun on dev; *out: the instantiated graph (NULL on failure). */
-nb_status nb_graph_capture_end(nb_device *dev, nb_graph **out);
+nb_status nb_device_graph_capture_end(nb_device *dev, nb_device_graph **out);
 /* Queues the whole graph on its device's main stream. */
-nb_status nb_graph_launch(nb_graph *g);
+nb_status nb_device_graph_launch(nb_device_graph *g);
 /* Waits for the main stream (a launch may still run), then frees the graph. NULL: no-op. */
-void nb_graph_destroy(nb_graph *g);
+void nb_device_graph_destroy(nb_device_graph *g);
 
 #ifdef __cplusplus
 }

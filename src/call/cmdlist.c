@@ -18,7 +18,7 @@ struct nb_cmdlist {
     int n, cap;
     nb_tensor **keep;
     int nkeep, capkeep;
-    nb_graph *graph;  /* CUDA: the calls captured by the first submit */
+    nb_device_graph *graph;  /* CUDA: the calls captured by the first submit */
 };
 
 nb_status nb_cmdlist_create(nb_device *dev, nb_cmdlist **out) {
@@ -37,7 +37,7 @@ int nb_cmdlist_count(const nb_cmdlist *l) { return l ? l->n : 0; }
 int nb_cmdlist_uses_graph(const nb_cmdlist *l) { return l && l->graph; }
 
 static void drop_graph(nb_cmdlist *l) {
-    if (l->graph) nb_graph_destroy(l->graph);
+    if (l->graph) nb_device_graph_destroy(l->graph);
     l->graph = NULL;
 }
 
@@ -130,19 +130,19 @@ nb_status nb_cmdlist_submit(nb_cmdlist *l) {
         return NB_OK;
     }
     if (!l->graph) { /* the first submit: capture the launches into one graph */
-        if ((s = nb_graph_capture_begin(l->dev))) return s;
+        if ((s = nb_device_graph_capture_begin(l->dev))) return s;
         nb_status ls = NB_OK;
         for (int i = 0; i < l->n && !ls; i++) ls = nb_call_launch_only(l->items[i].c, l->items[i].e);
-        nb_graph *g = NULL;
-        s = nb_graph_capture_end(l->dev, &g); /* (always ends the capture) */
+        nb_device_graph *g = NULL;
+        s = nb_device_graph_capture_end(l->dev, &g); /* (always ends the capture) */
         if (ls) {
-            if (g) nb_graph_destroy(g);
+            if (g) nb_device_graph_destroy(g);
             return ls;
         }
         if (s) return s;
         l->graph = g;
     }
-    if ((s = nb_graph_launch(l->graph))) return s;
+    if ((s = nb_device_graph_launch(l->graph))) return s;
     return after(l);
 }
 

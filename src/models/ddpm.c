@@ -50,7 +50,7 @@ struct nb_ddpm {
     nb_ddpm_profile prof;
     /* CUDA graph of the step's forward + backward (nb_ddpm_set_cuda_graphs) */
     int graphs;              /* wanted (CUDA; off after a failed capture) */
-    nb_graph *graph;
+    nb_device_graph *graph;
     int graph_n, graph_prec; /* batch and tape precision of the capture */
     uint64_t graph_resets;   /* the tape's reset count right after the captured step's reset */
     uint64_t graph_frees;    /* the device's buffer frees at the capture */
@@ -93,7 +93,7 @@ void nb_ddpm_free(nb_ddpm *d) {
     if (d->stats_buf) nb_buffer_release(d->stats_buf);
     if (d->x_buf) nb_buffer_release(d->x_buf);
     if (d->ts_buf) nb_buffer_release(d->ts_buf);
-    nb_graph_destroy(d->graph);
+    nb_device_graph_destroy(d->graph);
     for (int i = 0; i < PH_COUNT; i++)
         if (d->ev[i]) nb_event_destroy(d->ev[i]);
     nb_ddpm_dev_release(&d->k);
@@ -250,7 +250,7 @@ static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, i
         TRY(nb_memcpy_h2d(d->k.dev, d->ts_dev, d->tsteps, sizeof(float) * (size_t)n));
     }
     uint64_t frees = capture ? device_frees(d->k.dev) : 0;
-    if (capture) TRY(nb_graph_capture_begin(d->k.dev));
+    if (capture) TRY(nb_device_graph_capture_begin(d->k.dev));
     if (d->k.cuda && n <= NB_TAPE_TEMB_MAX) nb_tape_set_device_timesteps(d->t, d->ts_dev);
     nb_status s = nb_unet_forward(d->u, x, d->tsteps, &pred);
     nb_tape_set_device_timesteps(d->t, NULL);
@@ -259,15 +259,15 @@ static nb_status record_step(nb_ddpm *d, const float *x0, int n, uint32_t key, i
     d->grads_dirty = 1;
     if (!s) s = nb_tape_backward(d->t, *l);
     if (!capture) return s;
-    nb_graph *g = NULL;
-    nb_status e = nb_graph_capture_end(d->k.dev, &g);
+    nb_device_graph *g = NULL;
+    nb_status e = nb_device_graph_capture_end(d->k.dev, &g);
     if (s || e) {
-        nb_graph_destroy(g);
+        nb_device_graph_destroy(g);
         return s ? s : e;
     }
-    nb_status ls = nb_graph_launch(g);
+    nb_status ls = nb_device_graph_launch(g);
     if (ls || device_frees(d->k.dev) != frees) { /* or memory changed hands while capturing */
-        nb_graph_destroy(g);
+        nb_device_graph_destroy(g);
         return ls;
     }
     d->graph = g;
@@ -292,7 +292,7 @@ static nb_status replay_step(nb_ddpm *d, const float *x0, int n, uint32_t key) {
     TRY(nb_ddpm_qsample(&d->k, x0p, ep, xp, img, n, key, d->qa, d->qb));
     TRY(nb_memcpy_h2d(d->k.dev, d->ts_dev, d->tsteps, sizeof(float) * (size_t)n));
     d->grads_dirty = 1;
-    return nb_graph_launch(d->graph);
+    return nb_device_graph_launch(d->graph);
 }
 
 static int graph_usable(nb_ddpm *d) {
@@ -303,7 +303,7 @@ nb_status nb_ddpm_set_cuda_graphs(nb_ddpm *d, int on) {
     if (!d) return nb_error(NB_ERR_INVALID_ARG, "nb_ddpm_set_cuda_graphs: NULL argument");
     d->graphs = on != 0;
     if (!on) {
-        nb_graph_destroy(d->graph);
+        nb_device_graph_destroy(d->graph);
         d->graph = NULL;
     }
     d->warm = 0;
@@ -344,7 +344,7 @@ nb_status nb_ddpm_train_step(nb_ddpm *d, const float *x0, int n, float *loss, fl
         TRY(replay_step(d, x0, n, key));
         l = d->gl;
     } else {
-        nb_graph_destroy(d->graph);
+        nb_device_graph_destroy(d->graph);
         d->graph = NULL;
         if (n != d->warm_n || d->t->resets != d->warm_resets) d->warm = 0, d->warm_n = n;
         int capture = usable && d->warm >= 2;

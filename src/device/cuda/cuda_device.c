@@ -638,34 +638,34 @@ nb_status nb_native_wait_stream(void *native, nb_stream *s) {
     return nb_cu_order(s->dev, (CUstream)native, nb_cu_stream(s));
 }
 
-/* ---- graphs (device.h: nb_graph_*) ---------------------------------------------------------- */
+/* ---- graphs (device.h: nb_device_graph_*) ---------------------------------------------------------- */
 /* A graph records its kernels' arguments and memory at capture: the caller keeps that memory
  * alive and unchanged in place for as long as it replays (ddpm.c checks nb_mem_stats). */
 
-struct nb_graph {
+struct nb_device_graph {
     nb_device *dev;
     CUgraph graph;
     CUgraphExec exec;
 };
 
-static nb_status nb_graph_check(nb_device *dev, const char *fn) {
+static nb_status nb_device_graph_check(nb_device *dev, const char *fn) {
     if (!dev) return nb_error(NB_ERR_INVALID_ARG, "%s: device is NULL", fn);
     if (dev->kind != NB_DEVICE_CUDA)
         return nb_error(NB_ERR_UNSUPPORTED, "%s: graphs need a CUDA device (%s)", fn, dev->name);
     return NB_OK;
 }
 
-nb_status nb_graph_capture_begin(nb_device *dev) {
-    NB_TRY(nb_graph_check(dev, "nb_graph_capture_begin"));
+nb_status nb_device_graph_capture_begin(nb_device *dev) {
+    NB_TRY(nb_device_graph_check(dev, "nb_device_graph_capture_begin"));
     NB_CU_ENTER(dev);
     /* relaxed: other threads' unrelated driver calls (allocations, module loads) stay legal */
     NB_CU_TRY(StreamBeginCapture, nb_cu_stream(&dev->main_stream), CU_STREAM_CAPTURE_MODE_RELAXED);
     return NB_OK;
 }
 
-nb_status nb_graph_capture_end(nb_device *dev, nb_graph **out) {
+nb_status nb_device_graph_capture_end(nb_device *dev, nb_device_graph **out) {
     if (out) *out = NULL;
-    NB_TRY(nb_graph_check(dev, "nb_graph_capture_end"));
+    NB_TRY(nb_device_graph_check(dev, "nb_device_graph_capture_end"));
     NB_CU_ENTER(dev);
     CUgraph g = NULL;
     CUresult r = cu->StreamEndCapture(nb_cu_stream(&dev->main_stream), &g);
@@ -675,12 +675,12 @@ nb_status nb_graph_capture_end(nb_device *dev, nb_graph **out) {
     }
     if (!out) {
         cu->GraphDestroy(g);
-        return nb_error(NB_ERR_INVALID_ARG, "nb_graph_capture_end: out is NULL (capture discarded)");
+        return nb_error(NB_ERR_INVALID_ARG, "nb_device_graph_capture_end: out is NULL (capture discarded)");
     }
-    nb_graph *G = nb_alloc(sizeof *G, 16);
+    nb_device_graph *G = nb_alloc(sizeof *G, 16);
     if (!G) {
         cu->GraphDestroy(g);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_graph_capture_end: out of host memory");
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_device_graph_capture_end: out of host memory");
     }
     G->dev = dev;
     G->graph = g;
@@ -695,20 +695,20 @@ nb_status nb_graph_capture_end(nb_device *dev, nb_graph **out) {
     return NB_OK;
 }
 
-nb_status nb_graph_launch(nb_graph *g) {
-    if (!g) return nb_error(NB_ERR_INVALID_ARG, "nb_graph_launch: graph is NULL");
+nb_status nb_device_graph_launch(nb_device_graph *g) {
+    if (!g) return nb_error(NB_ERR_INVALID_ARG, "nb_device_graph_launch: graph is NULL");
     NB_CU_ENTER(g->dev);
     NB_CU_TRY(GraphLaunch, g->exec, nb_cu_stream(&g->dev->main_stream));
     return NB_OK;
 }
 
-void nb_graph_destroy(nb_graph *g) {
+void nb_device_graph_destroy(nb_device_graph *g) {
     if (!g) return;
     const nb_cuda_api *cu = nb_impl(g->dev)->cu;
     if (cu->CtxSetCurrent(nb_impl(g->dev)->ctx) == CUDA_SUCCESS) {
         /* a launch of it may still run: let it finish first (destroying is rare) */
         CUresult r = cu->StreamSynchronize(nb_cu_stream(&g->dev->main_stream));
-        if (r != CUDA_SUCCESS) nb_cu_warn(r, "cuStreamSynchronize (nb_graph_destroy)");
+        if (r != CUDA_SUCCESS) nb_cu_warn(r, "cuStreamSynchronize (nb_device_graph_destroy)");
         if (g->exec) cu->GraphExecDestroy(g->exec);
         if (g->graph) cu->GraphDestroy(g->graph);
     }
