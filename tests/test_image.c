@@ -499,8 +499,8 @@ static size_t bmp(unsigned char *o, int w, int h, int bpp, uint32_t comp, uint32
     le32(o + 18, (uint32_t)w), le32(o + 22, (uint32_t)h);
     le16(o + 26, 1), le16(o + 28, (unsigned)bpp);
     le32(o + 30, comp), le32(o + 46, nclr);
-    memcpy(o + 54, extra, nextra);
-    memcpy(o + 54 + nextra, rows, nrows);
+    if (nextra) memcpy(o + 54, extra, nextra); /* (memcpy of NULL is undefined even for 0 bytes) */
+    if (nrows) memcpy(o + 54 + nextra, rows, nrows);
     return 54 + nextra + nrows;
 }
 
