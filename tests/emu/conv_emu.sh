@@ -20,12 +20,16 @@ case "${9:-}" in b*) abf=1; obf="${EMU_OBF:-1}";; esac
 tag="$1_$2_$3_$4_$5_$6_$7_$8_$abf$obf"
 cb=8; [ "$2" = 2 ] && cb=16
 # rebuilt when the kernel files or the emulator changed
-src_cu="$root/src/nn/conv/kernels/igemm.cu"; src_b="$root/src/nn/conv/kernels/igemm_bf16.cuh"
-if [ ! -f "$dir/kernel.src" ] || [ "$src_cu" -nt "$dir/kernel.src" ] || [ "$src_b" -nt "$dir/kernel.src" ] || [ "$root/tests/emu/conv_emu.cpp" -nt "$dir/kernel.src" ]; then
+kdir="$root/src/nn/conv/kernels"; src_cu="$kdir/igemm.cu"
+stale=0
+for f in "$src_cu" "$kdir/igemm_bf16.cuh" "$kdir/igemm_pipe.cuh" "$root/tests/emu/conv_emu.cpp"; do
+  [ "$f" -nt "$dir/kernel.src" ] && stale=1
+done
+if [ ! -f "$dir/kernel.src" ] || [ $stale = 1 ]; then
   rm -f "$dir"/emu_* "$dir"/kernel_*
-  # the kernel source with igemm_bf16.cuh pasted at its #includes and the dynamic shared array
-  # made a host pointer
-  awk -v inc="$src_b" '/^#include "igemm_bf16.cuh"/ { while ((getline l < inc) > 0) print l; close(inc); next } { print }' "$src_cu" |
+  # the kernel source with igemm_pipe.cuh and igemm_bf16.cuh pasted at their #includes and the
+  # dynamic shared array made a host pointer
+  awk -v kd="$kdir" '/^#include "igemm_[a-z0-9]*\.cuh"/ { inc = kd "/" substr($2, 2, length($2) - 2); while ((getline l < inc) > 0) print l; close(inc); next } { print }' "$src_cu" |
     sed 's/extern __shared__ __align__(16) float smem\[\];/float *smem = emu_smem;/g' > "$dir/kernel.src"
 fi
 if [ ! -x "$dir/emu_$tag" ]; then

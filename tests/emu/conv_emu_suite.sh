@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest emu_conv: the implicit-GEMM conv kernels (src/nn/conv/kernels/igemm.cu, igemm_bf16.cuh) run on the
+# ctest emu_conv: the implicit-GEMM conv kernels (src/nn/conv/kernels/igemm.cu, igemm_bf16.cuh, igemm_pipe.cuh) run on the
 # CPU emulator (conv_emu.sh / conv_emu.cpp) against a double reference, one configuration of each
 # kernel family the dispatcher (conv_cuda_igemm.c) picks: MODE 0 (gather GEMM) forward and data
 # gradient, MODE 1 (halo) forward / data gradient, MODE 2 and MODE 3 weight gradients, in TF32

@@ -33,7 +33,8 @@
 // mma_tf32, mma_bf16) so that a host emulation can supply its own: tests/emu/conv_emu.sh runs any
 // configuration on the CPU.
 //
-// The bf16-activation variants (ABF = 1) are igemm_bf16.cuh, included at their #if branches.
+// The bf16-activation variants (ABF = 1) are igemm_bf16.cuh, included at their #if branches;
+// the pieces both share (pipeline, geometry, tile updates) are macros of igemm_pipe.cuh.
 //! nvrtc-check: MODE=0 PREC=1 BM=128 BN=64 WM=4 WN=2 STAGES=3 KS=3 STRIDE=1 CB=8 ABF=0 OBF=0
 //! nvrtc-check: MODE=1 PREC=2 BM=128 BN=64 WM=4 WN=2 STAGES=3 KS=3 STRIDE=1 CB=16 ABF=1 OBF=1
 //! nvrtc-check: MODE=2 PREC=2 BM=64 BN=64 WM=2 WN=4 STAGES=3 KS=3 STRIDE=1 CB=8 ABF=1 OBF=0
@@ -86,6 +87,7 @@ struct IgP {
 #ifndef NB_IG_HOST_EMU
 #include "ptx.cuh"
 #endif
+#include "igemm_pipe.cuh"
 #if MODE == 3 && ABF
 #include "igemm_bf16.cuh"
 #elif MODE == 3
@@ -96,8 +98,7 @@ struct IgP {
 #define C3 32
 extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     extern __shared__ __align__(16) float smem[];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
+    IG_THREAD_IDS
     const int wm0 = (warp >> 2) * (BM / 2), cg = (warp & 3) * 8;
     const int P = p.OH * p.OW;
     const int RT = min(p.OH, 128 / p.OW), KP = RT * p.OW, LDA = KP + 4;
@@ -105,13 +106,8 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     const int CS = HR * RS + (4 - (HR * RS) % 32 + 32) % 32;
     const int A_EL = BM * LDA, B_EL = C3 * CS;
     float *As = smem, *Bs = smem + STAGES * A_EL;
-    const int m0 = blockIdx.x * BM, c0 = blockIdx.y * C3;
-    const int tpi = p.OH / RT, nsteps = p.N * tpi;
-    const int kt0 = blockIdx.z * p.kt_per_split, kt1 = min(nsteps, kt0 + p.kt_per_split);
-    for (int i = tid; i < STAGES * C3 * HR * 8; i += NTH) {
-        int col = i & 7, r = i >> 3, hr = r % HR, sc = r / HR;
-        Bs[sc * CS + hr * RS + (col < 4 ? col : p.W + col)] = 0.0f;
-    }
+    IG_ROWS_SPLIT
+    IG_HALO_ZERO(Bs, C3, 0.0f)
     const int WQ = p.W >> 2, KQ = KP >> 2;
     auto load = [&](int s, int step) {
         const int n = step / tpi, r0 = (step - n * tpi) * RT;
@@ -131,27 +127,10 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                  v ? p.b + (((long long)n * p.C + c0 + c) * p.H + ih) * p.W + 4 * q : p.b, v);
         }
     };
-    float acc[MT][KK][4];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int j = 0; j < KK; j++)
-            _Pragma("unroll")
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
-    _Pragma("unroll")
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (kt0 + s < kt1) load(s, kt0 + s);
-        cp_commit();
-    }
+    IG_ACC_ZERO(KK)
+    IG_CP_PROLOGUE(load)
     for (int kt = kt0; kt < kt1; kt++) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();
-        {
-            int nk = kt + STAGES - 1;
-            if (nk < kt1) load((nk - kt0) % STAGES, nk);
-            cp_commit();
-        }
-        const int s = (kt - kt0) % STAGES;
+        IG_CP_STEP(load)
         const float *Ah = As + s * A_EL, *Bh = Bs + s * B_EL + cg * CS;
 #if PREC == 0
         for (int k8 = 0; k8 < KP; k8 += 8) {
@@ -226,21 +205,10 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
 #endif
     }
     cp_wait<0>();
-    /* accumulator (i, j, r): output channel m0 + wm0 + 16 i + g + 8 (r / 2), input channel
-     * c0 + cg + 2 t + (r % 2), tap j */
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
+    IG_DW_EPILOGUE(
         _Pragma("unroll")
-        for (int h = 0; h < 2; h++) {
-            int o = m0 + wm0 + i * 16 + g + 8 * h;
-            if (o >= p.O) continue;
-            _Pragma("unroll")
-            for (int e = 0; e < 2; e++) {
-                float *d = p.out + ((long long)o * p.C + c0 + cg + 2 * t + e) * KK;
-                _Pragma("unroll")
-                for (int j = 0; j < KK; j++) atomicAdd(d + j, acc[i][j][2 * h + e]);
-            }
-        }
+        for (int j = 0; j < KK; j++) atomicAdd(d + j, acc[i][j][2 * h + e]);
+    )
 }
 #else /* MODE 0, 1, 2 */
 #if MODE == 2 && ABF
@@ -251,25 +219,14 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
 extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     extern __shared__ __align__(16) float smem[];
     float *As = smem, *Bs = smem + STAGES * A_ELEMS;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    IG_THREAD_IDS
+    IG_WARP_TILE
     const int HW = p.H * p.W, P = p.OH * p.OW;
 #if MODE == 0
-    const int M = p.N * P, Nn = p.O, Kd = KK * p.C;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int nkt = Kd / BK;
-    const int kt0 = p.kt_per_split ? blockIdx.z * p.kt_per_split : 0;
-    const int kt1 = p.kt_per_split ? min(nkt, kt0 + p.kt_per_split) : nkt;
+    IG_GATHER_SPLIT
     /* A: this thread's output pixel (fixed) and k rows ak0 + i * ASTEP */
     const int ASTEP = NTH / BM, am = tid % BM, ak0 = tid / BM;
-    int ih0, iw0; const float *xb; bool mval;
-    {
-        int m = m0 + am; mval = m < M; if (!mval) m = 0;
-        int nb = m / P, pp = m - nb * P, oh = pp / p.OW, ow = pp - oh * p.OW;
-        ih0 = oh * STRIDE - p.pad; iw0 = ow * STRIDE - p.pad;
-        xb = p.a + (long long)nb * p.C * HW;
-    }
+    IG_GATHER_PIXEL(float, p.a)
     /* B: rows of wr, 16 bytes per copy */
     const int bk4 = (tid & 7) * 4, bn0 = tid >> 3;
     auto load = [&](int s, int kt) {
@@ -287,24 +244,12 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
         }
     };
 #else
-    const int M = p.O, Nn = KK * p.C;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int nkt = (p.N * P) / BK;
-    const int kt0 = blockIdx.z * p.kt_per_split;
-    const int kt1 = min(nkt, kt0 + p.kt_per_split);
+    IG_WG_SPLIT
     /* A: dy rows (o), 16 bytes per copy */
     const int ak4 = (tid & 7) * 4, am0 = tid >> 3;
     /* B: this thread's k column (fixed within a tile) and columns j = bn0 + 8 i */
     const int bk = tid & 31, bn0 = tid >> 5;
-    /* per column: offset of its tap in the image (c * HW + ki * W + kj) and its tap's bit
-     * in the per-tile validity mask (31: a padding column, never valid) */
-    int joff[BN / 8], jbit[BN / 8];
-    _Pragma("unroll")
-    for (int i = 0; i < BN / 8; i++) {
-        int j = n0 + bn0 + i * 8;
-        if (j < Nn) { int kk = j / p.C; joff[i] = (j - kk * p.C) * HW + (kk / KS) * p.W + kk % KS; jbit[i] = kk; }
-        else { joff[i] = 0; jbit[i] = 31; }
-    }
+    IG_COL_TAPS(BN / 8, bn0, 8)
     auto load = [&](int s, int kt) {
         int k0 = kt * BK, nb = k0 / P, p0 = k0 - nb * P;
         _Pragma("unroll")
@@ -315,11 +260,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
         }
         int pp = p0 + bk, oh = pp / p.OW, ow = pp - oh * p.OW;
         int ihb = oh * STRIDE - p.pad, iwb = ow * STRIDE - p.pad;
-        unsigned cols = 0, mask = 0;
-        _Pragma("unroll")
-        for (int q = 0; q < KS; q++) cols |= (unsigned)(iwb + q >= 0 && iwb + q < p.W) << q;
-        _Pragma("unroll")
-        for (int q = 0; q < KS; q++) if (ihb + q >= 0 && ihb + q < p.H) mask |= cols << (q * KS);
+        IG_TAP_MASK(mask)
         const float *xb = p.b + (long long)nb * p.C * HW + ihb * p.W + iwb;
         _Pragma("unroll")
         for (int i = 0; i < BN / 8; i++) {
@@ -328,27 +269,10 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
         }
     };
 #endif
-    float acc[MT][NT][4];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int j = 0; j < NT; j++)
-            _Pragma("unroll")
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
-    _Pragma("unroll")
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (kt0 + s < kt1) load(s, kt0 + s);
-        cp_commit();
-    }
+    IG_ACC_ZERO(NT)
+    IG_CP_PROLOGUE(load)
     for (int kt = kt0; kt < kt1; kt++) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();
-        {
-            int nk = kt + STAGES - 1;
-            if (nk < kt1) load((nk - kt0) % STAGES, nk);
-            cp_commit();
-        }
-        const int s = (kt - kt0) % STAGES;
+        IG_CP_STEP(load)
 #if PREC == 0
         /* exact fp32 (FFMA): the thread owns the same 2 MT x 2 NT outputs as in the mma layout */
         _Pragma("unroll 4")
@@ -364,15 +288,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                 bv[j][0] = B_AT(s, k, wn0 + j * 8 + 2 * t);
                 bv[j][1] = B_AT(s, k, wn0 + j * 8 + 2 * t + 1);
             }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++) {
-                    acc[i][j][0] = fmaf(av[i][0], bv[j][0], acc[i][j][0]);
-                    acc[i][j][1] = fmaf(av[i][0], bv[j][1], acc[i][j][1]);
-                    acc[i][j][2] = fmaf(av[i][1], bv[j][0], acc[i][j][2]);
-                    acc[i][j][3] = fmaf(av[i][1], bv[j][1], acc[i][j][3]);
-                }
+            IG_FMA_TILE
         }
 #elif PREC == 1
         _Pragma("unroll")
@@ -392,11 +308,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                 b[j][0] = __float_as_uint(B_AT(s, k8 + t, n));
                 b[j][1] = __float_as_uint(B_AT(s, k8 + t + 4, n));
             }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++)
-                    mma_tf32(acc[i][j], a[i], b[j]);
+            IG_MMA_TILE(mma_tf32)
         }
 #else
         _Pragma("unroll")
@@ -419,11 +331,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                 b[j][0] = pack_bf16(v0.x, v0.y);
                 b[j][1] = pack_bf16(v1.x, v1.y);
             }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++)
-                    mma_bf16(acc[i][j], a[i], b[j]);
+            IG_MMA_TILE(mma_bf16)
         }
 #endif
     }
@@ -435,34 +343,17 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
 #define BRS (KK * CB + (PREC == 2 ? 8 : 4))
 extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     extern __shared__ __align__(16) float smem[];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    IG_THREAD_IDS
+    IG_WARP_TILE
     const int P = p.OH * p.OW, M = p.N * P, Nn = p.O;
     const int R = BM / p.OW, HR = R + KS - 1, RS = p.W + 8;
     const int CS = HR * RS + (CSMOD - (HR * RS) % 32 + 32) % 32;
     const int A_EL = CB * CS, B_EL = BN * BRS;
     float *As = smem, *Bs = smem + STAGES * A_EL;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int nb = m0 / P, oh0 = (m0 - nb * P) / p.OW;
-    const int nch = (p.C + CB - 1) / CB; /* channels past C: zeros (weights padded too) */
-    const int kt0 = p.kt_per_split ? blockIdx.z * p.kt_per_split : 0;
-    const int kt1 = p.kt_per_split ? min(nch, kt0 + p.kt_per_split) : nch;
+    IG_HALO_SPLIT
     const float *xb = p.a + (long long)nb * p.C * p.H * p.W;
-    /* the 4 zero columns on each side of every halo row (never written by the copies) */
-    for (int i = tid; i < STAGES * CB * HR * 8; i += NTH) {
-        int col = i & 7, r = i >> 3, hr = r % HR, sc = r / HR;
-        As[sc * CS + hr * RS + (col < 4 ? col : p.W + col)] = 0.0f;
-    }
-    /* this thread's output pixels: offset of (row, column) in a channel plane of the halo */
-    int hb[MT][2];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int h = 0; h < 2; h++) {
-            int m = wm0 + i * 16 + g + 8 * h, r = m / p.OW, col = m - r * p.OW;
-            hb[i][h] = r * RS + col + 4 - p.pad;
-        }
+    IG_HALO_ZERO(As, CB, 0.0f)
+    IG_HALO_PIXELS
     const int WQ = p.W >> 2;
     auto load = [&](int s, int cc) {
         const int c0 = cc * CB;
@@ -482,27 +373,10 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
             cp16(Bd + n * BRS + 4 * q, v ? wsrc + (long long)n * (KK * CB) + 4 * q : p.b, v);
         }
     };
-    float acc[MT][NT][4];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int j = 0; j < NT; j++)
-            _Pragma("unroll")
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
-    _Pragma("unroll")
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (kt0 + s < kt1) load(s, kt0 + s);
-        cp_commit();
-    }
+    IG_ACC_ZERO(NT)
+    IG_CP_PROLOGUE(load)
     for (int kt = kt0; kt < kt1; kt++) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();
-        {
-            int nk = kt + STAGES - 1;
-            if (nk < kt1) load((nk - kt0) % STAGES, nk);
-            cp_commit();
-        }
-        const int s = (kt - kt0) % STAGES;
+        IG_CP_STEP(load)
         const float *Ah = As + s * A_EL, *Bh = Bs + s * B_EL;
         _Pragma("unroll")
         for (int tap = 0; tap < KK; tap++) {
@@ -522,15 +396,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                     bv[j][0] = bp[0];
                     bv[j][1] = bp[BRS];
                 }
-                _Pragma("unroll")
-                for (int i = 0; i < MT; i++)
-                    _Pragma("unroll")
-                    for (int j = 0; j < NT; j++) {
-                        acc[i][j][0] = fmaf(av[i][0], bv[j][0], acc[i][j][0]);
-                        acc[i][j][1] = fmaf(av[i][0], bv[j][1], acc[i][j][1]);
-                        acc[i][j][2] = fmaf(av[i][1], bv[j][0], acc[i][j][2]);
-                        acc[i][j][3] = fmaf(av[i][1], bv[j][1], acc[i][j][3]);
-                    }
+                IG_FMA_TILE
             }
 #elif PREC == 1
             unsigned a[MT][4], b[NT][2];
@@ -547,10 +413,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                 b[j][0] = __float_as_uint(bp[0]);
                 b[j][1] = __float_as_uint(bp[4]);
             }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a[i], b[j]);
+            IG_MMA_TILE(mma_tf32)
 #else
             unsigned a[MT][4], b[NT][2];
             _Pragma("unroll")
@@ -568,10 +431,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                 b[j][0] = pack_bf16(v0.x, v0.y);
                 b[j][1] = pack_bf16(v1.x, v1.y);
             }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], a[i], b[j]);
+            IG_MMA_TILE(mma_bf16)
 #endif
         }
     }

@@ -15,8 +15,7 @@
 extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     extern __shared__ __align__(16) float smem[];
     unsigned short *sm = (unsigned short *)smem;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
+    IG_THREAD_IDS
     const int wm0 = (warp >> 2) * (BM / 2), cg = (warp & 3) * 8;
     const int P = p.OH * p.OW;
     const int RT = min(p.OH, 128 / p.OW), KP = RT * p.OW, LDA = KP + 8;
@@ -25,9 +24,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     const int A_EL = BM * LDA, B_EL = C3 * CS;
     unsigned short *As = sm, *Bs = sm + STAGES * A_EL;
     const unsigned short *ga = (const unsigned short *)p.a, *gb = (const unsigned short *)p.b;
-    const int m0 = blockIdx.x * BM, c0 = blockIdx.y * C3;
-    const int tpi = p.OH / RT, nsteps = p.N * tpi;
-    const int kt0 = blockIdx.z * p.kt_per_split, kt1 = min(nsteps, kt0 + p.kt_per_split);
+    IG_ROWS_SPLIT
     for (int i = tid; i < STAGES * C3 * HR * 16; i += NTH) {
         int col = i & 15, r = i >> 4, hr = r % HR, sc = r / HR;
         Bs[sc * CS + hr * RS + (col < 8 ? col : p.W + col)] = 0;
@@ -51,27 +48,10 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                  v ? (const float *)(gb + (((long long)n * p.C + c0 + c) * p.H + ih) * p.W + 8 * q) : p.b, v);
         }
     };
-    float acc[MT][KK][4];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int j = 0; j < KK; j++)
-            _Pragma("unroll")
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
-    _Pragma("unroll")
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (kt0 + s < kt1) load(s, kt0 + s);
-        cp_commit();
-    }
+    IG_ACC_ZERO(KK)
+    IG_CP_PROLOGUE(load)
     for (int kt = kt0; kt < kt1; kt++) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();
-        {
-            int nk = kt + STAGES - 1;
-            if (nk < kt1) load((nk - kt0) % STAGES, nk);
-            cp_commit();
-        }
-        const int s = (kt - kt0) % STAGES;
+        IG_CP_STEP(load)
         const unsigned short *Ah = As + s * A_EL, *Bh = Bs + s * B_EL + cg * CS;
         for (int k16 = 0; k16 < KP; k16 += 16) {
             const int ra = k16 / p.OW, rb = (k16 + 8) / p.OW;
@@ -118,25 +98,17 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
         }
     }
     cp_wait<0>();
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int h = 0; h < 2; h++) {
-            int o = m0 + wm0 + i * 16 + g + 8 * h;
-            if (o >= p.O) continue;
+    /* split partial sums (accum): plain stores into out + z * O * C * KK (summed afterwards) */
+    IG_DW_EPILOGUE(
+        if (p.accum) {
+            d += (long long)blockIdx.z * p.O * p.C * KK;
             _Pragma("unroll")
-            for (int e = 0; e < 2; e++) {
-                float *d = p.out + ((long long)o * p.C + c0 + cg + 2 * t + e) * KK;
-                if (p.accum) { /* partial sums of split z: plain stores (summed afterwards) */
-                    d += (long long)blockIdx.z * p.O * p.C * KK;
-                    _Pragma("unroll")
-                    for (int j = 0; j < KK; j++) d[j] = acc[i][j][2 * h + e];
-                } else {
-                    _Pragma("unroll")
-                    for (int j = 0; j < KK; j++) atomicAdd(d + j, acc[i][j][2 * h + e]);
-                }
-            }
+            for (int j = 0; j < KK; j++) d[j] = acc[i][j][2 * h + e];
+        } else {
+            _Pragma("unroll")
+            for (int j = 0; j < KK; j++) atomicAdd(d + j, acc[i][j][2 * h + e]);
         }
+    )
 }
 #elif MODE == 2
 /* the weight gradient on bf16 activations (PREC 2), any shape MODE 2 takes: A = dy rows
@@ -150,24 +122,13 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     extern __shared__ __align__(16) float smem[];
     unsigned short *As = (unsigned short *)smem;
     unsigned *Bs = (unsigned *)(As + STAGES * BM * LDK);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    IG_THREAD_IDS
+    IG_WARP_TILE
     const int HW = p.H * p.W, P = p.OH * p.OW;
-    const int M = p.O, Nn = KK * p.C;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int nkt = (p.N * P) / BK;
-    const int kt0 = blockIdx.z * p.kt_per_split;
-    const int kt1 = min(nkt, kt0 + p.kt_per_split);
+    IG_WG_SPLIT
     const unsigned short *ga = (const unsigned short *)p.a, *gb = (const unsigned short *)p.b;
     const int kp = tid & 15, bg = tid >> 4;
-    int joff[BN / 16], jbit[BN / 16];
-    _Pragma("unroll")
-    for (int i = 0; i < BN / 16; i++) {
-        int j = n0 + bg + i * 16;
-        if (j < Nn) { int kk = j / p.C; joff[i] = (j - kk * p.C) * HW + (kk / KS) * p.W + kk % KS; jbit[i] = kk; }
-        else { joff[i] = 0; jbit[i] = 31; }
-    }
+    IG_COL_TAPS(BN / 16, bg, 16)
     unsigned rb[BN / 16];
     auto aload = [&](int s, int kt) {
         int k0 = kt * BK, nb = k0 / P, p0 = k0 - nb * P;
@@ -186,11 +147,7 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
         for (int e = 0; e < 2; e++) {
             int pp = p0 + 2 * kp + e, oh = pp / p.OW, ow = pp - oh * p.OW;
             int ihb = oh * STRIDE - p.pad, iwb = ow * STRIDE - p.pad;
-            unsigned cols = 0, m = 0;
-            _Pragma("unroll")
-            for (int q = 0; q < KS; q++) cols |= (unsigned)(iwb + q >= 0 && iwb + q < p.W) << q;
-            _Pragma("unroll")
-            for (int q = 0; q < KS; q++) if (ihb + q >= 0 && ihb + q < p.H) m |= cols << (q * KS);
+            IG_TAP_MASK(m)
             mask[e] = m;
             base[e] = ihb * p.W + iwb;
         }
@@ -206,34 +163,12 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
         _Pragma("unroll")
         for (int i = 0; i < BN / 16; i++) Bs[(s * BN + bg + i * 16) * (LDK / 2) + kp] = rb[i];
     };
-    float acc[MT][NT][4];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int j = 0; j < NT; j++)
-            _Pragma("unroll")
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
-    _Pragma("unroll")
+    IG_ACC_ZERO(NT)
     /* A by cp.async STAGES - 1 steps ahead; B through registers: gathered two steps ahead,
      * stored into its stage one step ahead */
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (kt0 + s < kt1) aload(s, kt0 + s);
-        cp_commit();
-    }
-    if (kt0 < kt1) {
-        bgather(kt0);
-        bstore(0);
-    }
-    if (kt0 + 1 < kt1) bgather(kt0 + 1);
+    IG_REG_PROLOGUE(aload, bgather, bstore)
     for (int kt = kt0; kt < kt1; kt++) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();
-        if (kt + 1 < kt1) bstore((kt + 1 - kt0) % STAGES);
-        if (kt + 2 < kt1) bgather(kt + 2);
-        const int nk = kt + STAGES - 1;
-        if (nk < kt1) aload((nk - kt0) % STAGES, nk);
-        cp_commit();
-        const int s = (kt - kt0) % STAGES;
+        IG_REG_STEP(aload, bgather, bstore)
         const unsigned short *Ah = As + s * BM * LDK;
         const unsigned *Bh = Bs + s * BN * (LDK / 2);
         _Pragma("unroll")
@@ -247,16 +182,8 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                 a[i][2] = *(const unsigned *)(ap + 8);
                 a[i][3] = *(const unsigned *)(ap + 8 * LDK + 8);
             }
-            _Pragma("unroll")
-            for (int j = 0; j < NT; j++) {
-                const unsigned *bp = Bh + (wn0 + j * 8 + g) * (LDK / 2) + k16 / 2 + t;
-                b[j][0] = bp[0];
-                b[j][1] = bp[4];
-            }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], a[i], b[j]);
+            IG_BF16_BFRAG
+            IG_MMA_TILE(mma_bf16)
         }
     }
     cp_wait<0>();
@@ -299,25 +226,14 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
     extern __shared__ __align__(16) float smem[];
     unsigned *As = (unsigned *)smem;
     unsigned short *Bs = (unsigned short *)(As + STAGES * 16 * APW);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    IG_THREAD_IDS
+    IG_WARP_TILE
     const int HW = p.H * p.W, P = p.OH * p.OW;
-    const int M = p.N * P, Nn = p.O, Kd = KK * p.C;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int nkt = Kd / BK;
-    const int kt0 = p.kt_per_split ? blockIdx.z * p.kt_per_split : 0;
-    const int kt1 = p.kt_per_split ? min(nkt, kt0 + p.kt_per_split) : nkt;
+    IG_GATHER_SPLIT
     const unsigned short *ga = (const unsigned short *)p.a, *gw = (const unsigned short *)p.b;
     /* A: this thread's output pixel (fixed) and channel pairs kp0 + i * PSTEP */
     const int PSTEP = NTH / BM, NP = 16 / PSTEP, am = tid % BM, kp0 = tid / BM;
-    int ih0, iw0; const unsigned short *xb; bool mval;
-    {
-        int m = m0 + am; mval = m < M; if (!mval) m = 0;
-        int nb = m / P, pp = m - nb * P, oh = pp / p.OW, ow = pp - oh * p.OW;
-        ih0 = oh * STRIDE - p.pad; iw0 = ow * STRIDE - p.pad;
-        xb = ga + (long long)nb * p.C * HW;
-    }
+    IG_GATHER_PIXEL(unsigned short, ga)
     unsigned ra[NP];
     auto agather = [&](int kt) {
         int k0 = kt * BK, kk = k0 / p.C, c0 = k0 - kk * p.C;
@@ -343,34 +259,12 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                  v ? (const float *)(gw + (long long)(n0 + n) * Kd + k0 + 8 * q) : p.b, v);
         }
     };
-    float acc[MT][NT][4];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int j = 0; j < NT; j++)
-            _Pragma("unroll")
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
-    _Pragma("unroll")
+    IG_ACC_ZERO(NT)
     /* B by cp.async STAGES - 1 steps ahead; A through registers: gathered two steps ahead,
      * stored into its stage one step ahead */
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (kt0 + s < kt1) bload(s, kt0 + s);
-        cp_commit();
-    }
-    if (kt0 < kt1) {
-        agather(kt0);
-        astore(0);
-    }
-    if (kt0 + 1 < kt1) agather(kt0 + 1);
+    IG_REG_PROLOGUE(bload, agather, astore)
     for (int kt = kt0; kt < kt1; kt++) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();
-        if (kt + 1 < kt1) astore((kt + 1 - kt0) % STAGES);
-        if (kt + 2 < kt1) agather(kt + 2);
-        const int nk = kt + STAGES - 1;
-        if (nk < kt1) bload((nk - kt0) % STAGES, nk);
-        cp_commit();
-        const int s = (kt - kt0) % STAGES;
+        IG_REG_STEP(bload, agather, astore)
         const unsigned *Ah = As + s * 16 * APW;
         const unsigned *Bh = (const unsigned *)(Bs + s * BN * LDK);
         _Pragma("unroll")
@@ -384,16 +278,8 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
                 a[i][2] = ap[4 * APW];
                 a[i][3] = ap[4 * APW + 8];
             }
-            _Pragma("unroll")
-            for (int j = 0; j < NT; j++) {
-                const unsigned *bp = Bh + (wn0 + j * 8 + g) * (LDK / 2) + k16 / 2 + t;
-                b[j][0] = bp[0];
-                b[j][1] = bp[4];
-            }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], a[i], b[j]);
+            IG_BF16_BFRAG
+            IG_MMA_TILE(mma_bf16)
         }
     }
     cp_wait<0>();
@@ -409,32 +295,17 @@ extern "C" __global__ void __launch_bounds__(NTH) nb_conv_igemm(IgP p) {
 extern "C" __global__ void __launch_bounds__(NTH, 2) nb_conv_igemm(IgP p) {
     extern __shared__ __align__(16) float smem[];
     unsigned *sm = (unsigned *)smem;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    IG_THREAD_IDS
+    IG_WARP_TILE
     const int P = p.OH * p.OW, M = p.N * P, Nn = p.O;
     const int R = BM / p.OW, HR = R + KS - 1, RS = p.W + 8;
     const int CS = HR * RS + (8 - (HR * RS) % 32 + 32) % 32;
     const int A_EL = (CB / 2) * CS, B_EL = BN * HBRS;
     unsigned *As = sm, *Bs = sm + STAGES * A_EL;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int nb = m0 / P, oh0 = (m0 - nb * P) / p.OW;
-    const int nch = (p.C + CB - 1) / CB;
-    const int kt0 = p.kt_per_split ? blockIdx.z * p.kt_per_split : 0;
-    const int kt1 = p.kt_per_split ? min(nch, kt0 + p.kt_per_split) : nch;
+    IG_HALO_SPLIT
     const unsigned short *xb = (const unsigned short *)p.a + (long long)nb * p.C * p.H * p.W;
-    for (int i = tid; i < STAGES * (CB / 2) * HR * 8; i += NTH) {
-        int col = i & 7, r = i >> 3, hr = r % HR, sc = r / HR;
-        As[sc * CS + hr * RS + (col < 4 ? col : p.W + col)] = 0u;
-    }
-    int hb[MT][2];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int h = 0; h < 2; h++) {
-            int m = wm0 + i * 16 + g + 8 * h, r = m / p.OW, col = m - r * p.OW;
-            hb[i][h] = r * RS + col + 4 - p.pad;
-        }
+    IG_HALO_ZERO(As, (CB / 2), 0u)
+    IG_HALO_PIXELS
     /* halo units: (pair plane, halo row, 8-pixel chunk), at most 2 per thread */
     const int WQ = p.W >> 3, NU = (CB / 2) * HR * WQ;
     uint4 ra[2][2];
@@ -478,34 +349,12 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) nb_conv_igemm(IgP p) {
                  v ? (const float *)(wsrc + (long long)n * (KK * CB) + 8 * q) : p.b, v);
         }
     };
-    float acc[MT][NT][4];
-    _Pragma("unroll")
-    for (int i = 0; i < MT; i++)
-        _Pragma("unroll")
-        for (int j = 0; j < NT; j++)
-            _Pragma("unroll")
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
-    _Pragma("unroll")
+    IG_ACC_ZERO(NT)
     /* B by cp.async STAGES - 1 steps ahead; A through registers: gathered two steps ahead,
      * stored into its stage one step ahead (a whole step of mma hides the loads' latency) */
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (kt0 + s < kt1) bload(s, kt0 + s);
-        cp_commit();
-    }
-    if (kt0 < kt1) {
-        gload(kt0);
-        sstore(0);
-    }
-    if (kt0 + 1 < kt1) gload(kt0 + 1);
+    IG_REG_PROLOGUE(bload, gload, sstore)
     for (int kt = kt0; kt < kt1; kt++) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();
-        if (kt + 1 < kt1) sstore((kt + 1 - kt0) % STAGES);
-        if (kt + 2 < kt1) gload(kt + 2);
-        const int nk = kt + STAGES - 1;
-        if (nk < kt1) bload((nk - kt0) % STAGES, nk);
-        cp_commit();
-        const int s = (kt - kt0) % STAGES;
+        IG_REG_STEP(bload, gload, sstore)
         const unsigned *Ah = As + s * A_EL, *Bh = Bs + s * B_EL;
         _Pragma("unroll")
         for (int tap = 0; tap < KK; tap++) {
@@ -525,10 +374,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) nb_conv_igemm(IgP p) {
                 b[j][0] = v.x;
                 b[j][1] = v.y;
             }
-            _Pragma("unroll")
-            for (int i = 0; i < MT; i++)
-                _Pragma("unroll")
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], a[i], b[j]);
+            IG_MMA_TILE(mma_bf16)
         }
     }
     cp_wait<0>();
