@@ -69,6 +69,7 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
 
 void nb_call_free(nb_call *c) {
     if (!c) return;
+    nb_call_release_temps(c); /* outputs materialized by a call that never ran (bound, then freed) */
     nb_func *f = c->f;
     pthread_mutex_lock(&f->m->lock);
     if (!f->spare) {
