@@ -264,10 +264,12 @@ static void test_loader_cuda(void) {
         /* the first entry written out, not one inside a macro (#define ENTRY(name) extern "C" ...) */
         const char *e = f->text;
         while ((e = strstr(e, "extern \"C\" __global__ void ")) != NULL) {
-            const char *line = e;
-            while (line > f->text && line[-1] != '\n') line--;
+            const char *start = e; /* the line's first character */
+            while (start > f->text && start[-1] != '\n') start--;
+            const char *line = start;
             while (*line == ' ') line++;
-            int in_macro = !strncmp(line, "#define", 7) || (line - f->text >= 2 && line[-2] == '\\');
+            /* a #define line, or a line continuing one (the line before ends in a backslash) */
+            int in_macro = !strncmp(line, "#define", 7) || (start - f->text >= 2 && start[-2] == '\\');
             if (!in_macro) break;
             e++;
         }
