@@ -364,6 +364,67 @@ void nb_call_free(nb_call *c);
 /* One-line form: f(args[0], …, args[n-1]) with every argument an array. */
 nb_status nb_func_call(nb_func *f, int nargs, nb_tensor *const *args, nb_tensor **result);
 
+/* ---- prepared calls: bind once, relaunch over other arrays (capturable in a CUDA graph) ----
+ *   nb_call_begin(silu, &c); nb_call_arg(c, 0, x); nb_call_result(c, y);
+ *   nb_prepared *p;  int xs, ys;
+ *   nb_call_prepare(c, &p);                       // binds, checks, compiles: everything but the launch
+ *   nb_prepared_slot(p, "x", &xs);  nb_prepared_slot(p, "_result", &ys);
+ *   nb_prepared_launch(p, NULL);                  // y = silu(x)
+ *   nb_prepared_set_arg(p, xs, x2);               // another array of x's dtype, shape and strides
+ *   nb_prepared_set_ptr(p, ys, y2_data);          // or a raw address, laid out as y was
+ *   nb_prepared_launch(p, stream);                // y2 = silu(x2)
+ *   nb_prepared_free(p);
+ * nb_call_prepare does what nb_call_run(c, NULL) does except the launch: the overload, the kernel
+ * shape, dtypes and the kernel (compiled now) are fixed; host values are uploaded and out
+ * parameters given with nb_call_arg_alloc allocated (handed out now; they stay the caller's).
+ * The result is computed only when bound with nb_call_result. A launch then only patches the
+ * pointers set since the last one into the parameter block and queues the kernel: no allocation,
+ * hashing, lock, host synchronisation or host-mapped memory, so it may be captured into a CUDA
+ * graph (nb_device_graph_*; the graph keeps the pointers it was captured with).
+ * Slots: the leaves of the bound function (nb_func_leaf order, then the result's leaves): a
+ * parameter or field path ("x", "s.pos"), "_result" / "_result.pos"; in NB_MODE_BWD the gradient
+ * arrays are the wrapper's parameters "<param>_grad" and "_dout" (nb_func_signature of
+ * "f__bwds" lists them).
+ * Shapes are fixed at prepare time: every array set later must have the dtype, shape and strides
+ * of the one bound then (nb_prepared_set_arg checks: NB_ERR_DTYPE / NB_ERR_SHAPE / NB_ERR_DEVICE
+ * naming the slot; nb_prepared_set_ptr trusts the caller for them). Both check what the kernel
+ * was specialised for: the address alignment of vectorized arrays (NB_ERR_INVALID_ARG naming the
+ * alignment) and, where gradients are added without atomics, that no other written array
+ * overlaps them differently. Integer arrays narrowed to a smaller parameter type (range-checked
+ * by a call when bound) cannot be set: NB_ERR_UNSUPPORTED.
+ * Bounds checks (kernels that index Tensor parameters or local arrays): because every shape was
+ * validated at prepare time, nothing is read back per launch. On the CPU a launch returns its
+ * first out-of-range index as NB_ERR_SHAPE at once (the kernel has finished); on CUDA the
+ * prepared call's own device record keeps the first one, and nb_prepared_check waits for the
+ * device and reports it (once). Device printf output appears at the next synchronisation.
+ * Not for [Kernel] grids or explicit blocks, nor a deferred-check call (NB_ERR_UNSUPPORTED).
+ * A prepared call belongs to one thread; nb_module_set_constant makes it stale (launch:
+ * NB_ERR_INVALID_ARG, prepare again). Free it before its module. */
+typedef struct nb_prepared nb_prepared;
+/* Takes c (freed on failure; *out NULL). */
+nb_status nb_call_prepare(nb_call *c, nb_prepared **out);
+/* The slot of leaf `path` (NB_ERR_NOT_FOUND listing the slots), or of positional parameter
+ * `index` (a struct parameter has one slot per field: name it). */
+nb_status nb_prepared_slot(const nb_prepared *p, const char *path, int *slot);
+nb_status nb_prepared_param_slot(const nb_prepared *p, int index, int *slot);
+/* The next launches read / write t (checked as above; t is borrowed: keep it alive while
+ * launches that use it may run). */
+nb_status nb_prepared_set_arg(nb_prepared *p, int slot, nb_tensor *t);
+/* The same with the device address of element [0, …] of an array laid out as the one bound. */
+nb_status nb_prepared_set_ptr(nb_prepared *p, int slot, void *data);
+/* A scalar parameter bound as a single value (a uniform) gets v for the next launches (converted
+ * like nb_call_arg_double; an int parameter needs a whole number in its range: NB_ERR_DTYPE). */
+nb_status nb_prepared_set_double(nb_prepared *p, int slot, double v);
+/* Queues the kernel on stream s of the module's device (NULL: the device's stream). */
+nb_status nb_prepared_launch(nb_prepared *p, nb_stream *s);
+/* CUDA: waits for the device and returns the first out-of-range index a launch recorded since
+ * the last check (cleared). The CPU: NB_OK (launches report at once). */
+nb_status nb_prepared_check(nb_prepared *p);
+/* The kernel's index count (the product of the kernel shape). */
+int64_t nb_prepared_size(const nb_prepared *p);
+/* Waits for the device where the call owns memory a launch may use, then frees it. */
+void nb_prepared_free(nb_prepared *p);
+
 /* ---- host functions ([TorchEntryPoint]; docs/LANGUAGE.md "slang-torch host code") -------------
  *   [TorchEntryPoint] TorchTensor<float> square_fwd(TorchTensor<float> input) { … alloc,
  *   __dispatch_kernel(square_fwd_kernel, uint3(1), uint3(n, m, 1))(input, result); … }

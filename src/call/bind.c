@@ -894,6 +894,11 @@ static int int_range(nb_dtype d, int64_t *lo, int64_t *hi) {
     }
 }
 
+int nb_call_int_narrowed(nb_dtype have, nb_dtype param) {
+    int64_t lo, hi, slo, shi;
+    return int_range(param, &lo, &hi) && int_range(have, &slo, &shi) && !(slo >= lo && shi <= hi);
+}
+
 static int64_t int_at(const unsigned char *p, nb_dtype d) {
     switch (d) {
     case NB_I32: { int32_t v; memcpy(&v, p, 4); return v; }

@@ -222,6 +222,9 @@ int nb_call_contig4_ok(const nb_call *c);
 /* Sets c->sig.contig4 (when cuda and nb_call_contig4_ok) and the leaves' bcast flags. */
 void nb_call_mark_contig4(nb_call *c, int cuda);
 int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strides, int64_t elem_bytes);
+/* Whether an integer array of dtype `have` feeding an integer parameter of dtype `param` can hold
+ * values outside the parameter's range (a call then checks them value by value when it binds). */
+int nb_call_int_narrowed(nb_dtype have, nb_dtype param);
 /* Frees the temporaries of a bound call (uploads; allocations unless handed out). */
 void nb_call_release_temps(nb_call *c);
 
