@@ -6,9 +6,9 @@
  * is a GPU (there also a launch captured into a CUDA graph and replayed). */
 #include <string.h>
 
-#include "nabla/alloc.h"
 #include "nabla/module.h"
 #include "nb_test.h"
+#include "nb_test_alloc.h"
 
 static const char *SRC =
     "[Differentiable] float sil(float x) { return x / (1.0 + exp(-x)); }\n"
@@ -21,16 +21,16 @@ static const char *SRC =
     "extern static const int K = 1;\n"
     "float kmul(float x) { return x * float(K); }\n";
 
-static int64_t n_allocs;
-static nb_allocator prev_alloc;
-static void *count_alloc(size_t size, size_t align, void *user) {
-    (void)user;
-    n_allocs++;
-    return prev_alloc.alloc(size, align, prev_alloc.user);
-}
-static void count_free(void *p, size_t size, void *user) {
-    (void)user;
-    prev_alloc.free(p, size, prev_alloc.user);
+/* The module of SRC on dev and its function `fn` (NULL on failure: the test fails). */
+static nb_module *load(nb_device *dev, const char *fn, nb_func **f) {
+    nb_module *m = NULL;
+    NB_EXPECT_OK(nb_module_load_source(dev, "prep.nb", SRC, NULL, &m));
+    if (m && nb_module_func(m, fn, f) != NB_OK) {
+        NB_EXPECT_OK(nb_module_func(m, fn, f));
+        nb_module_free(m);
+        m = NULL;
+    }
+    return m;
 }
 
 static nb_tensor *from(nb_device *dev, int64_t n, const float *v) {
@@ -71,10 +71,9 @@ static uint64_t dev_allocs(nb_device *dev) {
 
 /* Forward: results equal nb_call_run's over two pairs of arrays; no allocation when relaunched. */
 static void forward(nb_device *dev) {
-    nb_module *m = NULL;
-    NB_REQUIRE_OK(nb_module_load_source(dev, "prep.nb", SRC, NULL, &m));
     nb_func *sil;
-    NB_REQUIRE_OK(nb_module_func(m, "sil", &sil));
+    nb_module *m = load(dev, "sil", &sil);
+    if (!m) return;
     enum { N = 100003 };
     static float h[N];
     fill(h, N, -4.0f, 8.0f);
@@ -106,18 +105,15 @@ static void forward(nb_device *dev) {
 
     /* steady state: set both arrays and launch, 20 times; nothing allocated */
     NB_EXPECT_OK(nb_device_synchronize(dev));
-    prev_alloc = *nb_get_allocator();
-    nb_allocator counting = {count_alloc, count_free, NULL};
     uint64_t d0 = dev_allocs(dev);
-    nb_set_allocator(&counting);
-    n_allocs = 0;
+    nb_test_count_allocs_begin();
     for (int i = 0; i < 20; i++) {
         NB_EXPECT_OK(nb_prepared_set_arg(p, xs, i % 2 ? x1 : x2));
         NB_EXPECT_OK(nb_prepared_set_ptr(p, ys, nb_tensor_data(i % 2 ? y1 : y2)));
         NB_EXPECT_OK(nb_prepared_launch(p, NULL));
     }
-    int64_t host = n_allocs;
-    nb_set_allocator(&prev_alloc);
+    nb_test_count_allocs_end();
+    int64_t host = nb_test_allocs;
     NB_EXPECT(host == 0);
     NB_EXPECT(dev_allocs(dev) == d0);
     if (host) fprintf(stderr, "  %lld host allocations in 20 launches\n", (long long)host);
@@ -173,10 +169,9 @@ static void forward(nb_device *dev) {
 
 /* Uniforms per launch (an optimizer's step constants), an inout array, an int parameter. */
 static void uniforms(nb_device *dev) {
-    nb_module *m = NULL;
-    NB_REQUIRE_OK(nb_module_load_source(dev, "prep.nb", SRC, NULL, &m));
     nb_func *step;
-    NB_REQUIRE_OK(nb_module_func(m, "step", &step));
+    nb_module *m = load(dev, "step", &step);
+    if (!m) return;
     enum { N = 4099 };
     static float hp[N], hg[N];
     fill(hp, N, 1.0f, 1.0f);
@@ -273,10 +268,9 @@ static void uniforms(nb_device *dev) {
 
 /* Bounds checks: an index set per launch. CPU: the launch fails; CUDA: nb_prepared_check. */
 static void bounds(nb_device *dev) {
-    nb_module *m = NULL;
-    NB_REQUIRE_OK(nb_module_load_source(dev, "prep.nb", SRC, NULL, &m));
     nb_func *pick;
-    NB_REQUIRE_OK(nb_module_func(m, "pick", &pick));
+    nb_module *m = load(dev, "pick", &pick);
+    if (!m) return;
     float h[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     nb_tensor *t = from(dev, 8, h), *y = NULL;
     int64_t four = 4;
@@ -316,10 +310,9 @@ static void bounds(nb_device *dev) {
 /* Reverse mode: gradient slots "a_grad", "b_grad", "_dout"; equal to nb_call_run's gradients;
  * owned gradients may not be set to overlap each other shifted. */
 static void backward(nb_device *dev) {
-    nb_module *m = NULL;
-    NB_REQUIRE_OK(nb_module_load_source(dev, "prep.nb", SRC, NULL, &m));
     nb_func *madd;
-    NB_REQUIRE_OK(nb_module_func(m, "madd", &madd));
+    nb_module *m = load(dev, "madd", &madd);
+    if (!m) return;
     enum { N = 1024 };
     static float ha[N], hb[N], hd[N];
     fill(ha, N, -1, 2), fill(hb, N, 0.5f, 1), fill(hd, N, 1, 1);
@@ -402,10 +395,9 @@ static void test_cuda(void) {
     uniforms(dev);
     bounds(dev);
     backward(dev);
-    nb_module *m = NULL;
-    NB_REQUIRE_OK(nb_module_load_source(dev, "prep.nb", SRC, NULL, &m));
     nb_func *sil;
-    NB_REQUIRE_OK(nb_module_func(m, "sil", &sil));
+    nb_module *m = load(dev, "sil", &sil);
+    if (!m) return;
     enum { N = 4096 };
     static float h[N];
     fill(h, N, -3, 6);

@@ -2,6 +2,7 @@
  * reference or known values, every op's input and parameter gradients against central finite
  * differences, a composed model, no allocation in steady state, and bad input. */
 #include "nb_test.h"
+#include "nb_test_alloc.h"
 #include "nabla/nn_optim.h"
 #include "nabla/nn_tape.h"
 #include "device/cuda/cuda_api.h"
@@ -658,33 +659,18 @@ static void test_layout_ops(void) {
 
 /* ---- steady state: no host allocation after the first steps --------------------------------- */
 
-static int64_t n_allocs;
-static nb_allocator prev_alloc;
-static void *count_alloc(size_t size, size_t align, void *user) {
-    (void)user;
-    n_allocs++;
-    return prev_alloc.alloc(size, align, prev_alloc.user);
-}
-static void count_free(void *p, size_t size, void *user) {
-    (void)user;
-    prev_alloc.free(p, size, prev_alloc.user);
-}
-
 static void test_steady_state_no_alloc(void) {
     gcase *c = small_model(8);
-    prev_alloc = *nb_get_allocator();
-    nb_allocator counting = {count_alloc, count_free, NULL};
-    nb_set_allocator(&counting);
+    nb_test_count_allocs_begin();
     float first = 0, last = 0;
     int64_t allocs_late = 0, allocs_early = 0, tape_allocs_after2 = 0;
-    n_allocs = 0;
     for (int step = 0; step < 8; step++) {
         if (step == 2) {
-            allocs_early = n_allocs; /* the first step carves the arena: the hooks see it */
+            allocs_early = nb_test_allocs; /* the first step carves the arena: the hooks see it */
             nb_tape_stats st;
             nb_tape_get_stats(c->t, &st);
             tape_allocs_after2 = st.host_allocs;
-            n_allocs = 0;
+            nb_test_allocs = 0;
         }
         nb_tvar loss;
         NB_EXPECT_OK(nb_tape_reset(c->t));
@@ -700,8 +686,8 @@ static void test_steady_state_no_alloc(void) {
         nb_tape_grads(c->t, &g, &np);
         for (int64_t i = 0; i < np; i++) p[i] -= 0.5f * g[i]; /* SGD */
     }
-    allocs_late = n_allocs;
-    nb_set_allocator(&prev_alloc);
+    allocs_late = nb_test_allocs;
+    nb_test_count_allocs_end();
     nb_tape_stats st;
     NB_EXPECT_OK(nb_tape_get_stats(c->t, &st));
     NB_EXPECT(allocs_early > 0);
@@ -751,13 +737,8 @@ static void test_train_adam(void) {
     nb_adam *opt;
     NB_REQUIRE_OK(nb_adam_create(cpu, np, &ac, &opt));
     float first = 0, last = 0;
-    prev_alloc = *nb_get_allocator();
     for (int step = 0; step < 40; step++) {
-        if (step == 2) {
-            nb_allocator counting = {count_alloc, count_free, NULL};
-            nb_set_allocator(&counting);
-            n_allocs = 0;
-        }
+        if (step == 2) nb_test_count_allocs_begin();
         nb_tvar loss;
         float *l;
         NB_EXPECT_OK(nb_tape_reset(c->t));
@@ -768,8 +749,8 @@ static void test_train_adam(void) {
         if (step == 0) first = l[0];
         last = l[0];
     }
-    nb_set_allocator(&prev_alloc);
-    NB_EXPECT(n_allocs == 0);
+    nb_test_count_allocs_end();
+    NB_EXPECT(nb_test_allocs == 0);
     NB_EXPECT(last < 0.5f * first);
     nb_adam_destroy(opt);
     nb_tensor_free(tp);

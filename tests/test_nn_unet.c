@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "nb_test.h"
+#include "nb_test_alloc.h"
 #include "nabla/nn_unet.h"
 #include "nabla/alloc.h"
 #include "nabla/safetensors.h"
@@ -338,18 +339,6 @@ static void test_ddpm_train_and_sample(void) {
 
 /* After the first steps, a DDPM training step allocates nothing through nabla's allocator (the
  * tape's arena is sized; the trainer's host scratch is reused). */
-static int64_t n_allocs;
-static nb_allocator prev_alloc;
-static void *count_alloc(size_t size, size_t align, void *user) {
-    (void)user;
-    n_allocs++;
-    return prev_alloc.alloc(size, align, prev_alloc.user);
-}
-static void count_free(void *p, size_t size, void *user) {
-    (void)user;
-    prev_alloc.free(p, size, prev_alloc.user);
-}
-
 static void test_ddpm_steady_state_no_alloc(void) {
     nb_tape *t;
     nb_unet *u = make(&t, tiny(), 4);
@@ -360,13 +349,10 @@ static void test_ddpm_steady_state_no_alloc(void) {
     float x0[2 * 64];
     for (int i = 0; i < 2 * 64; i++) x0[i] = (float)cos(i);
     for (int s = 0; s < 2; s++) NB_REQUIRE_OK(nb_ddpm_train_step(d, x0, 2, NULL, NULL));
-    prev_alloc = *nb_get_allocator();
-    nb_allocator counting = {count_alloc, count_free, NULL};
-    nb_set_allocator(&counting);
-    n_allocs = 0;
+    nb_test_count_allocs_begin();
     for (int s = 0; s < 3; s++) NB_EXPECT_OK(nb_ddpm_train_step(d, x0, 2, NULL, NULL));
-    nb_set_allocator(&prev_alloc);
-    NB_EXPECT(n_allocs == 0);
+    nb_test_count_allocs_end();
+    NB_EXPECT(nb_test_allocs == 0);
     nb_ddpm_free(d);
     nb_unet_free(u);
     nb_tape_free(t);

@@ -1162,16 +1162,15 @@ void nb_call_mark_contig4(nb_call *c, int cuda) {
         c->sig.leaves[j].bcast = c->sig.contig4 && c->leaves[j].bind == NB_BIND_ARRAY && c->leaves[j].kstrides[c->kdim - 1] == 0;
 }
 
-/* The bytes [*lo, *hi) leaf b's elements span over the kernel (data set: after materializing). */
-static void leaf_span(const nb_call *c, const nb_leaf_bind *b, uint64_t *lo, uint64_t *hi) {
+void nb_call_leaf_span(const nb_call *c, const nb_leaf_bind *b, uint64_t data, uint64_t *lo, uint64_t *hi) {
     int64_t neg = 0, pos = 0;
     for (int k = 0; k < c->kdim; k++) {
         int64_t e = (c->kshape[k] - 1) * b->kstrides[k];
         if (e < 0) neg += e;
         else pos += e;
     }
-    *lo = b->data + (uint64_t)neg;
-    *hi = b->data + (uint64_t)pos + (uint64_t)nb_dtype_size(b->storage);
+    *lo = data + (uint64_t)neg;
+    *hi = data + (uint64_t)pos + (uint64_t)nb_dtype_size(b->storage);
 }
 
 /* Leaf j of a bwds call (its wrapper's reflection shows an accumulated gradient as an input with
@@ -1196,13 +1195,13 @@ void nb_call_owned_grads(nb_call *c) {
          * the same buffer as a second gradient): another thread may add into these elements,
          * so the adds stay atomic (the same array bound twice is fine: the same thread adds) */
         uint64_t lo, hi, lo2, hi2;
-        if (owned) leaf_span(c, b, &lo, &hi);
+        if (owned) nb_call_leaf_span(c, b, b->data, &lo, &hi);
         for (int i = 0; owned && i < c->sig.nleaves; i++) {
             const nb_leaf_bind *o = &c->leaves[i];
             if (i == j || o->bind != NB_BIND_ARRAY) continue;
             int written = i >= c->nleaves || in->leaves[i].dir != 0 || is_grad_leaf(in, i);
             if (!written) continue;
-            leaf_span(c, o, &lo2, &hi2);
+            nb_call_leaf_span(c, o, o->data, &lo2, &hi2);
             if (lo2 >= hi || lo >= hi2) continue; /* disjoint */
             if (o->data == b->data && o->storage == b->storage &&
                 !memcmp(o->kstrides, b->kstrides, sizeof(int64_t) * (size_t)c->kdim))

@@ -222,6 +222,8 @@ int nb_call_contig4_ok(const nb_call *c);
 /* Sets c->sig.contig4 (when cuda and nb_call_contig4_ok) and the leaves' bcast flags. */
 void nb_call_mark_contig4(nb_call *c, int cuda);
 int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strides, int64_t elem_bytes);
+/* The bytes [*lo, *hi) leaf b's elements span over c's kernel when its element [0, …] is at data. */
+void nb_call_leaf_span(const nb_call *c, const nb_leaf_bind *b, uint64_t data, uint64_t *lo, uint64_t *hi);
 /* Whether an integer array of dtype `have` feeding an integer parameter of dtype `param` can hold
  * values outside the parameter's range (a call then checks them value by value when it binds). */
 int nb_call_int_narrowed(nb_dtype have, nb_dtype param);

@@ -185,18 +185,6 @@ static nb_status check_array_slot(const nb_prepared *p, const char *who, int j) 
     return NB_OK;
 }
 
-/* The bytes [lo, hi) leaf b spans over the kernel at address data. */
-static void span(const nb_call *c, const nb_leaf_bind *b, uint64_t data, uint64_t *lo, uint64_t *hi) {
-    int64_t neg = 0, pos = 0;
-    for (int k = 0; k < c->kdim; k++) {
-        int64_t e = (c->kshape[k] - 1) * b->kstrides[k];
-        if (e < 0) neg += e;
-        else pos += e;
-    }
-    *lo = data + (uint64_t)neg;
-    *hi = data + (uint64_t)pos + (uint64_t)nb_dtype_size(b->storage);
-}
-
 /* Whether leaf j is written (an out / inout parameter, a result, or an accumulated gradient). */
 static int written(const nb_call *c, int j) {
     if (j >= c->nleaves) return 1;
@@ -214,8 +202,8 @@ static nb_status check_owned(const nb_prepared *p, const char *who, int j, uint6
         if (i == j || o->bind != NB_BIND_ARRAY || !written(c, i)) continue;
         if (!c->sig.leaves[i].owned && !c->sig.leaves[j].owned) continue;
         uint64_t lo, hi, lo2, hi2;
-        span(c, b, data, &lo, &hi);
-        span(c, o, o->data, &lo2, &hi2);
+        nb_call_leaf_span(c, b, data, &lo, &hi);
+        nb_call_leaf_span(c, o, o->data, &lo2, &hi2);
         if (lo2 >= hi || lo >= hi2) continue;
         if (o->data == data && o->storage == b->storage &&
             !memcmp(o->kstrides, b->kstrides, sizeof(int64_t) * (size_t)c->kdim))
