@@ -34,6 +34,7 @@
 #include "nabla/nn_encoding.h"
 #include "nabla/nn_mlp.h"
 #include "nabla/nn_tape.h"
+#include "graph/fuse.h"
 #include "graph/op_rows.h"
 
 #define MAXT 3 /* inputs / parameters per case */
@@ -93,6 +94,9 @@ static const op_case cases[] = {
     {NB_TOP_ENCODING, "encoding dense grid", 1, {2}, {{4, 2}}, 1, {1}, {{32}}, 0, 0, 0, 3, 0, 0},
     {NB_TOP_ENCODING, "encoding hash grid", 1, {2}, {{4, 2}}, 1, {1}, {{50}}, 1, 0, 0, 4, 0, 0},
     {NB_TOP_ENCODING, "encoding frequency", 1, {2}, {{3, 2}}, 0, {0}, {{0}}, 2, 0, 0, 1, 0, FREQ_TOL},
+    /* fused kernels (graph/fuse.h): a = 0 silu(add_channel(x, c)), 1 mse(silu(x) + z, x) */
+    {NB_TOP_FUSED, "fused add_channel+silu", 2, {4, 2}, {{2, 3, 4, 4}, {2, 3}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_FUSED, "fused silu+add+mse", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 1, 0, 0, 0, 0, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -100,6 +104,7 @@ static const op_case cases[] = {
  * freed by run_case after the tape (an op holds its object while on the tape). */
 static nb_mlp *g_mlp;
 static nb_encoding *g_enc;
+static nb_fuse_kernel *g_fuse;
 static nb_device *g_cpu; /* a CPU tape's device for them (an encoding borrows its device) */
 
 static nb_mlp_config mlp_config(void) {
@@ -134,6 +139,23 @@ static nb_status build_mlp(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar *y) {
     return s ? s : nb_tape_mlp(t, g_mlp, x, w, y);
 }
 
+static nb_status build_fused(nb_tape *t, int a, const nb_tvar *in, nb_tvar *y) {
+    nb_device *dev;
+    nb_status s = tape_device(t, &dev);
+    nb_fuse_spec sp = {0};
+    int x = nb_fuse_add_input(&sp, NB_FUSE_FULL), z = nb_fuse_add_input(&sp, a ? NB_FUSE_FULL : NB_FUSE_CHANNEL);
+    if (a == 0) {
+        int u = nb_fuse_add_node(&sp, NB_TOP_ADD_CHANNEL, 2, (int[]){x, z});
+        nb_fuse_add_node(&sp, NB_TOP_SILU, 1, (int[]){u});
+    } else {
+        int u = nb_fuse_add_node(&sp, NB_TOP_SILU, 1, (int[]){x});
+        int v = nb_fuse_add_node(&sp, NB_TOP_ADD, 2, (int[]){u, z});
+        nb_fuse_add_node(&sp, NB_TOP_MSE, 2, (int[]){v, x});
+    }
+    if (!s) s = nb_fuse_kernel_create(dev, &sp, &g_fuse);
+    return s ? s : nb_tape_fused(t, g_fuse, 2, in, y);
+}
+
 static nb_status build_encoding(nb_tape *t, int a, nb_tvar x, nb_tvar p, nb_tvar *y) {
     nb_device *dev;
     nb_status s = tape_device(t, &dev);
@@ -145,6 +167,8 @@ static nb_status build_encoding(nb_tape *t, int a, nb_tvar x, nb_tvar p, nb_tvar
 static void free_modules(void) {
     nb_mlp_free(g_mlp);
     nb_encoding_destroy(g_enc);
+    nb_fuse_kernel_free(g_fuse);
+    g_fuse = NULL;
     nb_device_close(g_cpu);
     g_mlp = NULL;
     g_enc = NULL;
@@ -184,6 +208,7 @@ static nb_status build(nb_tape *t, const op_case *c, const nb_tvar *in, const nb
     case NB_TOP_QKV_ATTENTION: return nb_tape_qkv_attention(t, in[0], c->a, y);
     case NB_TOP_MLP: return build_mlp(t, in[0], p0, y);
     case NB_TOP_ENCODING: return build_encoding(t, c->a, in[0], p0, y);
+    case NB_TOP_FUSED: return build_fused(t, c->a, in, y);
     default: return nb_error(NB_ERR_INTERNAL, "test_ops: no builder for op kind %d", c->kind);
     }
 }

@@ -51,7 +51,10 @@ enum nb_top_shape_rule {
     NB_OPSHAPE_ATTRS,        /* out computed by the op's builder from inputs and attributes */
 };
 
-#define NB_TOP_MAX_IN 3
+/* Inputs of one op: 3 for the library's ops; FUSED (and user-function nodes) take up to 8. A
+ * row whose nin is NB_TOP_NIN_ANY takes any count 1 .. NB_TOP_MAX_IN (op->nin says how many). */
+#define NB_TOP_MAX_IN 8
+#define NB_TOP_NIN_ANY (-1)
 typedef struct nb_top {
     int kind;
     int nin;

@@ -43,7 +43,7 @@ nb_status nb_tape_check_op(const nb_tape *t, const nb_top *op) {
     if (op->kind < 0 || op->kind >= NB_TOP_COUNT)
         return nb_error(NB_ERR_INTERNAL, "tape: unknown op kind %d", op->kind);
     const nb_top_row *r = &nb_top_rows[op->kind];
-    if (op->nin != r->nin)
+    if (r->nin == NB_TOP_NIN_ANY ? op->nin < 1 || op->nin > NB_TOP_MAX_IN : op->nin != r->nin)
         return nb_error(NB_ERR_INTERNAL, "tape: op '%s' recorded with %d inputs, ops.def says %d",
                         r->name, op->nin, r->nin);
     for (int i = 0; i < op->nin; i++)
