@@ -80,6 +80,22 @@ static const char *nb_test_name_;
         }                                                                                      \
     } while (0)
 
+/* Elementwise closeness of float arrays: max |a - b| / (1 + |b|) over n values <= tol, else a
+ * failure naming `what`, the worst index and both values. */
+static inline void nb_test_expect_close(const char *what, const float *a, const float *b, int64_t n, double tol) {
+    double worst = 0.0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
+        if (!(e <= worst)) worst = e, at = i;
+    }
+    if (!(worst <= tol)) {
+        fprintf(stderr, "  %s: %s differs: [%lld] %.9g vs %.9g (err %.3g > %.3g)\n", nb_test_name_, what,
+                (long long)at, (double)a[at], (double)b[at], worst, tol);
+        nb_test_failures_++;
+    }
+}
+
 #define NB_SKIP(why)                                                                           \
     do {                                                                                       \
         fprintf(stderr, "  %s: skipped: %s\n", nb_test_name_, (why));                          \

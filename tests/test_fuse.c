@@ -28,21 +28,6 @@ static void fill(float *p, int64_t n, uint32_t seed) {
     }
 }
 
-/* max |a - b| / (1 + |b|) over n values <= tol */
-static void expect_close(const char *what, const float *a, const float *b, int64_t n, double tol) {
-    double worst = 0.0;
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
-        if (!(e <= worst)) worst = e, at = i;
-    }
-    if (!(worst <= tol)) {
-        fprintf(stderr, "  %s: %s differs: [%lld] %.9g vs %.9g (err %.3g > %.3g)\n", nb_test_name_, what,
-                (long long)at, (double)a[at], (double)b[at], worst, tol);
-        nb_test_failures_++;
-    }
-}
-
 /* ---- the generated text ------------------------------------------------------------------------- */
 
 static void test_codegen_text(void) {
@@ -213,12 +198,12 @@ static void chain_run(nb_device *dev, int chain, nb_fuse_kernel *k, chain_out *o
 static void compare(const char *label, const chain_out *a, const chain_out *b, double tol) {
     char w[256];
     snprintf(w, sizeof w, "%s loss", label);
-    expect_close(w, &a->loss, &b->loss, 1, tol);
+    nb_test_expect_close(w, &a->loss, &b->loss, 1, tol);
     static const char *const gn[4] = {"da", "db", "dch", "dtgt"};
     static const int64_t cnt[4] = {NUMEL, NUMEL, N * C, NUMEL};
     for (int i = 0; i < 4; i++) {
         snprintf(w, sizeof w, "%s %s", label, gn[i]);
-        expect_close(w, a->g[i], b->g[i], cnt[i], tol);
+        nb_test_expect_close(w, a->g[i], b->g[i], cnt[i], tol);
     }
 }
 
@@ -293,9 +278,9 @@ static void test_arrays_and_errors(void) {
         dar[i] = (float)(2.0 * g);
         dcr[i / (H * W)] += (float)g;
     }
-    expect_close("y", y, yr, NUMEL, 1e-5);
-    expect_close("da (added twice)", da, dar, NUMEL, 1e-5);
-    expect_close("dch", dch, dcr, N * C, 1e-5);
+    nb_test_expect_close("y", y, yr, NUMEL, 1e-5);
+    nb_test_expect_close("da (added twice)", da, dar, NUMEL, 1e-5);
+    nb_test_expect_close("dch", dch, dcr, N * C, 1e-5);
     /* bad arguments: each a typed error naming the cause */
     NB_REQUIRE_OK(nb_tensor_zeros(cpu, NB_F32, 4, (int64_t[]){N, C, H, W + 1}, &bad));
     NB_EXPECT_ERR(nb_fuse_forward(k, (nb_tensor *[]){ta, bad, tc}, ty), NB_ERR_SHAPE, "input 1");

@@ -30,21 +30,6 @@ static float *rnd(int64_t n, uint32_t seed, float scale) {
     return p;
 }
 
-/* max |a - b| / (1 + |b|) over n values <= tol */
-static void expect_close(const char *what, const float *a, const float *b, int64_t n, double tol) {
-    double worst = 0.0;
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
-        if (!(e <= worst)) worst = e, at = i;
-    }
-    if (!(worst <= tol)) {
-        fprintf(stderr, "  %s: %s differs: [%lld] %.9g vs %.9g (err %.3g > %.3g)\n", nb_test_name_, what,
-                (long long)at, (double)a[at], (double)b[at], worst, tol);
-        nb_test_failures_++;
-    }
-}
-
 enum { N = 4, C = 8, H = 16, W = 12 };
 #define NUMEL ((int64_t)N * C * H * W)
 static const int64_t S4[4] = {N, C, H, W}, S2[2] = {N, C};
@@ -104,9 +89,9 @@ static void check_vs_tape(int op) {
         NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, tx, tb, tdy, tdx, tdb));
     }
     get(ty, y), get(tdx, dx), get(tdb, db);
-    expect_close("y", y, r.y, NUMEL, op == 0 ? 4e-7 : 0.0);
-    expect_close("dx", dx, r.dx, NUMEL, op == 0 ? 1e-6 : 0.0);
-    if (op) expect_close("db", db, r.db, nb, op == 2 ? 1e-6 : 0.0);
+    nb_test_expect_close("y", y, r.y, NUMEL, op == 0 ? 4e-7 : 0.0);
+    nb_test_expect_close("dx", dx, r.dx, NUMEL, op == 0 ? 1e-6 : 0.0);
+    if (op) nb_test_expect_close("db", db, r.db, nb, op == 2 ? 1e-6 : 0.0);
     /* one gradient at a time (other code paths): db alone, then dx alone */
     if (op) {
         NB_EXPECT_OK(nb_tensor_fill_bytes(tdb, 0));
@@ -114,19 +99,19 @@ static void check_vs_tape(int op) {
         if (op == 1) NB_EXPECT_OK(nb_nbops_add_bwd(o, tx, tb, tdy, NULL, tdb));
         else NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, tx, tb, tdy, NULL, tdb));
         get(tdb, db), get(tdx, dx);
-        expect_close("db alone", db, r.db, nb, op == 2 ? 1e-6 : 0.0);
+        nb_test_expect_close("db alone", db, r.db, nb, op == 2 ? 1e-6 : 0.0);
         for (int64_t i = 0; i < NUMEL; i++) NB_EXPECT(dx[i] == 0.0f);
         if (op == 1) NB_EXPECT_OK(nb_nbops_add_bwd(o, tx, tb, tdy, tdx, NULL));
         else NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, tx, tb, tdy, tdx, NULL));
         get(tdx, dx);
-        expect_close("dx alone", dx, r.dx, NUMEL, 0.0);
+        nb_test_expect_close("dx alone", dx, r.dx, NUMEL, 0.0);
     }
     /* gradients accumulate: a second backward doubles them */
     if (op == 0) {
         NB_EXPECT_OK(nb_nbops_silu_bwd(o, tx, tdy, tdx));
         get(tdx, dx);
         for (int64_t i = 0; i < NUMEL; i++) dx[i] *= 0.5f;
-        expect_close("dx accumulated", dx, r.dx, NUMEL, 1e-6);
+        nb_test_expect_close("dx accumulated", dx, r.dx, NUMEL, 1e-6);
     }
     /* the MSE of the tape's y against target: value and dy (dloss = 1) */
     nb_tensor *tt = mk(dev, 4, S4, target), *loss = mk(dev, 1, (int64_t[]){1}, NULL);
@@ -136,14 +121,14 @@ static void check_vs_tape(int op) {
     NB_EXPECT_OK(nb_nbops_mse(o, ty, tt, loss));
     NB_EXPECT_OK(nb_nbops_mse_bwd(o, ty, tt, dl, dp, dq));
     get(loss, &l), get(dp, dph), get(dq, dqh);
-    expect_close("mse", &l, &r.loss, 1, 1e-6);
-    expect_close("mse dp", dph, r.dy, NUMEL, 1e-6);
+    nb_test_expect_close("mse", &l, &r.loss, 1, 1e-6);
+    nb_test_expect_close("mse dp", dph, r.dy, NUMEL, 1e-6);
     for (int64_t i = 0; i < NUMEL; i++) dqh[i] = -dqh[i];
-    expect_close("mse dq", dqh, r.dy, NUMEL, 1e-6);
+    nb_test_expect_close("mse dq", dqh, r.dy, NUMEL, 1e-6);
     NB_EXPECT_OK(nb_tensor_fill_bytes(dp, 0));
     NB_EXPECT_OK(nb_nbops_mse_bwd(o, ty, tt, dl, dp, NULL)); /* dp alone: the bwds path */
     get(dp, dph);
-    expect_close("mse dp alone", dph, r.dy, NUMEL, 1e-6);
+    nb_test_expect_close("mse dp alone", dph, r.dy, NUMEL, 1e-6);
     free(dph), free(dqh);
     nb_tensor_free(tt), nb_tensor_free(loss), nb_tensor_free(dl), nb_tensor_free(dp), nb_tensor_free(dq);
     free(x), free(b), free(target), free(y), free(dx), free(db);
@@ -178,12 +163,12 @@ static void test_add_channel_strided_cpu(void) {
     NB_EXPECT_OK(nb_nbops_add_channel(o, xt, tc, y1));
     NB_EXPECT_OK(nb_nbops_add_channel(o, xc, tc, y2));
     get(y1, a), get(y2, b);
-    expect_close("strided y", a, b, NUMEL, 0.0);
+    nb_test_expect_close("strided y", a, b, NUMEL, 0.0);
     NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, xt, tc, dyt, dx1, dc1));
     NB_EXPECT_OK(nb_nbops_add_channel_bwd(o, xc, tc, dyc, dx2, dc2));
     get(dx1, a), get(dx2, b), get(dc1, da), get(dc2, db);
-    expect_close("strided dx", a, b, NUMEL, 0.0);
-    expect_close("strided dc", da, db, N * C, 1e-6);
+    nb_test_expect_close("strided dx", a, b, NUMEL, 0.0);
+    nb_test_expect_close("strided dc", da, db, N * C, 1e-6);
     nb_tensor *all[] = {xs, xt, xc, tc, dys, dyt, dyc, y1, y2, dx1, dx2, dc1, dc2};
     for (int i = 0; i < 13; i++) nb_tensor_free(all[i]);
     free(x), free(c), free(dy), free(a), free(b);
@@ -204,24 +189,24 @@ static void test_mul_cpu(void) {
     NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, tda, tdb));
     for (int64_t i = 0; i < NUMEL; i++) ref[i] = a[i] * b[i];
     get(ty, got);
-    expect_close("mul y", got, ref, NUMEL, 0.0);
+    nb_test_expect_close("mul y", got, ref, NUMEL, 0.0);
     for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * b[i];
     get(tda, got);
-    expect_close("mul da", got, ref, NUMEL, 0.0);
+    nb_test_expect_close("mul da", got, ref, NUMEL, 0.0);
     for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * a[i];
     get(tdb, got);
-    expect_close("mul db", got, ref, NUMEL, 0.0);
+    nb_test_expect_close("mul db", got, ref, NUMEL, 0.0);
     /* only da wanted, then only db */
     NB_EXPECT_OK(nb_tensor_fill_bytes(tda, 0));
     NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, tda, NULL));
     for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * b[i];
     get(tda, got);
-    expect_close("mul da alone", got, ref, NUMEL, 0.0);
+    nb_test_expect_close("mul da alone", got, ref, NUMEL, 0.0);
     for (int64_t i = 0; i < NUMEL; i++) ref[i] = dy[i] * a[i];
     NB_EXPECT_OK(nb_tensor_fill_bytes(tdb, 0));
     NB_EXPECT_OK(nb_nbops_mul_bwd(o, ta, tb, tdy, NULL, tdb));
     get(tdb, got);
-    expect_close("mul db alone", got, ref, NUMEL, 0.0);
+    nb_test_expect_close("mul db alone", got, ref, NUMEL, 0.0);
     free(a), free(b), free(dy), free(ref), free(got);
     nb_tensor_free(ta), nb_tensor_free(tb), nb_tensor_free(ty), nb_tensor_free(tdy), nb_tensor_free(tda);
     nb_tensor_free(tdb);
@@ -271,7 +256,7 @@ static void stored_bwd(nb_device *dev) {
                 char what[64];
                 snprintf(what, sizeof what, "op %d stored gradient %d of mask %d", op, k, want);
                 get(acc[k], ref), get(sto[k], got);
-                expect_close(what, got, ref, NUMEL, 0.0);
+                nb_test_expect_close(what, got, ref, NUMEL, 0.0);
             }
         }
     }
@@ -381,17 +366,17 @@ static void run_adam(int decoupled) {
         free(g);
     }
     get(p2, got), get(g2, gz), get(pa, via), get(pb, via + P1);
-    expect_close("adam params", got, ref, P, 0.0);
-    expect_close("nb_adam_step params", via, ref, P, 0.0);
+    nb_test_expect_close("adam params", got, ref, P, 0.0);
+    nb_test_expect_close("nb_adam_step params", via, ref, P, 0.0);
     get(m, got);
-    expect_close("adam m", got, rm, P, 0.0);
+    nb_test_expect_close("adam m", got, rm, P, 0.0);
     /* one more step of nb_adam_step over one segment (a new layout of m and v's views) */
     float *g = rnd(P, 200, 0.3f);
     nb_tensor *pc = mk(dev, 1, &n, via), *gc = mk(dev, 1, &n, g);
     NB_EXPECT_OK(nb_adam_step(opt, pc, gc, 1));
     adam_ref_f32(ref, g, rm, rv, P, &c, T + 1);
     get(pc, via);
-    expect_close("nb_adam_step, new segments", via, ref, P, 0.0);
+    nb_test_expect_close("nb_adam_step, new segments", via, ref, P, 0.0);
     nb_tensor_free(pc), nb_tensor_free(gc), free(g);
     int nz = 0;
     for (int i = 0; i < P; i++) nz += gz[i] != 0.0f;
@@ -456,7 +441,7 @@ static void test_cuda_vs_cpu(void) {
                             "mse, cast", "adamw"};
     int64_t counts[8] = {NUMEL, NUMEL, NUMEL, NUMEL, NUMEL, N * C, 1 + NUMEL, NUMEL};
     for (int k = 0; k < 8; k++) {
-        expect_close(names[k], b[k], a[k], counts[k], k == 5 || k == 6 ? 1e-5 : 1e-6);
+        nb_test_expect_close(names[k], b[k], a[k], counts[k], k == 5 || k == 6 ? 1e-5 : 1e-6);
         free(a[k]), free(b[k]);
     }
     nb_device_close(gpu);
