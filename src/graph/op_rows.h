@@ -175,6 +175,12 @@ struct nb_tape {
      * while it does not move); temb_dev: nb_tape_set_device_timesteps */
     uint64_t resets;
     const float *temb_dev;
+    /* recorded graphs (include/nabla/graph.h, src/graph/graph_internal.h): the recording in
+     * progress (NULL: none), the graphs recorded from this tape (nb_tape_free detaches them),
+     * and on a graph's replay tape the planned gradient buffer of each value (NULL: the arena) */
+    struct nb_graph_rec *rec;
+    struct nb_graph *graphs;
+    float **grad_plan;
 };
 
 /* Allocation from the arena (64-byte aligned; host or device memory after the tape's device;
@@ -251,6 +257,12 @@ nb_status nb_tape_op_out(nb_tape *t, nb_top *op, int ndim, const int64_t *shape)
 nb_status nb_tape_record(nb_tape *t, const nb_top *op);
 /* Runs fn over [0, n) on the global thread pool (inline when it is absent). */
 void nb_tape_parallel(int64_t n, int64_t grain, void (*fn)(void *, int64_t, int64_t), void *ctx);
+
+/* count elements of dtype dt in tape memory -> host floats (bf16 widened); waits. */
+nb_status nb_tape_download_dt(nb_tape *t, float *dst, const void *src, nb_dtype dt, int64_t count);
+/* The start of a backward from loss (a scalar needing a gradient): forgets the activation
+ * gradients of an earlier backward and seeds dL/dloss += 1 (nb_tape_backward, graph replay). */
+nb_status nb_tape_backward_seed(nb_tape *t, nb_tvar loss);
 
 /* Shape helpers for error messages. */
 const char *nb_tape_shape_str(const nb_tval *v, char *buf, size_t cap);

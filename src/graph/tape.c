@@ -7,7 +7,7 @@
 #include "core/threadpool.h"
 #include "nabla/alloc.h"
 #include "nabla/device.h"
-#include "graph/tape_internal.h"
+#include "graph/graph_internal.h"
 
 #define NB_TAPE_ALIGN 64
 
@@ -125,6 +125,7 @@ static void nb_tape_free_pbuf(nb_tape *t, float *p, nb_buffer *buf) {
 
 void nb_tape_free(nb_tape *t) {
     if (!t) return;
+    if (t->rec || t->graphs) nb_graph_tape_freed(t); /* graphs of this tape refuse to run */
     nb_tape_prof_free(t); /* its events belong to t->dev */
     nb_tape_free_blocks(t);
     nb_tape_free_pbuf(t, t->params, t->params_buf);
@@ -263,8 +264,7 @@ static nb_status nb_tape_download(nb_tape *t, float *dst, const float *src, int6
     return NB_OK;
 }
 
-/* count elements of dtype dt in tape memory -> host floats (bf16 widened); waits. */
-static nb_status nb_tape_download_dt(nb_tape *t, float *dst, const void *src, nb_dtype dt,
+nb_status nb_tape_download_dt(nb_tape *t, float *dst, const void *src, nb_dtype dt,
                                      int64_t count) {
     if (dt == NB_F32) return nb_tape_download(t, dst, src, count);
     if (count <= 0) return NB_OK;
@@ -386,6 +386,7 @@ nb_status nb_tape_input(nb_tape *t, int ndim, const int64_t *shape, const float 
     if (s) return s;
     s = nb_tape_new_value(t, ndim, shape, requires_grad != 0, out);
     if (s) return s;
+    if (t->rec) nb_graph_rec_input(t, *out); /* an input of the graph being recorded */
     return nb_tape_upload(t, t->vals[*out].data, data, count);
 }
 
@@ -632,6 +633,22 @@ nb_status nb_tape_record(nb_tape *t, const nb_top *op) {
     return NB_OK;
 }
 
+/* A fresh gradient buffer for v: its planned buffer on a graph's replay tape, else the arena. */
+static float *nb_tape_grad_alloc(nb_tape *t, nb_tvar v, int zero) {
+    nb_tval *tv = &t->vals[v];
+    float *p = t->grad_plan ? t->grad_plan[v] : NULL;
+    if (!p) return nb_tape_alloc_dt(t, tv->count, tv->dtype, zero);
+    if (zero) {
+        size_t bytes = (size_t)tv->count * nb_tape_dt_size(tv->dtype);
+        if (nb_tape_on_cuda(t)) {
+            if (nb_memset(t->dev, p, 0, bytes) != NB_OK) return NULL;
+        } else {
+            memset(p, 0, bytes);
+        }
+    }
+    return p;
+}
+
 nb_status nb_tape_grad_buf(nb_tape *t, nb_tvar v, float **g) {
     *g = NULL;
     if (v < 0) return NB_OK;
@@ -643,7 +660,7 @@ nb_status nb_tape_grad_buf(nb_tape *t, nb_tvar v, float **g) {
         return s;
     }
     if (!tv->grad) {
-        tv->grad = nb_tape_alloc_dt(t, tv->count, tv->dtype, 1);
+        tv->grad = nb_tape_grad_alloc(t, v, 1);
         if (!tv->grad) return NB_ERR_OUT_OF_MEMORY;
     }
     *g = tv->grad;
@@ -663,11 +680,28 @@ nb_status nb_tape_grad_buf_w(nb_tape *t, nb_tvar v, float **g, int *overwrite) {
     }
     if (!tv->grad) {
         /* first contribution: the caller writes every element, so no zero fill */
-        tv->grad = nb_tape_alloc_dt(t, tv->count, tv->dtype, 0);
+        tv->grad = nb_tape_grad_alloc(t, v, 0);
         if (!tv->grad) return NB_ERR_OUT_OF_MEMORY;
         *overwrite = 1;
     }
     *g = tv->grad;
+    return NB_OK;
+}
+
+nb_status nb_tape_backward_seed(nb_tape *t, nb_tvar loss) {
+    nb_tval *l = &t->vals[loss];
+    /* Activation gradients from an earlier backward are stale: start them afresh. */
+    for (int32_t i = t->n_param_vals; i < t->n_vals; i++) t->vals[i].grad = NULL;
+    float *g;
+    nb_status s = nb_tape_grad_buf(t, loss, &g);
+    if (s) return s;
+    if (l->dtype == NB_BF16) { /* a fresh (zeroed) bf16 gradient: store bf16 1.0 */
+        uint16_t one = nb_f32_to_bf16(1.0f);
+        return nb_tape_on_cuda(t) ? nb_memcpy_h2d(t->dev, g, &one, sizeof one)
+                                  : (memcpy(g, &one, sizeof one), NB_OK);
+    }
+    if (nb_tape_on_cuda(t)) return nb_tape_cuda_add_scalar(t, g, 1.0f); /* no host round trip */
+    g[0] += 1.0f;
     return NB_OK;
 }
 
@@ -684,21 +718,8 @@ nb_status nb_tape_backward(nb_tape *t, nb_tvar loss) {
         return nb_error(NB_ERR_INVALID_ARG,
                         "nb_tape_backward: loss does not depend on any parameter or input that "
                         "requires a gradient");
-    /* Activation gradients from an earlier backward are stale: start them afresh. */
-    for (int32_t i = t->n_param_vals; i < t->n_vals; i++) t->vals[i].grad = NULL;
-    float *g;
-    nb_status s = nb_tape_grad_buf(t, loss, &g);
+    nb_status s = nb_tape_backward_seed(t, loss);
     if (s) return s;
-    if (l->dtype == NB_BF16) { /* a fresh (zeroed) bf16 gradient: store bf16 1.0 */
-        uint16_t one = nb_f32_to_bf16(1.0f);
-        s = nb_tape_on_cuda(t) ? nb_memcpy_h2d(t->dev, g, &one, sizeof one)
-                               : (memcpy(g, &one, sizeof one), NB_OK);
-        if (s) return s;
-    } else if (nb_tape_on_cuda(t)) {
-        if ((s = nb_tape_cuda_add_scalar(t, g, 1.0f))) return s; /* no host round trip */
-    } else {
-        g[0] += 1.0f;
-    }
     if (t->prof_level) nb_tape_prof_pass(t);
     for (int32_t i = t->n_ops - 1; i >= 0; i--) {
         const nb_top *op = &t->ops[i];
@@ -707,6 +728,7 @@ nb_status nb_tape_backward(nb_tape *t, nb_tvar loss) {
         s = nb_top_run(t, (nb_top *)op, 1);
         if (s) return s;
     }
+    if (t->rec) nb_graph_rec_backward(t, loss); /* the backward is part of the graph */
     return NB_OK;
 }
 
@@ -734,6 +756,7 @@ nb_status nb_tape_data(nb_tape *t, nb_tvar v, float **data, int64_t *count) {
     if (!t || !data) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_data: tape or data is NULL");
     nb_tval *tv = nb_tape_val(t, v, "nb_tape_data: value");
     if (!tv) return NB_ERR_INVALID_ARG;
+    if (t->rec) nb_graph_rec_host(t, v, "nb_tape_data");
     *data = tv->data;
     if (count) *count = tv->count;
     return NB_OK;
@@ -743,6 +766,7 @@ nb_status nb_tape_grad(nb_tape *t, nb_tvar v, float **grad, int64_t *count) {
     if (!t || !grad) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_grad: tape or grad is NULL");
     nb_tval *tv = nb_tape_val(t, v, "nb_tape_grad: value");
     if (!tv) return NB_ERR_INVALID_ARG;
+    if (t->rec) nb_graph_rec_host(t, v, "nb_tape_grad");
     *grad = tv->needs_grad ? tv->grad : NULL;
     if (count) *count = tv->count;
     return NB_OK;
@@ -775,6 +799,7 @@ nb_status nb_tape_read(nb_tape *t, nb_tvar v, float *host, int64_t count) {
     if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_read: tape is NULL");
     nb_tval *tv = nb_tape_val(t, v, "nb_tape_read: value");
     if (!tv) return NB_ERR_INVALID_ARG;
+    if (t->rec) nb_graph_rec_host(t, v, "nb_tape_read");
     nb_status s = nb_tape_check_count("nb_tape_read", "the value", tv->count, count, host);
     return s ? s : nb_tape_download_dt(t, host, tv->data, tv->dtype, count);
 }
@@ -783,6 +808,7 @@ nb_status nb_tape_read_grad(nb_tape *t, nb_tvar v, float *host, int64_t count) {
     if (!t) return nb_error(NB_ERR_INVALID_ARG, "nb_tape_read_grad: tape is NULL");
     nb_tval *tv = nb_tape_val(t, v, "nb_tape_read_grad: value");
     if (!tv) return NB_ERR_INVALID_ARG;
+    if (t->rec) nb_graph_rec_host(t, v, "nb_tape_read_grad");
     nb_status s = nb_tape_check_count("nb_tape_read_grad", "the value", tv->count, count, host);
     if (s) return s;
     if (!tv->needs_grad || !tv->grad) {
