@@ -134,17 +134,25 @@ static nb_status g_grow_nodes(nb_graph *g, int32_t need) {
     return s;
 }
 
+/* The graph facts of value v (g->vals[v] set) before roles are known: not planned. */
+static void gv_init(nb_graph *g, nb_tvar v, int role) {
+    nb_gval *gv = &g->gv[v];
+    memset(gv, 0, sizeof *gv);
+    gv->role = role;
+    gv->producer = -1;
+    gv->input_index = -1;
+    gv->bytes = g->vals[v].count * (int64_t)nb_tape_dt_size(g->vals[v].dtype);
+    gv->off = gv->goff = -1;
+    gv->life[0] = gv->life[1] = gv->glife[0] = gv->glife[1] = -1;
+}
+
 nb_status nb_graph_add_value(nb_graph *g, const nb_tval *v, nb_tvar *out) {
     nb_status s = g_grow_vals(g, g->n_vals + 1);
     if (s) return s;
     nb_tvar i = g->n_vals++;
     g->vals[i] = *v;
     g->vals[i].data = g->vals[i].grad = NULL;
-    memset(&g->gv[i], 0, sizeof g->gv[i]);
-    g->gv[i].role = NB_GV_ACT;
-    g->gv[i].producer = -1;
-    g->gv[i].input_index = -1;
-    g->gv[i].bytes = v->count * (int64_t)nb_tape_dt_size(v->dtype);
+    gv_init(g, i, NB_GV_ACT);
     if (g->rt) g->rt->vals = g->vals, g->rt->n_vals = g->n_vals, g->rt->vals_cap = g->vals_cap;
     nb_graph_invalidate(g);
     *out = i;
@@ -279,14 +287,7 @@ static nb_status rec_build(nb_tape *t, const nb_graph_rec *r, nb_graph *g) {
     g->n_param_vals = t->n_param_vals;
     for (nb_tvar v = 0; v < nv; v++) {
         g->vals[v] = t->vals[v];
-        nb_gval *gv = &g->gv[v];
-        memset(gv, 0, sizeof *gv);
-        gv->role = v < t->n_param_vals ? NB_GV_PARAM : NB_GV_NONE;
-        gv->producer = -1;
-        gv->input_index = -1;
-        gv->bytes = g->vals[v].count * (int64_t)nb_tape_dt_size(g->vals[v].dtype);
-        gv->off = gv->goff = -1;
-        gv->life[0] = gv->life[1] = gv->glife[0] = gv->glife[1] = -1;
+        gv_init(g, v, v < t->n_param_vals ? NB_GV_PARAM : NB_GV_NONE);
         if (v >= t->n_param_vals) g->vals[v].grad = NULL;
     }
     g->inputs = nb_alloc((size_t)(r->n_inputs ? r->n_inputs : 1) * sizeof(nb_tvar), 16);
