@@ -12,10 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/cuda/cuda_api.h"
 #include "graph/fuse.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
+#include "nb_test_alloc.h"
+#include "nb_test_nvrtc.h"
 
 enum { N = 2, C = 3, H = 4, W = 5 };
 #define NUMEL ((int64_t)N * C * H * W)
@@ -326,7 +327,120 @@ static void test_arrays_and_errors(void) {
     nb_device_close(cpu);
 }
 
+/* ---- steady state, the cache of prepared calls, NVRTC -------------------------------------------- */
+
+/* A fixed-shape tape loop with a fused op: once warm, a step prepares no call and makes no host
+ * allocation (the FUSED row patches addresses into its prepared forward and backward calls). */
+static void test_steady_state(void) {
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_fuse_spec s;
+    chain_spec(CHAIN_LOSS, &s);
+    nb_fuse_kernel *k;
+    NB_REQUIRE_OK(nb_fuse_kernel_create(cpu, &s, &k));
+    static float data[4][NUMEL];
+    for (int i = 0; i < 4; i++) fill(data[i], NUMEL, 5u + (uint32_t)i);
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    float first = 0.0f;
+    for (int step = 0; step < 6; step++) {
+        if (step == 2) nb_test_count_allocs_begin();
+        nb_tvar v[4], loss;
+        NB_EXPECT_OK(nb_tape_reset(t));
+        NB_EXPECT_OK(nb_tape_input(t, 4, S4, data[0], 1, &v[0]));
+        NB_EXPECT_OK(nb_tape_input(t, 4, S4, data[1], 0, &v[1]));
+        NB_EXPECT_OK(nb_tape_input(t, 2, S2, data[2], 1, &v[2]));
+        NB_EXPECT_OK(nb_tape_input(t, 4, S4, data[3], 0, &v[3]));
+        NB_EXPECT_OK(nb_tape_fused(t, k, 4, v, &loss));
+        NB_EXPECT_OK(nb_tape_backward(t, loss));
+        float l = 0.0f;
+        NB_EXPECT_OK(nb_tape_read(t, loss, &l, 1));
+        if (step == 0) first = l;
+        NB_EXPECT(l == first && l > 0.0f);
+    }
+    nb_test_count_allocs_end();
+    NB_EXPECT(nb_test_allocs == 0);
+    if (nb_test_allocs) fprintf(stderr, "  %lld host allocations in 4 warm steps\n", (long long)nb_test_allocs);
+    NB_EXPECT(nb_fuse_kernel_prepares(k) == 2); /* one forward, one backward (a, ch: two gradients) */
+    nb_tape_free(t);
+    nb_fuse_kernel_free(k);
+    nb_device_close(cpu);
+}
+
+/* More shapes than the kernel keeps prepared calls for, round robin: every result right. */
+static void test_prepared_cache(void) {
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_fuse_spec s = {0};
+    int x = nb_fuse_add_input(&s, NB_FUSE_FULL), y = nb_fuse_add_input(&s, NB_FUSE_FULL);
+    nb_fuse_add_node(&s, NB_TOP_MSE, 2, (int[]){x, y});
+    nb_fuse_kernel *k;
+    NB_REQUIRE_OK(nb_fuse_kernel_create(cpu, &s, &k));
+    enum { SHAPES = 6 };
+    static float a[64], b[64];
+    fill(a, 64, 7);
+    fill(b, 64, 8);
+    for (int round = 0; round < 2; round++)
+        for (int j = 0; j < SHAPES; j++) {
+            int64_t n = 8 + 9 * j, one = 1;
+            nb_tensor *ta, *tb, *tl;
+            NB_REQUIRE_OK(nb_tensor_from_host(cpu, NB_F32, 1, &n, a, &ta));
+            NB_REQUIRE_OK(nb_tensor_from_host(cpu, NB_F32, 1, &n, b, &tb));
+            NB_REQUIRE_OK(nb_tensor_empty(cpu, NB_F32, 1, &one, &tl));
+            float l = -1.0f;
+            double want = 0.0;
+            for (int64_t i = 0; i < n; i++) want += ((double)a[i] - b[i]) * ((double)a[i] - b[i]) / (double)n;
+            NB_EXPECT_OK(nb_fuse_forward(k, (nb_tensor *[]){ta, tb}, tl));
+            NB_EXPECT_OK(nb_tensor_to_host(tl, &l, sizeof l));
+            NB_EXPECT_NEAR(l, want, 1e-5 * want);
+            nb_tensor_free(ta), nb_tensor_free(tb), nb_tensor_free(tl);
+        }
+    NB_EXPECT(nb_fuse_kernel_prepares(k) == 2 * SHAPES); /* 4 kept: each shape evicted before its turn */
+    nb_fuse_kernel_free(k);
+    nb_device_close(cpu);
+}
+
+/* The CUDA kernels of the fused calls compile with NVRTC (no GPU needed): each chain's forward
+ * and backward call (every gradient), bound as a run binds them, emitted for CUDA. */
+static void test_nvrtc(void) {
+    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    static float buf[4][NUMEL], gb[4][NUMEL], r[NUMEL];
+    int ok = 0;
+    for (int chain = 0; chain < CHAIN_COUNT; chain++) {
+        nb_fuse_spec s;
+        chain_spec(chain, &s);
+        nb_fuse_kernel *k;
+        NB_REQUIRE_OK(nb_fuse_kernel_create(cpu, &s, &k));
+        nb_fuse_arg in[4], g[4], res = {.data = r, .dtype = NB_F32};
+        for (int i = 0; i < s.n_in; i++) {
+            int chan = s.in_kind[i] == NB_FUSE_CHANNEL;
+            in[i] = (nb_fuse_arg){.data = buf[i], .dtype = NB_F32, .ndim = chan ? 2 : 4};
+            memcpy(in[i].shape, chan ? S2 : S4, sizeof(int64_t) * (chan ? 2 : 4));
+            g[i] = in[i];
+            g[i].data = gb[i];
+        }
+        res.ndim = nb_fuse_kernel_reduces(k) ? 1 : 4;
+        if (res.ndim == 1) res.shape[0] = 1;
+        else memcpy(res.shape, S4, sizeof S4);
+        for (int bwd = 0; bwd < 2; bwd++) {
+            nb_tensor *wrap[2 * NB_FUSE_MAX_IN + 1];
+            int nwrap = 0;
+            nb_call *c = NULL;
+            char what[160];
+            snprintf(what, sizeof what, "%s %s", chain_names[chain], bwd ? "backward" : "forward");
+            NB_EXPECT_OK(nb_fuse_call_begin(k, bwd, in, &res, g, wrap, &nwrap, &c));
+            if (c) ok += nb_test_nvrtc_call(c, what);
+            for (int i = 0; i < nwrap; i++) nb_tensor_free(wrap[i]);
+        }
+        nb_fuse_kernel_free(k);
+    }
+    NB_EXPECT(ok == 2 * CHAIN_COUNT);
+    nb_device_close(cpu);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_codegen_text, test_spec_errors, test_chains_cpu, test_arrays_and_errors,
-                 test_chains_cuda);
+                 test_steady_state, test_prepared_cache, test_nvrtc, test_chains_cuda);
 }

@@ -10,6 +10,7 @@
 #include "nabla/nn_optim.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
+#include "nb_test_nvrtc.h"
 #include "nn/ops/nb_ops.h"
 
 static nb_tensor *mk(nb_device *dev, int ndim, const int64_t *shape, const float *data) {
@@ -454,36 +455,7 @@ static void test_cuda_vs_cpu(void) {
  * the CPU and emitted for CUDA. */
 static int g_nvrtc_n;
 
-static void nvrtc_check(nb_call *c, const char *what) {
-    nb_status s = nb_call_ad_fuse(c, 0);
-    if (!s) s = nb_call_bind(c, 0, NULL);
-    if (!s) s = nb_call_materialize(c, 0);
-    if (!s) nb_call_owned_grads(c); /* (as a run decides them: gradients one thread owns, */
-    if (!s) nb_call_mark_contig4(c, 1); /* 4 contiguous indices per thread) */
-    NB_EXPECT(s == NB_OK);
-    if (s) {
-        fprintf(stderr, "  %s: bind: %s\n", what, nb_last_error());
-        nb_call_free(c);
-        return;
-    }
-    nb_call_sig sig = c->sig;
-    sig.target = NB_TARGET_CUDA;
-    nb_strbuf src;
-    nb_strbuf_init(&src);
-    nb_call_layout lay;
-    s = nb_program_emit_call(c->f->m->prog, &sig, &src, &lay);
-    NB_EXPECT(s == NB_OK);
-    void *img = NULL;
-    size_t size = 0;
-    int cubin = 0;
-    if (!s) s = nb_nvrtc_compile(nb_strbuf_cstr(&src), "nn_ops.cu", "compute_90", NULL, &img, &size, &cubin);
-    NB_EXPECT(s == NB_OK);
-    if (s) fprintf(stderr, "  %s: %s\n", what, nb_last_error());
-    else g_nvrtc_n++;
-    if (img) nb_free(img, size);
-    nb_strbuf_free(&src);
-    nb_call_free(c);
-}
+static void nvrtc_check(nb_call *c, const char *what) { g_nvrtc_n += nb_test_nvrtc_call(c, what); }
 
 static void test_nvrtc(void) {
     if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");

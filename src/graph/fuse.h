@@ -98,6 +98,33 @@ nb_status nb_fuse_forward(nb_fuse_kernel *k, nb_tensor *const *in, nb_tensor *ou
 nb_status nb_fuse_backward(nb_fuse_kernel *k, nb_tensor *const *in, nb_tensor *dout,
                            nb_tensor *const *grads);
 
+/* The same over raw arrays (the FUSED row's path: no tensor is made per run). An array: its
+ * address (host or device memory of the kernel's device, dense C order), dtype and dims. The
+ * shapes are checked (nb_fuse_layout_check); dtypes and devices are trusted. res is out (forward)
+ * or dout (backward); grads[i].data NULL = not wanted (grads may be NULL for a forward).
+ * The kernel keeps a few prepared calls (one per binding: direction, gradients, flat shape,
+ * dtypes, alignments): a run that matches one only patches addresses and launches (no
+ * allocation; capturable in a CUDA graph). A kernel is used by one thread at a time. */
+typedef struct nb_fuse_arg {
+    void *data;
+    nb_dtype dtype;
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+} nb_fuse_arg;
+nb_status nb_fuse_run(nb_fuse_kernel *k, int backward, const nb_fuse_arg *in, const nb_fuse_arg *res,
+                      const nb_fuse_arg *grads);
+/* Checks the inputs' shapes against the spec (full inputs alike, channel inputs the leading dims)
+ * and gives the flat call shape [rows, cols] (rows 1 without a channel input). */
+nb_status nb_fuse_layout_check(const nb_fuse_kernel *k, const char *fn, const nb_fuse_arg *in, int64_t *rows,
+                               int64_t *cols);
+/* The call a run makes (before nb_call_prepare): bound over views of the arrays, which it
+ * returns in wrap[0 .. *nwrap) (at most 2 n_in + 1; free them after the call). For tests that
+ * compile the call's kernel for another target. */
+nb_status nb_fuse_call_begin(nb_fuse_kernel *k, int backward, const nb_fuse_arg *in, const nb_fuse_arg *res,
+                             const nb_fuse_arg *grads, nb_tensor **wrap, int *nwrap, nb_call **out);
+/* Calls prepared so far (each a cache miss: a new binding). */
+int64_t nb_fuse_kernel_prepares(const nb_fuse_kernel *k);
+
 /* The tape's FUSED op (ops.def): out = k over tape values in[0 .. n) (n = the spec's n_in, each
  * value used once; f32 storage: bf16 inputs are cast first), recorded and run now; its backward
  * adds into the inputs' gradients. k must live on the tape's device and outlive the op. */

@@ -10,55 +10,42 @@
 #include <string.h>
 
 #include "graph/fuse.h"
+#include "core/util.h"
 
-/* Tape memory of value v (data or its gradient g) as a tensor of v's shape on the kernel's device. */
-static nb_status wrap(nb_fuse_kernel *k, const nb_tval *v, float *p, nb_dtype dt, nb_tensor **out) {
-    *out = NULL;
-    if (!p) return NB_OK;
-    return nb_tensor_wrap(nb_fuse_kernel_device(k), dt, v->ndim, v->shape, NULL, p, out);
-}
-
-static void free_all(nb_tensor **t, int n) {
-    for (int i = 0; i < n; i++) nb_tensor_free(t[i]);
+/* Value v's memory p (its data, or its gradient g) as an array of the fused kernel. */
+static nb_fuse_arg arg_of(const nb_tval *v, void *p, nb_dtype dt) {
+    nb_fuse_arg a = {.data = p, .dtype = dt, .ndim = v->ndim};
+    memcpy(a.shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
+    return a;
 }
 
 static nb_status fused_fwd(nb_tape *t, nb_top *op) {
-    nb_fuse_kernel *k = op->obj;
-    nb_tensor *in[NB_TOP_MAX_IN] = {0}, *out = NULL;
-    nb_status s = NB_OK;
-    for (int i = 0; !s && i < op->nin; i++) {
+    nb_fuse_arg in[NB_TOP_MAX_IN];
+    for (int i = 0; i < op->nin; i++) {
         const nb_tval *v = &t->vals[op->in[i]];
-        s = wrap(k, v, v->data, v->dtype, &in[i]);
+        in[i] = arg_of(v, v->data, v->dtype);
     }
     const nb_tval *o = &t->vals[op->out];
-    if (!s) s = wrap(k, o, o->data, o->dtype, &out);
-    if (!s) s = nb_fuse_forward(k, in, out);
-    free_all(in, op->nin);
-    nb_tensor_free(out);
-    return s;
+    nb_fuse_arg out = arg_of(o, o->data, o->dtype);
+    return nb_fuse_run(op->obj, 0, in, &out, NULL);
 }
 
 /* The call's backward ADDS into the gradient arrays, as the tape accumulates. */
 static nb_status fused_bwd(nb_tape *t, const nb_top *op) {
-    nb_fuse_kernel *k = op->obj;
-    nb_tensor *in[NB_TOP_MAX_IN] = {0}, *g[NB_TOP_MAX_IN] = {0}, *dout = NULL;
-    nb_status s = NB_OK;
+    nb_fuse_arg in[NB_TOP_MAX_IN], g[NB_TOP_MAX_IN];
     int any = 0;
-    for (int i = 0; !s && i < op->nin; i++) {
+    for (int i = 0; i < op->nin; i++) {
         const nb_tval *v = &t->vals[op->in[i]];
         float *gb = NULL;
-        s = nb_tape_grad_buf(t, op->in[i], &gb);
-        if (!s) s = wrap(k, v, v->data, v->dtype, &in[i]);
-        if (!s) s = wrap(k, v, gb, NB_F32, &g[i]);
+        NB_TRY(nb_tape_grad_buf(t, op->in[i], &gb));
+        in[i] = arg_of(v, v->data, v->dtype);
+        g[i] = arg_of(v, gb, NB_F32);
         any |= gb != NULL;
     }
+    if (!any) return NB_OK;
     const nb_tval *o = &t->vals[op->out];
-    if (!s && any) s = wrap(k, o, o->grad, o->dtype, &dout);
-    if (!s && any) s = nb_fuse_backward(k, in, dout, g);
-    free_all(in, op->nin);
-    free_all(g, op->nin);
-    nb_tensor_free(dout);
-    return s;
+    nb_fuse_arg dout = arg_of(o, o->grad, o->dtype);
+    return nb_fuse_run(op->obj, 1, in, &dout, g);
 }
 
 nb_status nb_op_fused_cpu_fwd(nb_tape *t, nb_top *op) { return fused_fwd(t, op); }
