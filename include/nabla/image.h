@@ -17,8 +17,9 @@
  * it. Input: 8-bit gray, gray + alpha, RGB, RGBA and palette PNGs; 16-bit files are rejected
  * (NB_ERR_UNSUPPORTED). Missing, truncated and corrupt files fail with NB_ERR_IO and libpng's
  * reason; images larger than NB_IMAGE_MAX_SIDE per side or NB_IMAGE_MAX_PIXELS in all fail with
- * NB_ERR_INVALID_ARG before anything is allocated. nb_image_read reads BMP, TGA, Radiance HDR,
- * PFM and PPM / PGM files too (no library needed), with the file's own channels.
+ * NB_ERR_INVALID_ARG before anything is allocated. nb_image_read reads JPEG, OpenEXR, BMP, TGA,
+ * Radiance HDR, PFM and PPM / PGM files too (no library needed; ZIP-compressed EXR: zlib at run
+ * time), with the file's own channels.
  */
 #ifndef NABLA_IMAGE_H
 #define NABLA_IMAGE_H
@@ -42,11 +43,12 @@ nb_status nb_image_read_png(const char *path, int channels, nb_device *dev, nb_t
 
 /* What nb_image_read found in a file. */
 typedef struct nb_image_info {
-    const char *format; /* "PNG", "BMP", "TGA", "HDR" (Radiance RGBE), "PFM", "PPM", "PGM" */
+    const char *format; /* "PNG", "JPEG", "EXR", "BMP", "TGA", "HDR" (Radiance RGBE), "PFM", "PPM", "PGM" */
     int width, height;
     int channels;       /* the file's: 1 gray, 2 gray + alpha, 3 RGB, 4 RGBA */
     int srgb;           /* 1: integer samples scaled to [0, 1], sRGB-encoded by convention (PNG,
-                           BMP, TGA, PPM / PGM); 0: linear floats as stored (HDR, PFM: may exceed 1) */
+                           JPEG, BMP, TGA, PPM / PGM); 0: linear floats as stored (EXR, HDR, PFM:
+                           may exceed 1) */
 } nb_image_info;
 
 /* Reads an image file of any supported format, told by its content (TGA, which has no signature,
@@ -54,6 +56,11 @@ typedef struct nb_image_info {
  * with the file's own C (info->channels; a palette gives RGB, or RGBA for a PNG with
  * transparency), rows top to bottom, integer samples divided by their maximum. info may be NULL.
  *   PNG   8-bit gray, gray + alpha, RGB, RGBA, palette (through libpng, as nb_image_read_png)
+ *   JPEG  baseline / extended sequential and progressive Huffman-coded, 8-bit, gray or YCbCr (RGB
+ *         with an Adobe marker or R, G, B component ids), any sampling (4:4:4, 4:2:2, 4:2:0, ...),
+ *         restart intervals; chroma upsampled as libjpeg's djpeg does (within 2 / 255 of it)
+ *   EXR   OpenEXR single-part scanline files, NONE / RLE / ZIPS / ZIP compression, HALF / FLOAT /
+ *         UINT channels R, G, B (A) or Y (A) (others skipped); the data window, linear values
  *   BMP   1/4/8-bit palette, 16/24/32-bit, BI_RGB and BI_BITFIELDS (a 32-bit BI_RGB file whose
  *         fourth bytes are not all 0 has alpha), bottom-up and top-down
  *   TGA   truecolor 15/16/24/32-bit, gray 8-bit (16-bit: gray + alpha), colour-mapped; raw or RLE
@@ -61,8 +68,10 @@ typedef struct nb_image_info {
  *         value = byte * 2^(exponent - 136), as stb_image decodes it
  *   PFM   "PF" (RGB) / "Pf" (gray) float32, either byte order (the scale's sign)
  *   PPM / PGM  P6 / P5 binary and P3 / P2 ASCII, maxval up to 65535
- * Other formats fail with NB_ERR_UNSUPPORTED naming the format found (JPEG, OpenEXR, GIF, TIFF,
- * WebP, PBM, PAM, RLE-compressed BMP, ...) and listing the supported ones; missing, truncated and
+ * Other formats fail with NB_ERR_UNSUPPORTED naming the format found (GIF, TIFF, WebP, PBM, PAM,
+ * RLE-compressed BMP, ...) and listing the supported ones, as do arithmetic-coded, 12-bit, lossless,
+ * hierarchical and CMYK JPEGs and tiled, deep, multi-part, PIZ / PXR24 / B44 / DWA, subsampled and
+ * luminance-chroma EXRs, naming the feature; missing, truncated and
  * corrupt files with NB_ERR_IO naming the cause; sizes beyond NB_IMAGE_MAX_SIDE / _PIXELS with
  * NB_ERR_INVALID_ARG before anything is allocated. */
 nb_status nb_image_read(const char *path, nb_device *dev, nb_image_info *info, nb_tensor **out);

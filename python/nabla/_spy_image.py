@@ -5,13 +5,13 @@ read as float32; a file of 1 channel gives a `float` tensor (H, W), 2 channels `
 `float3`, 4 `float4` (nabla's flat layout: f32 (H, W, C)); `grayscale=True` keeps one channel
 (R of an RGB(A) file: SlangPy's converter takes the red channel, not the luminance; Y of a gray
 file); a gray + alpha file gives (Y, Y) as SlangPy's converter derives both R and G from Y.
-Integer formats (PNG, BMP, TGA, PPM / PGM) give values in [0, 1] that hold sRGB-encoded colours:
+Integer formats (PNG, JPEG, BMP, TGA, PPM / PGM) give values in [0, 1] that hold sRGB-encoded colours:
 they stay encoded unless `linearize=True`, which applies the sRGB transfer function to the colour
-channels (not alpha). Float formats (Radiance HDR, PFM) hold linear values as stored (above 1
+channels (not alpha). Float formats (OpenEXR, Radiance HDR, PFM) hold linear values as stored (above 1
 too): `linearize` leaves them unchanged, as a linear bitmap is not re-linearized by sgl. Then rows
 are flipped (`flip_y`) and `data * scale + offset` applied. The files are read by nabla's C
-reader (nb_image_read, include/nabla/image.h: PNG, BMP, TGA, HDR, PFM, PPM / PGM); JPEG, OpenEXR
-and other formats are an UnsupportedError naming the format and listing the supported ones.
+reader (nb_image_read, include/nabla/image.h: PNG, JPEG, OpenEXR, BMP, TGA, HDR, PFM, PPM / PGM);
+other formats are an UnsupportedError naming the format and listing the supported ones.
 """
 import os
 

@@ -181,7 +181,7 @@ static PyObject *py_image_psnr(PyObject *self, PyObject *args) {
 static PyMethodDef image_fns[] = {
     {"image_procedural", (PyCFunction)(void (*)(void))py_image_procedural, METH_VARARGS | METH_KEYWORDS, "image_procedural(width, height, device=None) -> f32 [H, W, 3] Tensor"},
     {"image_read_png", (PyCFunction)(void (*)(void))py_image_read_png, METH_VARARGS | METH_KEYWORDS, "image_read_png(path, channels=0, device=None) -> f32 [H, W, C] Tensor"},
-    {"image_read", (PyCFunction)(void (*)(void))py_image_read, METH_VARARGS | METH_KEYWORDS, "image_read(path, device=None) -> (f32 [H, W, C] Tensor, info dict): PNG, BMP, TGA, HDR, PFM, PPM / PGM"},
+    {"image_read", (PyCFunction)(void (*)(void))py_image_read, METH_VARARGS | METH_KEYWORDS, "image_read(path, device=None) -> (f32 [H, W, C] Tensor, info dict): PNG, JPEG, OpenEXR, BMP, TGA, HDR, PFM, PPM / PGM"},
     {"image_write_png", (PyCFunction)(void (*)(void))py_image_write_png, METH_VARARGS | METH_KEYWORDS, "image_write_png(path, img [H, W, C] or [H*W, C], height=0)"},
     {"image_sample", (PyCFunction)(void (*)(void))py_image_sample, METH_VARARGS | METH_KEYWORDS, "image_sample(img, x, target, seed, step, stratified=False)"},
     {"image_pixel_coords", (PyCFunction)(void (*)(void))py_image_pixel_coords, METH_VARARGS | METH_KEYWORDS, "image_pixel_coords(width, height, device=None) -> f32 [H*W, 2] Tensor"},

@@ -5,6 +5,8 @@ offset, grayscale and linearize rules. Bad input gives typed errors."""
 import struct
 import zlib
 
+import os
+
 import numpy as np
 import pytest
 
@@ -136,19 +138,47 @@ def test_load_from_image_options(tmp_path):
     np.testing.assert_allclose(lin[..., :3], srgb_to_linear(ref), atol=1e-6)
 
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "image")
+
+
+def test_load_from_image_jpeg_and_exr():
+    """JPEG: sRGB-encoded [0, 1] samples within 2 / 255 of djpeg's decode (the PPM beside it);
+    OpenEXR: linear half / float values as stored (tests/data/image/README.md)."""
+    dev = spy.init_device(type="cpu")
+    jpg = Tensor.load_from_image(dev, os.path.join(FIXTURES, "s420.jpg")).to_numpy()
+    ref = Tensor.load_from_image(dev, os.path.join(FIXTURES, "s420.ref.ppm")).to_numpy()
+    assert jpg.shape == (29, 37, 3)
+    assert np.abs(jpg - ref).max() <= 2 / 255 + 1e-6
+    gray = Tensor.load_from_image(dev, os.path.join(FIXTURES, "proggray.jpg")).to_numpy()
+    assert gray.shape == (29, 37)
+    exr = Tensor.load_from_image(dev, os.path.join(FIXTURES, "zip_half_rgba.exr"), linearize=True).to_numpy()
+    assert exr.shape == (37, 23, 4)
+    y, x = 1, 5  # an odd row: ((x * 7 + y * 13 + k * 5) % 32) / 8 - 1.5, + 3 for alpha
+    want = [((x * 7 + y * 13 + k * 5) % 32) / 8 - 1.5 + (3 if k == 3 else 0) for k in range(4)]
+    np.testing.assert_array_equal(exr[y, x], np.array(want, np.float32))
+
+
 def test_load_from_image_errors(tmp_path):
     dev = spy.init_device(type="cpu")
     with pytest.raises(spy.FileError, match="no such file"):
         Tensor.load_from_image(dev, str(tmp_path / "missing.png"))
     exr = tmp_path / "img.exr"
     exr.write_bytes(b"v/1\x01" + bytes(40))
-    with pytest.raises(spy.UnsupportedError, match=r"in the OpenEXR format, which nabla does not read \(nabla reads PNG, "
-                                                   r"BMP, TGA, Radiance HDR, PFM and PPM / PGM"):
+    with pytest.raises(spy.FileError, match=r"'.*img.exr' is not a valid EXR file \(version 0\)"):
         Tensor.load_from_image(dev, str(exr))
-    jpg = tmp_path / "img.jpg"
-    jpg.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(20))
-    with pytest.raises(spy.UnsupportedError, match="in the JPEG format"):
+    tiled = tmp_path / "tiled.exr"
+    tiled.write_bytes(b"v/1\x01\x02\x02\x00\x00" + bytes(40))
+    with pytest.raises(spy.UnsupportedError, match="is a tiled OpenEXR file, which nabla does not read"):
+        Tensor.load_from_image(dev, str(tiled))
+    jpg = tmp_path / "img.jpg"  # SOI, then an arithmetic-coded frame header (SOF9)
+    jpg.write_bytes(b"\xff\xd8\xff\xc9\x00\x11\x08\x00\x01\x00\x01\x03" + bytes(20))
+    with pytest.raises(spy.UnsupportedError, match="a JPEG file with arithmetic coding, which nabla does not read"):
         Tensor.load_from_image(dev, str(jpg))
+    gif = tmp_path / "img.gif"
+    gif.write_bytes(b"GIF89a" + bytes(20))
+    with pytest.raises(spy.UnsupportedError, match=r"in the GIF format, which nabla does not read \(nabla reads PNG, "
+                                                   r"JPEG, OpenEXR, BMP, TGA, Radiance HDR, PFM and PPM / PGM"):
+        Tensor.load_from_image(dev, str(gif))
     bmp = tmp_path / "bad.bmp"
     bmp.write_bytes(b"BM" + bytes(30))
     with pytest.raises(spy.FileError, match="not a valid BMP file"):

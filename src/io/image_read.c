@@ -1,8 +1,9 @@
 /* nb_image_read: image files of any supported format -> f32 [H, W, C] (include/nabla/image.h).
  *
  * The whole file is read into memory once; the format is told by its content (TGA: extension or
- * footer), then one decoder (BMP and TGA here, HDR / PFM / PPM in image_float.c, PNG through
- * libpng in png.c) fills float pixels with rows top to bottom, which go to the device in one copy.
+ * footer), then one decoder (BMP and TGA here, HDR / PFM / PPM in image_float.c, JPEG in jpeg.c,
+ * OpenEXR in exr.c, PNG through libpng in png.c) fills float pixels with rows top to bottom, which
+ * go to the device in one copy.
  * Every read goes through a bounds check against the file's length: a truncated or lying header
  * is an NB_ERR_IO naming the file, never a read past the buffer. */
 #include <errno.h>
@@ -15,7 +16,7 @@
 #include "nabla/alloc.h"
 #include "nabla/file.h"
 
-#define SUPPORTED "PNG, BMP, TGA, Radiance HDR, PFM and PPM / PGM"
+#define SUPPORTED "PNG, JPEG, OpenEXR, BMP, TGA, Radiance HDR, PFM and PPM / PGM"
 
 size_t nb_img_bytes(const nb_img *im) { return (size_t)im->w * (size_t)im->h * (size_t)im->c * sizeof(float); }
 
@@ -274,8 +275,6 @@ static int has_ext(const char *path, const char *ext) {
 
 /* Formats nabla does not read, told by their signatures, for the error message. */
 static const char *unsupported_format(const unsigned char *p, size_t n) {
-    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) return "JPEG";
-    if (n >= 4 && !memcmp(p, "\x76\x2f\x31\x01", 4)) return "OpenEXR";
     if (n >= 4 && !memcmp(p, "GIF8", 4)) return "GIF";
     if (n >= 4 && (!memcmp(p, "II*\0", 4) || !memcmp(p, "MM\0*", 4))) return "TIFF";
     if (n >= 12 && !memcmp(p, "RIFF", 4) && !memcmp(p + 8, "WEBP", 4)) return "WebP";
@@ -304,6 +303,10 @@ nb_status nb_image_read(const char *path, nb_device *dev, nb_image_info *info, n
     const char *other = unsupported_format(p, len);
     if (len >= 8 && !memcmp(p, png_sig, 8)) {
         s.format = "PNG", st = decode_png(&s, &im);
+    } else if (len >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
+        s.format = "JPEG", st = nb_img_decode_jpeg(&s, &im);
+    } else if (len >= 4 && !memcmp(p, "\x76\x2f\x31\x01", 4)) {
+        s.format = "EXR", st = nb_img_decode_exr(&s, &im);
     } else if (len >= 2 && p[0] == 'B' && p[1] == 'M') {
         s.format = "BMP", st = nb_img_decode_bmp(&s, &im);
     } else if (len >= 2 && p[0] == '#' && p[1] == '?') {

@@ -1,5 +1,5 @@
 /* Internal to nb_image_read (image_read.c: the entry point, BMP, TGA; image_float.c: Radiance
- * HDR, PFM, PPM / PGM): a whole file in memory, read through bounds-checked helpers, decoded
+ * HDR, PFM, PPM / PGM; jpeg.c; exr.c): a whole file in memory, read through bounds-checked helpers, decoded
  * into float pixels. */
 #ifndef NB_IO_IMAGE_READ_H
 #define NB_IO_IMAGE_READ_H
@@ -51,5 +51,7 @@ nb_status nb_img_decode_tga(const nb_img_src *s, nb_img *im);
 nb_status nb_img_decode_hdr(const nb_img_src *s, nb_img *im);
 nb_status nb_img_decode_pfm(const nb_img_src *s, nb_img *im);
 nb_status nb_img_decode_pnm(const nb_img_src *s, nb_img *im);
+nb_status nb_img_decode_jpeg(const nb_img_src *s, nb_img *im); /* jpeg.c */
+nb_status nb_img_decode_exr(const nb_img_src *s, nb_img *im);  /* exr.c */
 
 #endif

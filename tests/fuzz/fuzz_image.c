@@ -1,7 +1,7 @@
-/* Image files of every format nb_image_read tells by content (BMP, Radiance HDR, PFM, PPM / PGM,
- * PNG; the signatures of formats it refuses), and the same bytes as a ".tga" file (TGA has no
- * signature): a result must be an f32 [H, W, C] tensor with C 1..4 and the info filled; a failure
- * must leave no tensor. */
+/* Image files of every format nb_image_read tells by content (JPEG, OpenEXR, BMP, Radiance HDR,
+ * PFM, PPM / PGM, PNG; the signatures of formats it refuses), and the same bytes as a ".tga" file
+ * (TGA has no signature): a result must be an f32 [H, W, C] tensor with C 1..4 and the info
+ * filled; a failure must leave no tensor. */
 #include <stdlib.h>
 #include <string.h>
 
