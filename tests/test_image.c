@@ -12,36 +12,10 @@
 #include "nabla/image.h"
 #include "nb_test.h"
 #include "nb_test_fifo.h"
+#include "nb_test_files.h"
 
-static char tmpdir[256];
-
-static const char *tmp(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) & 3;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static int write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    size_t w = fwrite(data, 1, n, f);
-    fclose(f);
-    return w == n;
-}
-
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *d = malloc((size_t)len + 1);
-    *n = fread(d, 1, (size_t)len, f);
-    fclose(f);
-    return d;
-}
+char nb_test_tmpdir[256];
+#define tmpdir nb_test_tmpdir
 
 /* ---- a minimal PNG writer (stored deflate blocks) for files libpng's writer will not make ---- */
 
@@ -800,8 +774,6 @@ int main(int argc, char **argv) {
                           "test_hdr, test_pfm, test_pnm, test_bad_headers, test_png_and_unsupported, test_read_onto_cuda",
                           fns, (int)(sizeof fns / sizeof fns[0]));
     }
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    nb_test_tmpdir_remove();
     return rc;
 }

@@ -16,6 +16,7 @@
 
 #include "nabla/image.h"
 #include "nb_test.h"
+#include "nb_test_files.h"
 
 #define NB_REQUIRE(cond)      \
     do {                      \
@@ -23,15 +24,8 @@
         if (!(cond)) return;  \
     } while (0)
 
-static char tmpdir[256];
-
-static const char *tmp(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) & 3;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
+char nb_test_tmpdir[256];
+#define tmpdir nb_test_tmpdir
 
 /* tests/data/image beside this source file (CMake compiles it by its absolute path), else
  * relative to the working directory (a build tree one or two levels down). */
@@ -50,22 +44,9 @@ static const char *data(const char *name) {
     return buf[k];
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *d = malloc((size_t)len + 1);
-    *n = d ? fread(d, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return d;
-}
-
 static const char *put(const char *name, const void *d, size_t n) {
     const char *p = tmp(name);
-    FILE *f = fopen(p, "wb");
-    if (f) fwrite(d, 1, n, f), fclose(f);
+    if (!write_file(p, d, n)) fprintf(stderr, "  cannot write %s\n", p);
     return p;
 }
 
@@ -132,7 +113,7 @@ static size_t find_marker(const unsigned char *d, size_t n, unsigned char m) {
 
 static void test_jpeg_markers_and_unsupported(void) {
     size_t n;
-    unsigned char *d = slurp(data("s420.jpg"), &n);
+    unsigned char *d = read_file(data("s420.jpg"), &n);
     NB_REQUIRE(d && n > 100);
     unsigned char *e = malloc(n + 64);
     /* an EXIF APP1 segment after SOI: skipped, the same pixels */
@@ -176,7 +157,7 @@ static void test_jpeg_markers_and_unsupported(void) {
     }
     /* a restart marker out of sequence */
     free(d);
-    d = slurp(data("rst420.jpg"), &n);
+    d = read_file(data("rst420.jpg"), &n);
     NB_REQUIRE(d);
     size_t r1 = find_marker(d, n, 0xD0); /* (one MCU row a restart interval: RST0 between the two rows) */
     NB_REQUIRE(r1 > 0);
@@ -189,7 +170,7 @@ static void test_jpeg_markers_and_unsupported(void) {
 /* Every prefix of a file is an error (truncated: NB_ERR_IO), never a crash or a tensor. */
 static void expect_truncations_fail(const char *fixture, const char *name) {
     size_t n;
-    unsigned char *d = slurp(data(fixture), &n);
+    unsigned char *d = read_file(data(fixture), &n);
     NB_REQUIRE(d);
     int bad = 0;
     for (size_t k = 0; k < n; k++) {
@@ -208,7 +189,7 @@ static void test_jpeg_truncated_and_corrupt(void) {
     expect_truncations_fail("rstprog.jpg", "cut.jpg");
     /* corrupt bytes anywhere: an error or an image, never a crash (deterministic LCG) */
     size_t n;
-    unsigned char *d = slurp(data("prog444.jpg"), &n), *e = malloc(n);
+    unsigned char *d = read_file(data("prog444.jpg"), &n), *e = malloc(n);
     NB_REQUIRE(d && e);
     uint32_t r = 12345;
     int errors = 0;
@@ -284,7 +265,7 @@ static void test_exr_unsupported_and_broken(void) {
     NB_EXPECT_ERR(read_status(data("piz_half_rgb.exr")), NB_ERR_UNSUPPORTED, "with PIZ compression, which nabla does not read");
     NB_EXPECT_ERR(read_status(data("tiled_half_rgb.exr")), NB_ERR_UNSUPPORTED, "is a tiled OpenEXR file");
     size_t n;
-    unsigned char *d = slurp(data("zip_half_rgba.exr"), &n), *e = malloc(n);
+    unsigned char *d = read_file(data("zip_half_rgba.exr"), &n), *e = malloc(n);
     NB_REQUIRE(d && e);
     size_t comp = exr_attr(d, n, "compression");
     NB_REQUIRE(comp > 0 && d[comp] == 3);
@@ -335,8 +316,6 @@ int main(int argc, char **argv) {
                           "test_jpeg_vs_djpeg, test_jpeg_markers_and_unsupported, test_jpeg_truncated_and_corrupt, "
                           "test_exr_values, test_exr_unsupported_and_broken",
                           fns, (int)(sizeof fns / sizeof fns[0]));
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    nb_test_tmpdir_remove();
     return rc;
 }
