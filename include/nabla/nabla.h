@@ -25,6 +25,7 @@
 #include "nabla/nn_mlp.h"
 #include "nabla/nn_optim.h"
 #include "nabla/nn_tape.h"
+#include "nabla/graph.h"
 #include "nabla/nn_unet.h"
 #include "nabla/safetensors.h"
 
