@@ -41,7 +41,15 @@ static int off_cmp(const void *a, const void *b) {
     return (*x)->off < (*y)->off ? -1 : (*x)->off > (*y)->off;
 }
 
-/* Lifetimes of every planned buffer of g (data of NB_GV_ACT values; gradients). */
+/* The value whose memory v uses: v itself, or what a view (alias1: a CUDA reshape) shares data
+ * and gradient with, followed to the end. */
+static nb_tvar plan_root(const nb_graph *g, nb_tvar v) {
+    for (int hops = 0; g->vals[v].alias1 && hops < g->n_vals; hops++) v = g->vals[v].alias1 - 1;
+    return v;
+}
+
+/* Lifetimes of every planned buffer of g (data of NB_GV_ACT values; gradients). A view has no
+ * buffer of its own: its uses extend its root's lifetimes. */
 static void plan_lifetimes(nb_graph *g) {
     int32_t n = g->n_nodes;
     int bwd = g->has_backward;
@@ -50,18 +58,26 @@ static void plan_lifetimes(nb_graph *g) {
         nb_gval *gv = &g->gv[v];
         gv->life[0] = gv->life[1] = gv->glife[0] = gv->glife[1] = -1;
         gv->off = gv->goff = -1;
-        if (gv->role == NB_GV_ACT && gv->producer >= 0) {
+        if (gv->role == NB_GV_ACT && gv->producer >= 0 && !g->vals[v].alias1) {
             gv->life[0] = gv->life[1] = gv->producer;
             if (bwd) gv->life[1] = nb_graph_bwd_step(g, gv->producer);
-            if (gv->output) gv->life[1] = g->t_end;
         }
+    }
+    for (nb_tvar v = 0; v < g->n_vals; v++) { /* views' producers and outputs */
+        nb_gval *gv = &g->gv[v], *gr = &g->gv[plan_root(g, v)];
+        if (gr->life[0] < 0) continue;
+        if (gv->producer >= 0) {
+            int32_t last = bwd ? nb_graph_bwd_step(g, gv->producer) : gv->producer;
+            if (last > gr->life[1]) gr->life[1] = last;
+        }
+        if (gv->output) gr->life[1] = g->t_end;
     }
     for (int32_t k = 0; k < n; k++) {
         const nb_top *op = &g->nodes[k];
         for (int i = 0; i < op->nin; i++) {
             nb_tvar x = op->in[i];
             if (x < 0) continue;
-            nb_gval *gx = &g->gv[x];
+            nb_gval *gx = &g->gv[plan_root(g, x)];
             if (gx->life[0] >= 0) {
                 int32_t last = bwd ? nb_graph_bwd_step(g, k) : k;
                 if (last > gx->life[1]) gx->life[1] = last;
@@ -74,13 +90,14 @@ static void plan_lifetimes(nb_graph *g) {
         }
     }
     if (bwd && g->loss >= 0 && g->vals[g->loss].needs_grad) {
-        nb_gval *gl = &g->gv[g->loss];
+        nb_gval *gl = &g->gv[plan_root(g, g->loss)];
         if (gl->glife[0] < 0 || n < gl->glife[0]) gl->glife[0] = n; /* the seed */
     }
+    nb_tvar lroot = g->loss >= 0 ? plan_root(g, g->loss) : NB_TVAR_NONE;
     for (nb_tvar v = 0; v < g->n_vals; v++) {
         nb_gval *gv = &g->gv[v];
         if (gv->glife[0] < 0) continue;
-        if (gv->role == NB_GV_ACT && gv->producer >= 0 && v != g->loss)
+        if (gv->role == NB_GV_ACT && gv->producer >= 0 && v != lroot)
             gv->glife[1] = nb_graph_bwd_step(g, gv->producer);
         else
             gv->glife[1] = g->t_end; /* inputs, constants, the loss: readable after the run */

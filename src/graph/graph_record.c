@@ -331,10 +331,12 @@ static nb_status rec_build(nb_tape *t, const nb_graph_rec *r, nb_graph *g) {
         if (y < r->val0 || y >= nv || g->gv[y].role != NB_GV_NONE)
             return nb_error(NB_ERR_INTERNAL, "nb_graph_record_end: %s: output %d is not a fresh value",
                             nb_graph_node_str(g, k, nb, sizeof nb), (int)y);
-        if (g->vals[y].alias1)
-            return nb_error(NB_ERR_UNSUPPORTED, "nb_graph_record_end: %s: its output aliases "
-                            "another value's memory (not supported by graph replay)",
-                            nb_graph_node_str(g, k, nb, sizeof nb));
+        /* a view (CUDA reshape): its row points it at its input again at each replay */
+        nb_tvar al = g->vals[y].alias1 - 1;
+        if (al >= 0 && (al >= y || g->gv[al].role == NB_GV_NONE))
+            return nb_error(NB_ERR_INTERNAL, "nb_graph_record_end: %s: its output aliases value "
+                            "%d, not one of the graph's", nb_graph_node_str(g, k, nb, sizeof nb),
+                            (int)al);
         g->gv[y].role = NB_GV_ACT;
         g->gv[y].producer = k;
     }
@@ -382,6 +384,7 @@ static nb_status rec_memory(nb_tape *t, nb_graph *g) {
                        : (memcpy(dst, src, (size_t)gv->bytes), NB_OK);
         if (s) return s;
         g->vals[v].data = (float *)dst;
+        g->vals[v].alias1 = 0; /* a copy now, whatever it viewed on the tape */
         off += (gv->bytes + 63) / 64 * 64;
     }
     return NB_OK;
