@@ -31,6 +31,7 @@
  * hidden values flip): its CUDA check uses MLP_TOL too (test_nn_mlp: 1e-2 .. 2e-2 normwise). */
 #include "nb_test.h"
 #include "nabla/device.h"
+#include "nabla/module.h"
 #include "nabla/nn_encoding.h"
 #include "nabla/nn_mlp.h"
 #include "nabla/nn_tape.h"
@@ -97,7 +98,13 @@ static const op_case cases[] = {
     /* fused kernels (graph/fuse.h): a = 0 silu(add_channel(x, c)), 1 mse(silu(x) + z, x) */
     {NB_TOP_FUSED, "fused add_channel+silu", 2, {4, 2}, {{2, 3, 4, 4}, {2, 3}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
     {NB_TOP_FUSED, "fused silu+add+mse", 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, 0, {0}, {{0}}, 1, 0, 0, 0, 0, 0},
+    /* a user's .nb function (CALL_SRC): float3 a [2,4,3] with b [4] broadcast over the batch, and
+     * the scalar 0.5; its gradient sums b's over the broadcast */
+    {NB_TOP_CALL, "call (user .nb function)", 2, {3, 1}, {{2, 4, 3}, {4}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
 };
+/* The CALL case's module: loaded on the tape's device by build(). */
+static const char *CALL_SRC =
+    "[Differentiable] float3 tc_fn(float3 a, float b, float k) { return a * sin(b) + k * a * a; }\n";
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
 /* The module objects of the MLP and ENCODING cases, created by build() on the tape's device and
@@ -105,6 +112,7 @@ static const op_case cases[] = {
 static nb_mlp *g_mlp;
 static nb_encoding *g_enc;
 static nb_fuse_kernel *g_fuse;
+static nb_module *g_callmod;
 static nb_device *g_cpu; /* a CPU tape's device for them (an encoding borrows its device) */
 
 static nb_mlp_config mlp_config(void) {
@@ -164,7 +172,18 @@ static nb_status build_encoding(nb_tape *t, int a, nb_tvar x, nb_tvar p, nb_tvar
     return s ? s : nb_tape_encoding(t, g_enc, x, p, y);
 }
 
+static nb_status build_call(nb_tape *t, nb_tvar a, nb_tvar b, nb_tvar *y) {
+    nb_device *dev;
+    nb_func *f = NULL;
+    nb_status s = tape_device(t, &dev);
+    if (!s) s = nb_module_load_source(dev, "test_ops_call.nb", CALL_SRC, NULL, &g_callmod);
+    if (!s) s = nb_module_func(g_callmod, "tc_fn", &f);
+    return s ? s : nb_tape_call_scalars(t, f, 3, (nb_tvar[]){a, b, NB_TVAR_NONE}, (double[]){0, 0, 0.5}, y);
+}
+
 static void free_modules(void) {
+    nb_module_free(g_callmod);
+    g_callmod = NULL;
     nb_mlp_free(g_mlp);
     nb_encoding_destroy(g_enc);
     nb_fuse_kernel_free(g_fuse);
@@ -209,6 +228,7 @@ static nb_status build(nb_tape *t, const op_case *c, const nb_tvar *in, const nb
     case NB_TOP_MLP: return build_mlp(t, in[0], p0, y);
     case NB_TOP_ENCODING: return build_encoding(t, c->a, in[0], p0, y);
     case NB_TOP_FUSED: return build_fused(t, c->a, in, y);
+    case NB_TOP_CALL: return build_call(t, in[0], in[1], y);
     default: return nb_error(NB_ERR_INTERNAL, "test_ops: no builder for op kind %d", c->kind);
     }
 }

@@ -168,6 +168,8 @@ typedef struct nb_leaf_info {
     nb_dtype dtype;          /* scalar type: float -> NB_F32, int -> NB_I32, bool -> NB_BOOL, … */
     int value_rank;          /* float -> 0, float3 -> 1, float3x4 -> 2, float[4] -> 1 */
     int64_t value_shape[8];  /* float3x4 -> [3,4] */
+    int differentiable;      /* takes part in derivatives: float-based and not no_diff (a gradient
+                                of a [Differentiable] function's parameter exists for it) */
 } nb_leaf_info;
 
 int nb_func_overload_count(const nb_func *f);
@@ -181,6 +183,10 @@ nb_arg_dir nb_func_param_dir(const nb_func *f, int overload, int param);
 /* 1 when the parameter has a default value and may be left unbound. */
 int nb_func_param_has_default(const nb_func *f, int overload, int param);
 int nb_func_is_kernel(const nb_func *f, int overload); /* [Kernel]: nb_call_run_grid */
+/* 1 for a [Differentiable] function (its reverse mode: nb_call_set_mode(c, NB_MODE_BWD)). */
+int nb_func_is_differentiable(const nb_func *f, int overload);
+/* The module the function belongs to (NULL for NULL). */
+nb_module *nb_func_module(const nb_func *f);
 /* [numthreads(x,y,z)] entry points: 1 and out = {x, y, z} (the thread group; a grid given to
  * nb_call_run_grid counts threads and must be a multiple of it), else 0. */
 int nb_func_numthreads(const nb_func *f, int overload, int out[3]);

@@ -49,6 +49,7 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
         if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_call_begin: out of host memory");
     }
     c->f = f;
+    c->origin = f;
     c->err = NB_OK;
     c->nargs = 0;
     c->nmaps = 0;
@@ -70,7 +71,7 @@ nb_status nb_call_begin(nb_func *f, nb_call **out) {
 void nb_call_free(nb_call *c) {
     if (!c) return;
     nb_call_release_temps(c); /* outputs materialized by a call that never ran (bound, then freed) */
-    nb_func *f = c->f;
+    nb_func *f = c->origin; /* (not c->f: a derivative call's next begin is on the function) */
     pthread_mutex_lock(&f->m->lock);
     if (!f->spare) {
         f->spare = c;

@@ -168,6 +168,8 @@ typedef struct nb_leaf_bind {
 
 struct nb_call {
     nb_func *f;
+    nb_func *origin;        /* the function given to nb_call_begin (f may become its derivative
+                               wrapper): nb_call_free keeps the call as its spare */
     nb_status err;          /* first setter error (sticky) */
     char errmsg[512];       /* its message */
     int nargs;

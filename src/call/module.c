@@ -338,6 +338,13 @@ int nb_func_is_kernel(const nb_func *f, int overload) {
     return in ? in->is_kernel : 0;
 }
 
+int nb_func_is_differentiable(const nb_func *f, int overload) {
+    const nb_fn_info *in = info_of(f, overload);
+    return in ? in->differentiable : 0;
+}
+
+nb_module *nb_func_module(const nb_func *f) { return f ? f->m : NULL; }
+
 int nb_func_is_host(const nb_func *f, int overload) {
     const nb_fn_info *in = info_of(f, overload);
     return in ? in->is_host : 0;
@@ -388,6 +395,7 @@ static void leaf_info(const nb_fn_leaf *l, nb_leaf_info *out) {
     out->dtype = l->scalar;
     out->value_rank = l->value_rank;
     for (int i = 0; i < l->value_rank && i < 8; i++) out->value_shape[i] = l->value_shape[i];
+    out->differentiable = l->differentiable;
 }
 
 nb_status nb_func_leaf(const nb_func *f, int overload, int leaf, nb_leaf_info *out) {

@@ -55,6 +55,7 @@ enum nb_top_shape_rule {
  * row whose nin is NB_TOP_NIN_ANY takes any count 1 .. NB_TOP_MAX_IN (op->nin says how many). */
 #define NB_TOP_MAX_IN 8
 #define NB_TOP_NIN_ANY (-1)
+#define NB_TOP_MAX_DP 4
 typedef struct nb_top {
     int kind;
     int nin;
@@ -62,6 +63,7 @@ typedef struct nb_top {
     nb_tvar out;
     int ip[4];      /* integer attributes (stride, pad, groups, ...) */
     float fp[2];    /* float attributes (eps, ...) */
+    double dp[NB_TOP_MAX_DP]; /* double attributes (a CALL op's scalar arguments, in order) */
     float *saved[2];/* saved tensors in the arena (e.g. group norm mean / rstd) */
     void *obj;      /* the module object of an op kind that has one (MLP: nb_mlp *, ENCODING:
                      * nb_encoding *): its configuration and workspace; owned by the caller,
@@ -181,6 +183,8 @@ struct nb_tape {
     struct nb_graph_rec *rec;
     struct nb_graph *graphs;
     float **grad_plan;
+    /* arrays wrapping tape memory for calls of .nb functions (tape_call.c), made on first use */
+    struct nb_tcall_cache *tcall_cache;
 };
 
 /* Allocation from the arena (64-byte aligned; host or device memory after the tape's device;

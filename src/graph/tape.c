@@ -8,6 +8,8 @@
 #include "nabla/alloc.h"
 #include "nabla/device.h"
 #include "graph/graph_internal.h"
+#include "graph/tape_call.h"
+#include "graph/tape_internal.h"
 
 #define NB_TAPE_ALIGN 64
 
@@ -127,6 +129,7 @@ void nb_tape_free(nb_tape *t) {
     if (!t) return;
     if (t->rec || t->graphs) nb_graph_tape_freed(t); /* graphs of this tape refuse to run */
     nb_tape_prof_free(t); /* its events belong to t->dev */
+    nb_tcall_cache_free(t);
     nb_tape_free_blocks(t);
     nb_tape_free_pbuf(t, t->params, t->params_buf);
     nb_tape_free_pbuf(t, t->grads, t->grads_buf);

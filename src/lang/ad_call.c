@@ -262,6 +262,34 @@ static int rleaf_add(rleaves *L, const nb_type *t, const char *path, int param, 
     return 1;
 }
 
+/* Wrapper parameter i < nkept is a copy of one of base function f's parameters (all of them in
+ * order for fwds; bwds leaves out f's out parameters): its leaves [from, L->n) take the default
+ * values of the base's leaves of the same path (bi: the base's reflection). */
+static void inherit_defaults(const nb_fn_info *bi, const nb_ir_func *f, int kind, int i, rleaves *L, int from,
+                             int *hasdef)
+{
+    int j = -1;
+    for (int q = 0, seen = -1; q < f->nparams && j < 0; q++) {
+        if (kind != NB_AD_FWDS && f->params[q]->dir == NB_DIR_OUT) continue;
+        if (++seen == i) j = q;
+    }
+    if (j < 0 || j >= bi->nparams || !bi->param_has_default || !bi->param_has_default[j]) return;
+    int all = L->n > from;
+    for (int l = from; l < L->n; l++) {
+        nb_fn_leaf *wl = &L->items[l];
+        const nb_fn_leaf *bl = NULL;
+        for (int b = bi->param_first_leaf[j]; b < bi->param_first_leaf[j + 1] && !bl; b++)
+            if (!strcmp(bi->leaves[b].path, wl->path)) bl = &bi->leaves[b];
+        if (bl && bl->has_default) {
+            wl->has_default = 1;
+            wl->default_value = bl->default_value;
+        } else {
+            all = 0;
+        }
+    }
+    if (all) *hasdef = 1;
+}
+
 nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_info **infos, int *count)
 {
     char base[256];
@@ -274,6 +302,14 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
     nb_ir_module *m;
     NB_TRY(nb_program_get_ir(p, &m));
     nb_arena *A = &p->arena;
+    /* the base functions' reflection (in decls' order): the wrapper's copies of their parameters
+     * keep their default values, so a call that leaves one unbound runs in every mode */
+    const nb_fn_info *binfos = NULL;
+    int bcount = 0;
+    if (nb_program_functions(p, base, &binfos, &bcount) != NB_OK || bcount != nd) {
+        nb_clear_error();
+        binfos = NULL;
+    }
     nb_fn_info *arr = nb_arena_zalloc(A, sizeof *arr * (size_t)nd, 16);
     if (!arr) return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
     int n = 0;
@@ -319,6 +355,7 @@ nb_status nb_ad_reflect_wrappers(nb_program *p, const char *name, const nb_fn_in
             if (!rleaf_add(&L, v->type, v->name, i, dirs[i], (v->flags & NB_IRF_NO_DIFF) != 0, is_dout ? 1.0 : 0.0,
                            hasdef[i]))
                 return nb_error(NB_ERR_OUT_OF_MEMORY, "out of memory");
+            if (binfos && i < nkept) inherit_defaults(&binfos[k], f, kind, i, &L, first[i], &hasdef[i]);
             if (i) nb_strbuf_append(&sig, ", ");
             if (v->flags & NB_IRF_ACCUM) nb_strbuf_append(&sig, "accumulate ");
             else if (v->dir == NB_DIR_OUT) nb_strbuf_append(&sig, "out ");
