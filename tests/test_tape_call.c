@@ -11,6 +11,7 @@
  *     unsupported parameters and results;
  *   - CUDA (skips without a GPU): the chain on the GPU against the CPU. */
 #include "nb_test.h"
+#include "nb_test_alloc.h"
 #include "device/cuda/cuda_api.h"
 #include "nabla/device.h"
 #include "nabla/module.h"
@@ -414,18 +415,6 @@ static void test_errors(void) {
 
 /* ---- steady state: a fixed-shape training loop allocates nothing once warm ----------------------- */
 
-static int64_t n_allocs;
-static nb_allocator prev_alloc;
-static void *count_alloc(size_t size, size_t align, void *user) {
-    (void)user;
-    n_allocs++;
-    return prev_alloc.alloc(size, align, prev_alloc.user);
-}
-static void count_free(void *p, size_t size, void *user) {
-    (void)user;
-    prev_alloc.free(p, size, prev_alloc.user);
-}
-
 static void test_steady_state_no_alloc(void) {
     struct fix F;
     if (!fix_open(&F)) return;
@@ -437,19 +426,16 @@ static void test_steady_state_no_alloc(void) {
     NB_REQUIRE_OK(nb_tape_param_init_uniform(t, w, 0.5f, 1));
     float x[CB * CI], tgt[CB * CO], sh[CB * CO];
     fill(x, CB * CI), fill(tgt, CB * CO), fill(sh, CB * CO);
-    prev_alloc = *nb_get_allocator();
-    nb_allocator counting = {count_alloc, count_free, NULL};
-    nb_set_allocator(&counting);
+    nb_test_count_allocs_begin();
     int64_t allocs_early = 0, tape_allocs = 0;
     float first = 0, last = 0;
-    n_allocs = 0;
     for (int step = 0; step < 8; step++) {
         if (step == 3) {
-            allocs_early = n_allocs;
+            allocs_early = nb_test_allocs;
             nb_tape_stats st;
             nb_tape_get_stats(t, &st);
             tape_allocs = st.host_allocs;
-            n_allocs = 0;
+            nb_test_allocs = 0;
         }
         nb_tvar xv, h, a, s, y, tv, loss;
         NB_EXPECT_OK(nb_tape_reset(t));
@@ -471,8 +457,8 @@ static void test_steady_state_no_alloc(void) {
         nb_tape_grads(t, &g, &np);
         for (int64_t i = 0; i < np; i++) p[i] -= 0.5f * g[i]; /* SGD */
     }
-    int64_t allocs_late = n_allocs;
-    nb_set_allocator(&prev_alloc);
+    int64_t allocs_late = nb_test_allocs;
+    nb_test_count_allocs_end();
     nb_tape_stats st;
     NB_EXPECT_OK(nb_tape_get_stats(t, &st));
     NB_EXPECT(allocs_early > 0); /* the hooks see the first steps' allocations */

@@ -286,16 +286,16 @@ static nb_status wrap_out(nb_tape *t, const nb_tcall *tc, const nb_top *op, nb_d
     return wrap(t, dev, grad ? y->grad : y->data, tc->out_0d ? 0 : y->ndim, y->shape, a);
 }
 
-/* Runs c (bound): deferred bounds checks on CUDA (no host wait), then the launch; frees c. */
-static nb_status run(nb_tape *t, nb_call *c) {
-    if (nb_tape_on_cuda(t)) {
-        nb_status s = nb_call_defer_checks(c);
-        if (s) {
-            nb_call_free(c);
-            return s;
-        }
+/* Runs c once its binding went well (s: the binding's status): deferred bounds checks on CUDA
+ * (no host wait), then the launch; frees c; errors name the op. */
+static nb_status finish(nb_tape *t, const nb_tcall *tc, int backward, nb_call *c, nb_status s) {
+    if (!s && nb_tape_on_cuda(t)) s = nb_call_defer_checks(c);
+    if (s) {
+        nb_call_free(c);
+        return op_error(tc, backward, s);
     }
-    return nb_call_run(c, NULL);
+    s = nb_call_run(c, NULL);
+    return s ? op_error(tc, backward, s) : NB_OK;
 }
 
 nb_status nb_tcall_forward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
@@ -306,12 +306,7 @@ nb_status nb_tcall_forward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
     if (!s) s = bind_args(t, tc, op, dev, c);
     if (!s) s = wrap_out(t, tc, op, dev, 0, &y);
     if (!s) s = nb_call_result(c, y);
-    if (s) {
-        nb_call_free(c);
-        return op_error(tc, 0, s);
-    }
-    s = run(t, c);
-    return s ? op_error(tc, 0, s) : NB_OK;
+    return finish(t, tc, 0, c, s);
 }
 
 nb_status nb_tcall_backward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
@@ -346,12 +341,7 @@ nb_status nb_tcall_backward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
     }
     if (!s) s = wrap_out(t, tc, op, dev, 1, &dy);
     if (!s) s = nb_call_dout(c, dy);
-    if (s) {
-        nb_call_free(c);
-        return op_error(tc, 1, s);
-    }
-    s = run(t, c);
-    return s ? op_error(tc, 1, s) : NB_OK;
+    return finish(t, tc, 1, c, s);
 }
 
 /* ---- the CALL row ------------------------------------------------------------------------------- */
