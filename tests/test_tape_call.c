@@ -17,6 +17,7 @@
 #include "nabla/module.h"
 #include "nabla/nn_tape.h"
 #include "graph/op_rows.h"
+#include "graph/tape_call.h"
 
 static const char *SRC =
     "[Differentiable] float silu_nb(float x) { return x / (1.0 + exp(-x)); }\n"
@@ -304,6 +305,36 @@ static void test_vectors_and_scalars(void) {
     fix_close(&F);
 }
 
+/* One prepared binding serves runs with other scalar values and other addresses; another shape is
+ * another binding. */
+static void test_prepared_reuse(void) {
+    struct fix F;
+    if (!fix_open(&F)) return;
+    float v[24], y[24], dy[24], gv[24];
+    fill(v, 24);
+    for (int run = 0; run < 6; run++) {
+        int64_t n = run < 4 ? 12 : 24;
+        double beta = 0.5 + run;
+        nb_tvar pad, vv, yv;
+        NB_REQUIRE_OK(nb_tape_reset(F.t));
+        if (run & 1) NB_REQUIRE_OK(nb_tape_input(F.t, 1, (int64_t[]){5}, v, 0, &pad)); /* moves the arena */
+        NB_REQUIRE_OK(nb_tape_input(F.t, 1, &n, v, 1, &vv));
+        NB_REQUIRE_OK(nb_tape_call_scalars(F.t, fn(F.m, "softplus"), 2, (nb_tvar[]){vv, NB_TVAR_NONE},
+                                           (double[]){0, beta}, &yv));
+        NB_REQUIRE_OK(loss_of(F.t, yv, n, y, dy));
+        NB_EXPECT_OK(nb_tape_read_grad(F.t, vv, gv, n));
+        float r[24], rg[24];
+        for (int i = 0; i < n; i++) {
+            r[i] = (float)(log1p(exp(beta * v[i])) / beta);
+            rg[i] = dy[i] / (1.0f + expf((float)(-beta * v[i])));
+        }
+        NB_EXPECT(close_to("softplus y", y, r, n, 1e-5));
+        NB_EXPECT(close_to("softplus dx", gv, rg, n, 1e-5));
+    }
+    NB_EXPECT(nb_tcall_prepares(F.t) == 4); /* [12] and [24], forward and backward */
+    fix_close(&F);
+}
+
 /* Gradients add up: x feeds two parameters of one call and a library op; a no_diff parameter
  * passes no gradient. */
 static void test_accumulation_and_no_diff(void) {
@@ -427,7 +458,7 @@ static void test_steady_state_no_alloc(void) {
     float x[CB * CI], tgt[CB * CO], sh[CB * CO];
     fill(x, CB * CI), fill(tgt, CB * CO), fill(sh, CB * CO);
     nb_test_count_allocs_begin();
-    int64_t allocs_early = 0, tape_allocs = 0;
+    int64_t allocs_early = 0, tape_allocs = 0, prepares = 0;
     float first = 0, last = 0;
     for (int step = 0; step < 8; step++) {
         if (step == 3) {
@@ -435,6 +466,7 @@ static void test_steady_state_no_alloc(void) {
             nb_tape_stats st;
             nb_tape_get_stats(t, &st);
             tape_allocs = st.host_allocs;
+            prepares = nb_tcall_prepares(t);
             nb_test_allocs = 0;
         }
         nb_tvar xv, h, a, s, y, tv, loss;
@@ -443,7 +475,7 @@ static void test_steady_state_no_alloc(void) {
         NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){CB, CI}, x, 0, &xv));
         NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){CB, CO}, sh, 0, &s));
         NB_EXPECT_OK(nb_tape_linear(t, xv, w, b, &h));
-        NB_EXPECT_OK(nb_tape_call_scalars(t, act, 2, (nb_tvar[]){h, NB_TVAR_NONE}, (double[]){0, 1.5}, &a));
+        NB_EXPECT_OK(nb_tape_call_scalars(t, act, 2, (nb_tvar[]){h, NB_TVAR_NONE}, (double[]){0, 1.5 + 0.01 * step}, &a));
         NB_EXPECT_OK(nb_tape_call_scalars(t, madd, 3, (nb_tvar[]){a, s, NB_TVAR_NONE}, (double[]){0, 0, 0.25}, &y));
         NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){CB, CO}, tgt, 0, &tv));
         NB_EXPECT_OK(nb_tape_mse(t, y, tv, &loss));
@@ -457,13 +489,14 @@ static void test_steady_state_no_alloc(void) {
         nb_tape_grads(t, &g, &np);
         for (int64_t i = 0; i < np; i++) p[i] -= 0.5f * g[i]; /* SGD */
     }
-    int64_t allocs_late = nb_test_allocs;
+    int64_t allocs_late = nb_test_allocs, prep_late = nb_tcall_prepares(t);
     nb_test_count_allocs_end();
     nb_tape_stats st;
     NB_EXPECT_OK(nb_tape_get_stats(t, &st));
     NB_EXPECT(allocs_early > 0); /* the hooks see the first steps' allocations */
     NB_EXPECT(allocs_late == 0);
     NB_EXPECT(st.host_allocs == tape_allocs);
+    NB_EXPECT(prepares == 4 && prep_late == 4); /* softplus and madd, forward and backward, once */
     NB_EXPECT(last < first); /* and it trains */
     if (allocs_late) fprintf(stderr, "  %lld host allocations in steps 3..7\n", (long long)allocs_late);
     fix_close(&F);
@@ -513,5 +546,5 @@ static void test_cuda_vs_cpu(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_chain_matches_library_ops, test_broadcast, test_vectors_and_scalars,
-                 test_accumulation_and_no_diff, test_errors, test_steady_state_no_alloc, test_cuda_vs_cpu);
+                 test_prepared_reuse, test_accumulation_and_no_diff, test_errors, test_steady_state_no_alloc, test_cuda_vs_cpu);
 }

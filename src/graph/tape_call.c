@@ -7,77 +7,10 @@
 #include <string.h>
 
 #include "graph/tape_call.h"
+#include "core/util.h"
 #include "nabla/alloc.h"
 #include "nabla/device.h"
 #include "nabla/tensor.h"
-
-/* ---- arrays wrapping tape memory ------------------------------------------------------------ */
-
-/* An open-addressed table of wrapped arrays keyed by (device, address, shape). A fixed-shape loop
- * gets the same arena addresses every step, so after the first step every lookup hits and no
- * host allocation is made. When it fills past 3/4 (shapes or addresses that keep changing) it is
- * emptied and refilled: bounded memory, correct in any case (a hit is an exact key match). */
-#define NB_TCALL_CACHE 512
-typedef struct nb_tcall_wrap {
-    const void *data;
-    nb_device *dev;
-    int ndim;
-    int64_t shape[NB_TAPE_MAX_DIMS];
-    nb_tensor *arr; /* NULL: empty slot */
-} nb_tcall_wrap;
-struct nb_tcall_cache {
-    int n;
-    nb_tcall_wrap e[NB_TCALL_CACHE];
-};
-
-static void cache_clear(struct nb_tcall_cache *c) {
-    for (int i = 0; i < NB_TCALL_CACHE; i++) nb_tensor_free(c->e[i].arr);
-    memset(c, 0, sizeof *c);
-}
-
-void nb_tcall_cache_free(nb_tape *t) {
-    if (!t->tcall_cache) return;
-    cache_clear(t->tcall_cache);
-    nb_free(t->tcall_cache, sizeof *t->tcall_cache);
-    t->tcall_cache = NULL;
-}
-
-static int wrap_eq(const nb_tcall_wrap *w, nb_device *dev, const void *data, int ndim, const int64_t *shape) {
-    return w->data == data && w->dev == dev && w->ndim == ndim &&
-           (ndim == 0 || !memcmp(w->shape, shape, sizeof(int64_t) * (size_t)ndim));
-}
-
-/* The f32 array [shape] at data (tape memory) on dev: borrowed from the tape's cache. */
-static nb_status wrap(nb_tape *t, nb_device *dev, void *data, int ndim, const int64_t *shape, nb_tensor **out) {
-    if (!t->tcall_cache) {
-        t->host_allocs++;
-        t->tcall_cache = nb_calloc(sizeof *t->tcall_cache, 16);
-        if (!t->tcall_cache) return nb_error(NB_ERR_OUT_OF_MEMORY, "tape: out of host memory (call cache)");
-    }
-    struct nb_tcall_cache *c = t->tcall_cache;
-    uint64_t h = (uint64_t)(uintptr_t)data * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)dev;
-    for (int i = 0; i < ndim; i++) h = (h ^ (uint64_t)shape[i]) * 0x100000001B3ull;
-    int i = (int)((h >> 32) % NB_TCALL_CACHE);
-    for (; c->e[i].arr; i = (i + 1) % NB_TCALL_CACHE)
-        if (wrap_eq(&c->e[i], dev, data, ndim, shape)) {
-            *out = c->e[i].arr;
-            return NB_OK;
-        }
-    if (c->n >= NB_TCALL_CACHE * 3 / 4) { /* full of other keys: start afresh */
-        cache_clear(c);
-        return wrap(t, dev, data, ndim, shape, out);
-    }
-    nb_tcall_wrap *w = &c->e[i];
-    nb_status s = nb_tensor_wrap(dev, NB_F32, ndim, shape, NULL, data, &w->arr);
-    if (s) return s;
-    w->data = data;
-    w->dev = dev;
-    w->ndim = ndim;
-    if (ndim) memcpy(w->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    c->n++;
-    *out = w->arr;
-    return NB_OK;
-}
 
 /* ---- binding checks and the shape rule ------------------------------------------------------- */
 
@@ -248,7 +181,57 @@ int nb_tcall_input_differentiable(const nb_tcall *tc, int k) {
     return 0;
 }
 
-/* ---- forward and reverse mode ---------------------------------------------------------------- */
+/* ---- forward and reverse mode through prepared calls ------------------------------------------ */
+
+/* A prepared call (module.h "prepared calls") of one binding: function, direction, which
+ * parameters are arrays (their wrapped shapes) and which scalars, which gradients, the output's
+ * shape, the 16-byte alignment of every address (a vectorized kernel is specialised for it). A
+ * run with the same key only patches addresses and scalar values and launches: no allocation,
+ * hashing, lock or host synchronisation, so a fixed-shape loop allocates nothing once warm and a
+ * CUDA graph can capture the launches. The tape keeps NB_TCALL_PREP of them (the least recently
+ * used is replaced), until nb_tape_free. */
+#define NB_TCALL_PREP 32
+typedef struct tc_prep {
+    int live;
+    uint64_t stamp;
+    /* the key */
+    nb_func *f;
+    int backward, nparams, ond;
+    unsigned scalars, gmask;
+    uint64_t amask;
+    int nd[NB_TCALL_MAX_PARAMS];
+    int64_t shape[NB_TCALL_MAX_PARAMS][NB_TAPE_MAX_DIMS], oshape[NB_TAPE_MAX_DIMS];
+    /* the call */
+    nb_prepared *p;
+    int slot[NB_TCALL_MAX_PARAMS], gslot[NB_TCALL_MAX_PARAMS], rslot;
+    nb_tensor *wrap[2 * NB_TCALL_MAX_PARAMS + 1]; /* the arrays it was prepared with */
+    int nwrap;
+} tc_prep;
+struct nb_tcall_cache {
+    tc_prep e[NB_TCALL_PREP];
+    uint64_t clock;
+    int64_t prepares; /* misses: calls prepared */
+};
+
+static void prep_free(tc_prep *e) {
+    nb_prepared_free(e->p);
+    for (int i = 0; i < e->nwrap; i++) nb_tensor_free(e->wrap[i]);
+    memset(e, 0, sizeof *e);
+}
+
+void nb_tcall_cache_free(nb_tape *t) {
+    if (!t->tcall_cache) return;
+    for (int i = 0; i < NB_TCALL_PREP; i++) prep_free(&t->tcall_cache->e[i]);
+    nb_free(t->tcall_cache, sizeof *t->tcall_cache);
+    t->tcall_cache = NULL;
+}
+
+int64_t nb_tcall_prepares(const nb_tape *t) { return t && t->tcall_cache ? t->tcall_cache->prepares : 0; }
+
+/* One run's addresses: per parameter its data (arrays) and gradient (NULL: none), the output. */
+typedef struct tc_ptrs {
+    void *data[NB_TCALL_MAX_PARAMS], *grad[NB_TCALL_MAX_PARAMS], *out;
+} tc_ptrs;
 
 /* Prefixes the call layer's message with the op ("tape: call of 'f': ..."). */
 static nb_status op_error(const nb_tcall *tc, int backward, nb_status s) {
@@ -257,57 +240,148 @@ static nb_status op_error(const nb_tcall *tc, int backward, nb_status s) {
     return nb_error(s, "tape: %s of '%s': %s", backward ? "backward of the call" : "call", nb_func_name(tc->f), msg);
 }
 
-/* Binds the primal arguments of tc (scalars and the input arrays) to c. */
-static nb_status bind_args(nb_tape *t, const nb_tcall *tc, const nb_top *op, nb_device *dev, nb_call *c) {
-    for (int p = 0; p < tc->nparams; p++) {
-        nb_status s;
-        if (tc->src[p] == NB_TCALL_SCALAR) {
+static int same_key(const tc_prep *a, const tc_prep *b) {
+    if (a->f != b->f || a->backward != b->backward || a->nparams != b->nparams || a->scalars != b->scalars ||
+        a->gmask != b->gmask || a->amask != b->amask || a->ond != b->ond ||
+        memcmp(a->oshape, b->oshape, sizeof(int64_t) * (size_t)a->ond))
+        return 0;
+    for (int p = 0; p < a->nparams; p++)
+        if (a->nd[p] != b->nd[p] || memcmp(a->shape[p], b->shape[p], sizeof(int64_t) * (size_t)a->nd[p])) return 0;
+    return 1;
+}
+
+/* Binds a fresh call of e's key over the addresses of r and prepares it (the arrays it binds are
+ * wrapped anew and kept by e). */
+static nb_status prep_build(nb_tape *t, const nb_tcall *tc, tc_prep *e, const tc_ptrs *r) {
+    nb_device *dev = nb_module_device(nb_func_module(tc->f));
+    nb_call *c = NULL;
+    nb_tensor *a;
+    nb_status s = nb_call_begin(tc->f, &c);
+    if (!s && e->backward) s = nb_call_set_mode(c, NB_MODE_BWD);
+#define WRAP(nd, shape, ptr) \
+    (s ? s : (s = nb_tensor_wrap(dev, NB_F32, (nd), (shape), NULL, (ptr), &a)) ? s : (e->wrap[e->nwrap++] = a, NB_OK))
+    for (int p = 0; p < tc->nparams && !s; p++) {
+        if (e->scalars >> p & 1) {
             nb_leaf_info li;
             s = nb_func_leaf(tc->f, 0, p, &li);
             if (!s) s = nb_dtype_is_float(li.dtype) ? nb_call_arg_double(c, p, tc->scalar[p])
                                                     : nb_call_arg_int(c, p, (int64_t)tc->scalar[p]);
-        } else {
-            int k = tc->src[p], nd;
-            const nb_tval *v = &t->vals[op->in[k]];
-            const int64_t *shape;
-            input_shape(tc, v, k, &nd, &shape);
-            nb_tensor *a;
-            s = wrap(t, dev, v->data, nd, shape, &a);
-            if (!s) s = nb_call_arg(c, p, a);
+            continue;
         }
-        if (s) return s;
+        if (!WRAP(e->nd[p], e->shape[p], r->data[p])) s = nb_call_arg(c, p, a);
+        if (e->gmask >> p & 1 && !WRAP(e->nd[p], e->shape[p], r->grad[p])) s = nb_call_grad(c, p, a);
     }
+    if (!WRAP(e->ond, e->oshape, r->out)) s = e->backward ? nb_call_dout(c, a) : nb_call_result(c, a);
+#undef WRAP
+    if (s) {
+        nb_call_free(c);
+        return s;
+    }
+    if ((s = nb_call_prepare(c, &e->p))) return s; /* (takes c) */
+    for (int p = 0; p < tc->nparams && !s; p++) {
+        e->gslot[p] = -1;
+        s = nb_prepared_param_slot(e->p, p, &e->slot[p]);
+        if (!s && e->gmask >> p & 1) {
+            char path[300];
+            snprintf(path, sizeof path, "%s_grad", nb_func_param_name(tc->f, 0, p));
+            s = nb_prepared_slot(e->p, path, &e->gslot[p]);
+        }
+    }
+    if (!s) s = nb_prepared_slot(e->p, e->backward ? "_dout" : "_result", &e->rslot);
+    t->tcall_cache->prepares += !s;
+    return s;
+}
+
+/* r's addresses and tc's scalars into e's call, then one launch. */
+static nb_status prep_launch(const nb_tcall *tc, tc_prep *e, const tc_ptrs *r) {
+    for (int p = 0; p < tc->nparams; p++) {
+        if (e->scalars >> p & 1) {
+            NB_TRY(nb_prepared_set_double(e->p, e->slot[p], tc->scalar[p]));
+            continue;
+        }
+        NB_TRY(nb_prepared_set_ptr(e->p, e->slot[p], r->data[p]));
+        if (e->gslot[p] >= 0) NB_TRY(nb_prepared_set_ptr(e->p, e->gslot[p], r->grad[p]));
+    }
+    NB_TRY(nb_prepared_set_ptr(e->p, e->rslot, r->out));
+    return nb_prepared_launch(e->p, NULL);
+}
+
+static unsigned aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+/* Forward (grads NULL) or backward (grads[k]: input k's gradient buffer or NULL) of tc over op. */
+static nb_status tc_run(nb_tape *t, const nb_tcall *tc, const nb_top *op, float *const *grads) {
+    if (!t->tcall_cache) {
+        t->host_allocs++;
+        t->tcall_cache = nb_calloc(sizeof *t->tcall_cache, 16);
+        if (!t->tcall_cache) return nb_error(NB_ERR_OUT_OF_MEMORY, "tape: out of host memory (prepared calls)");
+    }
+    struct nb_tcall_cache *C = t->tcall_cache;
+    int backward = grads != NULL;
+    tc_prep key = {.f = tc->f, .backward = backward, .nparams = tc->nparams};
+    tc_ptrs r;
+    memset(&r, 0, sizeof r);
+    for (int p = 0; p < tc->nparams; p++) {
+        int k = tc->src[p];
+        if (k == NB_TCALL_SCALAR) {
+            key.scalars |= 1u << p;
+            continue;
+        }
+        const nb_tval *v = &t->vals[op->in[k]];
+        const int64_t *shape;
+        input_shape(tc, v, k, &key.nd[p], &shape);
+        memcpy(key.shape[p], shape, sizeof(int64_t) * (size_t)key.nd[p]);
+        r.data[p] = v->data;
+        key.amask |= (uint64_t)aligned16(v->data) << p;
+        if (backward && grads[k]) {
+            nb_leaf_info li;
+            if (nb_func_leaf(tc->f, 0, p, &li) == NB_OK && li.differentiable) {
+                key.gmask |= 1u << p;
+                r.grad[p] = grads[k];
+                key.amask |= (uint64_t)aligned16(grads[k]) << (NB_TCALL_MAX_PARAMS + p);
+            }
+        }
+    }
+    if (backward && !key.gmask) return NB_OK;
+    const nb_tval *y = &t->vals[op->out];
+    key.ond = tc->out_0d ? 0 : y->ndim;
+    memcpy(key.oshape, y->shape, sizeof(int64_t) * (size_t)key.ond);
+    r.out = backward ? (void *)y->grad : (void *)y->data;
+    key.amask |= (uint64_t)aligned16(r.out) << (2 * NB_TCALL_MAX_PARAMS);
+    tc_prep *e = NULL, *old = &C->e[0];
+    for (int i = 0; i < NB_TCALL_PREP; i++) {
+        tc_prep *q = &C->e[i];
+        if (q->live && same_key(q, &key)) {
+            e = q;
+            break;
+        }
+        if (!q->live || (old->live && q->stamp < old->stamp)) old = q;
+    }
+    nb_status s;
+    if (e) {
+        s = prep_launch(tc, e, &r);
+        if (s != NB_ERR_INVALID_ARG) { /* (an address the prepared kernel refuses: prepare anew) */
+            e->stamp = ++C->clock;
+            return s ? op_error(tc, backward, s) : NB_OK;
+        }
+        old = e;
+    }
+    prep_free(old);
+    *old = key;
+    s = prep_build(t, tc, old, &r);
+    if (!s) s = prep_launch(tc, old, &r);
+    /* CUDA: a new binding's first launch is checked for out-of-range indices (a wait, once per
+     * binding: later launches of the same shapes are not read back) */
+    if (!s && nb_tape_on_cuda(t)) s = nb_prepared_check(old->p);
+    if (s) {
+        prep_free(old);
+        return op_error(tc, backward, s);
+    }
+    old->live = 1;
+    old->stamp = ++C->clock;
     return NB_OK;
 }
 
-/* The output (its data, or its gradient when grad) as the call sees it. */
-static nb_status wrap_out(nb_tape *t, const nb_tcall *tc, const nb_top *op, nb_device *dev, int grad, nb_tensor **a) {
-    const nb_tval *y = &t->vals[op->out];
-    return wrap(t, dev, grad ? y->grad : y->data, tc->out_0d ? 0 : y->ndim, y->shape, a);
-}
-
-/* Runs c once its binding went well (s: the binding's status): deferred bounds checks on CUDA
- * (no host wait), then the launch; frees c; errors name the op. */
-static nb_status finish(nb_tape *t, const nb_tcall *tc, int backward, nb_call *c, nb_status s) {
-    if (!s && nb_tape_on_cuda(t)) s = nb_call_defer_checks(c);
-    if (s) {
-        nb_call_free(c);
-        return op_error(tc, backward, s);
-    }
-    s = nb_call_run(c, NULL);
-    return s ? op_error(tc, backward, s) : NB_OK;
-}
-
-nb_status nb_tcall_forward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
-    nb_device *dev = nb_module_device(nb_func_module(tc->f));
-    nb_call *c = NULL;
-    nb_tensor *y = NULL;
-    nb_status s = nb_call_begin(tc->f, &c);
-    if (!s) s = bind_args(t, tc, op, dev, c);
-    if (!s) s = wrap_out(t, tc, op, dev, 0, &y);
-    if (!s) s = nb_call_result(c, y);
-    return finish(t, tc, 0, c, s);
-}
+nb_status nb_tcall_forward(nb_tape *t, const nb_tcall *tc, const nb_top *op) { return tc_run(t, tc, op, NULL); }
 
 nb_status nb_tcall_backward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
     float *g[NB_TOP_MAX_IN] = {0};
@@ -318,30 +392,7 @@ nb_status nb_tcall_backward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
         if (s) return s;
         any |= g[k] != NULL;
     }
-    if (!any) return NB_OK;
-    nb_device *dev = nb_module_device(nb_func_module(tc->f));
-    nb_call *c = NULL;
-    nb_tensor *dy = NULL;
-    nb_status s = nb_call_begin(tc->f, &c);
-    if (!s) s = nb_call_set_mode(c, NB_MODE_BWD);
-    if (!s) s = bind_args(t, tc, op, dev, c);
-    for (int p = 0; p < tc->nparams && !s; p++) {
-        int k = tc->src[p];
-        if (k == NB_TCALL_SCALAR || !g[k]) continue;
-        nb_leaf_info li;
-        s = nb_func_leaf(tc->f, 0, p, &li);
-        if (s || !li.differentiable) continue;
-        const nb_tval *v = &t->vals[op->in[k]];
-        int nd;
-        const int64_t *shape;
-        input_shape(tc, v, k, &nd, &shape);
-        nb_tensor *ga;
-        s = wrap(t, dev, g[k], nd, shape, &ga);
-        if (!s) s = nb_call_grad(c, p, ga);
-    }
-    if (!s) s = wrap_out(t, tc, op, dev, 1, &dy);
-    if (!s) s = nb_call_dout(c, dy);
-    return finish(t, tc, 1, c, s);
+    return any ? tc_run(t, tc, op, g) : NB_OK;
 }
 
 /* ---- the CALL row ------------------------------------------------------------------------------- */

@@ -24,11 +24,14 @@
  *                     into the gradient of every input that needs one and feeds a differentiable
  *                     parameter (a no_diff parameter passes none), from op->out's gradient.
  * Inputs must be f32 tape values (rows using this have flags 0: nb_tape_record casts bf16
- * inputs); op->out is f32. On CUDA the calls are queued on the device's stream with deferred
- * bounds checks (no host wait; an out-of-range index is reported by the module's next call).
- * Steady state: the arrays wrapping tape memory are kept in a per-tape cache keyed by address
- * and shape, so a fixed-shape loop (the arena hands out the same addresses every step) makes no
- * host allocation once warm; the call layer recycles its call objects and kernels. */
+ * inputs); op->out is f32.
+ * Runs go through prepared calls (module.h) that the tape keeps per binding (function, direction,
+ * shapes, gradients, alignment; the 32 most recently used): a run with a known binding only sets
+ * addresses and scalar values and queues the kernel on the device's stream, so a fixed-shape loop
+ * allocates nothing once warm and its launches can be captured into a CUDA graph. Bounds: on the
+ * CPU a launch reports an out-of-range index at once; on CUDA the first launch of each binding is
+ * checked (one wait), later ones are not read back. The tape holds these calls until
+ * nb_tape_free: free a tape (and graphs replaying it) before the module of a function it ran. */
 #ifndef NB_GRAPH_TAPE_CALL_H
 #define NB_GRAPH_TAPE_CALL_H
 
@@ -65,7 +68,9 @@ nb_status nb_tcall_forward(nb_tape *t, const nb_tcall *tc, const nb_top *op);
 nb_status nb_tcall_backward(nb_tape *t, const nb_tcall *tc, const nb_top *op);
 /* 1 when input k of tc feeds at least one differentiable parameter of f. */
 int nb_tcall_input_differentiable(const nb_tcall *tc, int k);
-/* Frees the tape's cache of wrapped arrays (nb_tape_free). */
+/* The calls the tape prepared so far (misses of its cache; tests). */
+int64_t nb_tcall_prepares(const nb_tape *t);
+/* Frees the tape's prepared calls (nb_tape_free). */
 void nb_tcall_cache_free(nb_tape *t);
 
 #endif
