@@ -217,6 +217,25 @@ class Tape:
         -> [B, F]. The backward adds dL/dparams and dL/dx."""
         return self._new(self._c.encoding(getattr(e, "_c", e), self._h(x), self._h(params)))
 
+    def call(self, fn, *args):
+        """A kernel-language function as a tape op: fn is a function of a nabla Module loaded on
+        the tape's device (module.fn; one overload, [Differentiable] where a gradient is needed),
+        args its arguments in order: Vars of this tape (arrays; a float3 parameter takes a
+        trailing 3) or numbers (one value for every thread). The result is fn over the arguments'
+        broadcast shapes (+ the result's vector shape); the backward runs fn's reverse mode and
+        adds dL/d(argument) into every Var argument that needs a gradient. Trailing parameters
+        with default values may be left out. The tape keeps fn's module alive while it lives."""
+        conv = []
+        for i, a in enumerate(args):
+            if isinstance(a, Var):
+                conv.append(self._h(a))
+            elif isinstance(a, (int, float)) and not isinstance(a, bool):
+                conv.append(float(a))
+            else:
+                raise TypeError(f"Tape.call: argument {i} is a {type(a).__name__}; give a Var of this tape "
+                                "(arrays enter through tape.input) or a number")
+        return self._new(self._c.call(fn, tuple(conv)))
+
     def add(self, a, b):
         return self._new(self._c.add(self._h(a), self._h(b)))
 

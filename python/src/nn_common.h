@@ -72,6 +72,8 @@ typedef struct {
     int views_taken; /* params()/grads() views exist: no more nb_tape_param (the buffers move) */
     PyObject *keep;  /* list (or NULL) of the CMlp / CEncoding objects whose ops are on the tape
                       * (an op holds its module object: kept alive until the next reset) */
+    PyObject *keep_fns; /* set (or NULL) of the nabla Modules whose functions Tape.call ran: the
+                         * tape keeps their prepared calls until it is freed */
 } TapeObject;
 extern PyObject *nbn_TapeType;
 

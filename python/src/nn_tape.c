@@ -20,6 +20,7 @@ static void tape_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
     if (o->t) nb_tape_free(o->t);
     Py_XDECREF(o->keep);
+    Py_XDECREF(o->keep_fns); /* after nb_tape_free: its prepared calls go before the modules */
     Py_XDECREF(o->device);
     PyObject_Free(self);
     Py_DECREF(tp);
@@ -44,6 +45,7 @@ static PyObject *py_tape_create(PyObject *self, PyObject *args, PyObject *kw) {
     o->gen = 0;
     o->views_taken = 0;
     o->keep = NULL;
+    o->keep_fns = NULL;
     nb_status st = nb_tape_create_on(dev, &o->t);
     if (st) {
         Py_DECREF(o);
@@ -428,6 +430,43 @@ static PyObject *op_encoding(PyObject *self, PyObject *args) {
     if (!st && keep_module(self, mod) < 0) return NULL;
     return ret(st, &out);
 }
+/* call(function, args): a kernel-language function of a nabla Module over tape values
+ * (nb_tape_call_scalars); args holds handles (int) and scalars (float). */
+static PyObject *op_call(PyObject *self, PyObject *args) {
+    PyObject *fo, *av;
+    if (!PyArg_ParseTuple(args, "OO!", &fo, &PyTuple_Type, &av)) return NULL;
+    if (!PyObject_TypeCheck(fo, (PyTypeObject *)nbp_FunctionType))
+        return PyErr_Format(PyExc_TypeError, "Tape.call: expected a function of a nabla Module (module.fn), got %R",
+                            fo);
+    FunctionObject *fn = (FunctionObject *)fo;
+    if (fn->mode != NBP_PRIMAL || fn->maps)
+        return PyErr_Format(nbp_ArgumentError, "Tape.call: give the function itself (not .bwds / .fwds / .map(...)): "
+                            "the tape runs its derivative in the backward");
+    Py_ssize_t n = PyTuple_Size(av);
+    if (n > 16) return PyErr_Format(nbp_ArgumentError, "Tape.call: %zd arguments; at most 16", n);
+    nb_tvar in[16];
+    double sc[16];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GetItem(av, i);
+        in[i] = NB_TVAR_NONE;
+        sc[i] = 0;
+        if (PyLong_Check(a)) {
+            in[i] = (nb_tvar)PyLong_AsLong(a);
+        } else {
+            sc[i] = PyFloat_AsDouble(a);
+            if (sc[i] == -1.0 && PyErr_Occurred()) return NULL;
+        }
+    }
+    TapeObject *o = (TapeObject *)self;
+    if (!o->keep_fns && !(o->keep_fns = PySet_New(NULL))) return NULL;
+    if (PySet_Add(o->keep_fns, fn->module) < 0) return NULL;
+    nb_tvar out;
+    nb_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = nb_tape_call_scalars(T(self), fn->f, (int)n, in, sc, &out);
+    Py_END_ALLOW_THREADS
+    return ret(st, &out);
+}
 static PyObject *op_timestep_embedding(PyObject *self, PyObject *args) {
     PyObject *ts;
     int dim;
@@ -481,6 +520,7 @@ static PyMethodDef tape_methods[] = {
     {"slice_channels", op_slice_channels, METH_VARARGS, "slice_channels(x, c0, count)"},
     {"mlp", op_mlp, METH_VARARGS, "mlp(CMlp, x, w) -> handle (nb_tape_mlp)"},
     {"encoding", op_encoding, METH_VARARGS, "encoding(CEncoding, x, params=-1) -> handle (nb_tape_encoding)"},
+    {"call", op_call, METH_VARARGS, "call(function, (handle or float, ...)) -> handle (nb_tape_call_scalars)"},
     {"timestep_embedding", op_timestep_embedding, METH_VARARGS, "timestep_embedding(timesteps, dim, max_period=10000)"},
     {NULL},
 };

@@ -366,3 +366,70 @@ def test_mlp_and_encoding_ops_match_the_modules():
     t.mlp(m, f, w)
     with pytest.raises(nabla.UnsupportedError):
         t.mlp(m, f, w)
+
+
+CALL_SRC = """
+[Differentiable] float softplus(float x, float beta) { return log(1.0 + exp(beta * x)) / beta; }
+[Differentiable] float madd(float a, float b, float c) { return a * b + c; }
+[Differentiable] float norm3(float3 v) { return sqrt(dot(v, v)); }
+float twice(float x) { return 2.0 * x; }
+"""
+
+
+def test_call_user_functions_as_tape_ops():
+    """Tape.call(module.fn, *args): a .nb function as a tape op (the CALL row) -- values and
+    gradients against numpy, broadcasting, a float3 parameter, scalars, and typed errors."""
+    rng = np.random.default_rng(7)
+    m = nabla.load_module_from_source(CALL_SRC, device="cpu")
+    xa = rng.standard_normal((5, 4)).astype(np.float32)
+    wa = rng.standard_normal((3, 4)).astype(np.float32)
+    ba = rng.standard_normal(3).astype(np.float32)
+    ca = rng.standard_normal((5, 1)).astype(np.float32)
+    tgt = rng.standard_normal((5, 3)).astype(np.float32)
+
+    t = nn.Tape("cpu")
+    w = t.param("w", (3, 4), init=wa)
+    b = t.param("b", 3, init=ba)
+    x = t.input(xa, requires_grad=True)
+    c = t.input(ca, requires_grad=True)
+    h = t.linear(x, w, b)
+    a = t.call(m.softplus, h, 2.0)          # a scalar argument
+    y = t.call(m.madd, a, a, c)             # a value twice, c [5,1] broadcast over the columns
+    loss = t.mse(y, t.input(tgt))
+    t.backward(loss)
+
+    h_ref = xa @ wa.T + ba
+    a_ref = np.log1p(np.exp(2.0 * h_ref)) / 2.0
+    y_ref = a_ref * a_ref + ca
+    np.testing.assert_allclose(y.numpy(), y_ref, rtol=1e-5, atol=1e-6)
+    dy = 2.0 * (y_ref - tgt) / y_ref.size
+    dc = dy.sum(axis=1, keepdims=True)
+    dh = dy * 2.0 * a_ref / (1.0 + np.exp(-2.0 * h_ref))
+    np.testing.assert_allclose(c.grad, dc, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(x.grad, dh @ wa, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(t.grad(w), dh.T @ xa, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(t.grad(b), dh.sum(axis=0), rtol=1e-4, atol=1e-6)
+
+    # a float3 parameter takes a trailing 3: [5, 3] -> [5]
+    t.reset()
+    v = t.input(tgt, requires_grad=True)
+    n = t.call(m.norm3, v)
+    assert n.shape == (5,)
+    np.testing.assert_allclose(n.numpy(), np.linalg.norm(tgt, axis=1), rtol=1e-6)
+
+    # typed errors
+    with pytest.raises(nabla.ShapeError):
+        t.call(m.norm3, t.input(xa))            # trailing 4, not 3
+    with pytest.raises(nabla.ArgumentError):
+        t.call(m.madd, v, v)                     # 2 of 3 arguments
+    with pytest.raises(nabla.ArgumentError):
+        t.call(m.twice, v)                       # not [Differentiable], v needs a gradient
+    t.call(m.twice, t.input(xa))                 # fine without a gradient
+    with pytest.raises(TypeError):
+        t.call(m.madd, v, "x", 1.0)
+    with pytest.raises(TypeError):
+        t.call(len, v)
+    if any(d != "cpu" for d in devices()):
+        tg = nn.Tape("cuda")
+        with pytest.raises(nabla.DeviceError):
+            tg.call(m.softplus, tg.input(xa), 1.0)  # a CPU module on a CUDA tape
