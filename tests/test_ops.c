@@ -101,6 +101,14 @@ static const op_case cases[] = {
     /* a user's .nb function (CALL_SRC): float3 a [2,4,3] with b [4] broadcast over the batch, and
      * the scalar 0.5; its gradient sums b's over the broadcast */
     {NB_TOP_CALL, "call (user .nb function)", 2, {3, 1}, {{2, 4, 3}, {4}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    /* relu / linear_relu: inputs kept >= KINK from the kink (kink_clear) */
+    {NB_TOP_RELU, "relu", 1, {3}, {{2, 3, 7}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_SOFTMAX, "softmax", 1, {3}, {{2, 3, 7}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0, 0},
+    /* (outputs ~1/70: the loss moves by ~1e-6 per 1e-2 step, its rounding noise as large; h = 0.1
+     * brings the noise down tenfold, truncation stays < 1e-4 relative) */
+    {NB_TOP_SOFTMAX, "softmax rows of 70", 1, {2}, {{3, 70}}, 0, {0}, {{0}}, 0, 0, 0, 0, 0.1f, 0},
+    {NB_TOP_LINEAR_RELU, "linear_relu", 1, {2}, {{3, 5}}, 2, {2, 1}, {{4, 5}, {4}}, 0, 0, 0, 0, 0, 0},
+    {NB_TOP_LINEAR_RELU, "linear_relu no bias", 1, {2}, {{2, 6}}, 1, {2}, {{3, 6}}, 0, 0, 0, 0, 0, 0},
 };
 /* The CALL case's module: loaded on the tape's device by build(). */
 static const char *CALL_SRC =
@@ -229,6 +237,9 @@ static nb_status build(nb_tape *t, const op_case *c, const nb_tvar *in, const nb
     case NB_TOP_ENCODING: return build_encoding(t, c->a, in[0], p0, y);
     case NB_TOP_FUSED: return build_fused(t, c->a, in, y);
     case NB_TOP_CALL: return build_call(t, in[0], in[1], y);
+    case NB_TOP_RELU: return nb_tape_relu(t, in[0], y);
+    case NB_TOP_SOFTMAX: return nb_tape_softmax(t, in[0], y);
+    case NB_TOP_LINEAR_RELU: return nb_tape_linear_relu(t, in[0], p0, p1, y);
     default: return nb_error(NB_ERR_INTERNAL, "test_ops: no builder for op kind %d", c->kind);
     }
 }
@@ -345,6 +356,36 @@ static nb_status run_case(const op_case *c, case_data *d, nb_device *dev, int pr
     return s;
 }
 
+/* The ReLU's kink at 0: a finite difference across it is no derivative. Finite differences
+ * move one element by h = 1e-2, which moves a linear's output by at most h max(|x|, |w|, 1) =
+ * h: relu inputs and linear_relu pre-activations are kept >= KINK = 5 h away from 0 (relu:
+ * pushed out; linear_relu: the bias of an output column redrawn, or without bias its weight
+ * row, until every row's pre-activation clears it). */
+#define KINK 0.05f
+static void kink_clear(const op_case *c, case_data *d) {
+    if (c->kind == NB_TOP_RELU)
+        for (int64_t k = 0; k < d->nin_el[0]; k++) {
+            float *v = &d->in[0][k];
+            if (fabsf(*v) < KINK) *v += *v < 0 ? -KINK : KINK;
+        }
+    if (c->kind != NB_TOP_LINEAR_RELU) return;
+    int64_t N = c->in[0][0], F = c->in[0][1], O = c->par[0][0];
+    float *w = d->par, *b = c->npar > 1 ? d->par + O * F : NULL;
+    for (int64_t o = 0; o < O; o++)
+        for (int tries = 0; tries < 1000; tries++) {
+            int ok = 1;
+            for (int64_t n = 0; n < N && ok; n++) {
+                float z = b ? b[o] : 0.0f;
+                for (int64_t f = 0; f < F; f++) z += d->in[0][n * F + f] * w[o * F + f];
+                ok = fabsf(z) >= KINK;
+            }
+            if (ok) break;
+            if (b) b[o] = frand();
+            else
+                for (int64_t f = 0; f < F; f++) w[o * F + f] = frand();
+        }
+}
+
 static void case_data_init(const op_case *c, case_data *d) {
     memset(d, 0, sizeof *d);
     for (int i = 0; i < c->nin; i++) {
@@ -361,6 +402,7 @@ static void case_data_init(const op_case *c, case_data *d) {
     for (int i = 0; i < c->npar; i++) d->npar_el += numel(c->pnd[i], c->par[i]);
     d->par = malloc(sizeof(float) * (size_t)(d->npar_el ? d->npar_el : 1));
     for (int64_t k = 0; k < d->npar_el; k++) d->par[k] = rnd(c->grid);
+    kink_clear(c, d);
 }
 
 static void case_data_free(case_data *d) {
@@ -673,9 +715,118 @@ static void test_module_rows_accumulate_and_check(void) {
     nb_device_close(cpu);
 }
 
+/* x [N,F] -> linear -> relu on a tape of dev (NULL: CPU), then the same through nb_tape_linear_relu
+ * and through the op nb_top_fuse_linear_relu makes of the recorded pair (recorded again with
+ * nb_tape_record): the three outputs and the parameter gradients of a loss over them. */
+static void linear_relu_three_ways(nb_device *dev, int prec, float *y3[3], float *g3[3]) {
+    enum { N = 5, F = 7, O = 6 };
+    float xs[N * F], ps[O * F + O], tgt[N * O];
+    for (int i = 0; i < N * F; i++) xs[i] = frand();
+    for (int i = 0; i < O * F + O; i++) ps[i] = frand();
+    for (int i = 0; i < N * O; i++) tgt[i] = frand();
+    for (int way = 0; way < 3; way++) {
+        nb_tape *t;
+        NB_REQUIRE_OK(dev ? nb_tape_create_on(dev, &t) : nb_tape_create(&t));
+        nb_tvar w, b, x, z, y, tv, l;
+        NB_REQUIRE_OK(nb_tape_param(t, "w", 2, (int64_t[]){O, F}, &w));
+        NB_REQUIRE_OK(nb_tape_param(t, "b", 1, (int64_t[]){O}, &b));
+        NB_REQUIRE_OK(nb_tape_set_precision(t, (nb_tape_precision)prec));
+        NB_REQUIRE_OK(nb_tape_write_params(t, ps, O * F + O));
+        NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){N, F}, xs, 0, &x));
+        if (way == 1) {
+            NB_REQUIRE_OK(nb_tape_linear_relu(t, x, w, b, &y));
+        } else {
+            NB_REQUIRE_OK(nb_tape_linear(t, x, w, b, &z));
+            NB_REQUIRE_OK(nb_tape_relu(t, z, &y));
+        }
+        if (way == 2) {
+            /* the compile pass's rewrite: the pair becomes one op writing relu's output */
+            nb_top fused, lin = t->ops[t->n_ops - 2], relu = t->ops[t->n_ops - 1];
+            NB_EXPECT(!nb_top_fuse_linear_relu(&relu, &lin, &fused)); /* wrong order */
+            NB_EXPECT(nb_top_fuse_linear_relu(&lin, &relu, &fused));
+            NB_EXPECT(fused.kind == NB_TOP_LINEAR_RELU && fused.out == y && fused.in[0] == x &&
+                      fused.in[1] == w && fused.in[2] == b);
+            NB_REQUIRE_OK(nb_tape_record(t, &fused)); /* recomputes y in one op */
+        }
+        NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){N, O}, tgt, 0, &tv));
+        NB_REQUIRE_OK(nb_tape_mse(t, y, tv, &l));
+        y3[way] = malloc(sizeof(float) * N * O);
+        g3[way] = malloc(sizeof(float) * (O * F + O));
+        NB_REQUIRE_OK(nb_tape_read(t, y, y3[way], N * O));
+        if (way < 2) { /* (way 2 recorded y twice: its backward would count it twice) */
+            NB_REQUIRE_OK(nb_tape_backward(t, l));
+            NB_REQUIRE_OK(nb_tape_read_grads(t, g3[way], O * F + O));
+        }
+        nb_tape_free(t);
+    }
+}
+
+/* LINEAR_RELU == LINEAR then RELU: bit for bit on the CPU (the same sums), forward and gradients;
+ * on CUDA (skipped without a GPU) within the fp32 tolerance. Then the builders' errors. */
+static void test_linear_relu_fusion(void) {
+    float *y[3], *g[3];
+    linear_relu_three_ways(NULL, NB_TAPE_FP32, y, g);
+    NB_EXPECT(!memcmp(y[0], y[1], sizeof(float) * 30) && !memcmp(y[0], y[2], sizeof(float) * 30));
+    NB_EXPECT(!memcmp(g[0], g[1], sizeof(float) * 48));
+    int zeros = 0;
+    for (int i = 0; i < 30; i++) zeros += y[0][i] == 0.0f;
+    NB_EXPECT(zeros > 0 && zeros < 30); /* the relu cut some, not all */
+    for (int i = 0; i < 3; i++) free(y[i]), free(g[i]);
+    nb_device *dev = NULL;
+    if (nb_device_open("cuda", &dev) == NB_OK) {
+        float *yc[3], *gc[3];
+        linear_relu_three_ways(dev, NB_TAPE_FP32, yc, gc);
+        NB_EXPECT(close_enough("linear_relu (CUDA)", "forward", yc[1], yc[0], 30, 1e-5, 1e-6));
+        NB_EXPECT(close_enough("linear_relu (CUDA)", "fused forward", yc[2], yc[0], 30, 1e-5, 1e-6));
+        NB_EXPECT(close_enough("linear_relu (CUDA)", "gradients", gc[1], gc[0], 48, 1e-5, 1e-6));
+        for (int i = 0; i < 3; i++) free(yc[i]), free(gc[i]);
+        nb_device_close(dev);
+    }
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    float xs[12] = {0};
+    nb_tvar x, w, bad;
+    NB_REQUIRE_OK(nb_tape_param(t, "w", 2, (int64_t[]){3, 5}, &w));
+    NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){3, 4}, xs, 1, &x));
+    NB_EXPECT_ERR(nb_tape_linear_relu(t, x, w, NB_TVAR_NONE, &bad), NB_ERR_SHAPE,
+                  "nb_tape_linear_relu: x [3,4] and w [3,5] must be [N,F] and [O,F]");
+    NB_EXPECT_ERR(nb_tape_linear_relu(t, x, x, w, &bad), NB_ERR_SHAPE, "b [3,5] must be [O] = [3]");
+    NB_EXPECT_ERR(nb_tape_relu(t, 99, &bad), NB_ERR_INVALID_ARG, "nb_tape_relu");
+    NB_EXPECT_ERR(nb_tape_softmax(t, 99, &bad), NB_ERR_INVALID_ARG, "nb_tape_softmax");
+    NB_EXPECT_ERR(nb_tape_relu(t, x, NULL), NB_ERR_INVALID_ARG, "NULL");
+    NB_EXPECT_ERR(nb_tape_softmax(NULL, x, &bad), NB_ERR_INVALID_ARG, "NULL");
+    nb_top lin = {.kind = NB_TOP_LINEAR, .out = 5}, relu = {.kind = NB_TOP_RELU, .in = {6}}, f;
+    NB_EXPECT(!nb_top_fuse_linear_relu(&lin, &relu, &f)); /* relu reads another value */
+    relu.in[0] = 5, relu.kind = NB_TOP_SILU;
+    NB_EXPECT(!nb_top_fuse_linear_relu(&lin, &relu, &f)); /* not a relu */
+    nb_tape_free(t);
+}
+
+/* softmax's rows sum to 1 and survive large and -inf inputs (the max is subtracted). */
+static void test_softmax_stable(void) {
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    float xs[8] = {1000.f, 1001.f, 999.f, -INFINITY, -1000.f, -1001.f, -1002.f, -999.f}, y[8];
+    nb_tvar x, s;
+    NB_REQUIRE_OK(nb_tape_input(t, 2, (int64_t[]){2, 4}, xs, 0, &x));
+    NB_REQUIRE_OK(nb_tape_softmax(t, x, &s));
+    NB_REQUIRE_OK(nb_tape_read(t, s, y, 8));
+    for (int r = 0; r < 2; r++) {
+        double sum = 0;
+        for (int j = 0; j < 4; j++) {
+            NB_EXPECT(isfinite(y[r * 4 + j]));
+            sum += y[r * 4 + j];
+        }
+        NB_EXPECT(fabs(sum - 1.0) < 1e-6);
+    }
+    NB_EXPECT(y[3] == 0.0f && y[1] > y[0] && y[0] > y[2]);
+    NB_EXPECT(fabsf(y[1] - 0.66524096f) < 1e-6f); /* e / (1 + e + 1/e) */
+    nb_tape_free(t);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_every_op_has_a_case, test_cpu_gradients_vs_finite_differences,
                  test_record_checks_the_row, test_no_cuda_path_error,
                  test_profiler_labels_from_table, test_module_rows_accumulate_and_check,
-                 test_cuda_vs_cpu);
+                 test_linear_relu_fusion, test_softmax_stable, test_cuda_vs_cpu);
 }

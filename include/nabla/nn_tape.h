@@ -225,6 +225,14 @@ nb_status nb_tape_group_norm_silu(nb_tape *t, nb_tvar x, int groups, nb_tvar gam
                                   float eps, nb_tvar *out);
 /* x * sigmoid(x), any shape */
 nb_status nb_tape_silu(nb_tape *t, nb_tvar x, nb_tvar *out);
+/* max(x, 0), any shape (NaN passes through) */
+nb_status nb_tape_relu(nb_tape *t, nb_tvar x, nb_tvar *out);
+/* softmax over the last dim, any shape: each row of D = shape[ndim-1] elements becomes
+ * exp(x - max) / sum exp(x - max) (numerically stable) */
+nb_status nb_tape_softmax(nb_tape *t, nb_tvar x, nb_tvar *out);
+/* relu(x w^T + b) as one op (x [N,F], w [O,F], b [O] or NB_TVAR_NONE -> [N,O]): on CUDA the ReLU
+ * runs in the GEMM's bias pass; the same values as nb_tape_relu(nb_tape_linear(...)) */
+nb_status nb_tape_linear_relu(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *out);
 /* a + b, same shape */
 nb_status nb_tape_add(nb_tape *t, nb_tvar a, nb_tvar b, nb_tvar *out);
 /* x [N,C,H,W] + c [N,C] broadcast over H,W -> [N,C,H,W] */

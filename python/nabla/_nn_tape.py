@@ -205,6 +205,18 @@ class Tape:
     def silu(self, x):
         return self._new(self._c.silu(self._h(x)))
 
+    def relu(self, x):
+        """max(x, 0), any shape"""
+        return self._new(self._c.relu(self._h(x)))
+
+    def softmax(self, x):
+        """softmax over the last dim (each row exp(x - max) / sum), any shape"""
+        return self._new(self._c.softmax(self._h(x)))
+
+    def linear_relu(self, x, w, b=None):
+        """relu(x w^T + b) as one op (the ReLU in the GEMM's bias pass on CUDA)"""
+        return self._new(self._c.linear_relu(self._h(x), self._h(w), self._h(b)))
+
     def mlp(self, m, x, w):
         """The fused MLP m (a nabla.nn.FusedMLP on the tape's device) as a tape op: x [B, n_in],
         w a value of m's n_params floats (a param, e.g. initialised from m.params) -> [B, n_out].

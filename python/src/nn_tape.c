@@ -329,6 +329,12 @@ static PyObject *op_linear(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "ii|i", &x, &w, &b)) return NULL;
     return ret(nb_tape_linear(T(self), x, w, b, &out), &out);
 }
+static PyObject *op_linear_relu(PyObject *self, PyObject *args) {
+    int x, w, b = NB_TVAR_NONE;
+    nb_tvar out;
+    if (!PyArg_ParseTuple(args, "ii|i", &x, &w, &b)) return NULL;
+    return ret(nb_tape_linear_relu(T(self), x, w, b, &out), &out);
+}
 static PyObject *op_conv2d(PyObject *self, PyObject *args) {
     int x, w, b = NB_TVAR_NONE, stride = 1, pad = 0;
     nb_tvar out;
@@ -361,6 +367,8 @@ static PyObject *op_group_norm(PyObject *self, PyObject *args) {
         return ret(call(T(self), a, b, &out), &out);                                             \
     }
 UNARY(op_silu, nb_tape_silu)
+UNARY(op_relu, nb_tape_relu)
+UNARY(op_softmax, nb_tape_softmax)
 UNARY(op_upsample2x, nb_tape_upsample2x)
 UNARY(op_avgpool2x, nb_tape_avgpool2x)
 UNARY(op_transpose, nb_tape_transpose)
@@ -508,6 +516,9 @@ static PyMethodDef tape_methods[] = {
     {"conv2d", op_conv2d, METH_VARARGS, "conv2d(x, w, b=-1, stride=1, pad=0)"},
     {"group_norm", op_group_norm, METH_VARARGS, "group_norm(x, groups, gamma=-1, beta=-1, eps=1e-5)"},
     {"silu", op_silu, METH_O, "silu(x)"},
+    {"relu", op_relu, METH_O, "relu(x)"},
+    {"softmax", op_softmax, METH_O, "softmax(x): over the last dim"},
+    {"linear_relu", op_linear_relu, METH_VARARGS, "linear_relu(x, w, b=-1)"},
     {"upsample2x", op_upsample2x, METH_O, "upsample2x(x)"},
     {"avgpool2x", op_avgpool2x, METH_O, "avgpool2x(x)"},
     {"transpose", op_transpose, METH_O, "transpose(x)"},

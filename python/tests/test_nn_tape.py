@@ -76,6 +76,29 @@ def test_linear_group_norm_silu():
     y = check_grad(lambda t, x: t.silu(x), [rnd(3, 4, seed=7)])
 
 
+def away_from_zero(a, margin=0.1):
+    """a with every |value| >= margin (finite differences of eps 1e-2 never cross relu's kink)"""
+    return np.where(np.abs(a) < margin, np.where(a < 0, a - margin, a + margin), a).astype(np.float32)
+
+
+def test_relu_softmax_linear_relu():
+    x = away_from_zero(rnd(3, 5, seed=1))
+    y = check_grad(lambda t, x: t.relu(x), [x])
+    np.testing.assert_array_equal(y.numpy(), np.maximum(x, 0))
+    s = rnd(2, 3, 9, seed=2)
+    y = check_grad(lambda t, x: t.softmax(x), [s])
+    e = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    xl, w, b = rnd(4, 6, seed=3), rnd(5, 6, seed=4, scale=0.3), rnd(5, seed=5)
+    z = xl @ w.T + b
+    b = (b + np.where(np.abs(z).min(0) < 0.1, 0.3, 0.0)).astype(np.float32)  # pre-activations off 0
+    y = check_grad(lambda t, x, w, b: t.linear_relu(x, w, b), [xl, w, b])
+    np.testing.assert_allclose(y.numpy(), np.maximum(xl @ w.T + b, 0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(nabla.ShapeError):
+        t = nn.Tape()
+        t.linear_relu(t.input(xl), t.input(rnd(5, 4, seed=6)))
+
+
 def test_shape_and_elementwise_ops():
     a, b = rnd(2, 3, 4, 4, seed=1), rnd(2, 3, 4, 4, seed=2)
     y = check_grad(lambda t, a, b: t.add(a, b), [a, b])

@@ -132,6 +132,8 @@ enum nb_tape_kern {
     NB_TK_CAST,
     /* tape_cuda_norm.c, the split group norm (bf16 storage only; nb_gn_cuda_set_path) */
     NB_TK_GN_FST_BF, NB_TK_GN_FNM_BF, NB_TK_GN_BST_BF, NB_TK_GN_BDX_BF,
+    /* tape_cuda_basic.c: relu and the row softmax */
+    NB_TK_RELU_FWD, NB_TK_RELU_BWD, NB_TK_SOFTMAX_FWD, NB_TK_SOFTMAX_BWD,
     NB_TK_COUNT = 48 /* room for more */
 };
 
@@ -217,6 +219,16 @@ nb_status nb_tape_accumulate(nb_tape *t, float *dst, const float *src, int64_t c
  * the kernel, nb_tape_grad_finish adds the scratch into the gradient (nothing when dst == g). */
 nb_status nb_tape_grad_dst(nb_tape *t, nb_tvar v, float **g, float **dst);
 nb_status nb_tape_grad_finish(nb_tape *t, float *g, const float *dst, int64_t count);
+/* dz[i] = dy[i] where y[i] > 0, else 0, over count elements of tape memory stored in dt (NB_F32;
+ * NB_BF16 on CUDA tapes): the gradient through a ReLU from its output y (LINEAR_RELU's backward).
+ * Queued on the stream on CUDA. */
+nb_status nb_tape_relu_grad(nb_tape *t, void *dz, const void *y, const void *dy, int64_t count,
+                            nb_dtype dt);
+/* The compile pass's fusion rule for the GEMM epilogue: when relu (a RELU op) reads lin's output
+ * (a LINEAR op), *out = the one LINEAR_RELU op computing relu's output from lin's inputs, and 1;
+ * else 0 (*out untouched). The caller checks that lin's output has no other consumer (it is no
+ * longer computed). */
+int nb_top_fuse_linear_relu(const nb_top *lin, const nb_top *relu, nb_top *out);
 /* CUDA tapes: *p += v on the device (one tiny kernel; the backward seed). */
 nb_status nb_tape_cuda_add_scalar(nb_tape *t, float *p, float v);
 /* CUDA tapes: y [n, dim] = the sinusoidal embedding of n <= NB_TAPE_TEMB_MAX host timesteps,

@@ -56,6 +56,8 @@ static const char *const tk_entry[NB_TK_COUNT] = {
     [NB_TK_MSE_FIN] = "tk_mse_fin",       [NB_TK_MSE_BWD] = "tk_mse_bwd",
     [NB_TK_TR] = "tk_transpose",          [NB_TK_SLICE_FWD] = "tk_slice_fwd",
     [NB_TK_SLICE_BWD] = "tk_slice_bwd",   [NB_TK_TEMB] = "tk_temb",
+    [NB_TK_RELU_FWD] = "tk_relu_fwd",     [NB_TK_RELU_BWD] = "tk_relu_bwd",
+    [NB_TK_SOFTMAX_FWD] = "tk_softmax_fwd", [NB_TK_SOFTMAX_BWD] = "tk_softmax_bwd",
 };
 
 /* The tape's handle of kernel id (loaded on first use). */
@@ -433,3 +435,66 @@ nb_status nb_op_slice_channels_cuda_bwd(nb_tape *t, const nb_top *op) {
     return tk_launch(t, NB_TK_SLICE_BWD, &a, ew_items(&a));
 }
 
+
+/* ---- ReLU, row softmax (CPU reference: tape_ops_act.c) -------------------------------------- */
+
+nb_status nb_op_relu_cuda_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]);
+    nb_status s = tk_check_count("relu", x->count);
+    if (s) return s;
+    tk_args a = {.a = x->data, .y = VAL(t, op->out)->data, .n = (int32_t)x->count,
+                 .dt = bfbit(t, op->in[0], TK_A) | bfbit(t, op->out, TK_Y)};
+    return tk_ew(t, NB_TK_RELU_FWD, &a);
+}
+
+nb_status nb_op_relu_cuda_bwd(nb_tape *t, const nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]);
+    float *dx;
+    int ow;
+    nb_status s = nb_tape_grad_buf_w(t, op->in[0], &dx, &ow);
+    if (s || !dx) return s;
+    tk_args a = {.a = x->data, .b = VAL(t, op->out)->grad, .y = dx, .n = (int32_t)x->count, .ow = ow,
+                 .dt = bfbit(t, op->in[0], TK_A | TK_Y) | bfbit(t, op->out, TK_B)};
+    return tk_ew(t, NB_TK_RELU_BWD, &a);
+}
+
+/* dz = (y > 0 ? dy : 0): the relu backward kernel storing (ow) into a fresh buffer */
+nb_status nb_tape_cuda_relu_grad(nb_tape *t, void *dz, const void *y, const void *dy, int64_t count,
+                                 nb_dtype dt) {
+    nb_status s = tk_check_count("relu gradient", count);
+    if (s || count <= 0) return s;
+    if (dt != NB_F32 && dt != NB_BF16)
+        return nb_error(NB_ERR_INTERNAL, "nb_tape_relu_grad: dtype %s", nb_dtype_name(dt));
+    tk_args a = {.a = y, .b = dy, .y = dz, .n = (int32_t)count, .ow = 1,
+                 .dt = dt == NB_BF16 ? TK_A | TK_B | TK_Y : 0};
+    return tk_ew(t, NB_TK_RELU_BWD, &a);
+}
+
+/* rows of D = the last dim; a warp per row */
+static void sm_dims(const nb_tval *x, tk_args *a) {
+    int64_t D = x->shape[x->ndim - 1];
+    a->d0 = (int32_t)D;
+    a->d1 = (int32_t)(D ? x->count / D : 0);
+}
+
+nb_status nb_op_softmax_cuda_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]);
+    nb_status s = tk_check_count("softmax", x->count);
+    if (s) return s;
+    tk_args a = {.a = x->data, .y = VAL(t, op->out)->data, .n = (int32_t)x->count,
+                 .dt = bfbit(t, op->in[0], TK_A) | bfbit(t, op->out, TK_Y)};
+    sm_dims(x, &a);
+    return tk_launch(t, NB_TK_SOFTMAX_FWD, &a, (int64_t)a.d1 * 32);
+}
+
+nb_status nb_op_softmax_cuda_bwd(nb_tape *t, const nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]), *o = VAL(t, op->out);
+    float *dx;
+    int ow;
+    nb_status s = nb_tape_grad_buf_w(t, op->in[0], &dx, &ow);
+    if (s || !dx) return s;
+    tk_args a = {.a = o->data, .b = o->grad, .y = dx, .n = (int32_t)x->count, .ow = ow,
+                 .dt = bfbit(t, op->out, TK_A | TK_B) | bfbit(t, op->in[0], TK_Y)};
+    sm_dims(x, &a);
+    return tk_launch(t, NB_TK_SOFTMAX_BWD, &a, (int64_t)a.d1 * 32);
+}

@@ -7,6 +7,9 @@
 
 /* CUDA half of nb_tape_accumulate (tape_cuda_basic.c: the add row's accumulate kernel). */
 nb_status nb_tape_cuda_accumulate(nb_tape *t, float *dst, const float *src, int64_t count);
+/* CUDA half of nb_tape_relu_grad (tape_cuda_basic.c). */
+nb_status nb_tape_cuda_relu_grad(nb_tape *t, void *dz, const void *y, const void *dy, int64_t count,
+                                 nb_dtype dt);
 /* Forward (backward = 0) or backward of one recorded op on the tape's device (tape_ops.c). */
 nb_status nb_tape_run_op(nb_tape *t, nb_top *op, int backward);
 /* NB_ERR_INTERNAL unless op (about to be recorded; its out value created) has a known kind, its

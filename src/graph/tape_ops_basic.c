@@ -1,6 +1,7 @@
 /* Tape ops, CPU reference: linear, SiLU, add, per-channel add, channel concat, nearest
  * upsample ×2, average pool 2×2, MSE, sinusoidal timestep embedding. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "graph/op_rows.h"
@@ -44,9 +45,10 @@ nb_status nb_op_linear_cpu_fwd(nb_tape *t, nb_top *op) {
     return NB_OK;
 }
 
-nb_status nb_op_linear_cpu_bwd(nb_tape *t, const nb_top *op) {
+/* The gradients of x, w and b from dy [N,O] (the linear's output gradient, or LINEAR_RELU's
+ * masked one). */
+static nb_status linear_cpu_bwd_dy(nb_tape *t, const nb_top *op, const float *dy) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]);
-    const float *dy = VAL(t, op->out)->grad;
     int64_t N = x->shape[0], F = x->shape[1], O = w->shape[0];
     float *dx, *dw, *db;
     nb_status s;
@@ -65,27 +67,68 @@ nb_status nb_op_linear_cpu_bwd(nb_tape *t, const nb_top *op) {
     return NB_OK;
 }
 
-nb_status nb_tape_linear(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *out) {
-    nb_status s = nb_tape_check_args(t, out, "nb_tape_linear");
+nb_status nb_op_linear_cpu_bwd(nb_tape *t, const nb_top *op) {
+    return linear_cpu_bwd_dy(t, op, VAL(t, op->out)->grad);
+}
+
+/* ---- linear + relu: y = relu(x w^T + b) (one op; see ops.def LINEAR_RELU) ------------------- */
+
+static void relu_rows(void *c_, int64_t n0, int64_t n1) {
+    lin_ctx *c = c_;
+    for (int64_t i = n0 * c->O; i < n1 * c->O; i++) c->y[i] = c->y[i] < 0.0f ? 0.0f : c->y[i];
+}
+
+nb_status nb_op_linear_relu_cpu_fwd(nb_tape *t, nb_top *op) {
+    nb_status s = nb_op_linear_cpu_fwd(t, op);
     if (s) return s;
-    GET(xv, x, "nb_tape_linear: x");
-    GET(wv, w, "nb_tape_linear: w");
+    const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]);
+    lin_ctx c = {NULL, NULL, NULL, VAL(t, op->out)->data, x->shape[1], w->shape[0]};
+    nb_tape_parallel(x->shape[0], 64, relu_rows, &c);
+    return NB_OK;
+}
+
+/* dz = dy where y > 0 (else 0), then the linear's backward with dz */
+nb_status nb_op_linear_relu_cpu_bwd(nb_tape *t, const nb_top *op) {
+    const nb_tval *y = VAL(t, op->out);
+    float *dz = nb_tape_alloc_f32(t, y->count, 0);
+    if (!dz) return NB_ERR_OUT_OF_MEMORY;
+    nb_status s = nb_tape_relu_grad(t, dz, y->data, y->grad, y->count, NB_F32);
+    return s ? s : linear_cpu_bwd_dy(t, op, dz);
+}
+
+static nb_status linear_op(nb_tape *t, int kind, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *out,
+                           const char *fn) {
+    nb_status s = nb_tape_check_args(t, out, fn);
+    if (s) return s;
+    char wx[64], ww[64], wb[64];
+    snprintf(wx, sizeof wx, "%s: x", fn), snprintf(ww, sizeof ww, "%s: w", fn);
+    snprintf(wb, sizeof wb, "%s: b", fn);
+    GET(xv, x, wx);
+    GET(wv, w, ww);
     char b1[96], b2[96];
     if (xv->ndim != 2 || wv->ndim != 2 || xv->shape[1] != wv->shape[1])
-        return nb_error(NB_ERR_SHAPE, "nb_tape_linear: x %s and w %s must be [N,F] and [O,F]",
+        return nb_error(NB_ERR_SHAPE, "%s: x %s and w %s must be [N,F] and [O,F]", fn,
                         nb_tape_shape_str(xv, b1, sizeof b1), nb_tape_shape_str(wv, b2, sizeof b2));
     if (b >= 0) {
-        GET(bv, b, "nb_tape_linear: b");
+        GET(bv, b, wb);
         if (bv->ndim != 1 || bv->shape[0] != wv->shape[0])
-            return nb_error(NB_ERR_SHAPE, "nb_tape_linear: b %s must be [O] = [%lld]",
+            return nb_error(NB_ERR_SHAPE, "%s: b %s must be [O] = [%lld]", fn,
                             nb_tape_shape_str(bv, b1, sizeof b1), (long long)wv->shape[0]);
     }
-    nb_top op = {.kind = NB_TOP_LINEAR, .nin = 3, .in = {x, w, b}};
+    nb_top op = {.kind = kind, .nin = 3, .in = {x, w, b}};
     int64_t shape[2] = {xv->shape[0], wv->shape[0]};
     if ((s = nb_tape_op_out(t, &op, 2, shape))) return s;
     if ((s = nb_tape_record(t, &op))) return s;
     *out = op.out;
     return NB_OK;
+}
+
+nb_status nb_tape_linear(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *out) {
+    return linear_op(t, NB_TOP_LINEAR, x, w, b, out, "nb_tape_linear");
+}
+
+nb_status nb_tape_linear_relu(nb_tape *t, nb_tvar x, nb_tvar w, nb_tvar b, nb_tvar *out) {
+    return linear_op(t, NB_TOP_LINEAR_RELU, x, w, b, out, "nb_tape_linear_relu");
 }
 
 /* ---- SiLU ----------------------------------------------------------------------------------- */

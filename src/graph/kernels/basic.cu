@@ -244,3 +244,55 @@ extern "C" __global__ void tk_temb(const TE p) {
         double f = exp(-p.lmp * (double)k / (double)half), a = (double)(p.tsp ? p.tsp[r] : p.ts[r]) * f;
         p.y[i] = (float)(j < half ? cos(a) : sin(a));
     } }
+/* ---- ReLU and the row softmax (ops.def RELU, SOFTMAX; CPU reference: tape_ops_act.c) ---- */
+__device__ __forceinline__ float relu1(float v) { return v < 0.0f ? 0.0f : v; } /* NaN passes */
+/* y = relu(a) */
+template <int BF> __device__ __forceinline__ void tk_relu_fwd_t(const A &p) {
+    EW4(p.n) { float4 v = nb_ld4(p.a, 4u * i, FA);
+        nb_st4(p.y, 4u * i, FY, make_float4(relu1(v.x), relu1(v.y), relu1(v.z), relu1(v.w))); }
+    EW1(p.n) nb_st(p.y, i, FY, relu1(nb_ld(p.a, i, FA))); }
+ENTRY(tk_relu_fwd)
+/* y += (a > 0 ? b : 0): a = the relu's input (or its output: the same mask), b = dy */
+__device__ __forceinline__ float rmask(float a, float g) { return a > 0.0f ? g : 0.0f; }
+template <int BF> __device__ __forceinline__ void tk_relu_bwd_t(const A &p) {
+    EW4(p.n) {
+        float4 v = nb_ld4(p.a, 4u * i, FA), g = nb_ld4(p.b, 4u * i, FB);
+        acc4(p.y, 4u * i, FY, make_float4(rmask(v.x, g.x), rmask(v.y, g.y), rmask(v.z, g.z), rmask(v.w, g.w)), OW0);
+    }
+    EW1(p.n) acc1(p.y, i, FY, rmask(nb_ld(p.a, i, FA), nb_ld(p.b, i, FB)), OW0); }
+ENTRY(tk_relu_bwd)
+/* softmax over rows of d0 = D elements, d1 = rows; a warp per row (grid-stride over warps).
+ * Forward: one pass keeps each lane's running max m and sum s of exp(x - m) (rescaled when m
+ * grows), the warp merges them, a second pass writes y = exp(x - M) / S (-inf entries give 0). */
+#define SM_NEG_INF __int_as_float(0xff800000u) /* -inf (NVRTC has no INFINITY) */
+__device__ __forceinline__ void sm_merge(float &m, float &s, float m2, float s2) {
+    float M = fmaxf(m, m2);
+    if (M == SM_NEG_INF) { s = 0.0f; return; } /* both empty so far */
+    s = (m == SM_NEG_INF ? 0.0f : s * expf(m - M)) + (m2 == SM_NEG_INF ? 0.0f : s2 * expf(m2 - M));
+    m = M; }
+template <int BF> __device__ __forceinline__ void tk_softmax_fwd_t(const A &p) {
+    unsigned lane = threadIdx.x & 31u, warp = TID >> 5, nw = STRIDE >> 5, D = (unsigned)p.d0;
+    for (unsigned r = warp; r < (unsigned)p.d1; r += nw) {
+        size_t o = (size_t)r * D;
+        float m = SM_NEG_INF, s = 0.0f;
+        for (unsigned j = lane; j < D; j += 32u) sm_merge(m, s, nb_ld(p.a, o + j, FA), 1.0f);
+        for (int k = 16; k > 0; k >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, k), s2 = __shfl_xor_sync(0xffffffffu, s, k);
+            sm_merge(m, s, m2, s2);
+        }
+        float inv = 1.0f / s;
+        for (unsigned j = lane; j < D; j += 32u) nb_st(p.y, o + j, FY, expf(nb_ld(p.a, o + j, FA) - m) * inv);
+    } }
+ENTRY(tk_softmax_fwd)
+/* backward: a = y, b = dy; y (the gradient, p.y) (+)= y * (dy - sum_j dy_j y_j) per row */
+template <int BF> __device__ __forceinline__ void tk_softmax_bwd_t(const A &p) {
+    unsigned lane = threadIdx.x & 31u, warp = TID >> 5, nw = STRIDE >> 5, D = (unsigned)p.d0;
+    for (unsigned r = warp; r < (unsigned)p.d1; r += nw) {
+        size_t o = (size_t)r * D;
+        float dot = 0.0f;
+        for (unsigned j = lane; j < D; j += 32u) dot += nb_ld(p.a, o + j, FA) * nb_ld(p.b, o + j, FB);
+        for (int k = 16; k > 0; k >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, k);
+        for (unsigned j = lane; j < D; j += 32u)
+            acc1(p.y, o + j, FY, nb_ld(p.a, o + j, FA) * (nb_ld(p.b, o + j, FB) - dot), OW0);
+    } }
+ENTRY(tk_softmax_bwd)

@@ -484,9 +484,10 @@ nb_status nb_cuda_linear_forward(nb_device *dev, int precision, int64_t N, int64
     return nb_cuda_linear_forward_wc(dev, precision, N, F, O, xdt, ydt, x, w, b, y, NULL);
 }
 
-nb_status nb_cuda_linear_forward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
-                                    int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
-                                    const float *w, const float *b, void *y, nb_conv_wcache *wc) {
+/* relu: the bias pass is y = relu(y + b) (LINEAR_RELU) */
+static nb_status linear_forward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,
+                                nb_dtype xdt, nb_dtype ydt, const void *x, const float *w,
+                                const float *b, void *y, nb_conv_wcache *wc, int relu) {
     if (wc) wc->key = 0;
     NB_TRY(nb_conv_check_dev(dev, "linear forward (CUDA)"));
     NB_TRY(nb_conv_check_prec(precision, "linear forward (CUDA)"));
@@ -502,8 +503,22 @@ nb_status nb_cuda_linear_forward_wc(nb_device *dev, int precision, int64_t N, in
     /* y [N,O] = x [N,F] w^T [F,O] */
     NB_TRY(nb_cublas_gemm_rm_dt(dev, precision, op, ydt, 0, 1, N, O, F, 1.0f, xo, F, wo, F,
                                 filled ? 1.0f : 0.0f, y, O, 1, 0, 0, 0));
+    if (relu) return nb_conv_add_bias_relu(dev, y, ydt, filled ? NULL : b, N, O, 1);
     if (b && !filled) NB_TRY(nb_conv_add_bias(dev, y, ydt, b, N, O, 1));
     return NB_OK;
+}
+
+nb_status nb_cuda_linear_forward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
+                                    int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
+                                    const float *w, const float *b, void *y, nb_conv_wcache *wc) {
+    return linear_forward(dev, precision, N, F, O, xdt, ydt, x, w, b, y, wc, 0);
+}
+
+nb_status nb_cuda_linear_relu_forward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
+                                         int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
+                                         const float *w, const float *b, void *y,
+                                         nb_conv_wcache *wc) {
+    return linear_forward(dev, precision, N, F, O, xdt, ydt, x, w, b, y, wc, 1);
 }
 
 nb_status nb_cuda_linear_backward(nb_device *dev, int precision, int64_t N, int64_t F, int64_t O,

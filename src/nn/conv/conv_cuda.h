@@ -81,6 +81,14 @@ nb_status nb_cuda_conv2d_backward_wc(nb_device *dev, int precision, const nb_con
 nb_status nb_cuda_linear_forward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
                                     int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
                                     const float *w, const float *b, void *y, nb_conv_wcache *wc);
+/* y [N,O] = relu(x w^T + b): nb_cuda_linear_forward_wc with the ReLU in the bias pass after the
+ * GEMM (one pass y = relu(y + b); where the bias went in before the GEMM, the bf16 paths, or
+ * there is none, the same pass with no bias). Its backward: nb_tape_relu_grad then
+ * nb_cuda_linear_backward_wc. */
+nb_status nb_cuda_linear_relu_forward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
+                                         int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
+                                         const float *w, const float *b, void *y,
+                                         nb_conv_wcache *wc);
 nb_status nb_cuda_linear_backward_wc(nb_device *dev, int precision, int64_t N, int64_t F,
                                      int64_t O, nb_dtype xdt, nb_dtype ydt, const void *x,
                                      const float *w, const void *dy, void *dx, float *dw,
@@ -140,6 +148,10 @@ nb_status nb_conv_add_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b
                            int64_t O, int64_t P);
 nb_status nb_conv_bias_grad(nb_device *dev, const void *dy, nb_dtype ydt, float *db, int64_t N,
                             int64_t O, int64_t P);
+/* y [N,O,P] (ydt) := relu(y + b[o]) (b may be NULL: relu alone), by columns: small planes only
+ * (P < 16; the linear's P = 1), else NB_ERR_UNSUPPORTED. */
+nb_status nb_conv_add_bias_relu(nb_device *dev, void *y, nb_dtype ydt, const float *b, int64_t N,
+                                int64_t O, int64_t P);
 /* y [N,O,P] (ydt) := b[o], or 0 where b is NULL (the start of a split sum; rows form for any
  * P). */
 nb_status nb_conv_fill_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b, int64_t N,

@@ -101,6 +101,16 @@ nb_status nb_conv_add_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b
     return nb_conv_launch_rows(dev, "nb_conv_bias_rows", &a);
 }
 
+nb_status nb_conv_add_bias_relu(nb_device *dev, void *y, nb_dtype ydt, const float *b, int64_t N,
+                                int64_t O, int64_t P) {
+    if (N <= 0 || O <= 0 || P <= 0) return NB_OK;
+    if (!nb_conv_use_cols(N, O, P))
+        return nb_error(NB_ERR_UNSUPPORTED,
+                        "linear_relu (CUDA): output [%lld, %lld] too large for the bias + relu pass",
+                        (long long)N, (long long)(O * P));
+    return nb_conv_launch_cols(dev, "nb_conv_bias_relu_cols", y, ydt, b, NULL, N, O, P, 1);
+}
+
 nb_status nb_conv_fill_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b, int64_t N,
                             int64_t O, int64_t P) {
     if (N <= 0 || O <= 0 || P <= 0) return NB_OK;

@@ -1,4 +1,4 @@
-/* CUDA rows of the tape's GEMM ops: linear and conv2d (CPU reference: tape_ops_basic.c,
+/* CUDA rows of the tape's GEMM ops: linear, linear + relu and conv2d (CPU reference: tape_ops_basic.c,
  * tape_ops_conv.c). The math lives in conv_cuda.c (cuBLAS, im2col) and conv_cuda_igemm.c
  * (implicit-GEMM tensor-core kernels); these rows unpack the op's values. The input's gradient
  * comes from nb_tape_grad_buf_w: on its first contribution the data-gradient GEMM / kernel
@@ -34,8 +34,8 @@ static nb_conv_wcache wcache_of(const nb_top *op) {
     return wc;
 }
 
-/* x [N,F], w [O,F], b [O] -> y [N,O] */
-nb_status nb_op_linear_cuda_fwd(nb_tape *t, nb_top *op) {
+/* x [N,F], w [O,F], b [O] -> y [N,O] (relu: y = relu(x w^T + b), LINEAR_RELU) */
+static nb_status linear_fwd(nb_tape *t, nb_top *op, int relu) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
     const float *b = op->in[2] >= 0 ? VAL(t, op->in[2])->data : NULL;
     nb_conv_wcache wc;
@@ -45,14 +45,15 @@ nb_status nb_op_linear_cuda_fwd(nb_tape *t, nb_top *op) {
                                                                     w->shape[0], x->dtype, y->dtype)
                                       : 0,
                         &wc));
-    nb_status s = nb_cuda_linear_forward_wc(t->dev, t->precision, x->shape[0], x->shape[1],
-                                            w->shape[0], x->dtype, y->dtype, x->data, w->data, b,
-                                            y->data, &wc);
+    nb_status s = (relu ? nb_cuda_linear_relu_forward_wc : nb_cuda_linear_forward_wc)(
+        t->dev, t->precision, x->shape[0], x->shape[1], w->shape[0], x->dtype, y->dtype, x->data,
+        w->data, b, y->data, &wc);
     wcache_keep(op, &wc);
     return s;
 }
 
-nb_status nb_op_linear_cuda_bwd(nb_tape *t, const nb_top *op) {
+/* dy: the output's gradient (LINEAR_RELU: masked by the relu) in y's dtype */
+static nb_status linear_bwd(nb_tape *t, const nb_top *op, const void *dy) {
     const nb_tval *x = VAL(t, op->in[0]), *w = VAL(t, op->in[1]), *y = VAL(t, op->out);
     float *dx, *dw, *db;
     int store;
@@ -64,8 +65,25 @@ nb_status nb_op_linear_cuda_bwd(nb_tape *t, const nb_top *op) {
         return s;
     nb_conv_wcache wc = wcache_of(op);
     return nb_cuda_linear_backward_wc(t->dev, t->precision, x->shape[0], x->shape[1], w->shape[0],
-                                      x->dtype, y->dtype, x->data, w->data, y->grad, dx, dw, db,
+                                      x->dtype, y->dtype, x->data, w->data, dy, dx, dw, db,
                                       store, &wc);
+}
+
+nb_status nb_op_linear_cuda_fwd(nb_tape *t, nb_top *op) { return linear_fwd(t, op, 0); }
+
+nb_status nb_op_linear_cuda_bwd(nb_tape *t, const nb_top *op) {
+    return linear_bwd(t, op, VAL(t, op->out)->grad);
+}
+
+nb_status nb_op_linear_relu_cuda_fwd(nb_tape *t, nb_top *op) { return linear_fwd(t, op, 1); }
+
+/* dz = dy where y > 0 (arena memory in y's dtype), then the linear's backward with dz */
+nb_status nb_op_linear_relu_cuda_bwd(nb_tape *t, const nb_top *op) {
+    const nb_tval *y = VAL(t, op->out);
+    void *dz = nb_tape_alloc_dt(t, y->count, y->dtype, 0);
+    if (!dz) return NB_ERR_OUT_OF_MEMORY;
+    NB_TRY(nb_tape_relu_grad(t, dz, y->data, y->grad, y->count, y->dtype));
+    return linear_bwd(t, op, dz);
 }
 
 static nb_status conv_cuda_dims(nb_tape *t, const nb_top *op, nb_conv_dims *d) {

@@ -162,6 +162,20 @@ extern "C" __global__ void nb_conv_bias_cols(ColP p) {
         nb_st(p.y, i, p.bf, nb_ld(p.y, i, p.bf) + bv);
     }
 }
+/* y[n][j] = relu(y[n][j] + b[j / P]) (b may be NULL: relu alone; NaN passes through): the
+ * linear's bias pass with the ReLU of a fused linear + relu (LINEAR_RELU), by columns as
+ * nb_conv_bias_cols */
+extern "C" __global__ void nb_conv_bias_relu_cols(ColP p) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= p.OP) return;
+    int n0 = blockIdx.y * p.nper, n1 = n0 + p.nper < p.N ? n0 + p.nper : p.N;
+    float bv = p.b ? p.b[j / p.P] : 0.0f;
+    for (int n = n0; n < n1; n++) {
+        long long i = (long long)n * p.OP + j;
+        float v = nb_ld(p.y, i, p.bf) + bv;
+        nb_st(p.y, i, p.bf, v < 0.0f ? 0.0f : v);
+    }
+}
 struct SumN4P { const float *s; float *dw; long long L; int N, vec; };
 /* dw[i] += sum over n < N of s[n * L + i]: vec (L % 4 == 0, 16-byte aligned) a thread per 4
  * columns with float4 loads, else one; the n loop two-way unrolled */
