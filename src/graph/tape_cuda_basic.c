@@ -144,16 +144,18 @@ nb_status nb_tape_cuda_add_scalar(nb_tape *t, float *p, float v) {
 
 /* ---- SiLU ----------------------------------------------------------------------------------- */
 
-nb_status nb_op_silu_cuda_fwd(nb_tape *t, nb_top *op) {
+/* y = f(x) elementwise (kernel id: silu, relu) */
+static nb_status ew_unary_fwd(nb_tape *t, nb_top *op, int id, const char *name) {
     const nb_tval *x = VAL(t, op->in[0]);
-    nb_status s = tk_check_count("silu", x->count);
+    nb_status s = tk_check_count(name, x->count);
     if (s) return s;
     tk_args a = {.a = x->data, .y = VAL(t, op->out)->data, .n = (int32_t)x->count,
                  .dt = bfbit(t, op->in[0], TK_A) | bfbit(t, op->out, TK_Y)};
-    return tk_ew(t, NB_TK_SILU_FWD, &a);
+    return tk_ew(t, id, &a);
 }
 
-nb_status nb_op_silu_cuda_bwd(nb_tape *t, const nb_top *op) {
+/* dx (+)= dy * f'(x) elementwise (kernel id reads a = x, b = dy) */
+static nb_status ew_unary_bwd(nb_tape *t, const nb_top *op, int id) {
     const nb_tval *x = VAL(t, op->in[0]);
     float *dx;
     int ow;
@@ -161,7 +163,15 @@ nb_status nb_op_silu_cuda_bwd(nb_tape *t, const nb_top *op) {
     if (s || !dx) return s;
     tk_args a = {.a = x->data, .b = VAL(t, op->out)->grad, .y = dx, .n = (int32_t)x->count, .ow = ow,
                  .dt = bfbit(t, op->in[0], TK_A | TK_Y) | bfbit(t, op->out, TK_B)};
-    return tk_ew(t, NB_TK_SILU_BWD, &a);
+    return tk_ew(t, id, &a);
+}
+
+nb_status nb_op_silu_cuda_fwd(nb_tape *t, nb_top *op) {
+    return ew_unary_fwd(t, op, NB_TK_SILU_FWD, "silu");
+}
+
+nb_status nb_op_silu_cuda_bwd(nb_tape *t, const nb_top *op) {
+    return ew_unary_bwd(t, op, NB_TK_SILU_BWD);
 }
 
 /* dst += src over count f32 elements: the add backward's kernel with one output, accumulating. */
@@ -439,23 +449,11 @@ nb_status nb_op_slice_channels_cuda_bwd(nb_tape *t, const nb_top *op) {
 /* ---- ReLU, row softmax (CPU reference: tape_ops_act.c) -------------------------------------- */
 
 nb_status nb_op_relu_cuda_fwd(nb_tape *t, nb_top *op) {
-    const nb_tval *x = VAL(t, op->in[0]);
-    nb_status s = tk_check_count("relu", x->count);
-    if (s) return s;
-    tk_args a = {.a = x->data, .y = VAL(t, op->out)->data, .n = (int32_t)x->count,
-                 .dt = bfbit(t, op->in[0], TK_A) | bfbit(t, op->out, TK_Y)};
-    return tk_ew(t, NB_TK_RELU_FWD, &a);
+    return ew_unary_fwd(t, op, NB_TK_RELU_FWD, "relu");
 }
 
 nb_status nb_op_relu_cuda_bwd(nb_tape *t, const nb_top *op) {
-    const nb_tval *x = VAL(t, op->in[0]);
-    float *dx;
-    int ow;
-    nb_status s = nb_tape_grad_buf_w(t, op->in[0], &dx, &ow);
-    if (s || !dx) return s;
-    tk_args a = {.a = x->data, .b = VAL(t, op->out)->grad, .y = dx, .n = (int32_t)x->count, .ow = ow,
-                 .dt = bfbit(t, op->in[0], TK_A | TK_Y) | bfbit(t, op->out, TK_B)};
-    return tk_ew(t, NB_TK_RELU_BWD, &a);
+    return ew_unary_bwd(t, op, NB_TK_RELU_BWD);
 }
 
 /* dz = (y > 0 ? dy : 0): the relu backward kernel storing (ow) into a fresh buffer */

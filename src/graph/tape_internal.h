@@ -7,6 +7,9 @@
 
 /* CUDA half of nb_tape_accumulate (tape_cuda_basic.c: the add row's accumulate kernel). */
 nb_status nb_tape_cuda_accumulate(nb_tape *t, float *dst, const float *src, int64_t count);
+/* Builder of a one-input op of kind whose output has x's shape (silu, relu, softmax): checks,
+ * records, *out = the output; errors name fn. */
+nb_status nb_tape_unary_op(nb_tape *t, int kind, nb_tvar x, nb_tvar *out, const char *fn);
 /* CUDA half of nb_tape_relu_grad (tape_cuda_basic.c). */
 nb_status nb_tape_cuda_relu_grad(nb_tape *t, void *dz, const void *y, const void *dy, int64_t count,
                                  nb_dtype dt);

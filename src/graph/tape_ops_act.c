@@ -12,19 +12,6 @@
 /* ReLU that lets NaN through (as torch.relu does): v < 0 is false for NaN. */
 static inline float relu1(float v) { return v < 0.0f ? 0.0f : v; }
 
-static nb_status unary_op(nb_tape *t, int kind, nb_tvar x, nb_tvar *out, const char *fn) {
-    if (!t || !out) return nb_error(NB_ERR_INVALID_ARG, "%s: tape or out is NULL", fn);
-    nb_tval *xv = nb_tape_val(t, x, fn);
-    if (!xv) return NB_ERR_INVALID_ARG;
-    nb_top op = {.kind = kind, .nin = 1, .in = {x, NB_TVAR_NONE, NB_TVAR_NONE}};
-    int64_t shape[NB_TAPE_MAX_DIMS];
-    memcpy(shape, xv->shape, sizeof shape);
-    nb_status s = nb_tape_op_out(t, &op, xv->ndim, shape);
-    if (!s) s = nb_tape_record(t, &op);
-    if (!s) *out = op.out;
-    return s;
-}
-
 /* ---- ReLU ----------------------------------------------------------------------------------- */
 
 nb_status nb_op_relu_cpu_fwd(nb_tape *t, nb_top *op) {
@@ -46,7 +33,7 @@ nb_status nb_op_relu_cpu_bwd(nb_tape *t, const nb_top *op) {
 }
 
 nb_status nb_tape_relu(nb_tape *t, nb_tvar x, nb_tvar *out) {
-    return unary_op(t, NB_TOP_RELU, x, out, "nb_tape_relu");
+    return nb_tape_unary_op(t, NB_TOP_RELU, x, out, "nb_tape_relu");
 }
 
 nb_status nb_tape_relu_grad(nb_tape *t, void *dz, const void *y, const void *dy, int64_t count,
@@ -127,7 +114,7 @@ nb_status nb_tape_softmax(nb_tape *t, nb_tvar x, nb_tvar *out) {
             return nb_error(NB_ERR_SHAPE, "nb_tape_softmax: x %s has no last dim to normalise",
                             nb_tape_shape_str(xv, b, sizeof b));
     }
-    return unary_op(t, NB_TOP_SOFTMAX, x, out, "nb_tape_softmax");
+    return nb_tape_unary_op(t, NB_TOP_SOFTMAX, x, out, "nb_tape_softmax");
 }
 
 /* ---- fusion rule for the compile pass -------------------------------------------------------- */

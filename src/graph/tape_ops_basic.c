@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graph/op_rows.h"
+#include "graph/tape_internal.h"
 
 #define VAL(t, v) (&(t)->vals[(v)])
 
@@ -156,7 +156,7 @@ nb_status nb_op_silu_cpu_bwd(nb_tape *t, const nb_top *op) {
     return NB_OK;
 }
 
-static nb_status unary(nb_tape *t, int kind, nb_tvar x, nb_tvar *out, const char *fn) {
+nb_status nb_tape_unary_op(nb_tape *t, int kind, nb_tvar x, nb_tvar *out, const char *fn) {
     nb_status s = nb_tape_check_args(t, out, fn);
     if (s) return s;
     GET(xv, x, fn);
@@ -170,7 +170,7 @@ static nb_status unary(nb_tape *t, int kind, nb_tvar x, nb_tvar *out, const char
 }
 
 nb_status nb_tape_silu(nb_tape *t, nb_tvar x, nb_tvar *out) {
-    return unary(t, NB_TOP_SILU, x, out, "nb_tape_silu");
+    return nb_tape_unary_op(t, NB_TOP_SILU, x, out, "nb_tape_silu");
 }
 
 /* ---- add ------------------------------------------------------------------------------------ */
