@@ -196,15 +196,19 @@ static nb_status collect(nb_tape *t, nb_graph *g, nb_tvar y, nb_tvar loss, nb_tv
     return nb_tape_read_grad(t, x0, r->gx, r->nx);
 }
 
-/* One immediate step of m on t with data d. */
-static nb_status immediate(nb_tape *t, const model *m, const nb_tvar *p, float **d, result *r) {
+/* One immediate step of m on t with data d (zero: zero the parameter gradients first). */
+static nb_status immediate_z(nb_tape *t, const model *m, const nb_tvar *p, float **d, int zero,
+                             result *r) {
     nb_status s;
     nb_tvar in[MAXIN], y, loss;
-    if ((s = nb_tape_reset(t)) || (s = nb_tape_zero_grad(t))) return s;
+    if ((s = nb_tape_reset(t)) || (zero && (s = nb_tape_zero_grad(t)))) return s;
     for (int i = 0; i < m->n_in; i++)
         if ((s = nb_tape_input(t, m->ind[i], m->inshape[i], d[i], m->in_grad[i], &in[i]))) return s;
     if ((s = m->build(t, p, in, &y, &loss)) || (s = nb_tape_backward(t, loss))) return s;
     return collect(t, NULL, y, loss, in[0], r);
+}
+static nb_status immediate(nb_tape *t, const model *m, const nb_tvar *p, float **d, result *r) {
+    return immediate_z(t, m, p, d, 1, r);
 }
 
 /* Records m on t with data d (the recording step is an immediate step too). */
@@ -397,6 +401,49 @@ static void test_forward_only_and_constant(void) {
     nb_graph_free(g);
     free_inputs(d);
     free_inputs(d2);
+    nb_tape_free(t);
+}
+
+/* The parameters are the tape's: a replay after an update (an optimizer's) sees the new ones. */
+static void test_params_shared(void) {
+    nb_tape *t;
+    nb_tvar p[MAXP], y, loss;
+    NB_REQUIRE_OK(make_tape(NULL, &MLP, p, &t));
+    float **d = make_inputs(&MLP, 5);
+    nb_graph *g;
+    NB_REQUIRE_OK(record(t, &MLP, p, d, 1, &g, &y, &loss));
+    NB_REQUIRE_OK(nb_graph_output(g, y));
+    int64_t np;
+    float *w;
+    NB_REQUIRE_OK(nb_tape_params(t, &w, &np));
+    for (int64_t i = 0; i < np; i++) w[i] = w[i] * 0.5f + 0.01f; /* "an optimizer step" */
+    result ref = {0}, got = {0};
+    NB_REQUIRE_OK(immediate(t, &MLP, p, d, &ref));
+    NB_REQUIRE_OK(replay(t, g, &MLP, d, y, loss, &got));
+    NB_EXPECT(compare_results(&got, &ref, 0) == 0);
+    /* gradients accumulate across runs as across nb_tape_backward calls (no zero_grad between) */
+    float *g1 = malloc(sizeof(float) * (size_t)np), *g2 = malloc(sizeof(float) * (size_t)np);
+    NB_REQUIRE_OK(nb_graph_run(g));
+    NB_REQUIRE_OK(nb_tape_read_grads(t, g2, np));
+    free_result(&ref);
+    NB_REQUIRE_OK(immediate_z(t, &MLP, p, d, 1, &ref));
+    free_result(&ref);
+    NB_REQUIRE_OK(immediate_z(t, &MLP, p, d, 0, &ref));
+    NB_REQUIRE_OK(nb_tape_read_grads(t, g1, np));
+    NB_EXPECT(memcmp(g1, g2, sizeof(float) * (size_t)np) == 0);
+    NB_EXPECT(memcmp(g1, got.gp, sizeof(float) * (size_t)np) != 0); /* they did accumulate */
+    /* CPU graphs take the CUDA-graph switch and never use one */
+    nb_graph_info gi;
+    NB_EXPECT_OK(nb_graph_set_cuda_graph(g, 0));
+    NB_EXPECT_OK(nb_graph_set_cuda_graph(g, 1));
+    NB_EXPECT_OK(nb_graph_get_info(g, &gi));
+    NB_EXPECT(gi.cuda_graph == 0 && gi.captures == 0 && !gi.on_cuda && gi.runs == 2);
+    free(g1);
+    free(g2);
+    free_result(&ref);
+    free_result(&got);
+    nb_graph_free(g);
+    free_inputs(d);
     nb_tape_free(t);
 }
 
@@ -712,7 +759,7 @@ static void test_dump(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_mlp_cpu_bitexact, test_unet_cpu_bitexact, test_attn_cpu_bitexact,
-                 test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16, test_attn_cuda, test_plan_views, test_forward_only_and_constant, test_errors_set_input,
+                 test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16, test_attn_cuda, test_plan_views, test_forward_only_and_constant, test_params_shared, test_errors_set_input,
                  test_errors_read, test_errors_tape_freed, test_errors_record,
                  test_poison_catches_short_lifetime, test_dump);
 }
