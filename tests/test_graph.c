@@ -10,6 +10,8 @@
 #include "nb_test.h"
 #include "nabla/device.h"
 #include "nabla/graph.h"
+#include "nabla/nn_encoding.h"
+#include "nabla/nn_mlp.h"
 #include "nabla/nn_tape.h"
 #include "nabla/tensor.h"
 #include "graph/graph_internal.h"
@@ -447,6 +449,40 @@ static void test_params_shared(void) {
     nb_tape_free(t);
 }
 
+/* The module rows (ENCODING, MLP: op->obj a module object with its own workspace) replay bit
+ * for bit: hash-grid encoding -> fused MLP -> + skip -> mse, on the CPU. */
+static nb_encoding *g_enc;
+static nb_mlp *g_mlp;
+static nb_status mods_build(nb_tape *t, const nb_tvar *p, const nb_tvar *in, nb_tvar *y, nb_tvar *loss) {
+    nb_tvar f, z;
+    nb_status s;
+    if ((s = nb_tape_encoding(t, g_enc, in[0], p[0], &f))) return s;
+    if ((s = nb_tape_mlp(t, g_mlp, f, p[1], &z))) return s;
+    if ((s = nb_tape_add(t, z, in[0], y))) return s;
+    return nb_tape_mse(t, *y, in[1], loss);
+}
+static void test_module_rows_cpu_bitexact(void) {
+    nb_device *cpu;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_encoding_config ec = nb_hash_grid_config(2, 2, 2, 4, 2, 2.0f);
+    nb_mlp_config mc = nb_mlp_config_default(4, 2, 16, 1);
+    mc.act = NB_ACT_SILU;
+    mc.bias = 1;
+    nb_status s = nb_encoding_create(cpu, &ec, &g_enc);
+    if (!s) s = nb_mlp_create(cpu, &mc, &g_mlp);
+    NB_EXPECT_OK(s);
+    if (!s) {
+        NB_EXPECT(nb_encoding_n_output_dims(g_enc) == 4);
+        model m = {"mods", 2, {"enc", "mlp"}, {1, 1},
+                   {{nb_encoding_n_params(g_enc)}, {nb_mlp_n_params(g_mlp)}},
+                   2, {2, 2}, {{16, 2}, {16, 2}}, {1, 0}, mods_build};
+        check_model(NULL, &m, 0);
+    }
+    nb_mlp_free(g_mlp);
+    nb_encoding_destroy(g_enc);
+    nb_device_close(cpu);
+}
+
 /* ---- errors --------------------------------------------------------------------------------- */
 
 /* A recorded MLP step with backward on a fresh CPU tape (for the replay errors). */
@@ -759,7 +795,7 @@ static void test_dump(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_mlp_cpu_bitexact, test_unet_cpu_bitexact, test_attn_cpu_bitexact,
-                 test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16, test_attn_cuda, test_plan_views, test_forward_only_and_constant, test_params_shared, test_errors_set_input,
+                 test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16, test_attn_cuda, test_plan_views, test_forward_only_and_constant, test_module_rows_cpu_bitexact, test_params_shared, test_errors_set_input,
                  test_errors_read, test_errors_tape_freed, test_errors_record,
                  test_poison_catches_short_lifetime, test_dump);
 }
