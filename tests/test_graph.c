@@ -372,6 +372,24 @@ static void test_forward_only_and_constant(void) {
     NB_EXPECT_OK(nb_graph_output(g, y));
     NB_EXPECT_OK(nb_graph_output(g, loss));
     float yl[32], ly, ly2, yl2[32];
+    nb_graph_value vi;
+    NB_EXPECT_OK(nb_graph_value_info(g, c, &vi));
+    NB_EXPECT(vi.role == NB_GRAPH_CONST && vi.ndim == 2 && vi.shape[0] == 8 && vi.shape[1] == 4 &&
+              vi.count == 32 && vi.dtype == NB_F32 && vi.input_index == -1 && vi.producer == -1);
+    NB_EXPECT_OK(nb_graph_value_info(g, x, &vi));
+    NB_EXPECT(vi.role == NB_GRAPH_INPUT && vi.input_index == 0 && !vi.needs_grad);
+    NB_EXPECT_OK(nb_graph_value_info(g, y, &vi));
+    NB_EXPECT(vi.role == NB_GRAPH_ACT && vi.output && vi.producer == 5 && vi.needs_grad);
+    NB_EXPECT_OK(nb_graph_value_info(g, p[0], &vi));
+    NB_EXPECT(vi.role == NB_GRAPH_PARAM);
+    NB_EXPECT_ERR(nb_graph_value_info(g, 999, &vi), NB_ERR_INVALID_ARG, "not a value");
+    nb_graph_node ni;
+    NB_EXPECT_OK(nb_graph_node_info(g, 0, &ni));
+    NB_EXPECT(!strcmp(ni.op, "linear") && ni.nin == 3 && ni.in[0] == x && ni.in[1] == p[0] &&
+              ni.in[3] == NB_TVAR_NONE && ni.ms[0] == -1);
+    NB_EXPECT_OK(nb_graph_node_info(g, 6, &ni));
+    NB_EXPECT(!strcmp(ni.op, "mse") && ni.out == loss && ni.in[1] == c);
+    NB_EXPECT_ERR(nb_graph_node_info(g, 7, &ni), NB_ERR_INVALID_ARG, "node 7 of 7");
     NB_EXPECT_ERR(nb_graph_read(g, y, yl, 32), NB_ERR_INVALID_ARG, "has not run");
     /* the tape moves on (a reset): the graph keeps its own copy of the constant */
     NB_REQUIRE_OK(nb_tape_reset(t));

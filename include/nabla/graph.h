@@ -102,6 +102,38 @@ nb_status nb_graph_get_info(const nb_graph *g, nb_graph_info *out);
 /* The handle of input i (0-based, in nb_tape_input order). */
 nb_status nb_graph_input(const nb_graph *g, int i, nb_tvar *v);
 
+/* What a value slot of the graph is. */
+typedef enum nb_graph_role {
+    NB_GRAPH_UNUSED = 0, /* a handle the graph does not use (made before recording, unread) */
+    NB_GRAPH_PARAM,      /* a parameter of the tape (shared) */
+    NB_GRAPH_INPUT,      /* made by nb_tape_input while recording */
+    NB_GRAPH_CONST,      /* an activation made before recording that a node reads (copied) */
+    NB_GRAPH_ACT,        /* the output of a node */
+} nb_graph_role;
+typedef struct nb_graph_value {
+    nb_graph_role role;
+    int ndim;
+    int64_t shape[NB_TAPE_MAX_DIMS];
+    int64_t count;
+    nb_dtype dtype;    /* storage: NB_F32, or NB_BF16 on a bf16-storage CUDA tape */
+    int needs_grad;
+    int output;        /* marked (readable after a run) */
+    int input_index;   /* NB_GRAPH_INPUT: its index; else -1 */
+    int producer;      /* NB_GRAPH_ACT: the node writing it; else -1 */
+} nb_graph_value;
+nb_status nb_graph_value_info(const nb_graph *g, nb_tvar v, nb_graph_value *out);
+
+#define NB_GRAPH_NODE_MAX_IN 8
+typedef struct nb_graph_node {
+    const char *op;    /* the op row's name ("linear", ...; static storage) */
+    int nin;
+    nb_tvar in[NB_GRAPH_NODE_MAX_IN]; /* NB_TVAR_NONE for an absent optional input */
+    nb_tvar out;
+    double ms[2];      /* the last profiled run's forward / backward milliseconds, -1 if none */
+} nb_graph_node;
+/* Node k (0 <= k < n_nodes, forward order). */
+nb_status nb_graph_node_info(const nb_graph *g, int k, nb_graph_node *out);
+
 /* ---- replay --------------------------------------------------------------------------------- */
 
 /* Input i := host data (dtype and shape must be the recorded ones: NB_F32 and the shape given to

@@ -513,3 +513,43 @@ nb_status nb_graph_input(const nb_graph *g, int i, nb_tvar *v) {
     *v = g->inputs[i];
     return NB_OK;
 }
+
+_Static_assert((int)NB_GV_PARAM == (int)NB_GRAPH_PARAM && (int)NB_GV_INPUT == (int)NB_GRAPH_INPUT &&
+                   (int)NB_GV_CONST == (int)NB_GRAPH_CONST && (int)NB_GV_ACT == (int)NB_GRAPH_ACT,
+               "graph roles: internal and public values agree");
+_Static_assert(NB_GRAPH_NODE_MAX_IN == NB_TOP_MAX_IN, "nb_graph_node.in holds every input");
+
+nb_status nb_graph_value_info(const nb_graph *g, nb_tvar v, nb_graph_value *out) {
+    if (!g || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_graph_value_info: graph or out is NULL");
+    if (v < 0 || v >= g->n_vals)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_graph_value_info: handle %d is not a value of the "
+                        "graph (%d values)", (int)v, (int)g->n_vals);
+    const nb_tval *tv = &g->vals[v];
+    const nb_gval *gv = &g->gv[v];
+    memset(out, 0, sizeof *out);
+    out->role = (nb_graph_role)gv->role;
+    out->ndim = tv->ndim;
+    memcpy(out->shape, tv->shape, sizeof out->shape);
+    out->count = tv->count;
+    out->dtype = tv->dtype;
+    out->needs_grad = tv->needs_grad;
+    out->output = gv->output;
+    out->input_index = gv->input_index;
+    out->producer = gv->producer;
+    return NB_OK;
+}
+
+nb_status nb_graph_node_info(const nb_graph *g, int k, nb_graph_node *out) {
+    if (!g || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_graph_node_info: graph or out is NULL");
+    if (k < 0 || k >= g->n_nodes)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_graph_node_info: node %d of %d", k, (int)g->n_nodes);
+    const nb_top *op = &g->nodes[k];
+    memset(out, 0, sizeof *out);
+    out->op = nb_tape_op_name(op->kind);
+    out->nin = op->nin;
+    for (int i = 0; i < NB_GRAPH_NODE_MAX_IN; i++) out->in[i] = i < op->nin ? op->in[i] : NB_TVAR_NONE;
+    out->out = op->out;
+    out->ms[0] = g->gn[k].ms[0];
+    out->ms[1] = g->gn[k].ms[1];
+    return NB_OK;
+}
