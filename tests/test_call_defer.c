@@ -3,10 +3,14 @@
  * check point's (the next call of any of its functions, or nb_module_check), naming the kernel,
  * the tensor and the launch number; in-range launches report nothing; one error is reported
  * once; the ring of records wraps (more launches than slots) and still names the right launch.
+ * nabla's own sync points report it too: nb_device_synchronize, nb_tensor_to_host, copies into
+ * host memory (nb_tensor_copy / nb_tensor_to), any module's on the device; a module freed with
+ * one pending hands it to the device's next sync point.
  * The same checks on the CPU and, when there is a GPU, on CUDA. */
 #include <string.h>
 
 #include "device/cuda/cuda_api.h"
+#include "device/sync_check.h"
 #include "lang/compiler.h"
 #include "nabla/alloc.h"
 #include "nabla/module.h"
@@ -77,8 +81,9 @@ static void run_all(nb_device *dev) {
      * function of the module reports it, naming the kernel, tensor and launch; then it is gone */
     NB_EXPECT_OK(copy_n(copy, x, y, 12, 1));
     /* a launch looks at the note without waiting: it sees the error once the faulting kernel has
-     * run (on CUDA a launch returns before; without this wait the report may come a launch later) */
-    NB_EXPECT_OK(nb_device_synchronize(dev));
+     * run (on CUDA a launch returns before; without this wait the report may come a launch later).
+     * (nb_device_wait: nb_device_synchronize would be the check point: test_defer_sync_points) */
+    NB_EXPECT_OK(nb_device_wait(dev));
     NB_EXPECT_ERR(fill(fl, y, 1.0f), NB_ERR_SHAPE,
                   "out-of-bounds index [8] into tensor 'input' of shape [8] in function 'copy' (launch #3 of this module, reported late)");
     NB_EXPECT_OK(fill(fl, y, 1.0f));
@@ -111,6 +116,86 @@ static void run_all(nb_device *dev) {
     nb_tensor_free(x);
     nb_tensor_free(y);
     nb_module_free(m);
+}
+
+/* A deferred out-of-range launch (#n of m: copy over 12 threads of 8 elements). */
+static void bad_launch(nb_func *copy, nb_tensor *x, nb_tensor *y) { NB_EXPECT_OK(copy_n(copy, x, y, 12, 1)); }
+
+static void run_sync_points(nb_device *dev) {
+    nb_module *m = NULL, *other = NULL;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "defer.slang", SRC, NULL, &m));
+    NB_REQUIRE_OK(nb_module_load_source(dev, "defer2.slang", SRC, NULL, &other));
+    nb_func *copy, *fl, *copy2;
+    NB_REQUIRE_OK(nb_module_func(m, "copy", &copy));
+    NB_REQUIRE_OK(nb_module_func(m, "fill", &fl));
+    NB_REQUIRE_OK(nb_module_func(other, "copy", &copy2));
+    nb_device *cpu = NULL;
+    NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
+    nb_tensor *x = zeros(dev, 8), *y = zeros(dev, 8), *hx = zeros(cpu, 8), *t = NULL;
+    NB_EXPECT(x && y && hx);
+    if (!x || !y || !hx) return;
+    float h[8];
+    const char *what = "out-of-bounds index [8] into tensor 'input' of shape [8] in function 'copy'";
+
+    /* in range: every sync point is quiet */
+    NB_EXPECT_OK(copy_n(copy, x, y, 8, 1)); /* #1 */
+    NB_EXPECT_OK(nb_tensor_to_host(y, h, sizeof h));
+    NB_EXPECT_OK(nb_device_synchronize(dev));
+
+    /* reading a tensor to the host reports it (any tensor of the device), once */
+    bad_launch(copy, x, y); /* #2 */
+    NB_EXPECT_ERR(nb_tensor_to_host(x, h, sizeof h), NB_ERR_SHAPE, "(launch #2 of this module, reported late)");
+    NB_EXPECT(strstr(nb_last_error(), what) != NULL);
+    NB_EXPECT_OK(nb_tensor_to_host(x, h, sizeof h));
+    NB_EXPECT_OK(nb_module_check(m));
+
+    /* nb_device_synchronize */
+    bad_launch(copy, x, y); /* #3 */
+    NB_EXPECT_ERR(nb_device_synchronize(dev), NB_ERR_SHAPE, "(launch #3 of this module, reported late)");
+    NB_EXPECT_OK(nb_device_synchronize(dev));
+    NB_EXPECT_OK(fill(fl, y, 2.0f)); /* (#4: the module's own check point has nothing left) */
+
+    /* a copy into host memory: nb_tensor_copy into a CPU tensor, nb_tensor_to the CPU */
+    bad_launch(copy, x, y); /* #5 */
+    NB_EXPECT_ERR(nb_tensor_copy(hx, y), NB_ERR_SHAPE, "(launch #5 of this module, reported late)");
+    bad_launch(copy, x, y); /* #6 */
+    NB_EXPECT_ERR(nb_tensor_to(y, cpu, &t), NB_ERR_SHAPE, "(launch #6 of this module, reported late)");
+    NB_EXPECT(t == NULL);
+    NB_EXPECT_OK(nb_tensor_to(y, cpu, &t));
+    nb_tensor_free(t);
+
+    /* another module's error is the device's too; each module numbers its own launches */
+    NB_EXPECT_OK(copy_n(copy2, x, y, 8, 1)); /* other #1 */
+    NB_EXPECT_OK(copy_n(copy2, x, y, 16, 1)); /* other #2 */
+    NB_EXPECT_ERR(nb_tensor_to_host(y, h, sizeof h), NB_ERR_SHAPE, "(launch #2 of this module, reported late)");
+    NB_EXPECT_OK(nb_module_check(other));
+
+    /* a module freed with an error pending: the device's next sync point returns it, once */
+    NB_EXPECT_OK(copy_n(copy2, x, y, 12, 1)); /* other #3 */
+    nb_module_free(other);
+    NB_EXPECT_ERR(nb_device_synchronize(dev), NB_ERR_SHAPE,
+                  "(launch #3 of this module, reported late) (module 'defer2.slang' was freed before this was reported)");
+    NB_EXPECT_OK(nb_device_synchronize(dev));
+    NB_EXPECT_OK(nb_tensor_to_host(y, h, sizeof h));
+
+    /* the module is freed with nothing pending: its check is gone from the device */
+    NB_EXPECT_OK(nb_module_check(m));
+    nb_module_free(m);
+    NB_EXPECT_OK(nb_device_synchronize(dev));
+    NB_EXPECT_OK(nb_tensor_to_host(y, h, sizeof h));
+    nb_tensor_free(x), nb_tensor_free(y), nb_tensor_free(hx);
+    nb_device_close(cpu);
+}
+
+static void test_defer_sync_points(void) {
+    nb_device *dev = NULL;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    run_sync_points(dev);
+    nb_device_close(dev);
+    if (nb_cuda_device_count() == 0) return; /* (the CUDA half needs a GPU) */
+    NB_REQUIRE_OK(nb_device_open("cuda", &dev));
+    run_sync_points(dev);
+    nb_device_close(dev);
 }
 
 static void test_defer_cpu(void) {
@@ -165,4 +250,4 @@ static void test_defer_nvrtc(void) {
     nb_program_free(p);
 }
 
-int main(int argc, char **argv) { NB_TEST_MAIN(argc, argv, test_defer_cpu, test_defer_cuda, test_defer_nvrtc); }
+int main(int argc, char **argv) { NB_TEST_MAIN(argc, argv, test_defer_cpu, test_defer_cuda, test_defer_sync_points, test_defer_nvrtc); }

@@ -69,7 +69,9 @@ int nb_nvrtc_version(void);
 nb_status nb_device_datasheet_peak(const nb_device *dev, const char *precision, double *flops,
                                    const char **source);
 
-/* Waits until all work queued on the device has finished. */
+/* Waits until all work queued on the device has finished. Also a check point of deferred bounds
+ * checks (nb_call_defer_checks, include/nabla/module.h): returns a pending out-of-bounds error of
+ * a deferred launch of any module on dev (reported once). */
 nb_status nb_device_synchronize(nb_device *dev);
 
 /* ---- memory ------------------------------------------------------------------------------ */

@@ -348,8 +348,12 @@ nb_status nb_call_run_blocks(nb_call *c, const int64_t block[3], const int64_t g
  * point, with " (launch #N of this module, reported late)" naming the launch (the module counts
  * its deferred launches from 1). Check points: the start of every later call or launch of any
  * function of the module (its own arguments are not bound then: the call fails with that error),
- * and nb_module_check. One error is reported once; an error still pending when the module is
- * freed is printed to stderr. slangtorch's launchRaw defers on CUDA (Python: docs/PYTHON.md).
+ * nb_module_check, and the device's sync points, where nabla waits for the device on the caller's
+ * behalf: nb_device_synchronize, nb_tensor_to_host, and copies into host memory (nb_tensor_copy
+ * into a CPU tensor, nb_tensor_to the CPU) of any tensor of the device. One error is reported
+ * once; an error still pending when the module is freed is handed to its device and returned by
+ * the device's next sync point (" (module 'NAME' was freed before this was reported)"); one still
+ * pending when the device closes is printed to stderr. slangtorch's launchRaw defers on CUDA (Python: docs/PYTHON.md).
  * Works on every device (on the CPU the launch has finished when the call returns, so the error
  * is known at once, but is still reported at the next check point). Calls recorded into a command
  * list (nb_cmdlist) keep the immediate check. */

@@ -91,7 +91,10 @@ nb_status nb_tensor_copy(nb_tensor *dst, const nb_tensor *src);
 nb_status nb_tensor_to(const nb_tensor *t, nb_device *dev, nb_tensor **out);
 /* t itself (a new handle) if it is contiguous, else a contiguous copy. */
 nb_status nb_tensor_contiguous(const nb_tensor *t, nb_tensor **out);
-/* Copies t's elements in C order into host memory of `bytes` (must equal nb_tensor_nbytes). */
+/* Copies t's elements in C order into host memory of `bytes` (must equal nb_tensor_nbytes). Like
+ * nb_device_synchronize, it then returns a pending deferred bounds error of t's device (the copy
+ * itself is done: include/nabla/module.h, nb_call_defer_checks); so do nb_tensor_copy into a CPU
+ * tensor and nb_tensor_to the CPU. */
 nb_status nb_tensor_to_host(const nb_tensor *t, void *dst, size_t bytes);
 /* Copies C-ordered host data into t (any strides). bytes must equal nb_tensor_nbytes. */
 nb_status nb_tensor_from_host_into(nb_tensor *t, const void *src, size_t bytes);

@@ -694,6 +694,36 @@ def test_deferred_bounds_errors():
         mod.check_errors()
 
 
+def test_deferred_bounds_errors_at_sync_points():
+    # nabla's own sync points raise a deferred launch's error too: reading a tensor back
+    # (to_numpy), Device.synchronize(); a module freed with one pending leaves it to the device
+    import gc
+    for dev in ["cpu"] + (["cuda"] if "cuda" in devices() else []):
+        d = nabla.device(dev)
+        mod = nabla.load_module(path("blocks.slang"), d)
+        f = mod.unchecked
+        dst = nabla.Tensor.from_numpy(np.zeros(8, np.float32), device=d)
+        f.launch_raw((4, 1, 1), (2, 1, 1), "primal", {"dst": dst}, defer_checks=True)  # #1: in range
+        assert dst.to_numpy().shape == (8,)
+        d.synchronize()
+        f.launch_raw((4, 1, 1), (3, 1, 1), "primal", {"dst": dst}, defer_checks=True)  # #2: 12 > 8
+        with pytest.raises(nabla.ShapeError, match=r"in function 'unchecked' \(launch #2 of this module, "
+                           r"reported late\)"):
+            dst.to_numpy()
+        dst.to_numpy()  # (reported once)
+        f.launch_raw((4, 1, 1), (3, 1, 1), "primal", {"dst": dst}, defer_checks=True)  # #3
+        with pytest.raises(nabla.ShapeError, match=r"launch #3 of this module"):
+            d.synchronize()
+        d.synchronize()
+        f.launch_raw((4, 1, 1), (3, 1, 1), "primal", {"dst": dst}, defer_checks=True)  # #4
+        del f, mod
+        gc.collect()
+        with pytest.raises(nabla.ShapeError, match=r"launch #4 of this module, reported late\) \(module "
+                           r"'.*blocks.slang' was freed before this was reported\)"):
+            d.synchronize()
+        d.synchronize()
+
+
 def test_check_errors_slangtorch():
     # slangtorch.checkErrors(m): the check point of every device m is loaded on
     m = slangtorch.loadModule(path("blocks.slang"))

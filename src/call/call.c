@@ -9,8 +9,9 @@
 
 #include "call/call_internal.h"
 #include "core/layout.h"
-#include "core/util.h"
 #include "core/strbuf.h"
+#include "core/util.h"
+#include "device/sync_check.h"
 #include "lang/ad.h"
 #include "nabla/alloc.h"
 #include "nabla/log.h"
@@ -634,7 +635,7 @@ static nb_status after_launch(nb_call *c, nb_kentry *e) {
      * whose results stay on the device (or a process that exits) would lose it */
     if (nb_jit_kernel_kind(e->kernel) != NB_DEVICE_CPU && e->layout.prints) {
         fflush(stdout);
-        s = nb_device_synchronize(c->f->m->dev);
+        s = nb_device_wait(c->f->m->dev);
     }
     return s || !e->layout.bounds_checked || c->defer ? s : oob_check(c, e);
 }

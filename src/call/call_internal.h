@@ -75,6 +75,7 @@ typedef struct nb_defer {
     uint64_t seq;           /* deferred launches so far */
     nb_event *mark[2];      /* recorded at the start of each half of the ring (slot reuse) */
     nb_status err;          /* found, not yet reported */
+    int registered;         /* its module's check runs at the device's sync points */
     char msg[1024];
     nb_defer_log log[NB_DEFER_SLOTS];
 } nb_defer;

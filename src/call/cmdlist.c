@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "call/call_internal.h"
+#include "device/sync_check.h"
 #include "nabla/alloc.h"
 #include "nabla/cmdlist.h"
 
@@ -149,7 +150,7 @@ nb_status nb_cmdlist_submit(nb_cmdlist *l) {
 void nb_cmdlist_free(nb_cmdlist *l) {
     if (!l) return;
     drop_graph(l); /* (waits for a launch of it) */
-    if (l->n && nb_device_get_kind(l->dev) == NB_DEVICE_CUDA) nb_device_synchronize(l->dev);
+    if (l->n && nb_device_get_kind(l->dev) == NB_DEVICE_CUDA) nb_device_wait(l->dev);
     for (int i = 0; i < l->n; i++) {
         nb_call_release_temps(l->items[i].c);
         nb_call_free(l->items[i].c);

@@ -7,7 +7,11 @@
  * host looks at that word only, without waiting, at the module's check points:
  *   - the start of every later call or launch of a function of the module (deferred or not),
  *   - nb_module_check (which first waits for the device: every launch so far is checked),
- *   - refreshing reflection (a constant changed) and freeing the module.
+ *   - refreshing reflection (a constant changed) and freeing the module,
+ *   - the device's sync points, where nabla waits for the device on the user's behalf
+ *     (nb_device_synchronize, nb_tensor_to_host, copies into host memory: device/sync_check.h;
+ *     the module registers a check there when it makes its ring). A module freed with an error
+ *     pending hands it to its device, whose next sync point returns it.
  * Once the note is seen the device is synchronised (error path only), every record is read, and
  * the first offending launch (lowest launch number) becomes the error, naming its function and its
  * launch number; the records and the note are cleared, so one error is reported once.
@@ -25,6 +29,7 @@
 
 #include "call/call_internal.h"
 #include "core/util.h"
+#include "device/sync_check.h"
 #include "nabla/alloc.h"
 #include "nabla/log.h"
 
@@ -60,7 +65,7 @@ static nb_status defer_new(nb_module *m, nb_defer **out) {
 /* Waits for the device, then turns the first filled record into d->err (the others are counted,
  * all are cleared). Caller holds the module lock. */
 static void resolve(nb_module *m, nb_defer *d) {
-    nb_status s = nb_device_synchronize(m->dev);
+    nb_status s = nb_device_wait(m->dev); /* (not nb_device_synchronize: its checks take this lock) */
     if (s) { /* (the device failed: that is the error to report) */
         if (!d->err) {
             d->err = s;
@@ -102,15 +107,23 @@ nb_status nb_defer_check(nb_module *m) {
     return s;
 }
 
+/* The module's check at its device's sync points (registered with the ring, removed before it
+ * is freed). */
+static nb_status sync_check(void *ctx) { return nb_defer_check(ctx); }
+
 nb_status nb_defer_slot(nb_call *c, const nb_kentry *e, uint64_t *addr) {
     nb_module *m = c->f->m;
     nb_status s = NB_OK;
+    int made = 0;
     pthread_mutex_lock(&m->lock);
-    if (!m->defer && !m->defer_off && defer_new(m, &m->defer) != NB_OK) {
-        /* (no host-mapped memory here: this module's launches keep the immediate check) */
-        NB_LOG_W("%s: deferred bounds checks unavailable, checking every launch: %s", m->name ? m->name : "module",
-                 nb_last_error());
-        m->defer_off = 1;
+    if (!m->defer && !m->defer_off) {
+        if (defer_new(m, &m->defer) == NB_OK) {
+            made = 1;
+        } else { /* (no host-mapped memory here: this module's launches keep the immediate check) */
+            NB_LOG_W("%s: deferred bounds checks unavailable, checking every launch: %s",
+                     m->name ? m->name : "module", nb_last_error());
+            m->defer_off = 1;
+        }
     }
     nb_defer *d = m->defer;
     if (!d) {
@@ -140,6 +153,10 @@ nb_status nb_defer_slot(nb_call *c, const nb_kentry *e, uint64_t *addr) {
         }
     }
     pthread_mutex_unlock(&m->lock);
+    /* (after the unlock: a device's check list lock comes before module locks) */
+    if (made && nb_device_add_sync_check(m->dev, sync_check, m) == NB_OK) d->registered = 1;
+    else if (made) NB_LOG_W("%s: deferred bounds errors are reported at the module's check points only: %s",
+                            m->name ? m->name : "module", nb_last_error());
     return s;
 }
 
@@ -162,10 +179,14 @@ void nb_defer_settle(nb_module *m) {
 void nb_defer_free(nb_module *m) {
     nb_defer *d = m->defer;
     if (!d) return;
+    if (d->registered) nb_device_remove_sync_check(m->dev, sync_check, m); /* (first: no check may run on it) */
     if (d->seq) resolve(m, d); /* (no kernel may write the records once they are freed) */
-    if (d->err) /* nothing is left to return it from: say it rather than drop it */
-        fprintf(stderr, "nabla: %s: an error of a deferred launch was never reported: %s\n",
-                m->name ? m->name : "module", d->msg);
+    if (d->err) { /* nothing is left to return it from here: the device's next sync point does */
+        char msg[sizeof d->msg + 160];
+        snprintf(msg, sizeof msg, "%s (module '%s' was freed before this was reported)", d->msg,
+                 m->name ? m->name : "?");
+        nb_device_post_error(m->dev, d->err, msg);
+    }
     for (int k = 0; k < 2; k++) nb_event_destroy(d->mark[k]);
     nb_host_mapped_free(m->dev, d->rec);
     nb_free(d, sizeof *d);

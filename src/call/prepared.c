@@ -17,6 +17,7 @@
 
 #include "call/call_internal.h"
 #include "core/util.h"
+#include "device/sync_check.h"
 #include "nabla/alloc.h"
 
 /* What the array bound to an ARRAY / TENSOR leaf looked like at prepare time: every array set
@@ -112,7 +113,7 @@ nb_status nb_call_prepare(nb_call *c, nb_prepared **out) {
     }
     /* what prepare queued on the device's stream (uploads, the record's reset) is done before a
      * launch on any stream */
-    if (!s && p->cuda) s = nb_device_synchronize(dev);
+    if (!s && p->cuda) s = nb_device_wait(dev);
     if (s) {
         nb_prepared_free(p);
         return s;
@@ -317,7 +318,7 @@ nb_status nb_prepared_check(nb_prepared *p) {
     if (!p->oob) return NB_OK;
     if (p->gen != p->c->f->m->gen) return stale(p);
     nb_device *dev = p->c->f->m->dev;
-    NB_TRY(nb_device_synchronize(dev));
+    NB_TRY(nb_device_wait(dev));
     void *a = nb_buffer_ptr(p->oob);
     unsigned flag = 0;
     NB_TRY(nb_memcpy_d2h(dev, &flag, a, sizeof flag));
@@ -325,7 +326,7 @@ nb_status nb_prepared_check(nb_prepared *p) {
     nb_oob_rec r;
     NB_TRY(nb_memcpy_d2h(dev, &r, a, sizeof r));
     NB_TRY(nb_memset(dev, a, 0, sizeof r));
-    NB_TRY(nb_device_synchronize(dev)); /* (cleared before a launch on any stream) */
+    NB_TRY(nb_device_wait(dev)); /* (cleared before a launch on any stream) */
     return nb_call_oob_error(&r, &p->e->layout, p->c->f, p->c->overload, p->c->nleaves,
                              " (a launch of a prepared call, reported by nb_prepared_check)");
 }
@@ -338,7 +339,7 @@ void nb_prepared_free(nb_prepared *p) {
     if (c) {
         int temps = 0;
         for (int j = 0; j < c->sig.nleaves; j++) temps |= c->leaves[j].owns_tensor;
-        if (p->cuda && (temps || p->oob)) nb_device_synchronize(c->f->m->dev); /* (a launch may still use them) */
+        if (p->cuda && (temps || p->oob)) nb_device_wait(c->f->m->dev); /* (a launch may still use them) */
         nb_call_release_temps(c);
         nb_call_free(c);
     }

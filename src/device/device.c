@@ -9,6 +9,7 @@
 
 #include "core/util.h"
 #include "device/device_impl.h"
+#include "device/sync_check.h"
 #include "nabla/alloc.h"
 #include "nabla/log.h"
 
@@ -48,9 +49,11 @@ static nb_status nb_device_create(int kind, int index, nb_device **out) {
     dev->refcount = 1;
     nb_cache_init(&dev->cache);
     dev->main_stream.dev = dev;
+    pthread_mutex_init(&dev->checks.lock, NULL);
     nb_status s = kind == NB_DEVICE_CPU ? nb_cpu_device_init(dev) : nb_cuda_device_init(dev, index);
     if (s != NB_OK) {
         nb_cache_destroy(dev);
+        nb_device_sync_checks_close(dev);
         nb_free(dev, sizeof *dev);
         return s;
     }
@@ -108,6 +111,7 @@ void nb_device_close(nb_device *dev) {
     if (dev->cache.stats.bytes_in_use)
         NB_LOG_W("%s closed with %zu bytes still allocated", dev->name, dev->cache.stats.bytes_in_use);
     dev->ops->synchronize(dev);
+    nb_device_sync_checks_close(dev);
     nb_cache_destroy(dev);
     dev->ops->close(dev);
     nb_free(dev, sizeof *dev);
@@ -127,7 +131,8 @@ const char *nb_device_name(const nb_device *dev) { return dev ? dev->name : "(nu
 
 nb_status nb_device_synchronize(nb_device *dev) {
     NB_CHECK_ARG(dev);
-    return dev->ops->synchronize(dev);
+    NB_TRY(dev->ops->synchronize(dev));
+    return nb_device_run_sync_checks(dev); /* (a deferred launch's bounds error: sync_check.h) */
 }
 
 nb_status nb_host_mapped_alloc(nb_device *dev, size_t bytes, void **host, uint64_t *dev_addr) {

@@ -61,6 +61,21 @@ struct nb_event {
     double host_time; /* cpu: seconds from a monotonic clock at record time */
 };
 
+/* Checks run at the device's sync points (sync_check.h / .c). */
+typedef struct nb_sync_check {
+    nb_status (*fn)(void *ctx);
+    void *ctx;
+} nb_sync_check;
+
+typedef struct nb_sync_checks {
+    pthread_mutex_t lock;
+    nb_sync_check *a;
+    int n, cap;
+    _Atomic int active; /* n, + 1 while an error is posted */
+    nb_status posted;   /* an error handed over by a freed module, not yet reported */
+    char msg[1024];
+} nb_sync_checks;
+
 struct nb_device {
     const nb_device_ops *ops;
     nb_device_kind kind;
@@ -70,6 +85,7 @@ struct nb_device {
     nb_device_info info;
     nb_caching_allocator cache;
     nb_stream main_stream;
+    nb_sync_checks checks;
     void *impl; /* backend state */
 };
 

@@ -19,6 +19,7 @@
 #include "core/threadpool.h"
 #include "core/util.h"
 #include "device/device_impl.h"
+#include "device/sync_check.h"
 #include "nabla/alloc.h"
 #include "nabla/tensor.h"
 
@@ -644,7 +645,9 @@ nb_status nb_tensor_copy(nb_tensor *dst, const nb_tensor *src) {
                         tshort(dst, a, sizeof a), tshort(src, b, sizeof b));
     NB_TRY(check_writable(who, "dst", dst));
     view d = view_of_tensor(dst), s = view_of_tensor(src);
-    return copy_views(who, &d, &s, dst->ndim, dst->shape, nb_dtype_size(dst->dtype));
+    NB_TRY(copy_views(who, &d, &s, dst->ndim, dst->shape, nb_dtype_size(dst->dtype)));
+    /* a copy into host memory waited for the source: a sync point (sync_check.h) */
+    return tdev(dst)->kind == NB_DEVICE_CPU ? nb_device_run_sync_checks(tdev(src)) : NB_OK;
 }
 
 nb_status nb_tensor_to(const nb_tensor *t, nb_device *dev, nb_tensor **out) {
@@ -686,7 +689,8 @@ nb_status nb_tensor_to_host(const nb_tensor *t, void *dst, size_t bytes) {
     NB_CHECK_ARG(dst);
     view d = {NULL, dst, {0}}, s = view_of_tensor(t);
     nb_layout_contiguous_strides(t->ndim, t->shape, esize(t), d.strides);
-    return copy_views(who, &d, &s, t->ndim, t->shape, (size_t)esize(t));
+    NB_TRY(copy_views(who, &d, &s, t->ndim, t->shape, (size_t)esize(t)));
+    return nb_device_run_sync_checks(tdev(t)); /* (a sync point: sync_check.h) */
 }
 
 nb_status nb_tensor_from_host_into(nb_tensor *t, const void *src, size_t bytes) {
