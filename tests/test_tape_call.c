@@ -248,6 +248,10 @@ static void test_vectors_and_scalars(void) {
     NB_EXPECT(close_to("scale3 y", y, r, 18, 1e-6));
     NB_EXPECT(close_to("scale3 dv", gv, rg, 18, 1e-6));
     NB_EXPECT(F.t->ops[F.t->n_ops - 2].kind == NB_TOP_CALL && F.t->ops[F.t->n_ops - 2].dp[0] == 2.5);
+    nb_tcall tc; /* the op's binding, as a pass reads it */
+    nb_tcall_of_op(&F.t->ops[F.t->n_ops - 2], &tc);
+    NB_EXPECT(tc.f == fn(F.m, "scale3") && tc.nparams == 2 && tc.src[0] == 0 && tc.src[1] == NB_TCALL_SCALAR &&
+              tc.scalar[1] == 2.5 && !tc.out_0d && F.t->ops[F.t->n_ops - 2].in[0] == vv);
 
     /* norm3(float3 v): [6,3] -> [6], dv = dy v / |v| */
     NB_REQUIRE_OK(nb_tape_reset(F.t));

@@ -399,7 +399,7 @@ nb_status nb_tcall_backward(nb_tape *t, const nb_tcall *tc, const nb_top *op) {
 
 /* The binding of a recorded CALL op: ip[0] parameters, ip[1] the mask of scalar ones (their
  * values dp[] in order), the others op->in[] in order; ip[2] out_0d. */
-static void call_of_op(const nb_top *op, nb_tcall *tc) {
+void nb_tcall_of_op(const nb_top *op, nb_tcall *tc) {
     memset(tc, 0, sizeof *tc);
     tc->f = op->obj;
     tc->nparams = op->ip[0];
@@ -417,13 +417,13 @@ static void call_of_op(const nb_top *op, nb_tcall *tc) {
 
 static nb_status call_fwd(nb_tape *t, nb_top *op) {
     nb_tcall tc;
-    call_of_op(op, &tc);
+    nb_tcall_of_op(op, &tc);
     return nb_tcall_forward(t, &tc, op);
 }
 
 static nb_status call_bwd(nb_tape *t, const nb_top *op) {
     nb_tcall tc;
-    call_of_op(op, &tc);
+    nb_tcall_of_op(op, &tc);
     return nb_tcall_backward(t, &tc, op);
 }
 

@@ -66,6 +66,9 @@ nb_status nb_tcall_shape(nb_tape *t, const nb_tcall *tc, int nin, const nb_tvar 
 nb_status nb_tcall_forward(nb_tape *t, const nb_tcall *tc, const nb_top *op);
 /* The inputs' gradients += the reverse mode of f from op->out's gradient. */
 nb_status nb_tcall_backward(nb_tape *t, const nb_tcall *tc, const nb_top *op);
+/* The binding of a recorded CALL op (ops.def; e.g. for a pass that inlines the function into a
+ * fused kernel): tc->f = op->obj, parameter p = op->in[tc->src[p]] or the scalar tc->scalar[p]. */
+void nb_tcall_of_op(const nb_top *op, nb_tcall *tc);
 /* 1 when input k of tc feeds at least one differentiable parameter of f. */
 int nb_tcall_input_differentiable(const nb_tcall *tc, int k);
 /* The calls the tape prepared so far (misses of its cache; tests). */
