@@ -109,6 +109,15 @@ nb_status nb_image_psnr(const nb_tensor *pred, const nb_tensor *ref, double *out
  * or not finite break the line. NB_ERR_INVALID_ARG when n < 1 or no y is positive and finite. */
 nb_status nb_image_plot_loss(const char *path, const double *x, const double *y, int n);
 
+/* k named series over the same n points as a 1040x480 RGB PNG at path, log-log axes: y[j*n + i]
+ * is series j at x[i] (x positive and increasing; ticks at each x[i]); values <= 0 or not
+ * finite are left out (the line breaks there). A legend of names[j] on the right, title on top,
+ * xlabel under the axis, ylabel under the legend (any may be NULL but names). Text is drawn in
+ * capitals. NB_ERR_INVALID_ARG for bad x or when no value is positive and finite. */
+nb_status nb_image_plot_lines(const char *path, const char *title, const char *xlabel,
+                              const char *ylabel, const double *x, int n,
+                              const char *const *names, const double *y, int k);
+
 #ifdef __cplusplus
 }
 #endif
