@@ -296,6 +296,30 @@ static void test_plot_loss(void) {
     NB_EXPECT(nb_image_plot_loss(path, x, y, 50) != NB_OK);
     snprintf(path, sizeof path, "%s/loss.png", dir);
     unlink(path);
+    /* several series, log-log (nb_image_plot_lines): each series' colour shows, a gap (NAN)
+     * leaves the rest; bad x and no value are typed errors */
+    snprintf(path, sizeof path, "%s/lines.png", dir);
+    double lx[4] = {32, 64, 128, 256}, ly[8] = {1, 2, 4, 8, 0.01, NAN, 0.1, 1};
+    const char *names[2] = {"cpu", "immediate_cached"};
+    NB_REQUIRE_OK(nb_image_plot_lines(path, "t", "size", "ms", lx, 4, names, ly, 2));
+    NB_REQUIRE_OK(nb_image_read_png(path, 0, NULL, &img));
+    NB_EXPECT(nb_tensor_shape(img)[0] == 480 && nb_tensor_shape(img)[1] == 1040);
+    p = nb_tensor_data(img);
+    int c0 = 0, c1 = 0; /* palette 0 (0.12, 0.47, 0.71), 1 (1.0, 0.5, 0.05) */
+    for (int64_t i = 0; i < 480 * 1040; i++) {
+        c0 += fabsf(p[3 * i] - 0.12f) < 0.01f && fabsf(p[3 * i + 2] - 0.71f) < 0.01f;
+        c1 += fabsf(p[3 * i] - 1.0f) < 0.01f && fabsf(p[3 * i + 2] - 0.05f) < 0.01f;
+    }
+    NB_EXPECT(c0 > 100 && c1 > 100);
+    nb_tensor_free(img);
+    unlink(path);
+    double lxbad[2] = {64, 32};
+    NB_EXPECT_ERR(nb_image_plot_lines(path, NULL, NULL, NULL, lxbad, 2, names, ly, 1),
+                  NB_ERR_INVALID_ARG, "increasing");
+    NB_EXPECT_ERR(nb_image_plot_lines(path, NULL, NULL, NULL, lx, 2, names, bad, 1),
+                  NB_ERR_INVALID_ARG, "no positive finite value");
+    NB_EXPECT_ERR(nb_image_plot_lines(path, NULL, NULL, NULL, lx, 0, names, ly, 1),
+                  NB_ERR_INVALID_ARG, "no points");
     rmdir(dir);
 }
 
