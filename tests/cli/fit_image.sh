@@ -6,16 +6,7 @@ NABLA="$1"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nabla fit image.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
-fail=0; passed=0
-check() { # check NAME EXPECTED_RC CMD... ; output in $out
-    name=$1; want=$2; shift 2
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; echo "$out"; fail=$((fail+1)); return 1; fi
-    passed=$((passed+1)); return 0
-}
-contains() { # contains NAME TEXT
-    case "$out" in *"$2"*) passed=$((passed+1));; *) echo "FAIL $1: output lacks '$2'"; echo "$out"; fail=$((fail+1));; esac
-}
+. "$(dirname "$0")/checks.sh"
 psnr_of() { # the number after "final PSNR:" in $out
     printf '%s\n' "$out" | sed -n 's/^final PSNR: \([0-9.]*\) dB$/\1/p'
 }

@@ -5,16 +5,7 @@
 NABLA="$1"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nabla graph.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
-fail=0; passed=0
-check() { # check NAME EXPECTED_RC CMD... ; output in $out
-    name=$1; want=$2; shift 2
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; echo "$out"; fail=$((fail+1)); return 1; fi
-    passed=$((passed+1)); return 0
-}
-contains() { # contains NAME TEXT
-    case "$out" in *"$2"*) passed=$((passed+1));; *) echo "FAIL $1: output lacks '$2'"; echo "$out"; fail=$((fail+1));; esac
-}
+. "$(dirname "$0")/checks.sh"
 check help 0 "$NABLA" graph bench --help && contains help "usage: nabla graph bench"
 check in-usage 0 "$NABLA" --help && contains in-usage "graph"
 check no-sub 2 "$NABLA" graph

@@ -4,16 +4,7 @@ NABLA="$1"
 root=$(mktemp -d "${TMPDIR:-/tmp}/nabla cache cli.XXXXXX") || exit 1
 trap 'rm -rf "$root"' EXIT
 export NABLA_CACHE_DIR="$root/cache"
-fail=0; passed=0
-check() { # check NAME EXPECTED_RC CMD... ; output in $out
-    name=$1; want=$2; shift 2
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; echo "$out"; fail=$((fail+1)); return 1; fi
-    passed=$((passed+1)); return 0
-}
-contains() { # contains NAME TEXT
-    case "$out" in *"$2"*) passed=$((passed+1));; *) echo "FAIL $1: output lacks '$2'"; echo "$out"; fail=$((fail+1));; esac
-}
+. "$(dirname "$0")/checks.sh"
 check dir 0 "$NABLA" cache dir && contains dir "$root/cache"
 check ls-missing 0 "$NABLA" cache ls && contains ls-missing "0 kernels"
 mkdir -p "$root/cache"

@@ -2,16 +2,7 @@
 # CLI behaviour: help, version, devices, and usage errors (exit 2) for unknown commands/flags;
 # nabla env; nabla call's usage, integer ranges and JSON output.
 NABLA="$1"
-fail=0; passed=0
-check() { # check NAME EXPECTED_RC CMD... ; output in $out
-    name=$1; want=$2; shift 2
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; echo "$out"; fail=$((fail+1)); return 1; fi
-    passed=$((passed+1)); return 0
-}
-contains() { # contains NAME TEXT
-    case "$out" in *"$2"*) passed=$((passed+1));; *) echo "FAIL $1: output lacks '$2'"; echo "$out"; fail=$((fail+1));; esac
-}
+. "$(dirname "$0")/checks.sh"
 check help 0 "$NABLA" --help && contains help "usage: nabla"
 check help-short 0 "$NABLA" -h && contains help-short "devices"
 check version 0 "$NABLA" --version && contains version "nabla 0."

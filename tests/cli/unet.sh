@@ -4,16 +4,7 @@
 NABLA="$1"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nabla unet.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
-fail=0; passed=0
-check() { # check NAME EXPECTED_RC CMD... ; output in $out
-    name=$1; want=$2; shift 2
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; echo "$out"; fail=$((fail+1)); return 1; fi
-    passed=$((passed+1)); return 0
-}
-contains() { # contains NAME TEXT
-    case "$out" in *"$2"*) passed=$((passed+1));; *) echo "FAIL $1: output lacks '$2'"; echo "$out"; fail=$((fail+1));; esac
-}
+. "$(dirname "$0")/checks.sh"
 TINY="--data synthetic --image-size 16 --channels 16 --mult 1,2 --res-blocks 1 --attn 8 --head-channels 16 --groups 8 --no-progress"
 
 check help 0 "$NABLA" unet --help && contains help "usage: nabla unet train"
