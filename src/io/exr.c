@@ -135,7 +135,8 @@ static nb_status parse_header(exr *e) {
         at += (size_t)size;
     }
     if (!e->have_ch || !e->have_comp || !e->have_dw)
-        return nb_img_corrupt(s, "no %s attribute", !e->have_ch ? "'channels'" : !e->have_comp ? "'compression'" : "'dataWindow'");
+        return nb_img_corrupt(s, "no %s attribute",
+                              !e->have_ch ? "'channels'" : !e->have_comp ? "'compression'" : "'dataWindow'");
     e->at = at;
     return NB_OK;
 }
@@ -186,8 +187,8 @@ nb_status nb_img_decode_exr(const nb_img_src *s, nb_img *im) {
     size_t chunk_bytes = 0;
     if (st) goto done;
     if (e->comp > 3) {
-        st = e->comp < 10 ? nb_error(NB_ERR_UNSUPPORTED, "'%s' is an OpenEXR file with %s compression, which nabla does "
-                                     "not read (NONE, RLE, ZIPS and ZIP are)", s->path, comp_names[e->comp])
+        st = e->comp < 10 ? nb_error(NB_ERR_UNSUPPORTED, "'%s' is an OpenEXR file with %s compression, which nabla "
+                                     "does not read (NONE, RLE, ZIPS and ZIP are)", s->path, comp_names[e->comp])
                           : nb_img_corrupt(s, "compression %d", e->comp);
         goto done;
     }
@@ -261,10 +262,14 @@ nb_status nb_img_decode_exr(const nb_img_src *s, nb_img *im) {
     }
     memset(seen, 0, (size_t)nchunks);
     for (long long k = 0; k < nchunks && !st; k++) {
-        uint64_t off = (uint64_t)nb_img_le32(s->p + e->at + 8 * k) | (uint64_t)nb_img_le32(s->p + e->at + 8 * k + 4) << 32;
-        if (off < e->at + 8 * (uint64_t)nchunks || off > s->n || s->n - off < 8) {
-            st = off > s->n || (off <= s->n && s->n - off < 8) ? nb_img_truncated(s, "a chunk past the end of the file")
-                                                              : nb_img_corrupt(s, "chunk offset %llu", (unsigned long long)off);
+        const unsigned char *ot = s->p + e->at + 8 * k;
+        uint64_t off = (uint64_t)nb_img_le32(ot) | (uint64_t)nb_img_le32(ot + 4) << 32;
+        if (off < e->at + 8 * (uint64_t)nchunks) {
+            st = nb_img_corrupt(s, "chunk offset %llu", (unsigned long long)off);
+            break;
+        }
+        if (off > s->n || s->n - off < 8) {
+            st = nb_img_truncated(s, "a chunk past the end of the file");
             break;
         }
         const unsigned char *ck = s->p + off;

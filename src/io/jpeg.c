@@ -16,6 +16,7 @@
  * YCCK (4 components) are NB_ERR_UNSUPPORTED naming the feature; a truncated or corrupt file is
  * NB_ERR_IO naming the cause, never a read past the buffer. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,9 +68,9 @@ typedef struct jpg {
 static uint8_t zz[64]; /* zig-zag position -> natural index (row * 8 + column) */
 static float idct_t[8][8]; /* [x][u] = C(u) / 2 * cos((2x + 1) u pi / 16) */
 
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
 static void tables_init(void) {
-    static int done;
-    if (done) return;
     int k = 0;
     for (int s = 0; s < 15; s++) { /* anti-diagonals row + column = s, alternating direction */
         int lo = s < 8 ? 0 : s - 7, hi = s < 8 ? s : 7;
@@ -81,7 +82,6 @@ static void tables_init(void) {
     for (int x = 0; x < 8; x++)
         for (int u = 0; u < 8; u++)
             idct_t[x][u] = (float)((u ? 0.5 : 0.5 / sqrt(2.0)) * cos((2 * x + 1) * u * M_PI / 16.0));
-    done = 1; /* (idempotent: racing threads write the same values) */
 }
 
 static nb_status unsupported(const jpg *j, const char *what) {
@@ -334,8 +334,8 @@ static nb_status parse_sos(jpg *j, const unsigned char *p, size_t n, size_t *at)
     int ss = p[1 + 2 * ns], se = p[2 + 2 * ns], ah = p[3 + 2 * ns] >> 4, al = p[3 + 2 * ns] & 15;
     if (j->progressive) {
         if (ss > se || se > 63 || (ss == 0 && se != 0) || (ss > 0 && ns != 1) || ah > 13 || al > 13)
-            return nb_img_corrupt(s, "a progressive scan with Ss %d, Se %d, Ah %d, Al %d (%d components)", ss, se, ah, al,
-                                  ns);
+            return nb_img_corrupt(s, "a progressive scan with Ss %d, Se %d, Ah %d, Al %d (%d components)", ss, se,
+                                  ah, al, ns);
     } else if (ss != 0 || se != 63 || ah || al) {
         return nb_img_corrupt(s, "a sequential scan with Ss %d, Se %d, Ah %d, Al %d", ss, se, ah, al);
     }
@@ -369,7 +369,8 @@ static nb_status parse_sos(jpg *j, const unsigned char *p, size_t n, size_t *at)
             memset(c->coef, 0, bytes);
         }
         if (!c->qset) {
-            if (!j->qset[c->tq]) return nb_img_corrupt(s, "component %d uses undefined quantisation table %d", c->id, c->tq);
+            if (!j->qset[c->tq])
+                return nb_img_corrupt(s, "component %d uses undefined quantisation table %d", c->id, c->tq);
             memcpy(c->q, j->q[c->tq], sizeof c->q), c->qset = 1;
         }
         c->seen++, c->dc = 0;
@@ -592,7 +593,7 @@ static nb_status decode_markers(jpg *j, nb_img *im) {
 }
 
 nb_status nb_img_decode_jpeg(const nb_img_src *s, nb_img *im) {
-    tables_init();
+    pthread_once(&tables_once, tables_init);
     jpg *j = nb_alloc(sizeof *j, 64);
     if (!j) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_image_read: no host memory for a JPEG decoder");
     memset(j, 0, sizeof *j);
