@@ -12,6 +12,7 @@
  *   - CUDA (skips without a GPU): the chain on the GPU against the CPU. */
 #include "nb_test.h"
 #include "nb_test_alloc.h"
+#include "nb_test_nvrtc.h"
 #include "device/cuda/cuda_api.h"
 #include "nabla/device.h"
 #include "nabla/graph.h"
@@ -577,6 +578,62 @@ static void test_steady_state_no_alloc(void) {
     fix_close(&F);
 }
 
+/* ---- the CUDA kernels of CALL ops compile (NVRTC, no GPU needed) ------------------------------- */
+
+/* A call of f bound as the CALL row binds it (tape_call.c prep_build): arrays f32 arrays[p] of
+ * nd[p] dims (0: a scalar), in backward mode a gradient per array and dout, else the
+ * result; then NVRTC compiles its CUDA kernel. */
+static int nvrtc_like_tape(nb_func *f, int backward, int nparams, const int *nd, const int64_t (*shape)[4], int ond,
+                           const int64_t *oshape, const char *what) {
+    static float buf[4096];
+    nb_device *cpu = nb_module_device(nb_func_module(f));
+    nb_tensor *w[33];
+    int nw = 0;
+    nb_call *c = NULL;
+    nb_status s = nb_call_begin(f, &c);
+    if (!s && backward) s = nb_call_set_mode(c, NB_MODE_BWD);
+    for (int p = 0; p < nparams && !s; p++) {
+        if (!nd[p]) { /* a float scalar from a double, an integer one from a whole number */
+            nb_leaf_info li;
+            s = nb_func_leaf(f, 0, p, &li);
+            if (!s) s = nb_dtype_is_float(li.dtype) ? nb_call_arg_double(c, p, 1.5) : nb_call_arg_int(c, p, 3);
+            continue;
+        }
+        s = nb_tensor_wrap(cpu, NB_F32, nd[p], shape[p], NULL, buf, &w[nw]);
+        if (!s) s = nb_call_arg(c, p, w[nw++]);
+        if (!s && backward) s = nb_tensor_wrap(cpu, NB_F32, nd[p], shape[p], NULL, buf + 1024, &w[nw]);
+        if (!s && backward) s = nb_call_grad(c, p, w[nw++]);
+    }
+    if (!s) s = nb_tensor_wrap(cpu, NB_F32, ond, oshape, NULL, buf + 2048, &w[nw]);
+    if (!s) s = backward ? nb_call_dout(c, w[nw++]) : nb_call_result(c, w[nw++]);
+    int ok = 0;
+    if (s) {
+        fprintf(stderr, "  %s: %s\n", what, nb_last_error());
+        nb_test_failures_++;
+        nb_call_free(c);
+    } else {
+        ok = nb_test_nvrtc_call(c, what);
+    }
+    for (int i = 0; i < nw; i++) nb_tensor_free(w[i]);
+    return ok;
+}
+
+static void test_nvrtc_kernels(void) {
+    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
+    struct fix F;
+    if (!fix_open(&F)) return;
+    const int64_t sh[3][4] = {{6, 4}, {4}, {6, 1}}, sh3[1][4] = {{6, 3}}, o[2] = {6, 4}, o3[1] = {6};
+    int ok = 0;
+    for (int bwd = 0; bwd < 2; bwd++) {
+        ok += nvrtc_like_tape(fn(F.m, "softplus"), bwd, 2, (int[]){2, 0}, sh, 2, o, "softplus (scalar beta)");
+        ok += nvrtc_like_tape(fn(F.m, "madd"), bwd, 3, (int[]){2, 1, 2}, sh, 2, o, "madd (broadcast)");
+        ok += nvrtc_like_tape(fn(F.m, "norm3"), bwd, 1, (int[]){2}, sh3, 1, o3, "norm3 (float3)");
+        ok += nvrtc_like_tape(fn(F.m, "powi"), bwd, 2, (int[]){2, 0}, sh, 2, o, "powi (int scalar)");
+    }
+    NB_EXPECT(ok == 8);
+    fix_close(&F);
+}
+
 /* ---- CUDA: the chain and a broadcast call on the GPU against the CPU --------------------------- */
 
 static void test_cuda_vs_cpu(void) {
@@ -621,5 +678,6 @@ static void test_cuda_vs_cpu(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_chain_matches_library_ops, test_broadcast, test_vectors_and_scalars,
-                 test_prepared_reuse, test_accumulation_and_no_diff, test_errors, test_recorded_graph, test_steady_state_no_alloc, test_cuda_vs_cpu);
+                 test_prepared_reuse, test_accumulation_and_no_diff, test_errors, test_recorded_graph, test_steady_state_no_alloc, test_nvrtc_kernels,
+                 test_cuda_vs_cpu);
 }
