@@ -470,11 +470,22 @@ static nb_status user_chain(nb_tape *t, nb_module *m, nb_tvar w, nb_tvar b, cons
     return s;
 }
 
-static void test_recorded_graph(void) {
+/* Records the chain on a tape of dev (NULL: host), replays it 4 times with new inputs against
+ * immediate mode: bit for bit on the CPU; on CUDA within tolerance, and from the third run on as
+ * one captured CUDA graph (the CALL rows launch prepared calls: capturable). */
+static void check_recorded_graph(nb_device *dev) {
     struct fix F;
     if (!fix_open(&F)) return;
-    nb_tape *t = F.t, *ref;
-    NB_REQUIRE_OK(nb_tape_create(&ref));
+    nb_tape *t, *ref;
+    if (dev) { /* the module and both tapes on the GPU */
+        nb_tape_free(F.t);
+        nb_module_free(F.m);
+        NB_REQUIRE_OK(nb_tape_create_on(dev, &F.t));
+        F.m = load(dev);
+        NB_REQUIRE_OK(F.m ? NB_OK : NB_ERR_COMPILE);
+    }
+    t = F.t;
+    NB_REQUIRE_OK(nb_tape_create_on(dev, &ref));
     nb_tvar w, b, rw, rb, xv, loss, rx, rloss;
     float params[CO * CI + CO], x[CB * CI], tgt[CB * CO];
     fill(params, CO * CI + CO);
@@ -492,7 +503,7 @@ static void test_recorded_graph(void) {
     int ncall = 0;
     for (int32_t i = 0; i < t->n_ops; i++) ncall += t->ops[i].kind == NB_TOP_CALL;
     NB_EXPECT(ncall == 2);
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < 4; run++) {
         fill(x, CB * CI), fill(tgt, CB * CO);
         NB_EXPECT_OK(nb_graph_set_input(g, 0, x, NB_F32, 2, (int64_t[]){CB, CI}));
         NB_EXPECT_OK(nb_graph_set_input(g, 1, tgt, NB_F32, 2, (int64_t[]){CB, CO}));
@@ -508,16 +519,35 @@ static void test_recorded_graph(void) {
         NB_EXPECT_OK(nb_tape_read(ref, rloss, &rl, 1));
         NB_EXPECT_OK(nb_tape_read_grad(ref, rx, rgx, CB * CI));
         NB_EXPECT_OK(nb_tape_read_grads(ref, rgp, CO * CI + CO));
-        NB_EXPECT(l == rl); /* the same rows over other memory: bit for bit on the CPU */
-        NB_EXPECT(!memcmp(gx, rgx, sizeof gx));
-        NB_EXPECT(!memcmp(gp, rgp, sizeof gp));
+        if (!dev) { /* the same rows over other memory: bit for bit on the CPU */
+            NB_EXPECT(l == rl);
+            NB_EXPECT(!memcmp(gx, rgx, sizeof gx));
+            NB_EXPECT(!memcmp(gp, rgp, sizeof gp));
+        } else {
+            NB_EXPECT_NEAR(l, rl, 1e-5 * fabs(rl) + 1e-6);
+            NB_EXPECT(close_to("replayed dL/dx", gx, rgx, CB * CI, 1e-4));
+            NB_EXPECT(close_to("replayed dL/dparams", gp, rgp, CO * CI + CO, 1e-4));
+        }
         double gm = 0;
         for (int i = 0; i < CO * CI + CO; i++) gm = fmax(gm, fabs(gp[i]));
         NB_EXPECT(gm > 1e-4); /* gradients reach the parameters through both calls */
     }
+    nb_graph_info gi;
+    NB_EXPECT_OK(nb_graph_get_info(g, &gi));
+    if (dev) NB_EXPECT(gi.cuda_graph == 2 && gi.captures == 1); /* captured, CALL nodes and all */
     nb_graph_free(g);
     nb_tape_free(ref);
     fix_close(&F);
+}
+
+static void test_recorded_graph(void) { check_recorded_graph(NULL); }
+
+static void test_recorded_graph_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *gpu;
+    NB_REQUIRE_OK(nb_device_open("cuda", &gpu));
+    check_recorded_graph(gpu);
+    nb_device_close(gpu);
 }
 
 /* ---- steady state: a fixed-shape training loop allocates nothing once warm ----------------------- */
@@ -679,5 +709,5 @@ static void test_cuda_vs_cpu(void) {
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_chain_matches_library_ops, test_broadcast, test_vectors_and_scalars,
                  test_prepared_reuse, test_accumulation_and_no_diff, test_errors, test_recorded_graph, test_steady_state_no_alloc, test_nvrtc_kernels,
-                 test_cuda_vs_cpu);
+                 test_cuda_vs_cpu, test_recorded_graph_cuda);
 }
