@@ -1,12 +1,16 @@
 /* The .nb ops of lib/nn_ops.nb (src/nn/ops/nb_ops.c, vectorized calls) against the hand-written
  * ones, forward and backward, at a UNet activation shape f32 [32,128,32,32] (4.2M elements):
  *   silu, add, add_channel, mse    vs the tape's rows (CPU: tape_ops_basic.c; CUDA:
- *                                  tape_cuda_basic.c), timed by the tape profiler per step;
+ *                                  tape_cuda_basic.c), timed by the tape profiler per step
+ *                                  (the CUDA silu forward row runs nn_silu itself now, through
+ *                                  a prepared call: that row compares the two call paths; the
+ *                                  deleted hand kernel's numbers are in docs/PERF.md);
  *   cast f32 -> bf16 / bf16 -> f32 vs nb_convert (the CPU cast row's conversion) / the CUDA
  *                                  tape's cast row (nb_tape_cast);
- *   AdamW step over 4.2M params    vs nb_adam_step (on the CPU nb_adam_step now runs the .nb op
- *                                  itself: the row then shows only its wrapper's cost; the
- *                                  hand-written loop's numbers are in docs/PERF.md);
+ *   AdamW step over 4.2M params    vs nb_adam_step (which runs the .nb op itself now, through a
+ *                                  prepared call, on every device: the row compares a plain
+ *                                  call with the prepared one; the deleted hand-written loop's
+ *                                  and CUDA kernel's numbers are in docs/PERF.md);
  *   mul                            (no hand-written row: the .nb time alone).
  * Prints per row the median ms over the iterations (after 2 warm-up runs), GB/s from the bytes
  * each op must move (stated per row), and .nb / hand-written. On CUDA both sides are device time
@@ -244,7 +248,8 @@ static void bench(const char *devname, int iters) {
                    "-", w);
         }
     }
-    if (!cuda) printf("(adamw: on the CPU nb_adam_step runs this .nb op too, per segment)\n");
+    printf("(adamw: nb_adam_step runs this .nb op too, as a prepared call; %s)\n",
+           cuda ? "silu fwd: the tape's CUDA row does as well" : "per segment");
     nb_device_close(dev);
 }
 

@@ -455,7 +455,12 @@ static void test_cuda_vs_cpu(void) {
  * the CPU and emitted for CUDA. */
 static int g_nvrtc_n;
 
-static void nvrtc_check(nb_call *c, const char *what) { g_nvrtc_n += nb_test_nvrtc_call(c, what); }
+/* want: a string the PTX must contain (the vector accesses of a contig4 kernel), or NULL */
+static void nvrtc_check_ptx(nb_call *c, const char *what, const char *want) {
+    g_nvrtc_n += nb_test_nvrtc_call_ptx(c, what, want);
+}
+
+static void nvrtc_check(nb_call *c, const char *what) { nvrtc_check_ptx(c, what, NULL); }
 
 static void test_nvrtc(void) {
     if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
@@ -558,6 +563,23 @@ static void test_nvrtc(void) {
     for (int i = 0; i < 4; i++) nb_call_arg(c, i, i == 0 ? a : i == 1 ? b : i == 2 ? y : v);
     for (int i = 4; i < 11; i++) nb_call_arg_double(c, i, 0.5);
     nvrtc_check(c, "adamw");
+    /* what nb_adam's prepared step runs (zero_grads: the gradient stored as 0 too) and the tape's
+     * CUDA silu forward in each storage (tape_nbrows.c binds them as 1-D arrays like this) */
+    NB_REQUIRE_OK(nb_module_func(m, "nn_adamw_zero", &f));
+    NB_REQUIRE_OK(nb_call_begin(f, &c));
+    for (int i = 0; i < 4; i++) nb_call_arg(c, i, i == 0 ? a : i == 1 ? b : i == 2 ? y : v);
+    for (int i = 4; i < 11; i++) nb_call_arg_double(c, i, 0.5);
+    nvrtc_check_ptx(c, "adamw_zero", "st.global.v4");
+    nb_tensor *xb;
+    NB_REQUIRE_OK(nb_tensor_empty(dev, NB_BF16, 1, &n, &xb));
+    for (int k = 0; k < 3; k++) { /* f32 -> f32, bf16 -> bf16, bf16 -> f32 */
+        NB_REQUIRE_OK(nb_module_func(m, "nn_silu", &f));
+        NB_REQUIRE_OK(nb_call_begin(f, &c));
+        nb_call_arg(c, 0, k ? xb : a), nb_call_result(c, k == 1 ? yb : y);
+        nvrtc_check_ptx(c, k == 0 ? "silu f32" : k == 1 ? "silu bf16" : "silu bf16 -> f32",
+                        k == 1 ? "st.global.v4.u16" : "st.global.v4");
+    }
+    nb_tensor_free(xb);
     const char *stored[] = {"nn_silu_bwd_to", "nn_add_bwd_to", "nn_mse_bwd_to"}; /* out gradients */
     for (int k = 0; k < 3; k++) {
         NB_REQUIRE_OK(nb_module_func(m, stored[k], &f));
@@ -570,7 +592,7 @@ static void test_nvrtc(void) {
         }
         nvrtc_check(c, stored[k]);
     }
-    NB_EXPECT(g_nvrtc_n == 23);
+    NB_EXPECT(g_nvrtc_n == 27);
     nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(y), nb_tensor_free(x2), nb_tensor_free(ch);
     nb_tensor_free(l), nb_tensor_free(yb), nb_tensor_free(v);
     nb_module_free(m);

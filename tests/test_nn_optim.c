@@ -2,6 +2,7 @@
  * gradients, accumulation), CUDA vs CPU, bad arguments. */
 #include "nabla/nn_optim.h"
 #include "nb_test.h"
+#include "nb_test_alloc.h"
 
 static nb_tensor *vec(nb_device *dev, int64_t n, const float *data) {
     nb_tensor *t = NULL;
@@ -112,6 +113,62 @@ static void test_adam_multi_cuda(void) {
     run_multi("cuda");
 }
 
+/* The step is a prepared call per segment, kept across steps: other arrays of the same length
+ * (here: a copy, and an offset view of a larger buffer, which on CUDA needs another kernel than
+ * an aligned array) and zero_grads switching between steps give the same values as one array
+ * stepped throughout; once warm a step allocates nothing. */
+static void run_prepared(const char *devname) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open(devname, &dev));
+    enum { N = 1030, T = 6 };
+    static float p0[N], gh[N], r1[N], r2[N];
+    for (int i = 0; i < N; i++) p0[i] = sinf(0.1f * i);
+    nb_adam_config c = nb_adam_config_default();
+    c.decoupled = 1;
+    c.weight_decay = 0.01f;
+    nb_adam *o1, *o2;
+    NB_REQUIRE_OK(nb_adam_create(dev, N, &c, &o1));
+    NB_REQUIRE_OK(nb_adam_create(dev, N, &c, &o2));
+    nb_tensor *p1 = vec(dev, N, p0), *g1 = vec(dev, N, NULL), *pa = vec(dev, N, p0), *ga = vec(dev, N, NULL);
+    nb_tensor *big = vec(dev, N + 1, NULL), *gbig = vec(dev, N + 1, NULL), *pb = NULL, *gb = NULL;
+    NB_REQUIRE_OK(nb_tensor_slice(big, 0, 1, N + 1, 1, &pb));
+    NB_REQUIRE_OK(nb_tensor_slice(gbig, 0, 1, N + 1, 1, &gb));
+    for (int t = 1; t <= T; t++) {
+        for (int i = 0; i < N; i++) gh[i] = (float)grad_seq(t, i % 16);
+        int zero = t % 2;
+        nb_tensor *p2 = t >= 4 ? pb : pa, *g2 = t >= 4 ? gb : ga;
+        if (t == 4) { /* o2 moves to the offset view, values as they are */
+            get(pa, r2);
+            NB_REQUIRE_OK(nb_tensor_from_host_into(pb, r2, sizeof r2));
+        }
+        NB_REQUIRE_OK(nb_tensor_from_host_into(g1, gh, sizeof gh));
+        NB_REQUIRE_OK(nb_tensor_from_host_into(g2, gh, sizeof gh));
+        NB_REQUIRE_OK(nb_adam_step(o1, p1, g1, zero));
+        NB_REQUIRE_OK(nb_adam_step(o2, p2, g2, zero));
+        get(g2, r2);
+        NB_EXPECT(zero ? r2[7] == 0.0f && r2[N - 1] == 0.0f : r2[7] == gh[7]);
+    }
+    get(p1, r1), get(pb, r2);
+    NB_EXPECT(memcmp(r1, r2, sizeof r1) == 0);
+    NB_EXPECT(r1[3] != p0[3]);
+    NB_EXPECT_OK(nb_adam_step(o2, pb, gb, 1)); /* (zero_grads changed: prepared again) */
+    nb_device_synchronize(dev);
+    nb_test_count_allocs_begin();
+    for (int t = 0; t < 4; t++) NB_EXPECT_OK(nb_adam_step(o2, pb, gb, 1));
+    nb_test_count_allocs_end();
+    NB_EXPECT(nb_test_allocs == 0);
+    nb_tensor *ts[] = {p1, g1, pa, ga, big, gbig, pb, gb};
+    for (int i = 0; i < 8; i++) nb_tensor_free(ts[i]);
+    nb_adam_destroy(o1), nb_adam_destroy(o2);
+    nb_device_close(dev);
+}
+
+static void test_adam_prepared_cpu(void) { run_prepared("cpu"); }
+static void test_adam_prepared_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    run_prepared("cuda");
+}
+
 static void test_adam_bad(void) {
     nb_device *cpu;
     NB_REQUIRE_OK(nb_device_open("cpu", &cpu));
@@ -205,6 +262,7 @@ static void test_loss_bad(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_adam_cpu, test_adamw_cpu, test_adam_cuda, test_adam_multi_cpu,
+    NB_TEST_MAIN(argc, argv, test_adam_cpu, test_adamw_cpu, test_adam_cuda, test_adam_prepared_cpu, test_adam_prepared_cuda,
+                 test_adam_multi_cpu,
                  test_adam_multi_cuda, test_adam_bad, test_losses_cpu, test_losses_cuda, test_loss_bad);
 }

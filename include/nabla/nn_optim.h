@@ -7,7 +7,7 @@
  *   for (;;) {
  *       nb_loss_l2(pred, target, loss_sum, dpred);       // loss_sum += mean (y - t)^2; dpred = dL/dy
  *       ... backward into grads ...
- *       nb_adam_step(opt, params, grads, 1);             // one kernel; 1: zero grads after use
+ *       nb_adam_step(opt, params, grads, 1);             // one launch; 1: zero grads after use
  *   }
  *   nb_adam_destroy(opt);
  *
@@ -17,9 +17,10 @@
  *   p -= lr * weight_decay * p        when decoupled (AdamW)
  *   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
  * The step count lives on the host and the bias corrections travel as kernel arguments: a step
- * is one launch with no host synchronisation. A model whose parameters lie in several buffers
- * (an encoding's and an MLP's) is updated in one launch by nb_adam_step_multi; the optimizer's
- * state is then one flat buffer over the concatenation of the segments.
+ * is one launch with no host synchronisation (lib/nn_ops.nb's nn_adamw, a prepared call kept per
+ * segment: a steady-state step allocates nothing). A model whose parameters lie in several
+ * buffers (an encoding's and an MLP's) is updated by nb_adam_step_multi, one launch per buffer;
+ * the optimizer's state is then one flat buffer over the concatenation of the segments.
  *
  * Losses over pred and target of the same shape (N elements in all), f32, contiguous, on one
  * device:   L2: (y - t)^2      L1: |y - t|      relative L2: (y - t)^2 / (y^2 + 0.01), with y in the
@@ -72,7 +73,7 @@ nb_status nb_adam_reset(nb_adam *opt);
 nb_status nb_adam_step(nb_adam *opt, nb_tensor *params, nb_tensor *grads, int zero_grads);
 
 /* One step over n segments (1..NB_ADAM_MAX_SEGMENTS): params[i], grads[i] f32 1-D of equal
- * length per i; the lengths must add up to n_params. One launch on CUDA. */
+ * length per i; the lengths must add up to n_params. One launch per segment. */
 nb_status nb_adam_step_multi(nb_adam *opt, int n, nb_tensor *const *params, nb_tensor *const *grads,
                              int zero_grads);
 

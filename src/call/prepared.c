@@ -112,8 +112,11 @@ nb_status nb_call_prepare(nb_call *c, nb_prepared **out) {
         }
     }
     /* what prepare queued on the device's stream (uploads, the record's reset) is done before a
-     * launch on any stream */
-    if (!s && p->cuda) s = nb_device_wait(dev);
+     * launch on any stream (a call with neither queued nothing: it may be prepared while a CUDA
+     * graph is being captured) */
+    int temps = 0;
+    for (int j = 0; j < c->sig.nleaves; j++) temps |= c->leaves[j].owns_tensor;
+    if (!s && p->cuda && (temps || p->oob)) s = nb_device_wait(dev);
     if (s) {
         nb_prepared_free(p);
         return s;

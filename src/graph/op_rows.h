@@ -118,7 +118,7 @@ nb_status nb_op_no_cuda_bwd(nb_tape *t, const nb_top *op);
 enum nb_tape_kern {
     /* tape_cuda_basic.c */
     NB_TK_ADD_SCALAR = 0,
-    NB_TK_SILU_FWD, NB_TK_SILU_BWD, NB_TK_ADD_FWD, NB_TK_ACC,
+    NB_TK_SILU_BWD, NB_TK_ADD_FWD, NB_TK_ACC,
     NB_TK_ADDC_FWD, NB_TK_ADDC_BWD, NB_TK_CONCAT_FWD, NB_TK_CONCAT_BWD,
     NB_TK_UP_FWD, NB_TK_UP_BWD, NB_TK_POOL_FWD, NB_TK_POOL_BWD,
     NB_TK_MSE_PART, NB_TK_MSE_FIN, NB_TK_MSE_BWD,
@@ -187,6 +187,11 @@ struct nb_tape {
     float **grad_plan;
     /* arrays wrapping tape memory for calls of .nb functions (tape_call.c), made on first use */
     struct nb_tcall_cache *tcall_cache;
+    /* rows written in .nb (tape_nbrows.c): lib/nn_ops on the tape's device, loaded on first use,
+     * and the prepared calls of its functions, one per (function, count, dtypes, alignment) */
+    struct nb_module *nb_mod;
+    struct nb_tape_prep *preps;
+    int32_t n_preps, preps_cap;
 };
 
 /* Allocation from the arena (64-byte aligned; host or device memory after the tape's device;

@@ -130,6 +130,7 @@ void nb_tape_free(nb_tape *t) {
     if (t->rec || t->graphs) nb_graph_tape_freed(t); /* graphs of this tape refuse to run */
     nb_tape_prof_free(t); /* its events belong to t->dev */
     nb_tcall_cache_free(t);
+    nb_tape_nb_free(t);   /* (before the device: the module holds kernels of it) */
     nb_tape_free_blocks(t);
     nb_tape_free_pbuf(t, t->params, t->params_buf);
     nb_tape_free_pbuf(t, t->grads, t->grads_buf);

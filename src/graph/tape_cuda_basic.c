@@ -3,10 +3,12 @@
  * the sinusoidal timestep embedding and the backward seed. The CPU references are in
  * tape_ops_basic.c / tape_ops_shape.c.
  *
- * Hand-written CUDA C in src/graph/kernels/basic.cu, compiled with NVRTC by the kernel-file
- * loader (nb_jit_cuda_kernel; each entry loaded on first use and kept per tape in t->kern), launched on nb_device_stream(t->dev); nothing here synchronises.
- * (Not generated from .nb kernels yet: these are plain enough that the hand-written float4
- * versions are the reference the generated code would have to match.)
+ * SiLU's forward is lib/nn_ops.nb's nn_silu, run through a prepared call (tape_nbrows.c): on an
+ * H200 the .nb row ran at 0.82x the hand-written kernel's time (docs/PERF.md), which it replaced.
+ * The others are hand-written CUDA C in src/graph/kernels/basic.cu (docs/PERF.md's table says why
+ * each stays), compiled with NVRTC by the kernel-file loader (nb_jit_cuda_kernel; each entry
+ * loaded on first use and kept per tape in t->kern), launched on nb_device_stream(t->dev);
+ * nothing here synchronises.
  * Elementwise kernels are grid-stride loops over float4 chunks (every arena value is 64-byte
  * aligned; a scalar tail and a scalar path for unaligned parameter pointers), reductions are
  * deterministic (fixed grids, fixed summation order; no float atomics). Gradients accumulate
@@ -46,8 +48,8 @@ typedef struct tk_args {
 enum { TK_A = 1, TK_B = 2, TK_C = 4, TK_Y = 8, TK_Y2 = 16 };
 
 static const char *const tk_entry[NB_TK_COUNT] = {
-    [NB_TK_ADD_SCALAR] = "tk_add_scalar", [NB_TK_SILU_FWD] = "tk_silu_fwd",
-    [NB_TK_SILU_BWD] = "tk_silu_bwd",     [NB_TK_ADD_FWD] = "tk_add_fwd",
+    [NB_TK_ADD_SCALAR] = "tk_add_scalar", [NB_TK_SILU_BWD] = "tk_silu_bwd",
+    [NB_TK_ADD_FWD] = "tk_add_fwd",
     [NB_TK_ACC] = "tk_acc",               [NB_TK_ADDC_FWD] = "tk_addc_fwd",
     [NB_TK_ADDC_BWD] = "tk_addc_bwd",     [NB_TK_CONCAT_FWD] = "tk_concat_fwd",
     [NB_TK_CONCAT_BWD] = "tk_concat_bwd", [NB_TK_UP_FWD] = "tk_up_fwd",
@@ -144,7 +146,7 @@ nb_status nb_tape_cuda_add_scalar(nb_tape *t, float *p, float v) {
 
 /* ---- SiLU ----------------------------------------------------------------------------------- */
 
-/* y = f(x) elementwise (kernel id: silu, relu) */
+/* y = f(x) elementwise (kernel id: relu; SiLU's forward is .nb, below) */
 static nb_status ew_unary_fwd(nb_tape *t, nb_top *op, int id, const char *name) {
     const nb_tval *x = VAL(t, op->in[0]);
     nb_status s = tk_check_count(name, x->count);
@@ -152,6 +154,15 @@ static nb_status ew_unary_fwd(nb_tape *t, nb_top *op, int id, const char *name) 
     tk_args a = {.a = x->data, .y = VAL(t, op->out)->data, .n = (int32_t)x->count,
                  .dt = bfbit(t, op->in[0], TK_A) | bfbit(t, op->out, TK_Y)};
     return tk_ew(t, id, &a);
+}
+
+/* The forward is lib/nn_ops.nb's nn_silu through a prepared call (tape_nbrows.c); measured
+ * against the hand-written kernel it replaced in docs/PERF.md. */
+nb_status nb_op_silu_cuda_fwd(nb_tape *t, nb_top *op) {
+    const nb_tval *x = VAL(t, op->in[0]), *y = VAL(t, op->out);
+    nb_status s = tk_check_count("silu", x->count);
+    if (s) return s;
+    return nb_tape_nb_unary(t, NB_TNB_SILU, x->data, x->dtype, y->data, y->dtype, x->count);
 }
 
 /* dx (+)= dy * f'(x) elementwise (kernel id reads a = x, b = dy) */
@@ -164,10 +175,6 @@ static nb_status ew_unary_bwd(nb_tape *t, const nb_top *op, int id) {
     tk_args a = {.a = x->data, .b = VAL(t, op->out)->grad, .y = dx, .n = (int32_t)x->count, .ow = ow,
                  .dt = bfbit(t, op->in[0], TK_A | TK_Y) | bfbit(t, op->out, TK_B)};
     return tk_ew(t, id, &a);
-}
-
-nb_status nb_op_silu_cuda_fwd(nb_tape *t, nb_top *op) {
-    return ew_unary_fwd(t, op, NB_TK_SILU_FWD, "silu");
 }
 
 nb_status nb_op_silu_cuda_bwd(nb_tape *t, const nb_top *op) {

@@ -27,4 +27,19 @@ nb_status nb_tape_prof_collect(nb_tape *t);
 void nb_tape_prof_pass(nb_tape *t);
 void nb_tape_prof_free(nb_tape *t);
 
+/* Rows written in .nb (tape_nbrows.c): elementwise functions of lib/nn_ops.nb over tape memory,
+ * launched on the device's stream through prepared calls (module.h) that the tape keeps per
+ * (function, count, dtypes, alignment): after the first step of a fixed-shape loop a row is two
+ * pointer updates and a launch (no allocation, no host synchronisation: a CUDA graph may capture
+ * it). The functions: */
+typedef enum nb_tape_nbfn {
+    NB_TNB_SILU = 0, /* nn_silu: y = x sigmoid(x) */
+    NB_TNB_COUNT
+} nb_tape_nbfn;
+/* y[0, n) = fn(x[0, n)), x and y dense, each f32 or bf16 (dtypes xdt, ydt; bf16 stores round to
+ * nearest even), n < 2^31. */
+nb_status nb_tape_nb_unary(nb_tape *t, nb_tape_nbfn fn, const void *x, nb_dtype xdt, void *y, nb_dtype ydt, int64_t n);
+/* Frees the prepared calls and the module (nb_tape_free). */
+void nb_tape_nb_free(nb_tape *t);
+
 #endif

@@ -6,7 +6,8 @@
 static const char nb_cu_0[] =
     "// The tape's elementwise, broadcast, shape and loss kernels (src/graph/tape_cuda_basic.c;\n"
     "// struct A mirrors its tk_args, the entries are its tk_entry table): add/silu/concat/upsample/\n"
-    "// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage.\n"
+    "// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage. (SiLU's\n"
+    "// forward is lib/nn_ops.nb's nn_silu: tape_nbrows.c.)\n"
     "#include \"graph/kernels/bf16.cuh\"\n"
     "/* ow: bit 0 = store into y instead of adding, bit 1 = the same for y2 (a fresh gradient);\n"
     " * dt: storage of a, b, c, y, y2 (bits 0..4; set = bf16, clear = f32) */\n"
@@ -28,7 +29,6 @@ static const char nb_cu_0[] =
     "#define FY2 (BF && (p.dt & 16))\n"
     "#define ENTRY(name) extern \"C\" __global__ void name(const A p) { \\\n"
     "    if (p.dt) name##_t<1>(p); else name##_t<0>(p); }\n"
-    "__device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }\n"
     "__device__ __forceinline__ float dsilu(float v) {\n"
     "    float s = 1.0f / (1.0f + __expf(-v)); return s * (1.0f + v * (1.0f - s)); }\n"
     "__device__ __forceinline__ float4 add4(float4 a, float4 b) {\n"
@@ -50,12 +50,6 @@ static const char nb_cu_0[] =
     "#define OW1 (p.ow & 2)\n"
     "extern \"C\" __global__ void tk_add_scalar(const A p) {\n"
     "    if (TID == 0) p.y[0] += p.f; }\n"
-    "/* y = silu(a) */\n"
-    "template <int BF> __device__ __forceinline__ void tk_silu_fwd_t(const A &p) {\n"
-    "    EW4(p.n) { float4 v = nb_ld4(p.a, 4u * i, FA);\n"
-    "        nb_st4(p.y, 4u * i, FY, make_float4(silu(v.x), silu(v.y), silu(v.z), silu(v.w))); }\n"
-    "    EW1(p.n) nb_st(p.y, i, FY, silu(nb_ld(p.a, i, FA))); }\n"
-    "ENTRY(tk_silu_fwd)\n"
     "/* y += b * silu'(a) */\n"
     "template <int BF> __device__ __forceinline__ void tk_silu_bwd_t(const A &p) {\n"
     "    EW4(p.n) {\n"
@@ -5641,33 +5635,8 @@ static const char nb_cu_34[] =
     "}\n"
     "#endif\n";
 
-/* src/nn/optim/kernels/adam.cu */
-static const char nb_cu_35[] =
-    "// Adam / AdamW step over several parameter segments in one launch (src/nn/optim/optim.c;\n"
-    "// Args mirrors its host struct).\n"
-    "struct Seg { float *p, *g; long long start, end; };\n"
-    "struct Args { float *m, *v; long long n;\n"
-    "    float lr_bc1, inv_sqrt_bc2, beta1, beta2, eps, l2, lr_wd; int zero, nseg; Seg seg[8]; };\n"
-    "extern \"C\" __global__ void nb_adam_step(const Args a) {\n"
-    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        int s = 0;\n"
-    "        while (s < a.nseg - 1 && i >= a.seg[s].end) s++;\n"
-    "        long long j = i - a.seg[s].start;\n"
-    "        float *pp = a.seg[s].p + j, *gp = a.seg[s].g + j;\n"
-    "        float p = *pp, g = *gp + a.l2 * p;\n"
-    "        float m = a.beta1 * a.m[i] + (1.0f - a.beta1) * g;\n"
-    "        float v = a.beta2 * a.v[i] + (1.0f - a.beta2) * g * g;\n"
-    "        a.m[i] = m; a.v[i] = v;\n"
-    "        p -= a.lr_wd * p;\n"
-    "        p -= a.lr_bc1 * m / (sqrtf(v) * a.inv_sqrt_bc2 + a.eps);\n"
-    "        *pp = p;\n"
-    "        if (a.zero) *gp = 0.0f;\n"
-    "    }\n"
-    "}\n";
-
 /* src/nn/optim/kernels/loss.cu */
-static const char nb_cu_36[] =
+static const char nb_cu_35[] =
     "// Losses over f32 arrays (src/nn/optim/loss.c): per-element loss and gradient, reduced per\n"
     "// block into a.loss; kind 0 = MSE, 1 = L1, 2 = relative L2 (the Args struct mirrors nb_loss_args).\n"
     "struct Args { const float *pred, *target; float *loss, *dpred; long long n; float inv_n; int kind; };\n"
@@ -5730,7 +5699,6 @@ const nb_cuda_file nb_cuda_files[] = {
     {"src/nn/mlp/kernels/mlp_rc.cuh", nb_cu_32},
     {"src/nn/mlp/kernels/mlp_rc_enc.cuh", nb_cu_33},
     {"src/nn/norm/kernels/group_norm.cu", nb_cu_34},
-    {"src/nn/optim/kernels/adam.cu", nb_cu_35},
-    {"src/nn/optim/kernels/loss.cu", nb_cu_36},
+    {"src/nn/optim/kernels/loss.cu", nb_cu_35},
     {0, 0},
 };

@@ -1,6 +1,7 @@
 // The tape's elementwise, broadcast, shape and loss kernels (src/graph/tape_cuda_basic.c;
 // struct A mirrors its tk_args, the entries are its tk_entry table): add/silu/concat/upsample/
-// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage.
+// pool/MSE/transpose/slice/timestep embedding, each in f32 and mixed f32/bf16 storage. (SiLU's
+// forward is lib/nn_ops.nb's nn_silu: tape_nbrows.c.)
 #include "graph/kernels/bf16.cuh"
 /* ow: bit 0 = store into y instead of adding, bit 1 = the same for y2 (a fresh gradient);
  * dt: storage of a, b, c, y, y2 (bits 0..4; set = bf16, clear = f32) */
@@ -22,7 +23,6 @@ struct A { const float *a, *b, *c; float *y, *y2; int n, d0, d1, d2; int v4, ow;
 #define FY2 (BF && (p.dt & 16))
 #define ENTRY(name) extern "C" __global__ void name(const A p) { \
     if (p.dt) name##_t<1>(p); else name##_t<0>(p); }
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
 __device__ __forceinline__ float dsilu(float v) {
     float s = 1.0f / (1.0f + __expf(-v)); return s * (1.0f + v * (1.0f - s)); }
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
@@ -44,12 +44,6 @@ __device__ __forceinline__ void acc1(void *p, long long i, int bf, float v, bool
 #define OW1 (p.ow & 2)
 extern "C" __global__ void tk_add_scalar(const A p) {
     if (TID == 0) p.y[0] += p.f; }
-/* y = silu(a) */
-template <int BF> __device__ __forceinline__ void tk_silu_fwd_t(const A &p) {
-    EW4(p.n) { float4 v = nb_ld4(p.a, 4u * i, FA);
-        nb_st4(p.y, 4u * i, FY, make_float4(silu(v.x), silu(v.y), silu(v.z), silu(v.w))); }
-    EW1(p.n) nb_st(p.y, i, FY, silu(nb_ld(p.a, i, FA))); }
-ENTRY(tk_silu_fwd)
 /* y += b * silu'(a) */
 template <int BF> __device__ __forceinline__ void tk_silu_bwd_t(const A &p) {
     EW4(p.n) {

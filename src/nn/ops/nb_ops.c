@@ -13,12 +13,12 @@ enum { F_SILU, F_ADD, F_MUL, F_CAST, F_MSE, F_ADAMW, /* ops */
        F_SILU_BWD, F_CAST_BWD, F_ADD_BWD, F_ADD_BWD_A, F_MUL_BWD, F_MUL_BWD_A, F_MSE_BWD, /* owned bwd */
        F_ADDC_ROWS, F_ADDC_BWD_ROWS, /* CPU row kernels */
        F_SILU_TO, F_CAST_TO, F_ADD_TO, F_ADD_A_TO, F_MUL_TO, F_MUL_A_TO, F_MSE_TO, F_MSE_P_TO, /* stored bwd */
-       F_COUNT };
+       F_ADAMW_ZERO, F_COUNT };
 static const char *const fn_names[F_COUNT] = {
     "nn_silu",     "nn_add",     "nn_mul",       "nn_cast",    "nn_mse_term", "nn_adamw",  "nn_silu_bwd",
     "nn_cast_bwd", "nn_add_bwd", "nn_add_bwd_a", "nn_mul_bwd", "nn_mul_bwd_a", "nn_mse_bwd",
     "nn_add_channel_rows", "nn_add_channel_bwd_rows", "nn_silu_bwd_to", "nn_cast_bwd_to", "nn_add_bwd_to",
-    "nn_add_bwd_a_to", "nn_mul_bwd_to", "nn_mul_bwd_a_to", "nn_mse_bwd_to", "nn_mse_bwd_p_to"};
+    "nn_add_bwd_a_to", "nn_mul_bwd_to", "nn_mul_bwd_a_to", "nn_mse_bwd_to", "nn_mse_bwd_p_to", "nn_adamw_zero"};
 
 struct nb_nbops {
     nb_device *dev;
@@ -515,6 +515,25 @@ void nb_adamw_consts_at(const nb_adam_config *c, int64_t step, nb_adamw_consts *
     k->lr_wd = c->decoupled ? c->lr * c->weight_decay : 0.0f;
 }
 
+/* params, grads, m, v: f32 arrays of one shape on o's device */
+static nb_status check_adamw_arrays(nb_nbops *o, const char *fn, nb_tensor *params, nb_tensor *grads, nb_tensor *m,
+                                    nb_tensor *v) {
+    NB_TRY(check_ctx(o, fn));
+    NB_TRY(check_arg(o, fn, "params", params, 0));
+    NB_TRY(check_arg(o, fn, "grads", grads, 0));
+    NB_TRY(check_arg(o, fn, "m", m, 0));
+    NB_TRY(check_arg(o, fn, "v", v, 0));
+    NB_TRY(check_same(fn, "params", params, "grads", grads));
+    NB_TRY(check_same(fn, "params", params, "m", m));
+    return check_same(fn, "params", params, "v", v);
+}
+
+/* The step constants in nn_adamw's parameter order (4 .. 10). */
+static void adamw_consts_list(const nb_adamw_consts *a, float k[7]) {
+    k[0] = a->lr_bc1, k[1] = a->inv_sqrt_bc2, k[2] = a->beta1, k[3] = a->beta2, k[4] = a->eps, k[5] = a->l2;
+    k[6] = a->lr_wd;
+}
+
 nb_status nb_nbops_adamw(nb_nbops *o, const nb_adam_config *cfg, int64_t step, nb_tensor *params,
                          nb_tensor *grads, nb_tensor *m, nb_tensor *v, int zero_grads) {
     const char *fn = "nb_nbops_adamw";
@@ -522,16 +541,11 @@ nb_status nb_nbops_adamw(nb_nbops *o, const nb_adam_config *cfg, int64_t step, n
     if (!cfg) return nb_error(NB_ERR_INVALID_ARG, "%s: cfg is NULL", fn);
     if (step < 1) return nb_error(NB_ERR_INVALID_ARG, "%s: step = %lld (want >= 1)", fn, (long long)step);
     NB_TRY(nb_adamw_check_config(fn, cfg));
-    NB_TRY(check_arg(o, fn, "params", params, 0));
-    NB_TRY(check_arg(o, fn, "grads", grads, 0));
-    NB_TRY(check_arg(o, fn, "m", m, 0));
-    NB_TRY(check_arg(o, fn, "v", v, 0));
-    NB_TRY(check_same(fn, "params", params, "grads", grads));
-    NB_TRY(check_same(fn, "params", params, "m", m));
-    NB_TRY(check_same(fn, "params", params, "v", v));
+    NB_TRY(check_adamw_arrays(o, fn, params, grads, m, v));
     nb_adamw_consts a;
     nb_adamw_consts_at(cfg, step, &a);
-    const float k[7] = {a.lr_bc1, a.inv_sqrt_bc2, a.beta1, a.beta2, a.eps, a.l2, a.lr_wd};
+    float k[7];
+    adamw_consts_list(&a, k);
     nb_call *c;
     NB_TRY(nb_call_begin(o->fn[F_ADAMW], &c));
     flat_views fv = {.on = 1};
@@ -544,4 +558,38 @@ nb_status nb_nbops_adamw(nb_nbops *o, const nb_adam_config *cfg, int64_t step, n
     flat_free(&fv);
     NB_TRY(s);
     return zero_grads ? nb_tensor_fill_bytes(grads, 0) : NB_OK;
+}
+
+/* Slots of the prepared step: nn_adamw(_zero)'s parameters, one leaf each, in order. */
+enum { ADAMW_P, ADAMW_G, ADAMW_M, ADAMW_V, ADAMW_K0 };
+
+nb_status nb_nbops_adamw_prepare(nb_nbops *o, nb_tensor *params, nb_tensor *grads, nb_tensor *m, nb_tensor *v,
+                                 int zero_grads, nb_prepared **out) {
+    const char *fn = "nb_nbops_adamw_prepare";
+    if (!out) return nb_error(NB_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    NB_TRY(check_adamw_arrays(o, fn, params, grads, m, v));
+    for (int i = 0; i < 4; i++) {
+        nb_tensor *t = (nb_tensor *[]){params, grads, m, v}[i];
+        if (nb_tensor_ndim(t) != 1 || !nb_tensor_is_contiguous(t))
+            return nb_error(NB_ERR_SHAPE, "%s: %s must be a dense 1-D array", fn, (const char *[]){"params", "grads", "m", "v"}[i]);
+    }
+    nb_call *c;
+    NB_TRY(nb_call_begin(o->fn[zero_grads ? F_ADAMW_ZERO : F_ADAMW], &c));
+    nb_call_arg(c, ADAMW_P, params);
+    nb_call_arg(c, ADAMW_G, grads);
+    nb_call_arg(c, ADAMW_M, m);
+    nb_call_arg(c, ADAMW_V, v);
+    for (int i = 0; i < 7; i++) nb_call_arg_double(c, ADAMW_K0 + i, 0.0); /* (set per step) */
+    return nb_call_prepare(c, out);
+}
+
+nb_status nb_nbops_adamw_launch(nb_prepared *p, const nb_adamw_consts *a, nb_tensor *params, nb_tensor *grads) {
+    if (!a) return nb_error(NB_ERR_INVALID_ARG, "nb_nbops_adamw_launch: constants are NULL");
+    float k[7];
+    adamw_consts_list(a, k);
+    for (int i = 0; i < 7; i++) NB_TRY(nb_prepared_set_double(p, ADAMW_K0 + i, (double)k[i]));
+    if (params) NB_TRY(nb_prepared_set_arg(p, ADAMW_P, params));
+    if (grads) NB_TRY(nb_prepared_set_arg(p, ADAMW_G, grads));
+    return nb_prepared_launch(p, NULL);
 }

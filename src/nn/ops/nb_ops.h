@@ -74,7 +74,7 @@ nb_status nb_nbops_mse_bwd_to(nb_nbops *o, nb_tensor *p, nb_tensor *q, nb_tensor
                               nb_tensor *dq);
 
 /* AdamW's configuration check (fn names the caller in the message) and its per-step constants,
- * shared by the .nb step below and nb_adam_step's CUDA kernel so both use the same float values. */
+ * computed on the host in float as the step kernels take them. */
 typedef struct nb_adamw_consts {
     float lr_bc1, inv_sqrt_bc2, beta1, beta2, eps, l2, lr_wd;
 } nb_adamw_consts;
@@ -82,9 +82,18 @@ nb_status nb_adamw_check_config(const char *fn, const nb_adam_config *cfg);
 void nb_adamw_consts_at(const nb_adam_config *cfg, int64_t step, nb_adamw_consts *k);
 
 /* One Adam / AdamW step (cfg->decoupled) of step number `step` (1, 2, ...) in place: params,
- * grads, m, v of one shape (the update of nb_adam_step, same float arithmetic); zero_grads: set
- * grads to 0 afterwards. */
+ * grads, m, v of one shape (lib/nn_ops.nb nn_adamw); zero_grads: set grads to 0 afterwards. */
 nb_status nb_nbops_adamw(nb_nbops *o, const nb_adam_config *cfg, int64_t step, nb_tensor *params,
                          nb_tensor *grads, nb_tensor *m, nb_tensor *v, int zero_grads);
+
+/* The same step as a prepared call (module.h) for an optimizer that steps the same arrays every
+ * time (nb_adam): params, grads, m, v dense 1-D f32 of one length; zero_grads: the kernel also
+ * sets grads to 0 (nn_adamw_zero: no memset launch). nb_nbops_adamw_launch sets the step's
+ * constants and, when not NULL, other params / grads arrays of the same length (checked), and
+ * launches on the device's stream: no allocation, no host synchronisation. Free with
+ * nb_prepared_free (before o). */
+nb_status nb_nbops_adamw_prepare(nb_nbops *o, nb_tensor *params, nb_tensor *grads, nb_tensor *m, nb_tensor *v,
+                                 int zero_grads, nb_prepared **out);
+nb_status nb_nbops_adamw_launch(nb_prepared *p, const nb_adamw_consts *k, nb_tensor *params, nb_tensor *grads);
 
 #endif
