@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "nb_test.h"
+#include "nb_test_alloc.h"
 #include "nabla/device.h"
 #include "nabla/graph.h"
 #include "nabla/nn_encoding.h"
@@ -501,6 +502,41 @@ static void test_module_rows_cpu_bitexact(void) {
     nb_device_close(cpu);
 }
 
+/* A warm replay allocates nothing (host; on CUDA what a CUDA graph needs): set inputs, run, read
+ * on the UNet-like graph, after two warm-up runs. */
+static void test_steady_state_no_alloc(void) {
+    nb_tape *t;
+    nb_tvar p[MAXP], y, loss;
+    NB_REQUIRE_OK(make_tape(NULL, &UNET, p, &t));
+    float **d = make_inputs(&UNET, 0);
+    nb_graph *g;
+    NB_REQUIRE_OK(record(t, &UNET, p, d, 1, &g, &y, &loss));
+    NB_REQUIRE_OK(nb_graph_output(g, y));
+    NB_REQUIRE_OK(nb_graph_run(g));
+    NB_REQUIRE_OK(nb_graph_run(g));
+    float l, *yv = malloc(sizeof(float) * 512), *gx = malloc(sizeof(float) * 512);
+    nb_tvar x0;
+    NB_REQUIRE_OK(nb_graph_input(g, 0, &x0));
+    nb_status s = NB_OK;
+    nb_test_count_allocs_begin();
+    for (int r = 0; r < 3 && !s; r++) {
+        for (int i = 0; i < UNET.n_in && !s; i++)
+            s = nb_graph_set_input(g, i, d[i], NB_F32, UNET.ind[i], UNET.inshape[i]);
+        if (!s) s = nb_graph_run(g);
+        if (!s) s = nb_graph_read(g, loss, &l, 1);
+        if (!s) s = nb_graph_read(g, y, yv, 512);
+        if (!s) s = nb_graph_read_grad(g, x0, gx, 512);
+    }
+    nb_test_count_allocs_end();
+    NB_EXPECT_OK(s);
+    NB_EXPECT(nb_test_allocs == 0);
+    free(yv);
+    free(gx);
+    nb_graph_free(g);
+    free_inputs(d);
+    nb_tape_free(t);
+}
+
 /* ---- errors --------------------------------------------------------------------------------- */
 
 /* A recorded MLP step with backward on a fresh CPU tape (for the replay errors). */
@@ -813,7 +849,7 @@ static void test_dump(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_mlp_cpu_bitexact, test_unet_cpu_bitexact, test_attn_cpu_bitexact,
-                 test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16, test_attn_cuda, test_plan_views, test_forward_only_and_constant, test_module_rows_cpu_bitexact, test_params_shared, test_errors_set_input,
+                 test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16, test_attn_cuda, test_plan_views, test_forward_only_and_constant, test_module_rows_cpu_bitexact, test_params_shared, test_steady_state_no_alloc, test_errors_set_input,
                  test_errors_read, test_errors_tape_freed, test_errors_record,
                  test_poison_catches_short_lifetime, test_dump);
 }
