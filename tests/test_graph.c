@@ -110,6 +110,29 @@ static const model ATTN = {
     2, {4, 2}, {{2, 8, 4, 4}, {16, 8}}, {1, 0}, attn_build,
 };
 
+/* The course's graph (issue #17's benchmark): Linear / ReLU ops in a fixed random-looking order,
+ * ending in ReLU + Softmax, x [16,32]; here with an mse so the backward is recorded too. */
+static nb_status course_build(nb_tape *t, const nb_tvar *p, const nb_tvar *in, nb_tvar *y, nb_tvar *loss) {
+    static const char order[] = "LRLLRLLRL"; /* 6 linears (12 parameters), 3 relus */
+    nb_tvar h = in[0];
+    nb_status s;
+    int li = 0;
+    for (const char *c = order; *c; c++) {
+        if (*c == 'L') s = nb_tape_linear(t, h, p[2 * li], p[2 * li + 1], &h), li++;
+        else s = nb_tape_relu(t, h, &h);
+        if (s) return s;
+    }
+    if ((s = nb_tape_relu(t, h, &h)) || (s = nb_tape_softmax(t, h, y))) return s;
+    return nb_tape_mse(t, *y, in[1], loss);
+}
+static const model COURSE = {
+    "course", 12, {"l0.w", "l0.b", "l1.w", "l1.b", "l2.w", "l2.b", "l3.w", "l3.b", "l4.w", "l4.b",
+                   "l5.w", "l5.b"},
+    {2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1},
+    {{32, 32}, {32}, {32, 32}, {32}, {32, 32}, {32}, {32, 32}, {32}, {32, 32}, {32}, {32, 32}, {32}},
+    2, {2, 2}, {{16, 32}, {16, 32}}, {1, 0}, course_build,
+};
+
 /* ---- harness -------------------------------------------------------------------------------- */
 
 typedef struct result {
@@ -323,6 +346,7 @@ static void check_model(nb_device *dev, const model *m, float tol) {
 static void test_mlp_cpu_bitexact(void) { check_model(NULL, &MLP, 0); }
 static void test_unet_cpu_bitexact(void) { check_model(NULL, &UNET, 0); }
 static void test_attn_cpu_bitexact(void) { check_model(NULL, &ATTN, 0); }
+static void test_course_cpu_bitexact(void) { check_model(NULL, &COURSE, 0); }
 
 static nb_device *g_cuda;
 static int open_cuda(void) {
@@ -342,6 +366,10 @@ static void test_unet_cuda_bf16(void) { /* bf16 activation storage: 2-byte plann
     g_prec = NB_TAPE_BF16;
     check_model(g_cuda, &UNET, 2e-2f);
     g_prec = NB_TAPE_FP32;
+}
+static void test_course_cuda(void) {
+    if (!open_cuda()) NB_SKIP("no CUDA device");
+    check_model(g_cuda, &COURSE, 1e-5f);
 }
 static void test_attn_cuda(void) { /* reshape is a view on CUDA: aliases in the plan */
     if (!open_cuda()) NB_SKIP("no CUDA device");
@@ -849,7 +877,9 @@ static void test_dump(void) {
 
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_mlp_cpu_bitexact, test_unet_cpu_bitexact, test_attn_cpu_bitexact,
-                 test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16, test_attn_cuda, test_plan_views, test_forward_only_and_constant, test_module_rows_cpu_bitexact, test_params_shared, test_steady_state_no_alloc, test_errors_set_input,
-                 test_errors_read, test_errors_tape_freed, test_errors_record,
+                 test_course_cpu_bitexact, test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16,
+                 test_attn_cuda, test_course_cuda, test_plan_views, test_forward_only_and_constant,
+                 test_module_rows_cpu_bitexact, test_params_shared, test_steady_state_no_alloc,
+                 test_errors_set_input, test_errors_read, test_errors_tape_freed, test_errors_record,
                  test_poison_catches_short_lifetime, test_dump);
 }
