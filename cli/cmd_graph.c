@@ -1,5 +1,6 @@
 /* `nabla graph bench`: the course's random Linear / ReLU graph benchmark (include/nabla/
- * graph_bench.h does the work; this parses the options, prints the table, writes the plots). */
+ * graph_bench.h does the work; this parses the options, prints the table, writes the plots).
+ * Also the `graph` dispatcher (nb_cmd_graph): `graph dump` is cmd_graph_dump.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -115,9 +116,11 @@ static int cmd_bench(int argc, char **argv) {
 
 int nb_cmd_graph(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
-        printf("usage: nabla graph bench [options]   (nabla graph bench --help)\n");
+        printf("usage: nabla graph bench [options]   the course's random-graph benchmark (nabla graph bench --help)\n"
+               "       nabla graph dump [options] MODEL   a built-in model's recorded training step (nabla graph dump --help)\n");
         return argc < 1 ? 2 : 0;
     }
     if (!strcmp(argv[0], "bench")) return cmd_bench(argc - 1, argv + 1);
-    return nb_cli_bad_usage("graph: unknown sub-command '%s' (bench)", argv[0]);
+    if (!strcmp(argv[0], "dump")) return nb_cmd_graph_dump(argc - 1, argv + 1); /* cmd_graph_dump.c */
+    return nb_cli_bad_usage("graph: unknown sub-command '%s' (bench, dump)", argv[0]);
 }

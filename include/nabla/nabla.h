@@ -27,6 +27,7 @@
 #include "nabla/nn_optim.h"
 #include "nabla/nn_tape.h"
 #include "nabla/graph.h"
+#include "nabla/graph_models.h"
 #include "nabla/nn_unet.h"
 #include "nabla/safetensors.h"
 

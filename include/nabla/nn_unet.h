@@ -116,6 +116,10 @@ nb_status nb_unet_params(const nb_unet *u, const nb_unet_param_name **out, int *
 nb_status nb_unet_init(nb_unet *u, uint64_t seed);
 /* x [N, in, S, S] (a tape value), timesteps host float[N] -> *out [N, out, S, S]. */
 nb_status nb_unet_forward(nb_unet *u, nb_tvar x, const float *timesteps, nb_tvar *out);
+/* The same from a timestep embedding emb [N, model_channels] already on the tape (e.g. made by
+ * nb_tape_timestep_embedding before nb_graph_record_begin, so that a recorded graph holds it as
+ * a constant: a recording cannot repeat an embedding made from host data). */
+nb_status nb_unet_forward_emb(nb_unet *u, nb_tvar x, nb_tvar emb, nb_tvar *out);
 /* Multiply-add FLOPs (2 per MAC) of convs, linears and attention in the last forward. */
 nb_status nb_unet_last_forward_flops(const nb_unet *u, double *out);
 

@@ -299,6 +299,11 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module("." + name, __name__)
+    if name in ("record", "compile", "Graph", "CompiledFunction"):
+        # recorded computational graphs (python/nabla/_graph.py, docs/GRAPHS.md)
+        from . import _graph
+
+        return getattr(_graph, name)
     if name in _SLANGTORCH_NAMES:
         import importlib
 

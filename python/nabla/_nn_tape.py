@@ -143,7 +143,13 @@ class Tape:
 
     def input(self, data, requires_grad=False):
         """A copy of data (any array: numpy, list, nabla.Tensor, torch; 1 to 4 dims) as a value."""
-        return self._new(self._c.input(data, requires_grad))
+        v = self._new(self._c.input(data, requires_grad))
+        rec = self.__dict__.get("_graph_rec")
+        if rec is not None:  # recording (nabla.record): the graph input's dtype, checked at replay
+            from ._graph import _dtype_name
+
+            rec.append(_dtype_name(data))
+        return v
 
     def backward(self, loss):
         self._c.backward(self._h(loss))

@@ -5,6 +5,38 @@
 
 PyObject *nbn_raise(nb_status st) { return nbp_raise(st); }
 
+nb_tensor *nbn_host_f32(nbn_ctx *c, PyObject *o, const char *who, const char *what, int max_ndim) {
+    PyObject *cpu = nbp_device_get("cpu");
+    memset(c, 0, sizeof *c);
+    if (!cpu) return NULL;
+    int r = nbn_begin(c, ((DeviceObject *)cpu)->dev, who);
+    Py_DECREF(cpu); /* the device cache keeps it */
+    if (r < 0) return NULL;
+    c->stage = 1;
+    return nbn_in(c, o, what, 0, 1, max_ndim);
+}
+
+PyObject *nbn_host_result(int nd, const int64_t *sh, int kind, nbn_fill_fn fill, void *ctx) {
+    PyObject *cpu = nbp_device_get("cpu");
+    if (!cpu) return NULL;
+    nb_tensor *h = NULL;
+    nb_status st = nb_tensor_empty(((DeviceObject *)cpu)->dev, NB_F32, nd, sh, &h);
+    Py_DECREF(cpu);
+    if (st) return nbn_raise(st);
+    float *dst = nb_tensor_data(h);
+    int64_t n = nb_tensor_numel(h);
+    Py_BEGIN_ALLOW_THREADS
+    st = fill(ctx, dst, n);
+    Py_END_ALLOW_THREADS
+    if (st) {
+        nb_tensor_free(h);
+        return nbn_raise(st);
+    }
+    nbp_callctx cx;
+    memset(&cx, 0, sizeof cx);
+    return nbp_wrap_result(&cx, kind < 0 ? SRC_NUMPY : kind, h);
+}
+
 static nb_device *cpu_device(void) {
     PyObject *d = nbp_device_get("cpu");
     if (!d) return NULL;
@@ -297,7 +329,7 @@ int nbn_kind_arg(PyObject *o, int *kind) {
 
 int nbp_nn_init(PyObject *mod) {
     if (nbn_mlp_init(mod) < 0 || nbn_optim_init(mod) < 0 || nbn_tape_init(mod) < 0 ||
-        nbn_image_init(mod) < 0 || nbn_unet_init(mod) < 0)
+        nbn_image_init(mod) < 0 || nbn_unet_init(mod) < 0 || nbn_graph_init(mod) < 0)
         return -1;
     return 0;
 }

@@ -51,6 +51,20 @@ int nbn_after(nbn_ctx *c);
 
 /* Raises for st; returns NULL. */
 PyObject *nbn_raise(nb_status st);
+/* None for NB_OK, else raises for st (NULL). */
+static inline PyObject *nbn_none(nb_status st) {
+    if (st) return nbn_raise(st);
+    Py_INCREF(Py_None);
+    return Py_None;
+}
+/* Begins c on the CPU device for `who` and converts o to a contiguous host f32 tensor of
+ * 1..max_ndim dims (device data is staged to the host, other float dtypes converted): tape and
+ * graph inputs. NULL with an exception set; call nbn_end(c) afterwards in every case. */
+nb_tensor *nbn_host_f32(nbn_ctx *c, PyObject *o, const char *who, const char *what, int max_ndim);
+/* A new host f32 array of shape (nd, sh) filled by fill(ctx, data, count) with the GIL released,
+ * returned as kind (SRC_*; -1: numpy). Reads of tape / graph values into Python. */
+typedef nb_status (*nbn_fill_fn)(void *ctx, float *dst, int64_t count);
+PyObject *nbn_host_result(int nd, const int64_t *sh, int kind, nbn_fill_fn fill, void *ctx);
 #define NBN_RAISE_T(st) (nbn_raise(st), (nb_tensor *)NULL)
 /* "relu" … -> nb_activation; -1 + ArgumentError. */
 int nbn_activation(PyObject *o, const char *what);
@@ -87,5 +101,6 @@ int nbn_optim_init(PyObject *mod);
 int nbn_tape_init(PyObject *mod);
 int nbn_image_init(PyObject *mod);
 int nbn_unet_init(PyObject *mod);
+int nbn_graph_init(PyObject *mod); /* nn_graph.c: CGraph */
 
 #endif

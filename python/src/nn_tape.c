@@ -149,24 +149,14 @@ static PyObject *tape_reset(PyObject *self, PyObject *u) {
     Py_RETURN_NONE;
 }
 
-/* A host f32 contiguous copy of any array (staged from its device); borrowed until nbn_end. */
-static nb_tensor *host_f32(nbn_ctx *c, PyObject *o, const char *what, int lo, int hi) {
-    c->stage = 1;
-    return nbn_in(c, o, what, 0, lo, hi);
-}
-
 static PyObject *tape_input(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwl[] = {"data", "requires_grad", NULL};
     PyObject *d;
     int rg = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p", kwl, &d, &rg)) return NULL;
     nbn_ctx c;
-    PyObject *cpu = nbp_device_get("cpu");
-    if (!cpu) return NULL;
-    nbn_begin(&c, ((DeviceObject *)cpu)->dev, "Tape.input");
-    Py_DECREF(cpu);
     PyObject *r = NULL;
-    nb_tensor *h = host_f32(&c, d, "data", 1, NB_TAPE_MAX_DIMS);
+    nb_tensor *h = nbn_host_f32(&c, d, "Tape.input", "data", NB_TAPE_MAX_DIMS);
     if (h) {
         nb_tvar v;
         nb_status st;
@@ -204,10 +194,24 @@ static PyObject *tape_shape(PyObject *self, PyObject *arg) {
 
 /* read / read_grad / read_params / read_grads -> a new host array. which: 0 value, 1 grad,
  * 2 params, 3 grads. */
+typedef struct read_ctx {
+    nb_tape *t;
+    int v, which;
+} read_ctx;
+
+static nb_status read_fill(void *ctx, float *dst, int64_t n) {
+    const read_ctx *r = ctx;
+    switch (r->which) {
+    case 0: return nb_tape_read(r->t, r->v, dst, n);
+    case 1: return nb_tape_read_grad(r->t, r->v, dst, n);
+    case 2: return nb_tape_read_params(r->t, dst, n);
+    default: return nb_tape_read_grads(r->t, dst, n);
+    }
+}
+
 static PyObject *read_common(PyObject *self, int v, int which, PyObject *res) {
     int kind;
     if (nbn_kind_arg(res, &kind) < 0) return NULL;
-    if (kind < 0) kind = SRC_NUMPY;
     int nd = 1;
     int64_t sh[NB_TAPE_MAX_DIMS];
     nb_status st;
@@ -218,29 +222,8 @@ static PyObject *read_common(PyObject *self, int v, int which, PyObject *res) {
         st = nb_tape_params(T(self), &p, &sh[0]);
     }
     if (st) return nbn_raise(st);
-    PyObject *cpu = nbp_device_get("cpu");
-    if (!cpu) return NULL;
-    nb_tensor *h = NULL;
-    st = nb_tensor_empty(((DeviceObject *)cpu)->dev, NB_F32, nd, sh, &h);
-    Py_DECREF(cpu);
-    if (st) return nbn_raise(st);
-    float *dst = nb_tensor_data(h);
-    int64_t n = nb_tensor_numel(h);
-    Py_BEGIN_ALLOW_THREADS
-    switch (which) {
-    case 0: st = nb_tape_read(T(self), v, dst, n); break;
-    case 1: st = nb_tape_read_grad(T(self), v, dst, n); break;
-    case 2: st = nb_tape_read_params(T(self), dst, n); break;
-    default: st = nb_tape_read_grads(T(self), dst, n); break;
-    }
-    Py_END_ALLOW_THREADS
-    if (st) {
-        nb_tensor_free(h);
-        return nbn_raise(st);
-    }
-    nbp_callctx cx;
-    memset(&cx, 0, sizeof cx);
-    return nbp_wrap_result(&cx, kind, h);
+    read_ctx r = {T(self), v, which};
+    return nbn_host_result(nd, sh, kind, read_fill, &r);
 }
 
 static PyObject *tape_read(PyObject *self, PyObject *args, PyObject *kw) {
@@ -260,23 +243,15 @@ static PyObject *tape_read_params(PyObject *self, PyObject *args, PyObject *kw) 
 }
 
 static PyObject *tape_write_params(PyObject *self, PyObject *arg) {
-    PyObject *cpu = nbp_device_get("cpu");
-    if (!cpu) return NULL;
     nbn_ctx c;
-    nbn_begin(&c, ((DeviceObject *)cpu)->dev, "Tape.write_params");
-    Py_DECREF(cpu);
     PyObject *r = NULL;
-    nb_tensor *h = host_f32(&c, arg, "params", 1, NB_MAX_DIMS);
+    nb_tensor *h = nbn_host_f32(&c, arg, "Tape.write_params", "params", NB_MAX_DIMS);
     if (h) {
         nb_status st;
         Py_BEGIN_ALLOW_THREADS
         st = nb_tape_write_params(T(self), nb_tensor_data(h), nb_tensor_numel(h));
         Py_END_ALLOW_THREADS
-        if (st) nbn_raise(st);
-        else {
-            Py_INCREF(Py_None);
-            r = Py_None;
-        }
+        r = nbn_none(st);
     }
     nbn_end(&c);
     return r;
@@ -480,13 +455,9 @@ static PyObject *op_timestep_embedding(PyObject *self, PyObject *args) {
     int dim;
     double maxp = 10000.0;
     if (!PyArg_ParseTuple(args, "Oi|d", &ts, &dim, &maxp)) return NULL;
-    PyObject *cpu = nbp_device_get("cpu");
-    if (!cpu) return NULL;
     nbn_ctx c;
-    nbn_begin(&c, ((DeviceObject *)cpu)->dev, "Tape.timestep_embedding");
-    Py_DECREF(cpu);
     PyObject *r = NULL;
-    nb_tensor *h = host_f32(&c, ts, "timesteps", 1, 1);
+    nb_tensor *h = nbn_host_f32(&c, ts, "Tape.timestep_embedding", "timesteps", 1);
     if (h) {
         nb_tvar out;
         r = ret(nb_tape_timestep_embedding(T(self), nb_tensor_numel(h), nb_tensor_data(h), dim, (float)maxp, &out), &out);

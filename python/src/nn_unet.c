@@ -297,6 +297,19 @@ static PyObject *ddpm_train_step(PyObject *self, PyObject *arg) {
     return r;
 }
 
+/* DDPM.sample's fill of the host result (the GIL released). */
+typedef struct sample_ctx {
+    nb_ddpm *d;
+    nb_sampler smp;
+    int steps, n;
+    unsigned long long seed;
+} sample_ctx;
+static nb_status sample_fill(void *ctx, float *dst, int64_t count) {
+    const sample_ctx *c = ctx;
+    (void)count;
+    return nb_ddpm_sample(c->d, c->smp, c->steps, c->n, c->seed, dst);
+}
+
 static PyObject *ddpm_sample(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwl[] = {"sampler", "steps", "n", "seed", "result", NULL};
     const char *sname = "ddim";
@@ -313,24 +326,9 @@ static PyObject *ddpm_sample(PyObject *self, PyObject *args, PyObject *kw) {
     nb_unet_config cfg;
     nb_status st = nb_unet_get_config(U(((DDPMObject *)self)->unet), &cfg);
     if (st) return nbn_raise(st);
-    PyObject *cpu = nbp_device_get("cpu");
-    if (!cpu) return NULL;
     int64_t sh[4] = {n, cfg.out_channels, cfg.image_size, cfg.image_size};
-    nb_tensor *h = NULL;
-    st = nb_tensor_empty(((DeviceObject *)cpu)->dev, NB_F32, 4, sh, &h);
-    Py_DECREF(cpu);
-    if (st) return nbn_raise(st);
-    float *out = nb_tensor_data(h);
-    Py_BEGIN_ALLOW_THREADS
-    st = nb_ddpm_sample(D(self), smp, steps, n, seed, out);
-    Py_END_ALLOW_THREADS
-    if (st) {
-        nb_tensor_free(h);
-        return nbn_raise(st);
-    }
-    nbp_callctx cx;
-    memset(&cx, 0, sizeof cx);
-    return nbp_wrap_result(&cx, kind < 0 ? SRC_NUMPY : kind, h);
+    sample_ctx c = {D(self), smp, steps, n, seed};
+    return nbn_host_result(4, sh, kind, sample_fill, &c);
 }
 
 static PyObject *ddpm_use_ema(PyObject *self, PyObject *u) {

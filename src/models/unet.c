@@ -632,13 +632,13 @@ static nb_status attn_fwd(nb_unet *u, const uattn *a, nb_tvar x, nb_tvar *y) {
     return NB_OK;
 }
 
-static nb_status forward(nb_unet *u, nb_tvar x, const float *timesteps, const int64_t *s, nb_tvar *out) {
+/* emb: the sinusoidal timestep embedding [N, model_channels] (a tape value). */
+static nb_status forward(nb_unet *u, nb_tvar x, nb_tvar emb, const int64_t *s, nb_tvar *out) {
     const nb_unet_config *c = &u->cfg;
     nb_tape *t = u->t;
     int mc = c->model_channels;
-    nb_tvar emb, h, hs[4 * MAXB];
+    nb_tvar h, hs[4 * MAXB];
     int nh = 0;
-    OPK(PK_TEMB, nb_tape_timestep_embedding(t, s[0], timesteps, mc, 10000.0f, &emb));
     OPK(PK_LINEAR, nb_tape_linear(t, emb, u->te0_w, u->te0_b, &emb));
     OPK(PK_SILU, nb_tape_silu(t, emb, &emb));
     OPK(PK_LINEAR, nb_tape_linear(t, emb, u->te2_w, u->te2_b, &emb));
@@ -677,23 +677,56 @@ static nb_status forward(nb_unet *u, nb_tvar x, const float *timesteps, const in
     return conv(u, h, u->out_w, u->out_b, 1, 1, out);
 }
 
-nb_status nb_unet_forward(nb_unet *u, nb_tvar x, const float *timesteps, nb_tvar *out) {
-    if (!u || !timesteps || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_forward: NULL argument");
+/* x's shape into s (checked against the config). */
+static nb_status input_shape(const nb_unet *u, nb_tvar x, int64_t *s) {
     const nb_unet_config *c = &u->cfg;
     int nd;
-    int64_t s[4];
     TRY(nb_tape_shape(u->t, x, &nd, s));
     if (nd != 4 || s[1] != c->in_channels || s[2] != c->image_size || s[3] != c->image_size)
         return nb_error(NB_ERR_SHAPE, "UNet forward: input must be [N,%d,%d,%d], got %d dims [%lld,%lld,...]",
                         c->in_channels, c->image_size, c->image_size, nd, (long long)s[0],
                         (long long)(nd > 1 ? s[1] : 0));
-    u->flops = 0;
-    if (u->prof.on) TRY(prof_record(u, -1));
-    nb_status st = forward(u, x, timesteps, s, out);
+    return NB_OK;
+}
+
+/* The forward from the embedding on (both entry points); the prediction in f32. */
+static nb_status forward_from(nb_unet *u, nb_tvar x, nb_tvar emb, const int64_t *s, nb_tvar *out) {
+    nb_status st = forward(u, x, emb, s, out);
     /* the prediction in f32 whatever the storage (bf16 tapes): DDPM's kernels read it */
     if (!st) st = nb_tape_cast(u->t, *out, NB_F32, out);
     nb_status pc = prof_collect(u);
     return st ? st : pc;
+}
+
+nb_status nb_unet_forward_emb(nb_unet *u, nb_tvar x, nb_tvar emb, nb_tvar *out) {
+    if (!u || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_forward_emb: NULL argument");
+    int64_t s[4];
+    TRY(input_shape(u, x, s));
+    int nd;
+    int64_t es[4];
+    TRY(nb_tape_shape(u->t, emb, &nd, es));
+    if (nd != 2 || es[0] != s[0] || es[1] != u->cfg.model_channels)
+        return nb_error(NB_ERR_SHAPE, "nb_unet_forward_emb: the embedding must be [%lld,%d] (N, model_channels), "
+                        "got %d dims [%lld,...]", (long long)s[0], u->cfg.model_channels, nd, (long long)es[0]);
+    u->flops = 0;
+    if (u->prof.on) TRY(prof_record(u, -1));
+    return forward_from(u, x, emb, s, out);
+}
+
+nb_status nb_unet_forward(nb_unet *u, nb_tvar x, const float *timesteps, nb_tvar *out) {
+    if (!u || !timesteps || !out) return nb_error(NB_ERR_INVALID_ARG, "nb_unet_forward: NULL argument");
+    int64_t s[4];
+    TRY(input_shape(u, x, s));
+    u->flops = 0;
+    if (u->prof.on) TRY(prof_record(u, -1));
+    nb_tvar emb;
+    nb_status st = nb_tape_timestep_embedding(u->t, s[0], timesteps, u->cfg.model_channels, 10000.0f, &emb);
+    if (!st) st = prof_op(u, PK_TEMB);
+    if (st) {
+        prof_collect(u);
+        return st;
+    }
+    return forward_from(u, x, emb, s, out);
 }
 
 nb_status nb_unet_last_forward_flops(const nb_unet *u, double *out) {
