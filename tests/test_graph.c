@@ -371,6 +371,35 @@ static void test_course_cuda(void) {
     if (!open_cuda()) NB_SKIP("no CUDA device");
     check_model(g_cuda, &COURSE, 1e-5f);
 }
+/* Per-node times on CUDA (events), and no CUDA graph while profiling. */
+static void test_profile_cuda(void) {
+    if (!open_cuda()) NB_SKIP("no CUDA device");
+    nb_tape *t;
+    nb_tvar p[MAXP], y, loss;
+    NB_REQUIRE_OK(make_tape(g_cuda, &MLP, p, &t));
+    float **d = make_inputs(&MLP, 0);
+    nb_graph *g;
+    NB_REQUIRE_OK(record(t, &MLP, p, d, 1, &g, &y, &loss));
+    NB_REQUIRE_OK(nb_graph_set_profiling(g, 1));
+    for (int r = 0; r < 4; r++) NB_REQUIRE_OK(nb_graph_run(g));
+    nb_graph_info gi;
+    NB_EXPECT_OK(nb_graph_get_info(g, &gi));
+    NB_EXPECT(gi.captures == 0 && gi.runs == 4);
+    for (int k = 0; k < g->n_nodes; k++) {
+        nb_graph_node ni;
+        NB_EXPECT_OK(nb_graph_node_info(g, k, &ni));
+        NB_EXPECT(ni.ms[0] >= 0 && ni.ms[1] >= 0); /* every node's backward is reached here */
+    }
+    size_t need = 0;
+    NB_EXPECT_OK(nb_graph_dump(g, NB_GRAPH_DUMP_TEXT, NULL, 0, &need));
+    char *buf = malloc(need + 1);
+    NB_EXPECT_OK(nb_graph_dump(g, NB_GRAPH_DUMP_TEXT, buf, need + 1, NULL));
+    NB_EXPECT(strstr(buf, "on cuda") && strstr(buf, "time: forward "));
+    free(buf);
+    nb_graph_free(g);
+    free_inputs(d);
+    nb_tape_free(t);
+}
 static void test_attn_cuda(void) { /* reshape is a view on CUDA: aliases in the plan */
     if (!open_cuda()) NB_SKIP("no CUDA device");
     check_model(g_cuda, &ATTN, 1e-5f);
@@ -878,7 +907,8 @@ static void test_dump(void) {
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_mlp_cpu_bitexact, test_unet_cpu_bitexact, test_attn_cpu_bitexact,
                  test_course_cpu_bitexact, test_mlp_cuda, test_unet_cuda, test_unet_cuda_bf16,
-                 test_attn_cuda, test_course_cuda, test_plan_views, test_forward_only_and_constant,
+                 test_attn_cuda, test_course_cuda, test_profile_cuda,
+                 test_plan_views, test_forward_only_and_constant,
                  test_module_rows_cpu_bitexact, test_params_shared, test_steady_state_no_alloc,
                  test_errors_set_input, test_errors_read, test_errors_tape_freed, test_errors_record,
                  test_poison_catches_short_lifetime, test_dump);

@@ -123,6 +123,7 @@ static nb_status run_node(nb_graph *g, int32_t k, int bwd) {
                         bwd ? "backward" : "forward", msg);
     }
     if (ev && (s = nb_event_record(ev[1], nb_device_stream(g->rt->dev)))) return s;
+    if (ev) g->gn[k].ms[bwd] = 0; /* ran: prof_collect reads its events */
     if (g->profiling && !g->on_cuda) g->gn[k].ms[bwd] = now_ms() - t0;
     return NB_OK;
 }
@@ -179,10 +180,11 @@ static nb_status prof_collect(nb_graph *g) {
     for (int32_t k = 0; k < g->n_nodes; k++)
         for (int d = 0; d < 2; d++) {
             float ms;
-            g->gn[k].ms[d] = nb_event_elapsed_ms(g->ev[4 * k + 2 * d], g->ev[4 * k + 2 * d + 1],
-                                                 &ms) == NB_OK ? ms : -1;
+            if (g->gn[k].ms[d] < 0) continue; /* not run this time (its events are older) */
+            if ((s = nb_event_elapsed_ms(g->ev[4 * k + 2 * d], g->ev[4 * k + 2 * d + 1], &ms)))
+                return s;
+            g->gn[k].ms[d] = ms;
         }
-    nb_clear_error(); /* events of a backward that did not run are unrecorded */
     return NB_OK;
 }
 
@@ -282,7 +284,10 @@ nb_status nb_graph_run(nb_graph *g) {
             return NB_OK;
         }
     }
-    if (g->profiling && (s = prof_events(g))) return s;
+    if (g->profiling) { /* this run's times only (a node the backward skips shows none) */
+        if ((s = prof_events(g))) return s;
+        for (int32_t k = 0; k < g->n_nodes; k++) g->gn[k].ms[0] = g->gn[k].ms[1] = -1;
+    }
     if ((s = run_body(g))) return s;
     if (g->profiling && (s = prof_collect(g))) return s;
     g->cg_warm++;
