@@ -11,17 +11,17 @@
 
 static const char *const bench_usage =
     "usage: nabla graph bench [--device D] [--sizes LIST] [--depth N] [--depths LIST] [--size N]\n"
-    "                         [--samples N] [--precision fp32|tf32] [--seed N]\n"
+    "                         [--samples N] [--replay N] [--precision fp32|tf32] [--seed N]\n"
     "                         [--cpu-max-gflop G] [--out DIR]\n"
     "\n"
     "Random graphs of depth-2 operators, each Linear (x w^T + b, all [size,size]) or ReLU, then\n"
     "ReLU + softmax, f32; the input has size rows. Two sweeps: --sizes (default\n"
     "32,64,...,4096) at --depth (64), --depths (2,4,...,1024) at --size (256); an empty LIST\n"
     "skips a sweep. Rows: cpu, immediate (a fresh tape per run), immediate_cached (one tape kept),\n"
-    "recorded (a recorded graph replayed), compiled / compiled_replay (not measured yet: '-');\n"
-    "the median ms of --samples\n"
+    "recorded (a recorded graph replayed), compiled (after nb_graph_compile), compiled_replay\n"
+    "(--replay N runs per input / read, the time divided by N); the median ms of --samples\n"
     "(10) runs, and floor_ms = FLOPs / the measured cuBLAS peak. The cpu row skips graphs over\n"
-    "--cpu-max-gflop (10; 0: no limit). --device cpu: the cpu and recorded rows. Prints the table,\n"
+    "--cpu-max-gflop (10; 0: no limit). --device cpu: the cpu and graph rows. Prints the table,\n"
     "writes DIR/graphs_size.png and DIR/graphs_depth.png (DIR: --out, default '.').\n";
 
 /* "a,b,c" of positive integers into v (at most NB_GB_MAX_POINTS); "" gives 0 entries. */
@@ -78,6 +78,9 @@ static int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--samples")) {
             if (parse_int(v, 1, 100000, &x)) return nb_cli_bad_usage("graph bench: --samples '%s' (1 or more)", v);
             o.samples = (int)x;
+        } else if (!strcmp(a, "--replay")) {
+            if (parse_int(v, 1, 1000000, &x)) return nb_cli_bad_usage("graph bench: --replay '%s' (1 or more)", v);
+            o.replay = (int)x;
         } else if (!strcmp(a, "--seed")) {
             if (parse_int(v, 0, (long long)(~0ull >> 1), &x)) return nb_cli_bad_usage("graph bench: --seed '%s'", v);
             o.seed = (uint64_t)x;

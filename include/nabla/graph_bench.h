@@ -17,10 +17,16 @@
  *                     kernel handles kept; the input upload, the ops, the read
  *   recorded          the ops recorded once (nb_graph_record_begin / _end on a kept tape),
  *                     each run: nb_graph_set_input, nb_graph_run (one CUDA graph from its third
- *                     run), nb_graph_read of the output (on the CPU with --device cpu)
- *   compiled, compiled_replay   the recorded graph compiled (fusion: gfuse's nb_graph_compile),
- *                     run as recorded / run `replay` times between one input set and one read
- *                     (the time divided by replay): not measured yet (printed as "-")
+ *                     run), nb_graph_read of the output
+ *   compiled          the recorded graph after nb_graph_compile (every pass: dead / duplicate
+ *                     nodes, folding, linear -> relu epilogues, fused elementwise chains), run
+ *                     as recorded
+ *   compiled_replay   the same graph run `replay` times between one input set and one read
+ *                     (the time divided by replay: the course's "graph loop")
+ *                     Both not measured yet (printed as "-"): they wait for nb_graph_compile.
+ * The graph rows run on the bench's device (CPU with --device cpu).
+ * Every row's output is checked: softmax rows summing to 1, and equal to the first row's output
+ * (1e-4; 2e-2 with TF32 GEMMs) — a wrong row is an error, not a timing.
  * The GEMM floor of a point: its FLOPs (2 S^3 per linear) over the cuBLAS peak measured on the
  * device (a 4096^3 GEMM in the tape's precision); the floor no row can beat. */
 #ifndef NABLA_GRAPH_BENCH_H
@@ -49,7 +55,7 @@ const char *nb_graph_bench_row_name(int row);
 
 #define NB_GB_MAX_POINTS 32
 typedef struct nb_graph_bench_opts {
-    const char *device;       /* "cuda", "cuda:1" or "cpu" (then the cpu and recorded rows) */
+    const char *device;       /* "cuda", "cuda:1" or "cpu" (then the cpu and graph rows) */
     int64_t sizes[NB_GB_MAX_POINTS];
     int n_sizes;              /* the size sweep (0: none) */
     int64_t depths[NB_GB_MAX_POINTS];

@@ -1,8 +1,7 @@
 /* The course's computational-graph benchmark (include/nabla/graph_bench.h): random graphs of
  * Linear / ReLU operators ending in ReLU + softmax, run on the CPU tape, on CUDA tapes in
  * immediate mode (fresh tape per run / one kept tape), timed per run, with the cuBLAS GEMM floor;
- * the recorded graph (include/nabla/graph.h) replayed; the table and the two plots. The compiled
- * rows wait for gfuse's compile pass (nb_graph_compile): their slots in graph_rows[] are NULL. */
+ * recorded and compiled graphs (include/nabla/graph.h) replayed; the table and the two plots. */
 #include "nabla/graph_bench.h"
 
 #include <math.h>
@@ -231,8 +230,8 @@ typedef struct row_impl {
     int replay; /* a timed run is opts.replay graph runs (the time is divided by it) */
 } row_impl;
 
-/* NULL run: not measured yet (compiled graphs: gfuse's nb_graph_compile; the compiled rows will
- * be recorded_setup + the compile, and graph_run) */
+/* NULL run: not measured yet (the compiled rows: recorded_setup + nb_graph_compile, graph_run;
+ * compiled_replay with replay = 1) */
 static const row_impl graph_rows[NB_GB_ROWS] = {
     [NB_GB_CPU] = {kept_setup, kept_run, 0, 0},
     [NB_GB_IMMEDIATE] = {no_setup, fresh_run, 1, 0},
@@ -240,9 +239,11 @@ static const row_impl graph_rows[NB_GB_ROWS] = {
     [NB_GB_RECORDED] = {recorded_setup, graph_run, 2, 0},
 };
 
-/* The median ms of one row on graph g (NAN when the row does not apply). */
+/* The median ms of one row on graph g (NAN when the row does not apply). ref [S*S]: the output
+ * of the first row that ran on g (*have_ref set then); every later row's output must match it
+ * (max |diff| <= 1e-4 with FP32 GEMMs, 2e-2 with TF32; softmax outputs lie in [0, 1]). */
 static nb_status time_row(int row, nb_device *cuda, const graph *g, const nb_graph_bench_opts *o,
-                          double *ms) {
+                          float *ref, int *have_ref, double *ms) {
     *ms = NAN;
     const row_impl *r = &graph_rows[row];
     if (!r->run || (r->cuda == 1 && !cuda)) return NB_OK;
@@ -271,6 +272,21 @@ static nb_status time_row(int row, nb_device *cuda, const graph *g, const nb_gra
             s = nb_error(NB_ERR_INTERNAL, "graph bench: %s, size %lld depth %lld: output row %lld "
                          "sums to %g, not 1", row_names[row], (long long)g->S, (long long)g->D,
                          (long long)i, sum);
+    }
+    if (!s && *have_ref) {
+        double worst = 0, tol = o->precision == NB_TAPE_TF32 ? 2e-2 : 1e-4;
+        int64_t wi = 0;
+        for (int64_t i = 0; i < g->S * g->S; i++) {
+            double e = fabs((double)c.y[i] - (double)ref[i]);
+            if (!(e <= worst)) worst = e, wi = i;
+        }
+        if (!(worst <= tol))
+            s = nb_error(NB_ERR_INTERNAL, "graph bench: %s, size %lld depth %lld: output [%lld] = %g, "
+                         "the first row gave %g (tolerance %g)", row_names[row], (long long)g->S,
+                         (long long)g->D, (long long)wi, c.y[wi], ref[wi], tol);
+    } else if (!s) {
+        memcpy(ref, c.y, sizeof(float) * (size_t)(g->S * g->S));
+        *have_ref = 1;
     }
     if (!s) *ms = median(t, o->samples) / c.replay;
     nb_graph_free(c.gr);
@@ -310,12 +326,12 @@ nb_status nb_graph_bench_run(const nb_graph_bench_opts *o, nb_graph_bench_result
     if (!o || !r) return nb_error(NB_ERR_INVALID_ARG, "nb_graph_bench_run: NULL options or result");
     memset(r, 0, sizeof *r);
     r->peak_tflops = NAN;
-    if (o->samples < 1 || o->n_sizes < 0 || o->n_sizes > NB_GB_MAX_POINTS || o->n_depths < 0 ||
+    if (o->samples < 1 || o->replay < 1 || o->n_sizes < 0 || o->n_sizes > NB_GB_MAX_POINTS || o->n_depths < 0 ||
         o->n_depths > NB_GB_MAX_POINTS || (o->n_sizes && o->depth < 2) || (o->n_depths && o->size < 1))
         return nb_error(NB_ERR_INVALID_ARG,
-                        "nb_graph_bench_run: samples %d, %d sizes at depth %lld, %d depths at size "
-                        "%lld (samples >= 1, at most %d points a sweep, depth >= 2, size >= 1)",
-                        o->samples, o->n_sizes, (long long)o->depth, o->n_depths,
+                        "nb_graph_bench_run: samples %d, replay %d, %d sizes at depth %lld, %d depths "
+                        "at size %lld (samples and replay >= 1, at most %d points a sweep, depth >= 2, "
+                        "size >= 1)", o->samples, o->replay, o->n_sizes, (long long)o->depth, o->n_depths,
                         (long long)o->size, NB_GB_MAX_POINTS);
     if (o->precision < NB_TAPE_FP32 || o->precision > NB_TAPE_TF32)
         return nb_error(NB_ERR_INVALID_ARG, "nb_graph_bench_run: precision %d (FP32 or TF32: the "
@@ -339,12 +355,16 @@ nb_status nb_graph_bench_run(const nb_graph_bench_opts *o, nb_graph_bench_result
             p->sweep = sweep, p->size = S, p->depth = D, p->linears = g.lin;
             p->gflop = 2.0 * (double)g.lin * (double)S * (double)S * (double)S / 1e9;
             p->floor_ms = p->gflop / (r->peak_tflops * 1e3); /* NAN without a peak */
+            float *ref = malloc(sizeof(float) * (size_t)(S * S));
+            int have_ref = 0;
+            if (!ref) s = nb_error(NB_ERR_OUT_OF_MEMORY, "graph bench: output of size %lld", (long long)S);
             for (int row = 0; row < NB_GB_ROWS && !s; row++) {
-                s = time_row(row, cuda, &g, o, &p->ms[row]);
+                s = time_row(row, cuda, &g, o, ref, &have_ref, &p->ms[row]);
                 if (!s && progress && !isnan(p->ms[row]))
                     fprintf(progress, "  size %5lld depth %5lld  %-16s %10.4f ms\n", (long long)S,
                             (long long)D, row_names[row], p->ms[row]);
             }
+            free(ref);
             graph_free(&g);
         }
     }
