@@ -532,6 +532,9 @@ static void check_recorded_graph(nb_device *dev) {
         for (int i = 0; i < CO * CI + CO; i++) gm = fmax(gm, fabs(gp[i]));
         NB_EXPECT(gm > 1e-4); /* gradients reach the parameters through both calls */
     }
+    char dump[8192];
+    NB_EXPECT_OK(nb_graph_dump(g, NB_GRAPH_DUMP_TEXT, dump, sizeof dump, NULL));
+    NB_EXPECT(strstr(dump, "call(softplus):") && strstr(dump, "call(madd):")); /* nodes name the function */
     nb_graph_info gi;
     NB_EXPECT_OK(nb_graph_get_info(g, &gi));
     if (dev) NB_EXPECT(gi.cuda_graph == 2 && gi.captures == 1); /* captured, CALL nodes and all */

@@ -6,6 +6,7 @@
 
 #include "nabla/device.h"
 #include "graph/graph_internal.h"
+#include "nabla/module.h"
 
 typedef struct dump_out {
     char *buf;
@@ -73,7 +74,9 @@ static void dump_text(nb_graph *g, dump_out *o) {
     double tot[2] = {0, 0};
     for (int32_t k = 0; k < g->n_nodes; k++) {
         const nb_top *op = &g->nodes[k];
-        put(o, "node %d %s:", (int)k, nb_tape_op_name(op->kind));
+        put(o, "node %d %s", (int)k, nb_tape_op_name(op->kind));
+        if (op->kind == NB_TOP_CALL && op->obj) put(o, "(%s)", nb_func_name(op->obj)); /* the user's function */
+        put(o, ":");
         for (int i = 0; i < op->nin; i++) {
             char vb[256];
             if (op->in[i] < 0) {
