@@ -274,6 +274,8 @@ template <int BF> __device__ __forceinline__ void tk_softmax_fwd_t(const A &p) {
             float m2 = __shfl_xor_sync(0xffffffffu, m, k), s2 = __shfl_xor_sync(0xffffffffu, s, k);
             sm_merge(m, s, m2, s2);
         }
+        /* lane 0's max and sum for the whole row (the butterfly's lanes sum in different orders) */
+        m = __shfl_sync(0xffffffffu, m, 0), s = __shfl_sync(0xffffffffu, s, 0);
         float inv = 1.0f / s;
         for (unsigned j = lane; j < D; j += 32u) nb_st(p.y, o + j, FY, expf(nb_ld(p.a, o + j, FA) - m) * inv);
     } }
@@ -286,6 +288,7 @@ template <int BF> __device__ __forceinline__ void tk_softmax_bwd_t(const A &p) {
         float dot = 0.0f;
         for (unsigned j = lane; j < D; j += 32u) dot += nb_ld(p.a, o + j, FA) * nb_ld(p.b, o + j, FB);
         for (int k = 16; k > 0; k >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, k);
+        dot = __shfl_sync(0xffffffffu, dot, 0); /* one value for the whole row */
         for (unsigned j = lane; j < D; j += 32u)
             acc1(p.y, o + j, FY, nb_ld(p.a, o + j, FA) * (nb_ld(p.b, o + j, FB) - dot), OW0);
     } }
