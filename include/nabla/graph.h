@@ -181,6 +181,38 @@ nb_status nb_graph_dump(nb_graph *g, unsigned flags, char *buf, size_t cap, size
 /* The same to a stdio stream. */
 nb_status nb_graph_dump_file(nb_graph *g, unsigned flags, FILE *f);
 
+/* ---- compiled graphs ------------------------------------------------------------------------
+ * nb_graph_compile rewrites a recorded graph in place (mark its outputs first: values that
+ * reach no output are removed, and removed values cannot be read or marked afterwards):
+ *   - dead nodes: nodes whose output reaches no output (nb_graph_output, the loss) are dropped;
+ *   - duplicate nodes: a node with the same op, inputs, attributes and module object as an
+ *     earlier one is dropped, its readers read the earlier output (unless it is an output);
+ *   - fusion: maximal chains of elementwise / broadcast ops (silu, add, add_channel, casts to
+ *     f32, ending maybe in mse) whose intermediate values nothing else reads become ONE node
+ *     ("fused" in dumps, with the ops it holds): a generated kernel-language function compiled
+ *     through the module layer (disk cache: the text is the key, so a second process starts
+ *     warm), run by a vectorized call forward and by its reverse-mode call backward. A value
+ *     read twice (a branch) ends a chain unless all its readers are in it. f32 graphs only
+ *     (bf16-storage graphs keep their rows).
+ * The compiled graph replays like any graph (nb_graph_run, reads, the plan, CUDA graphs) and
+ * gives the recorded results within rounding (sums are taken in another order).
+ * Constant folding: a recorded graph has nothing to fold (see docs/GRAPHS.md). */
+typedef struct nb_graph_compile_options {
+    int no_dead, no_dedup, no_fuse; /* 1 turns a pass off (comparisons, tests) */
+} nb_graph_compile_options;
+void nb_graph_compile_options_init(nb_graph_compile_options *o); /* every pass on */
+
+typedef struct nb_graph_compile_stats {
+    int dead;        /* nodes removed as dead */
+    int duplicates;  /* nodes removed as duplicates */
+    int fused_nodes; /* fused nodes made */
+    int fused_ops;   /* recorded nodes they replace */
+} nb_graph_compile_stats;
+/* opts NULL: every pass; stats may be NULL. Errors name the pass's cause (NB_ERR_COMPILE from
+ * a generated kernel would be a bug: its text is in the message). */
+nb_status nb_graph_compile(nb_graph *g, const nb_graph_compile_options *opts,
+                           nb_graph_compile_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

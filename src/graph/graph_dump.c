@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nabla/device.h"
+#include "graph/fuse.h"
 #include "graph/graph_internal.h"
 #include "nabla/module.h"
 
@@ -56,6 +57,15 @@ static void val_desc(const nb_graph *g, nb_tvar v, char *buf, size_t cap) {
                  g->gv[v].role == NB_GV_INPUT ? " (input)" : g->gv[v].role == NB_GV_CONST ? " (const)" : "");
 }
 
+/* "[add+add_channel+silu]" for a fused node (the ops it holds), else "". */
+static const char *fused_ops(const nb_top *op, char *buf, size_t cap) {
+    char d[224];
+    buf[0] = 0;
+    if (op->kind == NB_TOP_FUSED && op->obj)
+        snprintf(buf, cap, "[%s]", nb_fuse_describe(nb_fuse_kernel_spec(op->obj), d, sizeof d));
+    return buf;
+}
+
 static void dump_text(nb_graph *g, dump_out *o) {
     nb_graph_info in;
     nb_graph_get_info(g, &in);
@@ -74,7 +84,8 @@ static void dump_text(nb_graph *g, dump_out *o) {
     double tot[2] = {0, 0};
     for (int32_t k = 0; k < g->n_nodes; k++) {
         const nb_top *op = &g->nodes[k];
-        put(o, "node %d %s", (int)k, nb_tape_op_name(op->kind));
+        char fb[256];
+        put(o, "node %d %s%s", (int)k, nb_tape_op_name(op->kind), fused_ops(op, fb, sizeof fb));
         if (op->kind == NB_TOP_CALL && op->obj) put(o, "(%s)", nb_func_name(op->obj)); /* the user's function */
         put(o, ":");
         for (int i = 0; i < op->nin; i++) {
@@ -102,6 +113,25 @@ static void dump_text(nb_graph *g, dump_out *o) {
         put(o, "\n");
     }
     if (tot[0] > 0 || tot[1] > 0) put(o, "time: forward %.4f ms, backward %.4f ms\n", tot[0], tot[1]);
+    /* the compiled graph's generated kernels (nb_graph_compile), each once, after the nodes
+     * that run it */
+    for (int32_t k = 0; k < g->n_nodes; k++) {
+        const void *fk = g->nodes[k].kind == NB_TOP_FUSED ? g->nodes[k].obj : NULL;
+        int seen = 0;
+        for (int32_t j = 0; fk && j < k; j++) seen |= g->nodes[j].obj == fk && g->nodes[j].kind == NB_TOP_FUSED;
+        if (!fk || seen) continue;
+        put(o, "fused kernel of node %d", (int)k);
+        for (int32_t j = k + 1; j < g->n_nodes; j++)
+            if (g->nodes[j].kind == NB_TOP_FUSED && g->nodes[j].obj == fk) put(o, ", %d", (int)j);
+        put(o, ":\n");
+        const char *src = nb_fuse_kernel_source(fk); /* line by line: put() writes <= 1 KiB */
+        for (const char *p = src; *p;) {
+            const char *e = strchr(p, '\n');
+            int len = e ? (int)(e - p) : (int)strlen(p);
+            put(o, "    %.*s\n", len, p);
+            p += len + (e != NULL);
+        }
+    }
 }
 
 static void dump_dot(nb_graph *g, dump_out *o) {
@@ -128,9 +158,10 @@ static void dump_dot(nb_graph *g, dump_out *o) {
         const nb_top *op = &g->nodes[k];
         const nb_gval *gy = &g->gv[op->out];
         nb_tape_shape_str(&g->vals[op->out], sb, sizeof sb);
-        put(o, "  n%d [shape=ellipse%s, label=\"%d: %s\\n%s %lld B", (int)k,
-            gy->output ? ", peripheries=2" : "", (int)k, nb_tape_op_name(op->kind), sb,
-            (long long)gy->bytes);
+        char fb[256];
+        put(o, "  n%d [shape=ellipse%s, label=\"%d: %s%s\\n%s %lld B", (int)k,
+            gy->output ? ", peripheries=2" : "", (int)k, nb_tape_op_name(op->kind),
+            fused_ops(op, fb, sizeof fb), sb, (long long)gy->bytes);
         for (int d = 0; d < 2; d++)
             if (g->gn[k].ms[d] >= 0) put(o, "\\n%s %.4f ms", d ? "bwd" : "fwd", g->gn[k].ms[d]);
         put(o, "\"];\n");

@@ -48,7 +48,12 @@ typedef struct nb_gval {
      * -1 when not planned. off / goff: offsets in the planned block, -1 when none. */
     int32_t life[2], glife[2];
     int64_t off, goff;
+    /* removed by nb_graph_compile (graph_compile.c): NB_GONE_* (role is then NB_GV_NONE) and,
+     * for a duplicate or a fused node's intermediate, the value that took it over */
+    int gone;
+    nb_tvar gone_to;
 } nb_gval;
+enum { NB_GONE_DEAD = 1, NB_GONE_DUP = 2, NB_GONE_FUSED = 3 };
 
 /* A node's run in place of its row (forward when backward == 0). */
 typedef nb_status (*nb_gnode_hook)(nb_graph *g, int node, int backward, void *ctx);
@@ -121,7 +126,10 @@ struct nb_graph {
     uint64_t cg_frees;           /* the device's buffer_frees at the capture */
     int64_t captures;
     char cg_why[160];            /* why not captured (the capture's error) */
-    /* profiling events (CUDA): 4 per node */
+    /* compiled graphs (graph_compile.c): the fused kernels its FUSED nodes run (op->obj), owned */
+    struct nb_fuse_kernel **fk;
+    int32_t n_fk, fk_cap;
+        /* profiling events (CUDA): 4 per node */
     struct nb_event **ev;
     int32_t n_ev;
 };
@@ -144,6 +152,9 @@ void nb_graph_tape_freed(nb_tape *t);
 /* ---- for graph*.c and passes ---------------------------------------------------------------- */
 /* "node 7 (linear)" into buf. */
 const char *nb_graph_node_str(const nb_graph *g, int32_t node, char *buf, size_t cap);
+/* NB_OK when v is a value of the graph; else NB_ERR_INVALID_ARG naming fn (and, for a value
+ * nb_graph_compile removed, why: dead, a duplicate of, fused into). */
+nb_status nb_graph_check_value(const nb_graph *g, nb_tvar v, const char *fn);
 /* Checks every node (kind, arity, inputs defined before use, shape rules, dtypes); an error
  * names the node. Sets g->validated. */
 nb_status nb_graph_validate(nb_graph *g);

@@ -6,6 +6,7 @@
 
 #include "nabla/alloc.h"
 #include "nabla/device.h"
+#include "graph/fuse.h"
 #include "graph/graph_internal.h"
 
 /* ---- recording hooks ------------------------------------------------------------------------ */
@@ -215,6 +216,8 @@ void nb_graph_free(nb_graph *g) {
         if (*pp) *pp = g->next;
     }
     if (g->cg) nb_device_graph_destroy(g->cg);
+    for (int32_t i = 0; i < g->n_fk; i++) nb_fuse_kernel_free(g->fk[i]);
+    if (g->fk) nb_free(g->fk, (size_t)g->fk_cap * sizeof(*g->fk));
     for (int32_t i = 0; i < g->n_ev; i++) nb_event_destroy(g->ev[i]);
     if (g->ev) nb_free(g->ev, (size_t)g->n_ev * sizeof(*g->ev));
     g_release(g, g->block, g->block_buf, g->block_bytes);
@@ -468,8 +471,20 @@ nb_status nb_graph_validate(nb_graph *g) {
 
 /* ---- structure ------------------------------------------------------------------------------ */
 
-static nb_status g_check_val(const nb_graph *g, nb_tvar v, const char *fn) {
+nb_status nb_graph_check_value(const nb_graph *g, nb_tvar v, const char *fn) {
     if (!g) return nb_error(NB_ERR_INVALID_ARG, "%s: graph is NULL", fn);
+    if (v >= 0 && v < g->n_vals && g->gv[v].gone) { /* (graph_compile.c) */
+        const nb_gval *gv = &g->gv[v];
+        char why[160], nb[64];
+        if (gv->gone == NB_GONE_DEAD || gv->gone_to < 0)
+            snprintf(why, sizeof why, "dead: it reaches no output");
+        else
+            snprintf(why, sizeof why, "%s value %d, written by %s", gv->gone == NB_GONE_DUP ? "a duplicate of" :
+                     "fused into", (int)gv->gone_to, g->gv[gv->gone_to].producer >= 0 ?
+                     nb_graph_node_str(g, g->gv[gv->gone_to].producer, nb, sizeof nb) : "no node");
+        return nb_error(NB_ERR_INVALID_ARG, "%s: value %d was removed by nb_graph_compile (%s): mark outputs "
+                        "before compiling", fn, (int)v, why);
+    }
     if (v < 0 || v >= g->n_vals || g->gv[v].role == NB_GV_NONE)
         return nb_error(NB_ERR_INVALID_ARG, "%s: handle %d is not a value of the graph (%d values)",
                         fn, (int)v, (int)g->n_vals);
@@ -477,7 +492,7 @@ static nb_status g_check_val(const nb_graph *g, nb_tvar v, const char *fn) {
 }
 
 nb_status nb_graph_output(nb_graph *g, nb_tvar v) {
-    nb_status s = g_check_val(g, v, "nb_graph_output");
+    nb_status s = nb_graph_check_value(g, v, "nb_graph_output");
     if (s) return s;
     if (g->gv[v].role == NB_GV_PARAM)
         return nb_error(NB_ERR_INVALID_ARG, "nb_graph_output: value %d is parameter '%s': read it "

@@ -298,9 +298,8 @@ nb_status nb_graph_run(nb_graph *g) {
 /* ---- reads ---------------------------------------------------------------------------------- */
 
 static nb_status check_read(nb_graph *g, nb_tvar v, const char *fn, float *host, int64_t count) {
-    if (!g) return nb_error(NB_ERR_INVALID_ARG, "%s: graph is NULL", fn);
-    if (v < 0 || v >= g->n_vals || g->gv[v].role == NB_GV_NONE)
-        return nb_error(NB_ERR_INVALID_ARG, "%s: handle %d is not a value of the graph", fn, (int)v);
+    nb_status s = nb_graph_check_value(g, v, fn);
+    if (s) return s;
     if (!host) return nb_error(NB_ERR_INVALID_ARG, "%s: host pointer is NULL", fn);
     if (count != g->vals[v].count)
         return nb_error(NB_ERR_SHAPE, "%s: count %lld does not match the %lld elements of value %d",

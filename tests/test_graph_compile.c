@@ -1,0 +1,282 @@
+/* Compiled graphs (nb_graph_compile, src/graph/graph_compile.c): the passes (dead nodes,
+ * duplicate nodes, fusion of elementwise chains into generated .nb kernels) on graphs with
+ * chains, branches (a value read twice inside a chain; a value read outside it ends the chain),
+ * broadcasts (a per-channel add) and parameters; the compiled graph's outputs, loss, input and
+ * parameter gradients equal the same recording replayed uncompiled, with the recorded inputs and
+ * with new ones, also with poisoned (NaN-filled) dead buffers; the dump names the fused ops and
+ * shows the generated source; removed values give errors that say why. CUDA: the same against
+ * the CPU (skipped without a GPU; NB_REQUIRE_CUDA=1 makes that a failure).
+ *
+ * Tolerance: fused kernels compute each element with the rows' f32 operations; sums (mse, the
+ * per-channel gradient) run in another order: max |a - b| / (1 + |b|) <= 1e-5. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/cuda/cuda_api.h"
+#include "nabla/graph.h"
+#include "nabla/nn_tape.h"
+#include "nb_test.h"
+
+enum { N = 2, C = 3, H = 4, W = 5 };
+#define NUMEL ((int64_t)N * C * H * W)
+static const int64_t S4[4] = {N, C, H, W}, S2[2] = {N, C};
+
+static void fill(float *p, int64_t n, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = 1.5f * ((float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f);
+    }
+}
+
+/* ---- graph A: broadcasts, branches, a duplicate, a dead node, an output inside a chain -------
+ *   u = add_channel(x, c); s = silu(u); v = add(s, u)        v is an output: a chain ends there
+ *   d1 = silu(z); d2 = silu(z)                              d2 duplicates d1
+ *   dead = silu(x)                                          reaches nothing
+ *   w = add(v, d1); w2 = add(w, d2); y = silu(w2); loss = mse(y, tgt)
+ * Compiled: 1 dead, 1 duplicate, fused [add_channel+silu+add] (u read twice inside) and
+ * [silu+add+add+silu+mse] (d1 read twice inside, after the duplicate is gone). */
+typedef struct run_out {
+    float loss, v[NUMEL], gx[NUMEL], gc[N * C], gz[NUMEL];
+} run_out;
+
+typedef struct graph_a {
+    nb_tape *t;
+    nb_graph *g;
+    nb_tvar x, c, z, tgt, v, dead, s, loss;
+} graph_a;
+
+static void record_a(nb_device *dev, graph_a *a) {
+    static float x[NUMEL], c[N * C], z[NUMEL], tgt[NUMEL];
+    fill(x, NUMEL, 1), fill(c, N * C, 2), fill(z, NUMEL, 3), fill(tgt, NUMEL, 4);
+    memset(a, 0, sizeof *a);
+    NB_REQUIRE_OK(dev ? nb_tape_create_on(dev, &a->t) : nb_tape_create(&a->t));
+    nb_tape *t = a->t;
+    nb_tvar u, d1, d2, w, w2, y;
+    NB_REQUIRE_OK(nb_graph_record_begin(t));
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, x, 1, &a->x));
+    NB_EXPECT_OK(nb_tape_input(t, 2, S2, c, 1, &a->c));
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, z, 1, &a->z));
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, tgt, 0, &a->tgt));
+    NB_EXPECT_OK(nb_tape_add_channel(t, a->x, a->c, &u));
+    NB_EXPECT_OK(nb_tape_silu(t, u, &a->s));
+    NB_EXPECT_OK(nb_tape_add(t, a->s, u, &a->v));
+    NB_EXPECT_OK(nb_tape_silu(t, a->z, &d1));
+    NB_EXPECT_OK(nb_tape_silu(t, a->z, &d2));
+    NB_EXPECT_OK(nb_tape_silu(t, a->x, &a->dead));
+    NB_EXPECT_OK(nb_tape_add(t, a->v, d1, &w));
+    NB_EXPECT_OK(nb_tape_add(t, w, d2, &w2));
+    NB_EXPECT_OK(nb_tape_silu(t, w2, &y));
+    NB_EXPECT_OK(nb_tape_mse(t, y, a->tgt, &a->loss));
+    NB_EXPECT_OK(nb_tape_backward(t, a->loss));
+    NB_REQUIRE_OK(nb_graph_record_end(t, &a->g));
+    NB_EXPECT_OK(nb_graph_output(a->g, a->v));
+}
+
+static void free_a(graph_a *a) {
+    nb_graph_free(a->g);
+    nb_tape_free(a->t);
+}
+
+/* New inputs (seed) when seed != 0, a run, the results. */
+static void run_a(graph_a *a, uint32_t seed, run_out *o) {
+    if (seed) {
+        static float x[NUMEL], c[N * C], z[NUMEL], tgt[NUMEL];
+        fill(x, NUMEL, seed), fill(c, N * C, seed + 1), fill(z, NUMEL, seed + 2), fill(tgt, NUMEL, seed + 3);
+        NB_EXPECT_OK(nb_graph_set_input(a->g, 0, x, NB_F32, 4, S4));
+        NB_EXPECT_OK(nb_graph_set_input(a->g, 1, c, NB_F32, 2, S2));
+        NB_EXPECT_OK(nb_graph_set_input(a->g, 2, z, NB_F32, 4, S4));
+        NB_EXPECT_OK(nb_graph_set_input(a->g, 3, tgt, NB_F32, 4, S4));
+    }
+    NB_EXPECT_OK(nb_graph_run(a->g));
+    NB_EXPECT_OK(nb_graph_read(a->g, a->loss, &o->loss, 1));
+    NB_EXPECT_OK(nb_graph_read(a->g, a->v, o->v, NUMEL));
+    NB_EXPECT_OK(nb_graph_read_grad(a->g, a->x, o->gx, NUMEL));
+    NB_EXPECT_OK(nb_graph_read_grad(a->g, a->c, o->gc, N * C));
+    NB_EXPECT_OK(nb_graph_read_grad(a->g, a->z, o->gz, NUMEL));
+}
+
+static void compare_a(const char *label, const run_out *a, const run_out *b) {
+    char w[128];
+#define CMP(f, n)                                                                                        \
+    snprintf(w, sizeof w, "%s " #f, label), nb_test_expect_close(w, a->f, b->f, (n), 1e-5)
+    CMP(v, NUMEL);
+    CMP(gx, NUMEL);
+    CMP(gc, N * C);
+    CMP(gz, NUMEL);
+#undef CMP
+    snprintf(w, sizeof w, "%s loss", label);
+    nb_test_expect_close(w, &a->loss, &b->loss, 1, 1e-5);
+}
+
+static void test_compile_graph_a(void) {
+    graph_a ref, cg;
+    record_a(NULL, &ref);
+    record_a(NULL, &cg);
+    nb_graph_compile_stats st;
+    NB_REQUIRE_OK(nb_graph_compile(cg.g, NULL, &st));
+    NB_EXPECT(st.dead == 1 && st.duplicates == 1 && st.fused_nodes == 2 && st.fused_ops == 8);
+    if (!(st.dead == 1 && st.duplicates == 1 && st.fused_nodes == 2 && st.fused_ops == 8))
+        fprintf(stderr, "  stats: dead %d dup %d fused %d (%d ops)\n", st.dead, st.duplicates, st.fused_nodes,
+                st.fused_ops);
+    nb_graph_info info;
+    NB_EXPECT_OK(nb_graph_get_info(cg.g, &info));
+    NB_EXPECT(info.n_nodes == 2);
+    static run_out r0, r1;
+    run_a(&ref, 0, &r0); /* the recorded inputs */
+    run_a(&cg, 0, &r1);
+    compare_a("recorded inputs", &r1, &r0);
+    NB_EXPECT(r0.gc[0] != 0.0f && r0.gz[0] != 0.0f && r0.gx[NUMEL - 1] != 0.0f);
+    run_a(&ref, 77, &r0); /* new inputs, twice (the prepared calls' second launch) */
+    run_a(&cg, 77, &r1);
+    compare_a("new inputs", &r1, &r0);
+    NB_EXPECT_OK(nb_graph_set_poison(cg.g, 1));
+    run_a(&cg, 77, &r1);
+    compare_a("poisoned", &r1, &r0);
+    /* the dump: fused nodes with the ops they hold, the generated source */
+    char *dump = malloc(1 << 16);
+    NB_EXPECT_OK(nb_graph_dump(cg.g, NB_GRAPH_DUMP_TEXT | NB_GRAPH_DUMP_DOT, dump, 1 << 16, NULL));
+    NB_EXPECT(strstr(dump, "fused[add_channel+silu+add]") != NULL);
+    NB_EXPECT(strstr(dump, "fused[silu+add+add+silu+mse]") != NULL);
+    NB_EXPECT(strstr(dump, "    [Differentiable]") != NULL && strstr(dump, "    float t1 = t0 / (1.0 + exp(-t0)); // silu") != NULL);
+    NB_EXPECT(strstr(dump, "fused kernel of node 0:") != NULL && strstr(dump, "fused kernel of node 1:") != NULL);
+    if (!strstr(dump, "fused[add_channel+silu+add]")) fprintf(stderr, "%s", dump);
+    free(dump);
+    /* removed values say why */
+    float buf[NUMEL];
+    NB_EXPECT_ERR(nb_graph_read(cg.g, cg.s, buf, NUMEL), NB_ERR_INVALID_ARG, "removed by nb_graph_compile (fused into value");
+    NB_EXPECT_ERR(nb_graph_output(cg.g, cg.dead), NB_ERR_INVALID_ARG, "(dead: it reaches no output)");
+    NB_EXPECT_ERR(nb_graph_compile(NULL, NULL, NULL), NB_ERR_INVALID_ARG, "graph is NULL");
+    /* compiling again changes nothing */
+    NB_EXPECT_OK(nb_graph_compile(cg.g, NULL, &st));
+    NB_EXPECT(st.dead == 0 && st.duplicates == 0 && st.fused_nodes == 0);
+    run_a(&cg, 77, &r1);
+    compare_a("compiled twice", &r1, &r0);
+    free_a(&ref);
+    free_a(&cg);
+}
+
+/* Passes one at a time: each alone gives the recorded results. */
+static void test_compile_options(void) {
+    static run_out r0, r1;
+    graph_a ref;
+    record_a(NULL, &ref);
+    run_a(&ref, 5, &r0);
+    for (int pass = 0; pass < 3; pass++) {
+        graph_a cg;
+        record_a(NULL, &cg);
+        nb_graph_compile_options o;
+        nb_graph_compile_options_init(&o);
+        o.no_dead = pass != 0, o.no_dedup = pass != 1, o.no_fuse = pass != 2;
+        nb_graph_compile_stats st;
+        NB_EXPECT_OK(nb_graph_compile(cg.g, &o, &st));
+        NB_EXPECT(pass == 0 ? st.dead == 1 && st.duplicates == 0 && st.fused_nodes == 0
+                  : pass == 1 ? st.dead == 0 && st.duplicates == 1 && st.fused_nodes == 0
+                              : st.dead == 0 && st.duplicates == 0 && st.fused_nodes == 2);
+        run_a(&cg, 5, &r1);
+        char label[32];
+        snprintf(label, sizeof label, "pass %d alone", pass);
+        compare_a(label, &r1, &r0);
+        free_a(&cg);
+    }
+    free_a(&ref);
+}
+
+/* ---- graph B: linear layers and parameters around fused chains --------------------------------
+ *   h1 = linear(x, w1, b1); h2 = linear(x, w2, b2); a = add(silu(h1), h2)    -> fused [silu+add]
+ *   y = linear(a, w3, b3); loss = mse(silu(y), tgt)                          -> fused [silu+mse]
+ * h1 is read by the silu only; x by both linears (not fusable). Parameter gradients compared. */
+static nb_status build_b(nb_tape *t, const nb_tvar *p, nb_tvar x, nb_tvar tgt, nb_tvar *loss) {
+    nb_tvar h1, h2, s1, a, y, sy;
+    nb_status s;
+    if ((s = nb_tape_linear(t, x, p[0], p[1], &h1)) || (s = nb_tape_linear(t, x, p[2], p[3], &h2)) ||
+        (s = nb_tape_silu(t, h1, &s1)) || (s = nb_tape_add(t, s1, h2, &a)) ||
+        (s = nb_tape_linear(t, a, p[4], p[5], &y)) || (s = nb_tape_silu(t, y, &sy)))
+        return s;
+    return nb_tape_mse(t, sy, tgt, loss);
+}
+
+static void run_b(nb_device *dev, int compile, float *loss, float *grads, int64_t *np) {
+    static const int64_t ps[6][2] = {{12, 6}, {12, 0}, {12, 6}, {12, 0}, {4, 12}, {4, 0}};
+    static float x[7 * 6], tgt[7 * 4];
+    fill(x, 7 * 6, 11), fill(tgt, 7 * 4, 12);
+    nb_tape *t;
+    NB_REQUIRE_OK(dev ? nb_tape_create_on(dev, &t) : nb_tape_create(&t));
+    nb_tvar p[6], xv, tv, l;
+    for (int i = 0; i < 6; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%d", i);
+        NB_EXPECT_OK(nb_tape_param(t, name, ps[i][1] ? 2 : 1, ps[i], &p[i]));
+        NB_EXPECT_OK(nb_tape_param_init_uniform(t, p[i], 0.5f, 100u + (uint64_t)i));
+    }
+    NB_REQUIRE_OK(nb_graph_record_begin(t));
+    NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){7, 6}, x, 0, &xv));
+    NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){7, 4}, tgt, 0, &tv));
+    NB_EXPECT_OK(build_b(t, p, xv, tv, &l));
+    NB_EXPECT_OK(nb_tape_backward(t, l));
+    nb_graph *g;
+    NB_REQUIRE_OK(nb_graph_record_end(t, &g));
+    if (compile) {
+        nb_graph_compile_stats st;
+        NB_EXPECT_OK(nb_graph_compile(g, NULL, &st));
+        NB_EXPECT(st.fused_nodes == 2 && st.fused_ops == 4);
+    }
+    for (int rep = 0; rep < 2; rep++) {
+        NB_EXPECT_OK(nb_tape_zero_grad(t));
+        NB_EXPECT_OK(nb_graph_run(g));
+    }
+    NB_EXPECT_OK(nb_graph_read(g, l, loss, 1));
+    float *gp;
+    NB_EXPECT_OK(nb_tape_grads(t, &gp, np));
+    NB_EXPECT_OK(nb_tape_read_grads(t, grads, *np));
+    nb_graph_free(g);
+    nb_tape_free(t);
+}
+
+static void test_compile_graph_b(void) {
+    static float g0[1024], g1[1024];
+    float l0, l1;
+    int64_t n0, n1;
+    run_b(NULL, 0, &l0, g0, &n0);
+    run_b(NULL, 1, &l1, g1, &n1);
+    NB_EXPECT(n0 == n1 && n0 == 6 * 12 + 12 + 6 * 12 + 12 + 4 * 12 + 4);
+    nb_test_expect_close("loss", &l1, &l0, 1, 1e-5);
+    nb_test_expect_close("parameter gradients", g1, g0, n0, 1e-5);
+}
+
+/* ---- CUDA: compiled on the GPU against recorded on the CPU ------------------------------------- */
+
+static void test_compile_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *gpu;
+    NB_REQUIRE_OK(nb_device_open("cuda", &gpu));
+    graph_a ref, cg;
+    record_a(NULL, &ref);
+    record_a(gpu, &cg);
+    nb_graph_compile_stats st;
+    NB_REQUIRE_OK(nb_graph_compile(cg.g, NULL, &st));
+    NB_EXPECT(st.fused_nodes == 2);
+    static run_out r0, r1;
+    for (int rep = 0; rep < 4; rep++) { /* from the third run on: one CUDA graph */
+        run_a(&ref, 9, &r0);
+        run_a(&cg, 9, &r1);
+        compare_a("cuda", &r1, &r0);
+    }
+    nb_graph_info info;
+    NB_EXPECT_OK(nb_graph_get_info(cg.g, &info));
+    NB_EXPECT(info.cuda_graph == 2);
+    free_a(&cg);
+    free_a(&ref);
+    static float g0[1024], g1[1024];
+    float l0, l1;
+    int64_t n0, n1;
+    run_b(NULL, 0, &l0, g0, &n0);
+    run_b(gpu, 1, &l1, g1, &n1);
+    nb_test_expect_close("cuda loss b", &l1, &l0, 1, 1e-4);
+    nb_test_expect_close("cuda parameter gradients b", g1, g0, n0, 1e-4);
+    nb_device_close(gpu);
+}
+
+int main(int argc, char **argv) {
+    NB_TEST_MAIN(argc, argv, test_compile_graph_a, test_compile_options, test_compile_graph_b, test_compile_cuda);
+}
