@@ -80,6 +80,15 @@ static const char *nb_test_name_;
         }                                                                                      \
     } while (0)
 
+/* n values uniform in [-scale, scale) from a linear congruential sequence started at seed
+ * (deterministic across platforms). */
+static inline void nb_test_fill(float *p, int64_t n, uint32_t seed, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = scale * ((float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f);
+    }
+}
+
 /* Elementwise closeness of float arrays: max |a - b| / (1 + |b|) over n values <= tol, else a
  * failure naming `what`, the worst index and both values. */
 static inline void nb_test_expect_close(const char *what, const float *a, const float *b, int64_t n, double tol) {

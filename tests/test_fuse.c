@@ -22,13 +22,6 @@ enum { N = 2, C = 3, H = 4, W = 5 };
 #define NUMEL ((int64_t)N * C * H * W)
 static const int64_t S4[4] = {N, C, H, W}, S2[2] = {N, C};
 
-static void fill(float *p, int64_t n, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = 2.0f * ((float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f);
-    }
-}
-
 /* ---- the generated text ------------------------------------------------------------------------- */
 
 static void test_codegen_text(void) {
@@ -156,7 +149,7 @@ static void chain_spec(int chain, nb_fuse_spec *s) {
 /* Runs the chain on a tape on dev (NULL: the CPU), fused through k (NULL: unfused tape ops). */
 static void chain_run(nb_device *dev, int chain, nb_fuse_kernel *k, chain_out *o) {
     static float data[4][NUMEL];
-    for (int i = 0; i < 4; i++) fill(data[i], NUMEL, 17u + 101u * (uint32_t)i);
+    for (int i = 0; i < 4; i++) nb_test_fill(data[i], NUMEL, 17u + 101u * (uint32_t)i, 2.0f);
     memset(o, 0, sizeof *o);
     nb_tape *t;
     NB_REQUIRE_OK(dev ? nb_tape_create_on(dev, &t) : nb_tape_create(&t));
@@ -250,10 +243,10 @@ static void test_arrays_and_errors(void) {
     NB_REQUIRE_OK(nb_fuse_kernel_create(cpu, &s, &k));
     NB_EXPECT(strstr(nb_fuse_kernel_source(k), "[Differentiable]") != NULL && !nb_fuse_kernel_reduces(k));
     static float a[NUMEL], b[NUMEL], ch[N * C], y[NUMEL], dy[NUMEL], da[NUMEL], dch[N * C];
-    fill(a, NUMEL, 1);
-    fill(b, NUMEL, 2);
-    fill(ch, N * C, 3);
-    fill(dy, NUMEL, 4);
+    nb_test_fill(a, NUMEL, 1, 2.0f);
+    nb_test_fill(b, NUMEL, 2, 2.0f);
+    nb_test_fill(ch, N * C, 3, 2.0f);
+    nb_test_fill(dy, NUMEL, 4, 2.0f);
     nb_tensor *ta, *tb, *tc, *ty, *tdy, *tda, *tdc, *bad;
     NB_REQUIRE_OK(nb_tensor_from_host(cpu, NB_F32, 4, S4, a, &ta));
     NB_REQUIRE_OK(nb_tensor_from_host(cpu, NB_F32, 4, S4, b, &tb));
@@ -339,7 +332,7 @@ static void test_steady_state(void) {
     nb_fuse_kernel *k;
     NB_REQUIRE_OK(nb_fuse_kernel_create(cpu, &s, &k));
     static float data[4][NUMEL];
-    for (int i = 0; i < 4; i++) fill(data[i], NUMEL, 5u + (uint32_t)i);
+    for (int i = 0; i < 4; i++) nb_test_fill(data[i], NUMEL, 5u + (uint32_t)i, 2.0f);
     nb_tape *t;
     NB_REQUIRE_OK(nb_tape_create(&t));
     float first = 0.0f;
@@ -378,8 +371,8 @@ static void test_prepared_cache(void) {
     NB_REQUIRE_OK(nb_fuse_kernel_create(cpu, &s, &k));
     enum { SHAPES = 6 };
     static float a[64], b[64];
-    fill(a, 64, 7);
-    fill(b, 64, 8);
+    nb_test_fill(a, 64, 7, 2.0f);
+    nb_test_fill(b, 64, 8, 2.0f);
     for (int round = 0; round < 2; round++)
         for (int j = 0; j < SHAPES; j++) {
             int64_t n = 8 + 9 * j, one = 1;

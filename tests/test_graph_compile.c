@@ -22,13 +22,6 @@ enum { N = 2, C = 3, H = 4, W = 5 };
 #define NUMEL ((int64_t)N * C * H * W)
 static const int64_t S4[4] = {N, C, H, W}, S2[2] = {N, C};
 
-static void fill(float *p, int64_t n, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = 1.5f * ((float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f);
-    }
-}
-
 /* ---- graph A: broadcasts, branches, a duplicate, a dead node, an output inside a chain -------
  *   u = add_channel(x, c); s = silu(u); v = add(s, u)        v is an output: a chain ends there
  *   d1 = silu(z); d2 = silu(z)                              d2 duplicates d1
@@ -48,7 +41,8 @@ typedef struct graph_a {
 
 static void record_a(nb_device *dev, graph_a *a) {
     static float x[NUMEL], c[N * C], z[NUMEL], tgt[NUMEL];
-    fill(x, NUMEL, 1), fill(c, N * C, 2), fill(z, NUMEL, 3), fill(tgt, NUMEL, 4);
+    nb_test_fill(x, NUMEL, 1, 1.5f), nb_test_fill(c, N * C, 2, 1.5f);
+    nb_test_fill(z, NUMEL, 3, 1.5f), nb_test_fill(tgt, NUMEL, 4, 1.5f);
     memset(a, 0, sizeof *a);
     NB_REQUIRE_OK(dev ? nb_tape_create_on(dev, &a->t) : nb_tape_create(&a->t));
     nb_tape *t = a->t;
@@ -82,7 +76,8 @@ static void free_a(graph_a *a) {
 static void run_a(graph_a *a, uint32_t seed, run_out *o) {
     if (seed) {
         static float x[NUMEL], c[N * C], z[NUMEL], tgt[NUMEL];
-        fill(x, NUMEL, seed), fill(c, N * C, seed + 1), fill(z, NUMEL, seed + 2), fill(tgt, NUMEL, seed + 3);
+        nb_test_fill(x, NUMEL, seed, 1.5f), nb_test_fill(c, N * C, seed + 1, 1.5f);
+        nb_test_fill(z, NUMEL, seed + 2, 1.5f), nb_test_fill(tgt, NUMEL, seed + 3, 1.5f);
         NB_EXPECT_OK(nb_graph_set_input(a->g, 0, x, NB_F32, 4, S4));
         NB_EXPECT_OK(nb_graph_set_input(a->g, 1, c, NB_F32, 2, S2));
         NB_EXPECT_OK(nb_graph_set_input(a->g, 2, z, NB_F32, 4, S4));
@@ -199,7 +194,7 @@ static nb_status build_b(nb_tape *t, const nb_tvar *p, nb_tvar x, nb_tvar tgt, n
 static void run_b(nb_device *dev, int compile, float *loss, float *grads, int64_t *np) {
     static const int64_t ps[6][2] = {{12, 6}, {12, 0}, {12, 6}, {12, 0}, {4, 12}, {4, 0}};
     static float x[7 * 6], tgt[7 * 4];
-    fill(x, 7 * 6, 11), fill(tgt, 7 * 4, 12);
+    nb_test_fill(x, 7 * 6, 11, 1.5f), nb_test_fill(tgt, 7 * 4, 12, 1.5f);
     nb_tape *t;
     NB_REQUIRE_OK(dev ? nb_tape_create_on(dev, &t) : nb_tape_create(&t));
     nb_tvar p[6], xv, tv, l;
