@@ -162,7 +162,7 @@ static void test_compile_options(void) {
         record_a(NULL, &cg);
         nb_graph_compile_options o;
         nb_graph_compile_options_init(&o);
-        o.no_dead = pass != 0, o.no_dedup = pass != 1, o.no_fuse = pass != 2;
+        o.no_dead = pass != 0, o.no_dedup = pass != 1, o.no_fuse = pass != 2, o.no_fold = 1;
         nb_graph_compile_stats st;
         NB_EXPECT_OK(nb_graph_compile(cg.g, &o, &st));
         NB_EXPECT(pass == 0 ? st.dead == 1 && st.duplicates == 0 && st.fused_nodes == 0
@@ -239,6 +239,58 @@ static void test_compile_graph_b(void) {
     nb_test_expect_close("parameter gradients", g1, g0, n0, 1e-5);
 }
 
+/* ---- graph C: constant folding ------------------------------------------------------------------
+ * k: an activation made before recording (a constant of the graph);
+ *   k2 = silu(k); k3 = add(k2, k)            -> folded (constants in, no gradient)
+ *   y = add(x, k3); loss = mse(silu(y), tgt)  -> fused [add+silu+mse] reading x, k3, tgt */
+static void run_c(int compile, float *loss, float *gx, float *k3out) {
+    static float k[NUMEL], x[NUMEL], tgt[NUMEL];
+    nb_test_fill(k, NUMEL, 21, 1.5f), nb_test_fill(x, NUMEL, 22, 1.5f), nb_test_fill(tgt, NUMEL, 23, 1.5f);
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    nb_tvar kv, xv, tv, k2, k3, y, sy, l;
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, k, 0, &kv));
+    NB_REQUIRE_OK(nb_graph_record_begin(t));
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, x, 1, &xv));
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, tgt, 0, &tv));
+    NB_EXPECT_OK(nb_tape_silu(t, kv, &k2));
+    NB_EXPECT_OK(nb_tape_add(t, k2, kv, &k3));
+    NB_EXPECT_OK(nb_tape_add(t, xv, k3, &y));
+    NB_EXPECT_OK(nb_tape_silu(t, y, &sy));
+    NB_EXPECT_OK(nb_tape_mse(t, sy, tv, &l));
+    NB_EXPECT_OK(nb_tape_backward(t, l));
+    nb_graph *g;
+    NB_REQUIRE_OK(nb_graph_record_end(t, &g));
+    NB_EXPECT_OK(nb_graph_output(g, k3));
+    if (compile) {
+        nb_graph_compile_stats st;
+        NB_EXPECT_OK(nb_graph_compile(g, NULL, &st));
+        NB_EXPECT(st.folded == 2 && st.fused_nodes == 1 && st.fused_ops == 3);
+        nb_graph_info info;
+        NB_EXPECT_OK(nb_graph_get_info(g, &info));
+        NB_EXPECT(info.n_nodes == 1 && info.n_consts == 3);
+        /* folded before any run: the constant is readable at once */
+        NB_EXPECT_OK(nb_graph_read(g, k3, k3out, NUMEL));
+    }
+    NB_EXPECT_OK(nb_graph_run(g));
+    NB_EXPECT_OK(nb_graph_run(g));
+    NB_EXPECT_OK(nb_graph_read(g, l, loss, 1));
+    NB_EXPECT_OK(nb_graph_read_grad(g, xv, gx, NUMEL));
+    if (!compile) NB_EXPECT_OK(nb_graph_read(g, k3, k3out, NUMEL));
+    nb_graph_free(g);
+    nb_tape_free(t);
+}
+
+static void test_compile_fold(void) {
+    static float g0[NUMEL], g1[NUMEL], k0[NUMEL], k1[NUMEL];
+    float l0, l1;
+    run_c(0, &l0, g0, k0);
+    run_c(1, &l1, g1, k1);
+    nb_test_expect_close("folded constant", k1, k0, NUMEL, 0.0); /* the same row: bit for bit */
+    nb_test_expect_close("loss", &l1, &l0, 1, 1e-5);
+    nb_test_expect_close("dx", g1, g0, NUMEL, 1e-5);
+}
+
 /* ---- CUDA: compiled on the GPU against recorded on the CPU ------------------------------------- */
 
 static void test_compile_cuda(void) {
@@ -273,5 +325,6 @@ static void test_compile_cuda(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_compile_graph_a, test_compile_options, test_compile_graph_b, test_compile_cuda);
+    NB_TEST_MAIN(argc, argv, test_compile_graph_a, test_compile_options, test_compile_graph_b, test_compile_fold,
+                 test_compile_cuda);
 }

@@ -187,6 +187,9 @@ nb_status nb_graph_dump_file(nb_graph *g, unsigned flags, FILE *f);
  *   - dead nodes: nodes whose output reaches no output (nb_graph_output, the loss) are dropped;
  *   - duplicate nodes: a node with the same op, inputs, attributes and module object as an
  *     earlier one is dropped, its readers read the earlier output (unless it is an output);
+ *   - constant folding: a node whose inputs are all constants (activations made before
+ *     recording) and whose output needs no gradient runs once, now, by its row; its output
+ *     becomes a constant of the graph;
  *   - fusion: maximal chains of elementwise / broadcast ops (silu, add, add_channel, casts to
  *     f32, ending maybe in mse) whose intermediate values nothing else reads become ONE node
  *     ("fused" in dumps, with the ops it holds): a generated kernel-language function compiled
@@ -195,21 +198,22 @@ nb_status nb_graph_dump_file(nb_graph *g, unsigned flags, FILE *f);
  *     read twice (a branch) ends a chain unless all its readers are in it. f32 graphs only
  *     (bf16-storage graphs keep their rows).
  * The compiled graph replays like any graph (nb_graph_run, reads, the plan, CUDA graphs) and
- * gives the recorded results within rounding (sums are taken in another order).
- * Constant folding: a recorded graph has nothing to fold (see docs/GRAPHS.md). */
+ * gives the recorded results within rounding (sums are taken in another order). */
 typedef struct nb_graph_compile_options {
-    int no_dead, no_dedup, no_fuse; /* 1 turns a pass off (comparisons, tests) */
+    int no_dead, no_dedup, no_fold, no_fuse; /* 1 turns a pass off (comparisons, tests) */
 } nb_graph_compile_options;
 void nb_graph_compile_options_init(nb_graph_compile_options *o); /* every pass on */
 
 typedef struct nb_graph_compile_stats {
     int dead;        /* nodes removed as dead */
     int duplicates;  /* nodes removed as duplicates */
+    int folded;      /* nodes computed at compile time (their outputs are constants now) */
     int fused_nodes; /* fused nodes made */
     int fused_ops;   /* recorded nodes they replace */
 } nb_graph_compile_stats;
-/* opts NULL: every pass; stats may be NULL. Errors name the pass's cause (NB_ERR_COMPILE from
- * a generated kernel would be a bug: its text is in the message). */
+/* opts NULL: every pass; stats may be NULL. Errors name the node (a folded row that fails);
+ * NB_ERR_COMPILE from a generated kernel would be a bug (the diagnostics show its text). A graph
+ * whose compile failed part way refuses to run (NB_ERR_INVALID_ARG): free it. */
 nb_status nb_graph_compile(nb_graph *g, const nb_graph_compile_options *opts,
                            nb_graph_compile_stats *stats);
 

@@ -20,9 +20,10 @@
  * NB_FUSE_MAX_IN inputs and NB_FUSE_MAX_NODES ops. A group of one node stays as it is. Values
  * must be f32 (bf16 storage: a fused kernel's gradients are f32 arrays; such graphs keep their
  * rows).
- * Constant folding has nothing to fold yet: a recorded graph's constants are activations made
- * before recording, and no op that reads only constants without a gradient survives the dead
- * pass unless it is an output (then it is recomputed by its row: cheap, and exact). */
+ *   folding     a node whose inputs are all constants (activations made before recording) and
+ *               whose output needs no gradient runs once, at compile time, by its own row; its
+ *               output becomes a constant (the graph's fold block) and the node goes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,7 @@
 #include "graph/fuse.h"
 #include "graph/graph_internal.h"
 #include "nabla/alloc.h"
+#include "nabla/device.h"
 
 /* ---- editing the node list ------------------------------------------------------------------- */
 
@@ -40,6 +42,10 @@ static nb_status compact(nb_graph *g, const unsigned char *why, const nb_tvar *t
     int32_t j = 0;
     for (int32_t k = 0; k < g->n_nodes; k++) {
         nb_gval *gy = &g->gv[g->nodes[k].out];
+        if (why[k] == NB_GONE_FOLDED) { /* its output is a constant now */
+            gy->producer = -1;
+            continue;
+        }
         if (why[k]) {
             gy->role = NB_GV_NONE;
             gy->producer = -1;
@@ -138,6 +144,74 @@ static nb_status pass_dedup(nb_graph *g, int *removed) {
     if (!s && *removed) s = compact(g, why, to);
     if (why) nb_free(why, (size_t)n + 1);
     if (to) nb_free(to, (size_t)(n + 1) * sizeof *to);
+    return s;
+}
+
+/* ---- constant folding -------------------------------------------------------------------------- */
+
+/* A node whose inputs are all constants (activations made before recording, or folded) and whose
+ * output needs no gradient is computed once, now, by its row, into the graph's fold block; its
+ * output becomes a constant and the node goes. */
+static nb_status pass_fold(nb_graph *g, int *folded) {
+    int32_t n = g->n_nodes;
+    unsigned char *why = nb_calloc((size_t)n + 1, 16), *cst = nb_calloc((size_t)g->n_vals + 1, 16);
+    nb_status s = why && cst ? NB_OK : nb_error(NB_ERR_OUT_OF_MEMORY, "nb_graph_compile: out of host memory");
+    int64_t bytes = 0;
+    for (nb_tvar v = 0; !s && v < g->n_vals; v++) cst[v] = g->gv[v].role == NB_GV_CONST;
+    for (int32_t k = 0; !s && k < n; k++) {
+        const nb_top *op = &g->nodes[k];
+        int ok = !g->vals[op->out].needs_grad, any = 0;
+        for (int i = 0; i < op->nin; i++)
+            if (op->in[i] >= 0) ok &= cst[op->in[i]], any = 1;
+        if (!ok || !any) continue;
+        why[k] = NB_GONE_FOLDED;
+        cst[op->out] = 1;
+        bytes += (g->gv[op->out].bytes + 63) / 64 * 64;
+        (*folded)++;
+    }
+    if (!s && *folded) {
+        /* a new block: the earlier folds' data, then this pass's */
+        void *blk = NULL;
+        struct nb_buffer *buf = NULL;
+        int64_t old = g->fold_bytes, off = old;
+        s = nb_graph_alloc(g, old + bytes, &blk, &buf);
+        if (!s && old) {
+            s = g->on_cuda ? nb_memcpy_d2d(g->rt->dev, blk, g->fold, (size_t)old)
+                           : (memcpy(blk, g->fold, (size_t)old), NB_OK);
+            for (nb_tvar v = 0; !s && v < g->n_vals; v++) {
+                char *d = (char *)g->vals[v].data;
+                if (g->gv[v].role == NB_GV_CONST && d >= (char *)g->fold && d < (char *)g->fold + old)
+                    g->vals[v].data = (float *)((char *)blk + (d - (char *)g->fold));
+            }
+        }
+        if (!s && (s = nb_tape_reset(g->rt))) (void)0; /* what rows allocate for themselves */
+        g->rt->n_vals = g->n_vals;
+        for (int32_t k = 0; !s && k < n; k++) {
+            if (why[k] != NB_GONE_FOLDED) continue;
+            nb_top *op = &g->nodes[k];
+            g->vals[op->out].data = (float *)((char *)blk + off);
+            off += (g->gv[op->out].bytes + 63) / 64 * 64;
+            s = nb_tape_run_op(g->rt, op, 0);
+            if (s) {
+                char msg[300], nb[64];
+                snprintf(msg, sizeof msg, "%s", nb_last_error());
+                s = nb_error(s, "nb_graph_compile: folding %s: %s", nb_graph_node_str(g, k, nb, sizeof nb), msg);
+            }
+            g->gv[op->out].role = NB_GV_CONST;
+            g->n_consts++;
+        }
+        if (s) { /* (the graph is broken: nb_graph_compile marks it) */
+            if (buf) nb_buffer_release(buf);
+            else if (blk) nb_free(blk, (size_t)(old + bytes));
+        } else {
+            if (g->fold_buf) nb_buffer_release(g->fold_buf);
+            else if (g->fold) nb_free(g->fold, (size_t)old);
+            g->fold = blk, g->fold_buf = buf, g->fold_bytes = old + bytes;
+            s = compact(g, why, NULL);
+        }
+    }
+    if (why) nb_free(why, (size_t)n + 1);
+    if (cst) nb_free(cst, (size_t)g->n_vals + 1);
     return s;
 }
 
@@ -336,8 +410,10 @@ nb_status nb_graph_compile(nb_graph *g, const nb_graph_compile_options *opts, nb
     if (!o.no_dead) s = pass_dead(g, &st.dead);
     if (!s && !o.no_dedup) s = pass_dedup(g, &st.duplicates);
     if (!s && !o.no_dead && st.duplicates) s = pass_dead(g, &st.dead);
+    if (!s && !o.no_fold) s = pass_fold(g, &st.folded);
     if (!s && !o.no_fuse) s = pass_fuse(g, &st.fused_nodes, &st.fused_ops);
     if (!s) s = nb_graph_validate(g);
+    if (s) g->broken = 1;
     if (stats) *stats = st;
     return s;
 }

@@ -48,12 +48,14 @@ typedef struct nb_gval {
      * -1 when not planned. off / goff: offsets in the planned block, -1 when none. */
     int32_t life[2], glife[2];
     int64_t off, goff;
-    /* removed by nb_graph_compile (graph_compile.c): NB_GONE_* (role is then NB_GV_NONE) and,
+    /* removed by nb_graph_compile (graph_compile.c): NB_GONE_DEAD / _DUP / _FUSED (role is then
+     * NB_GV_NONE) and,
      * for a duplicate or a fused node's intermediate, the value that took it over */
     int gone;
     nb_tvar gone_to;
 } nb_gval;
-enum { NB_GONE_DEAD = 1, NB_GONE_DUP = 2, NB_GONE_FUSED = 3 };
+enum { NB_GONE_DEAD = 1, NB_GONE_DUP = 2, NB_GONE_FUSED = 3,
+       NB_GONE_FOLDED = 4 /* (nodes only: their output stays, as a constant) */ };
 
 /* A node's run in place of its row (forward when backward == 0). */
 typedef nb_status (*nb_gnode_hook)(nb_graph *g, int node, int backward, void *ctx);
@@ -106,6 +108,11 @@ struct nb_graph {
     void *fixed;
     struct nb_buffer *fixed_buf;
     int64_t fixed_bytes;
+    /* constants folded by nb_graph_compile (graph_compile.c): their data, computed once */
+    void *fold;
+    struct nb_buffer *fold_buf;
+    int64_t fold_bytes;
+    int broken; /* an nb_graph_compile failed part way: the graph refuses to run */
     /* the plan (graph_plan.c) */
     int planned;
     int64_t plan_peak, plan_naive;
@@ -164,6 +171,8 @@ nb_status nb_graph_plan(nb_graph *g);
 void nb_graph_invalidate(nb_graph *g);
 /* Poisons (NaN) the planned buffers whose lifetime ends at step s (graph_plan.c). */
 nb_status nb_graph_poison_step(nb_graph *g, int32_t s);
+/* bytes of memory on the graph's device (host memory, or a device buffer in *buf); 0 bytes: NULL. */
+nb_status nb_graph_alloc(nb_graph *g, int64_t bytes, void **p, struct nb_buffer **buf);
 /* Appends a value slot (metadata only; role NB_GV_ACT, producer -1) and a node (gn zeroed);
  * the new index in *out. Pointers into g->vals / g->nodes may move. */
 nb_status nb_graph_add_value(nb_graph *g, const nb_tval *v, nb_tvar *out);

@@ -174,7 +174,7 @@ nb_status nb_graph_add_node(nb_graph *g, const nb_top *op, int32_t *out) {
 }
 
 /* Host or device bytes of the graph's device (the fixed block, the planned block). */
-static nb_status g_alloc(nb_graph *g, int64_t bytes, void **p, struct nb_buffer **buf) {
+nb_status nb_graph_alloc(nb_graph *g, int64_t bytes, void **p, struct nb_buffer **buf) {
     *p = NULL;
     *buf = NULL;
     if (bytes <= 0) return NB_OK;
@@ -222,6 +222,7 @@ void nb_graph_free(nb_graph *g) {
     if (g->ev) nb_free(g->ev, (size_t)g->n_ev * sizeof(*g->ev));
     g_release(g, g->block, g->block_buf, g->block_bytes);
     g_release(g, g->fixed, g->fixed_buf, g->fixed_bytes);
+    g_release(g, g->fold, g->fold_buf, g->fold_bytes);
     if (g->rt) { /* the replay tape: its arrays and parameter memory are not its own */
         nb_tape *rt = g->rt;
         rt->vals = NULL, rt->vals_cap = 0, rt->n_vals = 0;
@@ -375,7 +376,7 @@ static nb_status rec_memory(nb_tape *t, nb_graph *g) {
     for (nb_tvar v = 0; v < g->n_vals; v++)
         if (g->gv[v].role == NB_GV_INPUT || g->gv[v].role == NB_GV_CONST)
             bytes += (g->gv[v].bytes + 63) / 64 * 64;
-    if ((s = g_alloc(g, bytes, &g->fixed, &g->fixed_buf))) return s;
+    if ((s = nb_graph_alloc(g, bytes, &g->fixed, &g->fixed_buf))) return s;
     g->fixed_bytes = bytes;
     int64_t off = 0;
     for (nb_tvar v = 0; v < g->n_vals; v++) {

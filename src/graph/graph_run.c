@@ -260,6 +260,9 @@ static nb_status capture(nb_graph *g, int *captured) {
 
 nb_status nb_graph_run(nb_graph *g) {
     if (!g) return nb_error(NB_ERR_INVALID_ARG, "nb_graph_run: graph is NULL");
+    if (g->broken)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_graph_run: an nb_graph_compile of this graph failed part way "
+                        "(its nodes may be half rewritten): free it and record again");
     nb_status s = check_tape(g);
     if (s) return s;
     if (!g->validated && (s = nb_graph_validate(g))) return s;
