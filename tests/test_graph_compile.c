@@ -1,7 +1,7 @@
 /* Compiled graphs (nb_graph_compile, src/graph/graph_compile.c): the passes (dead nodes,
  * duplicate nodes, fusion of elementwise chains into generated .nb kernels) on graphs with
  * chains, branches (a value read twice inside a chain; a value read outside it ends the chain),
- * broadcasts (a per-channel add) and parameters; the compiled graph's outputs, loss, input and
+ * broadcasts (a per-channel add), parameters and GEMM epilogues (linear -> relu); the compiled graph's outputs, loss, input and
  * parameter gradients equal the same recording replayed uncompiled, with the recorded inputs and
  * with new ones, also with poisoned (NaN-filled) dead buffers; the dump names the fused ops and
  * shows the generated source; removed values give errors that say why. CUDA: the same against
@@ -191,7 +191,23 @@ static nb_status build_b(nb_tape *t, const nb_tvar *p, nb_tvar x, nb_tvar tgt, n
     return nb_tape_mse(t, sy, tgt, loss);
 }
 
-static void run_b(nb_device *dev, int compile, float *loss, float *grads, int64_t *np) {
+/* ---- graph D: GEMM epilogues and relu chains ------------------------------------------------------
+ *   h1 = linear(x, w1, b1); r1 = relu(h1); e = add(r1, h1)   h1 read twice: no epilogue; fused [relu+add]
+ *   y = linear(e, w3, b3); r2 = relu(y)                        epilogue: one linear_relu
+ *   loss = mse(relu(add(r2, tgt)), tgt)                        fused [add+relu+mse] */
+static nb_status build_d(nb_tape *t, const nb_tvar *p, nb_tvar x, nb_tvar tgt, nb_tvar *loss) {
+    nb_tvar h1, r1, e, y, r2, a, ra;
+    nb_status s;
+    if ((s = nb_tape_linear(t, x, p[0], p[1], &h1)) || (s = nb_tape_relu(t, h1, &r1)) ||
+        (s = nb_tape_add(t, r1, h1, &e)) || (s = nb_tape_linear(t, e, p[4], p[5], &y)) ||
+        (s = nb_tape_relu(t, y, &r2)) || (s = nb_tape_add(t, r2, tgt, &a)) || (s = nb_tape_relu(t, a, &ra)))
+        return s;
+    return nb_tape_mse(t, ra, tgt, loss);
+}
+
+typedef nb_status (*build_fn)(nb_tape *t, const nb_tvar *p, nb_tvar x, nb_tvar tgt, nb_tvar *loss);
+
+static void run_b(nb_device *dev, build_fn build, int compile, float *loss, float *grads, int64_t *np) {
     static const int64_t ps[6][2] = {{12, 6}, {12, 0}, {12, 6}, {12, 0}, {4, 12}, {4, 0}};
     static float x[7 * 6], tgt[7 * 4];
     nb_test_fill(x, 7 * 6, 11, 1.5f), nb_test_fill(tgt, 7 * 4, 12, 1.5f);
@@ -207,14 +223,15 @@ static void run_b(nb_device *dev, int compile, float *loss, float *grads, int64_
     NB_REQUIRE_OK(nb_graph_record_begin(t));
     NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){7, 6}, x, 0, &xv));
     NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){7, 4}, tgt, 0, &tv));
-    NB_EXPECT_OK(build_b(t, p, xv, tv, &l));
+    NB_EXPECT_OK(build(t, p, xv, tv, &l));
     NB_EXPECT_OK(nb_tape_backward(t, l));
     nb_graph *g;
     NB_REQUIRE_OK(nb_graph_record_end(t, &g));
     if (compile) {
         nb_graph_compile_stats st;
         NB_EXPECT_OK(nb_graph_compile(g, NULL, &st));
-        NB_EXPECT(st.fused_nodes == 2 && st.fused_ops == 4);
+        if (build == build_b) NB_EXPECT(st.fused_nodes == 2 && st.fused_ops == 4 && st.epilogues == 0);
+        else NB_EXPECT(st.fused_nodes == 2 && st.fused_ops == 5 && st.epilogues == 1);
     }
     for (int rep = 0; rep < 2; rep++) {
         NB_EXPECT_OK(nb_tape_zero_grad(t));
@@ -228,15 +245,19 @@ static void run_b(nb_device *dev, int compile, float *loss, float *grads, int64_
     nb_tape_free(t);
 }
 
-static void test_compile_graph_b(void) {
+static void test_compile_graph_b_d(void) {
     static float g0[1024], g1[1024];
     float l0, l1;
     int64_t n0, n1;
-    run_b(NULL, 0, &l0, g0, &n0);
-    run_b(NULL, 1, &l1, g1, &n1);
-    NB_EXPECT(n0 == n1 && n0 == 6 * 12 + 12 + 6 * 12 + 12 + 4 * 12 + 4);
-    nb_test_expect_close("loss", &l1, &l0, 1, 1e-5);
-    nb_test_expect_close("parameter gradients", g1, g0, n0, 1e-5);
+    for (int d = 0; d < 2; d++) {
+        build_fn b = d ? build_d : build_b;
+        run_b(NULL, b, 0, &l0, g0, &n0);
+        run_b(NULL, b, 1, &l1, g1, &n1);
+        NB_EXPECT(n0 == n1 && n0 == 6 * 12 + 12 + 6 * 12 + 12 + 4 * 12 + 4);
+        nb_test_expect_close(d ? "d loss" : "b loss", &l1, &l0, 1, 1e-5);
+        nb_test_expect_close(d ? "d parameter gradients" : "b parameter gradients", g1, g0, n0, 1e-5);
+        NB_EXPECT(l0 > 0.0f);
+    }
 }
 
 /* ---- graph C: constant folding ------------------------------------------------------------------
@@ -317,14 +338,16 @@ static void test_compile_cuda(void) {
     static float g0[1024], g1[1024];
     float l0, l1;
     int64_t n0, n1;
-    run_b(NULL, 0, &l0, g0, &n0);
-    run_b(gpu, 1, &l1, g1, &n1);
-    nb_test_expect_close("cuda loss b", &l1, &l0, 1, 1e-4);
-    nb_test_expect_close("cuda parameter gradients b", g1, g0, n0, 1e-4);
+    for (int d = 0; d < 2; d++) {
+        run_b(NULL, d ? build_d : build_b, 0, &l0, g0, &n0);
+        run_b(gpu, d ? build_d : build_b, 1, &l1, g1, &n1);
+        nb_test_expect_close(d ? "cuda loss d" : "cuda loss b", &l1, &l0, 1, 1e-4);
+        nb_test_expect_close(d ? "cuda parameter gradients d" : "cuda parameter gradients b", g1, g0, n0, 1e-4);
+    }
     nb_device_close(gpu);
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_compile_graph_a, test_compile_options, test_compile_graph_b, test_compile_fold,
+    NB_TEST_MAIN(argc, argv, test_compile_graph_a, test_compile_options, test_compile_graph_b_d, test_compile_fold,
                  test_compile_cuda);
 }

@@ -190,8 +190,9 @@ nb_status nb_graph_dump_file(nb_graph *g, unsigned flags, FILE *f);
  *   - constant folding: a node whose inputs are all constants (activations made before
  *     recording) and whose output needs no gradient runs once, now, by its row; its output
  *     becomes a constant of the graph;
- *   - fusion: maximal chains of elementwise / broadcast ops (silu, add, add_channel, casts to
- *     f32, ending maybe in mse) whose intermediate values nothing else reads become ONE node
+ *   - GEMM epilogues: a relu that is a linear's only reader joins it (one linear_relu node);
+ *   - fusion: maximal chains of elementwise / broadcast ops (silu, relu, add, add_channel, casts
+ *     to f32, ending maybe in mse) whose intermediate values nothing else reads become ONE node
  *     ("fused" in dumps, with the ops it holds): a generated kernel-language function compiled
  *     through the module layer (disk cache: the text is the key, so a second process starts
  *     warm), run by a vectorized call forward and by its reverse-mode call backward. A value
@@ -200,7 +201,7 @@ nb_status nb_graph_dump_file(nb_graph *g, unsigned flags, FILE *f);
  * The compiled graph replays like any graph (nb_graph_run, reads, the plan, CUDA graphs) and
  * gives the recorded results within rounding (sums are taken in another order). */
 typedef struct nb_graph_compile_options {
-    int no_dead, no_dedup, no_fold, no_fuse; /* 1 turns a pass off (comparisons, tests) */
+    int no_dead, no_dedup, no_fold, no_epilogue, no_fuse; /* 1 turns a pass off (comparisons, tests) */
 } nb_graph_compile_options;
 void nb_graph_compile_options_init(nb_graph_compile_options *o); /* every pass on */
 
@@ -208,6 +209,7 @@ typedef struct nb_graph_compile_stats {
     int dead;        /* nodes removed as dead */
     int duplicates;  /* nodes removed as duplicates */
     int folded;      /* nodes computed at compile time (their outputs are constants now) */
+    int epilogues;   /* linear -> relu pairs made one linear_relu node */
     int fused_nodes; /* fused nodes made */
     int fused_ops;   /* recorded nodes they replace */
 } nb_graph_compile_stats;

@@ -45,6 +45,8 @@ static const fuse_rule rules[] = {
     {NB_TOP_ADD_CHANNEL, 2, 0, "$0 + $1"}, /* $1 is a channel input, broadcast by its binding */
     {NB_TOP_CAST, 1, 0, "$0"},             /* to f32 only (exact); bf16 rounding does not fuse */
     {NB_TOP_MSE, 2, 1, "($0 - $1) * ($0 - $1)"},
+    /* relu as its CPU row: NaN passes (x * 0), the derivative is 1 only where x > 0 */
+    {NB_TOP_RELU, 1, 0, "$0 > 0.0 ? $0 : ($0 < 0.0 ? 0.0 : $0 * 0.0)"},
 };
 
 static const fuse_rule *rule_of(int kind) {

@@ -5,8 +5,10 @@
  *   duplicates  a node with the kind, inputs, attributes and module object of an earlier one is
  *               dropped and its readers read the earlier one's output (not when its own output
  *               is an output: the handle must stay readable)
- *   fusion      maximal groups of fusable nodes (fuse.h: silu, add, add_channel, cast to f32,
- *               mse as the last op) whose intermediate values no other node reads and that are
+ *   epilogues   linear -> relu (the relu the linear's only reader) becomes one LINEAR_RELU node
+ *               (nb_top_fuse_linear_relu: the relu in the GEMM's bias pass on CUDA)
+ *   fusion      maximal groups of fusable nodes (fuse.h: silu, relu, add, add_channel, cast
+ *               to f32, mse as the last op) whose intermediate values no other node reads and that are
  *               not outputs become ONE node of the FUSED row: a generated [Differentiable] .nb
  *               function compiled through the module layer (the text is the structure: equal
  *               groups share one kernel, and the disk cache makes the next process warm), run
@@ -215,6 +217,34 @@ static nb_status pass_fold(nb_graph *g, int *folded) {
     return s;
 }
 
+/* ---- GEMM epilogues ------------------------------------------------------------------------------ */
+
+/* linear -> relu, where the relu is the linear's only reader and the linear's output no graph
+ * output: one LINEAR_RELU node (the relu rides in the GEMM's bias pass on CUDA; ops.def). */
+static nb_status pass_epilogue(nb_graph *g, int *made) {
+    int32_t n = g->n_nodes, *readers = NULL;
+    unsigned char *why = nb_calloc((size_t)n + 1, 16);
+    nb_tvar *to = nb_calloc((size_t)(n + 1) * sizeof *to, 16);
+    nb_status s = why && to ? count_readers(g, &readers)
+                            : nb_error(NB_ERR_OUT_OF_MEMORY, "nb_graph_compile: out of host memory");
+    for (int32_t k = 0; !s && k < n; k++) {
+        nb_top *op = &g->nodes[k], f;
+        nb_tvar x = op->nin > 0 ? op->in[0] : NB_TVAR_NONE;
+        if (op->kind != NB_TOP_RELU || x < 0 || g->gv[x].role != NB_GV_ACT || readers[x] != 1) continue;
+        int32_t p = g->gv[x].producer;
+        if (p < 0 || why[p] || !nb_top_fuse_linear_relu(&g->nodes[p], op, &f)) continue;
+        *op = f;
+        why[p] = NB_GONE_FUSED;
+        to[p] = op->out;
+        (*made)++;
+    }
+    if (!s && *made) s = compact(g, why, to);
+    if (readers) free_counts(g, readers);
+    if (why) nb_free(why, (size_t)n + 1);
+    if (to) nb_free(to, (size_t)(n + 1) * sizeof *to);
+    return s;
+}
+
 /* ---- fusion ------------------------------------------------------------------------------------ */
 
 /* Node k can join a fused kernel: its row has an expression and its values are f32. */
@@ -411,6 +441,7 @@ nb_status nb_graph_compile(nb_graph *g, const nb_graph_compile_options *opts, nb
     if (!s && !o.no_dedup) s = pass_dedup(g, &st.duplicates);
     if (!s && !o.no_dead && st.duplicates) s = pass_dead(g, &st.dead);
     if (!s && !o.no_fold) s = pass_fold(g, &st.folded);
+    if (!s && !o.no_epilogue) s = pass_epilogue(g, &st.epilogues);
     if (!s && !o.no_fuse) s = pass_fuse(g, &st.fused_nodes, &st.fused_ops);
     if (!s) s = nb_graph_validate(g);
     if (s) g->broken = 1;
