@@ -23,7 +23,6 @@
  *                     as recorded
  *   compiled_replay   the same graph run `replay` times between one input set and one read
  *                     (the time divided by replay: the course's "graph loop")
- *                     Both not measured yet (printed as "-"): they wait for nb_graph_compile.
  * The graph rows run on the bench's device (CPU with --device cpu).
  * Every row's output is checked: softmax rows summing to 1, and equal to the first row's output
  * (1e-4; 2e-2 with TF32 GEMMs) — a wrong row is an error, not a timing.

@@ -212,6 +212,12 @@ static nb_status recorded_setup(row_ctx *c) {
     }
     return s ? s : nb_graph_output(c->gr, c->out);
 }
+/* compiled: the recorded graph through every pass of nb_graph_compile (dead / duplicate nodes,
+ * folding, linear -> relu epilogues, fused elementwise chains), replayed as recorded */
+static nb_status compiled_setup(row_ctx *c) {
+    nb_status s = recorded_setup(c);
+    return s ? s : nb_graph_compile(c->gr, NULL, NULL);
+}
 static nb_status graph_run(row_ctx *c) {
     nb_status s = nb_graph_set_input(c->gr, 0, c->g->x, NB_F32, 2, (int64_t[]){c->g->S, c->g->S});
     for (int i = 0; i < c->replay && !s; i++) s = nb_graph_run(c->gr);
@@ -230,13 +236,13 @@ typedef struct row_impl {
     int replay; /* a timed run is opts.replay graph runs (the time is divided by it) */
 } row_impl;
 
-/* NULL run: not measured yet (the compiled rows: recorded_setup + nb_graph_compile, graph_run;
- * compiled_replay with replay = 1) */
 static const row_impl graph_rows[NB_GB_ROWS] = {
     [NB_GB_CPU] = {kept_setup, kept_run, 0, 0},
     [NB_GB_IMMEDIATE] = {no_setup, fresh_run, 1, 0},
     [NB_GB_IMMEDIATE_CACHED] = {kept_setup, kept_run, 1, 0},
     [NB_GB_RECORDED] = {recorded_setup, graph_run, 2, 0},
+    [NB_GB_COMPILED] = {compiled_setup, graph_run, 2, 0},
+    [NB_GB_COMPILED_REPLAY] = {compiled_setup, graph_run, 2, 1},
 };
 
 /* The median ms of one row on graph g (NAN when the row does not apply). ref [S*S]: the output

@@ -1,8 +1,8 @@
 #!/bin/sh
 # `nabla graph bench`: usage errors (exit 2), a bad --out (exit 1), and a tiny CPU run (sizes 32,
-# depth 4, 1 sample) whose table has the header and a line per point with the cpu and recorded
-# rows timed (outputs checked against the cpu row's by the bench itself), and whose two plots
-# are PNG files.
+# depth 4, 1 sample) whose table has the header and a line per point with the cpu, recorded,
+# compiled and compiled_replay rows timed (outputs checked against the cpu row's by the bench
+# itself), and whose two plots are PNG files.
 NABLA="$1"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nabla graph.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -27,7 +27,7 @@ contains tiny "sweep    size  depth linears"
 contains tiny "immediate_cached"
 # one line per point: the size point at depth 4, the depth points at size 32; cpu and graph rows timed
 for want in "size       32      4" "depth      32      2" "depth      32      4"; do contains tiny "$want"; done
-n=$(printf '%s\n' "$out" | grep -E '^(size|depth) ' | awk '$7 != "-" && $10 != "-"' | wc -l)
+n=$(printf '%s\n' "$out" | grep -E '^(size|depth) ' | awk '$7 != "-" && $10 != "-" && $11 != "-" && $12 != "-"' | wc -l)
 [ "$n" -eq 3 ] && passed=$((passed+1)) || { echo "FAIL tiny: $n of 3 lines have cpu and graph rows timed"; echo "$out"; fail=$((fail+1)); }
 for f in graphs_size.png graphs_depth.png; do
     if [ "$(head -c 8 "$tmp/$f" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; then
