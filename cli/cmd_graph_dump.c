@@ -1,6 +1,7 @@
 /* `nabla graph dump MODEL`: records a built-in model's training step as a graph (include/nabla/
- * graph_models.h does the work), replays it once with per-node timing and prints the graph's
- * text dump; --dot writes the Graphviz picture. The `graph` command's table is in cmd_graph.c. */
+ * graph_models.h does the work), compiles it with --compile, replays it once with per-node
+ * timing and prints the graph's text dump; --dot writes the Graphviz picture. The `graph`
+ * dispatcher is in cmd_graph.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,7 @@
 
 static void dump_usage(FILE *to) {
     fprintf(to,
-            "usage: nabla graph dump [--dot FILE] [--device auto|cpu|cuda[:N]] [--seed N] [--no-run] MODEL\n"
+            "usage: nabla graph dump [--compile] [--dot FILE] [--device auto|cpu|cuda[:N]] [--seed N] [--no-run] MODEL\n"
             "\n"
             "Records one training step (forward, mse, backward) of a built-in model as a computational\n"
             "graph, replays it once with per-node timing and prints one line per node (op, input and\n"
@@ -23,6 +24,9 @@ static void dump_usage(FILE *to) {
     fprintf(to,
             "\n"
             "options:\n"
+            "  --compile       compile the recorded graph first (dead / duplicate nodes, constant\n"
+            "                  folding, linear + relu, fused elementwise kernels) and print what\n"
+            "                  each pass did\n"
             "  --dot FILE      also write the graph in Graphviz DOT (dot -Tpng FILE -o graph.png)\n"
             "  --device D      (default: cpu)\n"
             "  --seed N        parameter and data seed (default: 0)\n"
@@ -38,7 +42,7 @@ static int dump_fail(const char *what) {
 int nb_cmd_graph_dump(int argc, char **argv) {
     const char *dot = NULL, *device = "cpu", *model = NULL;
     unsigned long long seed = 0;
-    int run = 1;
+    int run = 1, compile = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -47,6 +51,8 @@ int nb_cmd_graph_dump(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-run")) {
             run = 0;
+        } else if (!strcmp(a, "--compile")) {
+            compile = 1;
         } else if (!strcmp(a, "--dot") || !strcmp(a, "--device") || !strcmp(a, "--seed")) {
             if (i + 1 >= argc) return nb_cli_bad_usage("graph dump: %s needs a value", a);
             const char *v = argv[++i];
@@ -74,7 +80,12 @@ int nb_cmd_graph_dump(int argc, char **argv) {
         rc = dump_fail(model);
     } else {
         nb_graph *g = nb_graph_model_graph(m);
-        if (run && (nb_graph_set_profiling(g, 1) || nb_graph_run(g))) rc = dump_fail("run");
+        nb_graph_compile_stats cs;
+        if (compile && nb_graph_compile(g, NULL, &cs)) rc = dump_fail("compile");
+        else if (compile)
+            printf("compiled: %d dead, %d duplicate, %d folded, %d linear+relu, %d fused nodes replacing %d\n",
+                   cs.dead, cs.duplicates, cs.folded, cs.epilogues, cs.fused_nodes, cs.fused_ops);
+        if (!rc && run && (nb_graph_set_profiling(g, 1) || nb_graph_run(g))) rc = dump_fail("run");
         if (!rc && nb_graph_dump_file(g, NB_GRAPH_DUMP_TEXT, stdout)) rc = dump_fail("dump");
         if (!rc && dot) {
             FILE *f = fopen(dot, "w");

@@ -9,7 +9,8 @@
  *   nb_graph_model_free(m);                       // the graph, its tape and model
  *
  * Models (nb_graph_model_list):
- *   mlp   x [64,32] -> linear 64 -> silu -> linear 64 -> silu -> linear 8; target [64,8]
+ *   mlp   x [64,32] -> linear 64 -> relu = h -> linear 64 -> silu -> + h -> silu -> linear 8;
+ *         target [64,8] (compiled: one linear_relu node and one fused silu-add-silu node)
  *   unet  nabla's UNet (nn_unet.h) at a small size: 16x16x3, 32 channels, mult 1,2, one res
  *         block, attention at 8x8 (32-channel heads), GroupNorm(8); x [2,3,16,16]; the timestep
  *         embedding (timesteps 10, 500) is made before recording: a constant of the graph. */

@@ -69,6 +69,7 @@ class Graph:
         self._gen = None        # the tape generation of the recording
         self._pending = []      # outputs marked inside the block
         self._in_dtypes = None  # the dtype name of each input's data at recording (or None)
+        self.compiled = None    # compile()'s stats once compiled
 
     # ---- recording -----------------------------------------------------------------------------
 
@@ -193,6 +194,15 @@ class Graph:
         """Per-node times of the next runs (shown by dump())."""
         self._live("set_profiling").set_profiling(bool(on))
 
+    def compile(self, dead=True, dedup=True, fold=True, epilogue=True, fuse=True):
+        """Rewrites the graph in place (nb_graph_compile; mark outputs first): removes dead and
+        duplicate nodes, folds constants, joins linear -> relu into one node and fuses chains of
+        elementwise ops into generated kernels (each pass can be turned off). Replays then give
+        the recorded results within rounding. Returns what each pass did: {"dead", "duplicates",
+        "folded", "epilogues", "fused_nodes", "fused_ops"}; also in self.compiled."""
+        self.compiled = self._live("compile").compile(dead, dedup, fold, epilogue, fuse)
+        return self.compiled
+
     # ---- inspection ----------------------------------------------------------------------------
 
     def memory(self):
@@ -242,7 +252,7 @@ class record:
 class CompiledFunction:
     """The result of nabla.compile(fn): see compile."""
 
-    def __init__(self, fn, cache_size=8, cuda_graph=True):
+    def __init__(self, fn, cache_size=8, cuda_graph=True, passes=True):
         if not callable(fn):
             raise TypeError(f"nabla.compile: expected a function, got {type(fn).__name__}")
         if cache_size < 1:
@@ -250,6 +260,11 @@ class CompiledFunction:
         self.fn = fn
         self.cache_size = cache_size
         self.cuda_graph = cuda_graph
+        if passes is True:
+            passes = {}
+        elif passes is not False and not isinstance(passes, dict):
+            raise TypeError("nabla.compile: passes must be True, False or a dict of Graph.compile switches")
+        self.passes = passes  # False: replay the recorded graph as recorded
         self._cache = OrderedDict()  # signature -> _Entry, least recently used first
         self.records = 0
         self.replays = 0
@@ -304,6 +319,11 @@ class CompiledFunction:
             raise type(err)(f"nabla.compile({name}): {err}") from None
         e = _Entry(g, out, name)
         g.output(*[v for v in e.leaves if v.gen >= 0])
+        if self.passes is not False:
+            try:
+                g.compile(**self.passes)
+            except _nabla.NablaError as err:
+                raise type(err)(f"nabla.compile({name}): {err}") from None
         if not self.cuda_graph:
             g.set_cuda_graph(False)
         return e
@@ -359,8 +379,9 @@ class _Entry:
         return build(self.shape)
 
 
-def compile(fn=None, *, cache_size=8, cuda_graph=True):
-    """Decorator: `@nabla.compile` or `nabla.compile(fn, cache_size=8, cuda_graph=True)`.
+def compile(fn=None, *, cache_size=8, cuda_graph=True, passes=True):
+    """Decorator: `@nabla.compile` or `nabla.compile(fn, cache_size=8, cuda_graph=True,
+    passes=True)`.
 
     Calling convention: compiled(tape, *args, **kwargs) calls fn(tape, *args', **kwargs) where
     args' are args with every array (numpy, nabla.Tensor, torch, anything with shape and dtype)
@@ -380,5 +401,5 @@ def compile(fn=None, *, cache_size=8, cuda_graph=True):
     more ops, a timestep embedding from host data, parameter registration) raise at the first
     call, naming the node."""
     if fn is None:
-        return lambda f: CompiledFunction(f, cache_size, cuda_graph)
-    return CompiledFunction(fn, cache_size, cuda_graph)
+        return lambda f: CompiledFunction(f, cache_size, cuda_graph, passes)
+    return CompiledFunction(fn, cache_size, cuda_graph, passes)

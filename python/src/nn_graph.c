@@ -214,6 +214,27 @@ static PyObject *graph_dump(PyObject *self, PyObject *arg) {
     return r;
 }
 
+/* compile(dead=True, dedup=True, fold=True, epilogue=True, fuse=True) -> dict of what each pass
+ * did (nb_graph_compile: in place; a pass set False is skipped). */
+static PyObject *graph_compile(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwl[] = {"dead", "dedup", "fold", "epilogue", "fuse", NULL};
+    int on[5] = {1, 1, 1, 1, 1};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ppppp", kwl, &on[0], &on[1], &on[2], &on[3], &on[4])) return NULL;
+    nb_graph_compile_options o;
+    nb_graph_compile_options_init(&o);
+    o.no_dead = !on[0], o.no_dedup = !on[1], o.no_fold = !on[2], o.no_epilogue = !on[3], o.no_fuse = !on[4];
+    nb_graph_compile_stats cs;
+    memset(&cs, 0, sizeof cs);
+    nb_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = nb_graph_compile(G(self), &o, &cs);
+    Py_END_ALLOW_THREADS
+    if (st) return nbn_raise(st);
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i}", "dead", cs.dead, "duplicates", cs.duplicates, "folded",
+                         cs.folded, "epilogues", cs.epilogues, "fused_nodes", cs.fused_nodes, "fused_ops",
+                         cs.fused_ops);
+}
+
 static PyMethodDef graph_methods[] = {
     {"output", graph_output, METH_O, "output(handle): keep and allow reading after a run"},
     {"info", graph_info, METH_NOARGS, "info() -> dict (nb_graph_info)"},
@@ -228,6 +249,8 @@ static PyMethodDef graph_methods[] = {
     {"set_profiling", graph_set_profiling, METH_O, "set_profiling(on)"},
     {"memory", graph_memory, METH_NOARGS, "memory() -> (planned_peak, naive) bytes"},
     {"dump", graph_dump, METH_O, "dump(flags) -> str (1 text, 2 DOT)"},
+    {"compile", (PyCFunction)(void (*)(void))graph_compile, METH_VARARGS | METH_KEYWORDS,
+     "compile(dead=True, dedup=True, fold=True, epilogue=True, fuse=True) -> dict"},
     {NULL},
 };
 static PyType_Slot graph_slots[] = {

@@ -70,11 +70,15 @@ static nb_status record_step(nb_graph_model *m, int xnd, const int64_t *xs, int 
 
 enum { MLP_B = 64, MLP_IN = 32, MLP_H = 64, MLP_OUT = 8 };
 
+/* h1 = relu(linear(x)); y = linear(silu(silu(linear(h1)) + h1)): a linear -> relu pair (one
+ * node when compiled) and an elementwise chain silu -> add -> silu (one fused node) */
 static nb_status mlp_fwd(nb_graph_model *m, nb_tvar x, nb_tvar *y) {
-    nb_tvar h;
-    TRY(nb_tape_linear(m->t, x, m->p[0], m->p[1], &h));
+    nb_tvar h1, h;
+    TRY(nb_tape_linear(m->t, x, m->p[0], m->p[1], &h1));
+    TRY(nb_tape_relu(m->t, h1, &h1));
+    TRY(nb_tape_linear(m->t, h1, m->p[2], m->p[3], &h));
     TRY(nb_tape_silu(m->t, h, &h));
-    TRY(nb_tape_linear(m->t, h, m->p[2], m->p[3], &h));
+    TRY(nb_tape_add(m->t, h, h1, &h));
     TRY(nb_tape_silu(m->t, h, &h));
     return nb_tape_linear(m->t, h, m->p[4], m->p[5], y);
 }
@@ -121,7 +125,8 @@ static const struct {
     const char *name, *help;
     model_build build;
 } models[] = {
-    {"mlp", "x [64,32] -> linear 64 -> silu -> linear 64 -> silu -> linear 8, mse, backward", mlp_build},
+    {"mlp", "x [64,32] -> linear 64 -> relu = h -> linear 64 -> silu -> + h -> silu -> linear 8, mse, backward",
+     mlp_build},
     {"unet", "nabla's UNet at 16x16x3 (32 channels, mult 1,2, attention at 8), N=2, mse, backward", unet_build},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))

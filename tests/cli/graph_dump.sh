@@ -21,12 +21,14 @@ check bad-device 1 "$NABLA" graph dump mlp --device tpu && contains bad-device "
 check bad-dot 1 "$NABLA" graph dump mlp --dot "$tmp/no/such/dir/g.dot" && contains bad-dot "cannot write"
 
 check mlp 0 "$NABLA" graph dump mlp --dot "$tmp/mlp.dot" &&
-    contains mlp "graph: 6 nodes, 2 inputs, 0 constants, 2 outputs, forward + backward" &&
-    contains mlp "node 0 linear: " && contains mlp "node 5 mse:" && contains mlp "fwd " &&
+    contains mlp "graph: 8 nodes, 2 inputs, 0 constants, 2 outputs, forward + backward" &&
+    contains mlp "node 0 linear: " && contains mlp "node 1 relu:" && contains mlp "node 7 mse:" && contains mlp "fwd " &&
     contains mlp "memory: planned peak"
 head -c 21 "$tmp/mlp.dot" | grep -q "digraph nabla_graph {" && passed=$((passed+1)) ||
     { echo "FAIL mlp.dot: not a DOT file"; fail=$((fail+1)); }
 check mlp-norun 0 "$NABLA" graph dump mlp --no-run && contains mlp-norun "node 2 linear: "
+check mlp-compiled 0 "$NABLA" graph dump mlp --compile && contains mlp-compiled "compiled: 0 dead, 0 duplicate, 0 folded, 1 linear+relu, 1 fused nodes replacing 3" &&
+    contains mlp-compiled "linear_relu" && contains mlp-compiled "graph: 5 nodes" && contains mlp-compiled "memory: planned peak"
 # the UNet: the timestep embedding is a constant, attention and group norms are nodes
 check unet 0 "$NABLA" graph dump unet --seed 3 && contains unet "1 constants" &&
     contains unet "attention" && contains unet "group_norm" && contains unet "concat" && contains unet "mse"
