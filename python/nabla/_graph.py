@@ -49,8 +49,12 @@ def _dtype_name(x):
 
 
 def _is_array(x):
-    return (hasattr(x, "__array_interface__") or hasattr(x, "__cuda_array_interface__")
-            or hasattr(x, "__dlpack__") or (hasattr(x, "shape") and hasattr(x, "dtype")))
+    """An array argument of a compiled function (a graph input): numpy, nabla.Tensor, torch, any
+    object with a shape and a dtype, of 1 or more dims (0-dim ones, like numpy scalars, are
+    constants of the graph: part of the cache key by value)."""
+    is_arr = (hasattr(x, "__array_interface__") or hasattr(x, "__cuda_array_interface__")
+              or hasattr(x, "__dlpack__") or (hasattr(x, "shape") and hasattr(x, "dtype")))
+    return is_arr and len(getattr(x, "shape", (1,))) > 0
 
 
 def _is_torch(x):
@@ -276,6 +280,8 @@ class CompiledFunction:
         for a in args:
             if _is_array(a):
                 sig.append(("array", tuple(int(s) for s in a.shape), _dtype_name(a)))
+            elif hasattr(a, "item") and getattr(a, "shape", None) == ():
+                sig.append(("const", a.item()))  # a 0-dim array: its value
             else:
                 sig.append(("const", a))
         sig.append(tuple(sorted(kwargs.items())))

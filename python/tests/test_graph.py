@@ -285,6 +285,11 @@ def test_compile_cache_and_rerecord():
     # constant arguments are part of the key
     step(t, rnd(8, 16), rnd(8, 4), scale_name="other")
     assert step.cache_info()["records"] == 4 and len(step.graphs) == 4
+    # a 0-dim array is a constant (keyed by its value), not a graph input
+    step(t, rnd(8, 16), rnd(8, 4), np.float32(2.0))
+    step(t, rnd(8, 16), rnd(8, 4), np.float32(2.0))
+    step(t, rnd(8, 16), rnd(8, 4), np.float32(3.0))
+    assert step.cache_info()["records"] == 6 and step.graphs[-2].info["n_inputs"] == 2
 
 
 def test_compile_cache_size_and_results():
