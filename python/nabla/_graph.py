@@ -61,6 +61,15 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
+def _on_cuda(x):
+    """True / False for a nabla.Tensor or torch tensor on a CUDA / CPU device; None otherwise."""
+    if isinstance(x, _nabla.CTensor):
+        return x.device.type != "cpu"
+    if _is_torch(x) and hasattr(x, "device"):
+        return x.device.type == "cuda"
+    return None
+
+
 class Graph:
     """A recorded graph of a nabla.nn.Tape: made by `with nabla.record(tape) as g:` (usable
     after the block). Values are the Vars of the recording (and the tape's parameters)."""
@@ -146,7 +155,9 @@ class Graph:
 
     def set_input(self, i, data):
         """Input i := a copy of data (numpy, list, nabla.Tensor, torch): the recorded shape, and
-        the dtype of the data recorded (DtypeError otherwise; Python lists carry none)."""
+        the dtype of the data recorded (DtypeError otherwise; Python lists carry none). A
+        nabla.Tensor or torch tensor on the graph's device is copied there; other data goes
+        through the host like tape.input's (uploaded on CUDA)."""
         c = self._live("set_input")
         n = c.info()["n_inputs"]
         if not isinstance(i, int) or not 0 <= i < n:
@@ -156,7 +167,10 @@ class Graph:
         if want is not None and got is not None and got != want:
             raise DtypeError(f"Graph.set_input: input {i} has dtype {got}, the graph was recorded with {want} "
                              "(convert it, or record again)")
-        c.set_input(i, data)
+        if _on_cuda(data) == bool(c.info()["on_cuda"]):
+            c.set_input_tensor(i, data)  # on the graph's device: copied there, not through the host
+        else:
+            c.set_input(i, data)  # host data / another device: staged through the host as tape.input
 
     def run(self, *inputs):
         """Sets inputs 0, 1, ... from the arguments (None keeps an input's data) and runs the

@@ -148,6 +148,29 @@ static PyObject *graph_set_input(PyObject *self, PyObject *args) {
     return r;
 }
 
+/* set_input_tensor(i, data): device arrays (nabla.Tensor, torch) on the graph's device (a CPU
+ * graph: CPU arrays), f32, copied straight into input i (nb_graph_set_input_tensor: queued on
+ * the stream on CUDA, torch's stream ordered before and after): no trip through the host. */
+static PyObject *graph_set_input_tensor(PyObject *self, PyObject *args) {
+    int i;
+    PyObject *d;
+    if (!PyArg_ParseTuple(args, "iO", &i, &d)) return NULL;
+    nbn_ctx c;
+    if (nbn_begin(&c, nb_tape_device(((TapeObject *)((GraphObject *)self)->tape)->t), "Graph.set_input") < 0) return NULL;
+    PyObject *r = NULL;
+    nb_tensor *x = nbn_in(&c, d, "data", 0, 1, NB_TAPE_MAX_DIMS);
+    if (x) {
+        nb_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = nb_graph_set_input_tensor(G(self), i, x);
+        Py_END_ALLOW_THREADS
+        if (st) nbn_raise(st);
+        else if (nbn_after(&c) == 0) r = nbn_none(NB_OK);
+    }
+    nbn_end(&c);
+    return r;
+}
+
 static PyObject *graph_run(PyObject *self, PyObject *u) {
     nb_status st;
     Py_BEGIN_ALLOW_THREADS
@@ -241,6 +264,7 @@ static PyMethodDef graph_methods[] = {
     {"input", graph_input, METH_O, "input(i) -> handle"},
     {"value", graph_value, METH_O, "value(handle) -> (shape, dtype, role, output, needs_grad, input_index)"},
     {"set_input", graph_set_input, METH_VARARGS, "set_input(i, data)"},
+    {"set_input_tensor", graph_set_input_tensor, METH_VARARGS, "set_input_tensor(i, device_array)"},
     {"run", graph_run, METH_NOARGS, "run(): forward (+ backward when recorded)"},
     {"read", (PyCFunction)(void (*)(void))graph_read, METH_VARARGS | METH_KEYWORDS,
      "read(handle, grad=False, result=None) -> numpy"},

@@ -111,6 +111,27 @@ def test_forward_only_graph_torch_results():
         g.grad(y)
 
 
+def test_set_input_device_arrays():
+    """nabla.Tensor and torch inputs are copied on the graph's device (here the CPU)."""
+    t, p = make_tape()
+    g, x, y, loss = record_step(t, p, rnd(8, 16), rnd(8, 4))
+    xs, ts = rnd(8, 16, seed=12), rnd(8, 4, seed=13)
+    xt = nabla.Tensor.from_numpy(xs, device="cpu")
+    t.zero_grad()
+    g.run(xt, ts)
+    y_imm = immediate("cpu", xs, ts)[0]
+    assert np.array_equal(g.read(y), y_imm)
+    assert np.array_equal(g.read(x), xs)
+    torch = pytest.importorskip("torch")
+    xs2 = rnd(16, 8, seed=14)
+    g.run(torch.from_numpy(xs2).t())  # non-contiguous: made contiguous
+    assert np.array_equal(g.read(x), xs2.T)
+    with pytest.raises(nabla.ShapeError, match="recorded \\[8,16\\]"):
+        g.run(torch.zeros(8, 15))
+    with pytest.raises(nabla.DtypeError, match="float64"):
+        g.run(torch.zeros(8, 16, dtype=torch.float64))
+
+
 def test_memory_plan_and_poison():
     t, p = make_tape()
     g, x, y, loss = record_step(t, p, rnd(8, 16), rnd(8, 4))
