@@ -78,7 +78,8 @@ int nb_cmd_cache(int argc, char **argv);
 int nb_cmd_env(int argc, char **argv);
 int nb_cmd_fit_image(int argc, char **argv); /* cmd_fit_image.c */
 int nb_cmd_unet(int argc, char **argv); /* cmd_unet.c */
-int nb_cmd_graph(int argc, char **argv); /* cmd_graph.c: graph bench, graph dump */
+int nb_cmd_graph(int argc, char **argv); /* cmd_graph.c: graph bench, graph dump, graph bench-chain */
 int nb_cmd_graph_dump(int argc, char **argv); /* cmd_graph_dump.c: graph dump */
+int nb_cmd_graph_chain(int argc, char **argv); /* cmd_graph_chain.c: graph bench-chain */
 
 #endif

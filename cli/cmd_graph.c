@@ -120,10 +120,12 @@ static int cmd_bench(int argc, char **argv) {
 int nb_cmd_graph(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
         printf("usage: nabla graph bench [options]   the course's random-graph benchmark (nabla graph bench --help)\n"
-               "       nabla graph dump [options] MODEL   a built-in model's recorded training step (nabla graph dump --help)\n");
+               "       nabla graph dump [options] MODEL   a built-in model's recorded training step (nabla graph dump --help)\n"
+               "       nabla graph bench-chain [options]   user .nb functions between library ops (nabla graph bench-chain --help)\n");
         return argc < 1 ? 2 : 0;
     }
     if (!strcmp(argv[0], "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[0], "dump")) return nb_cmd_graph_dump(argc - 1, argv + 1); /* cmd_graph_dump.c */
-    return nb_cli_bad_usage("graph: unknown sub-command '%s' (bench, dump)", argv[0]);
+    if (!strcmp(argv[0], "bench-chain")) return nb_cmd_graph_chain(argc - 1, argv + 1); /* cmd_graph_chain.c */
+    return nb_cli_bad_usage("graph: unknown sub-command '%s' (bench, dump, bench-chain)", argv[0]);
 }

@@ -53,6 +53,7 @@ PUBLIC_OWNER = {
     "module.h": "call", "cmdlist.h": "call",
     "nn_tape.h": "graph", "graph.h": "graph", "nn_mlp.h": "nn", "nn_encoding.h": "nn", "nn_optim.h": "nn",
     "nn_unet.h": "models", "fit_image.h": "models", "graph_bench.h": "models", "graph_models.h": "models",
+    "graph_chain_bench.h": "models",
     "image.h": "io", "nn_dataset.h": "io", "safetensors.h": "io",
     "nabla.h": "app",
 }

@@ -199,6 +199,10 @@ nb_status nb_device_graph_capture_end(nb_device *dev, nb_device_graph **out);
 nb_status nb_device_graph_launch(nb_device_graph *g);
 /* Waits for the main stream (a launch may still run), then frees the graph. NULL: no-op. */
 void nb_device_graph_destroy(nb_device_graph *g);
+/* What the graph holds: *kernels = its kernel nodes (every kernel a replay launches: nabla's own
+ * and the libraries' such as cuBLAS), *nodes = all its nodes (kernels, memsets, copies, ...).
+ * Either may be NULL. A benchmark's launch counter: capture one step, count, destroy. */
+nb_status nb_device_graph_count(const nb_device_graph *g, int64_t *kernels, int64_t *nodes);
 
 #ifdef __cplusplus
 }

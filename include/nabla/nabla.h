@@ -20,6 +20,7 @@
 /* neural library (docs/NN.md) */
 #include "nabla/fit_image.h"
 #include "nabla/graph_bench.h"
+#include "nabla/graph_chain_bench.h"
 #include "nabla/image.h"
 #include "nabla/nn_dataset.h"
 #include "nabla/nn_encoding.h"

@@ -94,6 +94,7 @@
 extern "C" {
 #endif
 
+struct nb_tensor;
 typedef struct nb_tape nb_tape;
 typedef int32_t nb_tvar; /* handle of a value in a tape; NB_TVAR_NONE for "absent" (no bias) */
 #define NB_TVAR_NONE ((nb_tvar)-1)
@@ -151,6 +152,12 @@ nb_status nb_tape_reset(nb_tape *t);
 /* Copies data ([shape] f32, row-major) into the arena as a new value. */
 nb_status nb_tape_input(nb_tape *t, int ndim, const int64_t *shape, const float *data,
                         int requires_grad, nb_tvar *out);
+/* The same from a tensor: f32, contiguous, on the CPU (copied as nb_tape_input) or on the tape's
+ * CUDA device (a device-to-device copy queued on the tape's stream: no wait, capturable). The
+ * value's shape is the tensor's. Errors: another dtype (NB_ERR_DTYPE), not contiguous
+ * (NB_ERR_LAYOUT), a CUDA tensor on another device or with a CPU tape (NB_ERR_DEVICE). */
+nb_status nb_tape_input_tensor(nb_tape *t, const struct nb_tensor *x, int requires_grad,
+                               nb_tvar *out);
 /* Runs the log in reverse from loss (a value with exactly one element), seeding dloss = 1. */
 nb_status nb_tape_backward(nb_tape *t, nb_tvar loss);
 

@@ -7,6 +7,7 @@
 #include "core/threadpool.h"
 #include "nabla/alloc.h"
 #include "nabla/device.h"
+#include "nabla/tensor.h"
 #include "graph/graph_internal.h"
 #include "graph/tape_call.h"
 #include "graph/tape_internal.h"
@@ -392,6 +393,32 @@ nb_status nb_tape_input(nb_tape *t, int ndim, const int64_t *shape, const float 
     if (s) return s;
     if (t->rec) nb_graph_rec_input(t, *out); /* an input of the graph being recorded */
     return nb_tape_upload(t, t->vals[*out].data, data, count);
+}
+
+nb_status nb_tape_input_tensor(nb_tape *t, const nb_tensor *x, int requires_grad, nb_tvar *out) {
+    if (!t || !x || !out)
+        return nb_error(NB_ERR_INVALID_ARG, "nb_tape_input_tensor: tape, tensor or out is NULL");
+    if (nb_tensor_dtype(x) != NB_F32)
+        return nb_error(NB_ERR_DTYPE, "nb_tape_input_tensor: the tensor is %s, inputs are f32",
+                        nb_dtype_name(nb_tensor_dtype(x)));
+    if (!nb_tensor_is_contiguous(x))
+        return nb_error(NB_ERR_LAYOUT, "nb_tape_input_tensor: the tensor is not contiguous");
+    nb_device *xd = nb_tensor_device(x);
+    if (!xd || nb_device_get_kind(xd) != NB_DEVICE_CUDA)
+        return nb_tape_input(t, nb_tensor_ndim(x), nb_tensor_shape(x), nb_tensor_data(x),
+                             requires_grad, out);
+    if (!nb_tape_on_cuda(t) || strcmp(nb_device_name(xd), nb_device_name(t->dev)))
+        return nb_error(NB_ERR_DEVICE, "nb_tape_input_tensor: the tensor is on %s, the tape runs "
+                        "on %s", nb_device_name(xd), nb_tape_on_cuda(t) ? nb_device_name(t->dev)
+                        : "the CPU");
+    int64_t count;
+    nb_status s = nb_tape_check_shape("nb_tape_input_tensor", nb_tensor_ndim(x), nb_tensor_shape(x),
+                                      &count);
+    if (s) return s;
+    s = nb_tape_new_value(t, nb_tensor_ndim(x), nb_tensor_shape(x), requires_grad != 0, out);
+    if (s) return s;
+    if (t->rec) nb_graph_rec_input(t, *out);
+    return nb_memcpy_d2d(t->dev, t->vals[*out].data, nb_tensor_data(x), (size_t)count * sizeof(float));
 }
 
 /* ---- parameters ----------------------------------------------------------------------------- */

@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 check in-usage 0 "$NABLA" --help && contains in-usage "graph"
 check graph-help 0 "$NABLA" graph --help && contains graph-help "dump"
 check no-sub 2 "$NABLA" graph && contains no-sub "usage: nabla graph bench" && contains no-sub "nabla graph dump [options] MODEL"
-check bad-sub 2 "$NABLA" graph fly && contains bad-sub "unknown sub-command 'fly' (bench, dump)"
+check bad-sub 2 "$NABLA" graph fly && contains bad-sub "unknown sub-command 'fly' (bench, dump, bench-chain)"
 check help 0 "$NABLA" graph dump --help && contains help "usage: nabla graph dump" && contains help "unet"
 check no-model 2 "$NABLA" graph dump && contains no-model "missing MODEL"
 check two-models 2 "$NABLA" graph dump mlp unet && contains two-models "one MODEL only ('unet' is extra)"

@@ -28,6 +28,8 @@ typedef int CUdevice_attribute;   /* enum CUdevice_attribute_enum */
 typedef int CUfunction_attribute; /* enum CUfunction_attribute_enum */
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgraphNode_st *CUgraphNode;
+#define CU_GRAPH_NODE_TYPE_KERNEL 0 /* enum CUgraphNodeType */
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -111,6 +113,8 @@ typedef struct nb_cuda_api {
     CUresult (*GraphLaunch)(CUgraphExec e, CUstream s);
     CUresult (*GraphExecDestroy)(CUgraphExec e);
     CUresult (*GraphDestroy)(CUgraph g);
+    CUresult (*GraphGetNodes)(CUgraph g, CUgraphNode *nodes, size_t *count);
+    CUresult (*GraphNodeGetType)(CUgraphNode n, int *type); /* CUgraphNodeType */
 } nb_cuda_api;
 
 /* The loaded driver API, or NULL (with nb_cuda_unavailable_reason() saying why). Loads libcuda

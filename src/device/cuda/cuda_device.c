@@ -714,3 +714,27 @@ void nb_device_graph_destroy(nb_device_graph *g) {
     }
     nb_free(g, sizeof *g);
 }
+
+nb_status nb_device_graph_count(const nb_device_graph *g, int64_t *kernels, int64_t *nodes) {
+    if (kernels) *kernels = 0;
+    if (nodes) *nodes = 0;
+    if (!g) return nb_error(NB_ERR_INVALID_ARG, "nb_device_graph_count: graph is NULL");
+    NB_CU_ENTER(g->dev);
+    size_t n = 0;
+    NB_CU_TRY(GraphGetNodes, g->graph, NULL, &n); /* NULL nodes: the count only */
+    CUgraphNode *v = n ? nb_alloc(n * sizeof *v, 16) : NULL;
+    if (n && !v) return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_device_graph_count: %zu nodes", n);
+    size_t got = n;
+    CUresult r = n ? cu->GraphGetNodes(g->graph, v, &got) : CUDA_SUCCESS;
+    int64_t k = 0;
+    for (size_t i = 0; i < got && i < n && r == CUDA_SUCCESS; i++) {
+        int type = -1;
+        r = cu->GraphNodeGetType(v[i], &type);
+        k += type == CU_GRAPH_NODE_TYPE_KERNEL;
+    }
+    if (v) nb_free(v, n * sizeof *v);
+    if (r != CUDA_SUCCESS) return nb_cuda_fail(r, "cuGraphGetNodes / cuGraphNodeGetType");
+    if (kernels) *kernels = k;
+    if (nodes) *nodes = (int64_t)n;
+    return NB_OK;
+}

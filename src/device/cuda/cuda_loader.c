@@ -89,6 +89,8 @@ static const nb_cu_sym nb_cu_syms[] = {
     NB_SYM1(GraphLaunch, "cuGraphLaunch"),
     NB_SYM1(GraphExecDestroy, "cuGraphExecDestroy"),
     NB_SYM1(GraphDestroy, "cuGraphDestroy"),
+    NB_SYM1(GraphGetNodes, "cuGraphGetNodes"),
+    NB_SYM1(GraphNodeGetType, "cuGraphNodeGetType"),
 };
 
 const char *nb_cuda_error_str(CUresult r, char *buf, size_t cap) {
