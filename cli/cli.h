@@ -2,6 +2,7 @@
 #ifndef NB_CLI_H
 #define NB_CLI_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,16 @@ static inline int nb_cli_conformance_arg(int argc, char **argv, int *i, const ch
     if (*i + 1 >= argc || !argv[*i + 1][0]) return -1;
     *out = argv[++*i];
     return 1;
+}
+
+/* A whole decimal integer in [lo, hi] into *out: 0, else -1 (nothing after it, no overflow). */
+static inline int nb_cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (!*s || *end || errno || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
 }
 
 /* "X[,Y[,Z]]" (missing ones 1, each >= 0, nothing after): 0 and out[3] filled, else -1. For

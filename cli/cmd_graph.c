@@ -39,15 +39,6 @@ static int parse_list(const char *s, int64_t *v, int *n) {
     return 0;
 }
 
-static int parse_int(const char *s, long long lo, long long hi, long long *out) {
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (!*s || *end || errno || x < lo || x > hi) return -1;
-    *out = x;
-    return 0;
-}
-
 static int cmd_bench(int argc, char **argv) {
     nb_graph_bench_opts o;
     nb_graph_bench_defaults(&o);
@@ -70,19 +61,19 @@ static int cmd_bench(int argc, char **argv) {
             if (parse_list(v, o.depths, &o.n_depths))
                 return nb_cli_bad_usage("graph bench: --depths '%s' is not a list of up to 32 positive integers", v);
         } else if (!strcmp(a, "--depth")) {
-            if (parse_int(v, 2, 1 << 20, &x)) return nb_cli_bad_usage("graph bench: --depth '%s' (2 or more)", v);
+            if (nb_cli_parse_int(v, 2, 1 << 20, &x)) return nb_cli_bad_usage("graph bench: --depth '%s' (2 or more)", v);
             o.depth = x;
         } else if (!strcmp(a, "--size")) {
-            if (parse_int(v, 1, 65536, &x)) return nb_cli_bad_usage("graph bench: --size '%s' (1..65536)", v);
+            if (nb_cli_parse_int(v, 1, 65536, &x)) return nb_cli_bad_usage("graph bench: --size '%s' (1..65536)", v);
             o.size = x;
         } else if (!strcmp(a, "--samples")) {
-            if (parse_int(v, 1, 100000, &x)) return nb_cli_bad_usage("graph bench: --samples '%s' (1 or more)", v);
+            if (nb_cli_parse_int(v, 1, 100000, &x)) return nb_cli_bad_usage("graph bench: --samples '%s' (1 or more)", v);
             o.samples = (int)x;
         } else if (!strcmp(a, "--replay")) {
-            if (parse_int(v, 1, 1000000, &x)) return nb_cli_bad_usage("graph bench: --replay '%s' (1 or more)", v);
+            if (nb_cli_parse_int(v, 1, 1000000, &x)) return nb_cli_bad_usage("graph bench: --replay '%s' (1 or more)", v);
             o.replay = (int)x;
         } else if (!strcmp(a, "--seed")) {
-            if (parse_int(v, 0, (long long)(~0ull >> 1), &x)) return nb_cli_bad_usage("graph bench: --seed '%s'", v);
+            if (nb_cli_parse_int(v, 0, (long long)(~0ull >> 1), &x)) return nb_cli_bad_usage("graph bench: --seed '%s'", v);
             o.seed = (uint64_t)x;
         } else if (!strcmp(a, "--cpu-max-gflop")) {
             char *end = NULL;

@@ -1,7 +1,6 @@
 /* `nabla graph bench-chain`: Benchmark 2 of issue #17, user .nb functions between library ops
  * (include/nabla/graph_chain_bench.h does the work; this parses the options and prints the
  * table). */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,14 +24,17 @@ static const char *const chain_usage =
     "graph), the loss and the largest relative difference of loss and gradients from immediate.\n"
     "bench/torch/ref_graph_chain.py prints the same table for PyTorch (custom ops).\n";
 
-static int parse_int(const char *s, long long lo, long long hi, long long *out) {
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (!*s || *end || errno || x < lo || x > hi) return -1;
-    *out = x;
-    return 0;
-}
+/* The integer options: name, range, where the value goes. */
+typedef struct int_opt {
+    const char *name;
+    long long lo, hi;
+    const char *range;
+} int_opt;
+static const int_opt int_opts[] = {
+    {"--rows", 1, 1ll << 34, "1 .. 2^34"}, {"--width", 1, 65536, "1 .. 65536"},
+    {"--steps", 1, 1000000, "1 or more"},  {"--warmup", 0, 1000000, "0 or more"},
+    {"--seed", 0, (long long)(~0ull >> 1), "0 or more"},
+};
 
 int nb_cmd_graph_chain(int argc, char **argv) {
     nb_graph_chain_opts o;
@@ -50,27 +52,24 @@ int nb_cmd_graph_chain(int argc, char **argv) {
         else if (!strcmp(a, "--module")) o.module = v;
         else if (!strcmp(a, "--act")) o.act = v;
         else if (!strcmp(a, "--norm")) o.norm = v;
-        else if (!strcmp(a, "--rows")) {
-            if (parse_int(v, 1, 1ll << 34, &x)) return nb_cli_bad_usage("graph bench-chain: --rows '%s' (1 .. 2^34)", v);
-            o.rows = x;
-        } else if (!strcmp(a, "--width")) {
-            if (parse_int(v, 1, 65536, &x)) return nb_cli_bad_usage("graph bench-chain: --width '%s' (1 .. 65536)", v);
-            o.width = x;
-        } else if (!strcmp(a, "--steps")) {
-            if (parse_int(v, 1, 1000000, &x)) return nb_cli_bad_usage("graph bench-chain: --steps '%s' (1 or more)", v);
-            o.steps = (int)x;
-        } else if (!strcmp(a, "--warmup")) {
-            if (parse_int(v, 0, 1000000, &x)) return nb_cli_bad_usage("graph bench-chain: --warmup '%s' (0 or more)", v);
-            o.warmup = (int)x;
-        } else if (!strcmp(a, "--seed")) {
-            if (parse_int(v, 0, (long long)(~0ull >> 1), &x)) return nb_cli_bad_usage("graph bench-chain: --seed '%s'", v);
-            o.seed = (uint64_t)x;
-        } else if (!strcmp(a, "--precision")) {
+        else if (!strcmp(a, "--precision")) {
             if (!strcmp(v, "fp32")) o.precision = NB_TAPE_FP32;
             else if (!strcmp(v, "tf32")) o.precision = NB_TAPE_TF32;
             else return nb_cli_bad_usage("graph bench-chain: --precision '%s' (fp32 or tf32)", v);
         } else {
-            return nb_cli_bad_usage("graph bench-chain: unknown option '%s'", a);
+            int k = 0, n = (int)(sizeof int_opts / sizeof int_opts[0]);
+            while (k < n && strcmp(a, int_opts[k].name)) k++;
+            if (k == n) return nb_cli_bad_usage("graph bench-chain: unknown option '%s'", a);
+            if (nb_cli_parse_int(v, int_opts[k].lo, int_opts[k].hi, &x)) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "graph bench-chain: %s '%.200s' (%s)", a, v, int_opts[k].range);
+                return nb_cli_bad_usage("%s", msg);
+            }
+            if (k == 0) o.rows = x;
+            else if (k == 1) o.width = x;
+            else if (k == 2) o.steps = (int)x;
+            else if (k == 3) o.warmup = (int)x;
+            else o.seed = (uint64_t)x;
         }
     }
     nb_graph_chain_result *r = malloc(sizeof *r);

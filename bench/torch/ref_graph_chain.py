@@ -135,6 +135,17 @@ class JitImpl:
 IMPL = None  # set by main() before the first call
 
 
+def opaque_autograd(op, bwd_op):
+    """op's backward = bwd_op(dy, *op's inputs) (itself a custom op: opaque to torch.compile)."""
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, dy):
+        return bwd_op(dy, *ctx.saved_tensors)
+
+    op.register_autograd(backward, setup_context=setup)
+
+
 def register_ops():
     """nbchain::act / act_bwd / norm / norm_bwd with fake impls and autograd formulas."""
     from torch.library import custom_op
@@ -143,52 +154,26 @@ def register_ops():
     def act(x: torch.Tensor) -> torch.Tensor:
         return IMPL.act(x)
 
-    @act.register_fake
-    def _(x):
-        return torch.empty_like(x)
-
     @custom_op("nbchain::act_bwd", mutates_args=())
     def act_bwd(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return IMPL.act_bwd(dy, x)
 
-    @act_bwd.register_fake
-    def _(dy, x):
-        return torch.empty_like(x)
-
-    def act_setup(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    def act_backward(ctx, dy):
-        (x,) = ctx.saved_tensors
-        return act_bwd(dy, x)
-
-    act.register_autograd(act_backward, setup_context=act_setup)
-
     @custom_op("nbchain::norm", mutates_args=())
     def norm(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return IMPL.norm(x, g)
-
-    @norm.register_fake
-    def _(x, g):
-        return torch.empty_like(x)
 
     @custom_op("nbchain::norm_bwd", mutates_args=())
     def norm_bwd(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         dx, dg = IMPL.norm_bwd(dy, x, g)
         return dx, dg
 
-    @norm_bwd.register_fake
-    def _(dy, x, g):
-        return torch.empty_like(x), torch.empty_like(g)
-
-    def norm_setup(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0], inputs[1])
-
-    def norm_backward(ctx, dy):
-        x, g = ctx.saved_tensors
-        return norm_bwd(dy, x, g)
-
-    norm.register_autograd(norm_backward, setup_context=norm_setup)
+    # fake impls: shapes only (what torch.compile traces instead of running the op)
+    act.register_fake(lambda x: torch.empty_like(x))
+    act_bwd.register_fake(lambda dy, x: torch.empty_like(x))
+    norm.register_fake(lambda x, g: torch.empty_like(x))
+    norm_bwd.register_fake(lambda dy, x, g: (torch.empty_like(x), torch.empty_like(g)))
+    opaque_autograd(act, act_bwd)
+    opaque_autograd(norm, norm_bwd)
     return act, norm
 
 

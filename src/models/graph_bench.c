@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "device/cublas.h"
+#include "models/bench_clock.h"
 #include "nabla/device.h"
 #include "nabla/graph.h"
 #include "nabla/image.h"
@@ -154,21 +155,6 @@ static nb_status tape_forward(nb_tape *t, const graph *g, const nb_tvar *w, floa
 
 /* ---- timing --------------------------------------------------------------------------------- */
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* A row's state for one graph: set up once (not timed), run per sample (timed), torn down. */
 typedef struct row_ctx {
     nb_device *dev; /* NULL: the CPU */
@@ -266,9 +252,9 @@ static nb_status time_row(int row, nb_device *cuda, const graph *g, const nb_gra
     if (!s) s = r->setup(&c);
     if (!s) s = r->run(&c); /* warm-up: kernels loaded / compiled, arena grown */
     for (int i = 0; i < o->samples && !s; i++) {
-        double t0 = now_ms();
+        double t0 = nb_bench_now_ms();
         s = r->run(&c);
-        t[i] = now_ms() - t0;
+        t[i] = nb_bench_now_ms() - t0;
     }
     /* the output is a softmax: each row sums to 1 (a broken run is no timing) */
     for (int64_t i = 0; i < g->S && !s; i++) {
@@ -294,7 +280,7 @@ static nb_status time_row(int row, nb_device *cuda, const graph *g, const nb_gra
         memcpy(ref, c.y, sizeof(float) * (size_t)(g->S * g->S));
         *have_ref = 1;
     }
-    if (!s) *ms = median(t, o->samples) / c.replay;
+    if (!s) *ms = nb_bench_median(t, o->samples) / c.replay;
     nb_graph_free(c.gr);
     nb_tape_free(c.t);
     free(c.w);
@@ -315,10 +301,10 @@ static nb_status gemm_peak(nb_device *dev, int precision, double *tflops) {
     for (int i = 0; i < 3 && !s; i++) s = nb_memset(dev, nb_buffer_ptr(b[i]), 0, (size_t)(n * n) * sizeof(float));
     double best = 1e30;
     for (int it = 0; it < 7 && !s; it++) {
-        double t0 = now_ms();
+        double t0 = nb_bench_now_ms();
         s = nb_cublas_gemm_rm(dev, precision, 0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n, 1, 0, 0, 0);
         if (!s) s = nb_device_synchronize(dev);
-        double dt = now_ms() - t0;
+        double dt = nb_bench_now_ms() - t0;
         if (it >= 2 && dt < best) best = dt;
     }
     for (int i = 0; i < 3; i++)

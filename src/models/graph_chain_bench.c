@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "models/bench_clock.h"
 #include "nabla/device.h"
 #include "nabla/graph.h"
 #include "nabla/module.h"
@@ -124,15 +124,6 @@ static nb_status row_graph(row_ctx *r, int compile, int cuda_graph) {
     return s;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* The kernels of one step: the step captured as a CUDA graph (never launched; a graph row runs
  * node by node inside the capture), its kernel nodes counted. A step that cannot be captured
@@ -223,14 +214,13 @@ static nb_status run_row(const chain *c, int row, const nb_graph_chain_opts *o,
                          "(relative; loss %g vs %g)", row_names[row], e, res->loss, *ref_loss);
     }
     for (int i = 0; i < o->steps && !s; i++) {
-        double t0 = now_ms();
+        double t0 = nb_bench_now_ms();
         s = row_step(&r);
         if (!s) s = nb_device_synchronize(c->dev);
-        t[i] = now_ms() - t0;
+        t[i] = nb_bench_now_ms() - t0;
     }
     if (!s) {
-        qsort(t, (size_t)o->steps, sizeof *t, cmp_d);
-        res->ms = o->steps % 2 ? t[o->steps / 2] : 0.5 * (t[o->steps / 2 - 1] + t[o->steps / 2]);
+        res->ms = nb_bench_median(t, o->steps);
         res->ran = 1;
         if (r.gr) {
             nb_graph_info gi;
