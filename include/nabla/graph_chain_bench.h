@@ -81,6 +81,8 @@ typedef struct nb_graph_chain_result {
     int precision, steps;
     double gflop;     /* GEMM FLOPs of a step (forward + backward) / 1e9 */
     char act[64], norm[64], module[256];
+    /* what nb_graph_compile did to the step (the compiled rows' graph) */
+    int compile_dead, compile_duplicates, compile_epilogues, compile_fused_nodes, compile_fused_ops;
 } nb_graph_chain_result;
 
 /* Runs every row (progress lines to `progress`, may be NULL). Errors: bad options

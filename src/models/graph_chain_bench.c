@@ -112,14 +112,13 @@ static nb_status row_step(row_ctx *r) {
 }
 
 /* Graph rows: the step recorded once; compiled when asked (NULL opts: every pass). */
-static nb_status row_graph(row_ctx *r, int compile, int cuda_graph) {
+static nb_status row_graph(row_ctx *r, int compile, int cuda_graph, nb_graph_compile_stats *st) {
     nb_status s = nb_graph_record_begin(r->t);
     if (s) return s;
     s = chain_ops(r);
     nb_status e = nb_graph_record_end(r->t, &r->gr);
     if (!s) s = e;
-    if (!s && compile) /* (gfuse's nb_graph_compile: not on main yet; run_row skips these rows) */
-        s = nb_error(NB_ERR_UNSUPPORTED, "graph bench-chain: no graph compiler yet");
+    if (!s && compile) s = nb_graph_compile(r->gr, NULL, st); /* every pass */
     if (!s) s = nb_graph_set_cuda_graph(r->gr, cuda_graph);
     return s;
 }
@@ -178,12 +177,12 @@ static double rel_diff(const float *a, const float *ref, int64_t n) {
 /* Runs one row: set up, warm up, check one step from zeroed gradients against ref (the
  * immediate row's loss / gradients; NULL: this is the immediate row, fill them), time, count. */
 static nb_status run_row(const chain *c, int row, const nb_graph_chain_opts *o,
-                         nb_graph_chain_row_result *res, double *ref_loss, float *ref_grad) {
+                         nb_graph_chain_row_result *res, double *ref_loss, float *ref_grad,
+                         nb_graph_compile_stats *st) {
     memset(res, 0, sizeof *res);
     res->kernels = -1;
     res->err = NAN;
     if ((row == NB_GC_RECORDED_CG || row == NB_GC_COMPILED_CG) && !c->cuda) return NB_OK;
-    if (row == NB_GC_COMPILED || row == NB_GC_COMPILED_CG) return NB_OK; /* no compiler yet */
     row_ctx r = {.c = c, .loss = NB_TVAR_NONE};
     float *grad = malloc(sizeof(float) * (size_t)c->n_params);
     double *t = malloc(sizeof(double) * (size_t)o->steps);
@@ -191,7 +190,7 @@ static nb_status run_row(const chain *c, int row, const nb_graph_chain_opts *o,
     if (!s) s = row_tape(&r);
     if (!s && row != NB_GC_IMMEDIATE)
         s = row_graph(&r, row == NB_GC_COMPILED || row == NB_GC_COMPILED_CG,
-                      row == NB_GC_RECORDED_CG || row == NB_GC_COMPILED_CG);
+                      row == NB_GC_RECORDED_CG || row == NB_GC_COMPILED_CG, st);
     for (int i = 0; i < o->warmup && !s; i++) s = row_step(&r);
     if (!s) s = row_step(&r); /* the checked step: gradients of this step only */
     if (!s) s = row_read(&r, &res->loss, grad);
@@ -228,9 +227,9 @@ static nb_status run_row(const chain *c, int row, const nb_graph_chain_opts *o,
             res->nodes = gi.n_nodes;
             res->cuda_graph = gi.cuda_graph == 2;
         } else {
-            nb_tape_stats st;
-            s = nb_tape_get_stats(r.t, &st);
-            res->nodes = st.n_ops;
+            nb_tape_stats ts;
+            s = nb_tape_get_stats(r.t, &ts);
+            res->nodes = ts.n_ops;
         }
     }
     if (!s && c->cuda) count_kernels(&r, res);
@@ -313,11 +312,15 @@ nb_status nb_graph_chain_run(const nb_graph_chain_opts *o, nb_graph_chain_result
     double ref_loss = 0;
     float *ref_grad = s ? NULL : malloc(sizeof(float) * (size_t)c.n_params);
     if (!s && !ref_grad) s = nb_error(NB_ERR_OUT_OF_MEMORY, "graph bench-chain: gradients");
+    nb_graph_compile_stats st = {0};
     for (int row = 0; row < NB_GC_ROWS && !s; row++) {
-        s = run_row(&c, row, o, &r->row[row], &ref_loss, ref_grad);
+        s = run_row(&c, row, o, &r->row[row], &ref_loss, ref_grad, &st);
         if (!s && progress && r->row[row].ran)
             fprintf(progress, "  %-20s %10.4f ms/step\n", row_names[row], r->row[row].ms);
     }
+    r->compile_dead = st.dead, r->compile_duplicates = st.duplicates;
+    r->compile_epilogues = st.epilogues, r->compile_fused_nodes = st.fused_nodes;
+    r->compile_fused_ops = st.fused_ops;
     free(ref_grad);
     chain_free(&c);
     return s;
@@ -344,6 +347,10 @@ void nb_graph_chain_print(const nb_graph_chain_result *r, FILE *f) {
         fprintf(f, "%-20s %10.4f %6d %8s %14.7g %12.3g\n", row_names[k], w->ms, w->nodes, kern,
                 w->loss, w->err);
     }
+    if (r->row[NB_GC_COMPILED].ran)
+        fprintf(f, "# compiled: %d fused nodes replacing %d, %d GEMM epilogues, %d dead, %d duplicate "
+                "nodes removed\n", r->compile_fused_nodes, r->compile_fused_ops, r->compile_epilogues,
+                r->compile_dead, r->compile_duplicates);
     for (int k = 0; k < NB_GC_ROWS; k++) {
         if (r->row[k].why[0]) fprintf(f, "# %s: kernels not counted: %s\n", row_names[k], r->row[k].why);
         if ((k == NB_GC_RECORDED_CG || k == NB_GC_COMPILED_CG) && r->row[k].ran && !r->row[k].cuda_graph)
