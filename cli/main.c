@@ -15,7 +15,7 @@ static const nb_cli_command nb_commands[] = {
     {"env", "list the environment settings nabla reads, with their values", nb_cmd_env},
     {"fit-image", "fit a neural field (hash grid + MLP) to an image", nb_cmd_fit_image},
     {"unet", "train / sample / benchmark a diffusion UNet (DDPM, CPU or CUDA)", nb_cmd_unet},
-    {"graph", "computational graphs: the course's benchmark (graph bench), a model's graph (graph dump)", nb_cmd_graph},
+    {"graph", "computational graphs: benchmarks (graph bench, graph bench-chain), a model's graph (graph dump)", nb_cmd_graph},
 };
 
 void nb_cli_usage(FILE *to) {
