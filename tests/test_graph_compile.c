@@ -15,6 +15,7 @@
 
 #include "device/cuda/cuda_api.h"
 #include "nabla/graph.h"
+#include "nabla/module.h"
 #include "nabla/nn_tape.h"
 #include "nb_test.h"
 
@@ -312,6 +313,74 @@ static void test_compile_fold(void) {
     nb_test_expect_close("dx", g1, g0, NUMEL, 1e-5);
 }
 
+/* ---- graph E: a user function inlined (the CALL row) ---------------------------------------------
+ *   h = silu(x); a = softplus(h, 2.0) (a .nb function, a CALL node); y = add(a, x); mse(y, tgt)
+ * compiled: one fused node [silu+call(softplus)+add+mse]; the function's module loaded from a
+ * string (its text goes into the generated module) and from a file (imported). */
+static const char *SOFTPLUS = "[Differentiable]\nfloat softplus(float x, float beta)\n{\n"
+                              "    return log(1.0 + exp(beta * x)) / beta;\n}\n";
+
+static void run_e(int from_file, int compile, float *loss, float *gx, char *dump, size_t cap) {
+    static float x[NUMEL], tgt[NUMEL];
+    nb_test_fill(x, NUMEL, 31, 1.5f), nb_test_fill(tgt, NUMEL, 32, 1.5f);
+    nb_tape *t;
+    NB_REQUIRE_OK(nb_tape_create(&t));
+    nb_module *m = NULL;
+    if (from_file) {
+        const char *path = "/tmp/nb_test_graph_compile_act.nb";
+        FILE *f = fopen(path, "w");
+        NB_REQUIRE_OK(f ? NB_OK : NB_ERR_IO);
+        fputs(SOFTPLUS, f);
+        fclose(f);
+        NB_REQUIRE_OK(nb_module_load(nb_tape_device(t), path, NULL, &m));
+    } else {
+        NB_REQUIRE_OK(nb_module_load_source(nb_tape_device(t), "act.nb", SOFTPLUS, NULL, &m));
+    }
+    nb_func *sp;
+    NB_REQUIRE_OK(nb_module_func(m, "softplus", &sp));
+    nb_tvar xv, tv, h, a, y, l;
+    NB_REQUIRE_OK(nb_graph_record_begin(t));
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, x, 1, &xv));
+    NB_EXPECT_OK(nb_tape_input(t, 4, S4, tgt, 0, &tv));
+    NB_EXPECT_OK(nb_tape_silu(t, xv, &h));
+    NB_EXPECT_OK(nb_tape_call_scalars(t, sp, 2, (nb_tvar[]){h, NB_TVAR_NONE}, (double[]){0, 2.0}, &a));
+    NB_EXPECT_OK(nb_tape_add(t, a, xv, &y));
+    NB_EXPECT_OK(nb_tape_mse(t, y, tv, &l));
+    NB_EXPECT_OK(nb_tape_backward(t, l));
+    nb_graph *g;
+    NB_REQUIRE_OK(nb_graph_record_end(t, &g));
+    if (compile) {
+        nb_graph_compile_stats st;
+        NB_EXPECT_OK(nb_graph_compile(g, NULL, &st));
+        NB_EXPECT(st.fused_nodes == 1 && st.fused_ops == 4);
+        NB_EXPECT_OK(nb_graph_dump(g, NB_GRAPH_DUMP_TEXT, dump, cap, NULL));
+    }
+    NB_EXPECT_OK(nb_graph_run(g));
+    NB_EXPECT_OK(nb_graph_run(g));
+    NB_EXPECT_OK(nb_graph_read(g, l, loss, 1));
+    NB_EXPECT_OK(nb_graph_read_grad(g, xv, gx, NUMEL));
+    nb_graph_free(g);
+    nb_tape_free(t);
+    nb_module_free(m);
+}
+
+static void test_compile_call(void) {
+    static float g0[NUMEL], g1[NUMEL];
+    static char dump[1 << 14];
+    float l0, l1;
+    for (int file = 0; file < 2; file++) {
+        run_e(file, 0, &l0, g0, NULL, 0);
+        run_e(file, 1, &l1, g1, dump, sizeof dump);
+        nb_test_expect_close(file ? "file module loss" : "source module loss", &l1, &l0, 1, 1e-5);
+        nb_test_expect_close(file ? "file module dx" : "source module dx", g1, g0, NUMEL, 1e-5);
+        NB_EXPECT(strstr(dump, "fused[silu+call(softplus)+add+mse]") != NULL);
+        NB_EXPECT(strstr(dump, "    float t1 = softplus(t0, 2.0); // call") != NULL);
+        NB_EXPECT(strstr(dump, file ? "import \"nb_test_graph_compile_act\";" : "inlined ----") != NULL);
+        if (!strstr(dump, "call(softplus)")) fprintf(stderr, "%s", dump);
+    }
+    remove("/tmp/nb_test_graph_compile_act.nb");
+}
+
 /* ---- CUDA: compiled on the GPU against recorded on the CPU ------------------------------------- */
 
 static void test_compile_cuda(void) {
@@ -348,6 +417,6 @@ static void test_compile_cuda(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_compile_graph_a, test_compile_options, test_compile_graph_b_d, test_compile_fold,
+    NB_TEST_MAIN(argc, argv, test_compile_graph_a, test_compile_options, test_compile_graph_b_d, test_compile_fold, test_compile_call,
                  test_compile_cuda);
 }

@@ -192,7 +192,8 @@ nb_status nb_graph_dump_file(nb_graph *g, unsigned flags, FILE *f);
  *     becomes a constant of the graph;
  *   - GEMM epilogues: a relu that is a linear's only reader joins it (one linear_relu node);
  *   - fusion: maximal chains of elementwise / broadcast ops (silu, relu, add, add_channel, casts
- *     to f32, ending maybe in mse) whose intermediate values nothing else reads become ONE node
+ *     to f32, ending maybe in mse; elementwise user functions of CALL nodes, inlined) whose
+ *     intermediate values nothing else reads become ONE node
  *     ("fused" in dumps, with the ops it holds): a generated kernel-language function compiled
  *     through the module layer (disk cache: the text is the key, so a second process starts
  *     warm), run by a vectorized call forward and by its reverse-mode call backward. A value

@@ -187,6 +187,11 @@ int nb_func_is_kernel(const nb_func *f, int overload); /* [Kernel]: nb_call_run_
 int nb_func_is_differentiable(const nb_func *f, int overload);
 /* The module the function belongs to (NULL for NULL). */
 nb_module *nb_func_module(const nb_func *f);
+/* Where the module came from: the path given to nb_module_load, or the name given to
+ * nb_module_load_source (then nb_module_source is its text, else NULL). For code that generates
+ * modules importing or containing it (compiled graphs inline user functions). */
+const char *nb_module_path(const nb_module *m);
+const char *nb_module_source(const nb_module *m);
 /* [numthreads(x,y,z)] entry points: 1 and out = {x, y, z} (the thread group; a grid given to
  * nb_call_run_grid counts threads and must be a multiple of it), else 0. */
 int nb_func_numthreads(const nb_func *f, int overload, int out[3]);

@@ -88,6 +88,7 @@ struct nb_module {
     int gen;                /* bumped by set_constant: reflection and kernels are stale */
     int no_disk_cache;
     char *name;             /* the file, for messages */
+    char *source;           /* nb_module_load_source's text (a copy), NULL for files */
     pthread_mutex_t lock;   /* guards funcs and every function's kernel cache (and oob_dev) */
     nb_buffer *oob_dev;     /* CUDA: the nb_oob_rec its launches report out-of-range indices in */
     nb_defer *defer;        /* deferred checks' records (defer.c), made by the first such launch */

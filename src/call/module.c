@@ -143,6 +143,11 @@ nb_status nb_module_load_source(nb_device *dev, const char *name, const char *so
         return nb_error(NB_ERR_INVALID_ARG, "nb_module_load_source: bad conformances/nconformances");
     nb_module *m = NULL;
     NB_TRY(module_new(dev, opts, name, &m));
+    m->source = dup_str(source);
+    if (!m->source) {
+        nb_module_free(m);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "nb_module_load_source: out of host memory");
+    }
     nb_compile_opts co;
     fill_copts(opts, &co);
     nb_status s = nb_program_compile_source(name, source, &co, &m->prog);
@@ -170,6 +175,7 @@ void nb_module_free(nb_module *m) {
     if (m->oob_dev) nb_buffer_release(m->oob_dev);
     if (m->dev) nb_device_close(m->dev);
     free_str(m->name);
+    free_str(m->source);
     pthread_mutex_destroy(&m->lock);
     nb_free(m, sizeof *m);
 }
@@ -344,6 +350,9 @@ int nb_func_is_differentiable(const nb_func *f, int overload) {
 }
 
 nb_module *nb_func_module(const nb_func *f) { return f ? f->m : NULL; }
+
+const char *nb_module_path(const nb_module *m) { return m ? m->name : NULL; }
+const char *nb_module_source(const nb_module *m) { return m ? m->source : NULL; }
 
 int nb_func_is_host(const nb_func *f, int overload) {
     const nb_fn_info *in = info_of(f, overload);

@@ -45,17 +45,33 @@ typedef enum nb_fuse_in_kind {
 } nb_fuse_in_kind;
 
 typedef struct nb_fuse_node {
-    int kind;   /* NB_TOP_* of a fusable row (nb_fuse_kind_fusable) */
+    int kind;   /* NB_TOP_* of a fusable row (nb_fuse_kind_fusable), or NB_TOP_CALL */
     int nin;
-    int in[3];  /* operands (inputs 0 .. n_in-1, earlier nodes n_in + j) */
+    int in[NB_FUSE_MAX_IN]; /* operands (inputs 0 .. n_in-1, earlier nodes n_in + j) */
     int ip[2];  /* the op's integer attributes where they matter (cast: ip[0] = target dtype) */
+    int call;   /* NB_TOP_CALL: its entry in spec->call[] */
 } nb_fuse_node;
+
+/* A user function called by a CALL node (inlined: the generated module imports the function's
+ * module, or contains its text when it was loaded from a string). Every bound parameter is a
+ * float `in` scalar: parameter p < nparams takes the node's operand in[arg[p]], or (arg[p] < 0)
+ * the literal scalar[p]; the others keep their defaults. The result is a float. */
+#define NB_FUSE_MAX_CALLS 8
+#define NB_FUSE_MAX_PARAMS 16
+typedef struct nb_fuse_call {
+    nb_func *f;
+    int nparams;
+    int arg[NB_FUSE_MAX_PARAMS];
+    double scalar[NB_FUSE_MAX_PARAMS];
+} nb_fuse_call;
 
 typedef struct nb_fuse_spec {
     int n_in;
     nb_fuse_in_kind in_kind[NB_FUSE_MAX_IN];
     int n_nodes;
     nb_fuse_node node[NB_FUSE_MAX_NODES]; /* in evaluation order; the last is the result */
+    int n_calls;
+    nb_fuse_call call[NB_FUSE_MAX_CALLS];
 } nb_fuse_spec;
 
 /* 1 when the op kind has a fused expression (silu, add, add_channel, cast to f32, mse, ...). */
@@ -69,6 +85,13 @@ int nb_fuse_kind_reduces(int kind);
 int nb_fuse_add_input(nb_fuse_spec *s, nb_fuse_in_kind kind);
 int nb_fuse_add_node(nb_fuse_spec *s, int kind, int nin, const int *in);
 
+/* Appends a CALL node: c (copied) over the operands in[0 .. nin); returns its operand number or
+ * -1 and an nb_error. */
+int nb_fuse_add_call(nb_fuse_spec *s, const nb_fuse_call *c, int nin, const int *in);
+/* 1 when f can be inlined: one overload, [Differentiable], no [Kernel] / host function, a float
+ * result, and its first nparams parameters float `in` scalars. */
+int nb_fuse_func_inlinable(nb_func *f, int nparams);
+
 /* Checks a spec (operands defined before use, every input used, a reduction only last,
  * add_channel's second operand a channel input, ...): NB_ERR_INVALID_ARG naming the node. */
 nb_status nb_fuse_spec_check(const nb_fuse_spec *s);
@@ -76,6 +99,10 @@ nb_status nb_fuse_spec_check(const nb_fuse_spec *s);
  * the same structure gives the same bytes). *text: nb_malloc'ed, free with nb_fuse_free_text. */
 nb_status nb_fuse_codegen(const nb_fuse_spec *s, const char *name, char **text);
 void nb_fuse_free_text(char *text);
+/* A module file's name without directory and extension ("act" for "dir/act.nb") and its
+ * directory ("dir"; "." without one): how the generated text imports it. */
+void nb_fuse_module_stem(const char *path, char *stem, size_t cap);
+void nb_fuse_module_dir(const char *path, char *dir, size_t cap);
 /* One line naming the ops the spec holds, innermost first: "add_channel+silu+mse" (into buf). */
 const char *nb_fuse_describe(const nb_fuse_spec *s, char *buf, size_t cap);
 

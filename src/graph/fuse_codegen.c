@@ -81,7 +81,7 @@ int nb_fuse_add_input(nb_fuse_spec *s, nb_fuse_in_kind kind) {
 }
 
 int nb_fuse_add_node(nb_fuse_spec *s, int kind, int nin, const int *in) {
-    if (!s || (nin > 0 && !in) || nin < 0 || nin > 3) {
+    if (!s || (nin > 0 && !in) || nin < 0 || nin > NB_FUSE_MAX_IN) {
         nb_error(NB_ERR_INVALID_ARG, "nb_fuse_add_node: spec or operands missing (nin %d)", nin);
         return -1;
     }
@@ -99,10 +99,74 @@ int nb_fuse_add_node(nb_fuse_spec *s, int kind, int nin, const int *in) {
     return s->n_in + s->n_nodes++;
 }
 
+int nb_fuse_add_call(nb_fuse_spec *s, const nb_fuse_call *c, int nin, const int *in) {
+    if (!s || !c || !c->f || c->nparams < 0 || c->nparams > NB_FUSE_MAX_PARAMS) {
+        nb_error(NB_ERR_INVALID_ARG, "nb_fuse_add_call: spec or call missing, or %d parameters",
+                 c ? c->nparams : -1);
+        return -1;
+    }
+    if (s->n_calls >= NB_FUSE_MAX_CALLS) {
+        nb_error(NB_ERR_UNSUPPORTED, "nb_fuse_add_call: a fused kernel calls at most %d functions",
+                 NB_FUSE_MAX_CALLS);
+        return -1;
+    }
+    int o = nb_fuse_add_node(s, NB_TOP_CALL, nin, in);
+    if (o < 0) return -1;
+    s->call[s->n_calls] = *c;
+    s->node[s->n_nodes - 1].call = s->n_calls++;
+    return o;
+}
+
+int nb_fuse_func_inlinable(nb_func *f, int nparams) {
+    nb_leaf_info li;
+    if (!f || nb_func_overload_count(f) != 1 || !nb_func_is_differentiable(f, 0) || nb_func_is_kernel(f, 0) ||
+        nb_func_is_host(f, 0) || nparams > NB_FUSE_MAX_PARAMS || nparams > nb_func_param_count(f, 0) ||
+        nb_func_leaf_count(f, 0) != nb_func_param_count(f, 0))
+        return 0;
+    if (nb_func_result(f, 0, &li) != 1 || li.value_rank != 0 || li.dtype != NB_F32 || li.is_tensor) return 0;
+    for (int p = 0; p < nparams; p++)
+        if (nb_func_leaf(f, 0, p, &li) || li.param != p || li.dir != NB_ARG_IN || li.is_tensor || li.value_rank != 0 ||
+            li.dtype != NB_F32)
+            return 0;
+    return 1;
+}
+
 /* The op name of node j for messages ("node 2 (silu)"). */
 static const char *kname(int kind) {
     const char *n = nb_tape_op_name(kind);
     return n ? n : "?";
+}
+
+/* Node j, a CALL: its entry, the function inlinable, its operands full-shape values defined
+ * before it, each used by a parameter. */
+static nb_status check_call(const nb_fuse_spec *s, int j) {
+    const char *fn = "fused kernel";
+    const nb_fuse_node *n = &s->node[j];
+    if (n->call < 0 || n->call >= s->n_calls)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: node %d (call) has no function entry", fn, j);
+    const nb_fuse_call *c = &s->call[n->call];
+    if (!nb_fuse_func_inlinable(c->f, c->nparams))
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: node %d (call %s) cannot be inlined (one overload, "
+                        "[Differentiable], float scalar parameters and result)", fn, j, c->f ? nb_func_name(c->f) : "NULL");
+    int seen[NB_FUSE_MAX_IN] = {0};
+    for (int p = 0; p < c->nparams; p++) {
+        if (c->arg[p] >= n->nin)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: node %d (call %s) parameter %d takes operand %d of %d", fn, j,
+                            nb_func_name(c->f), p, c->arg[p], n->nin);
+        if (c->arg[p] >= 0) seen[c->arg[p]] = 1;
+    }
+    for (int k = 0; k < n->nin; k++) {
+        int o = n->in[k];
+        if (o < 0 || o >= s->n_in + j)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: node %d (call) operand %d is %d: not an input or an earlier node",
+                            fn, j, k, o);
+        if (o < s->n_in && s->in_kind[o] == NB_FUSE_CHANNEL)
+            return nb_error(NB_ERR_INVALID_ARG, "%s: node %d (call) operand %d must be a full-shape value", fn, j, k);
+        if (!seen[k])
+            return nb_error(NB_ERR_INVALID_ARG, "%s: node %d (call %s) operand %d feeds no parameter", fn, j,
+                            nb_func_name(c->f), k);
+    }
+    return NB_OK;
 }
 
 nb_status nb_fuse_spec_check(const nb_fuse_spec *s) {
@@ -124,6 +188,11 @@ nb_status nb_fuse_spec_check(const nb_fuse_spec *s) {
     for (int j = 0; j < s->n_nodes; j++) {
         const nb_fuse_node *n = &s->node[j];
         const fuse_rule *r = rule_of(n->kind);
+        if (n->kind == NB_TOP_CALL) {
+            NB_TRY(check_call(s, j));
+            for (int k = 0; k < n->nin; k++) used[n->in[k]] = 1;
+            continue;
+        }
         if (!r)
             return nb_error(NB_ERR_UNSUPPORTED, "%s: node %d (%s) is not an op that fuses", fn, j,
                             n->kind >= 0 && n->kind < NB_TOP_COUNT ? kname(n->kind) : "unknown kind");
@@ -169,11 +238,28 @@ const char *nb_fuse_describe(const nb_fuse_spec *s, char *buf, size_t cap) {
     buf[0] = 0;
     size_t len = 0;
     for (int j = 0; s && j < s->n_nodes && len < cap; j++) {
-        int w = snprintf(buf + len, cap - len, "%s%s", j ? "+" : "", kname(s->node[j].kind));
+        const nb_fuse_node *n = &s->node[j];
+        int w = n->kind == NB_TOP_CALL && n->call >= 0 && n->call < s->n_calls
+                    ? snprintf(buf + len, cap - len, "%scall(%s)", j ? "+" : "", nb_func_name(s->call[n->call].f))
+                    : snprintf(buf + len, cap - len, "%s%s", j ? "+" : "", kname(n->kind));
         if (w < 0) break;
         len += (size_t)w;
     }
     return buf;
+}
+
+void nb_fuse_module_stem(const char *path, char *stem, size_t cap) {
+    const char *base = path ? strrchr(path, '/') : NULL;
+    base = base ? base + 1 : path ? path : "";
+    const char *dot = strrchr(base, '.');
+    size_t n = dot ? (size_t)(dot - base) : strlen(base);
+    snprintf(stem, cap, "%.*s", (int)n, base);
+}
+
+void nb_fuse_module_dir(const char *path, char *dir, size_t cap) {
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    if (!slash) snprintf(dir, cap, ".");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
 }
 
 nb_status nb_fuse_codegen(const nb_fuse_spec *s, const char *name, char **text) {
@@ -189,13 +275,46 @@ nb_status nb_fuse_codegen(const nb_fuse_spec *s, const char *name, char **text) 
     for (int i = 0; i < s->n_in; i++)
         nb_strbuf_printf(&b, "%sx%d [%s]", i ? ", " : "", i, s->in_kind[i] == NB_FUSE_CHANNEL ? "channel" : "full");
     if (reduces) nb_strbuf_append(&b, "; reduction: w * term, summed (w = 1/n: the mean)");
-    nb_strbuf_printf(&b, "\n[Differentiable]\nfloat %s(", name);
+    nb_strbuf_append(&b, "\n");
+    /* the modules of inlined functions, each once: imported by name (a file), or their text */
+    for (int i = 0; i < s->n_calls; i++) {
+        nb_module *m = nb_func_module(s->call[i].f);
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= nb_func_module(s->call[j].f) == m;
+        if (dup) continue;
+        const char *mtext = nb_module_source(m), *path = nb_module_path(m);
+        if (mtext) {
+            nb_strbuf_printf(&b, "// ---- the module of %s (%s), inlined ----\n%s\n// ----\n", nb_func_name(s->call[i].f),
+                             path, mtext);
+        } else {
+            char stem[256];
+            nb_fuse_module_stem(path, stem, sizeof stem);
+            nb_strbuf_printf(&b, "import \"%s\"; // %s\n", stem, path);
+        }
+    }
+    nb_strbuf_printf(&b, "[Differentiable]\nfloat %s(", name);
     for (int i = 0; i < s->n_in; i++) nb_strbuf_printf(&b, "%sfloat x%d", i ? ", " : "", i);
     if (reduces) nb_strbuf_append(&b, ", float w");
     nb_strbuf_append(&b, ")\n{\n");
     for (int j = 0; j < s->n_nodes; j++) {
         const nb_fuse_node *n = &s->node[j];
         nb_strbuf_printf(&b, "    float t%d = ", j);
+        if (n->kind == NB_TOP_CALL) {
+            const nb_fuse_call *c = &s->call[n->call];
+            nb_strbuf_printf(&b, "%s(", nb_func_name(c->f));
+            for (int p = 0; p < c->nparams; p++) {
+                if (p) nb_strbuf_append(&b, ", ");
+                if (c->arg[p] >= 0) {
+                    operand(&b, s, n->in[c->arg[p]]);
+                } else {
+                    char lit[64];
+                    snprintf(lit, sizeof lit, "%.9g", c->scalar[p]);
+                    nb_strbuf_printf(&b, "%s%s", lit, strpbrk(lit, ".eEni") ? "" : ".0");
+                }
+            }
+            nb_strbuf_printf(&b, "); // call\n");
+            continue;
+        }
         for (const char *p = rule_of(n->kind)->expr; *p; p++) {
             if (p[0] == '$' && p[1] >= '0' && p[1] < '0' + n->nin) {
                 operand(&b, s, n->in[p[1] - '0']);

@@ -57,7 +57,19 @@ nb_status nb_fuse_kernel_create(nb_device *dev, const nb_fuse_spec *s, nb_fuse_k
         k->spec = *s;
         k->dev = dev;
         k->reduces = nb_fuse_kind_reduces(s->node[s->n_nodes - 1].kind);
-        st = nb_module_load_source(dev, "nb_fused.nb", k->source, NULL, &k->mod);
+        /* inlined functions of file modules: their directories, where the import finds them */
+        char dirs[NB_FUSE_MAX_CALLS][512];
+        const char *dp[NB_FUSE_MAX_CALLS];
+        nb_module_options o = {0};
+        for (int i = 0; i < s->n_calls; i++) {
+            nb_module *m = nb_func_module(s->call[i].f);
+            if (nb_module_source(m)) continue;
+            nb_fuse_module_dir(nb_module_path(m), dirs[o.ninclude_dirs], sizeof dirs[0]);
+            dp[o.ninclude_dirs] = dirs[o.ninclude_dirs];
+            o.ninclude_dirs++;
+        }
+        o.include_dirs = dp;
+        st = nb_module_load_source(dev, "nb_fused.nb", k->source, &o, &k->mod);
     }
     if (!st) st = nb_module_func(k->mod, FUSED_FN, &k->fn);
     if (st) {

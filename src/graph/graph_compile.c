@@ -8,7 +8,8 @@
  *   epilogues   linear -> relu (the relu the linear's only reader) becomes one LINEAR_RELU node
  *               (nb_top_fuse_linear_relu: the relu in the GEMM's bias pass on CUDA)
  *   fusion      maximal groups of fusable nodes (fuse.h: silu, relu, add, add_channel, cast
- *               to f32, mse as the last op) whose intermediate values no other node reads and that are
+ *               to f32, mse as the last op, and CALL nodes of elementwise user functions --
+ *               float scalar parameters, arrays of the output's shape -- inlined) whose intermediate values no other node reads and that are
  *               not outputs become ONE node of the FUSED row: a generated [Differentiable] .nb
  *               function compiled through the module layer (the text is the structure: equal
  *               groups share one kernel, and the disk cache makes the next process warm), run
@@ -32,6 +33,7 @@
 #include "core/util.h"
 #include "graph/fuse.h"
 #include "graph/graph_internal.h"
+#include "graph/tape_call.h"
 #include "nabla/alloc.h"
 #include "nabla/device.h"
 
@@ -247,17 +249,25 @@ static nb_status pass_epilogue(nb_graph *g, int *made) {
 
 /* ---- fusion ------------------------------------------------------------------------------------ */
 
+static int same_dims(const nb_tval *a, const nb_tval *b) {
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
 /* Node k can join a fused kernel: its row has an expression and its values are f32. */
 static int fusable(const nb_graph *g, const nb_top *op) {
-    if (!nb_fuse_kind_fusable(op->kind) || (op->kind == NB_TOP_CAST && op->ip[0] != NB_F32)) return 0;
+    if (op->kind == NB_TOP_CALL) { /* a user function, elementwise: inlined */
+        nb_tcall tc;
+        nb_tcall_of_op(op, &tc);
+        if (tc.out_0d || !nb_fuse_func_inlinable(tc.f, tc.nparams) || tc.nparams > NB_FUSE_MAX_PARAMS) return 0;
+        for (int i = 0; i < op->nin; i++)
+            if (tc.view_ndim[i] || op->in[i] < 0 || !same_dims(&g->vals[op->in[i]], &g->vals[op->out])) return 0;
+    } else if (!nb_fuse_kind_fusable(op->kind) || (op->kind == NB_TOP_CAST && op->ip[0] != NB_F32)) {
+        return 0;
+    }
     if (g->vals[op->out].dtype != NB_F32) return 0;
     for (int i = 0; i < op->nin; i++)
         if (op->in[i] < 0 || g->vals[op->in[i]].dtype != NB_F32) return 0;
     return 1;
-}
-
-static int same_dims(const nb_tval *a, const nb_tval *b) {
-    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
 }
 
 /* One group being formed: member nodes (schedule order after sorting) and its inputs. */
@@ -336,7 +346,7 @@ static nb_status group_spec(const nb_graph *g, const fgroup *G, nb_fuse_spec *sp
     for (int i = 0; i < G->n_in; i++) nb_fuse_add_input(sp, G->chan[i] ? NB_FUSE_CHANNEL : NB_FUSE_FULL);
     for (int m = 0; m < G->n; m++) {
         const nb_top *op = &g->nodes[G->mem[m]];
-        int in[3] = {0, 0, 0};
+        int in[NB_FUSE_MAX_IN] = {0};
         for (int i = 0; i < op->nin; i++) {
             nb_tvar x = op->in[i];
             in[i] = -1;
@@ -344,6 +354,17 @@ static nb_status group_spec(const nb_graph *g, const fgroup *G, nb_fuse_spec *sp
                 if (G->in[j] == x) in[i] = j;
             for (int q = 0; q < m; q++)
                 if (g->nodes[G->mem[q]].out == x) in[i] = G->n_in + q;
+        }
+        if (op->kind == NB_TOP_CALL) {
+            nb_tcall tc;
+            nb_tcall_of_op(op, &tc);
+            nb_fuse_call c = {.f = tc.f, .nparams = tc.nparams};
+            for (int p = 0; p < tc.nparams; p++) {
+                c.arg[p] = tc.src[p] == NB_TCALL_SCALAR ? -1 : tc.src[p];
+                c.scalar[p] = tc.scalar[p];
+            }
+            if (nb_fuse_add_call(sp, &c, op->nin, in) < 0) return NB_ERR_INVALID_ARG;
+            continue;
         }
         if (nb_fuse_add_node(sp, op->kind, op->nin, in) < 0) return NB_ERR_INVALID_ARG;
         if (op->kind == NB_TOP_CAST) sp->node[m].ip[0] = op->ip[0];
@@ -399,6 +420,12 @@ static nb_status pass_fuse(nb_graph *g, int *fused_nodes, int *fused_ops) {
         nb_fuse_kernel *fk = NULL;
         s = group_spec(g, &G, &sp);
         if (!s) s = kernel_for(g, &sp, &fk);
+        if (s && sp.n_calls) { /* an inlined function's module that does not import here (its own
+                                * imports need include paths we do not know): keep the rows */
+            nb_clear_error();
+            s = NB_OK;
+            continue;
+        }
         if (s) break;
         nb_top f = {.kind = NB_TOP_FUSED, .nin = G.n_in, .out = op->out, .obj = fk};
         for (int i = 0; i < NB_TOP_MAX_IN; i++) f.in[i] = i < G.n_in ? G.in[i] : NB_TVAR_NONE;
