@@ -206,6 +206,16 @@ static nb_status build_d(nb_tape *t, const nb_tvar *p, nb_tvar x, nb_tvar tgt, n
     return nb_tape_mse(t, ra, tgt, loss);
 }
 
+/* The backward from l, the end of the recording, and (compile) nb_graph_compile into *st. */
+static nb_graph *finish(nb_tape *t, nb_tvar l, int compile, nb_graph_compile_stats *st) {
+    nb_graph *g = NULL;
+    memset(st, 0, sizeof *st);
+    NB_EXPECT_OK(nb_tape_backward(t, l));
+    NB_EXPECT_OK(nb_graph_record_end(t, &g));
+    if (g && compile) NB_EXPECT_OK(nb_graph_compile(g, NULL, st));
+    return g;
+}
+
 typedef nb_status (*build_fn)(nb_tape *t, const nb_tvar *p, nb_tvar x, nb_tvar tgt, nb_tvar *loss);
 
 static void run_b(nb_device *dev, build_fn build, int compile, float *loss, float *grads, int64_t *np) {
@@ -225,12 +235,10 @@ static void run_b(nb_device *dev, build_fn build, int compile, float *loss, floa
     NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){7, 6}, x, 0, &xv));
     NB_EXPECT_OK(nb_tape_input(t, 2, (int64_t[]){7, 4}, tgt, 0, &tv));
     NB_EXPECT_OK(build(t, p, xv, tv, &l));
-    NB_EXPECT_OK(nb_tape_backward(t, l));
-    nb_graph *g;
-    NB_REQUIRE_OK(nb_graph_record_end(t, &g));
+    nb_graph_compile_stats st;
+    nb_graph *g = finish(t, l, compile, &st);
+    if (!g) return;
     if (compile) {
-        nb_graph_compile_stats st;
-        NB_EXPECT_OK(nb_graph_compile(g, NULL, &st));
         if (build == build_b) NB_EXPECT(st.fused_nodes == 2 && st.fused_ops == 4 && st.epilogues == 0);
         else NB_EXPECT(st.fused_nodes == 2 && st.fused_ops == 5 && st.epilogues == 1);
     }
@@ -346,12 +354,10 @@ static void run_e(int from_file, int compile, float *loss, float *gx, char *dump
     NB_EXPECT_OK(nb_tape_call_scalars(t, sp, 2, (nb_tvar[]){h, NB_TVAR_NONE}, (double[]){0, 2.0}, &a));
     NB_EXPECT_OK(nb_tape_add(t, a, xv, &y));
     NB_EXPECT_OK(nb_tape_mse(t, y, tv, &l));
-    NB_EXPECT_OK(nb_tape_backward(t, l));
-    nb_graph *g;
-    NB_REQUIRE_OK(nb_graph_record_end(t, &g));
+    nb_graph_compile_stats st;
+    nb_graph *g = finish(t, l, compile, &st);
+    if (!g) return;
     if (compile) {
-        nb_graph_compile_stats st;
-        NB_EXPECT_OK(nb_graph_compile(g, NULL, &st));
         NB_EXPECT(st.fused_nodes == 1 && st.fused_ops == 4);
         NB_EXPECT_OK(nb_graph_dump(g, NB_GRAPH_DUMP_TEXT, dump, cap, NULL));
     }
