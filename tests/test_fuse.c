@@ -396,7 +396,8 @@ static void test_prepared_cache(void) {
 }
 
 /* The CUDA kernels of the fused calls compile with NVRTC (no GPU needed): each chain's forward
- * and backward call (every gradient), bound as a run binds them, emitted for CUDA. */
+ * and backward call (every gradient), and a chain with an inlined user function, bound as a run
+ * binds them, emitted for CUDA. */
 static void test_nvrtc(void) {
     if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
     nb_device *cpu;
@@ -431,7 +432,34 @@ static void test_nvrtc(void) {
         }
         nb_fuse_kernel_free(k);
     }
-    NB_EXPECT(ok == 2 * CHAIN_COUNT);
+    /* an inlined user function (a module loaded from a string: its text goes into the kernel) */
+    nb_module *m;
+    nb_func *sp;
+    NB_REQUIRE_OK(nb_module_load_source(cpu, "act.nb", "[Differentiable]\nfloat softplus(float x, float beta)\n"
+                                        "{\n    return log(1.0 + exp(beta * x)) / beta;\n}\n", NULL, &m));
+    NB_REQUIRE_OK(nb_module_func(m, "softplus", &sp));
+    nb_fuse_spec s = {0};
+    int x = nb_fuse_add_input(&s, NB_FUSE_FULL);
+    nb_fuse_call c = {.f = sp, .nparams = 2, .arg = {0, -1}, .scalar = {0, 2.0}};
+    int y = nb_fuse_add_call(&s, &c, 1, (int[]){x});
+    nb_fuse_add_node(&s, NB_TOP_SILU, 1, (int[]){y});
+    nb_fuse_kernel *k;
+    NB_REQUIRE_OK(nb_fuse_kernel_create(cpu, &s, &k));
+    NB_EXPECT(strstr(nb_fuse_kernel_source(k), "    float t0 = softplus(x0, 2.0); // call\n") != NULL);
+    nb_fuse_arg in = {.data = buf[0], .dtype = NB_F32, .ndim = 4}, g = in, res = in;
+    memcpy(in.shape, S4, sizeof S4), memcpy(g.shape, S4, sizeof S4), memcpy(res.shape, S4, sizeof S4);
+    g.data = gb[0], res.data = r;
+    for (int bwd = 0; bwd < 2; bwd++) {
+        nb_tensor *wrap[2 * NB_FUSE_MAX_IN + 1];
+        int nwrap = 0;
+        nb_call *call = NULL;
+        NB_EXPECT_OK(nb_fuse_call_begin(k, bwd, &in, &res, &g, wrap, &nwrap, &call));
+        if (call) ok += nb_test_nvrtc_call(call, bwd ? "call(softplus)+silu backward" : "call(softplus)+silu forward");
+        for (int i = 0; i < nwrap; i++) nb_tensor_free(wrap[i]);
+    }
+    nb_fuse_kernel_free(k);
+    nb_module_free(m);
+    NB_EXPECT(ok == 2 * CHAIN_COUNT + 2);
     nb_device_close(cpu);
 }
 
