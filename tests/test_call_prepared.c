@@ -348,19 +348,12 @@ static void backward(nb_device *dev) {
         NB_EXPECT_OK(nb_prepared_launch(p, NULL));
         expect_equal(ga, ra, N);
         expect_equal(gb, rb, N);
-        /* the owned gradients in two views of one buffer, 4 elements apart: refused */
+        /* the owned gradients in two views of one buffer, 4 elements apart, or the same array
+         * twice: refused (a contig4 kernel loads both before it stores: one add would be lost) */
         NB_EXPECT_OK(nb_prepared_set_arg(p, sa, lo));
         NB_EXPECT_ERR(nb_prepared_set_arg(p, sb, hi), NB_ERR_INVALID_ARG, "would overlap 'a_grad'");
-        NB_EXPECT_OK(nb_prepared_set_arg(p, sb, lo)); /* the same array twice: one thread adds both */
+        NB_EXPECT_ERR(nb_prepared_set_arg(p, sb, lo), NB_ERR_INVALID_ARG, "would overlap 'a_grad'");
         NB_EXPECT_OK(nb_prepared_set_arg(p, sd, dy));
-        NB_EXPECT_OK(nb_prepared_launch(p, NULL));
-        static float got[N], want[N], wb[N]; /* lo = (d/da + d/db) at dy = ra + rb */
-        NB_EXPECT_OK(nb_tensor_to_host(lo, got, sizeof got));
-        NB_EXPECT_OK(nb_tensor_to_host(ra, want, sizeof want));
-        NB_EXPECT_OK(nb_tensor_to_host(rb, wb, sizeof wb));
-        int bad = 0;
-        for (int i = 0; i < N; i++) bad += got[i] != want[i] + wb[i];
-        NB_EXPECT(bad == 0);
         nb_prepared_free(p);
     }
     nb_tensor_free(a), nb_tensor_free(b), nb_tensor_free(dy), nb_tensor_free(ga), nb_tensor_free(gb);

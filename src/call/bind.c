@@ -1191,9 +1191,10 @@ void nb_call_owned_grads(nb_call *c) {
         int owned = bwd && is_grad_leaf(in, j) && b->bind == NB_BIND_ARRAY && l->kind == NB_LEAF_VALUE &&
                     l->value_rank == 0 && (b->storage == NB_F32 || b->storage == NB_F64) &&
                     nb_call_strides_one_to_one(c->kdim, c->kshape, b->kstrides, (int64_t)nb_dtype_size(b->storage));
-        /* another written array over the same bytes, laid out otherwise (e.g. a shifted view of
-         * the same buffer as a second gradient): another thread may add into these elements,
-         * so the adds stay atomic (the same array bound twice is fine: the same thread adds) */
+        /* another written array over the same bytes (a shifted view of the same buffer as a
+         * second gradient, or the same array bound twice): the adds stay atomic. The same array
+         * twice is NOT safe without atomics either: a CUDA contig4 kernel loads every gradient's
+         * 4-vector before it stores any, so one of the two adds would be lost (seen on an H200) */
         uint64_t lo, hi, lo2, hi2;
         if (owned) nb_call_leaf_span(c, b, b->data, &lo, &hi);
         for (int i = 0; owned && i < c->sig.nleaves; i++) {
@@ -1203,9 +1204,6 @@ void nb_call_owned_grads(nb_call *c) {
             if (!written) continue;
             nb_call_leaf_span(c, o, o->data, &lo2, &hi2);
             if (lo2 >= hi || lo >= hi2) continue; /* disjoint */
-            if (o->data == b->data && o->storage == b->storage &&
-                !memcmp(o->kstrides, b->kstrides, sizeof(int64_t) * (size_t)c->kdim))
-                continue;
             owned = 0;
         }
         c->sig.leaves[j].owned = owned;

@@ -197,7 +197,7 @@ static int written(const nb_call *c, int j) {
 }
 
 /* With leaf j at `data`: an owned gradient (added without atomics) must not overlap another
- * written array laid out otherwise (the rule nb_call_owned_grads decided the kernel by). */
+ * written array, the same array included (the rule nb_call_owned_grads decided the kernel by). */
 static nb_status check_owned(const nb_prepared *p, const char *who, int j, uint64_t data) {
     const nb_call *c = p->c;
     if (!p->owned || p->n == 0 || c->leaves[j].bind != NB_BIND_ARRAY || !written(c, j)) return NB_OK;
@@ -209,10 +209,7 @@ static nb_status check_owned(const nb_prepared *p, const char *who, int j, uint6
         nb_call_leaf_span(c, b, data, &lo, &hi);
         nb_call_leaf_span(c, o, o->data, &lo2, &hi2);
         if (lo2 >= hi || lo >= hi2) continue;
-        if (o->data == data && o->storage == b->storage &&
-            !memcmp(o->kstrides, b->kstrides, sizeof(int64_t) * (size_t)c->kdim))
-            continue;
-        return nb_error(NB_ERR_INVALID_ARG, "%s: slot '%s' of %s would overlap '%s' laid out otherwise; the kernel adds "
+        return nb_error(NB_ERR_INVALID_ARG, "%s: slot '%s' of %s would overlap '%s'; the kernel adds "
                         "their gradients without atomics (prepare a call over these arrays instead)", who,
                         slot_path(p, j), nb_call_fname(c), slot_path(p, i));
     }
