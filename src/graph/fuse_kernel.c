@@ -230,7 +230,7 @@ static nb_status prep_build(nb_fuse_kernel *k, fuse_prep *e, const nb_fuse_arg *
     NB_TRY(nb_fuse_call_begin(k, e->backward, in, res, grads, e->wrap, &e->nwrap, &c));
     nb_status s = nb_call_prepare(c, &e->p); /* takes c */
     for (int i = 0; !s && i < sp->n_in; i++) {
-        char path[16];
+        char path[32];
         s = nb_prepared_param_slot(e->p, i, &e->slot_in[i]);
         e->slot_g[i] = -1;
         snprintf(path, sizeof path, "x%d_grad", i);
