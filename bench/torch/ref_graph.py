@@ -170,7 +170,7 @@ def main():
         model = Graph(ops, S, gen).to(dev)
         x = torch.rand(S, S, generator=gen) * 2 - 1
         gflop = 2.0 * lin * S ** 3 / 1e9
-        floor = gflop / (peak * 1e3) if cuda else float("nan")
+        floor = gflop / peak if cuda else float("nan")
         ms = {r: (time_row(r, model, x, dev, a.samples) if r in rows else float("nan")) for r in ROWS}
         fmt = lambda v, w: f" {'-':>{w}}" if v != v else f" {v:>{w}.4f}"  # noqa: E731
         print(f"{sweep:<6} {S:>6} {D:>6} {lin:>7} {gflop:>10.4f}" + fmt(floor, 10)

@@ -346,7 +346,7 @@ nb_status nb_graph_bench_run(const nb_graph_bench_opts *o, nb_graph_bench_result
             nb_graph_bench_point *p = &r->points[r->n_points++];
             p->sweep = sweep, p->size = S, p->depth = D, p->linears = g.lin;
             p->gflop = 2.0 * (double)g.lin * (double)S * (double)S * (double)S / 1e9;
-            p->floor_ms = p->gflop / (r->peak_tflops * 1e3); /* NAN without a peak */
+            p->floor_ms = p->gflop / r->peak_tflops; /* GFLOP / (TFLOP/s = GFLOP/ms); NAN without a peak */
             float *ref = malloc(sizeof(float) * (size_t)(S * S));
             int have_ref = 0;
             if (!ref) s = nb_error(NB_ERR_OUT_OF_MEMORY, "graph bench: output of size %lld", (long long)S);
