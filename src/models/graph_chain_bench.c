@@ -145,7 +145,8 @@ static void count_kernels(row_ctx *r, nb_graph_chain_row_result *out) {
     if (r->gr) nb_graph_set_cuda_graph(r->gr, gi.cuda_graph != 0);
     if (s1 || s2) {
         out->kernels = -1;
-        snprintf(out->why, sizeof out->why, "capture failed: %s", s1 ? why : nb_last_error());
+        /* (the reason is cut to what fits: "%.160s" keeps gcc's -Wformat-truncation quiet) */
+        snprintf(out->why, sizeof out->why, "capture failed: %.160s", s1 ? why : nb_last_error());
         nb_clear_error();
     }
     return;
