@@ -517,8 +517,146 @@ static void test_contig4_cuda(void) {
     nb_device_close(devs[0]);
 }
 
+/* ---- per-block shared sums of partly broadcast gradients (nb_leaf_sig.shacc) -------------- */
+
+/* The shacc flag of c_grad of madd's bwds call over [R, C] with c shaped cs (cuda decides). */
+static int shacc_of(nb_module *m, nb_device *dev, int64_t R, int64_t C, int cn, const int64_t *cs, int cuda) {
+    const int64_t s2[2] = {R, C};
+    nb_tensor *a = filled(dev, 2, s2, 0, 0), *b = filled(dev, 2, s2, 0, 0), *dout = filled(dev, 2, s2, 0, 0);
+    nb_tensor *da = filled(dev, 2, s2, 0, 0), *c = filled(dev, cn, cs, 0, 0), *dc = filled(dev, cn, cs, 0, 0);
+    nb_call *call = madd_bwd(m, a, b, c, dout, da, dc);
+    int oa, oc, r = -1;
+    owned_flags(call, &oa, &oc);
+    nb_call_shared_grads(call, cuda);
+    const nb_fn_info *in = &call->f->infos[call->overload];
+    for (int j = 0; j < call->nleaves; j++) {
+        if (!strcmp(in->leaves[j].path, "c_grad")) r = call->sig.leaves[j].shacc;
+        else NB_EXPECT(call->sig.leaves[j].shacc == 0); /* da (owned), inputs */
+    }
+    nb_call_free(call);
+    nb_tensor *all[] = {a, b, dout, da, c, dc};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
+    return r;
+}
+
+static void test_shacc_decision(void) {
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    NB_EXPECT(shacc_of(m, dev, 16, 64, 1, (int64_t[]){64}, 1) == 1);          /* g [F] over [N, F] */
+    NB_EXPECT(shacc_of(m, dev, 16, 64, 2, (int64_t[]){1, 64}, 1) == 1);       /* [1, F] */
+    NB_EXPECT(shacc_of(m, dev, 16, 64, 1, (int64_t[]){64}, 0) == 0);          /* the CPU: unchanged */
+    NB_EXPECT(shacc_of(m, dev, 16, 64, 2, (int64_t[]){16, 1}, 1) == 0);       /* per row: the warp sum */
+    NB_EXPECT(shacc_of(m, dev, 16, 64, 1, (int64_t[]){1}, 1) == 0);           /* whole kernel: thread sums */
+    NB_EXPECT(shacc_of(m, dev, 16, 64, 2, (int64_t[]){16, 64}, 1) == 0);      /* owned */
+    NB_EXPECT(shacc_of(m, dev, 4, 1024, 1, (int64_t[]){1024}, 1) == 1);       /* NB_SHACC_MAX elements */
+    NB_EXPECT(shacc_of(m, dev, 4, 1028, 1, (int64_t[]){1028}, 1) == 0);       /* past it */
+    NB_EXPECT(shacc_of(m, dev, 1, 64, 1, (int64_t[]){64}, 1) == 0);           /* one row: owned, nothing broadcast */
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+/* The kernel of madd's bwds call with dc [C] broadcast over the rows compiles (NVRTC) and its
+ * PTX sums into shared memory (shared atomics), has the barriers (bar.sync), and flushes with
+ * global atomics, without the warp vote or the whole-broadcast block reduction; k = 0: the
+ * kernel as before (flag off). */
+static void test_shacc_nvrtc(void) {
+    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
+    nb_device *dev;
+    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
+    nb_module *m;
+    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
+    const int64_t s2[2] = {16, 64}, f1[1] = {64};
+    nb_tensor *a = filled(dev, 2, s2, 0, 0), *b = filled(dev, 2, s2, 0, 0), *dout = filled(dev, 2, s2, 0, 0);
+    nb_tensor *da = filled(dev, 2, s2, 0, 0), *c = filled(dev, 1, f1, 0, 0), *dc = filled(dev, 1, f1, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        nb_call *call = madd_bwd(m, a, b, c, dout, da, dc);
+        int oa, oc;
+        owned_flags(call, &oa, &oc);
+        nb_call_shared_grads(call, k);
+        char *src = emit(call, NB_TARGET_CUDA);
+        void *img = NULL;
+        size_t size = 0;
+        int cubin = 0;
+        nb_status s = nb_nvrtc_compile(src, "shacc.cu", "compute_90", NULL, &img, &size, &cubin);
+        NB_EXPECT(s == NB_OK);
+        if (s) fprintf(stderr, "  NVRTC: %s\n%s\n", nb_last_error(), src);
+        if (!s && !cubin) {
+            const char *ptx = (const char *)img;
+            int sh = strstr(ptx, "atom.shared.add.f32") != NULL || strstr(ptx, "red.shared.add.f32") != NULL;
+            NB_EXPECT(sh == (k == 1));
+            NB_EXPECT(k == 0 || strstr(ptx, "bar.sync") != NULL);
+            /* without: the warp vote (lanes on different addresses: one atomic per element) and
+             * the whole-kernel broadcast's block reduction in double (the runtime nb_bc test) */
+            NB_EXPECT((strstr(ptx, "vote.sync.all") != NULL) == (k == 0));
+            NB_EXPECT((strstr(ptx, "ld.shared.f64") != NULL) == (k == 0));
+            NB_EXPECT(strstr(ptx, "atom.global.add.f32") != NULL || strstr(ptx, "red.global.add.f32") != NULL);
+        }
+        if (img) nb_free(img, size);
+        free(src);
+        nb_call_free(call);
+    }
+    nb_tensor *all[] = {a, b, dout, da, c, dc};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
+    nb_module_free(m);
+    nb_device_close(dev);
+}
+
+/* On a GPU: dc of madd's bwds call with c [C] broadcast over [R, C] rows (shared block sums) and
+ * da (owned) equal the CPU within rounding (only the summation order differs), for shapes whose
+ * element count is not a multiple of the block, f32 rows of 64 / 48 / 1024 features; the array
+ * keeps its prior content (added to, not overwritten). */
+static void test_shacc_cuda(void) {
+    if (nb_cuda_device_count() == 0) NB_SKIP("no CUDA device");
+    nb_device *devs[2];
+    NB_REQUIRE_OK(nb_device_open("cpu", &devs[0]));
+    NB_REQUIRE_OK(nb_device_open("cuda", &devs[1]));
+    const int64_t shapes[][2] = {{300, 64}, {4099, 48}, {1 << 16, 64}, {37, 1024}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        const int64_t R = shapes[t][0], C = shapes[t][1];
+        float *got[2][2];
+        for (int d = 0; d < 2; d++) {
+            nb_module *m;
+            NB_REQUIRE_OK(nb_module_load_source(devs[d], "owned.nb", SRC, NULL, &m));
+            const int64_t s2[2] = {R, C};
+            nb_tensor *a = filled(devs[d], 2, s2, -1.0f, 0.17f), *b = filled(devs[d], 2, s2, 0.5f, 0.09f);
+            nb_tensor *dout = filled(devs[d], 2, s2, -0.6f, 0.1f), *da = filled(devs[d], 2, s2, 0, 0);
+            nb_tensor *c = filled(devs[d], 1, &C, 0, 0), *dc = filled(devs[d], 1, &C, 1.0f, 0.25f);
+            nb_call *call = madd_bwd(m, a, b, c, dout, da, dc);
+            NB_EXPECT_OK(nb_call_run(call, NULL));
+            if (d == 1) { /* the CUDA run took the shared path */
+                const nb_fn_info *in = &call->f->infos[call->overload];
+                for (int j = 0; j < call->nleaves; j++)
+                    if (!strcmp(in->leaves[j].path, "c_grad")) NB_EXPECT(call->sig.leaves[j].shacc == 1);
+            }
+            nb_call_free(call);
+            got[d][0] = malloc((size_t)C * 4), got[d][1] = malloc((size_t)(R * C) * 4);
+            NB_EXPECT_OK(nb_tensor_to_host(dc, got[d][0], (size_t)C * 4));
+            NB_EXPECT_OK(nb_tensor_to_host(da, got[d][1], (size_t)(R * C) * 4));
+            nb_tensor *all[] = {a, b, dout, da, c, dc};
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
+            nb_module_free(m);
+        }
+        int bad = 0;
+        for (int64_t i = 0; i < C && bad < 4; i++) { /* sums of R terms of |x| < 1: relative 1e-4 of R */
+            double tol = 1e-4 * (double)R;
+            if (!(fabs((double)got[1][0][i] - got[0][0][i]) <= tol)) {
+                fprintf(stderr, "  %lldx%lld dc[%lld]: cuda %g cpu %g\n", (long long)R, (long long)C, (long long)i,
+                        (double)got[1][0][i], (double)got[0][0][i]);
+                bad++;
+            }
+        }
+        NB_EXPECT(bad == 0);
+        NB_EXPECT(memcmp(got[0][1], got[1][1], (size_t)(R * C) * 4) == 0); /* da: one product per element */
+        for (int d = 0; d < 2; d++) free(got[d][0]), free(got[d][1]);
+    }
+    nb_device_close(devs[1]);
+    nb_device_close(devs[0]);
+}
+
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_one_to_one, test_cpu_values, test_cpu_shared_columns, test_cpu_aliased_grads, test_nvrtc,
                  test_contig4_decision,
-                 test_contig4_nvrtc, test_contig4_cuda);
+                 test_contig4_nvrtc, test_contig4_cuda, test_shacc_decision, test_shacc_nvrtc, test_shacc_cuda);
 }

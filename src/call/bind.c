@@ -1184,6 +1184,7 @@ void nb_call_owned_grads(nb_call *c) {
     const nb_fn_info *in = &c->f->infos[c->overload];
     size_t n = strlen(c->f->name);
     int bwd = n > 6 && (!strcmp(c->f->name + n - 6, "__bwds") || !strcmp(c->f->name + n - 6, "__bwdr"));
+    for (int j = 0; j < c->sig.nleaves; j++) c->sig.leaves[j].shacc = 0; /* (nb_call_shared_grads decides it after) */
     for (int j = 0; j < c->nleaves && j < c->sig.nleaves; j++) {
         const nb_leaf_bind *b = &c->leaves[j];
         const nb_fn_leaf *l = &in->leaves[j];
@@ -1207,6 +1208,37 @@ void nb_call_owned_grads(nb_call *c) {
             owned = 0;
         }
         c->sig.leaves[j].owned = owned;
+    }
+}
+
+void nb_call_shared_grads(nb_call *c, int cuda) {
+    const nb_fn_info *in = &c->f->infos[c->overload];
+    size_t n = strlen(c->f->name);
+    int bwd = n > 6 && (!strcmp(c->f->name + n - 6, "__bwds") || !strcmp(c->f->name + n - 6, "__bwdr"));
+    int count = 0;
+    for (int j = 0; j < c->sig.nleaves; j++) c->sig.leaves[j].shacc = 0;
+    if (!cuda || !bwd || c->sig.blocks || in->is_kernel || c->kdim < 1 || c->kdim > NB_MAX_DIMS) return;
+    for (int j = 0; j < c->nleaves && j < c->sig.nleaves && count < NB_SHACC_LEAVES; j++) {
+        const nb_leaf_bind *b = &c->leaves[j];
+        const nb_fn_leaf *l = &in->leaves[j];
+        if (!is_grad_leaf(in, j) || b->bind != NB_BIND_ARRAY || l->kind != NB_LEAF_VALUE || l->value_rank != 0 ||
+            (b->storage != NB_F32 && b->storage != NB_F64) || c->sig.leaves[j].owned)
+            continue;
+        /* e.g. a [N, F] kernel, g [F] at strides {0, es}: broadcast over a dim, moving along the
+         * last (a warp's lanes add into different elements: the warp sum cannot apply); strides
+         * non-negative multiples of the element size, the span (first to last element) small */
+        const int64_t es = (int64_t)nb_dtype_size(b->storage);
+        int bcast = 0, ok = b->kstrides[c->kdim - 1] != 0;
+        int64_t span = 0; /* in elements, the last one excluded */
+        for (int k = 0; k < c->kdim && ok; k++) {
+            if (c->kshape[k] <= 0 || b->kstrides[k] < 0 || b->kstrides[k] % es) ok = 0;
+            else if (c->kshape[k] > 1 && b->kstrides[k] == 0) bcast = 1;
+            else if (c->kshape[k] > 1 && (b->kstrides[k] / es > NB_SHACC_MAX || (c->kshape[k] - 1) > NB_SHACC_MAX)) ok = 0;
+            else span += (c->kshape[k] - 1) * (b->kstrides[k] / es);
+        }
+        if (!ok || !bcast || span + 1 > NB_SHACC_MAX) continue;
+        c->sig.leaves[j].shacc = 1;
+        count++;
     }
 }
 

@@ -369,6 +369,7 @@ static void make_key(const nb_call *c, nb_sig_key *k) {
         k->leaves[j].gen = (uint8_t)s->leaves[j].gen;
         k->leaves[j].owned = (uint8_t)s->leaves[j].owned;
         k->leaves[j].bcast = (uint8_t)s->leaves[j].bcast;
+        k->leaves[j].shacc = (uint8_t)s->leaves[j].shacc;
     }
 }
 
@@ -689,6 +690,7 @@ static nb_status prepare(nb_call *c, nb_tensor **results, int max, int single, c
     if ((s = nb_call_materialize(c, results != NULL))) return s;
     nb_call_vec4_rows(c);
     nb_call_owned_grads(c);
+    nb_call_shared_grads(c, c->sig.target == NB_TARGET_CUDA);
     nb_call_mark_contig4(c, c->sig.target == NB_TARGET_CUDA);
     for (int j = 0; j < c->sig.nleaves; j++)
         if (c->leaves[j].bind == NB_BIND_TENSOR)

@@ -32,7 +32,7 @@ typedef struct nb_sig_key {
         uint8_t storage;
         uint8_t vec4;
         uint8_t gen;        /* NB_BIND_GEN: nb_gen_sig */
-        uint8_t owned, bcast; /* nb_leaf_sig.owned, .bcast */
+        uint8_t owned, bcast, shacc; /* nb_leaf_sig.owned, .bcast, .shacc */
     } leaves[NB_CALL_MAX_LEAVES];
 } nb_sig_key;
 
@@ -225,6 +225,9 @@ void nb_call_owned_grads(nb_call *c);
 int nb_call_contig4_ok(const nb_call *c);
 /* Sets c->sig.contig4 (when cuda and nb_call_contig4_ok) and the leaves' bcast flags. */
 void nb_call_mark_contig4(nb_call *c, int cuda);
+/* Sets the shacc flags (nb_leaf_sig.shacc: per-block shared-memory sums) of c's gradient leaves
+ * (bound, materialized, owned flags set): CUDA only, see the flag's rule. */
+void nb_call_shared_grads(nb_call *c, int cuda);
 int nb_call_strides_one_to_one(int n, const int64_t *shape, const int64_t *strides, int64_t elem_bytes);
 /* The bytes [*lo, *hi) leaf b's elements span over c's kernel when its element [0, …] is at data. */
 void nb_call_leaf_span(const nb_call *c, const nb_leaf_bind *b, uint64_t data, uint64_t *lo, uint64_t *hi);

@@ -847,6 +847,22 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                         layout->size);
     }
 
+    /* ---- per-block shared-memory sums of partly broadcast gradients (nb_leaf_sig.shacc) ---- */
+    char shacc[NB_CALL_MAX_LEAVES + 1]; /* leaf i is summed per block in nb_sh<i>_<entry> */
+    int nshacc = 0;
+    memset(shacc, 0, sizeof shacc);
+    for (int i = 0; i < L.n && cuda && !blocks && !gsize && !warp; i++) {
+        const leaf *l = &L.items[i];
+        const nb_leaf_sig *ls = &sig->leaves[i];
+        if (!ls->shacc || ls->bind != NB_BIND_ARRAY || !leaf_writes_back(f, l) || !leaf_accumulates(f, l) || ls->owned ||
+            l->type->kind != NB_TY_SCALAR || (ls->storage != NB_F32 && ls->storage != NB_F64) || nshacc >= NB_SHACC_LEAVES)
+            continue;
+        shacc[i] = 1;
+        nshacc++;
+        APPEND(&ps, "static __shared__ %s nb_sh%d_%s[%d]; /* block sums of %s (nb_leaf_sig.shacc) */\n",
+               ls->storage == NB_F64 ? "double" : "float", i, ename, NB_SHACC_MAX, l->path);
+    }
+
     /* ---- thread-local sums of broadcast gradients (NB_ACC_LOCAL_MAX) ---- */
     char acc_local[NB_CALL_MAX_LEAVES + 1]; /* leaf i sums locally when broadcast */
     const char *acc_ct[NB_CALL_MAX_LEAVES + 1];
@@ -856,7 +872,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         const leaf *l = &L.items[i];
         const nb_leaf_sig *ls = &sig->leaves[i];
         int ns = leaf_scalars(l->type);
-        if (ls->bind != NB_BIND_ARRAY || !leaf_writes_back(f, l) || !leaf_accumulates(f, l) || ls->owned) continue;
+        if (ls->bind != NB_BIND_ARRAY || !leaf_writes_back(f, l) || !leaf_accumulates(f, l) || ls->owned || shacc[i]) continue;
         if ((ls->storage != NB_F32 && ls->storage != NB_F64) || ns <= 0 || nacc + ns > NB_ACC_LOCAL_MAX) continue;
         acc_local[i] = 1;
         nacc += ns;
@@ -870,6 +886,9 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
      * dot(w[64], x) forward over 2^22 rows, 0.83 ms at 32 (the half-used sectors stay in L1) */
     for (int i = 0; cuda && !nacc && i < L.n; i++)
         if (sig->leaves[i].vec4) layout->blocks_per_sm = 4;
+    /* shared sums: each block flushes once per element of the span; 8 blocks of 256 threads
+     * still fill an SM */
+    if (nshacc && !layout->blocks_per_sm) layout->blocks_per_sm = 8;
     if (nacc) {
         APPEND(&ps, "/* per-thread sums of the gradients broadcast over the whole kernel, added once at the end */\n"
                     "typedef struct nb_acc_%s {\n", ename);
@@ -1074,6 +1093,12 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
                 gen_access(e, &b, 3, l->type, lv, addr, inner, 0, ls->storage, 1);
                 continue;
             }
+            if (shacc[i]) { /* into the block's shared sums (element = byte offset / size; flushed at the end) */
+                const char *ct = ls->storage == NB_F64 ? "double" : "float";
+                APPEND(&b, "    atomicAdd(&nb_sh%d_%s[(unsigned)((nb_a%d - (char *)nb_P->l%d_data) / %zu)], (%s)%s);\n", i, ename,
+                       i, i, nb_dtype_size(ls->storage), ct, lv);
+                continue;
+            }
             gen_accum_helpers(e, cuda);
             APPEND(&b, "    {\n        const int nb_bc = 1");
             for (int d = 0; d < nd_; d++) APPEND(&b, " && nb_P->l%d_strides[%d] == 0", i, d);
@@ -1265,6 +1290,14 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         for (int d = 0; d < nd_; d++) APPEND(&b, " * params.shape[%d]", d);
         nb_strbuf_append(&b, ";\n");
         if (nacc) APPEND(&b, "    nb_acc_%s nb_acc = {};\n", ename);
+        if (nshacc) { /* zero the block's shared sums; every thread reaches both barriers (the
+                         grid-stride loops below have no early return) */
+            for (int i = 0; i < L.n; i++)
+                if (shacc[i])
+                    APPEND(&b, "    for (unsigned nb_t = threadIdx.x; nb_t < %du; nb_t += blockDim.x) nb_sh%d_%s[nb_t] = 0;\n",
+                           NB_SHACC_MAX, i, ename);
+            nb_strbuf_append(&b, "    __syncthreads();\n");
+        }
         if (e->oob_cur_used) /* local-array checks report here (one record per module: the same value) */
             nb_strbuf_append(&b, "    if (nb_oob_cur != (nb_oob_rec *)params.oob) nb_oob_cur = (nb_oob_rec *)params.oob;\n");
         int nn_block = warp && nb_emit_nn_block_accum(e); /* per-block weight-gradient sums (emit_nn.c) */
@@ -1302,6 +1335,21 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
         }
         nb_strbuf_append(&b, "    }\n");
         if (nn_block) nb_strbuf_append(&b, "    nb_nn_block_end(); /* every thread gets here */\n");
+        if (nshacc) { /* the block's sums into the arrays: one atomic per element of the span */
+            nb_strbuf_append(&b, "    __syncthreads();\n");
+            for (int i = 0; i < L.n; i++) {
+                if (!shacc[i]) continue;
+                const char *ct = sig->leaves[i].storage == NB_F64 ? "double" : "float";
+                size_t es = nb_dtype_size(sig->leaves[i].storage);
+                APPEND(&b, "    if (nb_n > 0) {\n        long long nb_se = 1; /* elements from the first to the last touched */\n");
+                for (int d = 0; d < nd_; d++)
+                    APPEND(&b, "        nb_se += (params.shape[%d] - 1) * (params.l%d_strides[%d] / %zu);\n", d, i, d, es);
+                APPEND(&b, "        for (unsigned nb_t = threadIdx.x; nb_t < (unsigned)nb_se; nb_t += blockDim.x) {\n"
+                           "            const %s nb_s = nb_sh%d_%s[nb_t];\n"
+                           "            if (nb_s != 0) atomicAdd((%s *)params.l%d_data + nb_t, nb_s);\n"
+                           "        }\n    }\n", ct, i, ename, ct, i);
+            }
+        }
         if (nacc) {
             gen_block_sum_helper(e);
             gen_acc_flush(e, &b, &L, sig, acc_local, nd_, "params.");

@@ -115,7 +115,20 @@ typedef struct nb_leaf_sig {
                            dim (one element for every index, e.g. a device scalar [1], or one
                            per row of a 2-D kernel, e.g. a per-channel operand): the quads read
                            it in place, not through a vector buffer */
+    int shacc;          /* CUDA, ARRAY leaf of a scalar f32/f64 gradient of a bwds call broadcast
+                           over some kernel dims but not the last (lanes of a warp add into
+                           different elements, e.g. a per-feature gain g [F] over x [N, F]) whose
+                           elements all lie within NB_SHACC_MAX of its first (checked by the call
+                           layer: nb_call_shared_grads): each thread block sums it in shared
+                           memory (shared atomics), then adds the block's sums into the array with
+                           one atomic per element per block (ignored by kernels with explicit
+                           blocks, thread groups or warp intrinsics, and on the CPU) */
 } nb_leaf_sig;
+
+/* nb_leaf_sig.shacc: the most elements (the leaf's span, first to last element touched) summed
+ * per block in shared memory (4 KiB of f32, 8 KiB of f64 per leaf), and the most such leaves */
+#define NB_SHACC_MAX 1024
+#define NB_SHACC_LEAVES 4
 
 typedef struct nb_call_sig {
     const char *func;       /* function name in the module */
