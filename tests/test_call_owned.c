@@ -255,21 +255,27 @@ static void test_cpu_aliased_grads(void) {
 }
 
 /* The CUDA kernels of these calls compile (NVRTC, compute_90) and their PTX shows the paths: an
- * owned gradient alone has no atomic; a row-broadcast one the warp vote, shuffles and atomics. */
+ * owned gradient alone has no atomic (k = 0); a row-broadcast one the warp vote, shuffles and
+ * atomics and the runtime-selected whole-broadcast block reduction (double shared loads) (k = 1);
+ * dc [C] broadcast over the rows (g [F] over [N, F]) with the shacc flag the call layer gives it
+ * on CUDA (k = 2): shared atomics, the barriers (bar.sync), the flush's global atomics, no warp
+ * vote and no block reduction; without the flag (k = 3): the vote and the reduction, as before. */
 static void test_nvrtc(void) {
     if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
     nb_device *dev;
     NB_REQUIRE_OK(nb_device_open("cpu", &dev));
     nb_module *m;
     NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
-    const int64_t s2[2] = {16, 64}, r1[2] = {16, 1};
+    const int64_t s2[2] = {16, 64}, r1[2] = {16, 1}, f1[1] = {64};
     nb_tensor *a = filled(dev, 2, s2, 0, 0), *b = filled(dev, 2, s2, 0, 0), *c = filled(dev, 2, s2, 0, 0);
     nb_tensor *cr = filled(dev, 2, r1, 0, 0), *dout = filled(dev, 2, s2, 0, 0), *da = filled(dev, 2, s2, 0, 0);
-    nb_tensor *dcr = filled(dev, 2, r1, 0, 0);
-    for (int k = 0; k < 2; k++) {
+    nb_tensor *dcr = filled(dev, 2, r1, 0, 0), *cf = filled(dev, 1, f1, 0, 0), *dcf = filled(dev, 1, f1, 0, 0);
+    for (int k = 0; k < 4; k++) {
         int oa, oc;
-        nb_call *call = k == 0 ? madd_bwd(m, a, b, c, dout, da, NULL) : madd_bwd(m, a, b, cr, dout, da, dcr);
+        nb_call *call = k == 0 ? madd_bwd(m, a, b, c, dout, da, NULL)
+                        : k == 1 ? madd_bwd(m, a, b, cr, dout, da, dcr) : madd_bwd(m, a, b, cf, dout, da, dcf);
         owned_flags(call, &oa, &oc);
+        nb_call_shared_grads(call, k == 2);
         char *src = emit(call, NB_TARGET_CUDA);
         void *img = NULL;
         size_t size = 0;
@@ -279,15 +285,20 @@ static void test_nvrtc(void) {
         if (s) fprintf(stderr, "  NVRTC: %s\n%s\n", nb_last_error(), src);
         if (!s && !cubin) {
             const char *ptx = (const char *)img;
-            NB_EXPECT((strstr(ptx, "atom.global.add.f32") != NULL) == (k == 1));
-            NB_EXPECT((strstr(ptx, "vote.sync.all") != NULL) == (k == 1));
+            int gatom = strstr(ptx, "atom.global.add.f32") != NULL || strstr(ptx, "red.global.add.f32") != NULL;
+            int satom = strstr(ptx, "atom.shared.add.f32") != NULL || strstr(ptx, "red.shared.add.f32") != NULL;
+            NB_EXPECT(gatom == (k >= 1));
+            NB_EXPECT(satom == (k == 2));
+            NB_EXPECT((strstr(ptx, "vote.sync.all") != NULL) == (k == 1 || k == 3));
+            NB_EXPECT((strstr(ptx, "ld.shared.f64") != NULL) == (k == 1 || k == 3));
+            NB_EXPECT(k != 2 || strstr(ptx, "bar.sync") != NULL);
             NB_EXPECT(strstr(ptx, "st.global.f32") != NULL); /* da's plain add */
         }
         if (img) nb_free(img, size);
         free(src);
         nb_call_free(call);
     }
-    nb_tensor *all[] = {a, b, c, cr, dout, da, dcr};
+    nb_tensor *all[] = {a, b, c, cr, dout, da, dcr, cf, dcf};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
     nb_module_free(m);
     nb_device_close(dev);
@@ -557,52 +568,6 @@ static void test_shacc_decision(void) {
     nb_device_close(dev);
 }
 
-/* The kernel of madd's bwds call with dc [C] broadcast over the rows compiles (NVRTC) and its
- * PTX sums into shared memory (shared atomics), has the barriers (bar.sync), and flushes with
- * global atomics, without the warp vote or the whole-broadcast block reduction; k = 0: the
- * kernel as before (flag off). */
-static void test_shacc_nvrtc(void) {
-    if (nb_nvrtc_version() == 0) NB_SKIP("NVRTC is not available");
-    nb_device *dev;
-    NB_REQUIRE_OK(nb_device_open("cpu", &dev));
-    nb_module *m;
-    NB_REQUIRE_OK(nb_module_load_source(dev, "owned.nb", SRC, NULL, &m));
-    const int64_t s2[2] = {16, 64}, f1[1] = {64};
-    nb_tensor *a = filled(dev, 2, s2, 0, 0), *b = filled(dev, 2, s2, 0, 0), *dout = filled(dev, 2, s2, 0, 0);
-    nb_tensor *da = filled(dev, 2, s2, 0, 0), *c = filled(dev, 1, f1, 0, 0), *dc = filled(dev, 1, f1, 0, 0);
-    for (int k = 0; k < 2; k++) {
-        nb_call *call = madd_bwd(m, a, b, c, dout, da, dc);
-        int oa, oc;
-        owned_flags(call, &oa, &oc);
-        nb_call_shared_grads(call, k);
-        char *src = emit(call, NB_TARGET_CUDA);
-        void *img = NULL;
-        size_t size = 0;
-        int cubin = 0;
-        nb_status s = nb_nvrtc_compile(src, "shacc.cu", "compute_90", NULL, &img, &size, &cubin);
-        NB_EXPECT(s == NB_OK);
-        if (s) fprintf(stderr, "  NVRTC: %s\n%s\n", nb_last_error(), src);
-        if (!s && !cubin) {
-            const char *ptx = (const char *)img;
-            int sh = strstr(ptx, "atom.shared.add.f32") != NULL || strstr(ptx, "red.shared.add.f32") != NULL;
-            NB_EXPECT(sh == (k == 1));
-            NB_EXPECT(k == 0 || strstr(ptx, "bar.sync") != NULL);
-            /* without: the warp vote (lanes on different addresses: one atomic per element) and
-             * the whole-kernel broadcast's block reduction in double (the runtime nb_bc test) */
-            NB_EXPECT((strstr(ptx, "vote.sync.all") != NULL) == (k == 0));
-            NB_EXPECT((strstr(ptx, "ld.shared.f64") != NULL) == (k == 0));
-            NB_EXPECT(strstr(ptx, "atom.global.add.f32") != NULL || strstr(ptx, "red.global.add.f32") != NULL);
-        }
-        if (img) nb_free(img, size);
-        free(src);
-        nb_call_free(call);
-    }
-    nb_tensor *all[] = {a, b, dout, da, c, dc};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nb_tensor_free(all[i]);
-    nb_module_free(m);
-    nb_device_close(dev);
-}
-
 /* On a GPU: dc of madd's bwds call with c [C] broadcast over [R, C] rows (shared block sums) and
  * da (owned) equal the CPU within rounding (only the summation order differs), for shapes whose
  * element count is not a multiple of the block, f32 rows of 64 / 48 / 1024 features; the array
@@ -658,5 +623,5 @@ static void test_shacc_cuda(void) {
 int main(int argc, char **argv) {
     NB_TEST_MAIN(argc, argv, test_one_to_one, test_cpu_values, test_cpu_shared_columns, test_cpu_aliased_grads, test_nvrtc,
                  test_contig4_decision,
-                 test_contig4_nvrtc, test_contig4_cuda, test_shacc_decision, test_shacc_nvrtc, test_shacc_cuda);
+                 test_contig4_nvrtc, test_contig4_cuda, test_shacc_decision, test_shacc_cuda);
 }

@@ -1095,7 +1095,7 @@ nb_status nb_program_emit_call(nb_program *p, const nb_call_sig *sig, nb_strbuf 
             }
             if (shacc[i]) { /* into the block's shared sums (element = byte offset / size; flushed at the end) */
                 const char *ct = ls->storage == NB_F64 ? "double" : "float";
-                APPEND(&b, "    atomicAdd(&nb_sh%d_%s[(unsigned)((nb_a%d - (char *)nb_P->l%d_data) / %zu)], (%s)%s);\n", i, ename,
+                APPEND(&b, "    atomicAdd(&nb_sh%d_%s[(unsigned)((unsigned long long)(nb_a%d - (char *)nb_P->l%d_data) / %zuu)], (%s)%s);\n", i, ename,
                        i, i, nb_dtype_size(ls->storage), ct, lv);
                 continue;
             }
