@@ -3,7 +3,8 @@
  * were deleted; their numbers stay in docs/PERF.md):
  *   - bias add, bias gradient and bias fill against a CPU double reference: f32 and bf16
  *     storage, odd sizes, planes P of 1..70001 incl. P % 8 != 0, linear's P = 1, misaligned
- *     pointers;
+ *     pointers, tall-skinny [N, F] (the linear); the bias + relu pass (b NULL, NaN); the
+ *     small-plane gradient bit-equal on a second run (deterministic, no atomics);
  *   - the split-sum kernel (nb_conv_sum_splits), L % 4 != 0 and misaligned too, and the end of
  *     a split sum into bf16 (nb_conv_split_out: bias, accumulate, the accumulator re-zeroed);
  *   - the weight arrangement kernel nb_conv_wprep bit for bit against the layout computed on the
@@ -58,6 +59,9 @@ static const int64_t shapes[][3] = {
     {1, 1, 1},     {3, 5, 1},     {32, 512, 1},  {7, 3, 3},    {2, 9, 15},    {3, 4, 16},
     {3, 5, 17},    {2, 7, 63},    {4, 3, 64},    {3, 6, 100},  {2, 3, 257},   {5, 2, 1000},
     {2, 3, 4096},  {3, 2, 4099},  {1, 1, 70001}, {67, 3, 1},   {2, 130, 64},  {9, 1, 8},
+    /* tall-skinny (the linear's [N, F] and small planes: elementwise add, chunked gradient):
+     * F % 4 == 0 (vectors), F % 4 != 0, 256 / G not whole, more than 256 vector columns */
+    {70001, 64, 1}, {4099, 6, 1}, {2053, 24, 1}, {1031, 3, 5}, {300, 300, 1}, {65, 1100, 1},
 };
 
 /* db := db0 + sum dy over n, p, checked against the double reference. */
@@ -152,6 +156,62 @@ static void test_bias_add(void) {
     if (!gpu) NB_SKIP("no CUDA device or cuBLAS");
     for (int dt = 0; dt < 2; dt++)
         for (int off = 0; off <= 3; off++) check_bias_add(gpu, dt ? NB_BF16 : NB_F32, off);
+    nb_device_close(gpu);
+}
+
+/* nb_conv_add_bias_relu (the fused linear + relu's pass): y := max(y0 + b[o], 0) exactly, b may
+ * be NULL, NaN passes through; the small-plane bias gradient is deterministic (bit-equal on a
+ * second run, no atomics). */
+static void test_bias_relu_det(void) {
+    nb_device *gpu = open_gpu();
+    if (!gpu) NB_SKIP("no CUDA device or cuBLAS");
+    static const int64_t rs[][3] = {{70001, 64, 1}, {4099, 6, 1}, {33, 7, 3}, {1, 5, 1}};
+    for (int dt = 0; dt < 2; dt++)
+        for (int off = 0; off <= 1; off++)
+            for (size_t s = 0; s < sizeof rs / sizeof rs[0]; s++) {
+                int64_t N = rs[s][0], O = rs[s][1], P = rs[s][2], n = N * O * P;
+                nb_dtype t = dt ? NB_BF16 : NB_F32;
+                float *y = hrand(n), *b = hrand(O), *got = malloc((size_t)n * sizeof(float));
+                if (dt) for (int64_t i = 0; i < n; i++) y[i] = bf_round(y[i]);
+                y[n / 2] = NAN;
+                for (int withb = 1; withb >= 0; withb--) {
+                    dbuf by, bb;
+                    int ok = dput_at(gpu, &by, y, n, t, off) && dput_at(gpu, &bb, b, O, NB_F32, 0);
+                    NB_EXPECT(ok);
+                    if (ok) {
+                        NB_EXPECT_OK(nb_conv_add_bias_relu(gpu, by.p, t, withb ? bb.p : NULL, N, O, P));
+                        NB_EXPECT(dget(gpu, &by, got));
+                        int64_t bad = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                            float want = y[i] + (withb ? b[(i / P) % O] : 0.0f);
+                            want = want < 0.0f ? 0.0f : want;
+                            if (dt) want = bf_round(want);
+                            bad += i == n / 2 ? !isnan(got[i]) : got[i] != want;
+                        }
+                        if (bad)
+                            fprintf(stderr, "  bias relu %s off %d b %d N=%lld O=%lld P=%lld: %lld wrong\n",
+                                    nb_dtype_name(t), off, withb, (long long)N, (long long)O,
+                                    (long long)P, (long long)bad);
+                        NB_EXPECT(bad == 0);
+                    }
+                    dfree(&by), dfree(&bb);
+                }
+                /* the gradient twice from the same db0: bit-equal */
+                y[n / 2] = 0.5f;
+                float *g[2] = {malloc((size_t)O * sizeof(float)), malloc((size_t)O * sizeof(float))};
+                for (int r = 0; r < 2; r++) {
+                    dbuf by, bb;
+                    int ok = dput_at(gpu, &by, y, n, t, off) && dput_at(gpu, &bb, b, O, NB_F32, 0);
+                    NB_EXPECT(ok);
+                    if (ok) {
+                        NB_EXPECT_OK(nb_conv_bias_grad(gpu, by.p, t, bb.p, N, O, P));
+                        NB_EXPECT(dget(gpu, &bb, g[r]));
+                    }
+                    dfree(&by), dfree(&bb);
+                }
+                NB_EXPECT(memcmp(g[0], g[1], (size_t)O * sizeof(float)) == 0);
+                free(g[0]), free(g[1]), free(y), free(b), free(got);
+            }
     nb_device_close(gpu);
 }
 
@@ -608,6 +668,25 @@ static void test_bench_aux(void) {
         }
     for (int dt = 0; dt < 2; dt++)
         printf("  sum %s: bias_grad %.4f, bias %.4f\n", dt ? "bf16" : "f32", tot[0][dt], tot[1][dt]);
+    /* the linear's tall-skinny [2^20, 64] (issue #17 Benchmark 2): memory floor on an H200
+     * ~0.16 ms (add) / ~0.08 ms (gradient) in f32 */
+    {
+        dbuf bt;
+        const int64_t TN = (int64_t)1 << 20, TF = 64;
+        if (nb_buffer_alloc(gpu, (size_t)(TN * TF) * 4, &bt.b) == NB_OK) {
+            bt.p = nb_buffer_ptr(bt.b);
+            nb_memset(gpu, bt.p, 0, (size_t)(TN * TF) * 4);
+            for (int dt = 0; dt < 2; dt++) {
+                bctx a = {bt.p, bb.p, dt ? NB_BF16 : NB_F32, TN, TF, 1, NULL, 0, 0, 0};
+                float t[2] = {time_it(gpu, b_grad, &a), time_it(gpu, b_add, &a)};
+                double mb = (double)(TN * TF) * (dt ? 2 : 4) / 1e6;
+                printf("  %-4s linear [%lld, %lld] (%6.1f MB)  bias_grad %.4f (%5.0f GB/s)   bias %.4f (%5.0f GB/s)\n",
+                       dt ? "bf16" : "f32", (long long)TN, (long long)TF, mb, t[0], mb / t[0], t[1],
+                       2 * mb / t[1]);
+            }
+            nb_buffer_release(bt.b);
+        }
+    }
     /* weight arrangement: the UNet's 3x3 stride-1 convs (C -> O at the size) */
     static const int64_t wc[][4] = {{3, 64, 64},    {64, 64, 64},   {128, 64, 64},  {64, 128, 32},
                                     {128, 128, 32}, {256, 128, 32}, {128, 192, 16}, {192, 192, 16},
@@ -641,6 +720,6 @@ static void test_bench_aux(void) {
 }
 
 int main(int argc, char **argv) {
-    NB_TEST_MAIN(argc, argv, test_bias_grad, test_bias_add, test_sum_splits, test_split_out,
+    NB_TEST_MAIN(argc, argv, test_bias_grad, test_bias_add, test_bias_relu_det, test_sum_splits, test_split_out,
                  test_weight_arrangement, test_conv_vs_ref, test_linear_vs_ref, test_wcache, test_bench_aux);
 }

@@ -123,9 +123,10 @@ int nb_cuda_conv_get_algo(void);
  * x / dy (dtype conversions), 5 an f32 output or split partials (f32 halo kernels, stored
  * partial sums), 6 bf16 weights for cuBLAS, 7 split partials of
  * conv_cuda_wgrad.c, 8 the f32 accumulator of split sums into a bf16 output (kept zeroed
- * between calls: nb_conv_split_out). Grow-only, kept for the process's life; valid until the
+ * between calls: nb_conv_split_out), 9 the bias gradient's chunk partials (nb_conv_bias_grad,
+ * small planes). Grow-only, kept for the process's life; valid until the
  * next call for the slot (all users queue on the device's main stream, so reuse is ordered). */
-#define NB_CONV_SCRATCH_SLOTS 9
+#define NB_CONV_SCRATCH_SLOTS 10
 nb_status nb_conv_scratch(nb_device *dev, int slot, size_t bytes, float **out);
 
 /* dst[i] (ddt) := src[i] (sdt), or dst += src with acc = 1, for i < n (NB_F32 / NB_BF16;

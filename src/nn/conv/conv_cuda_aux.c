@@ -31,9 +31,21 @@ typedef struct {
 typedef struct {
     void *y;
     const float *b;
+    long long n;
+    int OP, P, bf, vec, relu;
+} nb_ew_p;
+
+typedef struct {
+    const void *y;
+    float *part;
+    int N, OP, nper, G, bf, vec;
+} nb_bg_p;
+
+typedef struct {
+    const float *part;
     float *db;
-    int N, OP, P, nper, bf;
-} nb_col_p;
+    int Z, OP, P;
+} nb_bg_fin_p;
 
 /* Planes of y [N*O][P] split into units for nb_conv_bias_rows / nb_conv_bias_grad_rows: 2^lg
  * lanes per unit (up to a warp: enough lanes for one 16-byte vector each), units of up to 8
@@ -67,26 +79,55 @@ static nb_status nb_conv_launch_rows(nb_device *dev, const char *entry, const nb
     return nb_jit_launch_cuda_grid(k, a, sizeof *a, grid, block, NULL);
 }
 
-/* Columns j = o*P + p of y [N][O*P] (P < 16): samples split over blockIdx.y, at least minper
- * each, until the grid has >= 32768 threads. */
-static nb_status nb_conv_launch_cols(nb_device *dev, const char *entry, void *y, nb_dtype ydt,
-                                     const float *b, float *db, int64_t N, int64_t O, int64_t P,
-                                     int64_t minper) {
+/* y [N][OP = O*P] (ydt) += b[j / P] for column j (relu: then max(., 0)), elementwise
+ * (nb_conv_bias_ew): 4 values a thread where y is 16-byte (f32) / 8-byte (bf16) aligned, a
+ * grid-stride loop over at most 32 blocks of 256 a multiprocessor. */
+static nb_status nb_conv_launch_ew(nb_device *dev, void *y, nb_dtype ydt, const float *b,
+                                   int64_t N, int64_t O, int64_t P, int relu) {
     nb_jit_kernel *k;
-    NB_TRY(nb_aux_kernel(dev, entry, &k));
-    int64_t OP = O * P, gy = (32768 + OP - 1) / OP, most = (N + minper - 1) / minper;
-    if (gy > most) gy = most;
-    if (gy > 65535) gy = 65535;
-    if (gy < 1) gy = 1;
-    int64_t nper = (N + gy - 1) / gy;
-    gy = (N + nper - 1) / nper;
-    nb_col_p a = {y, b, db, (int)N, (int)OP, (int)P, (int)nper, ydt == NB_BF16};
-    const unsigned grid[3] = {(unsigned)((OP + 255) / 256), (unsigned)gy, 1}, block[3] = {256, 1, 1};
+    NB_TRY(nb_aux_kernel(dev, "nb_conv_bias_ew", &k));
+    int bf = ydt == NB_BF16, vec = (uintptr_t)y % (uintptr_t)(bf ? 8 : 16) == 0;
+    int64_t n = N * O * P, work = vec ? n / 4 + 3 : n;
+    int64_t sms = nb_device_get_info(dev)->multiprocessors, blocks = (work + 255) / 256;
+    int64_t most = (sms > 0 ? sms : 132) * 32;
+    if (blocks > most) blocks = most;
+    nb_ew_p a = {y, b, (long long)n, (int)(O * P), (int)P, bf, vec, relu};
+    const unsigned grid[3] = {(unsigned)blocks, 1, 1}, block[3] = {256, 1, 1};
     return nb_jit_launch_cuda_grid(k, &a, sizeof a, grid, block, NULL);
 }
 
-/* Small planes go by columns (coalesced across o and p); the column form needs O*P and N to
- * fit an int. */
+/* db[o] += sum over n, p of dy [N][O*P] (ydt), deterministic in two launches: row chunks into
+ * partials [Z][OP] (scratch slot 9, grow-only: no allocation in the steady state), then a
+ * fixed-order sum of the Z partials per o. Chunks: about 8 blocks of 256 a multiprocessor,
+ * at least 64 rows each. */
+static nb_status nb_conv_bias_grad_ew(nb_device *dev, const void *dy, nb_dtype ydt, float *db,
+                                      int64_t N, int64_t O, int64_t P) {
+    nb_jit_kernel *k1, *k2;
+    NB_TRY(nb_aux_kernel(dev, "nb_conv_bias_grad_part", &k1));
+    NB_TRY(nb_aux_kernel(dev, "nb_conv_bias_grad_fin", &k2));
+    int64_t OP = O * P;
+    int bf = ydt == NB_BF16;
+    int vec = OP % 4 == 0 && (uintptr_t)dy % (uintptr_t)(bf ? 8 : 16) == 0;
+    int64_t C = vec ? OP / 4 : OP, G = C < 256 ? C : 256, tiles = (C + G - 1) / G;
+    int64_t sms = nb_device_get_info(dev)->multiprocessors;
+    int64_t Z = ((sms > 0 ? sms : 132) * 8 + tiles - 1) / tiles, most = (N + 63) / 64;
+    if (Z > most) Z = most;
+    if (Z > 65535) Z = 65535;
+    if (Z < 1) Z = 1;
+    int64_t nper = (N + Z - 1) / Z;
+    Z = (N + nper - 1) / nper;
+    float *part;
+    NB_TRY(nb_conv_scratch(dev, 9, (size_t)(Z * OP) * sizeof(float), &part));
+    nb_bg_p a = {dy, part, (int)N, (int)OP, (int)nper, (int)G, bf, vec};
+    const unsigned g1[3] = {(unsigned)tiles, (unsigned)Z, 1}, blk[3] = {256, 1, 1};
+    NB_TRY(nb_jit_launch_cuda_grid(k1, &a, sizeof a, g1, blk, NULL));
+    nb_bg_fin_p f = {part, db, (int)Z, (int)OP, (int)P};
+    const unsigned g2[3] = {(unsigned)O, 1, 1};
+    return nb_jit_launch_cuda_grid(k2, &f, sizeof f, g2, blk, NULL);
+}
+
+/* Small planes (the linear: P = 1) go elementwise / by column chunks over y [N][O*P] (the
+ * row units would give each plane a lane group of its own); O*P and N must fit an int. */
 static int nb_conv_use_cols(int64_t N, int64_t O, int64_t P) {
     return P < 16 && O * P < ((int64_t)1 << 31) && N < ((int64_t)1 << 31);
 }
@@ -96,7 +137,7 @@ nb_status nb_conv_add_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b
                            int64_t O, int64_t P) {
     if (N <= 0 || O <= 0 || P <= 0) return NB_OK;
     if (nb_conv_use_cols(N, O, P))
-        return nb_conv_launch_cols(dev, "nb_conv_bias_cols", y, ydt, b, NULL, N, O, P, 1);
+        return nb_conv_launch_ew(dev, y, ydt, b, N, O, P, 0);
     nb_row_p a = nb_conv_rows(dev, y, ydt, b, NULL, N, O, P);
     return nb_conv_launch_rows(dev, "nb_conv_bias_rows", &a);
 }
@@ -108,7 +149,7 @@ nb_status nb_conv_add_bias_relu(nb_device *dev, void *y, nb_dtype ydt, const flo
         return nb_error(NB_ERR_UNSUPPORTED,
                         "linear_relu (CUDA): output [%lld, %lld] too large for the bias + relu pass",
                         (long long)N, (long long)(O * P));
-    return nb_conv_launch_cols(dev, "nb_conv_bias_relu_cols", y, ydt, b, NULL, N, O, P, 1);
+    return nb_conv_launch_ew(dev, y, ydt, b, N, O, P, 1);
 }
 
 nb_status nb_conv_fill_bias(nb_device *dev, void *y, nb_dtype ydt, const float *b, int64_t N,
@@ -142,8 +183,7 @@ nb_status nb_conv_bias_grad(nb_device *dev, const void *dy, nb_dtype ydt, float 
                             int64_t O, int64_t P) {
     if (N <= 0 || O <= 0 || P <= 0) return NB_OK;
     if (nb_conv_use_cols(N, O, P))
-        return nb_conv_launch_cols(dev, "nb_conv_bias_grad_cols", (void *)dy, ydt, NULL, db, N, O,
-                                   P, 16);
+        return nb_conv_bias_grad_ew(dev, dy, ydt, db, N, O, P);
     nb_row_p a = nb_conv_rows(dev, (void *)dy, ydt, NULL, db, N, O, P);
     return nb_conv_launch_rows(dev, "nb_conv_bias_grad_rows", &a);
 }

@@ -138,43 +138,99 @@ extern "C" __global__ void nb_conv_split_out(SplitP q) {
     for (long long i = v0 + 8LL * nv + lane; i < e0; i += L)
         y[i] = nb_f2bf((q.acc ? nb_bf2f(y[i]) : 0.0f) + q.src[i] + bv), q.src[i] = 0.0f;
 }
-struct ColP { void *y; const float *b; float *db; int N, OP, P, nper, bf; };
-/* small planes (P < 16; linear: P = 1): y viewed as [N][O*P], a thread per column j = o*P + p
- * (coalesced), blockIdx.y taking samples [y*nper, y*nper + nper) */
-extern "C" __global__ void nb_conv_bias_grad_cols(ColP p) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= p.OP) return;
-    int n0 = blockIdx.y * p.nper, n1 = n0 + p.nper < p.N ? n0 + p.nper : p.N;
-    float acc = 0.0f, a2 = 0.0f;
-    int n = n0;
-    for (; n + 1 < n1; n += 2)
-        acc += nb_ld(p.y, (long long)n * p.OP + j, p.bf), a2 += nb_ld(p.y, (long long)(n + 1) * p.OP + j, p.bf);
-    if (n < n1) acc += nb_ld(p.y, (long long)n * p.OP + j, p.bf);
-    atomicAdd(p.db + j / p.P, acc + a2);
+/* ---- small planes (P < 16; the linear: P = 1): y viewed as [N][OP], OP = O*P ----
+ * The add is elementwise over the N*OP values (4 a thread with 16-byte f32 / 8-byte bf16 vectors
+ * where y is aligned, column j = i % OP, bias b[j / P]); the gradient is a deterministic
+ * two-stage column sum (row chunks -> partials [chunks][OP], then a fixed-order sum), no atomics.
+ * (The column kernels they replaced ran one thread per column: for [2^20, 64] 64 threads a block
+ * with serial 4-byte loads, 5x above the memory floor: docs/PERF.md.) */
+struct EwP { void *y; const float *b; long long n; int OP, P, bf, vec, relu; };
+__device__ __forceinline__ float nb_bias_at(const EwP &p, int j) {
+    return p.b ? p.b[p.P == 1 ? j : j / p.P] : 0.0f;
 }
-extern "C" __global__ void nb_conv_bias_cols(ColP p) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= p.OP) return;
+__device__ __forceinline__ float nb_ew_out(const EwP &p, float v) {
+    return p.relu && v < 0.0f ? 0.0f : v; /* NaN passes through */
+}
+/* y[i] += b[(i % OP) / P] (relu: y = max(y + b, 0), b may be NULL), i < n, grid-stride */
+extern "C" __global__ void nb_conv_bias_ew(EwP p) {
+    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x, st = (long long)gridDim.x * blockDim.x;
+    long long n4 = p.vec ? p.n / 4 : 0;
+    for (long long v = t; v < n4; v += st) {
+        long long i = 4 * v;
+        int j = (int)(i % p.OP);
+        float4 x = nb_ld4(p.y, i, p.bf);
+        float e[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            e[k] = nb_ew_out(p, e[k] + nb_bias_at(p, j));
+            if (++j == p.OP) j = 0;
+        }
+        nb_st4(p.y, i, p.bf, make_float4(e[0], e[1], e[2], e[3]));
+    }
+    for (long long i = 4 * n4 + t; i < p.n; i += st)
+        nb_st(p.y, i, p.bf, nb_ew_out(p, nb_ld(p.y, i, p.bf) + nb_bias_at(p, (int)(i % p.OP))));
+}
+/* Stage 1: part[blockIdx.y][j] = sum over rows n of chunk blockIdx.y ([y*nper, y*nper + nper))
+ * of y[n][j]. A block: G column lanes (vector columns of V = vec ? 4 : 1 values, tile blockIdx.x)
+ * x R = 256 / G row lanes striding the chunk; the row lanes summed in shared memory in fixed
+ * order (deterministic). */
+struct BgP { const void *y; float *part; int N, OP, nper, G, bf, vec; };
+extern "C" __global__ void nb_conv_bias_grad_part(BgP p) {
+    __shared__ float sm[256 * 4];
+    int V = p.vec ? 4 : 1, G = p.G, R = blockDim.x / G, g = threadIdx.x % G, r = threadIdx.x / G;
+    long long c = (long long)blockIdx.x * G + g; /* vector column */
     int n0 = blockIdx.y * p.nper, n1 = n0 + p.nper < p.N ? n0 + p.nper : p.N;
-    float bv = p.b[j / p.P];
-    for (int n = n0; n < n1; n++) {
-        long long i = (long long)n * p.OP + j;
-        nb_st(p.y, i, p.bf, nb_ld(p.y, i, p.bf) + bv);
+    bool on = r < R && c * V < p.OP;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+    if (on) {
+        long long j = c * V;
+        int n = n0 + r;
+        if (p.vec) {
+            for (; n + R < n1; n += 2 * R) {
+                float4 u = nb_ld4(p.y, (long long)n * p.OP + j, p.bf);
+                float4 w = nb_ld4(p.y, (long long)(n + R) * p.OP + j, p.bf);
+                a.x += u.x, a.y += u.y, a.z += u.z, a.w += u.w;
+                b.x += w.x, b.y += w.y, b.z += w.z, b.w += w.w;
+            }
+            if (n < n1) {
+                float4 u = nb_ld4(p.y, (long long)n * p.OP + j, p.bf);
+                a.x += u.x, a.y += u.y, a.z += u.z, a.w += u.w;
+            }
+        } else {
+            for (; n + R < n1; n += 2 * R)
+                a.x += nb_ld(p.y, (long long)n * p.OP + j, p.bf), b.x += nb_ld(p.y, (long long)(n + R) * p.OP + j, p.bf);
+            if (n < n1) a.x += nb_ld(p.y, (long long)n * p.OP + j, p.bf);
+        }
+        a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+    }
+    if (r < R) {
+        float *s = sm + (r * G + g) * 4;
+        s[0] = a.x, s[1] = a.y, s[2] = a.z, s[3] = a.w;
+    }
+    __syncthreads();
+    if (r != 0 || !on) return;
+    for (int k = 0; k < V; k++) {
+        float acc = 0.0f;
+        for (int q = 0; q < R; q++) acc += sm[(q * G + g) * 4 + k];
+        p.part[(long long)blockIdx.y * p.OP + c * V + k] = acc;
     }
 }
-/* y[n][j] = relu(y[n][j] + b[j / P]) (b may be NULL: relu alone; NaN passes through): the
- * linear's bias pass with the ReLU of a fused linear + relu (LINEAR_RELU), by columns as
- * nb_conv_bias_cols */
-extern "C" __global__ void nb_conv_bias_relu_cols(ColP p) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= p.OP) return;
-    int n0 = blockIdx.y * p.nper, n1 = n0 + p.nper < p.N ? n0 + p.nper : p.N;
-    float bv = p.b ? p.b[j / p.P] : 0.0f;
-    for (int n = n0; n < n1; n++) {
-        long long i = (long long)n * p.OP + j;
-        float v = nb_ld(p.y, i, p.bf) + bv;
-        nb_st(p.y, i, p.bf, v < 0.0f ? 0.0f : v);
+/* Stage 2: db[o] += sum over chunks z < Z and p < P of part[z][o*P + p]: a block per o, its
+ * threads striding the Z*P values, then a fixed shared-memory tree (deterministic) */
+struct BgFinP { const float *part; float *db; int Z, OP, P; };
+extern "C" __global__ void nb_conv_bias_grad_fin(BgFinP p) {
+    __shared__ float sm[256];
+    int o = blockIdx.x;
+    float acc = 0.0f;
+    for (int t = threadIdx.x; t < p.Z * p.P; t += blockDim.x)
+        acc += p.part[(long long)(t / p.P) * p.OP + (long long)o * p.P + t % p.P];
+    sm[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sm[threadIdx.x] += sm[threadIdx.x + s];
+        __syncthreads();
     }
+    if (threadIdx.x == 0) p.db[o] += sm[0];
 }
 struct SumN4P { const float *s; float *dw; long long L; int N, vec; };
 /* dw[i] += sum over n < N of s[n * L + i]: vec (L % 4 == 0, 16-byte aligned) a thread per 4
