@@ -1,10 +1,8 @@
 /* `nabla graph bench`: the course's random Linear / ReLU graph benchmark (include/nabla/
  * graph_bench.h does the work; this parses the options, prints the table, writes the plots).
  * Also the `graph` dispatcher (nb_cmd_graph): `graph dump` is cmd_graph_dump.c. */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "nabla/nabla.h"
@@ -88,9 +86,11 @@ static int cmd_bench(int argc, char **argv) {
             return nb_cli_bad_usage("graph bench: unknown option '%s'", a);
         }
     }
-    struct stat st;
-    if (stat(out, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "nabla: graph bench: --out '%s' is not a directory\n", out);
+    /* the plots' directory must exist and be writable: checked before the (long) run */
+    char png[4096];
+    snprintf(png, sizeof png, "%s/graphs_size.png", out);
+    if (nb_file_check_writable(png, "graph bench --out")) {
+        fprintf(stderr, "nabla: %s\n", nb_last_error());
         return 1;
     }
     nb_graph_bench_result *r = malloc(sizeof *r);

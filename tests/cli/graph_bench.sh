@@ -19,7 +19,7 @@ check depth-1 2 "$NABLA" graph bench --depth 1 && contains depth-1 "--depth '1' 
 check bad-prec 2 "$NABLA" graph bench --precision bf16 && contains bad-prec "--precision 'bf16' (fp32 or tf32)"
 check bad-replay 2 "$NABLA" graph bench --replay 0 && contains bad-replay "--replay '0' (1 or more)"
 check bad-out 1 "$NABLA" graph bench --device cpu --sizes 32 --depths "" --out "$tmp/none" &&
-    contains bad-out "--out '$tmp/none' is not a directory"
+    contains bad-out "directory '$tmp/none' does not exist"
 check bad-device 1 "$NABLA" graph bench --device tpu --sizes 32 --depths "" --out "$tmp" &&
     contains bad-device "tpu"
 check tiny 0 "$NABLA" graph bench --device cpu --sizes 32 --depth 4 --depths 2,4 --size 32 --samples 1 --replay 2 --out "$tmp"
